@@ -1,0 +1,207 @@
+package limit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/linkgate/linkgate/route"
+)
+
+// Feature is what a rule counts by: the client address, the logged-in user or
+// the email address in the request body.
+type Feature string
+
+// The features a rule can be keyed by.
+const (
+	IP    Feature = "ip"
+	User  Feature = "user"
+	Email Feature = "email"
+)
+
+// Rule is one configured limit rule (a "rules" entry of the config file).
+// Name is the seed's event: part of every counter key, so counts survive an
+// edit of the limits.
+type Rule struct {
+	Name        string      `yaml:"name"`
+	Match       route.Match `yaml:"match"`
+	Key         Feature     `yaml:"key"`
+	Limits      []Limit     `yaml:"limits"`
+	CountStatus []int       `yaml:"count_status,omitempty"` // count a hit only for these upstream statuses; empty: every request
+	Shadow      bool        `yaml:"shadow,omitempty"`       // log and count would-be rejections, block nothing
+	Strict      bool        `yaml:"strict,omitempty"`       // count before checking, so that several gateways never overshoot
+	Allow       []string    `yaml:"allow,omitempty"`        // CIDRs (ip rules) or feature values this rule never limits
+}
+
+// Validate checks the rule on its own (names are checked for uniqueness by the caller).
+func (r Rule) Validate() error {
+	if r.Name == "" {
+		return fmt.Errorf("name: missing")
+	}
+	if _, err := r.Match.Compile(); err != nil {
+		return fmt.Errorf("match: %w", err)
+	}
+	switch r.Key {
+	case IP, User, Email:
+	default:
+		return fmt.Errorf("key: %q is not one of ip, user, email", r.Key)
+	}
+	if len(r.Limits) == 0 {
+		return fmt.Errorf("limits: none given")
+	}
+	for _, s := range r.CountStatus {
+		if s < 100 || s > 599 {
+			return fmt.Errorf("count_status: %d is not an HTTP status", s)
+		}
+	}
+	return nil
+}
+
+// Identity says how features are read from a request (the "identity" section).
+type Identity struct {
+	IPv6Prefix   int      `yaml:"ipv6_prefix"`    // IPv6 clients are limited per prefix of this length
+	UserHeader   string   `yaml:"user_header"`    // user id header, believed only from trusted proxies
+	EmailFields  []string `yaml:"email_fields"`   // form or JSON body fields holding the email
+	MaxBodyBytes int64    `yaml:"max_body_bytes"` // body bytes read to find the email
+}
+
+// DefaultIdentity returns the defaults of the identity section.
+func DefaultIdentity() Identity {
+	return Identity{IPv6Prefix: 64, UserHeader: "X-User-ID", EmailFields: []string{"email"}, MaxBodyBytes: 64 << 10}
+}
+
+// Validate checks the section.
+func (id Identity) Validate() error {
+	switch {
+	case id.IPv6Prefix < 1 || id.IPv6Prefix > 128:
+		return fmt.Errorf("ipv6_prefix: %d is not between 1 and 128", id.IPv6Prefix)
+	case id.MaxBodyBytes < 0:
+		return fmt.Errorf("max_body_bytes: %d is negative", id.MaxBodyBytes)
+	}
+	return nil
+}
+
+// Config is the "limiter" section: which store holds the counters and how
+// the limiter behaves when it fails.
+type Config struct {
+	Store        string    `yaml:"store"` // memory | memcached
+	Memcached    Memcached `yaml:"memcached"`
+	OnStoreError string    `yaml:"on_store_error"` // allow | deny
+	Precision    string    `yaml:"precision"`      // bucket | exact
+}
+
+// Memcached is where the memcached store connects.
+type Memcached struct {
+	Servers []string      `yaml:"servers"`
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// DefaultConfig returns the defaults of the limiter section.
+func DefaultConfig() Config {
+	return Config{
+		Store:        "memory",
+		Memcached:    Memcached{Servers: []string{"127.0.0.1:11211"}, Timeout: 100 * time.Millisecond},
+		OnStoreError: "allow",
+		Precision:    "bucket",
+	}
+}
+
+// Validate checks the section.
+func (c Config) Validate() error {
+	switch {
+	case c.Store != "memory" && c.Store != "memcached":
+		return fmt.Errorf("store: %q is not memory or memcached", c.Store)
+	case c.Store == "memcached" && len(c.Memcached.Servers) == 0:
+		return fmt.Errorf("memcached.servers: none given")
+	case c.Memcached.Timeout <= 0:
+		return fmt.Errorf("memcached.timeout: must be positive")
+	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
+		return fmt.Errorf("on_store_error: %q is not allow or deny", c.OnStoreError)
+	case c.Precision != "bucket" && c.Precision != "exact":
+		return fmt.Errorf("precision: %q is not bucket or exact", c.Precision)
+	}
+	return nil
+}
+
+// Limit is N hits per Window, written "5/m" or "100/15m".
+type Limit struct {
+	N      int64
+	Window time.Duration
+}
+
+// MaxWindow is the longest window a limit may have: limiter data is kept a
+// day at most (seed 000), with room for weekly limits.
+const MaxWindow = 7 * 24 * time.Hour
+
+// ParseLimit parses "N/unit" where unit is s, m, h or d with an optional
+// whole multiplier ("100/15m").
+func ParseLimit(s string) (Limit, error) {
+	num, per, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("limit %q: want N/unit, like 5/m or 100/15m", s)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return Limit{}, fmt.Errorf("limit %q: count %q is not a positive whole number", s, num)
+	}
+	if per == "" {
+		return Limit{}, fmt.Errorf("limit %q: missing unit (s, m, h or d)", s)
+	}
+	units := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour}
+	unit, ok := units[per[len(per)-1]]
+	if !ok {
+		return Limit{}, fmt.Errorf("limit %q: unit %q is not s, m, h or d", s, per[len(per)-1:])
+	}
+	mult := int64(1)
+	if m := per[:len(per)-1]; m != "" {
+		mult, err = strconv.ParseInt(m, 10, 64)
+		if err != nil || mult <= 0 {
+			return Limit{}, fmt.Errorf("limit %q: multiplier %q is not a positive whole number", s, m)
+		}
+	}
+	if mult > int64(MaxWindow/unit) {
+		return Limit{}, fmt.Errorf("limit %q: window is longer than %v", s, MaxWindow)
+	}
+	return Limit{N: n, Window: time.Duration(mult) * unit}, nil
+}
+
+// String formats l as ParseLimit reads it.
+func (l Limit) String() string {
+	for _, u := range []struct {
+		d time.Duration
+		s string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if l.Window%u.d == 0 {
+			if k := l.Window / u.d; k == 1 {
+				return fmt.Sprintf("%d/%s", l.N, u.s)
+			} else {
+				return fmt.Sprintf("%d/%d%s", l.N, k, u.s)
+			}
+		}
+	}
+	return fmt.Sprintf("%d/%v", l.N, l.Window)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (l Limit) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (l *Limit) UnmarshalText(b []byte) error {
+	v, err := ParseLimit(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+// UnmarshalYAML reports a bad limit with its line in the file.
+func (l *Limit) UnmarshalYAML(n *yaml.Node) error {
+	if err := l.UnmarshalText([]byte(n.Value)); err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	return nil
+}

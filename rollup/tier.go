@@ -1,0 +1,157 @@
+// Package rollup holds the time arithmetic of link analytics: the tiers of
+// resolution that visits are stored in (Graphite-style "precision:retention",
+// e.g. "1m:2d"), bucket alignment, and the choice and stitching of tiers for a
+// query. Everything here is a pure function of its arguments; time is always
+// passed in, and all bucket times are UTC.
+package rollup
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Common durations beyond those time.ParseDuration knows.
+const (
+	Day  = 24 * time.Hour
+	Week = 7 * Day
+	Year = 365 * Day
+)
+
+// Tier is one resolution of stored visit counts: buckets Step long, kept for
+// Retention. The zero Tier is invalid.
+type Tier struct {
+	Step      time.Duration
+	Retention time.Duration
+}
+
+// DefaultTiers is the default retention: today per minute, yesterday per
+// 5 minutes, last month per hour, last year per day and the last years per week.
+func DefaultTiers() []Tier {
+	return []Tier{
+		{time.Minute, 2 * Day},
+		{5 * time.Minute, 8 * Day},
+		{time.Hour, 40 * Day},
+		{Day, 400 * Day},
+		{Week, 5 * Year},
+	}
+}
+
+// ParseTier parses "precision:retention", for example "5m:8d".
+func ParseTier(s string) (Tier, error) {
+	step, keep, ok := strings.Cut(s, ":")
+	if !ok {
+		return Tier{}, fmt.Errorf("rollup: tier %q: want precision:retention, like 1m:2d", s)
+	}
+	var t Tier
+	var err error
+	if t.Step, err = ParseDuration(step); err != nil {
+		return Tier{}, fmt.Errorf("rollup: tier %q: precision: %w", s, err)
+	}
+	if t.Retention, err = ParseDuration(keep); err != nil {
+		return Tier{}, fmt.Errorf("rollup: tier %q: retention: %w", s, err)
+	}
+	if err := t.validate(); err != nil {
+		return Tier{}, fmt.Errorf("rollup: tier %q: %w", s, err)
+	}
+	return t, nil
+}
+
+func (t Tier) validate() error {
+	switch {
+	case t.Step < time.Minute || t.Step%time.Minute != 0:
+		return fmt.Errorf("precision %v: must be a whole number of minutes", t.Step)
+	case t.Step <= Day && Day%t.Step != 0:
+		return fmt.Errorf("precision %v: must divide a day evenly", t.Step)
+	case t.Step > Day && t.Step%Week != 0:
+		return fmt.Errorf("precision %v: beyond a day it must be whole weeks", t.Step)
+	case t.Retention < t.Step:
+		return fmt.Errorf("retention %v is shorter than the precision %v", t.Retention, t.Step)
+	}
+	return nil
+}
+
+// String formats t as ParseTier reads it.
+func (t Tier) String() string { return FormatDuration(t.Step) + ":" + FormatDuration(t.Retention) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (t Tier) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (t *Tier) UnmarshalText(b []byte) error {
+	v, err := ParseTier(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
+// UnmarshalYAML reports a bad tier with its line in the file.
+func (t *Tier) UnmarshalYAML(n *yaml.Node) error {
+	if err := t.UnmarshalText([]byte(n.Value)); err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	return nil
+}
+
+// ValidateTiers checks that tiers go from fine to coarse, each step a multiple
+// of the one before (so that every coarse bucket is a whole number of finer
+// ones) and each retention at least as long as the one before.
+func ValidateTiers(tiers []Tier) error {
+	if len(tiers) == 0 {
+		return fmt.Errorf("rollup: no tiers")
+	}
+	for i, t := range tiers {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("rollup: tier %d (%v): %w", i, t, err)
+		}
+		if i == 0 {
+			continue
+		}
+		p := tiers[i-1]
+		if t.Step <= p.Step || t.Step%p.Step != 0 {
+			return fmt.Errorf("rollup: tier %d (%v): precision must be a multiple of the previous tier's %v", i, t, FormatDuration(p.Step))
+		}
+		if t.Retention < p.Retention {
+			return fmt.Errorf("rollup: tier %d (%v): retention is shorter than the previous tier's %v", i, t, FormatDuration(p.Retention))
+		}
+	}
+	return nil
+}
+
+// ParseDuration parses a Go duration ("90s", "1h30m") or a whole number of
+// days, weeks or years ("2d", "8w", "5y"; a year is 365 days).
+func ParseDuration(s string) (time.Duration, error) {
+	units := map[byte]time.Duration{'d': Day, 'w': Week, 'y': Year}
+	if n := len(s); n > 1 {
+		if u, ok := units[s[n-1]]; ok {
+			v, err := strconv.ParseUint(s[:n-1], 10, 32)
+			if err != nil || v == 0 {
+				return 0, fmt.Errorf("bad duration %q", s)
+			}
+			return time.Duration(v) * u, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("bad duration %q", s)
+	}
+	return d, nil
+}
+
+// FormatDuration formats d in the largest of y, w, d, h, m, s that divides it.
+func FormatDuration(d time.Duration) string {
+	for _, u := range []struct {
+		d time.Duration
+		s string
+	}{{Year, "y"}, {Week, "w"}, {Day, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d >= u.d && d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.s
+		}
+	}
+	return d.String()
+}

@@ -1,0 +1,67 @@
+package route_test
+
+import (
+	"testing"
+
+	"github.com/linkgate/linkgate/route"
+)
+
+func TestMatcher(t *testing.T) {
+	tests := []struct {
+		name          string
+		match         route.Match
+		method, path  string
+		want          bool
+		param, wantPV string
+	}{
+		{"literal", route.Match{Methods: []string{"POST"}, Path: "/login"}, "POST", "/login", true, "", ""},
+		{"wrong method", route.Match{Methods: []string{"POST"}, Path: "/login"}, "GET", "/login", false, "", ""},
+		{"any method", route.Match{Path: "/login"}, "DELETE", "/login", true, "", ""},
+		{"other path", route.Match{Path: "/login"}, "POST", "/logout", false, "", ""},
+		{"param", route.Match{Path: "/{short_key}"}, "GET", "/abc123", true, "short_key", "abc123"},
+		{"param one segment", route.Match{Path: "/{short_key}"}, "GET", "/a/b", false, "", ""},
+		{"root is no key", route.Match{Path: "/{short_key}"}, "GET", "/", false, "", ""},
+		{"wildcard", route.Match{Path: "/api/*"}, "GET", "/api/v1/users", true, "", ""},
+		{"wildcard prefix only", route.Match{Path: "/api/*"}, "GET", "/apix", false, "", ""},
+		{"regexp param", route.Match{Path: "/{id:[0-9]+}"}, "GET", "/42", true, "id", "42"},
+		{"regexp param mismatch", route.Match{Path: "/{id:[0-9]+}"}, "GET", "/x42", false, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := tt.match.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.Match(tt.method, tt.path); got != tt.want {
+				t.Errorf("Match(%s %s) = %v, want %v", tt.method, tt.path, got, tt.want)
+			}
+			if tt.param != "" {
+				if got, _ := m.Param(tt.method, tt.path, tt.param); got != tt.wantPV {
+					t.Errorf("Param(%s) = %q, want %q", tt.param, got, tt.wantPV)
+				}
+			}
+		})
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	for _, m := range []route.Match{
+		{Path: "login"},
+		{Path: "/x", Methods: []string{"FETCH"}},
+		{Path: "/{a}/{a}"},
+	} {
+		if _, err := m.Compile(); err == nil {
+			t.Errorf("Compile(%+v): no error", m)
+		}
+	}
+}
+
+func BenchmarkParam(b *testing.B) {
+	m, _ := route.Match{Methods: []string{"GET", "HEAD"}, Path: "/{short_key}"}.Compile()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := m.Param("GET", "/abc123", "short_key"); !ok {
+			b.Fatal("no match")
+		}
+	}
+}
