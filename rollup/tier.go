@@ -155,3 +155,8 @@ func FormatDuration(d time.Duration) string {
 	}
 	return d.String()
 }
+
+// Align returns the start of the bucket of the given step that holds t, in
+// UTC. time.Truncate counts from January 1 of year 1, a Monday, so week
+// buckets start on Monday 00:00 UTC and day buckets at midnight UTC.
+func Align(t time.Time, step time.Duration) time.Time { return t.UTC().Truncate(step) }
