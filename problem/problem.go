@@ -1,0 +1,49 @@
+// Package problem writes HTTP error answers as RFC 9457 problem details
+// (application/problem+json), the one error shape every linkgate endpoint uses.
+package problem
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Details is an RFC 9457 problem object. Extra members (a rule's name, the
+// limit that was hit) go in Extra and are written beside the standard ones.
+type Details struct {
+	Type   string         `json:"type"`
+	Title  string         `json:"title"`
+	Status int            `json:"status"`
+	Detail string         `json:"detail,omitempty"`
+	Extra  map[string]any `json:"-"`
+}
+
+// Write answers status with a problem body whose title is the status text.
+func Write(w http.ResponseWriter, status int, detail string) {
+	WriteDetails(w, Details{Status: status, Detail: detail})
+}
+
+// WriteDetails answers d.Status with d as the body, filling Type and Title
+// when empty. Headers set on w before the call (Retry-After) are kept.
+func WriteDetails(w http.ResponseWriter, d Details) {
+	if d.Type == "" {
+		d.Type = "about:blank" // RFC 9457 section 4.2.1: the title is the status text
+	}
+	if d.Title == "" {
+		d.Title = http.StatusText(d.Status)
+	}
+	body := map[string]any{"type": d.Type, "title": d.Title, "status": d.Status}
+	if d.Detail != "" {
+		body["detail"] = d.Detail
+	}
+	for k, v := range d.Extra {
+		if _, std := body[k]; !std {
+			body[k] = v
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(d.Status)
+	json.NewEncoder(w).Encode(body)
+}
