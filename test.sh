@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test of linkgate, installing what the tests need when it is missing:
+# memcached (limiter store tests) and Chromium (the stats chart page test).
+# Cassandra tests run only when CASSANDRA_HOSTS is set (docker compose up -d cassandra).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=()
+command -v memcached >/dev/null || need+=(memcached)
+command -v chromium >/dev/null || need+=(chromium)
+if ((${#need[@]})); then
+  echo "test.sh: installing ${need[*]}"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ -z "${CASSANDRA_HOSTS:-}" ]; then
+  echo "test.sh: CASSANDRA_HOSTS is not set: the Cassandra integration tests will be SKIPPED"
+fi
+go vet ./...
+go test -race -count=1 -timeout 30m "$@" ./...
