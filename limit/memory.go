@@ -1,0 +1,353 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// Memory is the in-process Store, the default when one gateway runs alone.
+// It is safe for concurrent use; the zero value is not usable, call NewMemory.
+//
+// Counters are spread over memShards shards by a hash of the Counter, each a
+// mutex and a map, so there is no store-wide lock and the cost of a call does
+// not depend on how many clients are tracked. Each counter keeps, per level,
+// a ring of bucket counts just long enough for the longest TTL it was given
+// (a power of two, at most ringCap buckets); a bucket pushed out of its ring
+// before its TTL has passed (exact precision keeps seconds for a day) moves
+// to a small per-counter map. Memory is reclaimed lazily: a counter whose
+// buckets have all expired is deleted when its shard has doubled in size
+// since its last sweep (so memory stays within about twice what is live),
+// or by Sweep.
+type Memory struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [memShards]memShard
+}
+
+const memShards = 128
+
+type memShard struct {
+	mu    sync.Mutex
+	m     map[Counter]*memEntry
+	swept int // len(m) after the last sweep
+	_     [40]byte
+}
+
+// memEntry is one counter's buckets.
+type memEntry struct {
+	expires int64 // unix seconds after which every bucket has expired
+	rings   [NumLevels]ring
+	spill   map[Bucket]spilled // buckets pushed out of a ring before their TTL; Bucket.TTL is zero in keys
+}
+
+type spilled struct {
+	n       int64
+	expires int64
+}
+
+// ring holds the counts of buckets (head-len(counts), head] of one level,
+// bucket i at counts[i&mask].
+type ring struct {
+	head   int64 // index (Start / size) of the newest bucket
+	ttl    int64 // longest TTL given, in seconds
+	counts []uint32
+}
+
+// ringCap bounds a ring's length per level: an hour of seconds, a day and a
+// half of minutes, ten days of hours.
+var ringCap = [NumLevels]int{4096, 2048, 256}
+
+// NewMemory returns an empty in-process store on the system clock.
+func NewMemory() *Memory { return NewMemoryAt(time.Now) }
+
+// NewMemoryAt returns an empty in-process store that reads the time from now
+// (tests pass a fake clock).
+func NewMemoryAt(now func() time.Time) *Memory {
+	m := &Memory{now: now, seed: maphash.MakeSeed()}
+	for i := range m.shards {
+		m.shards[i].m = make(map[Counter]*memEntry)
+	}
+	return m
+}
+
+var _ Store = (*Memory)(nil)
+
+func (m *Memory) shard(c Counter) *memShard {
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteString(c.Rule)
+	h.WriteByte(0)
+	h.WriteString(c.Value)
+	return &m.shards[h.Sum64()%memShards]
+}
+
+// levelIndex returns the index of the bucket starting at start in level l,
+// with constant divisors so that the compiler avoids a division.
+func levelIndex(l Level, start int64) int64 {
+	switch l {
+	case Second:
+		return start
+	case Minute:
+		return floorDiv(start, 60)
+	default:
+		return floorDiv(start, 3600)
+	}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// Load implements Store.
+func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts []int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: load: %w", err)
+	}
+	if len(counts) < len(buckets) {
+		return fmt.Errorf("memory: load: %d counts for %d buckets", len(counts), len(buckets))
+	}
+	now := m.now().Unix()
+	s := m.shard(c)
+	s.mu.Lock()
+	e := s.m[c]
+	if e == nil || e.expires < now {
+		s.mu.Unlock()
+		clear(counts[:len(buckets)])
+		return nil
+	}
+	var nowIdx [NumLevels]int64
+	nowIdx[Second] = now
+	nowIdx[Minute] = floorDiv(now, 60)
+	nowIdx[Hour] = floorDiv(now, 3600)
+	for i := range buckets {
+		b := &buckets[i]
+		if b.Level >= NumLevels {
+			counts[i] = 0
+			continue
+		}
+		r := &e.rings[b.Level]
+		idx := levelIndex(b.Level, b.Start)
+		n := len(r.counts)
+		if idx <= r.head && idx > r.head-int64(n) && idx > nowIdx[b.Level]-int64(n) {
+			counts[i] = int64(r.counts[idx&int64(n-1)])
+			continue
+		}
+		counts[i] = 0
+		if e.spill != nil && idx <= r.head {
+			if sp, ok := e.spill[Bucket{Level: b.Level, Start: b.Start}]; ok && sp.expires >= now {
+				counts[i] = sp.n
+			}
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Add implements Store. It is synchronous: the counts are updated when it
+// returns.
+func (m *Memory) Add(ctx context.Context, c Counter, buckets []Bucket, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: add: %w", err)
+	}
+	m.add(c, buckets, n)
+	return nil
+}
+
+// AddNow implements Store; it is Add.
+func (m *Memory) AddNow(ctx context.Context, c Counter, buckets []Bucket, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: add: %w", err)
+	}
+	m.add(c, buckets, n)
+	return nil
+}
+
+func (m *Memory) add(c Counter, buckets []Bucket, n int64) {
+	if len(buckets) == 0 || n == 0 {
+		return
+	}
+	s := m.shard(c)
+	s.mu.Lock()
+	e := s.m[c]
+	if e == nil {
+		e = &memEntry{}
+		s.m[c] = e
+		if len(s.m) >= 2*s.swept && len(s.m) >= 16 {
+			s.sweep(m.now().Unix())
+		}
+	}
+	for i := range buckets {
+		b := &buckets[i]
+		if b.Level >= NumLevels {
+			continue
+		}
+		ttl := int64((b.TTL + time.Second - 1) / time.Second)
+		if exp := b.Start + ttl; exp > e.expires {
+			e.expires = exp
+		}
+		r := &e.rings[b.Level]
+		size := int64(b.Level.Size() / time.Second)
+		if ttl > r.ttl || r.counts == nil {
+			r.ttl = max(r.ttl, ttl)
+			if want := ringLen(b.Level, r.ttl); want > len(r.counts) {
+				r.grow(want)
+			}
+		}
+		idx := levelIndex(b.Level, b.Start)
+		mask := int64(len(r.counts) - 1)
+		if idx > r.head {
+			// Advance the ring, clearing (and spilling, if still
+			// alive) the buckets it overwrites.
+			from := r.head + 1
+			if idx-from >= int64(len(r.counts)) {
+				from = idx - int64(len(r.counts)) + 1
+				// everything in the ring is pushed out
+				for j := r.head - mask; j <= r.head; j++ {
+					e.evict(b.Level, r, j, size, idx)
+				}
+			} else {
+				for j := from; j <= idx; j++ {
+					e.evict(b.Level, r, j-mask-1, size, idx)
+				}
+			}
+			r.head = idx
+		} else if idx <= r.head-int64(len(r.counts)) {
+			// Older than the ring: counted in the spill map.
+			if e.spill == nil {
+				e.spill = make(map[Bucket]spilled)
+			}
+			k := Bucket{Level: b.Level, Start: b.Start}
+			sp := e.spill[k]
+			sp.n += n
+			sp.expires = max(sp.expires, b.Start+ttl)
+			e.spill[k] = sp
+			continue
+		}
+		p := &r.counts[idx&mask]
+		*p = satAdd(*p, n)
+	}
+	s.mu.Unlock()
+}
+
+func satAdd(c uint32, n int64) uint32 {
+	v := int64(c) + n
+	switch {
+	case v < 0:
+		return 0
+	case v > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// evict clears the ring slot of bucket index j, which is leaving the ring as
+// head becomes the newest bucket, keeping its count in the spill map if its
+// TTL has not passed by then.
+func (e *memEntry) evict(l Level, r *ring, j, size, head int64) {
+	p := &r.counts[j&int64(len(r.counts)-1)]
+	if *p == 0 {
+		return
+	}
+	start := j * size
+	if exp := start + r.ttl; exp > head*size {
+		if e.spill == nil {
+			e.spill = make(map[Bucket]spilled)
+		}
+		e.spill[Bucket{Level: l, Start: start}] = spilled{n: int64(*p), expires: exp}
+	}
+	*p = 0
+}
+
+// ringLen is the ring length for a level whose buckets live ttl seconds.
+func ringLen(l Level, ttl int64) int {
+	size := int64(l.Size() / time.Second)
+	n := ttl/size + 2
+	if n > int64(ringCap[l]) {
+		return ringCap[l]
+	}
+	return 1 << bits.Len64(uint64(n-1))
+}
+
+// grow resizes r to n slots (a power of two), keeping its buckets.
+func (r *ring) grow(n int) {
+	old := r.counts
+	r.counts = make([]uint32, n)
+	for j := r.head - int64(len(old)) + 1; j <= r.head && len(old) > 0; j++ {
+		r.counts[j&int64(n-1)] = old[j&int64(len(old)-1)]
+	}
+}
+
+// Reset implements Store.
+func (m *Memory) Reset(ctx context.Context, c Counter, buckets []Bucket) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: reset: %w", err)
+	}
+	s := m.shard(c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[c]
+	if e == nil {
+		return nil
+	}
+	for _, b := range buckets {
+		if b.Level >= NumLevels {
+			continue
+		}
+		r := &e.rings[b.Level]
+		idx := levelIndex(b.Level, b.Start)
+		if n := int64(len(r.counts)); idx <= r.head && idx > r.head-n {
+			r.counts[idx&(n-1)] = 0
+		}
+		delete(e.spill, Bucket{Level: b.Level, Start: b.Start})
+	}
+	return nil
+}
+
+// Sweep deletes every counter whose buckets have all expired, and expired
+// spilled buckets. Memory sweeps by itself as it grows; Sweep is for a
+// caller that wants memory back after traffic stopped.
+func (m *Memory) Sweep() {
+	now := m.now().Unix()
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		s.sweep(now)
+		s.mu.Unlock()
+	}
+}
+
+// Len returns the number of counters held, expired or not.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (s *memShard) sweep(now int64) {
+	for c, e := range s.m {
+		if e.expires < now {
+			delete(s.m, c)
+			continue
+		}
+		for k, sp := range e.spill {
+			if sp.expires < now {
+				delete(e.spill, k)
+			}
+		}
+	}
+	s.swept = len(s.m)
+}

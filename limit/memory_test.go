@@ -1,0 +1,127 @@
+package limit_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/limit/limittest"
+)
+
+// fakeClock is a settable clock safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func TestMemoryConformance(t *testing.T) {
+	limittest.Run(t, func(t *testing.T) limittest.Harness {
+		clk := newFakeClock(time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC))
+		return limittest.Harness{Store: limit.NewMemoryAt(clk.Now), Now: clk.Now, Advance: clk.Advance}
+	})
+}
+
+func TestMemoryConformanceRealClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits a few seconds for a TTL on the real clock")
+	}
+	limittest.Run(t, func(t *testing.T) limittest.Harness {
+		return limittest.Harness{Store: limit.NewMemory()}
+	})
+}
+
+// TestMemoryReclaims checks that counters of clients that went away are
+// deleted as new clients arrive, so memory does not grow without bound.
+func TestMemoryReclaims(t *testing.T) {
+	clk := newFakeClock(time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC))
+	m := limit.NewMemoryAt(clk.Now)
+	ctx := t.Context()
+	peak := 0
+	for round := range 20 {
+		now := clk.Now().Unix()
+		for i := range 1000 {
+			c := limit.Counter{Rule: "r", Value: fmt.Sprint(round, "-", i)}
+			if err := m.Add(ctx, c, []limit.Bucket{{Level: limit.Second, Start: now, TTL: 2 * time.Second}}, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		peak = max(peak, m.Len())
+		clk.Advance(10 * time.Second)
+	}
+	if peak > 4500 {
+		t.Errorf("held %d counters at peak with 1000 live, want at most 2×live + 16 per shard", peak)
+	}
+	m.Sweep()
+	if n := m.Len(); n != 0 {
+		t.Errorf("Len after Sweep with everything expired = %d, want 0", n)
+	}
+}
+
+// TestMemoryLongTTLSeconds checks second buckets kept for a day (exact
+// precision) beyond the ring's length.
+func TestMemoryLongTTLSeconds(t *testing.T) {
+	clk := newFakeClock(time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC))
+	m := limit.NewMemoryAt(clk.Now)
+	ctx := t.Context()
+	c := limit.Counter{Rule: "exact", Value: "v"}
+	day := 24*time.Hour + time.Minute
+	first := limit.Bucket{Level: limit.Second, Start: clk.Now().Unix(), TTL: day}
+	if err := m.Add(ctx, c, []limit.Bucket{first}, 3); err != nil {
+		t.Fatal(err)
+	}
+	// Hits every 10 minutes for 23 hours push the first bucket out of the ring.
+	for range 23 * 6 {
+		clk.Advance(10 * time.Minute)
+		if err := m.Add(ctx, c, []limit.Bucket{{Level: limit.Second, Start: clk.Now().Unix(), TTL: day}}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := make([]int64, 2)
+	last := limit.Bucket{Level: limit.Second, Start: clk.Now().Unix()}
+	if err := m.Load(ctx, c, []limit.Bucket{first, last}, counts); err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 3 || counts[1] != 1 {
+		t.Errorf("Load 23h later = %v, want [3 1]", counts)
+	}
+	clk.Advance(2 * time.Hour)
+	if err := m.Load(ctx, c, []limit.Bucket{first}, counts[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 0 {
+		t.Errorf("Load of a bucket past its TTL = %d, want 0", counts[0])
+	}
+	// Reset reaches spilled buckets too.
+	clk.Advance(-2 * time.Hour)
+	if err := m.Reset(ctx, c, []limit.Bucket{first}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Load(ctx, c, []limit.Bucket{first}, counts[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 0 {
+		t.Errorf("Load of a reset spilled bucket = %d, want 0", counts[0])
+	}
+}
