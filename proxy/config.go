@@ -12,6 +12,11 @@ type Config struct {
 	DialTimeout           time.Duration `yaml:"dial_timeout"`
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
 	HealthCheck           HealthCheck   `yaml:"health_check"`
+	// MaxIdleConnsPerHost is how many idle keep-alive connections the proxy
+	// keeps to each target. Go's default of 2 makes a loaded proxy open a new
+	// upstream connection for almost every request; it should be at least the
+	// number of concurrent clients.
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
 }
 
 // HealthCheck is the active check that takes targets out and puts them back.
@@ -27,6 +32,7 @@ func DefaultConfig() Config {
 		DialTimeout:           2 * time.Second,
 		ResponseHeaderTimeout: 10 * time.Second,
 		HealthCheck:           HealthCheck{Path: "/healthz", Interval: 5 * time.Second},
+		MaxIdleConnsPerHost:   1024,
 	}
 }
 
@@ -40,6 +46,11 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("targets[%d]: %q is not an http(s)://host:port URL", i, t)
 		}
+		// The path is forwarded as the client sent it, so a target is only
+		// scheme://host[:port]; a base path or query would be silently ignored.
+		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return fmt.Errorf("targets[%d]: %q must be scheme://host[:port] without path, query or user", i, t)
+		}
 	}
 	switch {
 	case c.DialTimeout <= 0:
@@ -50,6 +61,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health_check.interval: must be positive")
 	case c.HealthCheck.Path == "" || c.HealthCheck.Path[0] != '/':
 		return fmt.Errorf("health_check.path: %q must start with /", c.HealthCheck.Path)
+	case c.MaxIdleConnsPerHost <= 0:
+		return fmt.Errorf("max_idle_conns_per_host: must be positive")
 	}
 	return nil
 }

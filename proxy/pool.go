@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// target is one upstream web server. Its health flips without locks: the
+// request path only loads it.
+type target struct {
+	name    string   // scheme://host[:port], the metric label and log field
+	url     *url.URL // scheme and host only (Config.Validate refuses paths)
+	healthy atomic.Bool
+	latency prometheus.Observer // nil without metrics
+	gauge   prometheus.Gauge    // nil without metrics
+}
+
+// setHealthy records up and reports whether it changed.
+func (t *target) setHealthy(up bool) bool {
+	if t.gauge != nil {
+		v := 0.0
+		if up {
+			v = 1
+		}
+		t.gauge.Set(v)
+	}
+	return t.healthy.Swap(up) != up
+}
+
+// pool balances requests round-robin over the healthy targets.
+type pool struct {
+	ring    []*target // in config order; a target listed twice appears twice (a weight)
+	targets []*target // each target once
+	next    atomic.Uint64
+}
+
+func newPool(urls []string, m *Metrics) (*pool, error) {
+	p := &pool{}
+	seen := map[string]*target{}
+	for i, s := range urls {
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: targets[%d]: %w", i, err)
+		}
+		u = &url.URL{Scheme: u.Scheme, Host: u.Host}
+		name := u.String()
+		t := seen[name]
+		if t == nil {
+			t = &target{name: name, url: u}
+			t.latency, t.gauge = m.acquire(name)
+			// Targets start healthy so the gateway serves at once; the first
+			// health check runs immediately and corrects this.
+			t.setHealthy(true)
+			seen[name] = t
+			p.targets = append(p.targets, t)
+		}
+		p.ring = append(p.ring, t)
+	}
+	return p, nil
+}
+
+// pick returns the next healthy target in round-robin order, or nil when all
+// are down. One atomic add per call, no lock.
+func (p *pool) pick() *target {
+	n := uint64(len(p.ring))
+	start := p.next.Add(1) - 1
+	for i := range n {
+		if t := p.ring[(start+i)%n]; t.healthy.Load() {
+			return t
+		}
+	}
+	return nil
+}
+
+// pickExcept is pick skipping the targets already tried (the retry path).
+func (p *pool) pickExcept(tried []*target) *target {
+	n := uint64(len(p.ring))
+	start := p.next.Add(1) - 1
+next:
+	for i := range n {
+		t := p.ring[(start+i)%n]
+		if !t.healthy.Load() {
+			continue
+		}
+		for _, x := range tried {
+			if x == t {
+				continue next
+			}
+		}
+		return t
+	}
+	return nil
+}
+
+// lookup returns the target whose scheme and host u points at, or nil.
+func (p *pool) lookup(u *url.URL) *target {
+	for _, t := range p.targets {
+		if t.url.Host == u.Host && t.url.Scheme == u.Scheme {
+			return t
+		}
+	}
+	return nil
+}
+
+func (p *pool) anyHealthy() bool {
+	for _, t := range p.targets {
+		if t.healthy.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// healthLoop checks every target now and then every interval until ctx ends.
+func (p *Proxy) healthLoop(ctx context.Context, interval time.Duration) {
+	defer close(p.done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		p.checkAll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// checkAll checks the targets in parallel, so one hanging target does not
+// delay the verdict on the others.
+func (p *Proxy) checkAll(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, t := range p.pool.targets {
+		wg.Go(func() {
+			err := p.check(ctx, t)
+			if ctx.Err() != nil {
+				return // closing: the verdict is meaningless
+			}
+			p.setHealth(t, err)
+		})
+	}
+	wg.Wait()
+}
+
+// check GETs the target's health path. Any answer but 2xx within the dial
+// timeout is a failure. It shares the proxy's connection pool, so a healthy
+// target costs one kept-alive connection, not one per check.
+func (p *Proxy) check(ctx context.Context, t *target) error {
+	ctx, cancel := context.WithTimeout(ctx, p.checkTimeout)
+	defer cancel()
+	u := *t.url
+	u.Path = p.checkPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "linkgate-health-check")
+	resp, err := p.transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	// Drain a little so the connection can be reused.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("health check answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// setHealth takes t out of the pool (err != nil) or puts it back, logging
+// the transitions only.
+func (p *Proxy) setHealth(t *target, err error) {
+	up := err == nil
+	if !t.setHealthy(up) {
+		return
+	}
+	if up {
+		p.log.Info("upstream target up", "target", t.name)
+	} else {
+		p.log.Warn("upstream target down", "target", t.name, "err", err)
+	}
+}

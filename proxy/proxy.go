@@ -1,0 +1,234 @@
+// Package proxy is linkgate's reverse proxy: it balances requests
+// round-robin over the healthy upstream targets, takes a target out when it
+// refuses connections or fails its health check and puts it back when the
+// check passes, retries a request that could not connect on another target
+// when the request may be sent twice, keeps a connection pool sized for the
+// load, sets the X-Forwarded-* headers believing a client's own only from
+// trusted proxies, streams bodies untouched, and answers 502/504 with RFC 9457
+// problem bodies when the upstream cannot.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/linkgate/linkgate/problem"
+)
+
+// Proxy is an http.Handler that forwards requests to the targets of one
+// upstream Config. It is safe for concurrent use. The gateway builds a new
+// Proxy when the upstream section changes and Closes the old one.
+type Proxy struct {
+	rp        *httputil.ReverseProxy
+	pool      *pool
+	transport *http.Transport
+	dialer    *net.Dialer
+	trusted   []netip.Prefix
+	m         *Metrics
+	log       *slog.Logger
+	opened    atomic.Int64
+
+	checkPath    string
+	checkTimeout time.Duration
+
+	stop      context.CancelFunc
+	done      chan struct{} // closed when the health loop has returned
+	closeOnce sync.Once
+}
+
+// New validates cfg, builds the transport and starts health checking in a
+// goroutine until Close; the first check runs at once, and until it answers
+// every target counts as healthy so the gateway serves immediately. trusted
+// are the peers whose X-Forwarded-* headers are believed (server.trusted_proxies).
+// m and log may be nil.
+func New(cfg Config, trusted []netip.Prefix, m *Metrics, log *slog.Logger) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pl, err := newPool(cfg.Targets, m)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		pool:         pl,
+		dialer:       &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
+		trusted:      trusted,
+		m:            m,
+		log:          log,
+		checkPath:    cfg.HealthCheck.Path,
+		checkTimeout: cfg.DialTimeout,
+		done:         make(chan struct{}),
+	}
+	p.transport = newTransport(cfg, p.dial)
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:      p.rewrite,
+		Transport:    retrier{p},
+		BufferPool:   &buffers,
+		ErrorHandler: p.handleError,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// FlushInterval 0: a response of known length is written through a
+		// buffer; one of unknown length (chunked, event streams) is flushed
+		// after every read, so streaming works.
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	p.stop = stop
+	go p.healthLoop(ctx, cfg.HealthCheck.Interval)
+	return p, nil
+}
+
+// ServeHTTP forwards r to the next healthy target.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.rp.ServeHTTP(w, r)
+}
+
+// Ready reports whether at least one target is healthy.
+func (p *Proxy) Ready() bool { return p.pool.anyHealthy() }
+
+// ConnectionsOpened returns how many upstream connections this Proxy has
+// opened, health checks included.
+func (p *Proxy) ConnectionsOpened() int64 { return p.opened.Load() }
+
+// Close stops the health checks and closes the idle upstream connections.
+// Requests in flight finish normally; their connections close when they go
+// idle (IdleConnTimeout). Close is idempotent.
+func (p *Proxy) Close() {
+	p.closeOnce.Do(func() {
+		p.stop()
+		<-p.done
+		p.transport.CloseIdleConnections()
+		for _, t := range p.pool.targets {
+			p.m.release(t.name)
+		}
+	})
+}
+
+// rewrite points the outgoing request at the next healthy target and sets
+// the forwarding headers. ReverseProxy has already removed the client's
+// Forwarded and X-Forwarded-* headers from pr.Out (they stay in pr.In).
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	out, in := pr.Out, pr.In
+	if t := p.pool.pick(); t != nil {
+		out.URL.Scheme, out.URL.Host = t.url.Scheme, t.url.Host
+	} else {
+		// An absolute-form request line (GET http://elsewhere/) leaves a host
+		// here; clear it so the transport refuses with ErrNoHealthyTarget.
+		out.URL.Scheme, out.URL.Host = "", ""
+	}
+	// The Host header goes upstream as the client sent it: the web servers
+	// see the public name (for absolute redirects, virtual hosts and cookies)
+	// rather than an internal address. Upstreams that need their own name
+	// must be configured to answer to the public one.
+	out.Host = in.Host
+
+	peer, _, err := net.SplitHostPort(in.RemoteAddr)
+	if err != nil {
+		peer = in.RemoteAddr
+	}
+	trusted := p.isTrusted(peer)
+
+	// X-Forwarded-For: the client's chain is believed only from a trusted
+	// peer; anyone else could forge the address the limiter keys on. The
+	// values below follow ProxyRequest.SetXForwarded, including that an
+	// inbound header present with a nil value means "send none".
+	prior, ok := in.Header["X-Forwarded-For"]
+	switch {
+	case ok && prior == nil:
+	case trusted && len(prior) > 0:
+		out.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+peer)
+	default:
+		out.Header.Set("X-Forwarded-For", peer)
+	}
+	if v := in.Header.Get("X-Forwarded-Proto"); trusted && v != "" {
+		out.Header.Set("X-Forwarded-Proto", v)
+	} else if in.TLS != nil {
+		out.Header.Set("X-Forwarded-Proto", "https")
+	} else {
+		out.Header.Set("X-Forwarded-Proto", "http")
+	}
+	if v := in.Header.Get("X-Forwarded-Host"); trusted && v != "" {
+		out.Header.Set("X-Forwarded-Host", v)
+	} else {
+		out.Header.Set("X-Forwarded-Host", in.Host)
+	}
+	// X-Real-IP passes only from a trusted peer. Forwarded (RFC 7239) is
+	// never passed on, as in ReverseProxy: this proxy does not maintain it,
+	// so a stale copy would misstate the chain.
+	if !trusted {
+		out.Header.Del("X-Real-Ip")
+	}
+}
+
+func (p *Proxy) isTrusted(host string) bool {
+	if len(p.trusted) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, pfx := range p.trusted {
+		if pfx.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// handleError answers a request the upstream did not: 502 when no target
+// could be reached or the connection broke, 504 when the upstream did not
+// answer in time. The detail never names a target.
+func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(r.Context().Err(), context.Canceled) {
+		// The client went away; there is no one to answer.
+		p.log.Debug("client gone before the upstream answered", "method", r.Method, "path", r.URL.Path)
+		return
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, ErrNoHealthyTarget):
+		p.m.failed(reasonUnreachable)
+		p.log.Debug("no healthy upstream target", "method", r.Method, "path", r.URL.Path)
+		problem.Write(w, http.StatusBadGateway, "upstream unreachable")
+	case isDialError(err):
+		p.m.failed(reasonUnreachable)
+		p.log.Warn("upstream unreachable", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		problem.Write(w, http.StatusBadGateway, "upstream unreachable")
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		p.m.failed(reasonTimeout)
+		p.log.Warn("upstream timed out", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		problem.Write(w, http.StatusGatewayTimeout, "upstream did not answer in time")
+	default:
+		p.m.failed(reasonFailed)
+		p.log.Warn("upstream failed", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		problem.Write(w, http.StatusBadGateway, "upstream connection failed")
+	}
+}
+
+// buffers recycles the 32 KiB buffers ReverseProxy copies bodies through;
+// without a pool it allocates one per request.
+var buffers bufferPool
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

@@ -1,0 +1,629 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/proxy"
+)
+
+// config returns a valid Config for targets whose periodic health check
+// stays out of the way (the first, immediate check still runs).
+func config(targets ...string) proxy.Config {
+	c := proxy.DefaultConfig()
+	c.Targets = targets
+	c.HealthCheck.Interval = time.Hour
+	return c
+}
+
+type fixture struct {
+	p     *proxy.Proxy
+	reg   *prometheus.Registry
+	front *httptest.Server // serves p on loopback
+}
+
+func start(t *testing.T, cfg proxy.Config, trusted []netip.Prefix) *fixture {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	p, err := proxy.New(cfg, trusted, proxy.NewMetrics(reg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	return &fixture{p: p, reg: reg, front: front}
+}
+
+// client does not follow redirects.
+func client() *http.Client {
+	return &http.Client{
+		Timeout:       10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func (f *fixture) do(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+func (f *fixture) get(t *testing.T, path string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, f.front.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.do(t, req)
+}
+
+// metric returns the value of a gauge or counter with the given labels, and
+// whether the series exists.
+func (f *fixture) metric(t *testing.T, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue series
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func (f *fixture) healthy(t *testing.T, target string) float64 {
+	t.Helper()
+	v, ok := f.metric(t, "linkgate_upstream_healthy", "target", target)
+	if !ok {
+		t.Fatalf("no linkgate_upstream_healthy series for %s", target)
+	}
+	return v
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// deadAddr returns the URL of a loopback port nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
+
+// upstream is a test web server that names itself in X-Upstream and counts
+// the non-health requests it served.
+type upstream struct {
+	*httptest.Server
+	name         string
+	hits, checks atomic.Int64
+}
+
+func newUpstream(t *testing.T, name string, h http.HandlerFunc) *upstream {
+	t.Helper()
+	u := &upstream{name: name}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			u.checks.Add(1)
+			return
+		}
+		u.hits.Add(1)
+		w.Header().Set("X-Upstream", name)
+		if h != nil {
+			h(w, r)
+		}
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func wantProblem(t *testing.T, resp *http.Response, body []byte, status int, title string) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q, want application/problem+json", ct)
+	}
+	var pb struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}
+	if err := json.Unmarshal(body, &pb); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	if pb.Type != "about:blank" || pb.Title != title || pb.Status != status || pb.Detail == "" {
+		t.Errorf("problem = %+v, want about:blank %q %d with a detail", pb, title, status)
+	}
+	if strings.Contains(string(body), "127.0.0.1") {
+		t.Errorf("problem body leaks an upstream address: %s", body)
+	}
+}
+
+func TestRedirectPassesIntact(t *testing.T) {
+	up := newUpstream(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/abs":
+			http.Redirect(w, r, "https://example.com/a/long/path?q=1&r=%2F#frag", http.StatusFound)
+		case "/rel":
+			w.Header().Set("Location", "/elsewhere?x=y")
+			w.WriteHeader(http.StatusMovedPermanently)
+		}
+	})
+	f := start(t, config(up.URL), nil)
+	for path, want := range map[string]struct {
+		status   int
+		location string
+	}{
+		"/abs": {302, "https://example.com/a/long/path?q=1&r=%2F#frag"},
+		"/rel": {301, "/elsewhere?x=y"},
+	} {
+		resp, _ := f.get(t, path)
+		if resp.StatusCode != want.status || resp.Header.Get("Location") != want.location {
+			t.Errorf("GET %s = %d Location %q, want %d %q", path, resp.StatusCode, resp.Header.Get("Location"), want.status, want.location)
+		}
+	}
+}
+
+func TestForwardedHeaders(t *testing.T) {
+	type seen struct{ Host, XFF, Proto, FHost, RealIP, Forwarded, Query string }
+	up := newUpstream(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(seen{
+			Host: r.Host, XFF: strings.Join(r.Header.Values("X-Forwarded-For"), "|"),
+			Proto: r.Header.Get("X-Forwarded-Proto"), FHost: r.Header.Get("X-Forwarded-Host"),
+			RealIP: r.Header.Get("X-Real-Ip"), Forwarded: r.Header.Get("Forwarded"), Query: r.URL.RawQuery,
+		})
+	})
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	tests := []struct {
+		name    string
+		trusted []netip.Prefix
+		header  map[string]string
+		want    seen
+	}{
+		{"trusted peer: client chain kept and peer appended", loopback,
+			map[string]string{"X-Forwarded-For": "203.0.113.7, 10.0.0.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "sho.rt", "X-Real-Ip": "203.0.113.7", "Forwarded": "for=203.0.113.7"},
+			seen{Host: "public.example", XFF: "203.0.113.7, 10.0.0.1, 127.0.0.1", Proto: "https", FHost: "sho.rt", RealIP: "203.0.113.7", Query: "k=v"}},
+		{"trusted peer without headers", loopback, nil,
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", Query: "k=v"}},
+		{"untrusted peer: forged headers not believed", nil,
+			map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example", "X-Real-Ip": "203.0.113.7", "Forwarded": "for=203.0.113.7"},
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", Query: "k=v"}},
+		{"peer outside the trusted prefixes", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+			map[string]string{"X-Forwarded-For": "203.0.113.7"},
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", Query: "k=v"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := start(t, config(up.URL), tt.trusted)
+			req, _ := http.NewRequest(http.MethodGet, f.front.URL+"/x?k=v", nil)
+			req.Host = "public.example"
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			resp, body := f.do(t, req)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			var got seen
+			if err := json.Unmarshal(body, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("upstream saw\n %+v\nwant\n %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// deadAfterCheck returns an upstream that passed the proxy's first health
+// check and then stopped listening: the proxy still believes it healthy, so
+// the next request to it fails to connect.
+func deadAfterCheck(t *testing.T, f func(target string) *fixture) (*fixture, *upstream) {
+	t.Helper()
+	dead := newUpstream(t, "dead", nil)
+	fx := f(dead.URL)
+	waitFor(t, "the first health check", func() bool { return dead.checks.Load() > 0 })
+	dead.Close() // waits for the check's handler to finish
+	if !fx.p.Ready() || fx.healthy(t, dead.URL) != 1 {
+		t.Fatal("dead target not healthy after its first check")
+	}
+	return fx, dead
+}
+
+func TestFailover(t *testing.T) {
+	live := newUpstream(t, "live", nil)
+	f, dead := deadAfterCheck(t, func(dead string) *fixture { return start(t, config(dead, live.URL), nil) })
+	for i := range 4 {
+		resp, body := f.get(t, "/k")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "live" {
+			t.Fatalf("request %d: %d from %q: %s", i, resp.StatusCode, resp.Header.Get("X-Upstream"), body)
+		}
+	}
+	if got := f.healthy(t, dead.URL); got != 0 {
+		t.Errorf("dead target health = %v, want 0", got)
+	}
+	if got := f.healthy(t, live.URL); got != 1 {
+		t.Errorf("live target health = %v, want 1", got)
+	}
+	// Only the first request picked the dead target; the rest skipped it.
+	if got, _ := f.metric(t, "linkgate_upstream_retries_total"); got != 1 {
+		t.Errorf("retries = %v, want 1", got)
+	}
+	if got := live.hits.Load(); got != 4 {
+		t.Errorf("live served %d, want 4", got)
+	}
+}
+
+func TestRetryOnlyReplayable(t *testing.T) {
+	tests := []struct {
+		method string
+		body   string
+		header string
+		retry  bool
+	}{
+		{http.MethodGet, "", "", true},
+		{http.MethodHead, "", "", true},
+		{http.MethodDelete, "", "", true},
+		{http.MethodPut, "", "", true},
+		{http.MethodPost, "", "", false},
+		{http.MethodPost, "", "Idempotency-Key", true},
+		{http.MethodPut, "body", "", false},                 // a server request's body cannot be replayed
+		{http.MethodPost, "body", "Idempotency-Key", false}, // idem
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+"/"+tt.body+"/"+tt.header, func(t *testing.T) {
+			live := newUpstream(t, "live", nil)
+			f, dead := deadAfterCheck(t, func(dead string) *fixture { return start(t, config(dead, live.URL), nil) })
+			req, _ := http.NewRequest(tt.method, f.front.URL+"/k", strings.NewReader(tt.body))
+			if tt.header != "" {
+				req.Header.Set(tt.header, "abc")
+			}
+			resp, body := f.do(t, req) // round robin starts with the first target: dead
+			if tt.retry {
+				if resp.StatusCode != 200 || live.hits.Load() != 1 {
+					t.Fatalf("got %d (live hits %d), want the request retried on live: %s", resp.StatusCode, live.hits.Load(), body)
+				}
+			} else {
+				wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+				if live.hits.Load() != 0 {
+					t.Fatalf("request was retried on live")
+				}
+			}
+			if got := f.healthy(t, dead.URL); got != 0 {
+				t.Errorf("dead target health = %v, want 0 after a refused connection", got)
+			}
+		})
+	}
+}
+
+func TestHealthCheckPutsTargetBack(t *testing.T) {
+	target := deadAddr(t)
+	cfg := config(target)
+	cfg.HealthCheck.Interval = 50 * time.Millisecond
+	f := start(t, cfg, nil)
+	waitFor(t, "the dead target to be taken out", func() bool { return !f.p.Ready() })
+	if got := f.healthy(t, target); got != 0 {
+		t.Errorf("health = %v, want 0", got)
+	}
+	resp, body := f.get(t, "/k")
+	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+
+	// Bring a server up on the same address.
+	ln, err := net.Listen("tcp", strings.TrimPrefix(target, "http://"))
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", target, err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "back")
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	waitFor(t, "the target to be put back", f.p.Ready)
+	if got := f.healthy(t, target); got != 1 {
+		t.Errorf("health = %v, want 1", got)
+	}
+	resp, body = f.get(t, "/k")
+	if resp.StatusCode != 200 || string(body) != "back" {
+		t.Errorf("got %d %q, want 200 back", resp.StatusCode, body)
+	}
+}
+
+func TestHealthCheckTakesOutNon2xx(t *testing.T) {
+	var sick atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" && sick.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := config(srv.URL)
+	cfg.HealthCheck.Interval = 50 * time.Millisecond
+	f := start(t, cfg, nil)
+	sick.Store(true)
+	waitFor(t, "a 503 health check to take the target out", func() bool { return !f.p.Ready() })
+	sick.Store(false)
+	waitFor(t, "a 200 health check to put it back", f.p.Ready)
+}
+
+func TestAllTargetsDead(t *testing.T) {
+	a, b := deadAddr(t), deadAddr(t)
+	f := start(t, config(a, b), nil)
+	resp, body := f.get(t, "/k")
+	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+	waitFor(t, "Ready to turn false", func() bool { return !f.p.Ready() })
+	resp, body = f.get(t, "/k") // now refused without dialling
+	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+	if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", "unreachable"); got != 2 {
+		t.Errorf("unreachable errors = %v, want 2", got)
+	}
+}
+
+func TestSlowUpstream(t *testing.T) {
+	release := make(chan struct{})
+	up := newUpstream(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	cfg := config(up.URL)
+	cfg.ResponseHeaderTimeout = 100 * time.Millisecond
+	f := start(t, cfg, nil)
+	resp, body := f.get(t, "/k")
+	wantProblem(t, resp, body, http.StatusGatewayTimeout, "Gateway Timeout")
+	if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", "timeout"); got != 1 {
+		t.Errorf("timeout errors = %v, want 1", got)
+	}
+	if !f.p.Ready() {
+		t.Error("a slow target was taken out of the pool")
+	}
+}
+
+func TestPostNotRetriedAfterSent(t *testing.T) {
+	// breaks reads the whole request and then drops the connection without
+	// answering: the request reached the upstream, so it must not be retried.
+	breaks := newUpstream(t, "breaks", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close()
+	})
+	ok := newUpstream(t, "ok", nil)
+	f := start(t, config(breaks.URL, ok.URL), nil)
+	waitFor(t, "the first health check", func() bool { return breaks.checks.Load() > 0 && ok.checks.Load() > 0 })
+
+	var codes []int
+	for range 2 { // round robin: one request to each target
+		req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/login", strings.NewReader("email=a@b.c&password=x"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Idempotency-Key", "k1") // even so: bytes were sent
+		resp, body := f.do(t, req)
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == http.StatusBadGateway {
+			wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+		}
+	}
+	if breaks.hits.Load() != 1 || ok.hits.Load() != 1 {
+		t.Errorf("hits: breaks %d ok %d, want 1 and 1 (codes %v)", breaks.hits.Load(), ok.hits.Load(), codes)
+	}
+	if codes[0]+codes[1] != 200+502 {
+		t.Errorf("codes %v, want one 200 and one 502", codes)
+	}
+	if got, _ := f.metric(t, "linkgate_upstream_retries_total"); got != 0 {
+		t.Errorf("retries = %v, want 0", got)
+	}
+	if !f.p.Ready() || f.healthy(t, breaks.URL) != 1 {
+		t.Error("a target that accepted the connection was taken out")
+	}
+}
+
+func TestBodiesStreamedByteForByte(t *testing.T) {
+	up := newUpstream(t, "echo", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		io.Copy(w, r.Body)
+	})
+	f := start(t, config(up.URL), nil)
+	payload := make([]byte, 5<<20)
+	rand.Read(payload)
+	req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/upload", bytes.NewReader(payload))
+	resp, body := f.do(t, req)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got, want := sha256.Sum256(body), sha256.Sum256(payload); got != want || len(body) != len(payload) {
+		t.Errorf("echoed %d bytes with sha256 %x, want %d bytes %x", len(body), got, len(payload), want)
+	}
+}
+
+func TestStreamingIsNotBuffered(t *testing.T) {
+	release := make(chan struct{})
+	up := newUpstream(t, "stream", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		select { // the rest only once the client has seen the first event
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: second\n\n")
+	})
+	f := start(t, config(up.URL), nil)
+	resp, err := client().Get(f.front.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line := make(chan string, 1)
+	br := bufio.NewReader(resp.Body)
+	go func() {
+		s, _ := br.ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if s != "data: first\n" {
+			t.Fatalf("first line %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first event did not arrive before the response ended: the proxy buffers")
+	}
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "\ndata: second\n\n" {
+		t.Errorf("rest %q", rest)
+	}
+}
+
+func TestConnectionReuse(t *testing.T) {
+	up := newUpstream(t, "a", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	})
+	f := start(t, config(up.URL), nil)
+	const clients, requests = 32, 2000
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	defer c.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range clients {
+		wg.Go(func() {
+			for range requests / clients {
+				resp, err := c.Get(f.front.URL + "/k")
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d requests failed", failed.Load())
+	}
+	// One connection per concurrent client, plus the health check's.
+	opened := f.p.ConnectionsOpened()
+	if opened < 1 || opened > clients+4 {
+		t.Errorf("opened %d upstream connections for %d requests over %d clients, want at most %d", opened, requests, clients, clients+4)
+	}
+	if got, _ := f.metric(t, "linkgate_upstream_connections_opened_total"); int64(got) != opened {
+		t.Errorf("metric says %v connections, ConnectionsOpened %d", got, opened)
+	}
+	t.Logf("%d upstream connections for %d requests", opened, requests)
+}
+
+func TestCloseReleasesMetrics(t *testing.T) {
+	up := newUpstream(t, "a", nil)
+	reg := prometheus.NewRegistry()
+	m := proxy.NewMetrics(reg)
+	old, err := proxy.New(config(up.URL), nil, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := deadAddr(t)
+	next, err := proxy.New(config(up.URL, other), nil, m, nil) // a reload that adds a target
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	old.Close() // idempotent
+	f := &fixture{p: next, reg: reg}
+	if _, ok := f.metric(t, "linkgate_upstream_healthy", "target", up.URL); !ok {
+		t.Error("closing the old proxy dropped the series of a target the new one still uses")
+	}
+	next.Close()
+	for _, target := range []string{up.URL, other} {
+		if _, ok := f.metric(t, "linkgate_upstream_healthy", "target", target); ok {
+			t.Errorf("series of %s left after every proxy closed", target)
+		}
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for name, mod := range map[string]func(*proxy.Config){
+		"no targets":      func(c *proxy.Config) { c.Targets = nil },
+		"target path":     func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:1/base"} },
+		"target query":    func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:1?x=1"} },
+		"not http":        func(c *proxy.Config) { c.Targets = []string{"ftp://127.0.0.1:1"} },
+		"zero idle conns": func(c *proxy.Config) { c.MaxIdleConnsPerHost = 0 },
+		"zero interval":   func(c *proxy.Config) { c.HealthCheck.Interval = 0 },
+	} {
+		cfg := config("http://127.0.0.1:1/")
+		mod(&cfg)
+		if p, err := proxy.New(cfg, nil, nil, nil); err == nil {
+			p.Close()
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}
