@@ -1,0 +1,28 @@
+// Command tinyurl is the demo tiny-URL service that linkgate's quick start,
+// end-to-end tests and benchmarks put behind the gateway. Links live in memory.
+//
+//	tinyurl [-listen 127.0.0.1:8081] [-password demo] [-base-url URL] [-log]
+//
+//	POST /shorten   url=... (form or JSON)  201 {"short_key","short_url"}
+//	GET  /<key>     302 to the long URL, 404 for an unknown key (HEAD too)
+//	POST /login     email, password (form or JSON): 200 with the demo password, else 401
+//	GET  /api/me    echoes X-User-ID (set by a trusted hop)
+//	GET  /healthz   200
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

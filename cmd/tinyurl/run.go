@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// run is the whole program; main only supplies the process's context,
+// arguments and output, so that tests can run it in-process. It serves until
+// ctx is done, then drains in-flight requests for up to five seconds.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tinyurl", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on")
+	password := fs.String("password", "demo", "the password POST /login accepts")
+	baseURL := fs.String("base-url", "", "prefix of the short_url answers, like https://tiny.example; empty: from the request")
+	logRequests := fs.Bool("log", false, "log every request (off by default: the demo is the upstream in benchmarks)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("tinyurl: unexpected argument %q", fs.Arg(0))
+	}
+	if *baseURL != "" {
+		if u, err := url.Parse(*baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("tinyurl: -base-url: %q is not an http(s)://host URL", *baseURL)
+		}
+	}
+	o := options{Password: *password, BaseURL: *baseURL}
+	if *logRequests {
+		o.Log = slog.New(slog.NewTextHandler(stdout, nil))
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("tinyurl: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           newServer(o),
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	fmt.Fprintf(stdout, "tinyurl listening on http://%s\n", ln.Addr())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("tinyurl: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("tinyurl: shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("tinyurl: %w", err)
+	}
+	return nil
+}
