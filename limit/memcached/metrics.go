@@ -1,0 +1,86 @@
+package memcached
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the collectors of the memcached store. Create them once per
+// process with NewMetrics and pass them to every Store built on reload. A nil
+// *Metrics records nothing. Metrics is safe for concurrent use.
+type Metrics struct {
+	breakerOpen *prometheus.GaugeVec   // server
+	errors      *prometheus.CounterVec // server, op
+	ops         *prometheus.CounterVec // op
+	pending     prometheus.Gauge
+	dropped     prometheus.Counter
+}
+
+// The kinds of memcached operation, the "op" label.
+const (
+	opGet    = "get"
+	opIncr   = "incr"
+	opAdd    = "add"
+	opDelete = "delete"
+	opProbe  = "probe"
+)
+
+// NewMetrics creates the collectors and registers them with reg (none if reg
+// is nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "linkgate_memcached_breaker_open",
+			Help: "1 while the circuit breaker of a memcached server is open: operations on it fail at once.",
+		}, []string{"server"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_memcached_errors_total",
+			Help: "Failed memcached operations (timeouts, refused or broken connections, server errors), by server and operation.",
+		}, []string{"server", "op"}),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_memcached_ops_total",
+			Help: "memcached operations sent, by kind (a get reads all buckets of a check).",
+		}, []string{"op"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "linkgate_memcached_pending_deltas",
+			Help: "Bucket increments counted locally and not yet acknowledged by memcached.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "linkgate_memcached_dropped_deltas_total",
+			Help: "Pending bucket increments dropped, oldest first, because memcached was unavailable and the buffer was full.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.breakerOpen, m.errors, m.ops, m.pending, m.dropped)
+	}
+	return m
+}
+
+// counter returns the ops counter of kind op, or nil.
+func (m *Metrics) opCounter(op string) prometheus.Counter {
+	if m == nil {
+		return nil
+	}
+	return m.ops.WithLabelValues(op)
+}
+
+func (m *Metrics) errorCounter(server, op string) {
+	if m != nil {
+		m.errors.WithLabelValues(server, op).Inc()
+	}
+}
+
+func (m *Metrics) setBreaker(server string, delta float64) {
+	if m != nil {
+		m.breakerOpen.WithLabelValues(server).Add(delta)
+	}
+}
+
+func (m *Metrics) addPending(n int) {
+	if m != nil && n != 0 {
+		m.pending.Add(float64(n))
+	}
+}
+
+func (m *Metrics) addDropped(n int) {
+	if m != nil && n != 0 {
+		m.dropped.Add(float64(n))
+	}
+}

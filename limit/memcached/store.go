@@ -1,0 +1,820 @@
+package memcached
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/limit"
+)
+
+// Tuning. They are constants, not configuration: the config file names only
+// the servers and the timeout.
+const (
+	defaultTimeout = 100 * time.Millisecond
+	flushInterval  = 5 * time.Millisecond   // how often pending increments are sent
+	flushBatch     = 4096                   // pending increments that wake the flusher before its tick
+	flushWorkers   = 4                      // counters sent in parallel per server during a flush
+	probeInterval  = 200 * time.Millisecond // how often an open breaker asks the server for its version
+	failThreshold  = 3                      // consecutive failures that open the breaker...
+	failSpan       = time.Second            // ...when each comes within this long of the previous one
+	maxPending     = 100_000                // pending increments kept per server; beyond, the oldest buckets go
+	closeWait      = 2 * time.Second        // how long Close waits for the final flush
+	loadAttempts   = 3                      // reads of one Load when flushes of its counter overlap them
+	maxIdleConns   = 32                     // idle connections kept per server
+	numShards      = 64                     // pending-increment shards per server; a power of two
+)
+
+// ErrUnavailable is wrapped by the errors of operations refused at once
+// because the circuit breaker of the counter's server is open.
+var ErrUnavailable = errors.New("memcached: unavailable (circuit breaker open)")
+
+// ErrClosed is returned by operations on a closed Store.
+var ErrClosed = errors.New("memcached: store closed")
+
+// Store is a limit.Store on one or more memcached servers. Create it with
+// New and stop it with Close. It is safe for concurrent use.
+type Store struct {
+	servers []*server
+	seeds   []uint64 // rendezvous hashes of servers, same order
+	log     *slog.Logger
+	m       *Metrics
+
+	closed    atomic.Bool
+	stop      chan struct{}
+	done      chan struct{} // closed when every flusher has returned
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ limit.Store = (*Store)(nil)
+
+// New returns a Store on cfg.Servers ("host:port", or a path for a unix
+// socket) with cfg.Timeout (default 100ms) as the read/write and dial timeout
+// of each operation. It starts one flusher goroutine per server; Close stops
+// them. Servers are not contacted here, and host names are resolved at each
+// dial, so a memcached that comes up after the gateway is simply used once
+// it answers. m and log may be nil.
+func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("memcached: no servers")
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{log: log, m: m, stop: make(chan struct{}), done: make(chan struct{})}
+	seen := map[string]bool{}
+	for _, a := range cfg.Servers {
+		if seen[a] {
+			return nil, fmt.Errorf("memcached: server %q listed twice", a)
+		}
+		seen[a] = true
+		na := &staticAddr{network: "unix", addr: a}
+		if !strings.Contains(a, "/") {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("memcached: server %q: %w", a, err)
+			}
+			na.network = "tcp"
+		}
+		c := memcache.NewFromSelector(oneServer{na})
+		c.Timeout = timeout
+		c.MaxIdleConns = maxIdleConns
+		sv := &server{
+			addr: a, client: c, timeout: timeout, log: log.With("server", a), m: m,
+			opGet: m.opCounter(opGet), opIncr: m.opCounter(opIncr), opAdd: m.opCounter(opAdd),
+			opDelete: m.opCounter(opDelete), opProbe: m.opCounter(opProbe),
+			kick: make(chan struct{}, 1),
+		}
+		for i := range sv.shards {
+			sv.shards[i].m = make(map[limit.Counter]*entry)
+		}
+		m.setBreaker(a, 0) // export the series at 0
+		s.servers = append(s.servers, sv)
+		s.seeds = append(s.seeds, serverSeed(a))
+	}
+	var wg sync.WaitGroup
+	for _, sv := range s.servers {
+		wg.Go(func() { sv.run(s.stop) })
+	}
+	go func() { wg.Wait(); close(s.done) }()
+	return s, nil
+}
+
+// Close sends the pending increments (waiting at most 2 s), stops the
+// flushers and closes the idle connections. Increments still pending are
+// dropped and counted in linkgate_memcached_dropped_deltas_total. Operations
+// after Close return ErrClosed.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+		select {
+		case <-s.done:
+		case <-time.After(closeWait):
+			s.closeErr = errors.New("memcached: close: final flush did not finish in time")
+		}
+		for _, sv := range s.servers {
+			sv.client.Close()
+			if sv.open.Load() {
+				s.m.setBreaker(sv.addr, -1)
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// locate returns the server and shard of c.
+func (s *Store) locate(c limit.Counter) (*server, *shard) {
+	h := counterHash(c)
+	sv := s.servers[0]
+	if len(s.servers) > 1 {
+		sv = s.servers[pick(s.seeds, h)]
+	}
+	return sv, &sv.shards[mix(h)>>58&(numShards-1)]
+}
+
+// Server returns the address (as configured) of the server that holds the
+// buckets of c.
+func (s *Store) Server(c limit.Counter) string {
+	sv, _ := s.locate(c)
+	return sv.addr
+}
+
+// BreakerOpen reports whether the circuit breaker of server addr (as
+// configured) is open.
+func (s *Store) BreakerOpen(addr string) bool {
+	for _, sv := range s.servers {
+		if sv.addr == addr {
+			return sv.open.Load()
+		}
+	}
+	return false
+}
+
+// Load implements limit.Store. It reads the buckets with one get command to
+// the counter's server, and adds the increments this Store has not yet had
+// acknowledged. If a flush of the same counter overlaps the read, whether
+// memcached had applied it is unknown, so Load waits for that flush's
+// acknowledgement and reads again. After three overlapped reads (a counter
+// flushed at every try) the last read stands and counts what is still in
+// flight as unapplied: it may then be off by that flush's increments.
+//
+// ctx is checked before the read; the read itself is bounded by the
+// configured timeout, not by ctx (gomemcache takes no context, and a
+// goroutine per check to watch ctx would cost more than the round trip it
+// guards). While the breaker is open Load fails at once with ErrUnavailable.
+func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucket, counts []int64) error {
+	if len(counts) < len(buckets) {
+		return fmt.Errorf("memcached: load: %d counts for %d buckets", len(counts), len(buckets))
+	}
+	if err := s.check(ctx, "load"); err != nil {
+		return err
+	}
+	if len(buckets) == 0 {
+		return nil
+	}
+	sv, sh := s.locate(c)
+	if sv.open.Load() {
+		return fmt.Errorf("memcached: load: %w", ErrUnavailable)
+	}
+	keys := bucketKeys(c, buckets)
+	for attempt := 1; ; attempt++ {
+		final := attempt == loadAttempts
+		e, gen, inflight := sh.pin(c)
+		if inflight != nil && !final {
+			sh.unpin(c, e)
+			sv.await(ctx, inflight)
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("memcached: load: %w", err)
+			}
+			continue
+		}
+		err := sv.getCounts(keys, counts[:len(buckets)])
+		exact := sh.addLocal(c, e, gen, inflight == nil, buckets, counts, final)
+		if err != nil {
+			return fmt.Errorf("memcached: load: %w", err)
+		}
+		if exact || final {
+			return nil
+		}
+	}
+}
+
+// Add implements limit.Store. It only records n in this process: the
+// flusher sends each pending (counter, bucket) increment at most once per
+// flush, every 5 ms, with increment, add, increment. Until memcached has
+// acknowledged it, Load counts it. While the breaker is open Add fails at
+// once with ErrUnavailable and records nothing.
+func (s *Store) Add(ctx context.Context, c limit.Counter, buckets []limit.Bucket, n int64) error {
+	if err := s.check(ctx, "add"); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("memcached: add: negative count %d", n)
+	}
+	if n == 0 || len(buckets) == 0 {
+		return nil
+	}
+	sv, sh := s.locate(c)
+	if sv.open.Load() {
+		return fmt.Errorf("memcached: add: %w", ErrUnavailable)
+	}
+	added := sh.add(c, buckets, n)
+	if added > 0 {
+		s.m.addPending(added)
+		if sv.npending.Add(int64(added)) >= flushBatch {
+			select {
+			case sv.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// AddNow implements limit.Store: it increments each bucket in memcached
+// before returning (one to three round trips per bucket).
+func (s *Store) AddNow(ctx context.Context, c limit.Counter, buckets []limit.Bucket, n int64) error {
+	if err := s.check(ctx, "add now"); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("memcached: add now: negative count %d", n)
+	}
+	if n == 0 {
+		return nil
+	}
+	sv, _ := s.locate(c)
+	var buf [maxKeyLen]byte
+	for _, b := range buckets {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("memcached: add now: %w", err)
+		}
+		key := string(appendBucket(appendCounter(buf[:0], c), b))
+		if err := sv.incrAdd(key, n, b.TTL); err != nil {
+			return fmt.Errorf("memcached: add now: %w", err)
+		}
+	}
+	return nil
+}
+
+// Reset implements limit.Store. It drops this process's pending increments
+// of the buckets, waits for any in flight to be acknowledged, then deletes
+// the keys one by one. Increments other gateways have not yet flushed can
+// still arrive after it.
+func (s *Store) Reset(ctx context.Context, c limit.Counter, buckets []limit.Bucket) error {
+	if err := s.check(ctx, "reset"); err != nil {
+		return err
+	}
+	sv, sh := s.locate(c)
+	dropped, inflight := sh.drop(c, buckets)
+	if dropped > 0 {
+		sv.npending.Add(-int64(dropped))
+		s.m.addPending(-dropped)
+	}
+	if inflight != nil {
+		sv.await(ctx, inflight)
+	}
+	var buf [maxKeyLen]byte
+	for _, b := range buckets {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("memcached: reset: %w", err)
+		}
+		key := string(appendBucket(appendCounter(buf[:0], c), b))
+		if err := sv.delete(key); err != nil {
+			return fmt.Errorf("memcached: reset: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) check(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memcached: %s: %w", op, err)
+	}
+	return nil
+}
+
+// bucketKeys returns the keys of buckets of c, built in one string.
+func bucketKeys(c limit.Counter, buckets []limit.Bucket) []string {
+	var cb [maxKeyLen]byte
+	counter := appendCounter(cb[:0], c)
+	var sb strings.Builder
+	sb.Grow(len(buckets) * (len(counter) + 14))
+	keys := make([]string, len(buckets))
+	var kb [maxKeyLen]byte
+	offs := make([]int, len(buckets)+1)
+	for i, b := range buckets {
+		sb.Write(appendBucket(append(kb[:0], counter...), b))
+		offs[i+1] = sb.Len()
+	}
+	all := sb.String()
+	for i := range buckets {
+		keys[i] = all[offs[i]:offs[i+1]]
+	}
+	return keys
+}
+
+// staticAddr is a server address resolved at each dial (net.Dial takes a
+// host name), so DNS changes are followed and New needs no DNS.
+type staticAddr struct{ network, addr string }
+
+func (a *staticAddr) Network() string { return a.network }
+func (a *staticAddr) String() string  { return a.addr }
+
+// oneServer is the gomemcache selector of a client that talks to one server:
+// the Store picks the server itself, once per counter, so every key of a
+// counter goes to one server and a GetMulti is one get command.
+type oneServer struct{ addr net.Addr }
+
+func (o oneServer) PickServer(string) (net.Addr, error) { return o.addr, nil }
+func (o oneServer) Each(f func(net.Addr) error) error   { return f(o.addr) }
+
+// server is one memcached server: its client, its circuit breaker and the
+// increments pending for the counters it holds.
+type server struct {
+	addr    string
+	client  *memcache.Client
+	timeout time.Duration
+	log     *slog.Logger
+	m       *Metrics
+
+	opGet, opIncr, opAdd, opDelete, opProbe prometheus.Counter
+
+	// The circuit breaker: open after failThreshold failures each within
+	// failSpan of the previous; closed by a successful probe.
+	open     atomic.Bool
+	fails    atomic.Int32
+	lastFail atomic.Int64 // unix nanoseconds
+
+	shards   [numShards]shard
+	npending atomic.Int64 // pending (counter, bucket) increments in all shards
+	kick     chan struct{}
+}
+
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}
+
+// benign reports whether err is an answer from a healthy server (a miss, a
+// lost add race, a rejected value) rather than a failure to reach it.
+func benign(err error) bool {
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored),
+		errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrMalformedKey):
+		return true
+	}
+	return strings.HasPrefix(err.Error(), "memcache: client error")
+}
+
+// result feeds the outcome of an operation to the breaker and returns err.
+func (sv *server) result(op string, err error) error {
+	if err == nil || benign(err) {
+		if sv.fails.Load() != 0 {
+			sv.fails.Store(0)
+		}
+		return err
+	}
+	sv.m.errorCounter(sv.addr, op)
+	now := time.Now().UnixNano()
+	last := sv.lastFail.Swap(now)
+	var n int32
+	if now-last > int64(failSpan) {
+		n = 1
+		sv.fails.Store(1)
+	} else {
+		n = sv.fails.Add(1)
+	}
+	if n >= failThreshold && sv.open.CompareAndSwap(false, true) {
+		sv.m.setBreaker(sv.addr, 1)
+		sv.log.Warn("memcached: circuit breaker open: operations fail at once until a probe succeeds", "failures", n, "err", err)
+	}
+	return err
+}
+
+// getCounts reads keys in one get command into counts (0 when missing).
+func (sv *server) getCounts(keys []string, counts []int64) error {
+	if sv.open.Load() {
+		return ErrUnavailable
+	}
+	inc(sv.opGet)
+	items, err := sv.client.GetMulti(keys)
+	if err = sv.result(opGet, err); err != nil {
+		clear(counts)
+		return err
+	}
+	for i, k := range keys {
+		counts[i] = 0
+		if it := items[k]; it != nil {
+			n, ok := parseCount(it.Value)
+			if !ok {
+				return fmt.Errorf("key %q holds %q, not a count", k, it.Value)
+			}
+			counts[i] = n
+		}
+	}
+	return nil
+}
+
+// parseCount parses a decimal count. memcached pads a value that incr
+// shortened with spaces, so trailing spaces are ignored.
+func parseCount(b []byte) (int64, bool) {
+	for len(b) > 0 && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// expiration is the memcached expiration of a bucket created now: ttl in
+// whole seconds, rounded up, relative to now (memcached reads more than 30
+// days as a unix time; limit TTLs are at most about 8 days).
+func expiration(ttl time.Duration) int32 {
+	const maxRelative = 30*24*3600 - 1
+	s := (ttl + time.Second - 1) / time.Second
+	switch {
+	case s < 1:
+		return 1
+	case s > maxRelative:
+		return maxRelative
+	}
+	return int32(s)
+}
+
+// incrAdd adds n to key: increment; when the key is missing, add it with n
+// and its TTL; when another client added it first, increment again.
+func (sv *server) incrAdd(key string, n int64, ttl time.Duration) error {
+	if sv.open.Load() {
+		return ErrUnavailable
+	}
+	inc(sv.opIncr)
+	_, err := sv.client.Increment(key, uint64(n))
+	if err = sv.result(opIncr, err); !errors.Is(err, memcache.ErrCacheMiss) {
+		return err
+	}
+	inc(sv.opAdd)
+	err = sv.client.Add(&memcache.Item{Key: key, Value: strconv.AppendInt(nil, n, 10), Expiration: expiration(ttl)})
+	if err = sv.result(opAdd, err); !errors.Is(err, memcache.ErrNotStored) {
+		return err
+	}
+	inc(sv.opIncr)
+	_, err = sv.client.Increment(key, uint64(n))
+	return sv.result(opIncr, err)
+}
+
+func (sv *server) delete(key string) error {
+	if sv.open.Load() {
+		return ErrUnavailable
+	}
+	inc(sv.opDelete)
+	err := sv.result(opDelete, sv.client.Delete(key))
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		return nil
+	}
+	return err
+}
+
+// probe asks the server for its version and closes the breaker if it answers.
+func (sv *server) probe() {
+	inc(sv.opProbe)
+	if err := sv.client.Ping(); err != nil {
+		sv.m.errorCounter(sv.addr, opProbe)
+		return
+	}
+	sv.fails.Store(0)
+	if sv.open.CompareAndSwap(true, false) {
+		sv.m.setBreaker(sv.addr, -1)
+		sv.log.Info("memcached: circuit breaker closed: server answers again")
+	}
+}
+
+// await waits until inflight is closed, ctx is done or twice the timeout has
+// passed (a flush of one counter is at most three operations).
+func (sv *server) await(ctx context.Context, inflight <-chan struct{}) {
+	t := time.NewTimer(2 * sv.timeout)
+	defer t.Stop()
+	select {
+	case <-inflight:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// run is the flusher of sv: every flushInterval (or when kicked) it sends
+// the pending increments; while the breaker is open it probes instead.
+func (sv *server) run(stop <-chan struct{}) {
+	tick := time.NewTicker(flushInterval)
+	defer tick.Stop()
+	var lastProbe time.Time
+	for {
+		select {
+		case <-stop:
+			if !sv.open.Load() {
+				sv.flush()
+			}
+			if n := sv.npending.Swap(0); n > 0 {
+				sv.m.addDropped(int(n))
+				sv.m.addPending(-int(n))
+				sv.log.Warn("memcached: pending increments dropped at close", "count", n)
+			}
+			return
+		case <-tick.C:
+		case <-sv.kick:
+		}
+		if sv.npending.Load() > maxPending {
+			sv.trim(maxPending * 9 / 10)
+		}
+		if sv.open.Load() {
+			if time.Since(lastProbe) >= probeInterval {
+				lastProbe = time.Now()
+				sv.probe()
+			}
+			if sv.open.Load() {
+				continue
+			}
+		}
+		sv.flush()
+	}
+}
+
+// flush sends every pending increment of sv once.
+func (sv *server) flush() {
+	var work []limit.Counter
+	var shardOf []*shard
+	for i := range sv.shards {
+		sh := &sv.shards[i]
+		sh.mu.Lock()
+		for c, e := range sh.m {
+			switch {
+			case len(e.pending) > 0:
+				work = append(work, c)
+				shardOf = append(shardOf, sh)
+			case e.readers == 0 && e.done == nil:
+				delete(sh.m, c)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if len(work) == 0 {
+		return
+	}
+	workers := min(flushWorkers, (len(work)+15)/16)
+	if workers <= 1 {
+		for i, c := range work {
+			sv.send(shardOf[i], c)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(work); i = int(next.Add(1) - 1) {
+				sv.send(shardOf[i], work[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// send moves the pending increments of c to in flight, sends them and
+// acknowledges them: those that failed go back to pending (at least once:
+// an increment that timed out may have been applied and is then counted
+// twice, which errs towards limiting).
+func (sv *server) send(sh *shard, c limit.Counter) {
+	sh.mu.Lock()
+	e := sh.m[c]
+	if e == nil || len(e.pending) == 0 || e.done != nil {
+		sh.mu.Unlock()
+		return
+	}
+	batch := e.pending
+	e.pending, e.inflight = e.spare[:0], batch
+	e.gen++
+	done := make(chan struct{})
+	e.done = done
+	sh.mu.Unlock()
+
+	var failed []delta
+	var buf [maxKeyLen]byte
+	counter := appendCounter(buf[:0], c)
+	for _, d := range batch {
+		key := string(appendBucket(counter, limit.Bucket{Level: d.level, Start: d.start}))
+		if err := sv.incrAdd(key, d.n, d.ttl); err != nil && !benign(err) {
+			failed = append(failed, d)
+		}
+	}
+
+	sh.mu.Lock()
+	acked := len(batch)
+	for _, d := range failed {
+		if i := e.find(d.level, d.start); i >= 0 {
+			e.pending[i].n += d.n
+		} else {
+			e.pending = append(e.pending, d)
+			acked--
+		}
+	}
+	e.inflight = nil
+	e.spare = batch[:0]
+	e.done = nil
+	close(done)
+	sh.mu.Unlock()
+	sv.npending.Add(-int64(acked))
+	sv.m.addPending(-acked)
+}
+
+// trim drops pending increments of the oldest buckets until at most keep
+// remain.
+func (sv *server) trim(keep int64) {
+	var starts []int64
+	for i := range sv.shards {
+		sh := &sv.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			for _, d := range e.pending {
+				starts = append(starts, d.start)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	excess := int64(len(starts)) - keep
+	if excess <= 0 {
+		return
+	}
+	slices.Sort(starts)
+	cutoff := starts[excess-1]
+	dropped := 0
+	for i := range sv.shards {
+		sh := &sv.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			e.pending = slices.DeleteFunc(e.pending, func(d delta) bool {
+				if d.start <= cutoff && int64(dropped) < excess {
+					dropped++
+					return true
+				}
+				return false
+			})
+		}
+		sh.mu.Unlock()
+	}
+	sv.npending.Add(-int64(dropped))
+	sv.m.addPending(-dropped)
+	sv.m.addDropped(dropped)
+	sv.log.Warn("memcached: pending increments of the oldest buckets dropped: server unavailable and buffer full", "count", dropped)
+}
+
+// shard holds the pending increments of some counters of one server.
+type shard struct {
+	mu sync.Mutex
+	m  map[limit.Counter]*entry
+	_  [48]byte // keep shards on separate cache lines
+}
+
+// delta is a pending increment of one bucket.
+type delta struct {
+	level limit.Level
+	start int64
+	n     int64
+	ttl   time.Duration
+}
+
+// entry is the local state of one counter.
+type entry struct {
+	pending  []delta // not yet sent; one per bucket
+	inflight []delta // sent, not yet acknowledged
+	spare    []delta // a drained slice to reuse
+	gen      uint64  // incremented when a send of pending starts
+	done     chan struct{}
+	readers  int // Loads between pin and addLocal; the entry stays while > 0
+}
+
+func (e *entry) find(l limit.Level, start int64) int {
+	for i := range e.pending {
+		if e.pending[i].level == l && e.pending[i].start == start {
+			return i
+		}
+	}
+	return -1
+}
+
+// add records n for each bucket of c and returns how many pending
+// increments it created (others were coalesced into existing ones).
+func (sh *shard) add(c limit.Counter, buckets []limit.Bucket, n int64) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[c]
+	if e == nil {
+		e = &entry{}
+		sh.m[c] = e
+	}
+	created := 0
+	for _, b := range buckets {
+		if i := e.find(b.Level, b.Start); i >= 0 {
+			e.pending[i].n += n
+			if b.TTL > e.pending[i].ttl {
+				e.pending[i].ttl = b.TTL
+			}
+			continue
+		}
+		e.pending = append(e.pending, delta{level: b.Level, start: b.Start, n: n, ttl: b.TTL})
+		created++
+	}
+	return created
+}
+
+// pin marks a Load of c as started and returns c's entry, its generation
+// and the channel of its in-flight send (nil when none).
+func (sh *shard) pin(c limit.Counter) (*entry, uint64, chan struct{}) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[c]
+	if e == nil {
+		e = &entry{}
+		sh.m[c] = e
+	}
+	e.readers++
+	return e, e.gen, e.done
+}
+
+func (sh *shard) unpin(c limit.Counter, e *entry) {
+	sh.mu.Lock()
+	e.readers--
+	sh.mu.Unlock()
+}
+
+// addLocal ends a Load pinned at generation gen: it adds c's pending
+// increments of buckets to counts, and the in-flight ones too if final. It
+// reports whether the read was exact: nothing was in flight when it began
+// and no send began during it, so memcached held every acknowledged
+// increment and none of the pending ones.
+func (sh *shard) addLocal(c limit.Counter, e *entry, gen uint64, idle bool, buckets []limit.Bucket, counts []int64, final bool) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e.readers--
+	exact := idle && e.gen == gen
+	if !exact && !final {
+		return false
+	}
+	addDeltas(e.pending, buckets, counts)
+	if !exact {
+		addDeltas(e.inflight, buckets, counts)
+	}
+	return exact
+}
+
+func addDeltas(ds []delta, buckets []limit.Bucket, counts []int64) {
+	for _, d := range ds {
+		for i, b := range buckets {
+			if b.Level == d.level && b.Start == d.start {
+				counts[i] += d.n
+			}
+		}
+	}
+}
+
+// drop removes the pending increments of buckets of c; it returns how many
+// it removed and the channel of an in-flight send (nil when none).
+func (sh *shard) drop(c limit.Counter, buckets []limit.Bucket) (int, chan struct{}) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[c]
+	if e == nil {
+		return 0, nil
+	}
+	n := len(e.pending)
+	e.pending = slices.DeleteFunc(e.pending, func(d delta) bool {
+		return slices.ContainsFunc(buckets, func(b limit.Bucket) bool { return b.Level == d.level && b.Start == d.start })
+	})
+	return n - len(e.pending), e.done
+}

@@ -1,0 +1,412 @@
+package memcached_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/limit/limittest"
+	"github.com/linkgate/linkgate/limit/memcached"
+)
+
+func newStore(t testing.TB, m *memcached.Metrics, servers ...string) *memcached.Store {
+	t.Helper()
+	s, err := memcached.New(limit.Memcached{Servers: servers, Timeout: 200 * time.Millisecond}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	mc := startMemcached(t)
+	limittest.Run(t, func(t *testing.T) limittest.Harness {
+		return limittest.Harness{Store: newStore(t, nil, mc.Addr)}
+	})
+}
+
+func TestConformanceTwoServers(t *testing.T) {
+	a, b := startMemcached(t), startMemcached(t)
+	limittest.Run(t, func(t *testing.T) limittest.Harness {
+		return limittest.Harness{Store: newStore(t, memcached.NewMetrics(prometheus.NewRegistry()), a.Addr, b.Addr)}
+	})
+}
+
+func TestNewErrors(t *testing.T) {
+	for name, servers := range map[string][]string{
+		"none":      nil,
+		"no port":   {"localhost"},
+		"duplicate": {"127.0.0.1:1", "127.0.0.1:1"},
+	} {
+		if s, err := memcached.New(limit.Memcached{Servers: servers}, nil, nil); err == nil {
+			s.Close()
+			t.Errorf("%s: New(%q): no error", name, servers)
+		}
+	}
+}
+
+// minute returns the minute bucket holding now.
+func minute(now time.Time) limit.Bucket {
+	return limit.Bucket{Level: limit.Minute, Start: now.Unix() / 60 * 60, TTL: 2 * time.Minute}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func loadOne(t *testing.T, s *memcached.Store, c limit.Counter, b limit.Bucket) int64 {
+	t.Helper()
+	counts := make([]int64, 1)
+	if err := s.Load(context.Background(), c, []limit.Bucket{b}, counts); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return counts[0]
+}
+
+// Two gateways sharing one memcached see each other's hits once flushed.
+func TestTwoStoresShare(t *testing.T) {
+	mc := startMemcached(t)
+	g1, g2 := newStore(t, nil, mc.Addr), newStore(t, nil, mc.Addr)
+	ctx := context.Background()
+	c := limit.Counter{Rule: "share", Value: "203.0.113.1"}
+	b := minute(time.Now())
+	for range 3 {
+		if err := g1.Add(ctx, c, []limit.Bucket{b}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g2.Add(ctx, c, []limit.Bucket{b}, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the gateways do not both see 5 hits", func() bool {
+		return loadOne(t, g1, c, b) == 5 && loadOne(t, g2, c, b) == 5
+	})
+}
+
+// dayPlan is the 144 buckets a check of 2/s, 5/m, 10/h, 100/d reads.
+func dayPlan(now time.Time) []limit.Bucket {
+	var bs []limit.Bucket
+	for _, lv := range []struct {
+		l limit.Level
+		n int64
+	}{{limit.Second, 60}, {limit.Minute, 60}, {limit.Hour, 24}} {
+		size := int64(lv.l.Size() / time.Second)
+		for i := lv.n - 1; i >= 0; i-- {
+			bs = append(bs, limit.Bucket{Level: lv.l, Start: (now.Unix()/size - i) * size, TTL: 25 * time.Hour})
+		}
+	}
+	return bs
+}
+
+// With two servers, a Load of 144 buckets is one get command in total.
+func TestLoadIsOneRoundTrip(t *testing.T) {
+	p1, p2 := startProxy(t, startMemcached(t).Addr), startProxy(t, startMemcached(t).Addr)
+	s := newStore(t, nil, p1.Addr, p2.Addr)
+	ctx := context.Background()
+	bs := dayPlan(time.Now())
+	counts := make([]int64, len(bs))
+	used := map[string]int{}
+	for i := range 20 {
+		c := limit.Counter{Rule: "login_ip", Value: fmt.Sprintf("198.51.100.%d", i)}
+		used[s.Server(c)]++
+		if err := s.AddNow(ctx, c, []limit.Bucket{bs[59], bs[119], bs[143]}, int64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+		p1.Reset()
+		p2.Reset()
+		if err := s.Load(ctx, c, bs, counts); err != nil {
+			t.Fatal(err)
+		}
+		if gets := p1.Count("get", "gets") + p2.Count("get", "gets"); gets != 1 {
+			t.Fatalf("Load of %d buckets sent %d get commands (%v, %v), want 1", len(bs), gets, p1, p2)
+		}
+		if others := p1.Count("incr", "add", "set", "delete") + p2.Count("incr", "add", "set", "delete"); others != 0 {
+			t.Errorf("Load sent %d other commands", others)
+		}
+		if keys := p1.getKeys.Load() + p2.getKeys.Load(); keys != int64(len(bs)) {
+			t.Errorf("the get command named %d keys, want %d", keys, len(bs))
+		}
+		if counts[59] != int64(i+1) || counts[119] != int64(i+1) || counts[143] != int64(i+1) || counts[0] != 0 {
+			t.Errorf("Load = %v, want %d at 59, 119 and 143", counts, i+1)
+		}
+	}
+	if len(used) != 2 {
+		t.Errorf("20 counters all placed on one server: %v", used)
+	}
+}
+
+// Many Adds to one bucket between flushes become a few memcached operations.
+func TestAddsCoalesce(t *testing.T) {
+	p := startProxy(t, startMemcached(t).Addr)
+	s := newStore(t, nil, p.Addr)
+	ctx := context.Background()
+	c := limit.Counter{Rule: "coalesce", Value: "u1"}
+	bs := []limit.Bucket{{Level: limit.Second, Start: time.Now().Unix(), TTL: time.Minute}, minute(time.Now())}
+	start := time.Now()
+	for range 1000 {
+		if err := s.Add(ctx, c, bs, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	reader := newStore(t, nil, p.Addr) // has nothing pending: reads what memcached holds
+	waitFor(t, 2*time.Second, "1000 adds not flushed", func() bool { return loadOne(t, reader, c, bs[1]) == 1000 })
+	writes := p.Count("incr", "add", "set")
+	// Per key and flush: incr (miss), add; a flush that lands after the
+	// first adds one incr. 1000 Adds take well under a few flush intervals.
+	t.Logf("1000 Adds of 2 buckets in %v became %d memcached writes (%v)", elapsed, writes, p)
+	if maxWrites := 2 * (2 + int(elapsed/(5*time.Millisecond)) + 1); writes > maxWrites {
+		t.Errorf("1000 Adds became %d writes, want at most %d", writes, maxWrites)
+	}
+	if got := loadOne(t, reader, c, bs[0]); got != 1000 {
+		t.Errorf("second bucket = %d, want 1000", got)
+	}
+}
+
+// gather returns the value of the metric name with label server=addr.
+func gather(t *testing.T, reg *prometheus.Registry, name, server string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := server == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "server" && l.GetValue() == server {
+					match = true
+				}
+			}
+			if match {
+				if m.Gauge != nil {
+					return m.Gauge.GetValue()
+				}
+				return m.Counter.GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// When memcached dies the breaker opens and calls fail at once; when it
+// comes back the breaker closes within a second and the pending hits arrive.
+func TestBreaker(t *testing.T) {
+	mc := startMemcached(t)
+	reg := prometheus.NewRegistry()
+	s := newStore(t, memcached.NewMetrics(reg), mc.Addr)
+	ctx := context.Background()
+	c := limit.Counter{Rule: "breaker", Value: "203.0.113.9"}
+	b := minute(time.Now())
+	if err := s.AddNow(ctx, c, []limit.Bucket{b}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 0 {
+		t.Fatalf("breaker gauge = %v before the outage, want 0", got)
+	}
+
+	mc.Kill()
+	counts := make([]int64, 1)
+	waitFor(t, 2*time.Second, "the breaker did not open", func() bool {
+		s.Load(ctx, c, []limit.Bucket{b}, counts)
+		return s.BreakerOpen(mc.Addr)
+	})
+	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 1 {
+		t.Errorf("breaker gauge = %v while open, want 1", got)
+	}
+	if got := gather(t, reg, "linkgate_memcached_errors_total", mc.Addr); got < 3 {
+		t.Errorf("errors counted = %v, want at least 3", got)
+	}
+	for _, call := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"Load", func() error { return s.Load(ctx, c, []limit.Bucket{b}, counts) }},
+		{"Add", func() error { return s.Add(ctx, c, []limit.Bucket{b}, 1) }},
+		{"AddNow", func() error { return s.AddNow(ctx, c, []limit.Bucket{b}, 1) }},
+	} {
+		start := time.Now()
+		err := call.fn()
+		if d := time.Since(start); d > 50*time.Millisecond {
+			t.Errorf("%s took %v with the breaker open, want at once", call.name, d)
+		}
+		if !errors.Is(err, memcached.ErrUnavailable) {
+			t.Errorf("%s with the breaker open: %v, want ErrUnavailable", call.name, err)
+		}
+	}
+
+	mc.Start() // empty: the hit added before the outage is gone
+	restarted := time.Now()
+	waitFor(t, 2*time.Second, "the breaker did not close after memcached came back", func() bool { return !s.BreakerOpen(mc.Addr) })
+	if d := time.Since(restarted); d > time.Second {
+		t.Errorf("breaker closed %v after memcached returned, want within 1s", d)
+	}
+	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 0 {
+		t.Errorf("breaker gauge = %v after recovery, want 0", got)
+	}
+	if err := s.Add(ctx, c, []limit.Bucket{b}, 2); err != nil {
+		t.Fatalf("Add after recovery: %v", err)
+	}
+	reader := newStore(t, nil, mc.Addr)
+	waitFor(t, 2*time.Second, "hits after recovery do not reach memcached", func() bool { return loadOne(t, reader, c, b) == 2 })
+}
+
+// Increments pending when the breaker opens are kept and sent after recovery.
+func TestPendingSurviveOutage(t *testing.T) {
+	mc := startMemcached(t)
+	reg := prometheus.NewRegistry()
+	s := newStore(t, memcached.NewMetrics(reg), mc.Addr)
+	ctx := context.Background()
+	c := limit.Counter{Rule: "outage", Value: "u7"}
+	b := minute(time.Now())
+	if err := s.Load(ctx, c, []limit.Bucket{b}, make([]int64, 1)); err != nil { // warm the connection
+		t.Fatal(err)
+	}
+	mc.Kill()
+	// Adds accepted before the flusher notices the outage stay pending.
+	added := 0
+	for !s.BreakerOpen(mc.Addr) {
+		if s.Add(ctx, c, []limit.Bucket{b}, 1) == nil {
+			added++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if added == 0 {
+		t.Fatal("no Add accepted before the breaker opened")
+	}
+	if got := gather(t, reg, "linkgate_memcached_pending_deltas", ""); got != 1 {
+		t.Errorf("pending gauge = %v while down, want 1 (one bucket)", got)
+	}
+	mc.Start()
+	reader := newStore(t, nil, mc.Addr)
+	waitFor(t, 3*time.Second, fmt.Sprintf("the %d hits pending during the outage never arrived", added), func() bool {
+		return !s.BreakerOpen(mc.Addr) && loadOne(t, reader, c, b) == int64(added)
+	})
+	waitFor(t, time.Second, "pending gauge not back to 0", func() bool {
+		return gather(t, reg, "linkgate_memcached_pending_deltas", "") == 0
+	})
+}
+
+// TestOvershoot measures how far two gateways checking then counting
+// asynchronously at full speed overshoot a limit of 100, and checks that
+// strict counting (count first, then check) never does.
+func TestOvershoot(t *testing.T) {
+	mc := startMemcached(t)
+	gws := []*memcached.Store{newStore(t, nil, mc.Addr), newStore(t, nil, mc.Addr)}
+	ctx := context.Background()
+	const limitN = 100
+	b := minute(time.Now())
+	for _, strict := range []bool{false, true} {
+		c := limit.Counter{Rule: fmt.Sprintf("overshoot_%v", strict), Value: "198.51.100.77"}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for _, g := range gws {
+			wg.Go(func() {
+				bs := []limit.Bucket{b}
+				counts := make([]int64, 1)
+				for range 4 * limitN {
+					if strict {
+						if err := g.AddNow(ctx, c, bs, 1); err != nil {
+							t.Error(err)
+							return
+						}
+						if err := g.Load(ctx, c, bs, counts); err != nil {
+							t.Error(err)
+							return
+						}
+						if counts[0] <= limitN {
+							admitted.Add(1)
+						}
+						continue
+					}
+					if err := g.Load(ctx, c, bs, counts); err != nil {
+						t.Error(err)
+						return
+					}
+					if counts[0] < limitN {
+						admitted.Add(1)
+						if err := g.Add(ctx, c, bs, 1); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		got := admitted.Load()
+		if strict {
+			t.Logf("strict: 2 gateways admitted %d of limit %d", got, limitN)
+			if got > limitN {
+				t.Errorf("strict admitted %d, over the limit %d", got, limitN)
+			}
+			continue
+		}
+		t.Logf("async: 2 gateways at full speed admitted %d of limit %d: overshoot %d (%.0f%%)", got, limitN, got-limitN, 100*float64(got-limitN)/limitN)
+		if got < limitN {
+			t.Errorf("async admitted %d, fewer than the limit %d", got, limitN)
+		}
+	}
+}
+
+func BenchmarkDecision(b *testing.B) {
+	mc := startMemcached(b)
+	s := newStore(b, nil, mc.Addr)
+	ctx := context.Background()
+	plan := dayPlan(time.Now())
+	hit := []limit.Bucket{plan[59], plan[119], plan[143]}
+	b.Run("serial", func(b *testing.B) {
+		counts := make([]int64, len(plan))
+		c := limit.Counter{Rule: "login_ip", Value: "198.51.100.1"}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.Load(ctx, c, plan, counts); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Add(ctx, c, hit, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	})
+	b.Run("parallel", func(b *testing.B) {
+		var id atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			counts := make([]int64, len(plan))
+			c := limit.Counter{Rule: "login_ip", Value: fmt.Sprintf("198.51.100.%d", id.Add(1))}
+			for pb.Next() {
+				if err := s.Load(ctx, c, plan, counts); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Add(ctx, c, hit, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	})
+}
