@@ -1,0 +1,671 @@
+// Package analyticstest is the conformance suite that every analytics store
+// runs: the embedded one always, Cassandra whenever a cluster is at hand.
+//
+// A backend's test calls Run with a function that opens a store for one
+// subtest:
+//
+//	func TestConformance(t *testing.T) {
+//		analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+//			s, err := pebble.Open(t.TempDir(), tiers, nil)
+//			...
+//			return analyticstest.Harness{Store: s, Reopen: ..., Expire: s.Expire}
+//		})
+//	}
+//
+// Every subtest writes under short_keys of its own (a random token of the run,
+// the subtest's name and a suffix), so several runs may share one backing
+// store, such as one Cassandra keyspace. The all-links key is the exception;
+// the subtest that writes it compares what it reads before and after.
+//
+// Bucket times are taken near the wall clock (hours to a few hundred days
+// back), so that a store that derives a TTL from a bucket's age keeps what the
+// suite writes; Batch.At is the wall clock, strictly increasing.
+package analyticstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// Store is what the suite tests: a store's writing and reading sides.
+type Store interface {
+	analytics.Writer
+	analytics.Reader
+}
+
+// Harness is one store under test and the hooks that some subtests need
+// beyond Store. A nil hook skips, with a message, the subtests that need it.
+// Hooks are called from the subtest's goroutine, never concurrently with each
+// other. The backend closes what it opened with t.Cleanup.
+type Harness struct {
+	// Store is the store the subtest uses first. Required.
+	Store Store
+
+	// Reopen closes the store the subtest uses last (Store, or what the
+	// previous Reopen returned) and opens it again on the same data, as a
+	// restarted gateway does. Durability subtests need it.
+	Reopen func() Store
+
+	// Another opens a second store on the same data, used alongside the
+	// first as a second gateway process would use it. Writes from both
+	// must add up. Stores that one process holds exclusively leave it nil.
+	Another func() Store
+
+	// Expire deletes what each tier holds beyond its retention as of now,
+	// on the store the subtest uses last. Stores that expire by themselves
+	// (a TTL) leave it nil.
+	Expire func(now time.Time) error
+}
+
+// Run runs the conformance subtests. open is called once per subtest with
+// the tiers to use, which are rollup.DefaultTiers().
+func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
+	run := token()
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T, *env)
+	}{
+		{"PointsPerTier", testPointsPerTier},
+		{"TotalsAccumulate", testTotalsAccumulate},
+		{"AllLinks", testAllLinks},
+		{"RangeHalfOpenInTimeOrder", testRange},
+		{"KeysDoNotLeak", testKeysDoNotLeak},
+		{"EmptyBucketsOmittedOrZero", testEmptyBuckets},
+		{"UnknownKey", testUnknownKey},
+		{"BatchesToOneBucketAddUp", testBatchesAddUp},
+		{"FailedWriteResentOnce", testFailedWriteResent},
+		{"ContextCanceled", testContextCanceled},
+		{"WeeksStartMonday", testWeeks},
+		{"LongRange", testLongRange},
+		{"ReadWhileWriting", testReadWhileWriting},
+		{"ConcurrentWriters", testConcurrentWriters},
+		{"Durability", testDurability},
+		{"LargeBatch", testLargeBatch},
+		{"Expiry", testExpiry},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := open(t, rollup.DefaultTiers())
+			if h.Store == nil {
+				t.Fatal("open returned a Harness without a Store")
+			}
+			e := &env{h: h, s: h.Store, prefix: run + "-" + tc.name + "-", now: time.Now().UTC()}
+			tc.f(t, e)
+		})
+	}
+}
+
+// env is one subtest's store, keys and clock.
+type env struct {
+	h      Harness
+	s      Store // the store in use: h.Store or what Reopen returned
+	prefix string
+	now    time.Time // the wall clock when the subtest started
+
+	mu     sync.Mutex
+	lastAt time.Time
+}
+
+// key returns the subtest's short_key for name.
+func (e *env) key(name string) string { return e.prefix + name }
+
+// at returns a Batch.At: the wall clock, strictly increasing.
+func (e *env) at() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := time.Now().UTC()
+	if !t.After(e.lastAt) {
+		t = e.lastAt.Add(time.Microsecond)
+	}
+	e.lastAt = t
+	return t
+}
+
+// base returns midnight UTC of the day that was three hours ago: recent
+// enough for every tier's retention, and a bucket start in every tier up to
+// a day.
+func (e *env) base() time.Time { return rollup.Align(e.now.Add(-3*time.Hour), rollup.Day) }
+
+func token() string {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func count(key string, step time.Duration, start time.Time, human, bot int64) analytics.Count {
+	return analytics.Count{Key: key, Step: step, Start: start, Visits: analytics.Visits{Human: human, Bot: bot}}
+}
+
+func total(key string, human, bot int64) analytics.Total {
+	return analytics.Total{Key: key, Visits: analytics.Visits{Human: human, Bot: bot}}
+}
+
+func point(start time.Time, human, bot int64) analytics.Point {
+	return analytics.Point{Start: start, Visits: analytics.Visits{Human: human, Bot: bot}}
+}
+
+func write(t *testing.T, s Store, b analytics.Batch) {
+	t.Helper()
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatalf("Write(%d counts, %d totals): %v", len(b.Counts), len(b.Totals), err)
+	}
+}
+
+// points reads key's points, checks what the Reader contract promises of
+// them (in [from, to), in time order, aligned, UTC) and returns those that
+// are not zero: a store may return empty buckets as zeros.
+func points(t *testing.T, s Store, key string, step time.Duration, from, to time.Time) []analytics.Point {
+	t.Helper()
+	got, err := s.Points(context.Background(), key, step, from, to)
+	if err != nil {
+		t.Fatalf("Points(%q, %v, %v, %v): %v", key, step, from, to, err)
+	}
+	var out []analytics.Point
+	for i, p := range got {
+		switch {
+		case p.Start.Before(from) || !p.Start.Before(to):
+			t.Fatalf("Points(%q, %v, %v, %v): point %d at %v is outside [from, to)", key, step, from, to, i, p.Start)
+		case i > 0 && !p.Start.After(got[i-1].Start):
+			t.Fatalf("Points(%q, %v, %v, %v): point %d at %v does not follow %v", key, step, from, to, i, p.Start, got[i-1].Start)
+		case p.Start.Location() != time.UTC:
+			t.Fatalf("Points(%q, %v, %v, %v): point %d at %v is not in UTC", key, step, from, to, i, p.Start)
+		case !rollup.Align(p.Start, step).Equal(p.Start):
+			t.Fatalf("Points(%q, %v, %v, %v): point %d at %v is not a bucket start", key, step, from, to, i, p.Start)
+		}
+		if p.Visits != (analytics.Visits{}) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func checkPoints(t *testing.T, s Store, key string, step time.Duration, from, to time.Time, want []analytics.Point) {
+	t.Helper()
+	got := points(t, s, key, step, from, to)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Points(%q, %v, %v, %v) (-want +got):\n%s", key, step, from.Format(time.RFC3339), to.Format(time.RFC3339), diff)
+	}
+}
+
+func checkTotal(t *testing.T, s Store, key string, want analytics.Visits) {
+	t.Helper()
+	got, err := s.Total(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Total(%q): %v", key, err)
+	}
+	if got != want {
+		t.Errorf("Total(%q) = %+v, want %+v", key, got, want)
+	}
+}
+
+// testPointsPerTier writes three buckets in every tier, starting at the same
+// midnight in all tiers up to a day, and reads each tier back.
+func testPointsPerTier(t *testing.T, e *env) {
+	k := e.key("a")
+	tiers := rollup.DefaultTiers()
+	b := analytics.Batch{At: e.at(), Totals: []analytics.Total{total(k, 7, 3)}}
+	want := make([][]analytics.Point, len(tiers))
+	for i, tr := range tiers {
+		s0 := rollup.Align(e.base(), tr.Step)
+		for j := 2; j >= 0; j-- {
+			start := s0.Add(-time.Duration(j) * tr.Step)
+			h, bot := int64(100*i+j+1), int64(j)
+			b.Counts = append(b.Counts, count(k, tr.Step, start, h, bot))
+			want[i] = append(want[i], point(start, h, bot))
+		}
+	}
+	write(t, e.s, b)
+	for i, tr := range tiers {
+		s0 := rollup.Align(e.base(), tr.Step)
+		checkPoints(t, e.s, k, tr.Step, s0.Add(-2*tr.Step), s0.Add(tr.Step), want[i])
+	}
+	checkTotal(t, e.s, k, analytics.Visits{Human: 7, Bot: 3})
+}
+
+func testTotalsAccumulate(t *testing.T, e *env) {
+	k, other := e.key("a"), e.key("b")
+	var want analytics.Visits
+	for i := range 5 {
+		h, bot := int64(i+1), int64(2*i)
+		write(t, e.s, analytics.Batch{At: e.at(), Totals: []analytics.Total{total(k, h, bot), total(other, 1000, 1000)}})
+		want.Human += h
+		want.Bot += bot
+		checkTotal(t, e.s, k, want)
+	}
+	checkTotal(t, e.s, other, analytics.Visits{Human: 5000, Bot: 5000})
+}
+
+// testAllLinks writes under AllLinks, which other runs sharing the store
+// may write too, and checks that what it reads grew by what it wrote.
+func testAllLinks(t *testing.T, e *env) {
+	start := rollup.Align(e.base(), time.Hour).Add(-5 * time.Hour)
+	from, to := start, start.Add(time.Hour)
+	before := points(t, e.s, analytics.AllLinks, time.Hour, from, to)
+	beforeTotal, err := e.s.Total(context.Background(), analytics.AllLinks)
+	if err != nil {
+		t.Fatalf("Total(AllLinks): %v", err)
+	}
+	k := e.key("a")
+	write(t, e.s, analytics.Batch{
+		At:     e.at(),
+		Counts: []analytics.Count{count(analytics.AllLinks, time.Hour, start, 11, 4), count(k, time.Hour, start, 5, 1)},
+		Totals: []analytics.Total{total(analytics.AllLinks, 13, 6), total(k, 5, 1)},
+	})
+	var was analytics.Visits
+	if len(before) == 1 {
+		was = before[0].Visits
+	}
+	checkPoints(t, e.s, analytics.AllLinks, time.Hour, from, to, []analytics.Point{point(start, was.Human+11, was.Bot+4)})
+	checkTotal(t, e.s, analytics.AllLinks, analytics.Visits{Human: beforeTotal.Human + 13, Bot: beforeTotal.Bot + 6})
+	checkPoints(t, e.s, k, time.Hour, from, to, []analytics.Point{point(start, 5, 1)})
+	checkTotal(t, e.s, k, analytics.Visits{Human: 5, Bot: 1})
+}
+
+// testRange writes ten hours out of order, in separate batches, and reads
+// ranges whose ends fall on and between bucket starts.
+func testRange(t *testing.T, e *env) {
+	k := e.key("a")
+	s0 := e.base().Add(-10 * time.Hour)
+	hour := func(i int) time.Time { return s0.Add(time.Duration(i) * time.Hour) }
+	for _, i := range []int{7, 2, 9, 0, 4, 1, 8, 3, 6, 5} {
+		write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Hour, hour(i), int64(i+1), int64(i%3))}})
+	}
+	want := func(lo, hi int) []analytics.Point {
+		var ps []analytics.Point
+		for i := lo; i < hi; i++ {
+			ps = append(ps, point(hour(i), int64(i+1), int64(i%3)))
+		}
+		return ps
+	}
+	for _, r := range []struct {
+		name     string
+		from, to time.Time
+		want     []analytics.Point
+	}{
+		{"all", hour(0), hour(10), want(0, 10)},
+		{"wider", hour(-100), hour(100), want(0, 10)},
+		{"on starts", hour(3), hour(7), want(3, 7)},
+		{"between starts", hour(3).Add(time.Second), hour(7).Add(time.Second), want(4, 8)},
+		{"one", hour(9), hour(9).Add(time.Minute), want(9, 10)},
+		{"before", hour(-5), hour(0), nil},
+		{"after", hour(10), hour(20), nil},
+		{"empty", hour(5), hour(5), nil},
+		{"inverted", hour(7), hour(3), nil},
+	} {
+		t.Run(r.name, func(t *testing.T) { checkPoints(t, e.s, k, time.Hour, r.from, r.to, r.want) })
+	}
+	// The same bucket starts in the minute and day tiers hold nothing.
+	checkPoints(t, e.s, k, time.Minute, hour(0), hour(10), nil)
+	checkPoints(t, e.s, k, rollup.Day, hour(-24), hour(24), nil)
+}
+
+// testKeysDoNotLeak writes keys that are prefixes of each other, non-ASCII
+// and long, and reads each alone.
+func testKeysDoNotLeak(t *testing.T, e *env) {
+	names := []string{"ab", "abc", "ab-", "abd", "a", "ключ", "🔗", strings.Repeat("x", 200), "A", "a b", "a%2Fb"}
+	start := rollup.Align(e.base(), time.Minute).Add(-30 * time.Minute)
+	b := analytics.Batch{At: e.at()}
+	for i, n := range names {
+		k := e.key(n)
+		b.Counts = append(b.Counts,
+			count(k, time.Minute, start, int64(i+1), int64(10*i)),
+			count(k, time.Minute, start.Add(time.Minute), int64(i+100), 0))
+		b.Totals = append(b.Totals, total(k, int64(i+7), int64(i)))
+	}
+	write(t, e.s, b)
+	for i, n := range names {
+		k := e.key(n)
+		checkPoints(t, e.s, k, time.Minute, start.Add(-time.Hour), start.Add(time.Hour),
+			[]analytics.Point{point(start, int64(i+1), int64(10*i)), point(start.Add(time.Minute), int64(i+100), 0)})
+		checkTotal(t, e.s, k, analytics.Visits{Human: int64(i + 7), Bot: int64(i)})
+	}
+	checkPoints(t, e.s, e.key("b"), time.Minute, start.Add(-time.Hour), start.Add(time.Hour), nil)
+}
+
+// testEmptyBuckets reads a range with gaps: the gaps are left out or zero
+// (points drops zeros, so only the written buckets may remain).
+func testEmptyBuckets(t *testing.T, e *env) {
+	k := e.key("a")
+	s0 := rollup.Align(e.base(), 5*time.Minute).Add(-time.Hour)
+	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{
+		count(k, 5*time.Minute, s0, 1, 0),
+		count(k, 5*time.Minute, s0.Add(30*time.Minute), 0, 2),
+	}})
+	got, err := e.s.Points(context.Background(), k, 5*time.Minute, s0.Add(-time.Hour), s0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got); n != 2 && n != 24 {
+		t.Errorf("Points returned %d points for 2 written buckets in 24, want 2 (empty left out) or 24 (as zeros)", n)
+	}
+	checkPoints(t, e.s, k, 5*time.Minute, s0.Add(-time.Hour), s0.Add(time.Hour),
+		[]analytics.Point{point(s0, 1, 0), point(s0.Add(30*time.Minute), 0, 2)})
+}
+
+func testUnknownKey(t *testing.T, e *env) {
+	k := e.key("never-written")
+	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(e.key("other"), rollup.Day, e.base(), 1, 1)}, Totals: []analytics.Total{total(e.key("other"), 1, 1)}})
+	for _, tr := range rollup.DefaultTiers() {
+		checkPoints(t, e.s, k, tr.Step, e.base().Add(-30*rollup.Day), e.base().Add(rollup.Day), nil)
+	}
+	checkTotal(t, e.s, k, analytics.Visits{})
+}
+
+func testBatchesAddUp(t *testing.T, e *env) {
+	k := e.key("a")
+	minute := rollup.Align(e.base(), time.Minute).Add(-time.Minute)
+	day := rollup.Align(e.base(), rollup.Day)
+	for range 10 {
+		write(t, e.s, analytics.Batch{At: e.at(),
+			Counts: []analytics.Count{count(k, time.Minute, minute, 1, 2), count(k, rollup.Day, day, 3, 4)},
+			Totals: []analytics.Total{total(k, 3, 4)},
+		})
+	}
+	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 10, 20)})
+	checkPoints(t, e.s, k, rollup.Day, day, day.Add(rollup.Day), []analytics.Point{point(day, 30, 40)})
+	checkTotal(t, e.s, k, analytics.Visits{Human: 30, Bot: 40})
+}
+
+// testFailedWriteResent follows the flusher: a Write fails (its context is
+// canceled), and its counts are sent again merged into the next batch. The
+// store must then hold them once.
+func testFailedWriteResent(t *testing.T, e *env) {
+	k := e.key("a")
+	minute := rollup.Align(e.base(), time.Minute).Add(-2 * time.Minute)
+	hour := rollup.Align(e.base(), time.Hour)
+	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}, Totals: []analytics.Total{total(k, 1, 0)}})
+
+	failed := analytics.Batch{At: e.at(),
+		Counts: []analytics.Count{count(k, time.Minute, minute, 2, 1), count(k, time.Hour, hour, 2, 1)},
+		Totals: []analytics.Total{total(k, 2, 1)},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.s.Write(ctx, failed); err == nil {
+		t.Fatal("Write with a canceled context returned nil")
+	}
+	resent := analytics.Batch{At: e.at(),
+		Counts: []analytics.Count{count(k, time.Minute, minute, 2+5, 1), count(k, time.Hour, hour, 2+5, 1),
+			count(k, time.Minute, minute.Add(time.Minute), 5, 0)},
+		Totals: []analytics.Total{total(k, 2+5+5, 1)},
+	}
+	write(t, e.s, resent)
+	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(2*time.Minute),
+		[]analytics.Point{point(minute, 1+7, 1), point(minute.Add(time.Minute), 5, 0)})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 7, 1)})
+	checkTotal(t, e.s, k, analytics.Visits{Human: 1 + 12, Bot: 1})
+}
+
+func testContextCanceled(t *testing.T, e *env) {
+	k := e.key("a")
+	day := e.base()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := e.s.Write(ctx, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, rollup.Day, day, 1, 1)}, Totals: []analytics.Total{total(k, 1, 1)}})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Write with a canceled context: %v, want context.Canceled", err)
+	}
+	if _, err := e.s.Points(ctx, k, rollup.Day, day, day.Add(rollup.Day)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Points with a canceled context: %v, want context.Canceled", err)
+	}
+	if _, err := e.s.Total(ctx, k); !errors.Is(err, context.Canceled) {
+		t.Errorf("Total with a canceled context: %v, want context.Canceled", err)
+	}
+	checkPoints(t, e.s, k, rollup.Day, day, day.Add(rollup.Day), nil)
+	checkTotal(t, e.s, k, analytics.Visits{})
+}
+
+func testWeeks(t *testing.T, e *env) {
+	k := e.key("a")
+	monday := rollup.Align(e.base(), rollup.Week)
+	if monday.Weekday() != time.Monday {
+		t.Fatalf("rollup.Align(%v, week) = %v, a %v", e.base(), monday, monday.Weekday())
+	}
+	var b analytics.Batch
+	b.At = e.at()
+	var want []analytics.Point
+	for i := 3; i >= 0; i-- {
+		start := monday.Add(-time.Duration(i) * rollup.Week)
+		b.Counts = append(b.Counts, count(k, rollup.Week, start, int64(i+1), 1))
+		want = append(want, point(start, int64(i+1), 1))
+	}
+	write(t, e.s, b)
+	got := points(t, e.s, k, rollup.Week, monday.Add(-10*rollup.Week), monday.Add(rollup.Week))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("week points (-want +got):\n%s", diff)
+	}
+	for _, p := range got {
+		if p.Start.Weekday() != time.Monday || p.Start.Hour() != 0 || p.Start.Minute() != 0 {
+			t.Errorf("week bucket %v does not start on Monday 00:00 UTC", p.Start)
+		}
+	}
+	// A range starting mid-week leaves that week out: its start is before from.
+	checkPoints(t, e.s, k, rollup.Week, monday.Add(-rollup.Week+rollup.Day), monday.Add(rollup.Week), want[3:])
+}
+
+// testLongRange reads a year and a week of days, and a day of minutes.
+func testLongRange(t *testing.T, e *env) {
+	k := e.key("a")
+	day0 := e.base().Add(-369 * rollup.Day)
+	b := analytics.Batch{At: e.at()}
+	var days []analytics.Point
+	for i := range 370 {
+		start := day0.Add(time.Duration(i) * rollup.Day)
+		b.Counts = append(b.Counts, count(k, rollup.Day, start, int64(i+1), int64(i%2)))
+		days = append(days, point(start, int64(i+1), int64(i%2)))
+	}
+	min0 := e.base().Add(-rollup.Day)
+	var minutes []analytics.Point
+	for i := range 1440 {
+		if i%7 == 3 {
+			continue
+		}
+		start := min0.Add(time.Duration(i) * time.Minute)
+		b.Counts = append(b.Counts, count(k, time.Minute, start, 1, int64(i%3)))
+		minutes = append(minutes, point(start, 1, int64(i%3)))
+	}
+	write(t, e.s, b)
+	checkPoints(t, e.s, k, rollup.Day, e.base().Add(-400*rollup.Day), e.base().Add(rollup.Day), days)
+	checkPoints(t, e.s, k, rollup.Day, day0.Add(100*rollup.Day), day0.Add(200*rollup.Day), days[100:200])
+	checkPoints(t, e.s, k, time.Minute, min0, min0.Add(rollup.Day), minutes)
+}
+
+// testReadWhileWriting reads while another goroutine writes: what is read
+// never goes down, and the end is exact.
+func testReadWhileWriting(t *testing.T, e *env) {
+	k := e.key("a")
+	hour := rollup.Align(e.base(), time.Hour)
+	const n = 30
+	done := make(chan error, 1)
+	go func() {
+		for range n {
+			err := e.s.Write(context.Background(), analytics.Batch{At: e.at(),
+				Counts: []analytics.Count{count(k, time.Hour, hour, 1, 0)}, Totals: []analytics.Total{total(k, 1, 0)}})
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	var last int64
+	for finished := false; !finished; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			finished = true
+		default:
+		}
+		v, err := e.s.Total(context.Background(), k)
+		if err != nil {
+			t.Fatalf("Total: %v", err)
+		}
+		if v.Human < last || v.Human > n {
+			t.Fatalf("Total went from %d to %d visits while %d were written", last, v.Human, n)
+		}
+		last = v.Human
+		if _, err := e.s.Points(context.Background(), k, time.Hour, hour, hour.Add(time.Hour)); err != nil {
+			t.Fatalf("Points: %v", err)
+		}
+	}
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, n, 0)})
+	checkTotal(t, e.s, k, analytics.Visits{Human: n})
+}
+
+// testConcurrentWriters writes through two stores on the same data at once,
+// as two gateway processes do.
+func testConcurrentWriters(t *testing.T, e *env) {
+	if e.h.Another == nil {
+		t.Skip("the backend allows one store per data (Harness.Another is nil)")
+	}
+	other := e.h.Another()
+	k := e.key("a")
+	minute := rollup.Align(e.base(), time.Minute).Add(-time.Minute)
+	day := e.base()
+	const n = 25
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i, s := range []Store{e.s, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				err := s.Write(context.Background(), analytics.Batch{At: e.at(),
+					Counts: []analytics.Count{count(k, time.Minute, minute, 1, int64(i)), count(k, rollup.Day, day, 1, int64(i))},
+					Totals: []analytics.Total{total(k, 1, int64(i))}})
+				if err != nil {
+					errs <- fmt.Errorf("store %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Write: %v", err)
+	}
+	for i, s := range []Store{e.s, other} {
+		t.Logf("reading through store %d", i)
+		checkPoints(t, s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 2*n, n)})
+		checkPoints(t, s, k, rollup.Day, day, day.Add(rollup.Day), []analytics.Point{point(day, 2*n, n)})
+		checkTotal(t, s, k, analytics.Visits{Human: 2 * n, Bot: n})
+	}
+}
+
+// testDurability writes, reopens, reads, writes more and reopens again.
+func testDurability(t *testing.T, e *env) {
+	if e.h.Reopen == nil {
+		t.Skip("the backend cannot reopen a store (Harness.Reopen is nil)")
+	}
+	k := e.key("a")
+	minute := rollup.Align(e.base(), time.Minute).Add(-10 * time.Minute)
+	week := rollup.Align(e.base(), rollup.Week)
+	batch := func(h int64) analytics.Batch {
+		return analytics.Batch{At: e.at(),
+			Counts: []analytics.Count{count(k, time.Minute, minute, h, 1), count(k, rollup.Week, week, h, 1)},
+			Totals: []analytics.Total{total(k, h, 1)}}
+	}
+	write(t, e.s, batch(3))
+	e.s = e.h.Reopen()
+	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 3, 1)})
+	checkTotal(t, e.s, k, analytics.Visits{Human: 3, Bot: 1})
+	write(t, e.s, batch(4))
+	e.s = e.h.Reopen()
+	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 7, 2)})
+	checkPoints(t, e.s, k, rollup.Week, week, week.Add(rollup.Week), []analytics.Point{point(week, 7, 2)})
+	checkTotal(t, e.s, k, analytics.Visits{Human: 7, Bot: 2})
+}
+
+// testLargeBatch writes 100,000 counts (10,000 under -short) in one batch:
+// 20,000 links in every tier.
+func testLargeBatch(t *testing.T, e *env) {
+	links := 20_000
+	if testing.Short() {
+		links = 2_000
+	}
+	tiers := rollup.DefaultTiers()
+	b := analytics.Batch{At: e.at()}
+	for i := range links {
+		k := e.key(fmt.Sprint(i))
+		for j, tr := range tiers {
+			b.Counts = append(b.Counts, count(k, tr.Step, rollup.Align(e.base(), tr.Step), int64(i+j+1), int64(i%5)))
+		}
+		b.Totals = append(b.Totals, total(k, int64(i), int64(i%5)))
+	}
+	t.Logf("writing %d counts and %d totals in one batch", len(b.Counts), len(b.Totals))
+	write(t, e.s, b)
+	for _, i := range []int{0, 1, links / 3, links / 2, links - 1} {
+		k := e.key(fmt.Sprint(i))
+		for j, tr := range tiers {
+			s := rollup.Align(e.base(), tr.Step)
+			checkPoints(t, e.s, k, tr.Step, s, s.Add(tr.Step), []analytics.Point{point(s, int64(i+j+1), int64(i%5))})
+		}
+		checkTotal(t, e.s, k, analytics.Visits{Human: int64(i), Bot: int64(i % 5)})
+	}
+}
+
+// testExpiry moves the clock past each tier's retention in turn: that tier
+// loses its old buckets and keeps those still within retention, coarser
+// tiers keep theirs, and totals are never expired.
+func testExpiry(t *testing.T, e *env) {
+	if e.h.Expire == nil {
+		t.Skip("the backend expires by itself (Harness.Expire is nil)")
+	}
+	k := e.key("a")
+	tiers := rollup.DefaultTiers()
+	old := make([]time.Time, len(tiers))   // three hours back
+	young := make([]time.Time, len(tiers)) // one step short of the retention ahead
+	b := analytics.Batch{At: e.at(), Totals: []analytics.Total{total(k, 9, 9)}}
+	for i, tr := range tiers {
+		old[i] = rollup.Align(e.now.Add(-3*time.Hour), tr.Step)
+		young[i] = rollup.Align(e.now.Add(tr.Retention-tr.Step), tr.Step)
+		b.Counts = append(b.Counts, count(k, tr.Step, old[i], 1, 0), count(k, tr.Step, young[i], 2, 0))
+	}
+	write(t, e.s, b)
+	// check checks what is left once the clock has passed the retention of
+	// tiers[:stage+1] by a step and an hour: those tiers lost their old
+	// bucket, the finer of them their young bucket as well (for the default
+	// tiers, each retention is more than twice the one before).
+	check := func(when string, stage int) {
+		t.Helper()
+		for i, tr := range tiers {
+			var want []analytics.Point
+			if i > stage {
+				want = append(want, point(old[i], 1, 0))
+			}
+			if i >= stage {
+				want = append(want, point(young[i], 2, 0))
+			}
+			t.Logf("%s: tier %v", when, tr)
+			checkPoints(t, e.s, k, tr.Step, old[i], young[i].Add(tr.Step), want)
+		}
+		checkTotal(t, e.s, k, analytics.Visits{Human: 9, Bot: 9})
+	}
+	if err := e.h.Expire(e.now); err != nil {
+		t.Fatalf("Expire(now): %v", err)
+	}
+	check("now", -1)
+	for i, tr := range tiers {
+		d := tr.Retention + tr.Step + time.Hour
+		if err := e.h.Expire(e.now.Add(d)); err != nil {
+			t.Fatalf("Expire(now + %v): %v", d, err)
+		}
+		check("now + "+rollup.FormatDuration(d), i)
+	}
+}
