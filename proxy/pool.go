@@ -25,14 +25,17 @@ type target struct {
 
 // setHealthy records up and reports whether it changed.
 func (t *target) setHealthy(up bool) bool {
+	changed := t.healthy.Swap(up) != up
 	if t.gauge != nil {
+		// From the flag, not from up: when a health check and a failed
+		// request race, the gauge shows whichever verdict won.
 		v := 0.0
-		if up {
+		if t.healthy.Load() {
 			v = 1
 		}
 		t.gauge.Set(v)
 	}
-	return t.healthy.Swap(up) != up
+	return changed
 }
 
 // pool balances requests round-robin over the healthy targets.

@@ -26,8 +26,9 @@ import (
 )
 
 // Proxy is an http.Handler that forwards requests to the targets of one
-// upstream Config. It is safe for concurrent use. The gateway builds a new
-// Proxy when the upstream section changes and Closes the old one.
+// upstream Config. It is safe for concurrent use; the zero value is not
+// usable, call New. The gateway builds a new Proxy when the upstream section
+// changes and Closes the old one.
 type Proxy struct {
 	rp        *httputil.ReverseProxy
 	pool      *pool
@@ -96,6 +97,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Ready reports whether at least one target is healthy.
 func (p *Proxy) Ready() bool { return p.pool.anyHealthy() }
+
+// TargetStatus is the health of one target, as Status reports it.
+type TargetStatus struct {
+	Target  string `json:"target"` // scheme://host:port
+	Healthy bool   `json:"healthy"`
+}
+
+// Status returns the health of each target, in config order, for readiness
+// and admin pages.
+func (p *Proxy) Status() []TargetStatus {
+	out := make([]TargetStatus, len(p.pool.targets))
+	for i, t := range p.pool.targets {
+		out[i] = TargetStatus{Target: t.name, Healthy: t.healthy.Load()}
+	}
+	return out
+}
 
 // ConnectionsOpened returns how many upstream connections this Proxy has
 // opened, health checks included.
@@ -179,7 +196,7 @@ func (p *Proxy) isTrusted(host string) bool {
 	if err != nil {
 		return false
 	}
-	a = a.Unmap()
+	a = a.Unmap().WithZone("")
 	for _, pfx := range p.trusted {
 		if pfx.Contains(a) {
 			return true

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/proxy"
@@ -304,6 +306,10 @@ func TestFailover(t *testing.T) {
 	}
 	if got := f.healthy(t, live.URL); got != 1 {
 		t.Errorf("live target health = %v, want 1", got)
+	}
+	want := []proxy.TargetStatus{{Target: dead.URL, Healthy: false}, {Target: live.URL, Healthy: true}}
+	if diff := cmp.Diff(want, f.p.Status()); diff != "" {
+		t.Errorf("Status() mismatch (-want +got):\n%s", diff)
 	}
 	// Only the first request picked the dead target; the rest skipped it.
 	if got, _ := f.metric(t, "linkgate_upstream_retries_total"); got != 1 {
@@ -625,5 +631,32 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			p.Close()
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
+	}
+}
+
+func TestClientGoneWritesNothing(t *testing.T) {
+	arrived := make(chan struct{})
+	up := newUpstream(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done()
+	})
+	f := start(t, config(up.URL), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	rec := httptest.NewRecorder()
+	f.p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/k", nil).WithContext(ctx))
+	if rec.Body.Len() != 0 || len(rec.Header()) != 0 {
+		t.Errorf("answered a client that left: %d %v %q", rec.Code, rec.Header(), rec.Body)
+	}
+	for _, reason := range []string{"unreachable", "timeout", "failed"} {
+		if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", reason); got != 0 {
+			t.Errorf("%s errors = %v, want 0", reason, got)
+		}
+	}
+	if !f.p.Ready() {
+		t.Error("a client leaving took the target out")
 	}
 }
