@@ -1,0 +1,231 @@
+package analytics
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// Limits on what one stats query may ask for.
+const (
+	defaultLast = 24 * time.Hour
+	maxRange    = 100 * rollup.Year // keeps time.Duration arithmetic far from overflow
+	maxPoints   = 50_000            // an explicit step or a stitched curve over a long range
+)
+
+// Answer formats.
+const (
+	formatJSON = "json"
+	formatCSV  = "csv"
+	formatHTML = "html"
+)
+
+// query is a parsed stats request. The zero step means "choose the tier";
+// the empty format means "negotiate from the Accept header".
+type query struct {
+	from, to time.Time // UTC, from < to
+	step     time.Duration
+	stitch   bool
+	format   string
+}
+
+// paramError is a bad query parameter; the 400 answer names it.
+type paramError struct {
+	param, reason string
+}
+
+func (e *paramError) Error() string { return e.param + ": " + e.reason }
+
+func badParam(param, format string, args ...any) error {
+	return &paramError{param, fmt.Sprintf(format, args...)}
+}
+
+// parseQuery reads the query parameters of a stats request at now:
+//
+//	last=90m|6h|3d|2w|2mo|1y  the range ending now (default 24h). m, h, d and
+//	                          w (7 days) are fixed lengths; mo and y are
+//	                          calendar months and years back from now in
+//	                          UTC, so last=1mo on March 31 starts on
+//	                          March 3 (Go's AddDate normalises February 31).
+//	                          Go durations such as 1h30m are accepted too.
+//	from=, to=                RFC 3339 or unix seconds; to defaults to now
+//	                          and from to 24h before to; from < to. Not with last.
+//	step=1m|5m|1h|1d|1w       the resolution; the handler checks it is a tier's
+//	stitch=true               the mixed-resolution curve; not with step
+//	format=json|csv|html      the answer's format; otherwise the Accept header
+//
+// Every error is a *paramError naming the parameter.
+func parseQuery(v url.Values, now time.Time) (query, error) {
+	var q query
+	now = now.UTC()
+	for _, name := range [...]string{"last", "from", "to", "step", "stitch", "format"} {
+		if n := len(v[name]); n > 1 {
+			return query{}, badParam(name, "given %d times", n)
+		}
+	}
+	last, from, to := v.Get("last"), v.Get("from"), v.Get("to")
+	switch {
+	case last != "" && (from != "" || to != ""):
+		return query{}, badParam("last", "cannot be combined with from or to")
+	case last != "":
+		f, err := parseLast(last, now)
+		if err != nil {
+			return query{}, badParam("last", "%v", err)
+		}
+		q.from, q.to = f, now
+	default:
+		q.to = now
+		if to != "" {
+			t, err := parseTime(to)
+			if err != nil {
+				return query{}, badParam("to", "%v", err)
+			}
+			q.to = t
+		}
+		q.from = q.to.Add(-defaultLast)
+		if from != "" {
+			t, err := parseTime(from)
+			if err != nil {
+				return query{}, badParam("from", "%v", err)
+			}
+			q.from = t
+		}
+		if !q.from.Before(q.to) {
+			return query{}, badParam("from", "%s is not before to %s", q.from.Format(time.RFC3339), q.to.Format(time.RFC3339))
+		}
+	}
+	if q.to.Sub(q.from) > maxRange {
+		name := "from"
+		if last != "" {
+			name = "last"
+		}
+		return query{}, badParam(name, "the range is longer than %s", rollup.FormatDuration(maxRange))
+	}
+	if s := v.Get("step"); s != "" {
+		d, err := rollup.ParseDuration(s)
+		if err != nil {
+			return query{}, badParam("step", "%q is not a duration like 1m, 5m, 1h, 1d or 1w", s)
+		}
+		q.step = d
+	}
+	if s := v.Get("stitch"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return query{}, badParam("stitch", "%q is not true or false", s)
+		}
+		q.stitch = b
+	}
+	if q.stitch && q.step != 0 {
+		return query{}, badParam("stitch", "cannot be combined with step: a stitched curve has its own steps")
+	}
+	switch f := v.Get("format"); f {
+	case "", formatJSON, formatCSV, formatHTML:
+		q.format = f
+	default:
+		return query{}, badParam("format", "%q is not json, csv or html", f)
+	}
+	return q, nil
+}
+
+// parseLast returns the start of the range "last" ending at now.
+func parseLast(s string, now time.Time) (time.Time, error) {
+	if n, ok := strings.CutSuffix(s, "mo"); ok {
+		m, err := strconv.ParseUint(n, 10, 16)
+		if err != nil || m == 0 || m > 1200 {
+			return time.Time{}, fmt.Errorf("%q is not a number of months like 2mo", s)
+		}
+		return now.AddDate(0, -int(m), 0), nil
+	}
+	if n, ok := strings.CutSuffix(s, "y"); ok {
+		y, err := strconv.ParseUint(n, 10, 16)
+		if err != nil || y == 0 || y > 100 {
+			return time.Time{}, fmt.Errorf("%q is not a number of years like 1y", s)
+		}
+		return now.AddDate(-int(y), 0, 0), nil
+	}
+	d, err := rollup.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not a duration like 90m, 6h, 3d, 2w, 2mo or 1y", s)
+	}
+	if d > maxRange {
+		return time.Time{}, fmt.Errorf("%q is longer than %s", s, rollup.FormatDuration(maxRange))
+	}
+	return now.Add(-d), nil
+}
+
+// Unix seconds accepted by from and to: 1970 to the end of 9999.
+const maxUnix = 253402300799
+
+// parseTime reads RFC 3339 or unix seconds, returning UTC.
+func parseTime(s string) (time.Time, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 || n > maxUnix {
+			return time.Time{}, fmt.Errorf("unix time %d is outside 1970 to 9999", n)
+		}
+		return time.Unix(n, 0).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-11-22T10:00:00Z) nor unix seconds", s)
+	}
+	if t.Year() < 1970 {
+		return time.Time{}, fmt.Errorf("%q is before 1970", s)
+	}
+	return t.UTC(), nil
+}
+
+// negotiate picks the answer's format from an Accept header (RFC 9110
+// section 12.5.1): the offer with the highest quality, JSON on a tie, so
+// that a browser (text/html first, */* at q=0.8) gets the chart page and
+// curl (*/*) gets JSON.
+func negotiate(accept string) string {
+	offers := [...]struct{ typ, format string }{
+		{"application/json", formatJSON}, {"text/csv", formatCSV}, {"text/html", formatHTML},
+	}
+	best, bestQ := formatJSON, 0.0
+	for _, o := range offers {
+		q := acceptQuality(accept, o.typ)
+		if q > bestQ {
+			best, bestQ = o.format, q
+		}
+	}
+	return best
+}
+
+// acceptQuality returns the quality accept gives the media type typ: that
+// of the most specific matching range, 0 when none matches.
+func acceptQuality(accept, typ string) float64 {
+	major, _, _ := strings.Cut(typ, "/")
+	q, spec := 0.0, -1
+	for r := range strings.SplitSeq(accept, ",") {
+		mt, params, _ := strings.Cut(r, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+		s := -1
+		switch mt {
+		case typ:
+			s = 2
+		case major + "/*":
+			s = 1
+		case "*/*":
+			s = 0
+		}
+		if s <= spec {
+			continue
+		}
+		rq := 1.0
+		for p := range strings.SplitSeq(params, ";") {
+			k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if strings.EqualFold(k, "q") {
+				if f, err := strconv.ParseFloat(val, 64); err == nil && f >= 0 && f <= 1 {
+					rq = f
+				}
+			}
+		}
+		q, spec = rq, s
+	}
+	return q
+}

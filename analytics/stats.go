@@ -1,0 +1,269 @@
+package analytics
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/problem"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// Stats is the stats API: one link's all-time totals and its curve over a
+// range, or those of all links together. Build it with NewStats; it is safe
+// for concurrent use and holds no state between requests.
+type Stats struct {
+	r     Reader
+	tiers []rollup.Tier
+	token []byte
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// NewStats returns the stats API reading from r, whose tiers are tiers (the
+// analytics retention). The gateway mounts it at the stats prefix with the
+// prefix stripped:
+//
+//	mux.Handle("/stats/", http.StripPrefix("/stats", analytics.NewStats(...)))
+//	mux.Handle("/stats", http.StripPrefix("/stats", ...))
+//
+// so it serves "/" (or "") for all links together (the AllLinks key) and
+// "/{short_key}" for one link. Only GET and HEAD are allowed.
+//
+// The query parameters are those of parseQuery: last or from/to, step,
+// stitch, format. The answer is JSON unless format or the Accept header asks
+// for CSV or for the chart page (HTML):
+//
+//	{"short_key": "abc",   // "" for all links together
+//	 "total": 1234,        // all-time human visits
+//	 "bot_total": 56,      // all-time visits of known bots and link-preview fetchers
+//	 "range_total": 78,    // human visits in the points below: their sum
+//	 "bot_range_total": 9,
+//	 "from": 1763769600,   // unix seconds: the start of the first bucket (from aligned down)
+//	 "to": 1763856000,     // unix seconds: the end of the range asked for
+//	 "step": 60,           // seconds; 0 for a stitched curve
+//	 "points": [[1763769600, 3, 0], ...]}  // [start, humans, bots], every bucket, zeros included
+//
+// A stitched curve's points carry their own step: [start, humans, bots,
+// step]. The last bucket is whole: it may hold visits after "to". CSV has
+// the header "unix_seconds,count,bot_count" (",step" when stitched) and one
+// row per point.
+//
+// An unknown key has zeros, not an error. A bad parameter is a 400 problem
+// naming it; a Reader error is a 503 problem. When token is not empty, data
+// answers require "Authorization: Bearer <token>" (401 otherwise); the chart
+// page itself holds no data and is served to anyone: its script asks for the
+// token when the JSON answer is 401. now is the clock (nil: time.Now); log
+// receives Reader errors (nil: discarded).
+func NewStats(r Reader, tiers []rollup.Tier, token string, now func() time.Time, log *slog.Logger) http.Handler {
+	if r == nil {
+		panic("analytics: NewStats: nil Reader")
+	}
+	if err := rollup.ValidateTiers(tiers); err != nil {
+		panic("analytics: NewStats: " + err.Error())
+	}
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Stats{r: r, tiers: tiers, now: now, log: log}
+	if token != "" {
+		s.token = []byte(token)
+	}
+	return s
+}
+
+// ServeHTTP answers one stats request.
+func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		problem.Write(w, http.StatusMethodNotAllowed, "the stats API is read-only: use GET or HEAD")
+		return
+	}
+	key, shortKey := AllLinks, strings.TrimPrefix(r.URL.Path, "/")
+	if shortKey != "" {
+		key = shortKey
+	}
+	if strings.Contains(shortKey, "/") {
+		problem.Write(w, http.StatusNotFound, "no stats at this path: ask for / (all links) or /{short_key}")
+		return
+	}
+	q, err := parseQuery(r.URL.Query(), s.now())
+	if err != nil {
+		writeParamError(w, err)
+		return
+	}
+	w.Header().Add("Vary", "Accept")
+	format := q.format
+	if format == "" {
+		format = negotiate(r.Header.Get("Accept"))
+	}
+	if format == formatHTML {
+		serveChart(w)
+		return
+	}
+	if !s.authorized(r) {
+		writeUnauthorized(w, r)
+		return
+	}
+	c, err := s.curve(r.Context(), key, q)
+	switch {
+	case err == nil:
+	case errors.As(err, new(*paramError)):
+		writeParamError(w, err)
+		return
+	default:
+		if r.Context().Err() == nil {
+			s.log.Warn("stats: read failed", "key", key, "err", err)
+		}
+		problem.Write(w, http.StatusServiceUnavailable, "the analytics store cannot be read now; try again")
+		return
+	}
+	c.shortKey = shortKey
+	h := w.Header()
+	h.Set("Cache-Control", "no-store") // counts change at every flush
+	if format == formatCSV {
+		h.Set("Content-Type", "text/csv; charset=utf-8")
+		w.Write(c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	w.Write(c.appendJSON(make([]byte, 0, 256+len(c.points)*32)))
+}
+
+// authorized says whether r carries the bearer token, when one is required.
+// The comparison takes the same time however much of the token matches.
+func (s *Stats) authorized(r *http.Request) bool {
+	if s.token == nil {
+		return true
+	}
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), s.token) == 1
+}
+
+// writeUnauthorized answers 401 with the RFC 6750 challenge.
+func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
+	challenge := `Bearer realm="linkgate stats"`
+	if r.Header.Get("Authorization") != "" {
+		challenge += `, error="invalid_token"`
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	problem.Write(w, http.StatusUnauthorized, "the stats API needs Authorization: Bearer <token>")
+}
+
+// writeParamError answers 400 naming the bad parameter, in the shape of RFC
+// 9457's "invalid-params" example.
+func writeParamError(w http.ResponseWriter, err error) {
+	d := problem.Details{Status: http.StatusBadRequest, Detail: err.Error()}
+	var pe *paramError
+	if errors.As(err, &pe) {
+		d.Extra = map[string]any{"invalid-params": []map[string]string{{"name": pe.param, "reason": pe.reason}}}
+	}
+	problem.WriteDetails(w, d)
+}
+
+// curve is the answer to one stats query.
+type curve struct {
+	shortKey   string
+	total      Visits
+	rangeTotal Visits
+	from, to   time.Time
+	step       time.Duration // 0 when stitched
+	stitched   bool
+	points     []curvePoint
+}
+
+// curvePoint is one bucket of a curve.
+type curvePoint struct {
+	start int64 // unix seconds
+	step  int64 // seconds
+	Visits
+}
+
+// curve reads key's totals and its curve for q: one Reader range per tier
+// segment (one segment unless stitched), every bucket present, zeros where
+// the store has none.
+func (s *Stats) curve(ctx context.Context, key string, q query) (*curve, error) {
+	var segs []rollup.Segment
+	switch {
+	case q.stitch:
+		var err error
+		if segs, err = rollup.Stitch(s.tiers, q.from, q.to, s.now()); err != nil {
+			return nil, badParam("from", "%v", err)
+		}
+	case q.step != 0:
+		t, err := rollup.WithStep(s.tiers, q.step)
+		if err != nil {
+			return nil, badParam("step", "%v", strings.TrimPrefix(err.Error(), "rollup: "))
+		}
+		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
+	default:
+		t, err := rollup.Choose(s.tiers, q.from, q.to, s.now(), rollup.MaxPoints)
+		if err != nil {
+			return nil, badParam("from", "%v", err)
+		}
+		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
+	}
+	n := 0
+	for _, sg := range segs {
+		n += rollup.NumBuckets(sg.From, sg.To, sg.Tier.Step)
+	}
+	if n > maxPoints {
+		name := "step"
+		if q.stitch {
+			name = "stitch"
+		}
+		return nil, badParam(name, "the range has %d points, more than %d: choose a coarser step or a shorter range", n, maxPoints)
+	}
+	c := &curve{
+		from: rollup.Align(segs[0].From, segs[0].Tier.Step), to: q.to,
+		stitched: q.stitch, points: make([]curvePoint, 0, n),
+	}
+	if !q.stitch {
+		c.step = segs[0].Tier.Step
+	}
+	for _, sg := range segs {
+		step := sg.Tier.Step
+		start := rollup.Align(sg.From, step)
+		pts, err := s.r.Points(ctx, key, step, start, sg.To)
+		if err != nil {
+			return nil, fmt.Errorf("analytics: stats: points of %q at %v: %w", key, step, err)
+		}
+		// Zero-fill the segment's buckets, then add each stored point to
+		// its bucket; a store may return them unaligned or more than once
+		// (one per writer): they add up.
+		base := len(c.points)
+		nb := rollup.NumBuckets(sg.From, sg.To, step)
+		for t, i := start, 0; i < nb; i++ {
+			c.points = append(c.points, curvePoint{start: t.Unix(), step: int64(step / time.Second)})
+			t = t.Add(step)
+		}
+		seg := c.points[base:]
+		for _, p := range pts {
+			i := rollup.Align(p.Start, step).Sub(start) / step
+			if i < 0 || int(i) >= len(seg) {
+				continue
+			}
+			seg[i].Human += p.Human
+			seg[i].Bot += p.Bot
+			c.rangeTotal.Human += p.Human
+			c.rangeTotal.Bot += p.Bot
+		}
+	}
+	total, err := s.r.Total(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: stats: total of %q: %w", key, err)
+	}
+	c.total = total
+	return c, nil
+}
