@@ -1,0 +1,456 @@
+// Package configs_test checks the deployment files statically: no Docker
+// engine runs where the tests run, so docker-compose.yml, the Dockerfile and
+// every config here are parsed and cross-checked instead of started.
+package configs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/linkgate/linkgate/config"
+)
+
+const root = ".." // tests run in configs/
+
+// compose is the part of the Compose file format these files use.
+type compose struct {
+	Name     string             `yaml:"name"`
+	Services map[string]service `yaml:"services"`
+	Volumes  map[string]any     `yaml:"volumes"`
+}
+
+type service struct {
+	Build       any               `yaml:"build"`
+	Image       string            `yaml:"image"`
+	Entrypoint  []string          `yaml:"entrypoint"` // exec form only: the files use no shell form
+	Command     []string          `yaml:"command"`
+	Volumes     []string          `yaml:"volumes"`
+	Ports       []string          `yaml:"ports"`
+	Expose      []string          `yaml:"expose"`
+	DependsOn   dependsOn         `yaml:"depends_on"`
+	Environment map[string]string `yaml:"environment"`
+	Healthcheck *struct {
+		Test        []string `yaml:"test"`
+		Interval    string   `yaml:"interval"`
+		Timeout     string   `yaml:"timeout"`
+		Retries     int      `yaml:"retries"`
+		StartPeriod string   `yaml:"start_period"`
+	} `yaml:"healthcheck"`
+	Restart string `yaml:"restart"`
+}
+
+// dependsOn reads both forms: a list of names or a map of name → condition.
+type dependsOn map[string]string
+
+func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
+	*d = dependsOn{}
+	if n.Kind == yaml.SequenceNode {
+		var names []string
+		if err := n.Decode(&names); err != nil {
+			return err
+		}
+		for _, s := range names {
+			(*d)[s] = "service_started"
+		}
+		return nil
+	}
+	var m map[string]struct {
+		Condition string `yaml:"condition"`
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		(*d)[k] = v.Condition
+	}
+	return nil
+}
+
+// loadCompose decodes docker-compose.yml strictly: a field the types above do
+// not know fails the test, so that a typo never passes as "not checked".
+func loadCompose(t *testing.T) compose {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c compose
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	if len(c.Services) == 0 {
+		t.Fatal("docker-compose.yml: no services")
+	}
+	return c
+}
+
+// mount finds the host path mounted at target in a service.
+func (s service) mount(target string) (host string, ok bool) {
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && parts[1] == target {
+			return parts[0], true
+		}
+	}
+	return "", false
+}
+
+// flag returns the value after name in args.
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// gatewayConfig loads the config file compose mounts into the gateway.
+func gatewayConfig(t *testing.T, c compose) *config.Config {
+	t.Helper()
+	gw, ok := c.Services["gateway"]
+	if !ok {
+		t.Fatal("no gateway service")
+	}
+	target := flagValue(gw.Command, "-config")
+	if target == "" {
+		t.Fatalf("gateway command %q has no -config FILE", gw.Command)
+	}
+	host, ok := gw.mount(target)
+	if !ok {
+		t.Fatalf("gateway: -config %s is not a mounted file (volumes %q)", target, gw.Volumes)
+	}
+	cfg, err := config.Load(filepath.Join(root, host))
+	if err != nil {
+		t.Fatalf("gateway config %s: %v", host, err)
+	}
+	return cfg
+}
+
+func TestComposeDependencies(t *testing.T) {
+	c := loadCompose(t)
+	for name, s := range c.Services {
+		for dep := range s.DependsOn {
+			if _, ok := c.Services[dep]; !ok {
+				t.Errorf("services.%s.depends_on: %q is not a service", name, dep)
+			}
+		}
+		for _, v := range s.Volumes {
+			src, _, _ := strings.Cut(v, ":")
+			if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
+				if _, err := os.Stat(filepath.Join(root, src)); err != nil {
+					t.Errorf("services.%s.volumes: %v", name, err)
+				}
+			} else if _, ok := c.Volumes[src]; !ok {
+				t.Errorf("services.%s.volumes: named volume %q is not declared", name, src)
+			}
+		}
+	}
+	gw := c.Services["gateway"]
+	for dep, cond := range map[string]string{"tinyurl": "service_healthy", "memcached": "service_started", "cassandra": "service_started"} {
+		if got := gw.DependsOn[dep]; got != cond {
+			t.Errorf("gateway depends_on %s: condition %q, want %q", dep, got, cond)
+		}
+	}
+}
+
+func TestComposeHealthchecks(t *testing.T) {
+	c := loadCompose(t)
+	installed := dockerfile(t).installed
+	for name, s := range c.Services {
+		h := s.Healthcheck
+		if h == nil || len(h.Test) < 2 {
+			t.Errorf("services.%s: no healthcheck", name)
+			continue
+		}
+		switch h.Test[0] {
+		case "CMD":
+			if s.Build != nil && !slices.Contains(installed, h.Test[1]) {
+				t.Errorf("services.%s.healthcheck: %s is not a binary the Dockerfile installs (%q)", name, h.Test[1], installed)
+			}
+		case "CMD-SHELL":
+			if s.Build != nil {
+				t.Errorf("services.%s.healthcheck: the image is distroless, it has no shell", name)
+			}
+		default:
+			t.Errorf("services.%s.healthcheck.test: starts with %q, want CMD or CMD-SHELL", name, h.Test[0])
+		}
+	}
+	// The probes ask the listeners the configs give.
+	cfg := gatewayConfig(t, c)
+	_, adminPort, _ := net.SplitHostPort(cfg.Admin.Listen)
+	if want := "http://127.0.0.1:" + adminPort + "/readyz"; !slices.Contains(c.Services["gateway"].Healthcheck.Test, want) {
+		t.Errorf("gateway healthcheck %q does not probe %s", c.Services["gateway"].Healthcheck.Test, want)
+	}
+	_, tinyPort, _ := net.SplitHostPort(flagValue(c.Services["tinyurl"].Command, "-listen"))
+	if want := "http://127.0.0.1:" + tinyPort + "/healthz"; !slices.Contains(c.Services["tinyurl"].Healthcheck.Test, want) {
+		t.Errorf("tinyurl healthcheck %q does not probe %s", c.Services["tinyurl"].Healthcheck.Test, want)
+	}
+}
+
+// TestComposeConfigNamesServices checks that every address in the gateway's
+// config is a compose service listening on that port.
+func TestComposeConfigNamesServices(t *testing.T) {
+	c := loadCompose(t)
+	cfg := gatewayConfig(t, c)
+	check := func(field, hostport string) {
+		host, port, err := net.SplitHostPort(hostport)
+		if err != nil {
+			t.Errorf("%s: %q: %v", field, hostport, err)
+			return
+		}
+		s, ok := c.Services[host]
+		if !ok {
+			t.Errorf("%s: %q is not a compose service", field, host)
+			return
+		}
+		if !slices.Contains(s.Expose, port) {
+			t.Errorf("%s: service %s does not expose port %s (expose %q)", field, host, port, s.Expose)
+		}
+	}
+	if cfg.Limiter.Store != "memcached" {
+		t.Errorf("limiter.store = %q, want memcached in compose", cfg.Limiter.Store)
+	}
+	for i, s := range cfg.Limiter.Memcached.Servers {
+		check("limiter.memcached.servers["+strconv.Itoa(i)+"]", s)
+	}
+	if cfg.Analytics.Store != "cassandra" {
+		t.Errorf("analytics.store = %q, want cassandra in compose", cfg.Analytics.Store)
+	}
+	for i, h := range cfg.Analytics.Cassandra.Hosts {
+		check("analytics.cassandra.hosts["+strconv.Itoa(i)+"]", h)
+	}
+	for i, target := range cfg.Upstream.Targets {
+		u, err := url.Parse(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("upstream.targets["+strconv.Itoa(i)+"]", u.Host)
+		// The demo service listens where its expose says.
+		if s, ok := c.Services[u.Hostname()]; ok && s.Command != nil {
+			if _, port, _ := net.SplitHostPort(flagValue(s.Command, "-listen")); port != u.Port() {
+				t.Errorf("upstream.targets[%d] port %s, but %s listens on %q", i, u.Port(), u.Hostname(), flagValue(s.Command, "-listen"))
+			}
+		}
+	}
+	for _, p := range cfg.Server.Trusted() {
+		if !p.Addr().IsPrivate() {
+			t.Errorf("server.trusted_proxies: %v is not a private range", p)
+		}
+	}
+}
+
+// TestComposePorts checks that the published ports reach the gateway's
+// listeners, which must listen on all interfaces inside the container.
+func TestComposePorts(t *testing.T) {
+	c := loadCompose(t)
+	cfg := gatewayConfig(t, c)
+	var published []string
+	for _, p := range c.Services["gateway"].Ports {
+		parts := strings.Split(p, ":") // [HOST_IP:]HOST:CONTAINER
+		if len(parts) < 2 {
+			t.Errorf("gateway port %q: want HOST:CONTAINER", p)
+			continue
+		}
+		published = append(published, parts[len(parts)-1])
+	}
+	df := dockerfile(t)
+	for field, listen := range map[string]string{"server.listen": cfg.Server.Listen, "admin.listen": cfg.Admin.Listen} {
+		host, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host != "0.0.0.0" && host != "" && host != "::" {
+			t.Errorf("%s = %q: a container must listen on all interfaces to be published", field, listen)
+		}
+		if !slices.Contains(published, port) {
+			t.Errorf("%s port %s is not published (ports %q)", field, port, c.Services["gateway"].Ports)
+		}
+		if !slices.Contains(df.expose, port) {
+			t.Errorf("%s port %s is not in the Dockerfile's EXPOSE %q", field, port, df.expose)
+		}
+	}
+	if tok := cfg.Admin.TokenEnv; tok != "" {
+		if _, ok := c.Services["gateway"].Environment[tok]; !ok {
+			t.Errorf("admin.token_env %s is not passed to the gateway's environment", tok)
+		}
+	}
+}
+
+// image is what the test reads from the Dockerfile.
+type image struct {
+	built      map[string]string // output path → ./cmd/NAME
+	installed  []string          // paths of the built binaries in the final image
+	user       string
+	entrypoint []string
+	expose     []string
+}
+
+func dockerfile(t *testing.T) image {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(data), "\\\n", " ")
+	var stages [][]string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(strings.ToUpper(line), "FROM ") {
+			stages = append(stages, nil)
+		}
+		if len(stages) == 0 {
+			t.Fatalf("Dockerfile: %q before FROM", line)
+		}
+		stages[len(stages)-1] = append(stages[len(stages)-1], line)
+	}
+	if len(stages) < 2 {
+		t.Fatalf("Dockerfile: %d stages, want a build stage and a final one", len(stages))
+	}
+	im := image{built: map[string]string{}}
+	goBuild := regexp.MustCompile(`go build [^&;]*?-o (\S+) (\./cmd/\S+)`)
+	for _, st := range stages[:len(stages)-1] {
+		for _, line := range st {
+			for _, m := range goBuild.FindAllStringSubmatch(line, -1) {
+				im.built[m[1]] = m[2]
+			}
+		}
+	}
+	for _, line := range stages[len(stages)-1] {
+		word, rest, _ := strings.Cut(line, " ")
+		fields := strings.Fields(rest)
+		switch strings.ToUpper(word) {
+		case "COPY":
+			if len(fields) < 3 || !strings.HasPrefix(fields[0], "--from=") {
+				continue
+			}
+			dest := fields[len(fields)-1]
+			for _, src := range fields[1 : len(fields)-1] {
+				if _, ok := im.built[src]; ok {
+					if strings.HasSuffix(dest, "/") {
+						im.installed = append(im.installed, dest+filepath.Base(src))
+					} else {
+						im.installed = append(im.installed, dest)
+					}
+				}
+			}
+		case "USER":
+			im.user = rest
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(rest), &im.entrypoint); err != nil {
+				t.Fatalf("Dockerfile ENTRYPOINT %s: want the exec (JSON) form: %v", rest, err)
+			}
+		case "EXPOSE":
+			im.expose = append(im.expose, fields...)
+		}
+	}
+	return im
+}
+
+func TestDockerfile(t *testing.T) {
+	im := dockerfile(t)
+	var cmds []string
+	for _, pkg := range im.built {
+		cmds = append(cmds, pkg)
+		if _, err := os.Stat(filepath.Join(root, pkg, "main.go")); err != nil {
+			t.Errorf("Dockerfile builds %s: %v", pkg, err)
+		}
+	}
+	slices.Sort(cmds)
+	if want := []string{"./cmd/gateway", "./cmd/tinyurl"}; !slices.Equal(cmds, want) {
+		t.Errorf("Dockerfile builds %q, want %q", cmds, want)
+	}
+	if len(im.installed) != len(im.built) {
+		t.Errorf("final image installs %q of the built %v", im.installed, im.built)
+	}
+	user, _, _ := strings.Cut(im.user, ":")
+	if user == "" || user == "root" || user == "0" {
+		t.Errorf("final image USER %q, want a non-root user", im.user)
+	}
+	if len(im.entrypoint) == 0 || !slices.Contains(im.installed, im.entrypoint[0]) {
+		t.Errorf("ENTRYPOINT %q is not an installed binary %q", im.entrypoint, im.installed)
+	}
+
+	// Every service run from this image starts a binary the image has.
+	c := loadCompose(t)
+	for name, s := range c.Services {
+		if s.Build == nil {
+			if s.Image == "" {
+				t.Errorf("services.%s: neither build nor image", name)
+			}
+			continue
+		}
+		ep := im.entrypoint
+		if s.Entrypoint != nil {
+			ep = s.Entrypoint
+		}
+		if len(ep) == 0 || !slices.Contains(im.installed, ep[0]) {
+			t.Errorf("services.%s: entrypoint %q is not a binary the Dockerfile installs (%q)", name, ep, im.installed)
+		}
+	}
+}
+
+// TestConfigsLoad loads every config kept here, and checks that the quick
+// start and compose configs keep the example's rules.
+func TestConfigsLoad(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no configs: %v", err)
+	}
+	cfgs := map[string]*config.Config{}
+	for _, f := range files {
+		cfg, err := config.Load(f)
+		if err != nil {
+			t.Errorf("%v", err)
+			continue
+		}
+		cfgs[f] = cfg
+	}
+	example := cfgs["gateway.example.yaml"]
+	if example == nil {
+		t.Fatal("gateway.example.yaml did not load")
+	}
+	for _, f := range []string{"gateway.quickstart.yaml", "gateway.compose.yaml"} {
+		cfg := cfgs[f]
+		if cfg == nil {
+			t.Errorf("%s did not load", f)
+			continue
+		}
+		if diff := cmp.Diff(example.Rules, cfg.Rules); diff != "" {
+			t.Errorf("%s rules differ from the example's (-example +%s):\n%s", f, f, diff)
+		}
+	}
+	if qs := cfgs["gateway.quickstart.yaml"]; qs != nil {
+		// The quick start runs on one machine, beside go run ./cmd/tinyurl.
+		want := []string{"http://127.0.0.1:8081"}
+		if !slices.Equal(qs.Upstream.Targets, want) || qs.Limiter.Store != "memory" || qs.Analytics.Store != "embedded" {
+			t.Errorf("quickstart: targets %q limiter %q analytics %q, want %q memory embedded",
+				qs.Upstream.Targets, qs.Limiter.Store, qs.Analytics.Store, want)
+		}
+		for _, l := range []string{qs.Server.Listen, qs.Admin.Listen} {
+			if host, _, _ := net.SplitHostPort(l); host != "127.0.0.1" {
+				t.Errorf("quickstart listens on %s, want loopback only", l)
+			}
+		}
+	}
+}
