@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -447,7 +448,7 @@ func parseCount(b []byte) (int64, bool) {
 	}
 	var n int64
 	for _, c := range b {
-		if c < '0' || c > '9' {
+		if c < '0' || c > '9' || n > (math.MaxInt64-int64(c-'0'))/10 {
 			return 0, false
 		}
 		n = n*10 + int64(c-'0')

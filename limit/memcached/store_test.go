@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/limit"
@@ -408,5 +409,34 @@ func BenchmarkDecision(b *testing.B) {
 			}
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	})
+}
+
+// BenchmarkFloor is gomemcache alone on the same memcached: a get of one
+// key and a GetMulti of the 144 keys of a check, to compare Decision with.
+func BenchmarkFloor(b *testing.B) {
+	mc := startMemcached(b)
+	c := memcache.New(mc.Addr)
+	c.MaxIdleConns = 8
+	plan := dayPlan(time.Now())
+	keys := make([]string, len(plan))
+	for i, bk := range plan {
+		keys[i] = memcached.Key(limit.Counter{Rule: "login_ip", Value: "198.51.100.1"}, bk)
+	}
+	b.Run("get1", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.Get(keys[0]); err != nil && err != memcache.ErrCacheMiss {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("getmulti144", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.GetMulti(keys); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
