@@ -1,0 +1,93 @@
+package limit
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// blocked remembers clients over a limit until the second they can pass
+// again, so that a flood from one client is answered without a store
+// operation. It is safe for concurrent use; entries are dropped when they
+// are found expired and a shard holds at most blockedShardCap of them.
+type blocked struct {
+	seed   maphash.Seed
+	shards [blockedShards]blockedShard
+}
+
+const (
+	blockedShards   = 64
+	blockedShardCap = 1 << 14
+)
+
+type blockedShard struct {
+	mu sync.RWMutex
+	m     map[Counter]blockedEntry
+	swept int64 // unix second of the last sweep of a full shard
+	_     [24]byte
+}
+
+// blockedEntry is when a counter can pass again and which limit binds.
+type blockedEntry struct {
+	until int64 // unix seconds
+	limit int   // index of the binding limit in the rule
+}
+
+func newBlocked() *blocked {
+	b := &blocked{seed: maphash.MakeSeed()}
+	for i := range b.shards {
+		b.shards[i].m = make(map[Counter]blockedEntry)
+	}
+	return b
+}
+
+func (b *blocked) shard(c Counter) *blockedShard {
+	var h maphash.Hash
+	h.SetSeed(b.seed)
+	h.WriteString(c.Rule)
+	h.WriteByte(0)
+	h.WriteString(c.Value)
+	return &b.shards[h.Sum64()%blockedShards]
+}
+
+// get returns the entry of c if it is still blocked at unix second now.
+func (b *blocked) get(c Counter, now int64) (blockedEntry, bool) {
+	s := b.shard(c)
+	s.mu.RLock()
+	e, ok := s.m[c]
+	s.mu.RUnlock()
+	if ok && now >= e.until {
+		s.mu.Lock()
+		if e2, ok := s.m[c]; ok && now >= e2.until {
+			delete(s.m, c)
+		}
+		s.mu.Unlock()
+		return blockedEntry{}, false
+	}
+	return e, ok
+}
+
+// put blocks c until e.until.
+func (b *blocked) put(c Counter, e blockedEntry, now int64) {
+	s := b.shard(c)
+	s.mu.Lock()
+	if len(s.m) >= blockedShardCap && now > s.swept {
+		s.swept = now
+		for k, v := range s.m {
+			if now >= v.until {
+				delete(s.m, k)
+			}
+		}
+	}
+	if len(s.m) < blockedShardCap {
+		s.m[c] = e
+	}
+	s.mu.Unlock()
+}
+
+// del unblocks c (an admin reset).
+func (b *blocked) del(c Counter) {
+	s := b.shard(c)
+	s.mu.Lock()
+	delete(s.m, c)
+	s.mu.Unlock()
+}

@@ -1,0 +1,64 @@
+// Package limit throttles abusive traffic: rules keyed by client address,
+// user or email, each with several windows at once ("2/s, 5/m, 10/h,
+// 100/d"), counted in bucketed logs as seed 000 describes, on a Store that is
+// in process (Memory, the default) or shared (limit/memcached).
+//
+// # Counting
+//
+// A rule's counter (Counter: the rule's name, the event, and the normalized
+// feature value) counts hits in buckets of three levels: 1 s, 1 min, 1 h.
+// Keys never hold a limit's number, so editing 5/m to 8/m keeps the counts.
+// A window up to a minute is counted in seconds, up to an hour in minutes,
+// beyond in hours, so no limit reads more than about 60 buckets. Buckets are
+// shared per level: 2/s and 5/m both read the second buckets, and the rule
+// 2/s, 5/m, 10/h, 100/d reads 60 + 60 + 24 = 144 buckets in one Store.Load
+// and a counted hit increments 3.
+//
+// With precision "bucket" a limit of window w on a level of bucket size S
+// sums the current bucket and the k−1 before it, k = ⌈w/S⌉. Its count at
+// time t is exactly the hits of those buckets, which lies between the hits
+// of (t−(k−1)·S, t] and those of (t−k·S, t]. For w a multiple of S (every
+// window but odd ones like 90s) that is: never more than the true count of
+// the window, and less by at most the hits of one bucket at its far edge.
+// So a client can exceed N per w by at most one bucket's worth of hits
+// (2/s can pass 4 hits across a second boundary; 100/d, hits of the
+// oldest hour again). Retry-After is exact: the second at which the oldest
+// buckets leave the window.
+//
+// With precision "exact" every hit is written to all three levels and a
+// window is covered by the coarsest aligned buckets that fit (at 23:30:33 the
+// last day is 23:30:00–33 in seconds, 23:00–29 in minutes, 00–22 in hours,
+// and yesterday's 23:30:34–59 in seconds and 23:31–59 in minutes: 142
+// buckets). The count is exactly the hits whose second lies in the last
+// ⌈w⌉ seconds: the error is below one second at the window's far edge.
+// Second and minute buckets then live as long as the longest window (a
+// day); Bucket.TTL says so. Retry-After is an upper bound: the hits of a
+// minute or hour bucket are taken to leave the window with its last second.
+// A reset in exact precision clears the minute and hour levels and the
+// last two minutes of seconds; a later check may still count up to one
+// minute's worth of older hits in the seconds tail of its oldest minute.
+//
+// # Decisions
+//
+// Every rule matching a request is checked; the first over a limit answers
+// 429 and the request is not counted under any rule, so a client that keeps
+// retrying while blocked is free again when its counted hits age out. A
+// Strict rule counts first (Store.AddNow) and then checks, so several
+// gateways sharing a store never let more than N hits through; its rejected
+// hits were counted. A client found over its limit is remembered by the
+// Limiter until the second it can pass again, and its requests until then
+// are answered without a store operation.
+//
+// Several gateways sharing a store with asynchronous adds (memcached) can
+// overshoot a limit by the hits each gateway admitted but had not yet
+// flushed when the others checked; Strict rules avoid this at the cost of a
+// synchronous add per request.
+//
+// # Use
+//
+//	store := limit.NewMemory()
+//	m := limit.NewMetrics(prometheus.DefaultRegisterer)
+//	l, err := limit.New(cfg.Rules, cfg.Identity, cfg.Limiter, trusted, store, m, logger)
+//	handler := l.Middleware(proxy)
+//	admin.Mount("/admin/limits", l.AdminHandler())
+package limit

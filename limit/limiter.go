@@ -1,0 +1,275 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/linkgate/linkgate/route"
+)
+
+// Limiter is a compiled set of rules over a Store: the immutable snapshot a
+// config implies. Build a new one on reload (with the same Store and
+// Metrics) and swap it in; counters of unchanged rules survive because keys
+// hold the rule's name, never its limits. A Limiter is safe for concurrent
+// use once built; WithClock and WithUserSource must be called before use.
+type Limiter struct {
+	rules    []*rule
+	byName   map[string]*rule
+	id       *identifier
+	store    Store
+	failOpen bool
+	blocked  *blocked
+	now      func() time.Time
+	log      *slog.Logger
+	pool     sync.Pool // *readSet
+}
+
+// rule is a compiled Rule.
+type rule struct {
+	Rule
+	match      *route.Matcher
+	plan       *plan
+	allowNets  []netip.Prefix
+	allowVals  map[string]bool
+	metrics    *ruleMetrics
+	policy     string   // RateLimit-Policy items of every limit
+	names      []string // policy item name of each limit: "login_ip-1m"
+	limitNames []string // each limit as configured: "5/m"
+	headers    bool     // send RateLimit headers on allowed responses (ip and user rules only)
+}
+
+// New compiles rules into a Limiter. id says how features are read (zero
+// fields take their defaults), cfg gives precision and on_store_error, and
+// trusted lists the proxies whose X-Forwarded-For, X-Real-IP and user header
+// are believed. m may be nil (no metrics) and log nil (no logs).
+func New(rules []Rule, id Identity, cfg Config, trusted []netip.Prefix, store Store, m *Metrics, log *slog.Logger) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("limit: no store")
+	}
+	prec, err := ParsePrecision(cfg.Precision)
+	if err != nil {
+		return nil, err
+	}
+	if id.IPv6Prefix != 0 || id.MaxBodyBytes != 0 {
+		if err := id.Validate(); err != nil {
+			return nil, fmt.Errorf("limit: identity: %w", err)
+		}
+	}
+	l := &Limiter{
+		byName:  make(map[string]*rule, len(rules)),
+		id:      newIdentifier(id, trusted),
+		store:   store,
+		blocked: newBlocked(),
+		now:     time.Now,
+		log:     log,
+	}
+	switch cfg.OnStoreError {
+	case "", "allow":
+		l.failOpen = true
+	case "deny":
+	default:
+		return nil, fmt.Errorf("limit: on_store_error %q is not allow or deny", cfg.OnStoreError)
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	l.pool.New = func() any { return new(readSet) }
+	for i, r := range rules {
+		cr, err := compile(r, prec, m)
+		if err != nil {
+			return nil, fmt.Errorf("limit: rules[%d] (%s): %w", i, r.Name, err)
+		}
+		if _, dup := l.byName[r.Name]; dup {
+			return nil, fmt.Errorf("limit: rules[%d]: name %q is used twice", i, r.Name)
+		}
+		l.byName[r.Name] = cr
+		l.rules = append(l.rules, cr)
+	}
+	return l, nil
+}
+
+func compile(r Rule, prec Precision, m *Metrics) (*rule, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	for _, ch := range r.Name {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.ContainsRune("_.:-", ch)) {
+			// The name is a RateLimit-Policy string and a URL segment.
+			return nil, fmt.Errorf("name: %q may hold only letters, digits and _ . : -", r.Name)
+		}
+	}
+	if r.Strict && len(r.CountStatus) > 0 {
+		return nil, fmt.Errorf("strict: cannot be combined with count_status (a strict rule counts before the upstream answers)")
+	}
+	mt, err := r.Match.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("match: %w", err)
+	}
+	cr := &rule{Rule: r, match: mt, plan: newPlan(r.Limits, prec), metrics: m.forRule(r.Name), headers: r.Key == IP || r.Key == User}
+	for _, a := range r.Allow {
+		if r.Key == IP {
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				ad, err2 := netip.ParseAddr(a)
+				if err2 != nil {
+					return nil, fmt.Errorf("allow: %q is not an address or CIDR", a)
+				}
+				p = netip.PrefixFrom(ad.Unmap(), ad.Unmap().BitLen())
+			}
+			cr.allowNets = append(cr.allowNets, netip.PrefixFrom(p.Addr().Unmap(), unmappedBits(p)).Masked())
+			continue
+		}
+		if cr.allowVals == nil {
+			cr.allowVals = make(map[string]bool)
+		}
+		if r.Key == Email {
+			a = NormalizeEmail(a)
+		}
+		cr.allowVals[a] = true
+	}
+	var items []string
+	for _, lim := range r.Limits {
+		name := r.Name + "-" + windowName(lim.Window)
+		cr.names = append(cr.names, name)
+		cr.limitNames = append(cr.limitNames, lim.String())
+		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", name, lim.N, int64(lim.Window/time.Second)))
+	}
+	cr.policy = strings.Join(items, ", ")
+	return cr, nil
+}
+
+// windowName writes a window as a policy name suffix: 1s, 1m, 15m, 1d.
+func windowName(w time.Duration) string {
+	s := Limit{N: 1, Window: w}.String() // "1/15m"
+	return s[2:]
+}
+
+// WithClock makes l read the time from now (tests). Call before use.
+func (l *Limiter) WithClock(now func() time.Time) *Limiter {
+	l.now = now
+	return l
+}
+
+// WithUserSource makes user rules read the user from src instead of the
+// identity.user_header (a verified token, say). Call before use.
+func (l *Limiter) WithUserSource(src UserSource) *Limiter {
+	l.id.user = src
+	return l
+}
+
+// verdict is a rule's decision for one request.
+type verdict struct {
+	out       outcome
+	limit     int   // limited: the binding limit; allowed: the one with least room
+	remaining int64 // allowed: hits left under limit (this one counted)
+	reset     int64 // seconds: allowed, until limit's count drops; limited, until a request passes
+	err       error
+}
+
+// check decides one rule for the feature value at now, counting the hit
+// when count is true and the request is allowed (Strict rules count first,
+// whatever count says). A check of a client already known to be over its
+// limit does no store operation. The hit is not counted when the request
+// is limited: a rejected request costs a client nothing (except in Strict,
+// where it was counted before the check).
+func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Time, count bool) verdict {
+	c := Counter{Rule: r.Name, Value: value}
+	sec := now.Unix()
+	if !r.Shadow {
+		if e, ok := l.blocked.get(c, sec); ok {
+			return verdict{out: limited, limit: e.limit, reset: e.until - sec}
+		}
+	}
+	rs := l.pool.Get().(*readSet)
+	defer l.pool.Put(rs)
+	r.plan.reads(sec, rs)
+	var wb [NumLevels]Bucket
+	writes := r.plan.writes(sec, wb[:0])
+	var cost int64 = 1
+	if r.Strict {
+		if err := l.store.AddNow(ctx, c, writes, 1); err != nil {
+			return verdict{out: storeError, err: err}
+		}
+		cost, count = 0, false
+	}
+	t0 := time.Now()
+	err := l.store.Load(ctx, c, rs.buckets, rs.counts)
+	r.metrics.observe(time.Since(t0))
+	if err != nil {
+		return verdict{out: storeError, err: err}
+	}
+	v := verdict{out: allowed, limit: -1, remaining: -1}
+	var free int64
+	for i, lim := range r.plan.limits {
+		n := r.plan.sum(rs, i)
+		if n+cost > lim.N {
+			if f := r.plan.freeAt(rs, i, lim.N-1); f > free || v.out != limited {
+				free, v.limit = max(f, sec+1), i
+			}
+			v.out = limited
+			continue
+		}
+		if v.out == allowed && r.headers {
+			if rem := lim.N - n - cost; v.limit < 0 || rem < v.remaining {
+				v.limit, v.remaining = i, rem
+			}
+		}
+	}
+	switch {
+	case v.out == limited && r.Shadow:
+		v.out = shadowLimited
+	case v.out == limited:
+		v.reset = free - sec
+		l.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
+		return v
+	case r.headers && v.limit >= 0:
+		v.reset = r.plan.nextFree(rs, v.limit, sec) - sec
+	}
+	if count {
+		if err := l.store.Add(ctx, c, writes, 1); err != nil {
+			l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
+			r.metrics.inc(storeError)
+		}
+	}
+	return v
+}
+
+// count counts one hit of value under r at now (a rule whose hits are
+// counted after the upstream answered).
+func (l *Limiter) count(ctx context.Context, r *rule, value string, now time.Time) {
+	var wb [NumLevels]Bucket
+	writes := r.plan.writes(now.Unix(), wb[:0])
+	if err := l.store.Add(ctx, Counter{Rule: r.Name, Value: value}, writes, 1); err != nil {
+		l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
+		r.metrics.inc(storeError)
+	}
+}
+
+// allowlisted reports whether r never limits this client.
+func (r *rule) allowlisted(value string, addr netip.Addr) bool {
+	if r.Key == IP {
+		for _, p := range r.allowNets {
+			if p.Contains(addr) {
+				return true
+			}
+		}
+		return false
+	}
+	return r.allowVals[value]
+}
+
+func (r *rule) counts(status int) bool {
+	return len(r.CountStatus) == 0 || slices.Contains(r.CountStatus, status)
+}
+
+// rateLimitItem formats the RateLimit field item of limit i.
+func (r *rule) rateLimitItem(i int, remaining, reset int64) string {
+	return strconv.Quote(r.names[i]) + ";r=" + strconv.FormatInt(max(remaining, 0), 10) + ";t=" + strconv.FormatInt(max(reset, 0), 10)
+}
