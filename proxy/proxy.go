@@ -220,6 +220,12 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 		p.m.failed(reasonUnreachable)
 		p.log.Debug("no healthy upstream target", "method", r.Method, "path", r.URL.Path)
 		problem.Write(w, http.StatusBadGateway, "upstream unreachable")
+	case errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		// The request's own deadline (set by the gateway) ran out, whatever
+		// stage the upstream exchange was in.
+		p.m.failed(reasonTimeout)
+		p.log.Warn("request deadline passed before the upstream answered", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		problem.Write(w, http.StatusGatewayTimeout, "upstream did not answer in time")
 	case isDialError(err):
 		p.m.failed(reasonUnreachable)
 		p.log.Warn("upstream unreachable", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)

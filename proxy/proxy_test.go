@@ -660,3 +660,19 @@ func TestClientGoneWritesNothing(t *testing.T) {
 		t.Error("a client leaving took the target out")
 	}
 }
+
+func TestRequestDeadlineIs504(t *testing.T) {
+	up := newUpstream(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	f := start(t, config(up.URL), nil)
+	// A middleware in front of the proxy may bound the whole request.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	f.p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/k", nil).WithContext(ctx))
+	wantProblem(t, rec.Result(), rec.Body.Bytes(), http.StatusGatewayTimeout, "Gateway Timeout")
+	if !f.p.Ready() {
+		t.Error("a request deadline took the target out")
+	}
+}
