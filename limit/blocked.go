@@ -20,7 +20,7 @@ const (
 )
 
 type blockedShard struct {
-	mu sync.RWMutex
+	mu    sync.RWMutex
 	m     map[Counter]blockedEntry
 	swept int64 // unix second of the last sweep of a full shard
 	_     [24]byte

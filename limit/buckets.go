@@ -120,6 +120,9 @@ func newPlan(limits []Limit, prec Precision) *plan {
 // and (Exact) which of them each limit sums. It is reused through a pool so
 // that a check allocates nothing.
 type readSet struct {
+	plan    *plan // the plan and second the buckets were filled for
+	sec     int64
+	writes  [NumLevels]Bucket
 	buckets []Bucket
 	counts  []int64
 	members []int32 // Exact: limit i sums counts[members[from[i]:to[i]]]
@@ -130,13 +133,18 @@ type readSet struct {
 
 // reads fills rs with the buckets a check at unix second now reads.
 func (p *plan) reads(now int64, rs *readSet) {
+	if rs.plan == p && rs.sec == now {
+		return // the same buckets as the last check through this scratch
+	}
+	rs.plan, rs.sec = p, now
 	if !p.exact {
 		rs.buckets = rs.buckets[:0]
 		for l := range NumLevels {
 			size := sizeOf(l)
-			cur := floorDiv(now, size)
-			for j := int64(p.lv[l].n) - 1; j >= 0; j-- {
-				rs.buckets = append(rs.buckets, Bucket{Level: l, Start: (cur - j) * size})
+			start := floorDiv(now, size)*size - int64(p.lv[l].n-1)*size
+			for range p.lv[l].n {
+				rs.buckets = append(rs.buckets, Bucket{Level: l, Start: start})
+				start += size
 			}
 		}
 		rs.counts = grow(rs.counts, len(rs.buckets))

@@ -29,6 +29,7 @@ type Limiter struct {
 	now      func() time.Time
 	log      *slog.Logger
 	pool     sync.Pool // *readSet
+	timed    bool      // observe store latency (not for the in-process store)
 }
 
 // rule is a compiled Rule.
@@ -81,6 +82,8 @@ func New(rules []Rule, id Identity, cfg Config, trusted []netip.Prefix, store St
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	l.pool.New = func() any { return new(readSet) }
+	_, inProcess := store.(*Memory)
+	l.timed = !inProcess
 	for i, r := range rules {
 		cr, err := compile(r, prec, m)
 		if err != nil {
@@ -190,8 +193,7 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 	rs := l.pool.Get().(*readSet)
 	defer l.pool.Put(rs)
 	r.plan.reads(sec, rs)
-	var wb [NumLevels]Bucket
-	writes := r.plan.writes(sec, wb[:0])
+	writes := r.plan.writes(sec, rs.writes[:0])
 	var cost int64 = 1
 	if r.Strict {
 		if err := l.store.AddNow(ctx, c, writes, 1); err != nil {
@@ -199,9 +201,14 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 		}
 		cost, count = 0, false
 	}
-	t0 := time.Now()
+	var t0 time.Time
+	if l.timed {
+		t0 = time.Now()
+	}
 	err := l.store.Load(ctx, c, rs.buckets, rs.counts)
-	r.metrics.observe(time.Since(t0))
+	if l.timed {
+		r.metrics.observe(time.Since(t0))
+	}
 	if err != nil {
 		return verdict{out: storeError, err: err}
 	}
@@ -244,8 +251,9 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 // count counts one hit of value under r at now (a rule whose hits are
 // counted after the upstream answered).
 func (l *Limiter) count(ctx context.Context, r *rule, value string, now time.Time) {
-	var wb [NumLevels]Bucket
-	writes := r.plan.writes(now.Unix(), wb[:0])
+	rs := l.pool.Get().(*readSet)
+	defer l.pool.Put(rs)
+	writes := r.plan.writes(now.Unix(), rs.writes[:0])
 	if err := l.store.Add(ctx, Counter{Rule: r.Name, Value: value}, writes, 1); err != nil {
 		l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
 		r.metrics.inc(storeError)

@@ -128,17 +128,26 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 	nowIdx[Second] = now
 	nowIdx[Minute] = floorDiv(now, 60)
 	nowIdx[Hour] = floorDiv(now, 3600)
+	prev := Bucket{Level: NumLevels}
+	var idx int64
 	for i := range buckets {
 		b := &buckets[i]
 		if b.Level >= NumLevels {
 			counts[i] = 0
 			continue
 		}
+		// Reads come in runs of consecutive buckets of one level: step
+		// the index instead of dividing.
+		if b.Level == prev.Level && b.Start == prev.Start+sizeOf(b.Level) {
+			idx++
+		} else {
+			idx = levelIndex(b.Level, b.Start)
+		}
+		prev = *b
 		r := &e.rings[b.Level]
-		idx := levelIndex(b.Level, b.Start)
-		n := len(r.counts)
-		if idx <= r.head && idx > r.head-int64(n) && idx > nowIdx[b.Level]-int64(n) {
-			counts[i] = int64(r.counts[idx&int64(n-1)])
+		n := int64(len(r.counts))
+		if idx <= r.head && idx > r.head-n && idx > nowIdx[b.Level]-n {
+			counts[i] = int64(r.counts[idx&(n-1)])
 			continue
 		}
 		counts[i] = 0

@@ -1,0 +1,98 @@
+package limit
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/route"
+)
+
+func benchLimiter(b *testing.B) (*Limiter, *rule) {
+	b.Helper()
+	rules := []Rule{{Name: "login_ip", Match: route.Match{Methods: []string{"POST"}, Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
+	l, err := New(rules, Identity{}, DefaultConfig(), nil, NewMemory(), NewMetrics(nil), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, l.rules[0]
+}
+
+// BenchmarkCheckCount is a check and a count of a known client under the
+// rule 2/s, 5/m, 10/h, 100/d on the Memory store. The limits are raised so
+// that the client stays under them.
+func BenchmarkCheckCount(b *testing.B) {
+	l, r := benchLimiter(b)
+	for i := range r.plan.limits {
+		r.plan.limits[i].N = 1 << 40
+	}
+	ctx := context.Background()
+	now := time.Now()
+	l.check(ctx, r, "203.0.113.7", now, true)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if v := l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Millisecond), true); v.out != allowed {
+			b.Fatal(v.out)
+		}
+	}
+}
+
+// BenchmarkCheckCountParallel is BenchmarkCheckCount from GOMAXPROCS
+// goroutines, each its own client.
+func BenchmarkCheckCountParallel(b *testing.B) {
+	l, r := benchLimiter(b)
+	for i := range r.plan.limits {
+		r.plan.limits[i].N = 1 << 40
+	}
+	ctx := context.Background()
+	now := time.Now()
+	var id atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		client := "198.51.100." + strconv.FormatInt(id.Add(1), 10)
+		i := 0
+		for pb.Next() {
+			i++
+			l.check(ctx, r, client, now.Add(time.Duration(i)*time.Millisecond), true)
+		}
+	})
+}
+
+// BenchmarkOverLimit is a client over its limit: answered from the blocked
+// cache, no store operation.
+func BenchmarkOverLimit(b *testing.B) {
+	l, r := benchLimiter(b)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	for range 3 {
+		l.check(ctx, r, "203.0.113.9", now, true)
+	}
+	if v := l.check(ctx, r, "203.0.113.9", now, true); v.out != limited {
+		b.Fatal("client not limited")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if v := l.check(ctx, r, "203.0.113.9", now, true); v.out != limited {
+			b.Fatal(v.out)
+		}
+	}
+}
+
+func BenchmarkOverLimitParallel(b *testing.B) {
+	l, r := benchLimiter(b)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	for range 3 {
+		l.check(ctx, r, "203.0.113.9", now, true)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.check(ctx, r, "203.0.113.9", now, true)
+		}
+	})
+}
