@@ -1,0 +1,431 @@
+package analytics_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// statsNow is the clock of the stats tests: a Monday morning.
+var statsNow = time.Date(2026, 11, 23, 10, 17, 42, 0, time.UTC)
+
+// statsRange is one Points call the handler made.
+type statsRange struct {
+	Key      string
+	Step     time.Duration
+	From, To time.Time
+}
+
+// statsReader is an in-memory analytics.Reader for the handler's unit
+// tests. Its buckets follow a fixed pattern with gaps, so zero-filling shows.
+type statsReader struct {
+	err    error
+	totals map[string]analytics.Visits
+	quiet  bool // keep no calls: for benchmarks
+
+	mu    sync.Mutex
+	calls []statsRange
+}
+
+// statsVisits is the stored count of the bucket starting at t: nothing in
+// every fifth bucket, so the handler has to fill zeros.
+func statsVisits(key string, step time.Duration, t time.Time) analytics.Visits {
+	if key != "abc" && key != analytics.AllLinks {
+		return analytics.Visits{}
+	}
+	n := t.Unix() / int64(step/time.Second)
+	if n%5 == 0 {
+		return analytics.Visits{}
+	}
+	v := analytics.Visits{Human: n%7 + 1, Bot: n % 3}
+	if key == analytics.AllLinks {
+		v.Human *= 10
+	}
+	return v
+}
+
+func (s *statsReader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
+	if !s.quiet {
+		s.mu.Lock()
+		s.calls = append(s.calls, statsRange{key, step, from, to})
+		s.mu.Unlock()
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	var out []analytics.Point
+	for t := rollup.Align(from, step); t.Before(to); t = t.Add(step) {
+		if t.Before(from) {
+			continue
+		}
+		if v := statsVisits(key, step, t); v != (analytics.Visits{}) {
+			out = append(out, analytics.Point{Start: t, Visits: v})
+		}
+	}
+	return out, nil
+}
+
+func (s *statsReader) Total(ctx context.Context, key string) (analytics.Visits, error) {
+	if s.err != nil {
+		return analytics.Visits{}, s.err
+	}
+	return s.totals[key], nil
+}
+
+func newStatsReader() *statsReader {
+	return &statsReader{totals: map[string]analytics.Visits{
+		"abc": {Human: 123456, Bot: 789}, analytics.AllLinks: {Human: 9876543, Bot: 4321},
+	}}
+}
+
+// smallTiers make a stitched curve short enough for a golden file.
+var smallTiers = []rollup.Tier{
+	{Step: time.Minute, Retention: 2 * time.Hour}, {Step: time.Hour, Retention: rollup.Day},
+	{Step: rollup.Day, Retention: rollup.Week}, {Step: rollup.Week, Retention: rollup.Year},
+}
+
+func statsGet(t testing.TB, h http.Handler, target string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func TestStatsGolden(t *testing.T) {
+	for _, tc := range []struct {
+		file, target, accept, ctype string
+		tiers                       []rollup.Tier
+	}{
+		{"link_90m.json", "/abc?last=90m", "", "application/json", nil},
+		{"link_3d_1h.csv", "/abc?last=3d&step=1h&format=csv", "", "text/csv; charset=utf-8", nil},
+		{"link_2w_accept.csv", "/abc?last=2w&step=1d", "text/csv", "text/csv; charset=utf-8", nil},
+		{"all_from_to.json", "/?from=2026-11-01T00:00:00Z&to=1793664000", "application/json", "application/json", nil},
+		{"all_stitched.json", "/?last=3d&stitch=true", "", "application/json", smallTiers},
+		{"all_stitched.csv", "http://gw?last=3d&stitch=true&format=csv", "", "text/csv; charset=utf-8", smallTiers},
+		{"unknown_6h_5m.json", "/nope?last=6h&step=5m", "", "application/json", nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			tiers := tc.tiers
+			if tiers == nil {
+				tiers = rollup.DefaultTiers()
+			}
+			h := analytics.NewStats(newStatsReader(), tiers, "", func() time.Time { return statsNow }, nil)
+			w := statsGet(t, h, tc.target, "Accept", tc.accept)
+			if w.Code != http.StatusOK || w.Header().Get("Content-Type") != tc.ctype {
+				t.Fatalf("GET %s: %d %q %s; want 200 %q", tc.target, w.Code, w.Header().Get("Content-Type"), w.Body, tc.ctype)
+			}
+			path := filepath.Join("testdata", tc.file)
+			if *updateGolden {
+				if err := os.WriteFile(path, w.Body.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if d := cmp.Diff(string(want), w.Body.String()); d != "" {
+				t.Errorf("GET %s differs from %s (-want +got):\n%s", tc.target, path, d)
+			}
+		})
+	}
+}
+
+// statsAnswer is the JSON answer, decoded for checks.
+type statsAnswer struct {
+	ShortKey      *string   `json:"short_key"`
+	Total         int64     `json:"total"`
+	BotTotal      int64     `json:"bot_total"`
+	RangeTotal    int64     `json:"range_total"`
+	BotRangeTotal int64     `json:"bot_range_total"`
+	From          int64     `json:"from"`
+	To            int64     `json:"to"`
+	Step          int64     `json:"step"`
+	Points        [][]int64 `json:"points"`
+}
+
+func decodeStats(t *testing.T, w *httptest.ResponseRecorder) statsAnswer {
+	t.Helper()
+	var a statsAnswer
+	dec := json.NewDecoder(w.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		t.Fatalf("decode %d answer: %v", w.Code, err)
+	}
+	return a
+}
+
+// TestStatsCurve checks every answer against the fake store directly: all
+// buckets present and contiguous, each point the stored count or zero,
+// range totals the sum of the points, one Reader range per segment.
+func TestStatsCurve(t *testing.T) {
+	tiers := rollup.DefaultTiers()
+	for _, tc := range []struct {
+		target    string
+		key       string
+		step      time.Duration // 0: stitched
+		maxRanges int
+	}{
+		{"/abc?last=6h", "abc", time.Minute, 1},
+		{"/abc?last=2d", "abc", 5 * time.Minute, 1},
+		{"/abc?last=2w", "abc", time.Hour, 1},
+		{"/abc?last=2mo", "abc", rollup.Day, 1},
+		{"/abc?last=1y", "abc", rollup.Day, 1},
+		{"/abc?last=3y", "abc", rollup.Week, 1},
+		{"/?last=1y&stitch=1", analytics.AllLinks, 0, len(tiers)},
+		{"/abc?last=5y&stitch=true", "abc", 0, len(tiers)},
+		{"/abc?last=1d&step=1w", "abc", rollup.Week, 1},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			r := newStatsReader()
+			h := analytics.NewStats(r, tiers, "", func() time.Time { return statsNow }, nil)
+			w := statsGet(t, h, tc.target)
+			if w.Code != http.StatusOK {
+				t.Fatalf("GET %s: %d %s", tc.target, w.Code, w.Body)
+			}
+			a := decodeStats(t, w)
+			if want := r.totals[tc.key]; a.Total != want.Human || a.BotTotal != want.Bot {
+				t.Errorf("totals %d, %d; want %v", a.Total, a.BotTotal, want)
+			}
+			if a.Step != int64(tc.step/time.Second) || a.To != statsNow.Unix() {
+				t.Errorf("step %d, to %d; want %d, %d", a.Step, a.To, int64(tc.step/time.Second), statsNow.Unix())
+			}
+			var human, bot int64
+			for i, p := range a.Points {
+				step := a.Step
+				if tc.step == 0 {
+					if len(p) != 4 {
+						t.Fatalf("stitched point %d = %v, want 4 numbers", i, p)
+					}
+					step = p[3]
+				} else if len(p) != 3 {
+					t.Fatalf("point %d = %v, want 3 numbers", i, p)
+				}
+				start := time.Unix(p[0], 0).UTC()
+				d := time.Duration(step) * time.Second
+				if !rollup.Align(start, d).Equal(start) {
+					t.Fatalf("point %d at %v is not aligned to %v", i, start, d)
+				}
+				if i == 0 && p[0] != a.From || i > 0 && p[0] != a.Points[i-1][0]+prevStep(a, i) {
+					t.Fatalf("point %d at %v does not follow the one before (from %d)", i, start, a.From)
+				}
+				if want := statsVisits(tc.key, d, start); p[1] != want.Human || p[2] != want.Bot {
+					t.Fatalf("point %d at %v = %v, stored %v", i, start, p, want)
+				}
+				human += p[1]
+				bot += p[2]
+			}
+			last := a.Points[len(a.Points)-1]
+			if end := last[0] + prevStep(a, len(a.Points)); last[0] >= a.To || end < a.To {
+				t.Errorf("last point [%d, %d) does not hold to %d", last[0], end, a.To)
+			}
+			if human != a.RangeTotal || bot != a.BotRangeTotal {
+				t.Errorf("range totals %d, %d; points sum to %d, %d", a.RangeTotal, a.BotRangeTotal, human, bot)
+			}
+			if n := len(r.calls); n == 0 || n > tc.maxRanges {
+				t.Errorf("%d Reader ranges %v, want 1 to %d", n, r.calls, tc.maxRanges)
+			}
+			if tc.step != 0 && len(a.Points) > rollup.MaxPoints+1 {
+				t.Errorf("%d points, more than about %d", len(a.Points), rollup.MaxPoints)
+			}
+		})
+	}
+}
+
+// prevStep is the step of point i-1 in seconds.
+func prevStep(a statsAnswer, i int) int64 {
+	if a.Step != 0 {
+		return a.Step
+	}
+	return a.Points[i-1][3]
+}
+
+// problemBody is an RFC 9457 answer.
+type problemBody struct {
+	Type, Title, Detail string
+	Status              int
+	InvalidParams       []struct{ Name, Reason string } `json:"invalid-params"`
+}
+
+func decodeProblem(t *testing.T, w *httptest.ResponseRecorder) problemBody {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("%d answer has Content-Type %q, want application/problem+json: %s", w.Code, ct, w.Body)
+	}
+	var p problemBody
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != w.Code {
+		t.Fatalf("problem body %s: %v", w.Body, err)
+	}
+	return p
+}
+
+func TestStatsBadRequests(t *testing.T) {
+	h := analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	for _, tc := range []struct {
+		target, param, detail string
+	}{
+		{"/abc?last=3x", "last", "3x"},
+		{"/abc?last=6h&from=1", "last", "combined"},
+		{"/abc?from=tomorrow", "from", "RFC 3339"},
+		{"/abc?from=1763856000&to=1763856000", "from", "not before"},
+		{"/abc?step=2m", "step", "valid steps are 1m, 5m, 1h, 1d, 1w"},
+		{"/abc?step=1m&last=1y", "step", "more than 50000"},
+		{"/abc?stitch=yes", "stitch", "yes"},
+		{"/abc?format=xml", "format", "xml"},
+	} {
+		w := statsGet(t, h, tc.target)
+		if w.Code != http.StatusBadRequest {
+			t.Errorf("GET %s: %d %s, want 400", tc.target, w.Code, w.Body)
+			continue
+		}
+		p := decodeProblem(t, w)
+		if len(p.InvalidParams) != 1 || p.InvalidParams[0].Name != tc.param || !strings.Contains(p.Detail, tc.detail) {
+			t.Errorf("GET %s: problem %+v; want it to name %q and say %q", tc.target, p, tc.param, tc.detail)
+		}
+	}
+	if w := statsGet(t, h, "/a/b"); w.Code != http.StatusNotFound {
+		t.Errorf("GET /a/b: %d, want 404", w.Code)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/abc", nil))
+	if decodeProblem(t, w); w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST: %d, Allow %q", w.Code, w.Header().Get("Allow"))
+	}
+}
+
+func TestStatsUnknownKeyIsZeros(t *testing.T) {
+	r := newStatsReader()
+	h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	w := statsGet(t, h, "/never-seen?last=6h")
+	if w.Code != http.StatusOK {
+		t.Fatalf("unknown key: %d %s", w.Code, w.Body)
+	}
+	a := decodeStats(t, w)
+	if a.Total != 0 || a.RangeTotal != 0 || len(a.Points) != 361 || a.ShortKey == nil || *a.ShortKey != "never-seen" {
+		t.Errorf("unknown key: %+v (%d points); want zeros in 361 points", a, len(a.Points))
+	}
+	if r.calls[0].Key != "never-seen" {
+		t.Errorf("read key %q", r.calls[0].Key)
+	}
+	for _, target := range []string{"/", "", "/?last=1h"} {
+		r.calls = nil
+		a := decodeStats(t, statsGet(t, h, "http://gw"+target))
+		if r.calls[0].Key != analytics.AllLinks || a.ShortKey == nil || *a.ShortKey != "" {
+			t.Errorf("GET %q read key %q, answered short_key %v; want AllLinks and \"\"", target, r.calls[0].Key, a.ShortKey)
+		}
+	}
+}
+
+func TestStatsReaderError(t *testing.T) {
+	r := newStatsReader()
+	r.err = errors.New("store down")
+	h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	w := statsGet(t, h, "/abc?format=csv")
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("reader error: %d %s, want 503", w.Code, w.Body)
+	}
+	if p := decodeProblem(t, w); strings.Contains(p.Detail, "store down") {
+		t.Errorf("503 detail %q leaks the store's error", p.Detail)
+	}
+}
+
+func TestStatsToken(t *testing.T) {
+	h := analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "s3cret", func() time.Time { return statsNow }, nil)
+	for _, tc := range []struct {
+		auth string
+		code int
+	}{
+		{"", http.StatusUnauthorized},
+		{"Bearer wrong", http.StatusUnauthorized},
+		{"Bearer s3cre", http.StatusUnauthorized},
+		{"Bearer s3cret2", http.StatusUnauthorized},
+		{"Basic s3cret", http.StatusUnauthorized},
+		{"s3cret", http.StatusUnauthorized},
+		{"Bearer s3cret", http.StatusOK},
+		{"bearer s3cret", http.StatusOK},
+	} {
+		w := statsGet(t, h, "/abc", "Authorization", tc.auth)
+		if w.Code != tc.code {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, w.Code, tc.code)
+		}
+		if tc.code == http.StatusUnauthorized {
+			decodeProblem(t, w)
+			if !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer ") {
+				t.Errorf("Authorization %q: WWW-Authenticate %q", tc.auth, w.Header().Get("WWW-Authenticate"))
+			}
+		}
+	}
+	// The chart page holds no data: it is served without the token and
+	// asks for it when the JSON answer is 401.
+	w := statsGet(t, h, "/abc?format=html")
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "<svg") {
+		t.Errorf("chart page with a token set: %d", w.Code)
+	}
+}
+
+func TestStatsChartPage(t *testing.T) {
+	h := analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	browser := "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+	for _, hdr := range [][]string{{"Accept", browser}, {}} {
+		target := "/abc?last=3d"
+		if len(hdr) == 0 {
+			target += "&format=html"
+		}
+		w := statsGet(t, h, target, hdr...)
+		body := w.Body.String()
+		if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "text/html; charset=utf-8" || !strings.Contains(body, "<script>") {
+			t.Fatalf("GET %s %v: %d %q", target, hdr, w.Code, w.Header().Get("Content-Type"))
+		}
+		csp := w.Header().Get("Content-Security-Policy")
+		if !strings.Contains(csp, "script-src 'sha256-") || !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("CSP %q", csp)
+		}
+		for _, banned := range []string{"http://", "https://", "cdn"} {
+			if i := strings.Index(body, banned); i >= 0 && !strings.Contains(body[i:i+40], "www.w3.org/2000/svg") {
+				t.Errorf("chart page refers to %q: %s", banned, body[i:i+40])
+			}
+		}
+	}
+	if !slices.Contains(statsGet(t, h, "/abc").Header().Values("Vary"), "Accept") {
+		t.Error("answers do not Vary on Accept")
+	}
+}
+
+func BenchmarkStatsYear(b *testing.B) {
+	for _, target := range []string{"/abc?last=1y", "/abc?last=1y&stitch=true", "/abc?last=1y&format=csv"} {
+		b.Run(target, func(b *testing.B) {
+			r := newStatsReader()
+			r.quiet = true
+			h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+			req := httptest.NewRequest(http.MethodGet, target, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatal(w.Code)
+				}
+			}
+		})
+	}
+}
