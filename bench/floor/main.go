@@ -1,0 +1,102 @@
+// Command floor is the benchmarks' performance floor: a bare
+// httputil.ReverseProxy to one target, with the upstream transport tuned as
+// the gateway tunes its own (a large idle pool per host, no compression) and
+// nothing else. bench/run.sh measures the gateway against it.
+//
+//	floor -listen 127.0.0.1:8090 -target http://127.0.0.1:8081
+//
+// It prints "floor listening on http://ADDR" once it accepts connections, and
+// the number of upstream connections it opened when it stops.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	listen := fs.String("listen", "127.0.0.1:8090", "address to listen on")
+	target := fs.String("target", "http://127.0.0.1:8081", "the upstream's base URL")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	u, err := url.Parse(*target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("floor: -target %q is not an http(s)://host:port URL", *target)
+	}
+
+	var opened atomic.Int64
+	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	transport := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err == nil {
+				opened.Add(1)
+			}
+			return c, err
+		},
+		MaxIdleConns:          0,    // no global cap
+		MaxIdleConnsPerHost:   1024, // Go's default of 2 makes a loaded proxy redial constantly
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
+		DisableCompression:    true, // pass bodies through as they are
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(u)
+			r.SetXForwarded()
+		},
+		Transport: transport,
+		ErrorLog:  log.New(io.Discard, "", 0),
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+	fmt.Fprintf(stdout, "floor listening on http://%s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("floor: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	fmt.Fprintf(stdout, "floor: upstream connections opened: %d\n", opened.Load())
+	if err != nil {
+		return fmt.Errorf("floor: shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("floor: %w", err)
+	}
+	return nil
+}
