@@ -150,8 +150,15 @@ func compile(r Rule, prec Precision, m *Metrics) (*rule, error) {
 
 // windowName writes a window as a policy name suffix: 1s, 1m, 15m, 1d.
 func windowName(w time.Duration) string {
-	s := Limit{N: 1, Window: w}.String() // "1/15m"
-	return s[2:]
+	for _, u := range []struct {
+		d time.Duration
+		s string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if w%u.d == 0 {
+			return strconv.FormatInt(int64(w/u.d), 10) + u.s
+		}
+	}
+	return strconv.FormatInt(int64(w/time.Second), 10) + "s"
 }
 
 // WithClock makes l read the time from now (tests). Call before use.

@@ -1,0 +1,666 @@
+package limit_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/route"
+)
+
+// env is a limiter in front of a tiny upstream, served over real HTTP on
+// loopback, with a fake clock.
+type env struct {
+	t     *testing.T
+	clk   *fakeClock
+	store limit.Store
+	reg   *prometheus.Registry
+	l     *limit.Limiter
+	srv   *httptest.Server
+
+	mu       sync.Mutex
+	lastBody []byte // the body the upstream last received
+	lastLen  int64  // its Content-Length
+	hits     atomic.Int64
+}
+
+type envOpt struct {
+	id      limit.Identity
+	cfg     limit.Config
+	trusted []netip.Prefix
+	store   limit.Store
+}
+
+func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
+	t.Helper()
+	e := &env{t: t, clk: newFakeClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC)), reg: prometheus.NewRegistry()}
+	e.store = o.store
+	if e.store == nil {
+		e.store = limit.NewMemoryAt(e.clk.Now)
+	}
+	if o.cfg.Precision == "" {
+		o.cfg = limit.DefaultConfig()
+	}
+	if o.id.IPv6Prefix == 0 {
+		o.id = limit.DefaultIdentity()
+	}
+	l, err := limit.New(rules, o.id, o.cfg, o.trusted, e.store, limit.NewMetrics(e.reg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.l = l.WithClock(e.clk.Now)
+	// The upstream answers the status asked for in ?status= and keeps the
+	// body it received.
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("upstream: reading body: %v", err)
+		}
+		e.mu.Lock()
+		e.lastBody, e.lastLen = b, r.ContentLength
+		e.mu.Unlock()
+		e.hits.Add(1)
+		status := 200
+		fmt.Sscan(r.URL.Query().Get("status"), &status)
+		w.WriteHeader(status)
+	})
+	e.srv = httptest.NewServer(e.l.Middleware(upstream))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// do sends a request and returns the response with its body read.
+func (e *env) do(method, path string, body io.Reader, hdr ...string) (*http.Response, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func (e *env) loginForm(email string, status int) *http.Response {
+	e.t.Helper()
+	resp, _ := e.do("POST", fmt.Sprintf("/login?status=%d", status), strings.NewReader(url.Values{"email": {email}, "password": {"x"}}.Encode()),
+		"Content-Type", "application/x-www-form-urlencoded")
+	return resp
+}
+
+// metric returns linkgate_limit_decisions_total{rule,outcome}.
+func (e *env) metric(rule, outcome string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "linkgate_limit_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["rule"] == rule && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func limits(t *testing.T, specs ...string) []limit.Limit {
+	t.Helper()
+	var ls []limit.Limit
+	for _, s := range specs {
+		l, err := limit.ParseLimit(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+var loginPost = route.Match{Methods: []string{"POST"}, Path: "/login"}
+
+func loginEmailRule(t *testing.T) limit.Rule {
+	return limit.Rule{Name: "login_email", Match: loginPost, Key: limit.Email, Limits: limits(t, "5/m", "10/d"), CountStatus: []int{401, 403}}
+}
+
+func TestOnlyListedStatusesCount(t *testing.T) {
+	e := newEnv(t, []limit.Rule{loginEmailRule(t)}, envOpt{})
+	for i := range 10 {
+		if r := e.loginForm("alice@example.com", 200); r.StatusCode != 200 {
+			t.Fatalf("successful login %d: status %d, want 200 (successes are not counted)", i+1, r.StatusCode)
+		}
+	}
+	for i := range 5 {
+		if r := e.loginForm("alice@example.com", 401); r.StatusCode != 401 {
+			t.Fatalf("failed login %d: status %d, want the upstream's 401", i+1, r.StatusCode)
+		}
+	}
+	r := e.loginForm("alice@example.com", 401)
+	if r.StatusCode != 429 {
+		t.Fatalf("6th failed login: status %d, want 429", r.StatusCode)
+	}
+	if r.Header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	if r := e.loginForm("bob@example.com", 401); r.StatusCode != 401 {
+		t.Errorf("another email: status %d, want 401 (not limited)", r.StatusCode)
+	}
+	// The same email written differently shares the counter.
+	for _, v := range []string{"  Alice@Example.COM ", "ALICE@example.com"} {
+		if r := e.loginForm(v, 401); r.StatusCode != 429 {
+			t.Errorf("email %q: status %d, want 429 (same counter as alice@example.com)", v, r.StatusCode)
+		}
+	}
+	// A JSON body names the same email.
+	resp, body := e.do("POST", "/login?status=401", strings.NewReader(`{"email": "Alice@example.com", "password": "x"}`), "Content-Type", "application/json")
+	if resp.StatusCode != 429 {
+		t.Errorf("JSON body: status %d, want 429", resp.StatusCode)
+	}
+	// Email rules do not expose their counts, even on a 429 the headers
+	// only say what the client already knows.
+	var p map[string]any
+	if err := json.Unmarshal(body, &p); err != nil || p["rule"] != "login_email" || p["limit"] != "5/m" {
+		t.Errorf("problem body %s (%v), want rule login_email, limit 5/m", body, err)
+	}
+	if got := e.metric("login_email", "limited"); got != 4 {
+		t.Errorf("limited decisions = %v, want 4", got)
+	}
+	// After a minute the 5/m limit lets alice try again.
+	e.clk.Advance(time.Minute)
+	if r := e.loginForm("alice@example.com", 401); r.StatusCode != 401 {
+		t.Errorf("a minute later: status %d, want 401", r.StatusCode)
+	}
+}
+
+func TestEmailFromJSON(t *testing.T) {
+	e := newEnv(t, []limit.Rule{{Name: "signup", Match: route.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h")}}, envOpt{})
+	post := func(body string) int {
+		r, _ := e.do("POST", "/signup", strings.NewReader(body), "Content-Type", "application/json; charset=utf-8")
+		return r.StatusCode
+	}
+	for i, b := range []string{`{"email":"Carol@Example.com"}`, `{"name":"c","email":" carol@example.com "}`} {
+		if s := post(b); s != 200 {
+			t.Fatalf("signup %d: status %d", i+1, s)
+		}
+	}
+	if s := post(`{"email":"CAROL@EXAMPLE.COM"}`); s != 429 {
+		t.Errorf("third signup for one email: status %d, want 429", s)
+	}
+	if s := post(`{"email":"dave@example.com"}`); s != 200 {
+		t.Errorf("another email: status %d, want 200", s)
+	}
+	for _, b := range []string{`{"email":42}`, `{}`, `not json`, `{"email":""}`} {
+		if s := post(b); s != 200 {
+			t.Errorf("body %s: status %d, want 200 (rule skipped)", b, s)
+		}
+	}
+	if got := e.metric("signup", "skipped"); got != 4 {
+		t.Errorf("skipped = %v, want 4", got)
+	}
+}
+
+func TestBodyPassesIntact(t *testing.T) {
+	id := limit.DefaultIdentity()
+	id.MaxBodyBytes = 1024
+	e := newEnv(t, []limit.Rule{loginEmailRule(t)}, envOpt{id: id})
+	big := make([]byte, 3<<20)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	bigForm := append([]byte("email=eve%40example.com&blob="), []byte(url.QueryEscape(string(big[:5000])))...)
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		ctype   string
+		chunked bool
+	}{
+		{"small form", []byte("email=eve%40example.com&password=hunter2"), "application/x-www-form-urlencoded", false},
+		{"small json", []byte(`{"email":"eve@example.com","password":"ü"}`), "application/json", false},
+		{"form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", false},
+		{"binary larger than max_body_bytes", big, "application/x-www-form-urlencoded", false},
+		{"chunked form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", true},
+		{"chunked small form", []byte("email=eve%40example.com"), "application/x-www-form-urlencoded", true},
+		{"other content type", big[:2000], "application/octet-stream", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader = bytes.NewReader(tc.body)
+			if tc.chunked {
+				body = io.MultiReader(body) // hides the length: sent chunked
+			}
+			resp, _ := e.do("POST", "/login", body, "Content-Type", tc.ctype)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			e.mu.Lock()
+			got, n := e.lastBody, e.lastLen
+			e.mu.Unlock()
+			if sha256.Sum256(got) != sha256.Sum256(tc.body) {
+				t.Errorf("upstream received %d bytes, want the %d sent, byte for byte", len(got), len(tc.body))
+			}
+			if want := int64(len(tc.body)); !tc.chunked && n != want {
+				t.Errorf("upstream Content-Length %d, want %d", n, want)
+			}
+		})
+	}
+	if got := e.metric("login_email", "skipped"); got != 4 {
+		t.Errorf("skipped = %v, want 4 (three bodies over max_body_bytes, one not a form)", got)
+	}
+}
+
+func ipRule(t *testing.T, specs ...string) limit.Rule {
+	return limit.Rule{Name: "login_ip", Match: loginPost, Key: limit.IP, Limits: limits(t, specs...)}
+}
+
+func TestTwoPerSecondPerIP(t *testing.T) {
+	e := newEnv(t, []limit.Rule{ipRule(t, "2/s", "5/m", "10/h", "100/d")}, envOpt{})
+	e.clk.Set(time.Date(2026, 3, 28, 12, 0, 10, 400e6, time.UTC))
+	post := func() *http.Response { r, _ := e.do("POST", "/login", nil); return r }
+	for i := range 2 {
+		if r := post(); r.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i+1, r.StatusCode)
+		}
+	}
+	r := post()
+	if r.StatusCode != 429 || r.Header.Get("Retry-After") != "1" {
+		t.Fatalf("3rd request in a second: %d Retry-After %q, want 429 and 1", r.StatusCode, r.Header.Get("Retry-After"))
+	}
+	// Other methods and paths are not limited.
+	if r, _ := e.do("GET", "/login", nil); r.StatusCode != 200 {
+		t.Errorf("GET /login: %d", r.StatusCode)
+	}
+	e.clk.Set(time.Date(2026, 3, 28, 12, 0, 11, 0, time.UTC))
+	if r := post(); r.StatusCode != 200 {
+		t.Errorf("next second: %d, want 200", r.StatusCode)
+	}
+	if r := post(); r.StatusCode != 200 {
+		t.Errorf("next second, 2nd: %d, want 200", r.StatusCode)
+	}
+	// 4 counted hits so far (rejected ones are not counted): the 5th of the
+	// minute passes, the 6th is over 5/m until 12:01:10.
+	e.clk.Set(time.Date(2026, 3, 28, 12, 0, 12, 0, time.UTC))
+	if r := post(); r.StatusCode != 200 {
+		t.Errorf("5th in the minute: %d, want 200", r.StatusCode)
+	}
+	e.clk.Set(time.Date(2026, 3, 28, 12, 0, 15, 500e6, time.UTC))
+	r = post()
+	if r.StatusCode != 429 || r.Header.Get("Retry-After") != "55" {
+		t.Errorf("6th in the minute: %d Retry-After %q, want 429 and 55", r.StatusCode, r.Header.Get("Retry-After"))
+	}
+	if got, want := r.Header.Get("RateLimit"), `"login_ip-1m";r=0;t=55`; got != want {
+		t.Errorf("RateLimit = %s, want %s", got, want)
+	}
+	e.clk.Set(time.Date(2026, 3, 28, 12, 1, 10, 0, time.UTC))
+	if r := post(); r.StatusCode != 200 {
+		t.Errorf("at 12:01:10: %d, want 200", r.StatusCode)
+	}
+}
+
+func TestHeadersAndProblem(t *testing.T) {
+	rules := []limit.Rule{ipRule(t, "2/s", "5/m"), loginEmailRule(t)}
+	e := newEnv(t, rules, envOpt{})
+	resp, _ := e.do("POST", "/login", strings.NewReader("email=a%40b.c"), "Content-Type", "application/x-www-form-urlencoded")
+	if got, want := resp.Header.Get("RateLimit-Policy"), `"login_ip-1s";q=2;w=1, "login_ip-1m";q=5;w=60`; got != want {
+		t.Errorf("RateLimit-Policy = %s, want %s (ip rule only, never the email rule)", got, want)
+	}
+	if got, want := resp.Header.Get("RateLimit"), `"login_ip-1s";r=1;t=1`; got != want {
+		t.Errorf("RateLimit = %s, want %s", got, want)
+	}
+	e.do("POST", "/login", nil)
+	resp, body := e.do("POST", "/login", nil)
+	if resp.StatusCode != 429 {
+		t.Fatalf("status %d, want 429", resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"type": "about:blank", "title": "Too Many Requests", "status": 429.0, "rule": "login_ip", "limit": "2/s", "retry_after": 1.0}
+	for k, v := range want {
+		if p[k] != v {
+			t.Errorf("problem %s = %v, want %v", k, p[k], v)
+		}
+	}
+	if d, _ := p["detail"].(string); !strings.Contains(d, "login_ip") {
+		t.Errorf("detail %q does not name the rule", d)
+	}
+	if got, want := resp.Header.Get("RateLimit"), `"login_ip-1s";r=0;t=1`; got != want {
+		t.Errorf("RateLimit on 429 = %s, want %s", got, want)
+	}
+}
+
+func TestUserRuleOnlyFromTrustedPeer(t *testing.T) {
+	rule := limit.Rule{Name: "api_user", Match: route.Match{Path: "/api/*"}, Key: limit.User, Limits: limits(t, "2/m")}
+	untrusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	for i := range 5 {
+		if r, _ := untrusted.do("GET", "/api/x", nil, "X-User-ID", "u1"); r.StatusCode != 200 {
+			t.Fatalf("untrusted peer, request %d: %d, want 200 (header not believed)", i+1, r.StatusCode)
+		}
+	}
+	if got := untrusted.metric("api_user", "skipped"); got != 5 {
+		t.Errorf("skipped = %v, want 5", got)
+	}
+	trusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	for i := range 2 {
+		if r, _ := trusted.do("GET", "/api/x", nil, "X-User-ID", "u1"); r.StatusCode != 200 {
+			t.Fatalf("trusted peer, request %d: %d", i+1, r.StatusCode)
+		}
+	}
+	if r, _ := trusted.do("GET", "/api/x", nil, "X-User-ID", "u1"); r.StatusCode != 429 {
+		t.Errorf("trusted peer, 3rd request: %d, want 429", r.StatusCode)
+	}
+	if r, _ := trusted.do("GET", "/api/x", nil, "X-User-ID", "u2"); r.StatusCode != 200 {
+		t.Errorf("another user: %d, want 200", r.StatusCode)
+	}
+}
+
+func TestXForwardedForFromTrustedProxy(t *testing.T) {
+	e := newEnv(t, []limit.Rule{ipRule(t, "1/m")}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")}})
+	// The client forges a leftmost entry; the trusted hops are skipped.
+	if r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", "1.2.3.4, 198.51.100.7, 10.0.0.2"); r.StatusCode != 200 {
+		t.Fatal(r.StatusCode)
+	}
+	if r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", "9.9.9.9, 198.51.100.7"); r.StatusCode != 429 {
+		t.Errorf("same client behind another forged entry: %d, want 429", r.StatusCode)
+	}
+	if r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", "198.51.100.8"); r.StatusCode != 200 {
+		t.Errorf("another client: %d, want 200", r.StatusCode)
+	}
+	// IPv6 clients of one /64 share a counter.
+	if r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", "2001:db8:1:2::1"); r.StatusCode != 200 {
+		t.Errorf("IPv6 client: %d", r.StatusCode)
+	}
+	if r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", "2001:db8:1:2:ffff::9"); r.StatusCode != 429 {
+		t.Errorf("IPv6 client in the same /64: %d, want 429", r.StatusCode)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	r := ipRule(t, "1/m")
+	r.Shadow = true
+	e := newEnv(t, []limit.Rule{r}, envOpt{})
+	for i := range 4 {
+		if resp, _ := e.do("POST", "/login", nil); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d, want 200 (shadow blocks nothing)", i+1, resp.StatusCode)
+		}
+	}
+	if got := e.metric("login_ip", "shadow_limited"); got != 3 {
+		t.Errorf("shadow_limited = %v, want 3", got)
+	}
+	if got := e.metric("login_ip", "allowed"); got != 1 {
+		t.Errorf("allowed = %v, want 1", got)
+	}
+}
+
+func TestAllowlist(t *testing.T) {
+	ip := ipRule(t, "1/m")
+	ip.Allow = []string{"127.0.0.0/8", "::1"}
+	em := loginEmailRule(t)
+	em.CountStatus = nil
+	em.Limits = limits(t, "1/m")
+	em.Allow = []string{" VIP@example.com"}
+	e := newEnv(t, []limit.Rule{ip, em}, envOpt{})
+	for i := range 3 {
+		if r := e.loginForm("vip@example.com", 200); r.StatusCode != 200 {
+			t.Fatalf("allowlisted request %d: %d", i+1, r.StatusCode)
+		}
+	}
+	e.loginForm("joe@example.com", 200)
+	if r := e.loginForm("joe@example.com", 200); r.StatusCode != 429 {
+		t.Errorf("email not allowlisted: %d, want 429", r.StatusCode)
+	}
+}
+
+// failingStore fails every call.
+type failingStore struct{ loads atomic.Int64 }
+
+var errDown = errors.New("store down")
+
+func (s *failingStore) Load(context.Context, limit.Counter, []limit.Bucket, []int64) error {
+	s.loads.Add(1)
+	return errDown
+}
+func (s *failingStore) Add(context.Context, limit.Counter, []limit.Bucket, int64) error {
+	return errDown
+}
+func (s *failingStore) AddNow(context.Context, limit.Counter, []limit.Bucket, int64) error {
+	return errDown
+}
+func (s *failingStore) Reset(context.Context, limit.Counter, []limit.Bucket) error { return errDown }
+
+func TestStoreError(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   int
+	}{{"allow", 200}, {"deny", 503}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			cfg := limit.DefaultConfig()
+			cfg.OnStoreError = tc.policy
+			e := newEnv(t, []limit.Rule{ipRule(t, "1/m")}, envOpt{cfg: cfg, store: &failingStore{}})
+			for range 3 {
+				resp, body := e.do("POST", "/login", nil)
+				if resp.StatusCode != tc.want {
+					t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+				}
+				if tc.want == 503 && (resp.Header.Get("Retry-After") != "1" || !bytes.Contains(body, []byte(`"status":503`))) {
+					t.Errorf("503 answer: Retry-After %q body %s", resp.Header.Get("Retry-After"), body)
+				}
+			}
+			if got := e.metric("login_ip", "store_error"); got != 3 {
+				t.Errorf("store_error = %v, want 3", got)
+			}
+			if tc.want == 200 && e.hits.Load() != 3 {
+				t.Errorf("upstream saw %d requests, want 3", e.hits.Load())
+			}
+		})
+	}
+}
+
+// countingStore counts the operations reaching a Memory store.
+type countingStore struct {
+	*limit.Memory
+	loads atomic.Int64
+}
+
+func (s *countingStore) Load(ctx context.Context, c limit.Counter, b []limit.Bucket, n []int64) error {
+	s.loads.Add(1)
+	return s.Memory.Load(ctx, c, b, n)
+}
+
+func TestBlockedClientCostsNoStoreOp(t *testing.T) {
+	clk := newFakeClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC))
+	cs := &countingStore{Memory: limit.NewMemoryAt(clk.Now)}
+	e := newEnv(t, []limit.Rule{ipRule(t, "2/m")}, envOpt{store: cs})
+	e.clk = clk
+	e.l.WithClock(clk.Now)
+	for range 3 {
+		e.do("POST", "/login", nil)
+	}
+	before := cs.loads.Load()
+	for range 20 {
+		if r, _ := e.do("POST", "/login", nil); r.StatusCode != 429 {
+			t.Fatalf("status %d, want 429", r.StatusCode)
+		}
+	}
+	if n := cs.loads.Load() - before; n != 0 {
+		t.Errorf("%d store loads for 20 requests of a blocked client, want 0", n)
+	}
+	clk.Set(time.Date(2026, 3, 28, 12, 1, 10, 0, time.UTC))
+	if r, _ := e.do("POST", "/login", nil); r.StatusCode != 200 {
+		t.Errorf("after the window: %d, want 200", r.StatusCode)
+	}
+}
+
+func TestAdmin(t *testing.T) {
+	em := loginEmailRule(t)
+	ip := ipRule(t, "1/m")
+	ip.Match = route.Match{Path: "/ip"}
+	e := newEnv(t, []limit.Rule{em, ip}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	admin := httptest.NewServer(http.StripPrefix("/admin/limits", e.l.AdminHandler()))
+	defer admin.Close()
+	call := func(method, path string) (int, map[string]any) {
+		req, _ := http.NewRequest(method, admin.URL+path, nil)
+		resp, err := admin.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		return resp.StatusCode, v
+	}
+	for range 6 {
+		e.loginForm("frank@example.com", 401)
+	}
+	if r := e.loginForm("frank@example.com", 401); r.StatusCode != 429 {
+		t.Fatalf("status %d, want 429", r.StatusCode)
+	}
+	code, v := call("GET", "/admin/limits/login_email/%20Frank%40Example.com")
+	if code != 200 || v["value"] != "frank@example.com" || v["limited"] != true {
+		t.Fatalf("GET: %d %v", code, v)
+	}
+	ls, _ := v["limits"].([]any)
+	if len(ls) != 2 {
+		t.Fatalf("GET limits: %v", v["limits"])
+	}
+	first := ls[0].(map[string]any)
+	if first["limit"] != "5/m" || first["count"] != 5.0 || first["remaining"] != 0.0 || first["free_at"] != "2026-03-28T12:01:10Z" {
+		t.Errorf("GET first limit: %v", first)
+	}
+	if code, _ := call("DELETE", "/admin/limits/login_email/FRANK@example.com"); code != 204 {
+		t.Errorf("DELETE: %d, want 204", code)
+	}
+	if r := e.loginForm("frank@example.com", 401); r.StatusCode != 401 {
+		t.Errorf("after reset: %d, want 401 (unblocked)", r.StatusCode)
+	}
+	if code, v := call("GET", "/admin/limits/nope/x"); code != 404 || v["status"] != 404.0 {
+		t.Errorf("unknown rule: %d %v", code, v)
+	}
+	if code, _ := call("GET", "/admin/limits/login_ip/not-an-ip"); code != 400 {
+		t.Errorf("bad ip: %d, want 400", code)
+	}
+	// IPv6 values are grouped like clients: any address of the /64, or the
+	// prefix itself (escaped), names the counter.
+	e.do("POST", "/ip", nil, "X-Forwarded-For", "2001:db8:1:2::1")
+	if r, _ := e.do("POST", "/ip", nil, "X-Forwarded-For", "2001:db8:1:2::2"); r.StatusCode != 429 {
+		t.Fatalf("second IPv6 request: %d", r.StatusCode)
+	}
+	code, v = call("GET", "/admin/limits/login_ip/2001:db8:1:2::77")
+	if code != 200 || v["value"] != "2001:db8:1:2::/64" {
+		t.Errorf("GET IPv6: %d %v", code, v)
+	}
+	if code, _ := call("DELETE", "/admin/limits/login_ip/2001:db8:1:2::%2F64"); code != 204 {
+		t.Errorf("DELETE IPv6 prefix: %d", code)
+	}
+	if r, _ := e.do("POST", "/ip", nil, "X-Forwarded-For", "2001:db8:1:2::3"); r.StatusCode != 200 {
+		t.Errorf("IPv6 after reset: %d, want 200", r.StatusCode)
+	}
+}
+
+// TestReloadKeepsCounts builds a second Limiter on the same store with the
+// limit edited: the counts carry over because keys hold the rule's name.
+func TestReloadKeepsCounts(t *testing.T) {
+	e := newEnv(t, []limit.Rule{ipRule(t, "3/m")}, envOpt{})
+	for range 3 {
+		e.do("POST", "/login", nil)
+	}
+	l2, err := limit.New([]limit.Rule{ipRule(t, "4/m")}, limit.DefaultIdentity(), limit.DefaultConfig(), nil, e.store, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(l2.WithClock(e.clk.Now).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
+	codes := []int{}
+	for range 2 {
+		resp, err := http.Post(srv.URL+"/login", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 429 {
+		t.Errorf("after reload to 4/m with 3 counted: %v, want [200 429]", codes)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	good := ipRule(t, "1/s")
+	for name, tc := range map[string]struct {
+		rules []limit.Rule
+		cfg   func(*limit.Config)
+	}{
+		"duplicate name":          {rules: []limit.Rule{good, good}},
+		"bad precision":           {rules: []limit.Rule{good}, cfg: func(c *limit.Config) { c.Precision = "fuzzy" }},
+		"bad policy":              {rules: []limit.Rule{good}, cfg: func(c *limit.Config) { c.OnStoreError = "maybe" }},
+		"strict and count_status": {rules: []limit.Rule{{Name: "x", Match: loginPost, Key: limit.Email, Limits: limits(t, "1/s"), Strict: true, CountStatus: []int{401}}}},
+		"bad allow":               {rules: []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), Allow: []string{"nope"}}}},
+		"name with space":         {rules: []limit.Rule{{Name: "a b", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s")}}},
+	} {
+		cfg := limit.DefaultConfig()
+		if tc.cfg != nil {
+			tc.cfg(&cfg)
+		}
+		if _, err := limit.New(tc.rules, limit.DefaultIdentity(), cfg, nil, limit.NewMemory(), nil, nil); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+}
+
+func TestStrict(t *testing.T) {
+	r := ipRule(t, "2/m")
+	r.Strict = true
+	e := newEnv(t, []limit.Rule{r}, envOpt{})
+	codes := []int{}
+	for range 3 {
+		resp, _ := e.do("POST", "/login", nil)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Errorf("strict 2/m: %v, want [200 200 429]", codes)
+	}
+	// The rejected hit was counted (strict counts first).
+	var rs []int64 = make([]int64, 1)
+	start := e.clk.Now().Unix() / 1 * 1
+	if err := e.store.Load(t.Context(), limit.Counter{Rule: "login_ip", Value: "127.0.0.1"}, []limit.Bucket{{Level: limit.Second, Start: start}}, rs); err != nil {
+		t.Fatal(err)
+	}
+	if rs[0] != 3 {
+		t.Errorf("strict count after 3 requests = %d, want 3", rs[0])
+	}
+}
