@@ -674,20 +674,24 @@ func (sv *server) trim(keep int64) {
 	}
 	slices.Sort(starts)
 	cutoff := starts[excess-1]
+	// Buckets older than the cutoff all go (fewer than excess of them),
+	// then buckets at the cutoff until excess are gone.
 	dropped := 0
-	for i := range sv.shards {
-		sh := &sv.shards[i]
-		sh.mu.Lock()
-		for _, e := range sh.m {
-			e.pending = slices.DeleteFunc(e.pending, func(d delta) bool {
-				if d.start <= cutoff && int64(dropped) < excess {
-					dropped++
-					return true
-				}
-				return false
-			})
+	for _, older := range []bool{true, false} {
+		for i := range sv.shards {
+			sh := &sv.shards[i]
+			sh.mu.Lock()
+			for _, e := range sh.m {
+				e.pending = slices.DeleteFunc(e.pending, func(d delta) bool {
+					if (d.start < cutoff || !older && d.start == cutoff) && int64(dropped) < excess {
+						dropped++
+						return true
+					}
+					return false
+				})
+			}
+			sh.mu.Unlock()
 		}
-		sh.mu.Unlock()
 	}
 	sv.npending.Add(-int64(dropped))
 	sv.m.addPending(-dropped)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -439,4 +441,75 @@ func BenchmarkFloor(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A server that accepts connections but never answers costs each call the
+// configured timeout until the breaker opens; then calls fail at once.
+func TestTimeoutOpensBreaker(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { l.Close(); conns.Wait() })
+	conns.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { io.Copy(io.Discard, c); c.Close() }) // read, never answer
+		}
+	})
+	const timeout = 50 * time.Millisecond
+	s, err := memcached.New(limit.Memcached{Servers: []string{l.Addr().String()}, Timeout: timeout}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	c := limit.Counter{Rule: "hung", Value: "x"}
+	bs := []limit.Bucket{minute(time.Now())}
+	counts := make([]int64, 1)
+	for i := 0; !s.BreakerOpen(l.Addr().String()); i++ {
+		if i == 10 {
+			t.Fatal("breaker still closed after 10 timed-out loads")
+		}
+		start := time.Now()
+		err := s.Load(ctx, c, bs, counts)
+		if d := time.Since(start); err == nil || d < timeout || d > 20*timeout {
+			t.Fatalf("Load against a silent server: %v after %v, want an error after about %v", err, d, timeout)
+		}
+	}
+	start := time.Now()
+	err = s.Load(ctx, c, bs, counts)
+	if d := time.Since(start); !errors.Is(err, memcached.ErrUnavailable) || d > 5*time.Millisecond {
+		t.Errorf("Load with the breaker open: %v after %v, want ErrUnavailable at once", err, d)
+	}
+}
+
+// A client's own hits never vanish or double while they are flushed: one
+// writer adding and reading back across many flushes sees exactly its count.
+func TestLoadExactAcrossFlushes(t *testing.T) {
+	s := newStore(t, nil, startMemcached(t).Addr)
+	ctx := context.Background()
+	c := limit.Counter{Rule: "exact", Value: "203.0.113.50"}
+	now := time.Now()
+	bs := []limit.Bucket{{Level: limit.Second, Start: now.Unix(), TTL: time.Minute}, minute(now), {Level: limit.Hour, Start: now.Unix() / 3600 * 3600, TTL: 2 * time.Hour}}
+	counts := make([]int64, len(bs))
+	deadline := time.Now().Add(500 * time.Millisecond) // about 100 flushes
+	n := int64(0)
+	for time.Now().Before(deadline) {
+		if err := s.Add(ctx, c, bs, 1); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if err := s.Load(ctx, c, bs, counts); err != nil {
+			t.Fatal(err)
+		}
+		if counts[0] != n || counts[1] != n || counts[2] != n {
+			t.Fatalf("after %d adds Load = %v, want %d each", n, counts, n)
+		}
+	}
+	t.Logf("%d add+load pairs read back exactly", n)
 }
