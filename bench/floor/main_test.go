@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFloorProxies checks that the floor is a working proxy: redirects pass
+// untouched, X-Forwarded-For is set, and keep-alive connections are reused.
+func TestFloorProxies(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "https://go.dev/?a=b")
+		w.Header().Set("X-Seen-XFF", r.Header.Get("X-Forwarded-For"))
+		w.WriteHeader(http.StatusFound)
+	}))
+	defer up.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"floor", "-listen", "127.0.0.1:0", "-target", up.URL}, pw)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("no output: %v", <-done)
+	}
+	base, ok := strings.CutPrefix(lines.Text(), "floor listening on ")
+	if !ok {
+		t.Fatalf("first line %q, want the address", lines.Text())
+	}
+	client := &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       5 * time.Second,
+	}
+	for range 50 {
+		resp, err := client.Get(base + "/go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "https://go.dev/?a=b" || resp.Header.Get("X-Seen-XFF") != "127.0.0.1" {
+			t.Fatalf("GET /go = %d Location %q XFF %q, want 302 https://go.dev/?a=b 127.0.0.1",
+				resp.StatusCode, resp.Header.Get("Location"), resp.Header.Get("X-Seen-XFF"))
+		}
+	}
+	cancel()
+	if !lines.Scan() || lines.Text() != "floor: upstream connections opened: 1" {
+		t.Errorf("last line %q, want one upstream connection for 50 sequential requests", lines.Text())
+	}
+	if err := <-done; err != nil {
+		t.Errorf("run = %v", err)
+	}
+}
+
+func TestFloorBadTarget(t *testing.T) {
+	if err := run(context.Background(), []string{"floor", "-target", "127.0.0.1:8081"}, io.Discard); err == nil {
+		t.Error("run with a target without scheme = nil, want an error")
+	}
+}
