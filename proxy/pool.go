@@ -19,8 +19,12 @@ type target struct {
 	name    string   // scheme://host[:port], the metric label and log field
 	url     *url.URL // scheme and host only (Config.Validate refuses paths)
 	healthy atomic.Bool
-	latency prometheus.Observer // nil without metrics
-	gauge   prometheus.Gauge    // nil without metrics
+	// failures counts requests that could not connect. A health check that
+	// saw failures rise while it ran does not put the target back: its
+	// success predates the failure.
+	failures atomic.Uint64
+	latency  prometheus.Observer // nil without metrics
+	gauge    prometheus.Gauge    // nil without metrics
 }
 
 // setHealthy records up and reports whether it changed.
@@ -143,9 +147,13 @@ func (p *Proxy) checkAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, t := range p.pool.targets {
 		wg.Go(func() {
+			failures := t.failures.Load()
 			err := p.check(ctx, t)
 			if ctx.Err() != nil {
 				return // closing: the verdict is meaningless
+			}
+			if err == nil && t.failures.Load() != failures {
+				return // a request failed to connect meanwhile: wait for the next check
 			}
 			p.setHealth(t, err)
 		})
@@ -177,6 +185,12 @@ func (p *Proxy) check(ctx context.Context, t *target) error {
 		return fmt.Errorf("health check answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// connectFailed takes t out after a request could not connect to it.
+func (p *Proxy) connectFailed(t *target, err error) {
+	t.failures.Add(1)
+	p.setHealth(t, err)
 }
 
 // setHealth takes t out of the pool (err != nil) or puts it back, logging

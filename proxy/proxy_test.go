@@ -156,6 +156,7 @@ type upstream struct {
 	*httptest.Server
 	name         string
 	hits, checks atomic.Int64
+	closeChecks  atomic.Bool // answer health checks with Connection: close
 }
 
 func newUpstream(t *testing.T, name string, h http.HandlerFunc) *upstream {
@@ -164,6 +165,9 @@ func newUpstream(t *testing.T, name string, h http.HandlerFunc) *upstream {
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			u.checks.Add(1)
+			if u.closeChecks.Load() {
+				w.Header().Set("Connection", "close")
+			}
 			return
 		}
 		u.hits.Add(1)
@@ -279,10 +283,13 @@ func TestForwardedHeaders(t *testing.T) {
 
 // deadAfterCheck returns an upstream that passed the proxy's first health
 // check and then stopped listening: the proxy still believes it healthy, so
-// the next request to it fails to connect.
+// the next request to it fails to connect. (The check's connection is not
+// kept: a request on a stale pooled connection is a different failure, one
+// where bytes were sent.)
 func deadAfterCheck(t *testing.T, f func(target string) *fixture) (*fixture, *upstream) {
 	t.Helper()
 	dead := newUpstream(t, "dead", nil)
+	dead.closeChecks.Store(true)
 	fx := f(dead.URL)
 	waitFor(t, "the first health check", func() bool { return dead.checks.Load() > 0 })
 	dead.Close() // waits for the check's handler to finish

@@ -78,7 +78,7 @@ func (rt retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil || !isDialError(err) || req.Context().Err() != nil {
 		return resp, err
 	}
-	p.setHealth(t, err)
+	p.connectFailed(t, err)
 	if !replayable(req) {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (rt retrier) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil || !isDialError(err) || req.Context().Err() != nil {
 			return resp, err
 		}
-		p.setHealth(next, err)
+		p.connectFailed(next, err)
 		tried = append(tried, next)
 		t = next
 	}
