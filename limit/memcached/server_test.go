@@ -85,6 +85,13 @@ func (s *mcServer) Start() {
 	}
 }
 
+// Pid returns the process id of the running memcached.
+func (s *mcServer) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process.Pid
+}
+
 // Kill stops memcached (SIGKILL) and waits for it to exit.
 func (s *mcServer) Kill() {
 	s.mu.Lock()
