@@ -95,7 +95,8 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "no stats at this path: ask for / (all links) or /{short_key}")
 		return
 	}
-	q, err := parseQuery(r.URL.Query(), s.now())
+	now := s.now()
+	q, err := parseQuery(r.URL.Query(), now)
 	if err != nil {
 		writeParamError(w, err)
 		return
@@ -113,7 +114,7 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeUnauthorized(w, r)
 		return
 	}
-	c, err := s.curve(r.Context(), key, q)
+	c, err := s.curve(r.Context(), key, q, now)
 	switch {
 	case err == nil:
 	case errors.As(err, new(*paramError)):
@@ -190,15 +191,15 @@ type curvePoint struct {
 	Visits
 }
 
-// curve reads key's totals and its curve for q: one Reader range per tier
-// segment (one segment unless stitched), every bucket present, zeros where
-// the store has none.
-func (s *Stats) curve(ctx context.Context, key string, q query) (*curve, error) {
+// curve reads key's totals and its curve for q at now: one Reader range per
+// tier segment (one segment unless stitched), every bucket present, zeros
+// where the store has none.
+func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
 	var segs []rollup.Segment
 	switch {
 	case q.stitch:
 		var err error
-		if segs, err = rollup.Stitch(s.tiers, q.from, q.to, s.now()); err != nil {
+		if segs, err = rollup.Stitch(s.tiers, q.from, q.to, now); err != nil {
 			return nil, badParam("from", "%v", err)
 		}
 	case q.step != 0:
@@ -208,7 +209,7 @@ func (s *Stats) curve(ctx context.Context, key string, q query) (*curve, error) 
 		}
 		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
 	default:
-		t, err := rollup.Choose(s.tiers, q.from, q.to, s.now(), rollup.MaxPoints)
+		t, err := rollup.Choose(s.tiers, q.from, q.to, now, rollup.MaxPoints)
 		if err != nil {
 			return nil, badParam("from", "%v", err)
 		}
