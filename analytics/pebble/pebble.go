@@ -1,0 +1,495 @@
+// Package pebble is the embedded analytics store: visit counts on the local
+// disk of one gateway, in a github.com/cockroachdb/pebble database.
+//
+// # Why Pebble
+//
+// A flush is a few hundred to a few hundred thousand "add n to this bucket"
+// operations that must land all or nothing, since the flusher resends a
+// failed batch merged into the next one. Pebble gives exactly that: all of a
+// flush goes into one pebble.Batch committed with one fsync, and a merge
+// operator adds counts inside the engine, so a flush never reads before it
+// writes. It is pure Go (no cgo, the gateway stays one static binary), is
+// kept by Cockroach Labs, and runs in CockroachDB. SQLite through a pure-Go
+// driver would let an operator poke at the data with SQL, but each flush
+// would be an UPSERT per bucket through a translated C engine, and expiring
+// old buckets a DELETE that scans an index; the stats API already serves
+// the data, so Pebble wins.
+//
+// # Layout
+//
+// The keys of one link's tier lie together, so that any query is one
+// iterator range and reads only the rows it returns (a year of days is at
+// most 366 rows, whatever else the store holds); a time-major layout would
+// make expiry a single range delete but a one-link read would scan every
+// link of the time range. Expiry is served by a small time-major index
+// written in the same batch:
+//
+//	'p' uvarint(len(key)) key step start -> visits   one bucket (merged by adding)
+//	't' step start key                   -> empty    the bucket's index entry
+//	'T' key                              -> visits   the all-time total (merged by adding)
+//
+// step is the tier's step in seconds (uint32, big-endian) and start the
+// bucket's start in unix seconds (int64 with its sign bit flipped,
+// big-endian, so keys sort in time order). visits is two varints, human and
+// bot. Expire walks each tier's index up to its retention cutoff, deletes
+// the buckets it names with point deletes and the walked index span with one
+// range delete: its work grows with what expires, not with what is kept.
+//
+// Write sets a bucket's index entry with every count. It costs a second key
+// per count but needs no read, and the entry is idempotent.
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/bloom"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+var (
+	_ analytics.Writer = (*Store)(nil)
+	_ analytics.Reader = (*Store)(nil)
+)
+
+// ErrClosed is returned by the methods of a closed Store.
+var ErrClosed = errors.New("pebble: store closed")
+
+// Store is the embedded analytics store. It is safe for concurrent use. One
+// process at a time holds a database directory (Pebble locks it). Create it
+// with Open.
+type Store struct {
+	db    *pebble.DB
+	tiers map[time.Duration]rollup.Tier
+	log   *slog.Logger
+
+	// mu guards closed: Close takes it to write, every other method to read.
+	mu     sync.RWMutex
+	closed bool
+
+	// commit serializes Write's commits with Expire's chunks, so that an
+	// index entry set while Expire walks the index is either seen by the
+	// walk or written after its range delete (and found next time). Without
+	// it a late count to an expiring bucket could outlive its index entry.
+	commit sync.Mutex
+
+	// expiring serializes Expire calls.
+	expiring sync.Mutex
+}
+
+// Open opens or creates the store in the directory path, holding the tiers
+// of resolution that Write accepts and Expire enforces. The tiers may differ
+// from the last Open's: buckets of a tier no longer given stay on disk
+// unread until they are removed by hand. log receives Pebble's messages and
+// Expire's; nil discards them.
+func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
+	if err := rollup.ValidateTiers(tiers); err != nil {
+		return nil, fmt.Errorf("pebble: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "analytics/pebble")
+	s := &Store{tiers: map[time.Duration]rollup.Tier{}, log: log}
+	for _, t := range tiers {
+		s.tiers[t.Step] = t
+	}
+	opts := &pebble.Options{
+		Merger:             merger,
+		Logger:             logger{log},
+		FormatMajorVersion: pebble.FormatNewest,
+		Levels:             make([]pebble.LevelOptions, 7),
+	}
+	for i := range opts.Levels {
+		// Bloom filters answer Total for links never written without
+		// reading a block.
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		opts.Levels[i].Compression = pebble.SnappyCompression
+	}
+	db, err := pebble.Open(path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("pebble: open %s: %w", path, err)
+	}
+	s.db = db
+	return s, nil
+}
+
+// Close closes the database and releases its directory. Later calls of
+// any method return ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebble: close: %w", err)
+	}
+	return nil
+}
+
+// Write adds b's counts and totals in one atomic batch and returns once it
+// is synced to disk. When it fails nothing of b was applied, so the
+// flusher's resend counts everything once. A count whose step is not one of
+// the store's tiers, or whose start is not a bucket start, fails the whole
+// batch.
+func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebble: write: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	wb := s.db.NewBatchWithSize(len(b.Counts)*64 + len(b.Totals)*32)
+	defer wb.Close()
+	var k, v []byte
+	for _, c := range b.Counts {
+		if _, ok := s.tiers[c.Step]; !ok {
+			return fmt.Errorf("pebble: write: step %v of %q is not a tier", c.Step, c.Key)
+		}
+		if !rollup.Align(c.Start, c.Step).Equal(c.Start) {
+			return fmt.Errorf("pebble: write: %v is not the start of a %v bucket", c.Start, c.Step)
+		}
+		if c.Visits == (analytics.Visits{}) {
+			continue
+		}
+		v = appendVisits(v[:0], c.Visits)
+		k = appendPointKey(k[:0], c.Key, c.Step, c.Start.Unix())
+		if err := wb.Merge(k, v, nil); err != nil {
+			return fmt.Errorf("pebble: write: %w", err)
+		}
+		k = appendIndexKey(k[:0], c.Step, c.Start.Unix(), c.Key)
+		if err := wb.Set(k, nil, nil); err != nil {
+			return fmt.Errorf("pebble: write: %w", err)
+		}
+	}
+	for _, t := range b.Totals {
+		if t.Visits == (analytics.Visits{}) {
+			continue
+		}
+		v = appendVisits(v[:0], t.Visits)
+		if err := wb.Merge(appendTotalKey(k[:0], t.Key), v, nil); err != nil {
+			return fmt.Errorf("pebble: write: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebble: write: %w", err)
+	}
+	s.commit.Lock()
+	defer s.commit.Unlock()
+	if err := wb.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("pebble: write: commit: %w", err)
+	}
+	return nil
+}
+
+// Points returns key's buckets of the tier of the given step whose start
+// lies in [from, to), in time order, leaving out buckets without visits. It
+// reads one iterator range holding only the returned rows. A step that is
+// not one of the store's tiers is an error.
+func (s *Store) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: points: %w", err)
+	}
+	if _, ok := s.tiers[step]; !ok {
+		return nil, fmt.Errorf("pebble: points: step %v is not a tier", step)
+	}
+	// Buckets start on whole seconds: the first at or after from, the
+	// first at or after to.
+	lo, hi := ceilUnix(from), ceilUnix(to)
+	if lo >= hi {
+		return nil, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	prefix := appendPointKey(nil, key, step, 0)
+	prefix = prefix[:len(prefix)-8]
+	it, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{
+		LowerBound: binary.BigEndian.AppendUint64(slices.Clip(prefix), timeBits(lo)),
+		UpperBound: binary.BigEndian.AppendUint64(slices.Clip(prefix), timeBits(hi)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pebble: points: %w", err)
+	}
+	var ps []analytics.Point
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(ps)%1024 == 1023 {
+			if err := ctx.Err(); err != nil {
+				it.Close()
+				return nil, fmt.Errorf("pebble: points: %w", err)
+			}
+		}
+		k := it.Key()
+		start := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ 1<<63)
+		vis, err := decodeVisits(it.Value())
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("pebble: points: %q at %d: %w", key, start, err)
+		}
+		ps = append(ps, analytics.Point{Start: time.Unix(start, 0).UTC(), Visits: vis})
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("pebble: points: %w", err)
+	}
+	return ps, nil
+}
+
+// Total returns key's all-time visits; zero for a key never written.
+func (s *Store) Total(ctx context.Context, key string) (analytics.Visits, error) {
+	if err := ctx.Err(); err != nil {
+		return analytics.Visits{}, fmt.Errorf("pebble: total: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return analytics.Visits{}, ErrClosed
+	}
+	v, c, err := s.db.Get(appendTotalKey(nil, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return analytics.Visits{}, nil
+	}
+	if err != nil {
+		return analytics.Visits{}, fmt.Errorf("pebble: total: %w", err)
+	}
+	defer c.Close()
+	vis, err := decodeVisits(v)
+	if err != nil {
+		return analytics.Visits{}, fmt.Errorf("pebble: total %q: %w", key, err)
+	}
+	return vis, nil
+}
+
+// expireChunk is how many buckets Expire deletes per committed batch: small
+// enough that Write waits at most a few milliseconds for it.
+const expireChunk = 10_000
+
+// Expire deletes, in every tier, the buckets that ended at least the tier's
+// retention before now. Totals never expire. It is safe to call while
+// writing and reading; its work grows with the number of buckets it
+// deletes. The gateway calls it periodically (see Run).
+func (s *Store) Expire(now time.Time) error {
+	s.expiring.Lock()
+	defer s.expiring.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	total := 0
+	for _, t := range s.tiers {
+		// A bucket [start, start+step) has ended by now-retention when
+		// start <= now-retention-step.
+		cut := now.Add(-t.Retention - t.Step).Unix()
+		lo := appendIndexKey(nil, t.Step, -1<<63, "")
+		hi := appendIndexKey(nil, t.Step, cut+1, "")
+		for {
+			n, next, err := s.expireChunk(lo, hi)
+			total += n
+			if err != nil {
+				return fmt.Errorf("pebble: expire %v: %w", t, err)
+			}
+			if next == nil {
+				break
+			}
+			lo = next
+		}
+	}
+	s.log.Debug("expired buckets", "now", now, "buckets", total)
+	return nil
+}
+
+// expireChunk deletes up to expireChunk buckets named by the index in
+// [lo, hi), and the index entries it walked. It returns how many it deleted
+// and where to go on, nil when it reached hi.
+func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
+	s.commit.Lock()
+	defer s.commit.Unlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, nil, err
+	}
+	wb := s.db.NewBatch()
+	defer wb.Close()
+	n := 0
+	var next []byte
+	var pk []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if n == expireChunk {
+			next = slices.Clone(it.Key())
+			break
+		}
+		step, start, key, err := parseIndexKey(it.Key())
+		if err != nil {
+			it.Close()
+			return 0, nil, err
+		}
+		pk = appendPointKey(pk[:0], key, step, start)
+		if err := wb.Delete(pk, nil); err != nil {
+			it.Close()
+			return 0, nil, err
+		}
+		n++
+	}
+	if err := it.Close(); err != nil {
+		return 0, nil, err
+	}
+	if n == 0 {
+		return 0, nil, nil
+	}
+	end := hi
+	if next != nil {
+		end = next
+	}
+	if err := wb.DeleteRange(lo, end, nil); err != nil {
+		return 0, nil, err
+	}
+	// Expiry lost to a crash is done again by the next call: no fsync.
+	if err := wb.Commit(pebble.NoSync); err != nil {
+		return 0, nil, err
+	}
+	return n, next, nil
+}
+
+// Run calls Expire with the wall clock at once and then every interval
+// until ctx is done, logging failures. The gateway runs it in a goroutine
+// beside the flusher; an hour is a fine interval.
+func (s *Store) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	s.run(ctx, time.Now, t.C)
+}
+
+func (s *Store) run(ctx context.Context, now func() time.Time, tick <-chan time.Time) {
+	for {
+		if err := s.Expire(now()); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			s.log.Error("expire", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+	}
+}
+
+// Key encoding.
+
+func appendPointKey(b []byte, key string, step time.Duration, start int64) []byte {
+	b = append(b, 'p')
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
+	return binary.BigEndian.AppendUint64(b, timeBits(start))
+}
+
+func appendIndexKey(b []byte, step time.Duration, start int64, key string) []byte {
+	b = append(b, 't')
+	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
+	b = binary.BigEndian.AppendUint64(b, timeBits(start))
+	return append(b, key...)
+}
+
+func parseIndexKey(k []byte) (time.Duration, int64, string, error) {
+	if len(k) < 13 || k[0] != 't' {
+		return 0, 0, "", fmt.Errorf("bad index key %q", k)
+	}
+	step := time.Duration(binary.BigEndian.Uint32(k[1:5])) * time.Second
+	start := int64(binary.BigEndian.Uint64(k[5:13]) ^ 1<<63)
+	return step, start, string(k[13:]), nil
+}
+
+func appendTotalKey(b []byte, key string) []byte { return append(append(b, 'T'), key...) }
+
+// timeBits maps unix seconds to a uint64 that sorts as they do.
+func timeBits(sec int64) uint64 { return uint64(sec) ^ 1<<63 }
+
+// ceilUnix returns t in unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() != 0 {
+		s++
+	}
+	return s
+}
+
+// Values and their merging.
+
+func appendVisits(b []byte, v analytics.Visits) []byte {
+	return binary.AppendVarint(binary.AppendVarint(b, v.Human), v.Bot)
+}
+
+func decodeVisits(b []byte) (analytics.Visits, error) {
+	h, n := binary.Varint(b)
+	if n <= 0 {
+		return analytics.Visits{}, fmt.Errorf("bad visits value %x", b)
+	}
+	bot, m := binary.Varint(b[n:])
+	if m <= 0 || n+m != len(b) {
+		return analytics.Visits{}, fmt.Errorf("bad visits value %x", b)
+	}
+	return analytics.Visits{Human: h, Bot: bot}, nil
+}
+
+// merger adds visits. Its name is stored in the database: a different
+// name, or a different encoding under the same name, cannot open it.
+var merger = &pebble.Merger{
+	Name: "linkgate.visits.v1",
+	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
+		v, err := decodeVisits(value)
+		if err != nil {
+			return nil, err
+		}
+		return &adder{v}, nil
+	},
+}
+
+// adder is a pebble.ValueMerger that sums visits; addition does not care
+// about the order of operands.
+type adder struct{ v analytics.Visits }
+
+func (a *adder) MergeNewer(value []byte) error { return a.add(value) }
+func (a *adder) MergeOlder(value []byte) error { return a.add(value) }
+
+func (a *adder) add(value []byte) error {
+	v, err := decodeVisits(value)
+	if err != nil {
+		return err
+	}
+	a.v.Human += v.Human
+	a.v.Bot += v.Bot
+	return nil
+}
+
+func (a *adder) Finish(bool) ([]byte, io.Closer, error) { return appendVisits(nil, a.v), nil, nil }
+
+// logger passes Pebble's messages to slog.
+type logger struct{ l *slog.Logger }
+
+func (l logger) Infof(format string, args ...any) { l.l.Info(fmt.Sprintf(format, args...)) }
+
+// Fatalf is called on broken invariants of the engine; Pebble's default
+// logger exits the process, this one panics with the message.
+func (l logger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error(msg)
+	panic("pebble: " + msg)
+}

@@ -1,0 +1,210 @@
+package pebble_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+func open(t testing.TB, dir string, tiers []rollup.Tier) *pebble.Store {
+	t.Helper()
+	s, err := pebble.Open(dir, tiers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+		dir := t.TempDir()
+		cur := open(t, dir, tiers)
+		t.Cleanup(func() {
+			if err := cur.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		return analyticstest.Harness{
+			Store: cur,
+			Reopen: func() analyticstest.Store {
+				if err := cur.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				cur = open(t, dir, tiers)
+				return cur
+			},
+			Expire: func(now time.Time) error { return cur.Expire(now) },
+		}
+	})
+}
+
+func TestOneProcessHoldsTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, rollup.DefaultTiers())
+	defer s.Close()
+	if s2, err := pebble.Open(dir, rollup.DefaultTiers(), nil); err == nil {
+		s2.Close()
+		t.Fatal("a second Open of a held directory succeeded")
+	}
+}
+
+func TestClosed(t *testing.T) {
+	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Write(ctx, analytics.Batch{}); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Write after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Points(ctx, "a", time.Minute, time.Unix(0, 0), time.Now()); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Points after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Total(ctx, "a"); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Total after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Expire(time.Now()); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Expire after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Close(); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("second Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestBadCountsApplyNothing checks that a batch with one bad count fails
+// whole: the flusher resends it, and what came before the bad count must
+// not be counted twice.
+func TestBadCountsApplyNothing(t *testing.T) {
+	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	defer s.Close()
+	day := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	good := analytics.Count{Key: "a", Step: rollup.Day, Start: day, Visits: analytics.Visits{Human: 1}}
+	for name, bad := range map[string]analytics.Count{
+		"unknown step": {Key: "a", Step: 2 * time.Hour, Start: day, Visits: analytics.Visits{Human: 1}},
+		"unaligned":    {Key: "a", Step: time.Hour, Start: day.Add(time.Minute), Visits: analytics.Visits{Human: 1}},
+	} {
+		err := s.Write(context.Background(), analytics.Batch{Counts: []analytics.Count{good, bad}, Totals: []analytics.Total{{Key: "a", Visits: analytics.Visits{Human: 1}}}})
+		if err == nil {
+			t.Errorf("%s: Write succeeded", name)
+		}
+	}
+	ps, err := s.Points(context.Background(), "a", rollup.Day, day, day.Add(rollup.Day))
+	if err != nil || len(ps) != 0 {
+		t.Errorf("Points after failed writes = %v, %v; want none", ps, err)
+	}
+	if v, err := s.Total(context.Background(), "a"); err != nil || v != (analytics.Visits{}) {
+		t.Errorf("Total after failed writes = %v, %v; want zero", v, err)
+	}
+	if _, err := s.Points(context.Background(), "a", 2*time.Hour, day, day.Add(rollup.Day)); err == nil {
+		t.Error("Points of a step that is not a tier succeeded")
+	}
+}
+
+// TestExpiryAcrossChunks checks Expire's bookkeeping across chunks:
+// more buckets than one chunk deletes expire, and a second Expire finds
+// nothing left.
+func TestExpiryAcrossChunks(t *testing.T) {
+	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	defer s.Close()
+	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	var b analytics.Batch
+	const links, minutes = 50, 500 // 25,000 minute buckets
+	for l := range links {
+		for m := range minutes {
+			b.Counts = append(b.Counts, analytics.Count{Key: string(rune('a' + l%26)) + string(rune('a' + l/26)), Step: time.Minute,
+				Start: t0.Add(time.Duration(m) * time.Minute), Visits: analytics.Visits{Human: 1}})
+		}
+	}
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	// Expire the first 200 minutes only: a bucket goes once it ended two days
+	// (the retention) before now.
+	now := t0.Add(2*rollup.Day + 200*time.Minute)
+	if err := s.Expire(now); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"aa", "xa", "xb"} {
+		ps, err := s.Points(context.Background(), key, time.Minute, t0, t0.Add(rollup.Day))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != minutes-200 || !ps[0].Start.Equal(t0.Add(200*time.Minute)) {
+			t.Errorf("%s: %d points from %v after expiry, want %d from %v", key, len(ps), ps[0].Start, minutes-200, t0.Add(200*time.Minute))
+		}
+	}
+	if err := s.Expire(t0.Add(3 * rollup.Day)); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := s.Points(context.Background(), "aa", time.Minute, t0, t0.Add(rollup.Day))
+	if err != nil || len(ps) != 0 {
+		t.Errorf("after expiring all: %d points, %v", len(ps), err)
+	}
+}
+
+// TestCrash kills a process that wrote without closing the store and checks
+// that every acknowledged write survived.
+func TestCrash(t *testing.T) {
+	if dir := os.Getenv("LINKGATE_PEBBLE_CRASH_DIR"); dir != "" {
+		crashChild(dir)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrash$")
+	cmd.Env = append(os.Environ(), "LINKGATE_PEBBLE_CRASH_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child: %v, want killed; output:\n%s", err, out)
+	}
+	s := open(t, dir, rollup.DefaultTiers())
+	defer s.Close()
+	ps, err := s.Points(context.Background(), "a", time.Minute, crashT0, crashT0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []analytics.Point
+	for i := range crashWrites {
+		want = append(want, analytics.Point{Start: crashT0.Add(time.Duration(i) * time.Minute), Visits: analytics.Visits{Human: int64(i + 1)}})
+	}
+	if diff := cmp.Diff(want, ps); diff != "" {
+		t.Errorf("points after crash (-want +got):\n%s", diff)
+	}
+	if v, err := s.Total(context.Background(), "a"); err != nil || v.Human != crashWrites {
+		t.Errorf("Total after crash = %v, %v; want %d human", v, err, crashWrites)
+	}
+}
+
+var crashT0 = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+
+const crashWrites = 20
+
+// crashChild writes and kills itself without closing the store.
+func crashChild(dir string) {
+	s, err := pebble.Open(dir, rollup.DefaultTiers(), nil)
+	if err != nil {
+		panic(err)
+	}
+	for i := range crashWrites {
+		err := s.Write(context.Background(), analytics.Batch{
+			Counts: []analytics.Count{{Key: "a", Step: time.Minute, Start: crashT0.Add(time.Duration(i) * time.Minute), Visits: analytics.Visits{Human: int64(i + 1)}}},
+			Totals: []analytics.Total{{Key: "a", Visits: analytics.Visits{Human: 1}}},
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
