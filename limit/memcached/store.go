@@ -407,6 +407,10 @@ func (sv *server) result(op string, err error) error {
 		n = sv.fails.Add(1)
 	}
 	if n >= failThreshold && sv.open.CompareAndSwap(false, true) {
+		// Idle connections are to a server that failed (maybe a process
+		// since killed): close them, so that after recovery no request
+		// fails on a stale one.
+		sv.client.Close()
 		sv.m.setBreaker(sv.addr, 1)
 		sv.log.Warn("memcached: circuit breaker open: operations fail at once until a probe succeeds", "failures", n, "err", err)
 	}
@@ -509,6 +513,7 @@ func (sv *server) probe() {
 	inc(sv.opProbe)
 	if err := sv.client.Ping(); err != nil {
 		sv.m.errorCounter(sv.addr, opProbe)
+		sv.client.Close() // drop any stale idle connection before the next probe
 		return
 	}
 	sv.fails.Store(0)

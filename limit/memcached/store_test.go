@@ -235,6 +235,20 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("breaker gauge = %v before the outage, want 0", got)
 	}
 
+	// Fill the connection pool, so that stale connections would be reused
+	// after the restart if the breaker did not drop them.
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 20 {
+				if err := s.Load(ctx, c, []limit.Bucket{b}, make([]int64, 1)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
 	mc.Kill()
 	counts := make([]int64, 1)
 	waitFor(t, 2*time.Second, "the breaker did not open", func() bool {
@@ -273,6 +287,11 @@ func TestBreaker(t *testing.T) {
 	}
 	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 0 {
 		t.Errorf("breaker gauge = %v after recovery, want 0", got)
+	}
+	for i := range 50 {
+		if err := s.Load(ctx, c, []limit.Bucket{b}, counts); err != nil {
+			t.Fatalf("Load %d after recovery: %v", i, err)
+		}
 	}
 	if err := s.Add(ctx, c, []limit.Bucket{b}, 2); err != nil {
 		t.Fatalf("Add after recovery: %v", err)
