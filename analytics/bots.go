@@ -40,9 +40,14 @@ func IsBot(ua string) bool { return knownBots.match(ua) }
 type botMatcher struct {
 	class   [256]uint8 // byte → its class; upper-case ASCII folded to lower
 	classes int
-	next    []uint16 // next[state*classes+class]
-	out     []bool   // a pattern ends in this state (or in a suffix of it)
+	// next[state*classes+class] is the next state times classes (the
+	// offset of its row), or'ed with outBit when a pattern ends there.
+	// 16 bits keep the table in a first-level cache: the list uses about
+	// 24,000 of the 32,768 offsets there are room for.
+	next []uint16
 }
+
+const outBit = 1 << 15
 
 func lowerASCII(b byte) byte {
 	if 'A' <= b && b <= 'Z' {
@@ -52,8 +57,8 @@ func lowerASCII(b byte) byte {
 }
 
 // compileBots builds the automaton for pats. It panics if pats have more than
-// 255 distinct bytes or 65535 states, neither of which a list of product
-// names comes near.
+// 255 distinct bytes or need more than 32,767 table rows times classes (see
+// botMatcher.next); the tests load the list, so that fails there first.
 func compileBots(pats []string) *botMatcher {
 	m := &botMatcher{classes: 1}
 	for _, p := range pats {
@@ -88,34 +93,41 @@ func compileBots(pats []string) *botMatcher {
 		}
 		end[s] = true
 	}
-	if len(trie) > 1<<16-1 {
+	if len(trie)*k >= outBit {
 		panic(fmt.Sprintf("analytics: bot patterns need %d states", len(trie)))
 	}
 	// Breadth first, every state's transitions are its trie edges or else
-	// its failure state's transitions, already complete.
-	m.next = make([]uint16, len(trie)*k)
-	m.out = make([]bool, len(trie))
-	fail := make([]int, len(trie))
-	queue := []int{}
+	// its failure state's transitions, already complete; a state is final
+	// when a pattern ends in it or in its failure state.
+	next := make([]int32, len(trie)*k) // plain next states
+	out := make([]bool, len(trie))
+	fail := make([]int32, len(trie))
+	queue := []int32{}
 	for c := range k {
 		if t := trie[0][c]; t >= 0 {
-			m.next[c] = uint16(t)
-			queue = append(queue, int(t))
+			next[c] = t
+			queue = append(queue, t)
 		}
 	}
-	m.out[0] = end[0]
 	for len(queue) > 0 {
 		s := queue[0]
 		queue = queue[1:]
-		m.out[s] = end[s] || m.out[fail[s]]
-		for c := range k {
+		out[s] = end[s] || out[fail[s]]
+		for c := range int32(k) {
 			if t := trie[s][c]; t >= 0 {
-				fail[t] = int(m.next[fail[s]*k+c])
-				m.next[s*k+c] = uint16(t)
-				queue = append(queue, int(t))
+				fail[t] = next[fail[s]*int32(k)+c]
+				next[s*int32(k)+c] = t
+				queue = append(queue, t)
 			} else {
-				m.next[s*k+c] = m.next[fail[s]*k+c]
+				next[s*int32(k)+c] = next[fail[s]*int32(k)+c]
 			}
+		}
+	}
+	m.next = make([]uint16, len(next))
+	for i, t := range next {
+		m.next[i] = uint16(int(t) * k)
+		if out[t] {
+			m.next[i] |= outBit
 		}
 	}
 	return m
@@ -130,10 +142,11 @@ func newRow(k int) []int32 {
 }
 
 func (m *botMatcher) match(ua string) bool {
-	s, k := 0, m.classes
+	next := m.next
+	s := uint16(0)
 	for i := 0; i < len(ua); i++ {
-		s = int(m.next[s*k+int(m.class[ua[i]])])
-		if m.out[s] {
+		s = next[s+uint16(m.class[ua[i]])]
+		if s&outBit != 0 {
 			return true
 		}
 	}

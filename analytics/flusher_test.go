@@ -54,10 +54,10 @@ func (s *memStore) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	for _, c := range b.Counts {
 		id := bucketID{c.Key, c.Step, c.Start.Unix()}
-		s.buckets[id] = add(s.buckets[id], c.Visits)
+		s.buckets[id] = sumVisits(s.buckets[id], c.Visits)
 	}
 	for _, t := range b.Totals {
-		s.totals[t.Key] = add(s.totals[t.Key], t.Visits)
+		s.totals[t.Key] = sumVisits(s.totals[t.Key], t.Visits)
 	}
 	s.batches = append(s.batches, b)
 	return nil
@@ -95,13 +95,13 @@ func (s *memStore) numTries() int {
 	return len(s.tries)
 }
 
-func add(a, b analytics.Visits) analytics.Visits {
+func sumVisits(a, b analytics.Visits) analytics.Visits {
 	return analytics.Visits{Human: a.Human + b.Human, Bot: a.Bot + b.Bot}
 }
 
 // checkStored checks that r holds exactly want for every tier of every key:
 // each tier's buckets over all time add up to the key's total.
-func checkStored(t *testing.T, r analytics.Reader, tiers []rollup.Tier, want map[string]analytics.Visits) {
+func checkStored(t *testing.T, r analytics.Reader, defTiers []rollup.Tier, want map[string]analytics.Visits) {
 	t.Helper()
 	ctx := context.Background()
 	from, to := time.Unix(0, 0), time.Now().Add(rollup.Year)
@@ -113,14 +113,14 @@ func checkStored(t *testing.T, r analytics.Reader, tiers []rollup.Tier, want map
 		if got != w {
 			t.Errorf("Total(%q) = %+v, want %+v", key, got, w)
 		}
-		for _, tier := range tiers {
+		for _, tier := range defTiers {
 			pts, err := r.Points(ctx, key, tier.Step, from, to)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var sum analytics.Visits
 			for i, p := range pts {
-				sum = add(sum, p.Visits)
+				sum = sumVisits(sum, p.Visits)
 				if !p.Start.Equal(rollup.Align(p.Start, tier.Step)) {
 					t.Errorf("%q tier %v: point %v not aligned", key, tier, p.Start)
 				}
@@ -135,16 +135,16 @@ func checkStored(t *testing.T, r analytics.Reader, tiers []rollup.Tier, want map
 	}
 }
 
-var tiers = rollup.DefaultTiers()
+var defTiers = rollup.DefaultTiers()
 
-// epoch is a Monday 00:00 UTC, so the buckets of every tier start there.
-var epoch = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+// monday is a Monday 00:00 UTC, so the buckets of every tier start there.
+var monday = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
 
 func TestFlushAfterOneInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := analytics.NewRecorder(100, nil)
 		st := newMemStore()
-		f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{Interval: 10 * time.Second}, nil, nil)
+		f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Interval: 10 * time.Second}, nil, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		go f.Run(ctx)
 
@@ -166,12 +166,12 @@ func TestFlushAfterOneInterval(t *testing.T) {
 		if !b.At.Equal(time.Now()) {
 			t.Errorf("batch At = %v, want the flush time %v", b.At, time.Now())
 		}
-		// abc: 5 tiers + total; xyz: same; all links: its minute and xyz's
+		// abc: 5 defTiers + total; xyz: same; all links: its minute and xyz's
 		// minute may share coarse buckets.
 		if len(b.Totals) != 3 {
 			t.Errorf("totals %+v, want abc, xyz and all links", b.Totals)
 		}
-		checkStored(t, st, tiers, map[string]analytics.Visits{
+		checkStored(t, st, defTiers, map[string]analytics.Visits{
 			"abc": {Human: 1, Bot: 1}, "xyz": {Human: 1}, analytics.AllLinks: {Human: 2, Bot: 1},
 		})
 		// Nothing new: no write.
@@ -187,8 +187,8 @@ func TestFlushAfterOneInterval(t *testing.T) {
 func TestBatchCoalesces(t *testing.T) {
 	rec := analytics.NewRecorder(100, nil)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{}, nil, nil)
-	t0 := epoch.Add(30 * time.Second)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	t0 := monday.Add(30 * time.Second)
 	for i := range 1000 {
 		rec.Record("k", t0.Add(time.Duration(i)*40*time.Millisecond), i%10 == 0) // 40 s: two minutes
 	}
@@ -199,12 +199,12 @@ func TestBatchCoalesces(t *testing.T) {
 	// Minutes 0 and 1 in the 1m tier, one bucket in every other tier, for k
 	// and for all links.
 	want := []analytics.Count{
-		{Key: "/", Step: time.Minute, Start: epoch, Visits: analytics.Visits{Human: 675, Bot: 75}},
-		{Key: "/", Step: time.Minute, Start: epoch.Add(time.Minute), Visits: analytics.Visits{Human: 225, Bot: 25}},
-		{Key: "/", Step: 5 * time.Minute, Start: epoch, Visits: analytics.Visits{Human: 900, Bot: 100}},
-		{Key: "/", Step: time.Hour, Start: epoch, Visits: analytics.Visits{Human: 900, Bot: 100}},
-		{Key: "/", Step: rollup.Day, Start: epoch, Visits: analytics.Visits{Human: 900, Bot: 100}},
-		{Key: "/", Step: rollup.Week, Start: epoch, Visits: analytics.Visits{Human: 900, Bot: 100}},
+		{Key: "/", Step: time.Minute, Start: monday, Visits: analytics.Visits{Human: 675, Bot: 75}},
+		{Key: "/", Step: time.Minute, Start: monday.Add(time.Minute), Visits: analytics.Visits{Human: 225, Bot: 25}},
+		{Key: "/", Step: 5 * time.Minute, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
+		{Key: "/", Step: time.Hour, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
+		{Key: "/", Step: rollup.Day, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
+		{Key: "/", Step: rollup.Week, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
 	}
 	for _, c := range slices.Clone(want) {
 		c.Key = "k"
@@ -227,7 +227,7 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m := analytics.NewMetrics(reg)
 		const interval = 10 * time.Second
-		f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{Interval: interval}, m, nil)
+		f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Interval: interval}, m, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		go f.Run(ctx)
 		start := time.Now()
@@ -263,14 +263,14 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		if diff := cmp.Diff(wantTries, tries); diff != "" {
 			t.Errorf("write attempts after start (-want +got):\n%s", diff)
 		}
-		if got := gauge(t, reg, "linkgate_analytics_store_errors_total"); got != 6 {
+		if got := metricValue(t, reg, "linkgate_analytics_store_errors_total"); got != 6 {
 			t.Errorf("store errors = %v, want 6", got)
 		}
-		if got := gauge(t, reg, "linkgate_analytics_buffered_keys"); got == 0 {
+		if got := metricValue(t, reg, "linkgate_analytics_buffered_keys"); got == 0 {
 			t.Errorf("buffered keys = 0 during an outage")
 		}
 		// Memory merge: the visits show up while the store is down.
-		checkStored(t, f.Reader(st), tiers, want)
+		checkStored(t, f.Reader(st), defTiers, want)
 
 		// The store comes back; the next attempt (at 260 s) writes all.
 		st.setFail(nil)
@@ -282,7 +282,7 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		if n := len(st.batches); n != 1 {
 			t.Fatalf("%d successful writes, want 1", n)
 		}
-		if got := gauge(t, reg, "linkgate_analytics_buffered_keys"); got != 0 {
+		if got := metricValue(t, reg, "linkgate_analytics_buffered_keys"); got != 0 {
 			t.Errorf("buffered keys = %v after recovery, want 0", got)
 		}
 		// Then back to one write an interval.
@@ -292,14 +292,14 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		if n := len(st.batches); n != 2 {
 			t.Fatalf("%d successful writes, want 2", n)
 		}
-		checkStored(t, st, tiers, want)
-		checkStored(t, f.Reader(st), tiers, want)
+		checkStored(t, st, defTiers, want)
+		checkStored(t, f.Reader(st), defTiers, want)
 		cancel()
 	})
 }
 
 // gauge returns the value of the metric name (summed over its labels).
-func gauge(t *testing.T, g prometheus.Gatherer, name string) float64 {
+func metricValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
@@ -332,7 +332,7 @@ func TestSpillAndRecover(t *testing.T) {
 		st.setFail(func(int) bool { return true })
 		reg := prometheus.NewRegistry()
 		opts := analytics.FlusherOptions{Interval: 10 * time.Second, SpillPath: dir, MaxBuffered: 100}
-		f := analytics.NewFlusher(rec, st, tiers, opts, analytics.NewMetrics(reg), nil)
+		f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		go f.Run(ctx)
 		want := map[string]analytics.Visits{}
@@ -345,7 +345,7 @@ func TestSpillAndRecover(t *testing.T) {
 				time.Sleep(10 * time.Second)
 				synctest.Wait()
 			}
-			if b := gauge(t, reg, "linkgate_analytics_buffered_keys"); b > 100 {
+			if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b > 100 {
 				t.Fatalf("buffered %v entries, more than MaxBuffered", b)
 			}
 		}
@@ -354,32 +354,32 @@ func TestSpillAndRecover(t *testing.T) {
 		if len(files) == 0 {
 			t.Fatal("no spill file while the store is down and the buffer full")
 		}
-		if s := gauge(t, reg, "linkgate_analytics_spilled_counts"); s == 0 {
+		if s := metricValue(t, reg, "linkgate_analytics_spilled_counts"); s == 0 {
 			t.Error("spilled counts metric is 0")
 		}
 		// Shutdown with the store still down: the rest is spilled too.
 		if err := f.Close(t.Context()); err == nil {
 			t.Error("Close with the store down: no error")
 		}
-		if b := gauge(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
+		if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
 			t.Errorf("buffered %v entries after Close, want 0 (spilled)", b)
 		}
 
 		// A new process on the same path, the store back.
 		st.setFail(nil)
 		reg2 := prometheus.NewRegistry()
-		f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, tiers, opts, analytics.NewMetrics(reg2), nil)
-		if s := gauge(t, reg2, "linkgate_analytics_spilled_counts"); s == 0 {
+		f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, defTiers, opts, analytics.NewMetrics(reg2), nil)
+		if s := metricValue(t, reg2, "linkgate_analytics_spilled_counts"); s == 0 {
 			t.Error("leftover spill files not counted at start")
 		}
 		if err := f2.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		checkStored(t, st, tiers, want)
+		checkStored(t, st, defTiers, want)
 		if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 			t.Errorf("files left after recovery: %v", files)
 		}
-		if s := gauge(t, reg2, "linkgate_analytics_spilled_counts"); s != 0 {
+		if s := metricValue(t, reg2, "linkgate_analytics_spilled_counts"); s != 0 {
 			t.Errorf("spilled counts = %v after recovery", s)
 		}
 	})
@@ -393,22 +393,22 @@ func TestUnreadableSpillSetAside(t *testing.T) {
 	}
 	st := newMemStore()
 	rec := analytics.NewRecorder(10, nil)
-	f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{SpillPath: dir}, nil, nil)
-	rec.Record("a", epoch, false)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{SpillPath: dir}, nil, nil)
+	rec.Record("a", monday, false)
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(bad + ".bad"); err != nil {
 		t.Errorf("unreadable spill file not set aside: %v", err)
 	}
-	checkStored(t, st, tiers, map[string]analytics.Visits{"a": {Human: 1}})
+	checkStored(t, st, defTiers, map[string]analytics.Visits{"a": {Human: 1}})
 }
 
 func TestCloseFlushes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := analytics.NewRecorder(10, nil)
 		st := newMemStore()
-		f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{Interval: time.Minute}, nil, nil)
+		f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Interval: time.Minute}, nil, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { f.Run(ctx); close(done) }()
@@ -419,7 +419,7 @@ func TestCloseFlushes(t *testing.T) {
 		if err := f.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		checkStored(t, st, tiers, map[string]analytics.Visits{"a": {Human: 1}, analytics.AllLinks: {Human: 1}})
+		checkStored(t, st, defTiers, map[string]analytics.Visits{"a": {Human: 1}, analytics.AllLinks: {Human: 1}})
 	})
 }
 
@@ -427,8 +427,8 @@ func TestCloseWithoutSpillPathSaysLost(t *testing.T) {
 	rec := analytics.NewRecorder(10, nil)
 	st := newMemStore()
 	st.setFail(func(int) bool { return true })
-	f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{}, nil, nil)
-	rec.Record("a", epoch, false)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	rec.Record("a", monday, false)
 	err := f.Close(t.Context())
 	if err == nil || !errors.Is(err, errDown) {
 		t.Fatalf("Close = %v, want an error wrapping %v", err, errDown)
@@ -439,38 +439,38 @@ func TestMaxKeysOverflow(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	rec := analytics.NewRecorder(2, analytics.NewMetrics(reg))
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
 	for _, k := range []string{"a", "b", "c", "a", "d", "b", "e"} {
-		rec.Record(k, epoch, false)
+		rec.Record(k, monday, false)
 	}
 	if rec.Keys() != 2 {
 		t.Errorf("Keys() = %d, want 2", rec.Keys())
 	}
-	if got := gauge(t, reg, "linkgate_analytics_overflow_total"); got != 3 {
+	if got := metricValue(t, reg, "linkgate_analytics_overflow_total"); got != 3 {
 		t.Errorf("overflow = %v, want 3 (c, d, e)", got)
 	}
 	// All links includes the overflow, even before the flush.
-	checkStored(t, f.Reader(st), tiers, map[string]analytics.Visits{
+	checkStored(t, f.Reader(st), defTiers, map[string]analytics.Visits{
 		"a": {Human: 2}, "b": {Human: 2}, "c": {}, analytics.AllLinks: {Human: 7},
 	})
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, tiers, map[string]analytics.Visits{
+	checkStored(t, st, defTiers, map[string]analytics.Visits{
 		"a": {Human: 2}, "b": {Human: 2}, "c": {}, analytics.AllLinks: {Human: 7},
 	})
 	// After the flush there is room again; a reload can change the limit.
 	rec.SetMaxKeys(3)
 	for _, k := range []string{"c", "d", "e", "f"} {
-		rec.Record(k, epoch, false)
+		rec.Record(k, monday, false)
 	}
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, tiers, map[string]analytics.Visits{
+	checkStored(t, st, defTiers, map[string]analytics.Visits{
 		"c": {Human: 1}, "d": {Human: 1}, "e": {Human: 1}, "f": {}, analytics.AllLinks: {Human: 11},
 	})
-	if got := gauge(t, reg, "linkgate_visits_recorded_total"); got != 11 {
+	if got := metricValue(t, reg, "linkgate_visits_recorded_total"); got != 11 {
 		t.Errorf("visits recorded = %v, want 11", got)
 	}
 }
@@ -478,7 +478,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 func TestConcurrentRecordExact(t *testing.T) {
 	rec := analytics.NewRecorder(1000, nil)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
 	const workers, per, keys = 8, 2000, 37
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -501,7 +501,7 @@ func TestConcurrentRecordExact(t *testing.T) {
 		wg.Go(func() {
 			for i := range per {
 				k := fmt.Sprintf("k%d", (w*per+i)%keys)
-				rec.Record(k, epoch.Add(time.Duration(i)*time.Second), i%3 == 0)
+				rec.Record(k, monday.Add(time.Duration(i)*time.Second), i%3 == 0)
 			}
 		})
 	}
@@ -526,7 +526,7 @@ func TestConcurrentRecordExact(t *testing.T) {
 			}
 		}
 	}
-	checkStored(t, st, tiers, want)
+	checkStored(t, st, defTiers, want)
 }
 
 // TestReaderNeverMissesNorDoubleCounts reads totals and curves while
@@ -539,7 +539,7 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 	var flaky atomic.Bool
 	st.setFail(func(try int) bool { return flaky.Load() && try%3 == 0 })
 	flaky.Store(true)
-	f := analytics.NewFlusher(rec, st, tiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
 	r := f.Reader(st)
 	var begun, done atomic.Int64
 	stop := make(chan struct{})
@@ -553,7 +553,7 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 				default:
 				}
 				begun.Add(1)
-				rec.Record(fmt.Sprintf("k%d", (i+w)%5), epoch.Add(time.Duration(i%300)*time.Second), false)
+				rec.Record(fmt.Sprintf("k%d", (i+w)%5), monday.Add(time.Duration(i%300)*time.Second), false)
 				done.Add(1)
 			}
 		})
@@ -580,7 +580,7 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 			}
 			got = v.Human
 		} else {
-			pts, err := r.Points(ctx, analytics.AllLinks, 5*time.Minute, epoch, epoch.Add(time.Hour))
+			pts, err := r.Points(ctx, analytics.AllLinks, 5*time.Minute, monday, monday.Add(time.Hour))
 			if err != nil {
 				t.Fatal(err)
 			}

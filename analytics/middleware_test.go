@@ -1,0 +1,141 @@
+package analytics_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/linkgate/linkgate/analytics"
+)
+
+// shortener answers like the demo shortener: a redirect for a known key,
+// 404 otherwise; /ok writes a body without a status.
+var shortener = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/abc", "/xyz":
+		http.Redirect(w, r, "https://example.com/"+r.URL.Path[1:], http.StatusFound)
+	case "/ok":
+		w.Write([]byte("hello"))
+	case "/moved":
+		w.WriteHeader(http.StatusMovedPermanently)
+	default:
+		http.NotFound(w, r)
+	}
+})
+
+const slackbot = "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)"
+
+func TestMiddleware(t *testing.T) {
+	type req struct{ method, path, ua string }
+	tests := []struct {
+		name string
+		bots string
+		reqs []req
+		want map[string]analytics.Visits
+	}{
+		{"redirect counted", "separate", []req{{"GET", "/abc", ""}, {"GET", "/abc", "Mozilla/5.0"}},
+			map[string]analytics.Visits{"abc": {Human: 2}, "/": {Human: 2}}},
+		{"301 counted", "separate", []req{{"GET", "/moved", ""}},
+			map[string]analytics.Visits{"moved": {Human: 1}}},
+		{"HEAD counted", "separate", []req{{"HEAD", "/abc", ""}},
+			map[string]analytics.Visits{"abc": {Human: 1}}},
+		{"404 not a visit", "separate", []req{{"GET", "/nope", ""}},
+			map[string]analytics.Visits{"nope": {}, "/": {}}},
+		{"200 not a visit", "separate", []req{{"GET", "/ok", ""}},
+			map[string]analytics.Visits{"ok": {}, "/": {}}},
+		{"POST not matched", "separate", []req{{"POST", "/abc", ""}},
+			map[string]analytics.Visits{"abc": {}}},
+		{"two segments not matched", "separate", []req{{"GET", "/abc/def", ""}},
+			map[string]analytics.Visits{"/": {}}},
+		{"bot separate", "separate", []req{{"GET", "/abc", slackbot}, {"GET", "/abc", "Twitterbot/1.0"}, {"GET", "/xyz", ""}},
+			map[string]analytics.Visits{"abc": {Bot: 2}, "xyz": {Human: 1}, "/": {Human: 1, Bot: 2}}},
+		{"bot count", "count", []req{{"GET", "/abc", slackbot}, {"GET", "/abc", ""}},
+			map[string]analytics.Visits{"abc": {Human: 2}, "/": {Human: 2}}},
+		{"bot ignore", "ignore", []req{{"GET", "/abc", slackbot}, {"GET", "/abc", ""}},
+			map[string]analytics.Visits{"abc": {Human: 1}, "/": {Human: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := analytics.DefaultConfig()
+			cfg.Bots = tt.bots
+			rec := analytics.NewRecorder(cfg.MaxKeys, nil)
+			mw, err := analytics.NewMiddleware(cfg, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(shortener)
+			for _, r := range tt.reqs {
+				req := httptest.NewRequest(r.method, r.path, nil)
+				req.Header.Set("User-Agent", r.ua)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code == 0 {
+					t.Fatalf("%s %s: no answer", r.method, r.path)
+				}
+			}
+			f := analytics.NewFlusher(rec, newMemStore(), defTiers, analytics.FlusherOptions{}, nil, nil)
+			// The memory merge sees the visits before any flush.
+			for key, want := range tt.want {
+				got, err := f.Reader(newMemStore()).Total(t.Context(), key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("Total(%q) = %+v, want %+v", key, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestMiddlewarePassesThrough(t *testing.T) {
+	cfg := analytics.DefaultConfig()
+	rec := analytics.NewRecorder(10, nil)
+	mw, err := analytics.NewMiddleware(cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	mw(shortener).ServeHTTP(w, httptest.NewRequest("GET", "/abc", nil))
+	if w.Code != http.StatusFound || w.Header().Get("Location") != "https://example.com/abc" {
+		t.Errorf("answer %d %q, want the shortener's redirect", w.Code, w.Header().Get("Location"))
+	}
+
+	cfg.Enabled = false
+	rec = analytics.NewRecorder(10, nil)
+	mw, err = analytics.NewMiddleware(cfg, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw(shortener).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/abc", nil))
+	if rec.Keys() != 0 {
+		t.Error("disabled analytics recorded a visit")
+	}
+}
+
+func TestMiddlewareConfigErrors(t *testing.T) {
+	for name, mod := range map[string]func(*analytics.Config){
+		"bad bots":   func(c *analytics.Config) { c.Bots = "drop" },
+		"bad status": func(c *analytics.Config) { c.CountStatus = []int{700} },
+		"bad path":   func(c *analytics.Config) { c.Match.Path = "nope" },
+	} {
+		cfg := analytics.DefaultConfig()
+		mod(&cfg)
+		if _, err := analytics.NewMiddleware(cfg, analytics.NewRecorder(1, nil)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	rec := analytics.NewRecorder(100, nil)
+	mw, _ := analytics.NewMiddleware(analytics.DefaultConfig(), rec)
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusFound) }))
+	req := httptest.NewRequest("GET", "/abc123", nil)
+	req.Header.Set("User-Agent", userAgents[13].ua)
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, req)
+	}
+}
