@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,7 @@ func New(cfg Config, trusted []netip.Prefix, m *Metrics, log *slog.Logger) (*Pro
 	p := &Proxy{
 		pool:         pl,
 		dialer:       &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
-		trusted:      trusted,
+		trusted:      slices.Clone(trusted),
 		m:            m,
 		log:          log,
 		checkPath:    cfg.HealthCheck.Path,
