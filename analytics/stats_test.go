@@ -245,6 +245,11 @@ func TestStatsCurve(t *testing.T) {
 			if n := len(r.calls); n == 0 || n > tc.maxRanges {
 				t.Errorf("%d Reader ranges %v, want 1 to %d", n, r.calls, tc.maxRanges)
 			}
+			for _, c := range r.calls {
+				if !rollup.Align(c.From, c.Step).Equal(c.From) || c.Key != tc.key {
+					t.Errorf("Reader range %+v: want key %q and a bucket-aligned start", c, tc.key)
+				}
+			}
 			if tc.step != 0 && len(a.Points) > rollup.MaxPoints+1 {
 				t.Errorf("%d points, more than about %d", len(a.Points), rollup.MaxPoints)
 			}
@@ -326,6 +331,13 @@ func TestStatsUnknownKeyIsZeros(t *testing.T) {
 	}
 	if r.calls[0].Key != "never-seen" {
 		t.Errorf("read key %q", r.calls[0].Key)
+	}
+	a = decodeStats(t, statsGet(t, h, `/a%22b%3C%5C?last=1h`))
+	if a.ShortKey == nil || *a.ShortKey != `a"b<\` {
+		t.Errorf("short_key %v, want a\"b<\\", a.ShortKey)
+	}
+	if w := statsGet(t, h, "/%2F"); w.Code != http.StatusNotFound {
+		t.Errorf("GET /%%2F (the AllLinks key as a short key): %d, want 404", w.Code)
 	}
 	for _, target := range []string{"/", "", "/?last=1h"} {
 		r.calls = nil
