@@ -28,7 +28,9 @@
 // the servers alike. The Store keeps one gomemcache client per server and
 // picks the server itself, so a check of 144 buckets (2/s, 5/m, 10/h, 100/d)
 // is one get command to one server: exactly one round trip, however many
-// servers there are (TestLoadIsOneRoundTrip counts them through a TCP proxy).
+// servers there are (TestLoadIsOneRoundTrip counts them through a TCP proxy),
+// and a second one only when a flush of the same counter overlaps the read
+// (below).
 //
 // # Asynchronous counting
 //

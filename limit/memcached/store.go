@@ -198,7 +198,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 		final := attempt == loadAttempts
 		e, gen, inflight := sh.pin(c)
 		if inflight != nil && !final {
-			sh.unpin(c, e)
+			sh.unpin(e)
 			sv.await(ctx, inflight)
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("memcached: load: %w", err)
@@ -777,7 +777,7 @@ func (sh *shard) pin(c limit.Counter) (*entry, uint64, chan struct{}) {
 	return e, e.gen, e.done
 }
 
-func (sh *shard) unpin(c limit.Counter, e *entry) {
+func (sh *shard) unpin(e *entry) {
 	sh.mu.Lock()
 	e.readers--
 	sh.mu.Unlock()
