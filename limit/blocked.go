@@ -41,12 +41,7 @@ func newBlocked() *blocked {
 }
 
 func (b *blocked) shard(c Counter) *blockedShard {
-	var h maphash.Hash
-	h.SetSeed(b.seed)
-	h.WriteString(c.Rule)
-	h.WriteByte(0)
-	h.WriteString(c.Value)
-	return &b.shards[h.Sum64()%blockedShards]
+	return &b.shards[maphash.String(b.seed, c.Value)%blockedShards]
 }
 
 // get returns the entry of c if it is still blocked at unix second now.

@@ -123,6 +123,8 @@ type readSet struct {
 	plan    *plan // the plan and second the buckets were filled for
 	sec     int64
 	writes  [NumLevels]Bucket
+	q       []spanQuery // the span fast path's queries and results
+	res     []spanResult
 	buckets []Bucket
 	counts  []int64
 	members []int32 // Exact: limit i sums counts[members[from[i]:to[i]]]

@@ -208,6 +208,11 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 		}
 		cost, count = 0, false
 	}
+	if ss, ok := l.store.(spanStore); ok && !r.plan.exact {
+		if v, ok := l.checkSpans(ss, r, c, sec, rs, writes, cost, count); ok {
+			return v
+		}
+	}
 	var t0 time.Time
 	if l.timed {
 		t0 = time.Now()

@@ -77,13 +77,10 @@ func NewMemoryAt(now func() time.Time) *Memory {
 
 var _ Store = (*Memory)(nil)
 
+// shard picks c's shard by its value alone: one hash call, and a client's
+// counters under several rules share a shard, which is harmless.
 func (m *Memory) shard(c Counter) *memShard {
-	var h maphash.Hash
-	h.SetSeed(m.seed)
-	h.WriteString(c.Rule)
-	h.WriteByte(0)
-	h.WriteString(c.Value)
-	return &m.shards[h.Sum64()%memShards]
+	return &m.shards[maphash.String(m.seed, c.Value)%memShards]
 }
 
 // levelIndex returns the index of the bucket starting at start in level l,
@@ -194,6 +191,12 @@ func (m *Memory) add(c Counter, buckets []Bucket, n int64) {
 			s.sweep(m.now().Unix())
 		}
 	}
+	e.addLocked(buckets, n)
+	s.mu.Unlock()
+}
+
+// addLocked adds n to buckets of e; the caller holds e's shard lock.
+func (e *memEntry) addLocked(buckets []Bucket, n int64) {
 	for i := range buckets {
 		b := &buckets[i]
 		if b.Level >= NumLevels {
@@ -244,7 +247,6 @@ func (m *Memory) add(c Counter, buckets []Bucket, n int64) {
 		p := &r.counts[idx&mask]
 		*p = satAdd(*p, n)
 	}
-	s.mu.Unlock()
 }
 
 func satAdd(c uint32, n int64) uint32 {

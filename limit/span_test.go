@@ -1,0 +1,73 @@
+package limit
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/route"
+)
+
+// plainStore hides Memory's span fast path, so that the Limiter takes the
+// general Load/Add path.
+type plainStore struct{ m *Memory }
+
+func (s plainStore) Load(ctx context.Context, c Counter, b []Bucket, n []int64) error {
+	return s.m.Load(ctx, c, b, n)
+}
+func (s plainStore) Add(ctx context.Context, c Counter, b []Bucket, n int64) error {
+	return s.m.Add(ctx, c, b, n)
+}
+func (s plainStore) AddNow(ctx context.Context, c Counter, b []Bucket, n int64) error {
+	return s.m.AddNow(ctx, c, b, n)
+}
+func (s plainStore) Reset(ctx context.Context, c Counter, b []Bucket) error {
+	return s.m.Reset(ctx, c, b)
+}
+
+// TestSpanPathMatchesLoadPath replays random traffic through two limiters,
+// one on the span fast path and one on Load and Add, and requires the same
+// verdict for every request.
+func TestSpanPathMatchesLoadPath(t *testing.T) {
+	for _, variant := range []struct {
+		name           string
+		specs          []string
+		shadow, strict bool
+	}{
+		{"four windows", []string{"2/s", "5/m", "10/h", "100/d"}, false, false},
+		{"odd windows", []string{"3/15s", "7/90s", "20/15m", "30/2h"}, false, false},
+		{"shadow", []string{"2/s", "6/m"}, true, false},
+		{"strict", []string{"2/s", "6/m", "20/h"}, false, true},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			var now time.Time
+			clock := func() time.Time { return now }
+			rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, variant.specs...), Shadow: variant.shadow, Strict: variant.strict}
+			fast, err := New([]Rule{rule}, Identity{}, DefaultConfig(), nil, NewMemoryAt(clock), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slow, err := New([]Rule{rule}, Identity{}, DefaultConfig(), nil, plainStore{NewMemoryAt(clock)}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			now = time.Date(2026, 3, 28, 23, 59, 58, 0, time.UTC)
+			ctx := context.Background()
+			scales := []time.Duration{time.Millisecond, 300 * time.Millisecond, 2 * time.Second, 40 * time.Second, 20 * time.Minute}
+			for i := range 3000 {
+				now = now.Add(time.Duration(rng.Int64N(int64(scales[rng.IntN(len(scales))]))))
+				client := []string{"a", "b", "c"}[rng.IntN(3)]
+				vf := fast.check(ctx, fast.rules[0], client, now, true)
+				vs := slow.check(ctx, slow.rules[0], client, now, true)
+				if vf.out == shadowLimited {
+					vf.limit, vs.limit, vf.reset, vs.reset, vf.remaining, vs.remaining = 0, 0, 0, 0, 0, 0
+				}
+				if vf != vs {
+					t.Fatalf("request %d at %v by %s: span path %+v, load path %+v", i, now, client, vf, vs)
+				}
+			}
+		})
+	}
+}
