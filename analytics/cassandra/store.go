@@ -103,8 +103,8 @@
 // are prepared (gocql prepares every statement with bind markers once per
 // connection), consistency comes from the configuration (lightweight
 // transactions use LOCAL_SERIAL with LOCAL_* consistencies, SERIAL
-// otherwise) and failed statements are retried a few times with
-// exponential backoff by gocql. A Write runs its statements concurrently,
+// otherwise) and failed statements are retried 3 times with exponential
+// backoff by gocql (retryPolicy). A Write runs its statements concurrently,
 // at most 32 at a time; partitions are distinct per statement in the
 // common case, so batching them would only add coordinator work.
 package cassandra
@@ -245,7 +245,7 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 	c.Timeout = 5 * time.Second
 	c.ConnectTimeout = 5 * time.Second
 	c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
-	c.RetryPolicy = &gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}
+	c.RetryPolicy = &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}}
 	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, tiers)
 
 	cctx, cancel := context.WithCancel(context.Background())
@@ -325,6 +325,25 @@ func (s *Store) connect(ctx context.Context, dial func(context.Context) (backend
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
+}
+
+// retryPolicy retries a statement 3 times with exponential backoff: on the
+// same coordinator when the cluster answered a timeout or Unavailable (the
+// coordinator is fine; the replicas were slow or down), on the next host
+// otherwise. gocql's ExponentialBackoffRetryPolicy always asks for the next
+// host, so on a one-node cluster, or once every replica was tried, it would
+// never retry at all. Retrying a write is safe here whatever its outcome:
+// see the package documentation.
+type retryPolicy struct {
+	gocql.ExponentialBackoffRetryPolicy
+}
+
+func (r *retryPolicy) GetRetryType(err error) gocql.RetryType {
+	switch err.(type) {
+	case *gocql.RequestErrWriteTimeout, *gocql.RequestErrReadTimeout, *gocql.RequestErrUnavailable:
+		return gocql.Retry
+	}
+	return gocql.RetryNextHost
 }
 
 // Ready returns nil once the store is connected and its schema is in place,

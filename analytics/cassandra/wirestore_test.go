@@ -1,0 +1,161 @@
+package cassandra
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// openWire opens a Store through gocql on a wireServer and waits until it is
+// connected.
+func openWire(t *testing.T, srv *wireServer) *Store {
+	t.Helper()
+	cfg := analytics.Cassandra{Hosts: []string{srv.addr()}, Keyspace: "ks", Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
+	s, err := Open(context.Background(), cfg, rollup.DefaultTiers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected to the wire server: %v", s.Ready())
+		}
+		time.Sleep(20 * time.Millisecond) // the background connect, over loopback
+	}
+	return s
+}
+
+// TestWireFaults drives the real gocql session: a WriteTimeout or
+// Unavailable answer is retried by gocql's retry policy and then reported,
+// nothing is committed, and the resend binds the cumulative count and the
+// flush time; a request never answered ends with the context.
+func TestWireFaults(t *testing.T) {
+	srv := newWireServer(t)
+	s := openWire(t, srv)
+	at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	total := func(at time.Time, h int64) analytics.Batch {
+		return analytics.Batch{At: at, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: h}}}}
+	}
+	ctx := context.Background()
+	const insert = "INSERT INTO ks.totals"
+
+	for _, code := range []int{errWriteTimeout, errUnavailable} {
+		before := srv.count(insert)
+		srv.mu.Lock()
+		srv.reply = func(q string) int { return code }
+		srv.mu.Unlock()
+		err := s.Write(ctx, total(at, 3))
+		if err == nil {
+			t.Fatalf("error %#x: Write succeeded", code)
+		}
+		var re gocql.RequestError
+		if !errors.As(err, &re) || re.Code() != code {
+			t.Errorf("error %#x: Write = %v, want that error from the server", code, err)
+		}
+		if n := srv.count(insert) - before; n != 4 {
+			t.Errorf("error %#x: the statement was sent %d times, want 4 (gocql retries 3 times)", code, n)
+		}
+		at = at.Add(10 * time.Second)
+	}
+
+	// The flusher resends the 3 merged with 4 new visits: the row gets 7
+	// (nothing was committed), stamped with the new flush time.
+	srv.mu.Lock()
+	srv.reply = nil
+	srv.bound = nil
+	srv.mu.Unlock()
+	if err := s.Write(ctx, total(at, 3+4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, total(at.Add(10*time.Second), 1)); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	bound := srv.bound
+	srv.mu.Unlock()
+	if len(bound) != 2 {
+		t.Fatalf("%d INSERTs executed, want 2", len(bound))
+	}
+	for i, want := range []struct{ human, ts int64 }{{7, at.UnixMicro()}, {8, at.Add(10 * time.Second).UnixMicro()}} {
+		v := bound[i] // short_key, writer, human, bot, timestamp
+		if string(v[0]) != "k" || int64(binary.BigEndian.Uint64(v[2])) != want.human || int64(binary.BigEndian.Uint64(v[4])) != want.ts {
+			t.Errorf("INSERT %d bound key %q, human %d, timestamp %d; want k, %d, %d", i, v[0], binary.BigEndian.Uint64(v[2]), binary.BigEndian.Uint64(v[4]), want.human, want.ts)
+		}
+	}
+
+	// A point write binds its TTL and partition.
+	srv.mu.Lock()
+	srv.bound = nil
+	srv.mu.Unlock()
+	start := rollup.Align(at, time.Hour)
+	if err := s.Write(ctx, analytics.Batch{At: at.Add(20 * time.Second), Counts: []analytics.Count{{Key: "k", Step: time.Hour, Start: start, Visits: analytics.Visits{Bot: 2}}}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	v := srv.bound[0] // short_key, bucket, start, writer, human, bot, ttl, timestamp
+	srv.mu.Unlock()
+	wantTTL := int32((start.Add(time.Hour + 40*rollup.Day).Sub(at.Add(20 * time.Second))) / time.Second)
+	if got := int64(binary.BigEndian.Uint64(v[1])); got != partitionOf(start, 30*rollup.Day).UnixMilli() {
+		t.Errorf("bucket bound %d, want %d", got, partitionOf(start, 30*rollup.Day).UnixMilli())
+	}
+	if got := int32(binary.BigEndian.Uint32(v[6])); got != wantTTL || int64(binary.BigEndian.Uint64(v[5])) != 2 {
+		t.Errorf("bound TTL %d and bot %d, want %d and 2", got, binary.BigEndian.Uint64(v[5]), wantTTL)
+	}
+
+	// Never answered: the context ends the Write.
+	srv.mu.Lock()
+	srv.reply = func(string) int { return replyStall }
+	srv.mu.Unlock()
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	err := s.Write(tctx, total(at.Add(time.Minute), 1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Write to a stalled server = %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("Write to a stalled server took %v", d)
+	}
+}
+
+// TestWireReads checks the scanning of rows through gocql: totals sum the
+// base and every writer's row, points sum the writers of each bucket.
+func TestWireReads(t *testing.T) {
+	srv := newWireServer(t)
+	now := time.Now().UTC()
+	h0 := rollup.Align(now.Add(-3*time.Hour), time.Hour)
+	w1, w2 := gocql.MustRandomUUID(), gocql.MustRandomUUID()
+	srv.rows = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
+		if strings.Contains(q, "totals") {
+			return []wireCol{{"writer", typeUUID}, {"human", typeBigint}, {"bot", typeBigint}, {"base_human", typeBigint}, {"base_bot", typeBigint}, {"base_version", typeBigint}},
+				[][][]byte{{w1[:], be64(5), be64(1), be64(10), be64(2), be64(3)}, {w2[:], be64(7), be64(0), be64(10), be64(2), be64(3)}}
+		}
+		if string(values[0]) != "k" {
+			return []wireCol{{"start", typeTimestamp}, {"human", typeBigint}, {"bot", typeBigint}}, nil
+		}
+		return []wireCol{{"start", typeTimestamp}, {"human", typeBigint}, {"bot", typeBigint}},
+			[][][]byte{{timeCell(h0), be64(1), be64(0)}, {timeCell(h0), be64(2), be64(1)}, {timeCell(h0.Add(time.Hour)), be64(4), be64(0)}}
+	}
+	s := openWire(t, srv)
+	v, err := s.Total(context.Background(), "k")
+	if err != nil || v != (analytics.Visits{Human: 22, Bot: 3}) {
+		t.Errorf("Total = %+v, %v; want {22 3}", v, err)
+	}
+	ps, err := s.Points(context.Background(), "k", time.Hour, h0, h0.Add(2*time.Hour))
+	want := []analytics.Point{{Start: h0, Visits: analytics.Visits{Human: 3, Bot: 1}}, {Start: h0.Add(time.Hour), Visits: analytics.Visits{Human: 4}}}
+	if err != nil || len(ps) != 2 || ps[0] != want[0] || ps[1] != want[1] {
+		t.Errorf("Points = %v, %v; want %v", ps, err, want)
+	}
+	if ps, err := s.Points(context.Background(), "other", time.Hour, h0, h0.Add(2*time.Hour)); err != nil || len(ps) != 0 {
+		t.Errorf("Points(other) = %v, %v; want none", ps, err)
+	}
+}
