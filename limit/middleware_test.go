@@ -664,3 +664,46 @@ func TestStrict(t *testing.T) {
 		t.Errorf("strict count after 3 requests = %d, want 3", rs[0])
 	}
 }
+
+// TestPrecision contrasts the two precisions on 3/h: a hit 59:55 ago has
+// left the minute buckets of precision bucket but is still in the window of
+// precision exact, which frees the client exactly an hour after it.
+func TestPrecision(t *testing.T) {
+	for _, tc := range []struct {
+		precision string
+		want      int
+		retry     string
+	}{{"bucket", 200, ""}, {"exact", 429, "5"}} {
+		t.Run(tc.precision, func(t *testing.T) {
+			cfg := limit.DefaultConfig()
+			cfg.Precision = tc.precision
+			e := newEnv(t, []limit.Rule{ipRule(t, "3/h")}, envOpt{cfg: cfg})
+			for _, at := range []string{"12:00:10", "12:20:00", "12:40:00"} {
+				e.clk.Set(mustTime(t, at))
+				if r, _ := e.do("POST", "/login", nil); r.StatusCode != 200 {
+					t.Fatalf("hit at %s: %d", at, r.StatusCode)
+				}
+			}
+			e.clk.Set(mustTime(t, "13:00:05"))
+			r, _ := e.do("POST", "/login", nil)
+			if r.StatusCode != tc.want || r.Header.Get("Retry-After") != tc.retry {
+				t.Errorf("at 13:00:05: %d Retry-After %q, want %d %q", r.StatusCode, r.Header.Get("Retry-After"), tc.want, tc.retry)
+			}
+			if tc.want == 429 {
+				e.clk.Set(mustTime(t, "13:00:10"))
+				if r, _ := e.do("POST", "/login", nil); r.StatusCode != 200 {
+					t.Errorf("at 13:00:10: %d, want 200", r.StatusCode)
+				}
+			}
+		})
+	}
+}
+
+func mustTime(t *testing.T, hms string) time.Time {
+	t.Helper()
+	tm, err := time.Parse("2006-01-02 15:04:05", "2026-03-28 "+hms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
+}
