@@ -604,3 +604,14 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 		t.Errorf("stored %d visits, want %d", v.Human, done.Load())
 	}
 }
+
+func TestDefaultSpillPath(t *testing.T) {
+	cfg := analytics.DefaultConfig()
+	if got, want := analytics.DefaultSpillPath(cfg), filepath.Join("data", "analytics-spill"); got != want {
+		t.Errorf("DefaultSpillPath = %q, want %q", got, want)
+	}
+	cfg.Embedded.Path = "/var/lib/linkgate/analytics/"
+	if got, want := analytics.DefaultSpillPath(cfg), "/var/lib/linkgate/analytics-spill"; got != want {
+		t.Errorf("DefaultSpillPath = %q, want %q", got, want)
+	}
+}

@@ -46,7 +46,7 @@ func NewMiddleware(cfg Config, rec *Recorder) (func(http.Handler) http.Handler, 
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
-			if !ok || key == "" {
+			if !ok || key == "" || key == AllLinks { // a pattern like {short_key:.*} must not count all links twice
 				next.ServeHTTP(w, r)
 				return
 			}

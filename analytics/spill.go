@@ -23,6 +23,18 @@ const (
 
 var spillSeq atomic.Uint64
 
+// DefaultSpillPath returns where a Flusher for cfg keeps its spill files: a
+// directory "analytics-spill" beside the embedded store's directory (by
+// default ./data/analytics-spill), whichever store is used. It is never
+// inside the store's own directory.
+func DefaultSpillPath(cfg Config) string {
+	base := cfg.Embedded.Path
+	if base == "" {
+		base = DefaultConfig().Embedded.Path
+	}
+	return filepath.Join(filepath.Dir(filepath.Clean(base)), "analytics-spill")
+}
+
 type spillFile struct {
 	path    string
 	entries int // counts plus totals in it, for the metric; -1 when unknown
