@@ -21,14 +21,26 @@ type wireServer struct {
 	t  *testing.T
 	ln net.Listener
 
-	mu       sync.Mutex
-	prepared map[string]string // id → statement
-	executes map[string]int    // statement prefix (up to the first " (" or " WHERE") → EXECUTEs seen
-	bound    [][][]byte        // values of every EXECUTE of an INSERT
+	mu          sync.Mutex
+	prepared    map[string]string // id → statement
+	executes    map[string]int    // statement prefix (up to the first " (" or " WHERE") → EXECUTEs seen
+	bound       [][][]byte        // values of every EXECUTE of an INSERT
+	batches     []wireBatch
+	consistency map[string][]uint16 // statement → consistency of each EXECUTE
 	// reply picks the answer to an EXECUTE of stmt: replyOK, or an error
 	// code, or replyStall to never answer. Nil: always OK.
 	reply func(stmt string) int
 	rows  func(stmt string, values [][]byte) (cols []wireCol, rows [][][]byte)
+}
+
+type wireStmt struct {
+	q      string
+	values [][]byte
+}
+
+type wireBatch struct {
+	stmts               []wireStmt
+	consistency, serial uint16
 }
 
 type wireCol struct {
@@ -44,6 +56,7 @@ const (
 	errWriteTimeout = 0x1100
 
 	typeBigint    = 0x0002
+	typeBoolean   = 0x0004
 	typeInt       = 0x0009
 	typeTimestamp = 0x000B
 	typeUUID      = 0x000C
@@ -56,7 +69,7 @@ func newWireServer(t *testing.T) *wireServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &wireServer{t: t, ln: ln, prepared: make(map[string]string), executes: make(map[string]int)}
+	s := &wireServer{t: t, ln: ln, prepared: make(map[string]string), executes: make(map[string]int), consistency: make(map[string][]uint16)}
 	var wg sync.WaitGroup
 	var conns []net.Conn
 	var cmu sync.Mutex
@@ -152,8 +165,9 @@ func (s *wireServer) serve(c net.Conn) {
 
 func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 	const (
-		opError, opStartup, opReady, opOptions, opSupported  = 0x00, 0x01, 0x02, 0x05, 0x06
+		opError, opStartup, opReady, opOptions, opSupported = 0x00, 0x01, 0x02, 0x05, 0x06
 		opQuery, opResult, opPrepare, opExecute, opRegister = 0x07, 0x08, 0x09, 0x0A, 0x0B
+		opBatch                                             = 0x0D
 	)
 	rd := &rbuf{b: f.body}
 	switch f.op {
@@ -203,7 +217,10 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 		s.executes[q]++
 		reply := s.reply
 		s.mu.Unlock()
-		rd.short() // consistency
+		cons := rd.short()
+		s.mu.Lock()
+		s.consistency[q] = append(s.consistency[q], cons)
+		s.mu.Unlock()
 		flags := rd.byte()
 		var values [][]byte
 		if flags&0x01 != 0 {
@@ -247,6 +264,53 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 			b.int(1) // Void
 			write(f.stream, opResult, b)
 		}
+	case opBatch:
+		rd.byte() // type
+		var stmts []wireStmt
+		for range rd.short() {
+			if rd.byte() != 1 {
+				s.t.Error("wireServer: a batch statement that is not prepared")
+				return
+			}
+			id := rd.shortBytes()
+			st := wireStmt{}
+			s.mu.Lock()
+			st.q = s.prepared[string(id)]
+			s.mu.Unlock()
+			for range rd.short() {
+				st.values = append(st.values, rd.bytes())
+			}
+			stmts = append(stmts, st)
+		}
+		cons := rd.short()
+		flags := rd.byte()
+		var serial uint16
+		if flags&0x10 != 0 {
+			serial = rd.short()
+		}
+		s.mu.Lock()
+		s.batches = append(s.batches, wireBatch{stmts, cons, serial})
+		reply := s.reply
+		s.mu.Unlock()
+		code := replyOK
+		if reply != nil {
+			code = reply("BATCH")
+		}
+		switch code {
+		case replyStall:
+			return
+		case errWriteTimeout:
+			var b wbuf
+			b.int(errWriteTimeout)
+			b.string("Operation timed out")
+			b.short(uint16(serial))
+			b.int(0)
+			b.int(1)
+			b.string("CAS")
+			write(f.stream, opError, b)
+			return
+		}
+		write(f.stream, opResult, rowsResult("ks", "totals", []wireCol{{"[applied]", typeBoolean}}, [][][]byte{{{1}}}))
 	default:
 		var b wbuf
 		b.int(0x000A)
@@ -372,9 +436,9 @@ func (r *rbuf) take(n int) []byte {
 	r.b = r.b[n:]
 	return v
 }
-func (r *rbuf) byte() byte     { return r.take(1)[0] }
-func (r *rbuf) short() uint16  { return binary.BigEndian.Uint16(r.take(2)) }
-func (r *rbuf) int() int32     { return int32(binary.BigEndian.Uint32(r.take(4))) }
+func (r *rbuf) byte() byte    { return r.take(1)[0] }
+func (r *rbuf) short() uint16 { return binary.BigEndian.Uint16(r.take(2)) }
+func (r *rbuf) int() int32    { return int32(binary.BigEndian.Uint32(r.take(4))) }
 func (r *rbuf) longString() string {
 	return string(r.take(int(r.int())))
 }

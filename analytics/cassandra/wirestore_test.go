@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gocql/gocql"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/rollup"
@@ -157,5 +160,67 @@ func TestWireReads(t *testing.T) {
 	}
 	if ps, err := s.Points(context.Background(), "other", time.Hour, h0, h0.Add(2*time.Hour)); err != nil || len(ps) != 0 {
 		t.Errorf("Points(other) = %v, %v; want none", ps, err)
+	}
+}
+
+// TestWireFold closes a store whose totals row is clean: the row is folded
+// by a conditional batch, read first at LOCAL_SERIAL, that moves it into the
+// base, conditioned on the base version (null on the first fold) and on the
+// row's value.
+func TestWireFold(t *testing.T) {
+	for _, version := range []int64{0, 3} {
+		t.Run(fmt.Sprint("version", version), func(t *testing.T) {
+			srv := newWireServer(t)
+			var mu sync.Mutex
+			var w gocql.UUID
+			srv.rows = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				ver := be64(version)
+				if version == 0 {
+					ver = nil
+				}
+				return []wireCol{{"writer", typeUUID}, {"human", typeBigint}, {"bot", typeBigint}, {"base_human", typeBigint}, {"base_bot", typeBigint}, {"base_version", typeBigint}},
+					[][][]byte{{w[:], be64(5), be64(0), be64(10), be64(2), ver}}
+			}
+			s := openWire(t, srv)
+			if err := s.Write(context.Background(), analytics.Batch{At: time.Now(), Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 5}}}}); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			w = s.totals["k"].writer
+			mu.Unlock()
+			s.Close()
+
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			if len(srv.batches) != 1 {
+				t.Fatalf("%d batches, want 1", len(srv.batches))
+			}
+			b := srv.batches[0]
+			if b.serial != uint16(gocql.LocalSerial) || len(b.stmts) != 2 {
+				t.Fatalf("batch of %d statements at serial consistency %#x, want 2 at LOCAL_SERIAL", len(b.stmts), b.serial)
+			}
+			up, del := b.stmts[0], b.stmts[1]
+			wantUp := [][]byte{be64(15), be64(2), be64(version + 1), []byte("k")}
+			if version != 0 {
+				wantUp = append(wantUp, be64(version))
+			}
+			if !strings.HasPrefix(up.q, "UPDATE ks.totals") || !cmp.Equal(up.values, wantUp) {
+				t.Errorf("first statement %q bound %v, want an UPDATE bound %v", up.q, up.values, wantUp)
+			}
+			if (version == 0) != strings.HasSuffix(up.q, "IF base_version = null") {
+				t.Errorf("base version %d: condition of %q", version, up.q)
+			}
+			wantDel := [][]byte{[]byte("k"), w[:], be64(5), be64(0)}
+			if !strings.HasPrefix(del.q, "DELETE FROM ks.totals") || !cmp.Equal(del.values, wantDel) {
+				t.Errorf("second statement %q bound %v, want a DELETE bound %v", del.q, del.values, wantDel)
+			}
+			for q, cs := range srv.consistency {
+				if strings.HasPrefix(q, "SELECT writer") && (len(cs) != 1 || cs[0] != uint16(gocql.LocalSerial)) {
+					t.Errorf("totals read before the fold at consistencies %v, want one at LOCAL_SERIAL", cs)
+				}
+			}
+		})
 	}
 }
