@@ -243,18 +243,20 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 		// Zero-fill the segment's buckets, then add each stored point to
 		// its bucket; a store may return them unaligned or more than once
 		// (one per writer): they add up.
-		base := len(c.points)
+		base, t0, sec := len(c.points), start.Unix(), int64(step/time.Second)
 		nb := rollup.NumBuckets(sg.From, sg.To, step)
-		for t, i := start, 0; i < nb; i++ {
-			c.points = append(c.points, curvePoint{start: t.Unix(), step: int64(step / time.Second)})
-			t = t.Add(step)
+		for i := range int64(nb) {
+			c.points = append(c.points, curvePoint{start: t0 + i*sec, step: sec})
 		}
 		seg := c.points[base:]
 		for _, p := range pts {
-			i := rollup.Align(p.Start, step).Sub(start) / step
-			if i < 0 || int(i) >= len(seg) {
+			// start is bucket-aligned, so flooring the distance in
+			// seconds finds the bucket of an unaligned point too.
+			d := p.Start.Unix() - t0
+			if d < 0 || d/sec >= int64(len(seg)) {
 				continue
 			}
+			i := d / sec
 			seg[i].Human += p.Human
 			seg[i].Bot += p.Bot
 			c.rangeTotal.Human += p.Human

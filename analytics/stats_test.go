@@ -441,3 +441,43 @@ func BenchmarkStatsYear(b *testing.B) {
 		})
 	}
 }
+
+// statsFixedReader returns the same points for every range, as a store that
+// keeps one row per writer might: unaligned, repeated, some out of range.
+type statsFixedReader []analytics.Point
+
+func (r statsFixedReader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
+	return r, nil
+}
+
+func (r statsFixedReader) Total(ctx context.Context, key string) (analytics.Visits, error) {
+	return analytics.Visits{}, nil
+}
+
+func TestStatsSumsPointsIntoBuckets(t *testing.T) {
+	h0 := rollup.Align(statsNow, time.Hour) // 10:00
+	r := statsFixedReader{
+		{Start: h0.Add(-3 * time.Hour), Visits: analytics.Visits{Human: 100}}, // before the range
+		{Start: h0, Visits: analytics.Visits{Human: 1}},
+		{Start: h0.Add(17 * time.Minute), Visits: analytics.Visits{Human: 2, Bot: 1}}, // unaligned: the 10:15 bucket
+		{Start: h0, Visits: analytics.Visits{Human: 4, Bot: 2}},                       // a second writer's row
+		{Start: h0.Add(-time.Hour + 59*time.Minute), Visits: analytics.Visits{Bot: 8}},
+		{Start: h0.Add(time.Hour), Visits: analytics.Visits{Human: 100}}, // after the range
+	}
+	h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	a := decodeStats(t, statsGet(t, h, "/abc?last=90m&step=5m"))
+	got := map[int64][]int64{}
+	for _, p := range a.Points {
+		if p[1] != 0 || p[2] != 0 {
+			got[p[0]] = p[1:]
+		}
+	}
+	want := map[int64][]int64{
+		h0.Unix():                       {5, 2},
+		h0.Add(15 * time.Minute).Unix(): {2, 1},
+		h0.Add(-5 * time.Minute).Unix(): {0, 8},
+	}
+	if d := cmp.Diff(want, got); d != "" || a.RangeTotal != 7 || a.BotRangeTotal != 11 || len(a.Points) != 19 {
+		t.Errorf("non-zero buckets (-want +got):\n%s\nrange totals %d, %d (want 7, 11), %d points (want 19)", d, a.RangeTotal, a.BotRangeTotal, len(a.Points))
+	}
+}
