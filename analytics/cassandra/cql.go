@@ -164,7 +164,8 @@ func (b *cqlBackend) readTotals(ctx context.Context, key string, serial bool) (t
 }
 
 func (b *cqlBackend) fold(ctx context.Context, f foldOp) (bool, error) {
-	bt := b.s.NewBatch(gocql.LoggedBatch) // one partition: Cassandra skips the batchlog.WithContext(ctx).SerialConsistency(b.serial)
+	// Logged, though one partition: Cassandra skips the batchlog for it.
+	bt := b.s.NewBatch(gocql.LoggedBatch).WithContext(ctx).SerialConsistency(b.serial)
 	if f.version == 0 {
 		bt.Query(b.foldFirst, f.base.Human, f.base.Bot, f.version+1, f.key)
 	} else {
