@@ -31,6 +31,7 @@ type memStore struct {
 	batches []analytics.Batch // successful writes
 	tries   []time.Time       // every Write, by the time it was called
 	fail    func(try int) bool
+	applied func() // called after a Write applied its batch, before it returns
 }
 
 type bucketID struct {
@@ -60,6 +61,11 @@ func (s *memStore) Write(ctx context.Context, b analytics.Batch) error {
 		s.totals[t.Key] = sumVisits(s.totals[t.Key], t.Visits)
 	}
 	s.batches = append(s.batches, b)
+	if s.applied != nil {
+		s.mu.Unlock() // let reads see the batch while Write has not returned
+		s.applied()
+		s.mu.Lock()
+	}
 	return nil
 }
 
@@ -539,9 +545,10 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 	var flaky atomic.Bool
 	st.setFail(func(try int) bool { return flaky.Load() && try%3 == 0 })
 	flaky.Store(true)
+	st.applied = func() { time.Sleep(50 * time.Microsecond) } // widen the window a read could fall into
 	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
 	r := f.Reader(st)
-	var begun, done atomic.Int64
+	var begun, done, flushes atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 3 {
@@ -564,13 +571,15 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				f.Flush(context.Background())      // errors are retried by the next
+				f.Flush(context.Background()) // errors are retried by the next
+				flushes.Add(1)
 				time.Sleep(100 * time.Microsecond) // pacing, not waiting
 			}
 		}
 	})
 	ctx := context.Background()
-	for i := range 300 {
+	// Read until 100 flushes went by, so that reads fall into their Writes.
+	for i := 0; flushes.Load() < 100; i++ {
 		lo := done.Load()
 		var got int64
 		if i%2 == 0 {

@@ -104,6 +104,7 @@ func TestMemoryPerLink(t *testing.T) {
 		t.Errorf("%.0f bytes per tracked link, want under 512", per)
 	}
 	runtime.KeepAlive(rec)
+	runtime.KeepAlive(keys) // else freed between the two readings
 }
 
 func BenchmarkRecord(b *testing.B) {
