@@ -115,6 +115,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,7 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 	c.ConnectTimeout = 5 * time.Second
 	c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
 	c.RetryPolicy = &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}}
+	c.Logger = gocqlLogger{s.log}
 	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, tiers)
 
 	cctx, cancel := context.WithCancel(context.Background())
@@ -325,6 +327,20 @@ func (s *Store) connect(ctx context.Context, dial func(context.Context) (backend
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
+}
+
+// gocqlLogger passes gocql's log lines (hosts going down and up, dial
+// errors) to the store's logger.
+type gocqlLogger struct{ log *slog.Logger }
+
+func (l gocqlLogger) Print(v ...any) {
+	l.log.Info(strings.TrimSpace(fmt.Sprint(v...)), "source", "gocql")
+}
+func (l gocqlLogger) Printf(format string, v ...any) {
+	l.log.Info(strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "gocql")
+}
+func (l gocqlLogger) Println(v ...any) {
+	l.log.Info(strings.TrimSpace(fmt.Sprintln(v...)), "source", "gocql")
 }
 
 // retryPolicy retries a statement 3 times with exponential backoff: on the
