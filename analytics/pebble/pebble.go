@@ -62,6 +62,9 @@ var (
 	_ analytics.Reader = (*Store)(nil)
 )
 
+// cacheSize is the block cache's size in bytes.
+const cacheSize = 64 << 20
+
 // ErrClosed is returned by the methods of a closed Store.
 var ErrClosed = errors.New("pebble: store closed")
 
@@ -104,7 +107,12 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	for _, t := range tiers {
 		s.tiers[t.Step] = t
 	}
+	// The block cache holds the index and recent blocks of every link's
+	// rows; the table cache of open files keeps Pebble's default.
+	cache := pebble.NewCache(cacheSize)
+	defer cache.Unref()
 	opts := &pebble.Options{
+		Cache:              cache,
 		Merger:             merger,
 		Logger:             logger{log},
 		FormatMajorVersion: pebble.FormatNewest,
@@ -227,7 +235,8 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	if err != nil {
 		return nil, fmt.Errorf("pebble: points: %w", err)
 	}
-	var ps []analytics.Point
+	// Room for every bucket of the range, up to a few thousand.
+	ps := make([]analytics.Point, 0, min((hi-lo)/int64(step/time.Second)+1, 4096))
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(ps)%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
@@ -451,6 +460,10 @@ func decodeVisits(b []byte) (analytics.Visits, error) {
 
 // merger adds visits. Its name is stored in the database: a different
 // name, or a different encoding under the same name, cannot open it.
+//
+// Every read of a bucket goes through it (a bucket's value is a merge
+// operand even when there is only one), so adders are pooled and Finish
+// returns the adder's own buffer, given back by Pebble through Close.
 var merger = &pebble.Merger{
 	Name: "linkgate.visits.v1",
 	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
@@ -458,13 +471,20 @@ var merger = &pebble.Merger{
 		if err != nil {
 			return nil, err
 		}
-		return &adder{v}, nil
+		a := adders.Get().(*adder)
+		a.v = v
+		return a, nil
 	},
 }
 
+var adders = sync.Pool{New: func() any { return new(adder) }}
+
 // adder is a pebble.ValueMerger that sums visits; addition does not care
 // about the order of operands.
-type adder struct{ v analytics.Visits }
+type adder struct {
+	v   analytics.Visits
+	buf [2 * binary.MaxVarintLen64]byte
+}
 
 func (a *adder) MergeNewer(value []byte) error { return a.add(value) }
 func (a *adder) MergeOlder(value []byte) error { return a.add(value) }
@@ -479,7 +499,17 @@ func (a *adder) add(value []byte) error {
 	return nil
 }
 
-func (a *adder) Finish(bool) ([]byte, io.Closer, error) { return appendVisits(nil, a.v), nil, nil }
+// Finish returns the sum in a's buffer and a as the io.Closer that frees
+// it.
+func (a *adder) Finish(bool) ([]byte, io.Closer, error) {
+	return appendVisits(a.buf[:0], a.v), a, nil
+}
+
+// Close puts a back in the pool once Pebble is done with its result.
+func (a *adder) Close() error {
+	adders.Put(a)
+	return nil
+}
 
 // logger passes Pebble's messages to slog.
 type logger struct{ l *slog.Logger }

@@ -122,7 +122,7 @@ func TestExpiryAcrossChunks(t *testing.T) {
 	const links, minutes = 50, 500 // 25,000 minute buckets
 	for l := range links {
 		for m := range minutes {
-			b.Counts = append(b.Counts, analytics.Count{Key: string(rune('a' + l%26)) + string(rune('a' + l/26)), Step: time.Minute,
+			b.Counts = append(b.Counts, analytics.Count{Key: string(rune('a'+l%26)) + string(rune('a'+l/26)), Step: time.Minute,
 				Start: t0.Add(time.Duration(m) * time.Minute), Visits: analytics.Visits{Human: 1}})
 		}
 	}

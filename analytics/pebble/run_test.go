@@ -1,0 +1,54 @@
+package pebble
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// TestRunExpires drives the expiry loop with its own ticks and clock: a
+// tick is taken only once the Expire before it has returned.
+func TestRunExpires(t *testing.T) {
+	s, err := Open(t.TempDir(), rollup.DefaultTiers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	err = s.Write(ctx, analytics.Batch{Counts: []analytics.Count{
+		{Key: "a", Step: time.Minute, Start: t0, Visits: analytics.Visits{Human: 1}},
+		{Key: "a", Step: time.Hour, Start: t0, Visits: analytics.Visits{Human: 1}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := []time.Time{t0, t0.Add(3 * rollup.Day)}
+	calls := 0
+	now := func() time.Time { calls++; return clock[min(calls, len(clock))-1] }
+	tick := make(chan time.Time)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.run(runCtx, now, tick); close(done) }()
+
+	count := func(step time.Duration) int {
+		ps, err := s.Points(ctx, "a", step, t0, t0.Add(rollup.Day))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ps)
+	}
+	tick <- time.Time{} // the first Expire, at t0, is done
+	if m, h := count(time.Minute), count(time.Hour); m != 1 || h != 1 {
+		t.Errorf("after Expire(t0): %d minute and %d hour points, want 1 and 1", m, h)
+	}
+	tick <- time.Time{} // the second, three days on, is done
+	if m, h := count(time.Minute), count(time.Hour); m != 0 || h != 1 {
+		t.Errorf("after Expire(t0+3d): %d minute and %d hour points, want 0 and 1", m, h)
+	}
+	cancel()
+	<-done
+}
