@@ -25,7 +25,9 @@ import (
 
 func newStore(t testing.TB, m *memcached.Metrics, servers ...string) *memcached.Store {
 	t.Helper()
-	s, err := memcached.New(limit.Memcached{Servers: servers, Timeout: 200 * time.Millisecond}, m, nil)
+	// A generous timeout: the tests run with -race on busy machines, and
+	// none of them waits for a timeout except TestTimeoutOpensBreaker.
+	s, err := memcached.New(limit.Memcached{Servers: servers, Timeout: time.Second}, m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,9 +240,9 @@ func TestBreaker(t *testing.T) {
 	// Fill the connection pool, so that stale connections would be reused
 	// after the restart if the breaker did not drop them.
 	var wg sync.WaitGroup
-	for range 16 {
+	for range 8 {
 		wg.Go(func() {
-			for range 20 {
+			for range 10 {
 				if err := s.Load(ctx, c, []limit.Bucket{b}, make([]int64, 1)); err != nil {
 					t.Error(err)
 				}
@@ -543,7 +545,7 @@ func TestTimeoutOpensBreaker(t *testing.T) {
 	}
 	start := time.Now()
 	err = s.Load(ctx, c, bs, counts)
-	if d := time.Since(start); !errors.Is(err, memcached.ErrUnavailable) || d > 5*time.Millisecond {
+	if d := time.Since(start); !errors.Is(err, memcached.ErrUnavailable) || d > 50*time.Millisecond {
 		t.Errorf("Load with the breaker open: %v after %v, want ErrUnavailable at once", err, d)
 	}
 }
