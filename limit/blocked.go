@@ -3,6 +3,7 @@ package limit
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
 // blocked remembers clients over a limit until the second they can pass
@@ -10,6 +11,7 @@ import (
 // operation. It is safe for concurrent use; entries are dropped when they
 // are found expired and a shard holds at most blockedShardCap of them.
 type blocked struct {
+	n      atomic.Int64 // entries held: a check skips the cache while it is empty
 	seed   maphash.Seed
 	shards [blockedShards]blockedShard
 }
@@ -46,6 +48,9 @@ func (b *blocked) shard(c Counter) *blockedShard {
 
 // get returns the entry of c if it is still blocked at unix second now.
 func (b *blocked) get(c Counter, now int64) (blockedEntry, bool) {
+	if b.n.Load() == 0 {
+		return blockedEntry{}, false
+	}
 	s := b.shard(c)
 	s.mu.RLock()
 	e, ok := s.m[c]
@@ -54,6 +59,7 @@ func (b *blocked) get(c Counter, now int64) (blockedEntry, bool) {
 		s.mu.Lock()
 		if e2, ok := s.m[c]; ok && now >= e2.until {
 			delete(s.m, c)
+			b.n.Add(-1)
 		}
 		s.mu.Unlock()
 		return blockedEntry{}, false
@@ -70,11 +76,15 @@ func (b *blocked) put(c Counter, e blockedEntry, now int64) {
 		for k, v := range s.m {
 			if now >= v.until {
 				delete(s.m, k)
+				b.n.Add(-1)
 			}
 		}
 	}
-	if len(s.m) < blockedShardCap {
+	if _, ok := s.m[c]; ok {
 		s.m[c] = e
+	} else if len(s.m) < blockedShardCap {
+		s.m[c] = e
+		b.n.Add(1)
 	}
 	s.mu.Unlock()
 }
@@ -83,6 +93,9 @@ func (b *blocked) put(c Counter, e blockedEntry, now int64) {
 func (b *blocked) del(c Counter) {
 	s := b.shard(c)
 	s.mu.Lock()
-	delete(s.m, c)
+	if _, ok := s.m[c]; ok {
+		delete(s.m, c)
+		b.n.Add(-1)
+	}
 	s.mu.Unlock()
 }

@@ -122,7 +122,10 @@ func newPlan(limits []Limit, prec Precision) *plan {
 type readSet struct {
 	plan    *plan // the plan and second the buckets were filled for
 	sec     int64
-	writes  [NumLevels]Bucket
+	writes  [NumLevels]Bucket // what a hit at sec writes: writes[:nw]
+	nw      int
+	qplan   *plan // the plan and second q was built for
+	qsec    int64
 	q       []spanQuery // the span fast path's queries and results
 	res     []spanResult
 	buckets []Bucket
@@ -139,6 +142,7 @@ func (p *plan) reads(now int64, rs *readSet) {
 		return // the same buckets as the last check through this scratch
 	}
 	rs.plan, rs.sec = p, now
+	rs.nw = len(p.writes(now, rs.writes[:0]))
 	if !p.exact {
 		rs.buckets = rs.buckets[:0]
 		for l := range NumLevels {

@@ -200,7 +200,7 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 	rs := l.pool.Get().(*readSet)
 	defer l.pool.Put(rs)
 	r.plan.reads(sec, rs)
-	writes := r.plan.writes(sec, rs.writes[:0])
+	writes := rs.writes[:rs.nw]
 	var cost int64 = 1
 	if r.Strict {
 		if err := l.store.AddNow(ctx, c, writes, 1); err != nil {

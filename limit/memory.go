@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"math"
-	"math/bits"
 	"sync"
 	"time"
 )
@@ -48,14 +46,6 @@ type memEntry struct {
 type spilled struct {
 	n       int64
 	expires int64
-}
-
-// ring holds the counts of buckets (head-len(counts), head] of one level,
-// bucket i at counts[i&mask].
-type ring struct {
-	head   int64 // index (Start / size) of the newest bucket
-	ttl    int64 // longest TTL given, in seconds
-	counts []uint32
 }
 
 // ringCap bounds a ring's length per level: an hour of seconds, a day and a
@@ -125,29 +115,18 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 	nowIdx[Second] = now
 	nowIdx[Minute] = floorDiv(now, 60)
 	nowIdx[Hour] = floorDiv(now, 3600)
-	prev := Bucket{Level: NumLevels}
-	var idx int64
 	for i := range buckets {
 		b := &buckets[i]
-		if b.Level >= NumLevels {
-			counts[i] = 0
-			continue
-		}
-		// Reads come in runs of consecutive buckets of one level: step
-		// the index instead of dividing.
-		if b.Level == prev.Level && b.Start == prev.Start+sizeOf(b.Level) {
-			idx++
-		} else {
-			idx = levelIndex(b.Level, b.Start)
-		}
-		prev = *b
-		r := &e.rings[b.Level]
-		n := int64(len(r.counts))
-		if idx <= r.head && idx > r.head-n && idx > nowIdx[b.Level]-n {
-			counts[i] = int64(r.counts[idx&(n-1)])
-			continue
-		}
 		counts[i] = 0
+		if b.Level >= NumLevels {
+			continue
+		}
+		idx := levelIndex(b.Level, b.Start)
+		r := &e.rings[b.Level]
+		if r.cum != nil && idx <= r.head && idx >= r.low(nowIdx[b.Level]) {
+			counts[i] = int64(r.count(idx))
+			continue
+		}
 		if e.spill != nil && idx <= r.head {
 			if sp, ok := e.spill[Bucket{Level: b.Level, Start: b.Start}]; ok && sp.expires >= now {
 				counts[i] = sp.n
@@ -207,32 +186,17 @@ func (e *memEntry) addLocked(buckets []Bucket, n int64) {
 			e.expires = exp
 		}
 		r := &e.rings[b.Level]
-		size := int64(b.Level.Size() / time.Second)
-		if ttl > r.ttl || r.counts == nil {
+		if ttl > r.ttl || r.cum == nil {
 			r.ttl = max(r.ttl, ttl)
-			if want := ringLen(b.Level, r.ttl); want > len(r.counts) {
+			if want := ringLen(b.Level, r.ttl); want > len(r.cum) {
 				r.grow(want)
 			}
 		}
 		idx := levelIndex(b.Level, b.Start)
-		mask := int64(len(r.counts) - 1)
 		if idx > r.head {
-			// Advance the ring, clearing (and spilling, if still
-			// alive) the buckets it overwrites.
-			from := r.head + 1
-			if idx-from >= int64(len(r.counts)) {
-				from = idx - int64(len(r.counts)) + 1
-				// everything in the ring is pushed out
-				for j := r.head - mask; j <= r.head; j++ {
-					e.evict(b.Level, r, j, size, idx)
-				}
-			} else {
-				for j := from; j <= idx; j++ {
-					e.evict(b.Level, r, j-mask-1, size, idx)
-				}
-			}
-			r.head = idx
-		} else if idx <= r.head-int64(len(r.counts)) {
+			l, size := b.Level, sizeOf(b.Level)
+			r.advance(idx, func(x int64, c uint32) { e.evict(l, r, x*size, c, idx*size) })
+		} else if idx <= r.head-int64(len(r.cum)) {
 			// Older than the ring: counted in the spill map.
 			if e.spill == nil {
 				e.spill = make(map[Bucket]spilled)
@@ -244,56 +208,19 @@ func (e *memEntry) addLocked(buckets []Bucket, n int64) {
 			e.spill[k] = sp
 			continue
 		}
-		p := &r.counts[idx&mask]
-		*p = satAdd(*p, n)
+		r.add(idx, uint32(n))
 	}
 }
 
-func satAdd(c uint32, n int64) uint32 {
-	v := int64(c) + n
-	switch {
-	case v < 0:
-		return 0
-	case v > math.MaxUint32:
-		return math.MaxUint32
-	}
-	return uint32(v)
-}
-
-// evict clears the ring slot of bucket index j, which is leaving the ring as
-// head becomes the newest bucket, keeping its count in the spill map if its
-// TTL has not passed by then.
-func (e *memEntry) evict(l Level, r *ring, j, size, head int64) {
-	p := &r.counts[j&int64(len(r.counts)-1)]
-	if *p == 0 {
-		return
-	}
-	start := j * size
-	if exp := start + r.ttl; exp > head*size {
+// evict keeps the count c of the bucket starting at start, which is leaving
+// its ring as the bucket starting at head becomes the newest, in the spill
+// map if its TTL has not passed by then.
+func (e *memEntry) evict(l Level, r *ring, start int64, c uint32, head int64) {
+	if exp := start + r.ttl; exp > head {
 		if e.spill == nil {
 			e.spill = make(map[Bucket]spilled)
 		}
-		e.spill[Bucket{Level: l, Start: start}] = spilled{n: int64(*p), expires: exp}
-	}
-	*p = 0
-}
-
-// ringLen is the ring length for a level whose buckets live ttl seconds.
-func ringLen(l Level, ttl int64) int {
-	size := int64(l.Size() / time.Second)
-	n := ttl/size + 2
-	if n > int64(ringCap[l]) {
-		return ringCap[l]
-	}
-	return 1 << bits.Len64(uint64(n-1))
-}
-
-// grow resizes r to n slots (a power of two), keeping its buckets.
-func (r *ring) grow(n int) {
-	old := r.counts
-	r.counts = make([]uint32, n)
-	for j := r.head - int64(len(old)) + 1; j <= r.head && len(old) > 0; j++ {
-		r.counts[j&int64(n-1)] = old[j&int64(len(old)-1)]
+		e.spill[Bucket{Level: l, Start: start}] = spilled{n: int64(c), expires: exp}
 	}
 }
 
@@ -315,8 +242,8 @@ func (m *Memory) Reset(ctx context.Context, c Counter, buckets []Bucket) error {
 		}
 		r := &e.rings[b.Level]
 		idx := levelIndex(b.Level, b.Start)
-		if n := int64(len(r.counts)); idx <= r.head && idx > r.head-n {
-			r.counts[idx&(n-1)] = 0
+		if r.cum != nil && idx <= r.head && idx > r.head-int64(len(r.cum)) {
+			r.reset(idx)
 		}
 		delete(e.spill, Bucket{Level: b.Level, Start: b.Start})
 	}

@@ -29,22 +29,6 @@ type spanResult struct {
 	lo, hi int64 // the ring indexes summed
 }
 
-// sumU32 adds up s, four at a time.
-func sumU32(s []uint32) uint64 {
-	var a, b, c, d uint64
-	for len(s) >= 4 {
-		a += uint64(s[0])
-		b += uint64(s[1])
-		c += uint64(s[2])
-		d += uint64(s[3])
-		s = s[4:]
-	}
-	for _, v := range s {
-		a += uint64(v)
-	}
-	return a + b + c + d
-}
-
 var _ spanStore = (*Memory)(nil)
 
 func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult, add []Bucket, force, oldest bool) (bool, error) {
@@ -92,26 +76,15 @@ func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult
 // out of a capped ring.
 func (e *memEntry) span(q *spanQuery, nowIdx, now int64) spanResult {
 	r := &e.rings[q.level]
-	n := int64(len(r.counts))
 	first := q.cur - q.k + 1
-	lo := max(first, r.head-n+1, nowIdx-n+1) // oldest index the ring holds
-	hi := min(q.cur, r.head)
-	size := sizeOf(q.level)
-	res := spanResult{lo: lo, hi: hi}
-	if n > 0 && lo <= hi {
-		// The span is at most two runs of the ring's array.
-		mask := n - 1
-		a, b := lo&mask, hi&mask
-		first, second := r.counts[a:], r.counts[:0]
-		if a <= b {
-			first = r.counts[a : b+1]
-		} else {
-			second = r.counts[:b+1]
-		}
-		res.sum = int64(sumU32(first) + sumU32(second))
+	res := spanResult{lo: first, hi: -1 << 62}
+	if r.cum != nil {
+		res.lo, res.hi = max(first, r.low(nowIdx)), min(q.cur, r.head)
+		res.sum = int64(r.sum(res.lo, res.hi))
 	}
-	if e.spill != nil && first < lo {
-		for x := min(lo-1, q.cur); x >= first; x-- {
+	if e.spill != nil && first < res.lo {
+		size := sizeOf(q.level)
+		for x := min(res.lo-1, q.cur); x >= first; x-- {
 			if sp, ok := e.spill[Bucket{Level: q.level, Start: x * size}]; ok && sp.expires >= now {
 				res.sum += sp.n
 			}
@@ -123,21 +96,14 @@ func (e *memEntry) span(q *spanQuery, nowIdx, now int64) spanResult {
 // oldest returns the Start of the oldest non-empty bucket of a summed span.
 func (e *memEntry) oldest(q *spanQuery, res *spanResult, now int64) int64 {
 	size := sizeOf(q.level)
-	first := q.cur - q.k + 1
 	if e.spill != nil {
-		for x := first; x < res.lo && x <= q.cur; x++ {
+		for x := q.cur - q.k + 1; x < res.lo && x <= q.cur; x++ {
 			if sp, ok := e.spill[Bucket{Level: q.level, Start: x * size}]; ok && sp.expires >= now && sp.n > 0 {
 				return x * size
 			}
 		}
 	}
-	r := &e.rings[q.level]
-	mask := int64(len(r.counts)) - 1
-	x := res.lo
-	for x < res.hi && r.counts[x&mask] == 0 {
-		x++
-	}
-	return x * size
+	return e.rings[q.level].firstNonZero(res.lo, res.hi) * size
 }
 
 // checkSpans is check's fast path for Bucketed rules on a spanStore. ok is
@@ -149,8 +115,12 @@ func (l *Limiter) checkSpans(ss spanStore, r *rule, c Counter, sec int64, rs *re
 		rs.q, rs.res = make([]spanQuery, nl), make([]spanResult, nl)
 	}
 	q, res := rs.q[:nl], rs.res[:nl]
-	for i, pl := range r.plan.lim {
-		q[i] = spanQuery{level: pl.level, cur: levelIndex(pl.level, sec), k: pl.k, n: r.plan.limits[i].N + 1 - cost}
+	if rs.qplan != r.plan || rs.qsec != sec {
+		rs.qplan, rs.qsec = r.plan, sec
+		for i := range r.plan.lim {
+			pl := &r.plan.lim[i]
+			q[i] = spanQuery{level: pl.level, cur: levelIndex(pl.level, sec), k: pl.k, n: r.plan.limits[i].N + 1 - cost}
+		}
 	}
 	var add []Bucket
 	if count {
