@@ -421,6 +421,9 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err != nil {
 		return err
 	}
+	if b.At.IsZero() {
+		return errors.New("cassandra: write: batch without a flush time (At)")
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	ops, touched, err := s.plan(b)
@@ -567,12 +570,16 @@ func (s *Store) foldSome(ctx context.Context, be backend, n int) int {
 	}
 	batch := s.pending[:n]
 	keep := make([]bool, n)
+	for i := range keep {
+		keep[i] = true // until folded: runAll skips calls once ctx is done
+	}
 	_ = runAll(ctx, n, func(ctx context.Context, i int) error {
 		if err := foldRow(ctx, be, batch[i]); err != nil {
-			keep[i] = true
 			s.log.Warn("cassandra: fold totals row", "short_key", batch[i].key, "err", err)
+			return nil // one failed fold does not stop the others
 		}
-		return nil // one failed fold does not stop the others
+		keep[i] = false
+		return nil
 	})
 	var rest []fold
 	for i, f := range batch {

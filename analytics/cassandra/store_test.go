@@ -440,6 +440,9 @@ func TestWriteRejectsBadCounts(t *testing.T) {
 			t.Errorf("%s: Write succeeded", name)
 		}
 	}
+	if err := s.Write(context.Background(), analytics.Batch{Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}}); err == nil {
+		t.Error("a batch without At: Write succeeded")
+	}
 	if _, err := s.Points(context.Background(), "k", 2*time.Minute, clock, clock.Add(time.Hour)); err == nil {
 		t.Error("Points for an unknown step succeeded")
 	}
@@ -491,5 +494,23 @@ func TestWriteCanceled(t *testing.T) {
 	err = runAll(ctx, 100, func(context.Context, int) error { calls++; return nil })
 	if err == nil {
 		t.Errorf("runAll with a canceled context made %d of 100 calls and returned nil", calls)
+	}
+}
+
+// TestFoldsKeptWhenCanceled checks that folds a canceled context prevented
+// stay queued.
+func TestFoldsKeptWhenCanceled(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	s := onFake(t, newFakeDB(clock), &clock)
+	for i := range 100 {
+		s.pending = append(s.pending, fold{key: fmt.Sprint(i), v: analytics.Visits{Human: 1}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n := s.foldSome(ctx, s.be, 50); n != 100 {
+		t.Errorf("%d folds queued after a canceled foldSome, want 100", n)
+	}
+	if n := s.foldSome(context.Background(), s.be, 50); n != 50 {
+		t.Errorf("%d folds queued after folding 50 (rows gone count as folded), want 50", n)
 	}
 }
