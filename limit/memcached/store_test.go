@@ -575,3 +575,32 @@ func TestLoadExactAcrossFlushes(t *testing.T) {
 	}
 	t.Logf("%d add+load pairs read back exactly", n)
 }
+
+// Reset drops the increments still pending, so they never reach memcached.
+func TestResetDropsPending(t *testing.T) {
+	mc := startMemcached(t)
+	s, reader := newStore(t, nil, mc.Addr), newStore(t, nil, mc.Addr)
+	ctx := context.Background()
+	c := limit.Counter{Rule: "reset_pending", Value: "eve@example.com"}
+	b := minute(time.Now())
+	if err := s.AddNow(ctx, c, []limit.Bucket{b}, 5); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err := s.Add(ctx, c, []limit.Bucket{b}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Reset(ctx, c, []limit.Bucket{b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := loadOne(t, s, c, b); got != 0 {
+		t.Errorf("Load right after Reset = %d, want 0", got)
+	}
+	// Give the flusher ten intervals to send what Reset should have dropped.
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if got := loadOne(t, reader, c, b); got != 0 {
+			t.Fatalf("memcached holds %d after Reset, want 0", got)
+		}
+	}
+}
