@@ -65,6 +65,11 @@ var (
 // cacheSize is the block cache's size in bytes.
 const cacheSize = 64 << 20
 
+// memTableSize is the memtable's size in bytes. A flush of 10,000 links is
+// about 6 MB; a batch over half the memtable is flushed to its own table at
+// once, which costs a sort and an L0 file per flush.
+const memTableSize = 32 << 20
+
 // ErrClosed is returned by the methods of a closed Store.
 var ErrClosed = errors.New("pebble: store closed")
 
@@ -113,6 +118,7 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	defer cache.Unref()
 	opts := &pebble.Options{
 		Cache:              cache,
+		MemTableSize:       memTableSize,
 		Merger:             merger,
 		Logger:             logger{log},
 		FormatMajorVersion: pebble.FormatNewest,
