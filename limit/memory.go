@@ -11,16 +11,19 @@ import (
 // Memory is the in-process Store, the default when one gateway runs alone.
 // It is safe for concurrent use; the zero value is not usable, call NewMemory.
 //
-// Counters are spread over memShards shards by a hash of the Counter, each a
-// mutex and a map, so there is no store-wide lock and the cost of a call does
-// not depend on how many clients are tracked. Each counter keeps, per level,
-// a ring of bucket counts just long enough for the longest TTL it was given
-// (a power of two, at most ringCap buckets); a bucket pushed out of its ring
-// before its TTL has passed (exact precision keeps seconds for a day) moves
-// to a small per-counter map. Memory is reclaimed lazily: a counter whose
-// buckets have all expired is deleted when its shard has doubled in size
-// since its last sweep (so memory stays within about twice what is live),
-// or by Sweep.
+// Counters are spread over memShards shards by a hash of the feature value,
+// each a mutex and a map, so there is no store-wide lock and the cost of a
+// call does not depend on how many clients are tracked. Each counter keeps,
+// per level, a ring of cumulative counts just long enough for the longest TTL
+// it was given (a power of two, at most ringCap buckets: about 600 bytes for
+// a counter of 2/s, 5/m, 10/h, 100/d). A bucket pushed out of its ring before
+// its TTL has passed moves to a small per-counter map: exact precision keeps
+// second buckets for a day, up to one entry per second with hits.
+//
+// Memory is reclaimed lazily, without a goroutine: a counter whose buckets
+// have all expired is deleted when its shard has doubled in size since its
+// last sweep (so memory stays within about twice what is live, plus 16
+// counters per shard), or by Sweep. Add and AddNow are synchronous.
 type Memory struct {
 	now    func() time.Time
 	seed   maphash.Seed
