@@ -70,8 +70,8 @@
 // read in one single-partition query. To keep partitions small, a writer's
 // row is folded into the base once its entry is dropped (the link had no
 // visits for totalsIdle and the last write succeeded; a fresh writer id
-// takes over, as above) and when the store is closed. Folding is a
-// conditional batch on the key's partition, a lightweight transaction:
+// takes over, as above). Folding is a conditional batch on the key's
+// partition, a lightweight transaction:
 //
 //	UPDATE base = base + row, base_version = v+1 IF base_version = v
 //	DELETE row IF human = row.human AND bot = row.bot
@@ -80,18 +80,25 @@
 // base_version makes concurrent folds of one link by several processes
 // serialize. When a fold's answer is lost the store reads the partition
 // again at SERIAL consistency: the row being gone means the fold happened.
-// The delete's timestamp is the coordinator's clock at fold time, later
-// than every write of the row (the last one is at least totalsIdle older),
-// so a late gocql retry of one of them cannot bring the row back. The
-// assumption is that gateway and Cassandra clocks agree within totalsIdle.
+// The delete's timestamp is the coordinator's clock at fold time (a
+// conditional statement cannot carry USING TIMESTAMP); it must be later
+// than every write of the row, whose timestamps come from the gateway's
+// clock, or the row would outlive its delete and be counted twice. Only
+// rows whose last write is totalsIdle old are folded, so the assumption is
+// that gateway and Cassandra clocks agree within totalsIdle (10 minutes).
+// For that reason Close does not fold the rows of links still active: each
+// process lifetime leaves at most one unfolded row per link it wrote in
+// its last totalsIdle, and rows of crashed processes are not folded either.
+// They stay correct; Total reads one more small row for each (a link
+// active across 1,000 restarts has 1,000 rows: tens of kilobytes). A
+// maintenance job that folds rows of writers known to be gone is future
+// work.
 //
 // Exactness holds as long as the flusher resends a failed Write's counts to
 // the same Store. If a process exits while a write is unacknowledged (a
 // timeout whose outcome is unknown) and the counts are resent by the next
 // process (the flusher's spill file), they are written under a new writer
-// id and count twice if the lost write had in fact been applied. Rows of a
-// process that crashed are never folded; they stay correct, only Total
-// reads one more row per such crash.
+// id and count twice if the lost write had in fact been applied.
 //
 // # Connection
 //
@@ -381,8 +388,8 @@ func (s *Store) backend() (backend, error) {
 	return s.be, nil
 }
 
-// Close stops connecting, folds the totals rows of this writer that it can
-// within a few seconds, and closes the session. Calls after the first do
+// Close stops connecting, folds within a few seconds the totals rows that
+// are waiting to be, and closes the session. Calls after the first do
 // nothing.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
@@ -397,12 +404,8 @@ func (s *Store) Close() {
 		if be == nil {
 			return
 		}
-		for k, e := range s.totals {
-			if !e.failed {
-				delete(s.totals, k)
-				s.pending = append(s.pending, fold{k, e.writer, e.committed})
-			}
-		}
+		// Rows written recently are left unfolded: see the package
+		// documentation (clock skew).
 		ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
 		defer cancel()
 		if n := s.foldSome(ctx, be, len(s.pending)); n > 0 {

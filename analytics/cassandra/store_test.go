@@ -397,7 +397,7 @@ func TestCollect(t *testing.T) {
 }
 
 // TestFoldLostAnswer folds with the answer lost once and with another
-// process folding the same link concurrently.
+// process folding the same link; Close leaves recent rows alone.
 func TestFoldLostAnswer(t *testing.T) {
 	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
 	db := newFakeDB(clock)
@@ -418,10 +418,20 @@ func TestFoldLostAnswer(t *testing.T) {
 		}
 		return ok
 	}
+	// The link goes idle; the next writes (of another link) fold its rows.
+	clock = clock.Add(totalsIdle + gcEvery)
+	for i, s := range []*Store{a, b} {
+		if err := s.Write(ctx, analytics.Batch{At: clock.Add(time.Duration(i) * time.Second), Totals: []analytics.Total{{Key: "other", Visits: analytics.Visits{Human: 1}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if db.liveTotalsRows("k") != 0 || db.totals["k"].version != 2 {
+		t.Errorf("after idling: %d rows, base version %d; want 0 rows, version 2", db.liveTotalsRows("k"), db.totals["k"].version)
+	}
 	a.Close()
 	b.Close()
-	if db.liveTotalsRows("k") != 0 || db.totals["k"].version != 2 {
-		t.Errorf("after both closed: %d rows, base version %d; want 0 rows, version 2", db.liveTotalsRows("k"), db.totals["k"].version)
+	if n := db.liveTotalsRows("other"); n != 2 {
+		t.Errorf("a link written just before Close has %d rows, want 2 (left unfolded)", n)
 	}
 	c := onFake(t, db, &clock)
 	if v, err := c.Total(ctx, "k"); err != nil || v != (analytics.Visits{Human: 6, Bot: 3}) {

@@ -163,7 +163,7 @@ func TestWireReads(t *testing.T) {
 	}
 }
 
-// TestWireFold closes a store whose totals row is clean: the row is folded
+// TestWireFold lets a link go idle: its totals row is folded
 // by a conditional batch, read first at LOCAL_SERIAL, that moves it into the
 // base, conditioned on the base version (null on the first fold) and on the
 // row's value.
@@ -184,12 +184,17 @@ func TestWireFold(t *testing.T) {
 					[][][]byte{{w[:], be64(5), be64(0), be64(10), be64(2), ver}}
 			}
 			s := openWire(t, srv)
-			if err := s.Write(context.Background(), analytics.Batch{At: time.Now(), Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 5}}}}); err != nil {
+			at := time.Now()
+			if err := s.Write(context.Background(), analytics.Batch{At: at, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 5}}}}); err != nil {
 				t.Fatal(err)
 			}
 			mu.Lock()
 			w = s.totals["k"].writer
 			mu.Unlock()
+			// k goes idle; writing another link folds its row.
+			if err := s.Write(context.Background(), analytics.Batch{At: at.Add(totalsIdle + gcEvery), Totals: []analytics.Total{{Key: "other", Visits: analytics.Visits{Human: 1}}}}); err != nil {
+				t.Fatal(err)
+			}
 			s.Close()
 
 			srv.mu.Lock()
