@@ -43,7 +43,7 @@ type rule struct {
 	policy     string   // RateLimit-Policy items of every limit
 	names      []string // policy item name of each limit: "login_ip-1m"
 	limitNames []string // each limit as configured: "5/m"
-	headers    bool     // send RateLimit headers on allowed responses (ip and user rules only)
+	headers    bool     // send RateLimit headers on allowed responses (ip and user rules, not in shadow)
 }
 
 // New compiles rules into a Limiter. id says how features are read (zero
@@ -115,7 +115,7 @@ func compile(r Rule, prec Precision, m *Metrics) (*rule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("match: %w", err)
 	}
-	cr := &rule{Rule: r, match: mt, plan: newPlan(r.Limits, prec), metrics: m.forRule(r.Name), headers: r.Key == IP || r.Key == User}
+	cr := &rule{Rule: r, match: mt, plan: newPlan(r.Limits, prec), metrics: m.forRule(r.Name), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
 	for _, a := range r.Allow {
 		if r.Key == IP {
 			p, err := netip.ParsePrefix(a)

@@ -30,7 +30,8 @@ import (
 // through uncounted; deny answers 503 Service Unavailable with Retry-After: 1
 // (the limiter, not the client, is at fault, so not 429). Allowed responses
 // carry the RateLimit headers of ip and user rules, never of email rules,
-// which would let anyone probe another person's failed logins.
+// which would let anyone probe another person's failed logins, nor of rules
+// in shadow mode, which must not change how clients behave.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [8]*rule

@@ -415,8 +415,12 @@ func TestShadow(t *testing.T) {
 	r.Shadow = true
 	e := newEnv(t, []limit.Rule{r}, envOpt{})
 	for i := range 4 {
-		if resp, _ := e.do("POST", "/login", nil); resp.StatusCode != 200 {
+		resp, _ := e.do("POST", "/login", nil)
+		if resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d, want 200 (shadow blocks nothing)", i+1, resp.StatusCode)
+		}
+		if h := resp.Header.Get("RateLimit"); h != "" {
+			t.Errorf("request %d: RateLimit %q from a shadow rule", i+1, h)
 		}
 	}
 	if got := e.metric("login_ip", "shadow_limited"); got != 3 {
