@@ -382,9 +382,13 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 }
 
 // Run calls Expire with the wall clock at once and then every interval
-// until ctx is done, logging failures. The gateway runs it in a goroutine
-// beside the flusher; an hour is a fine interval.
+// until ctx is done or the store is closed, logging failures. The gateway
+// runs it in a goroutine beside the flusher; an hour, the interval used when
+// every is not positive, is fine.
 func (s *Store) Run(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = time.Hour
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	s.run(ctx, time.Now, t.C)

@@ -26,7 +26,9 @@ func TestRunExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := []time.Time{t0, t0.Add(3 * rollup.Day)}
+	// A tick is received once the Expire before it returned, and the next
+	// Expire starts at once: the clock stays at t0 for the first two.
+	clock := []time.Time{t0, t0, t0.Add(3 * rollup.Day)}
 	calls := 0
 	now := func() time.Time { calls++; return clock[min(calls, len(clock))-1] }
 	tick := make(chan time.Time)
@@ -41,14 +43,68 @@ func TestRunExpires(t *testing.T) {
 		}
 		return len(ps)
 	}
-	tick <- time.Time{} // the first Expire, at t0, is done
+	tick <- time.Time{} // Expire(t0) is done
 	if m, h := count(time.Minute), count(time.Hour); m != 1 || h != 1 {
 		t.Errorf("after Expire(t0): %d minute and %d hour points, want 1 and 1", m, h)
 	}
-	tick <- time.Time{} // the second, three days on, is done
+	tick <- time.Time{}
+	tick <- time.Time{} // Expire(t0+3d) is done
 	if m, h := count(time.Minute), count(time.Hour); m != 0 || h != 1 {
 		t.Errorf("after Expire(t0+3d): %d minute and %d hour points, want 0 and 1", m, h)
 	}
 	cancel()
 	<-done
+}
+
+// TestExpireWhileWriting writes to buckets that are expiring while Expire
+// runs, then expires everything: no bucket and no index entry may be left,
+// which an index entry written between Expire's walk and its range delete
+// would break.
+func TestExpireWhileWriting(t *testing.T) {
+	s, err := Open(t.TempDir(), rollup.DefaultTiers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	done := make(chan error)
+	go func() {
+		for i := range 200 {
+			var b analytics.Batch
+			for j := range 100 {
+				b.Counts = append(b.Counts, analytics.Count{Key: string(rune('a' + j%26)), Step: time.Minute,
+					Start: t0.Add(time.Duration((i*7+j)%600) * time.Minute), Visits: analytics.Visits{Human: 1}})
+			}
+			if err := s.Write(ctx, b); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		default:
+			if err := s.Expire(t0.Add(2*rollup.Day + 300*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Expire(t0.Add(rollup.Day * 3)); err != nil {
+		t.Fatal(err)
+	}
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		t.Errorf("left after expiring everything: %q", it.Key())
+	}
 }
