@@ -42,6 +42,7 @@ type rule struct {
 	metrics    *ruleMetrics
 	policy     string   // RateLimit-Policy items of every limit
 	names      []string // policy item name of each limit: "login_ip-1m"
+	quoted     []string // the same as a structured-field string: "\"login_ip-1m\""
 	limitNames []string // each limit as configured: "5/m"
 	headers    bool     // send RateLimit headers on allowed responses (ip and user rules, not in shadow)
 }
@@ -141,6 +142,7 @@ func compile(r Rule, prec Precision, m *Metrics) (*rule, error) {
 	for _, lim := range r.Limits {
 		name := r.Name + "-" + windowName(lim.Window)
 		cr.names = append(cr.names, name)
+		cr.quoted = append(cr.quoted, strconv.Quote(name))
 		cr.limitNames = append(cr.limitNames, lim.String())
 		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", name, lim.N, int64(lim.Window/time.Second)))
 	}
@@ -291,5 +293,5 @@ func (r *rule) counts(status int) bool {
 
 // rateLimitItem formats the RateLimit field item of limit i.
 func (r *rule) rateLimitItem(i int, remaining, reset int64) string {
-	return strconv.Quote(r.names[i]) + ";r=" + strconv.FormatInt(max(remaining, 0), 10) + ";t=" + strconv.FormatInt(max(reset, 0), 10)
+	return r.quoted[i] + ";r=" + strconv.FormatInt(max(remaining, 0), 10) + ";t=" + strconv.FormatInt(max(reset, 0), 10)
 }

@@ -65,7 +65,11 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				ru.metrics.inc(allowed)
 				continue
 			}
-			v := l.check(ctx, ru, value, now, false)
+			// A lone rule counting every request counts in the same store
+			// operation as its check; otherwise hits are counted once every
+			// rule has passed.
+			alone := len(matched) == 1 && len(ru.CountStatus) == 0
+			v := l.check(ctx, ru, value, now, alone)
 			ru.metrics.inc(v.out)
 			switch v.out {
 			case limited:
@@ -83,7 +87,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			case shadowLimited:
 				l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit])
 			}
-			if ru.Strict {
+			if ru.Strict || alone {
 				// already counted
 			} else if len(ru.CountStatus) == 0 {
 				before = append(before, hit{ru, value})
