@@ -11,6 +11,7 @@
 #   BENCH_RULES [none]                none | example (the example config's rules)
 #   BENCH_ANALYTICS [off]             off | on (embedded store in a temp dir)
 #   BENCH_TARGETS [direct floor gateway]
+#   GATEWAY_BIN [built from ./cmd/gateway]   a gateway binary to measure instead
 #   RESULTS_DIR [bench/results/TIMESTAMP]   raw wrk output and the summary
 set -euo pipefail
 
@@ -85,7 +86,15 @@ trap 'exit 130' INT TERM
 
 echo "bench: building into $tmp" >&2
 pkgs=(./cmd/tinyurl ./bench/floor)
-want gateway && pkgs+=(./cmd/gateway)
+gateway_bin=$tmp/gateway
+if want gateway; then
+	if [[ -n ${GATEWAY_BIN:-} ]]; then
+		[[ -x $GATEWAY_BIN ]] || die "GATEWAY_BIN=$GATEWAY_BIN is not an executable"
+		gateway_bin=$GATEWAY_BIN
+	else
+		pkgs+=(./cmd/gateway)
+	fi
+fi
 go build -o "$tmp/" "${pkgs[@]}"
 
 # free_port prints a loopback port nobody listens on (and that this script
@@ -179,8 +188,8 @@ analytics:
     path: $tmp/analytics
   flush_interval: 10s
 EOF
-	"$tmp/gateway" check-config "$cfg" >/dev/null || { cat "$cfg" >&2; die "generated gateway config is invalid"; }
-	start gateway "$tmp/gateway" -config "$cfg"
+	"$gateway_bin" check-config "$cfg" >/dev/null || { cat "$cfg" >&2; die "generated gateway config is invalid"; }
+	start gateway "$gateway_bin" -config "$cfg"
 	wait_ready gateway "$last_pid" "$admin_port" /readyz
 	url[gateway]="http://127.0.0.1:$gw_port$BENCH_PATH"
 fi
