@@ -267,6 +267,7 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 func (l *Limiter) count(ctx context.Context, r *rule, value string, now time.Time) {
 	rs := l.pool.Get().(*readSet)
 	defer l.pool.Put(rs)
+	rs.plan = nil // rs.writes no longer matches the cached read set
 	writes := r.plan.writes(now.Unix(), rs.writes[:0])
 	if err := l.store.Add(ctx, Counter{Rule: r.Name, Value: value}, writes, 1); err != nil {
 		l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
