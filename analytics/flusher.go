@@ -282,9 +282,30 @@ type bucketKey struct {
 	start int64 // Unix seconds
 }
 
+// linkCounts is one link's pending counts. Its buckets are a short list
+// (a link visited in one interval has one bucket per tier, or a few) that
+// becomes a map once long (a link visited through a long store outage).
 type linkCounts struct {
-	total   Visits
-	buckets map[bucketKey]Visits
+	total Visits
+	list  []bucketCount
+	m     map[bucketKey]Visits // once len(list) would exceed maxListed; list is then nil
+}
+
+type bucketCount struct {
+	bucketKey
+	Visits
+}
+
+const maxListed = 32
+
+// each calls fn for every bucket of lc, in no particular order.
+func (lc *linkCounts) each(fn func(bucketKey, Visits)) {
+	for _, b := range lc.list {
+		fn(b.bucketKey, b.Visits)
+	}
+	for k, v := range lc.m {
+		fn(k, v)
+	}
 }
 
 func newPending() *pending { return &pending{links: make(map[string]*linkCounts)} }
@@ -292,7 +313,7 @@ func newPending() *pending { return &pending{links: make(map[string]*linkCounts)
 func (p *pending) link(key string) *linkCounts {
 	lc := p.links[key]
 	if lc == nil {
-		lc = &linkCounts{buckets: make(map[bucketKey]Visits, 8)}
+		lc = &linkCounts{list: make([]bucketCount, 0, 8)} // one bucket per default tier, and some
 		p.links[key] = lc
 		p.n++ // its total
 	}
@@ -300,11 +321,32 @@ func (p *pending) link(key string) *linkCounts {
 }
 
 func (p *pending) addBucket(lc *linkCounts, k bucketKey, v Visits) {
-	old, ok := lc.buckets[k]
-	if !ok {
-		p.n++
+	if lc.m != nil {
+		old, ok := lc.m[k]
+		if !ok {
+			p.n++
+		}
+		lc.m[k] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
+		return
 	}
-	lc.buckets[k] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
+	for i := len(lc.list) - 1; i >= 0; i-- { // recent buckets are at the end
+		if b := &lc.list[i]; b.bucketKey == k {
+			b.Human += v.Human
+			b.Bot += v.Bot
+			return
+		}
+	}
+	p.n++
+	if len(lc.list) < maxListed {
+		lc.list = append(lc.list, bucketCount{k, v})
+		return
+	}
+	lc.m = make(map[bucketKey]Visits, 2*maxListed)
+	for _, b := range lc.list {
+		lc.m[b.bucketKey] = b.Visits
+	}
+	lc.m[k] = v
+	lc.list = nil
 }
 
 // addMinutes adds one link's minutes to every tier and to its total.
@@ -321,8 +363,10 @@ func (p *pending) addMinutes(key string, tiers []rollup.Tier, each func(func(min
 }
 
 func (p *pending) add(s snapshot, tiers []rollup.Tier) {
-	for key, e := range s.links {
-		p.addMinutes(key, tiers, e.each)
+	for _, links := range s.links {
+		for key, e := range links {
+			p.addMinutes(key, tiers, e.each)
+		}
 	}
 	if len(s.all) > 0 {
 		p.addMinutes(AllLinks, tiers, func(fn func(minuteCount)) {
@@ -333,21 +377,28 @@ func (p *pending) add(s snapshot, tiers []rollup.Tier) {
 	}
 }
 
-// batch returns p as a Batch made at, in a stable order: by link, tier and
-// bucket start.
+// batch returns p as a Batch made at, in a stable order: by link, then
+// tier, then bucket start. Sorting the links once and each link's few
+// buckets apart costs far less than sorting all counts together.
 func (p *pending) batch(at time.Time) Batch {
 	b := Batch{At: at, Counts: make([]Count, 0, p.n-len(p.links)), Totals: make([]Total, 0, len(p.links))}
-	for key, lc := range p.links {
+	keys := make([]string, 0, len(p.links))
+	for key := range p.links {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		lc := p.links[key]
 		if lc.total != (Visits{}) {
 			b.Totals = append(b.Totals, Total{Key: key, Visits: lc.total})
 		}
-		for k, v := range lc.buckets {
+		first := len(b.Counts)
+		lc.each(func(k bucketKey, v Visits) {
 			b.Counts = append(b.Counts, Count{Key: key, Step: k.step, Start: time.Unix(k.start, 0).UTC(), Visits: v})
-		}
+		})
+		slices.SortFunc(b.Counts[first:], func(x, y Count) int {
+			return cmp.Or(cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
+		})
 	}
-	slices.SortFunc(b.Totals, func(x, y Total) int { return cmp.Compare(x.Key, y.Key) })
-	slices.SortFunc(b.Counts, func(x, y Count) int {
-		return cmp.Or(cmp.Compare(x.Key, y.Key), cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
-	})
 	return b
 }

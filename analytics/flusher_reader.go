@@ -47,11 +47,11 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 		mem[s] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
 	}
 	if lc := r.f.pending.links[key]; lc != nil {
-		for k, v := range lc.buckets {
+		lc.each(func(k bucketKey, v Visits) {
 			if k.step == step {
 				add(time.Unix(k.start, 0), v)
 			}
-		}
+		})
 	}
 	if step > 0 {
 		r.f.rec.visits(key, func(c minuteCount) {

@@ -624,3 +624,70 @@ func TestDefaultSpillPath(t *testing.T) {
 		t.Errorf("DefaultSpillPath = %q, want %q", got, want)
 	}
 }
+
+type discardWriter struct{}
+
+func (discardWriter) Write(context.Context, analytics.Batch) error { return nil }
+
+// BenchmarkFlush100kLinks is the flusher's own work for an interval in
+// which 100,000 links were visited once: swap, expansion into every tier,
+// the sorted batch.
+func BenchmarkFlush100kLinks(b *testing.B) {
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%06d", i)
+	}
+	rec := analytics.NewRecorder(len(keys), nil)
+	f := analytics.NewFlusher(rec, discardWriter{}, defTiers, analytics.FlusherOptions{}, nil, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for _, k := range keys {
+			rec.Record(k, monday, false)
+		}
+		b.StartTimer()
+		if err := f.Flush(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestLongOutageManyBuckets keeps a link's counts through an outage long
+// enough for its pending buckets to outgrow the short list they start in.
+func TestLongOutageManyBuckets(t *testing.T) {
+	rec := analytics.NewRecorder(10, nil)
+	st := newMemStore()
+	st.setFail(func(int) bool { return true })
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	const minutes = 100
+	for m := range minutes {
+		rec.Record("a", monday.Add(time.Duration(m)*time.Minute), m%2 == 0)
+		if err := f.Flush(t.Context()); err == nil {
+			t.Fatal("Flush with the store down: no error")
+		}
+	}
+	want := map[string]analytics.Visits{"a": {Human: minutes / 2, Bot: minutes / 2}, analytics.AllLinks: {Human: minutes / 2, Bot: minutes / 2}}
+	check := func(r analytics.Reader) {
+		t.Helper()
+		checkStored(t, r, defTiers, want)
+		pts, err := r.Points(t.Context(), "a", time.Minute, monday, monday.Add(rollup.Day))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pts) != minutes {
+			t.Errorf("%d minute points, want %d", len(pts), minutes)
+		}
+		for i, p := range pts {
+			if w := monday.Add(time.Duration(i) * time.Minute); !p.Start.Equal(w) || p.Human+p.Bot != 1 {
+				t.Fatalf("point %d = %+v, want one visit at %v", i, p, w)
+			}
+		}
+	}
+	check(f.Reader(st))
+	st.setFail(nil)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	check(st)
+	check(f.Reader(st))
+}

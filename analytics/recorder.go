@@ -162,8 +162,8 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 
 // snapshot is what a swap takes out of a Recorder.
 type snapshot struct {
-	links      map[string]*entry // per link
-	all        []minuteCount     // all links together, overflow included
+	links      []map[string]*entry // per link, one map per shard that had any
+	all        []minuteCount       // all links together, overflow included
 	overflow   int64
 	human, bot int64
 }
@@ -172,16 +172,15 @@ type snapshot struct {
 // shard is locked only to exchange its map for a fresh one; merging the
 // shards' maps happens outside the locks.
 func (r *Recorder) swap() snapshot {
-	var parts [numShards]map[string]*entry
 	var all entry
 	snap := snapshot{}
-	n := 0
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		if len(s.links) > 0 { // an empty map stays: nothing to take
-			parts[i] = s.links
-			s.links = make(map[string]*entry, len(parts[i]))
+		taken := s.links
+		if len(taken) > 0 { // an empty map stays: nothing to take
+			s.links = make(map[string]*entry, len(taken))
+			snap.links = append(snap.links, taken)
 		}
 		sAll := s.all
 		s.all = entry{}
@@ -190,15 +189,8 @@ func (r *Recorder) swap() snapshot {
 		snap.bot += s.bot
 		s.overflow, s.human, s.bot = 0, 0, 0
 		s.mu.Unlock()
-		r.keys.Add(-int64(len(parts[i])))
-		n += len(parts[i])
+		r.keys.Add(-int64(len(taken)))
 		sAll.each(func(c minuteCount) { all.addVisits(c) })
-	}
-	snap.links = make(map[string]*entry, n)
-	for _, p := range parts {
-		for k, e := range p {
-			snap.links[k] = e
-		}
 	}
 	all.each(func(c minuteCount) { snap.all = append(snap.all, c) })
 	r.m.recorded(snap.human, snap.bot)
