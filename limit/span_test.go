@@ -71,3 +71,27 @@ func TestSpanPathMatchesLoadPath(t *testing.T) {
 		})
 	}
 }
+
+// TestCountAfterResponseKeepsBuckets counts a hit with the time its request
+// started (a slow upstream) between two checks of a later second: each hit
+// must land in its own second's bucket.
+func TestCountAfterResponseKeepsBuckets(t *testing.T) {
+	m := NewMemory()
+	rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, "100/m")}
+	l, err := New([]Rule{rule}, Identity{}, DefaultConfig(), nil, m, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t100 := time.Unix(1_800_000_100, 0)
+	l.check(ctx, l.rules[0], "a", t100, false)
+	l.count(ctx, l.rules[0], "a", t100.Add(-time.Second))
+	l.check(ctx, l.rules[0], "a", t100, true)
+	counts := make([]int64, 2)
+	if err := m.Load(ctx, Counter{Rule: "r", Value: "a"}, []Bucket{{Level: Second, Start: t100.Unix() - 1}, {Level: Second, Start: t100.Unix()}}, counts); err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 1 || counts[1] != 1 {
+		t.Errorf("buckets of seconds 99 and 100 = %v, want [1 1]", counts)
+	}
+}
