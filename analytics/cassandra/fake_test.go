@@ -24,7 +24,7 @@ import (
 type fakeDB struct {
 	mu     sync.Mutex
 	now    time.Time // the cluster's clock: tombstones and TTL expiry
-	points map[fakePointKey]fakeCell
+	points map[fakePartition]map[fakeRow]fakeCell
 	totals map[string]*fakeTotals
 	late   []func() // duplicates to apply later (applyLate)
 
@@ -42,10 +42,14 @@ const (
 	dupLate          // applied, success returned, applied again later
 )
 
-type fakePointKey struct {
-	table, key    string
-	bucket, start int64
-	writer        gocql.UUID
+type fakePartition struct {
+	table, key string
+	bucket     int64
+}
+
+type fakeRow struct {
+	start  int64
+	writer gocql.UUID
 }
 
 type fakeCell struct {
@@ -64,7 +68,7 @@ type fakeTotals struct {
 var errFault = errors.New("fake: injected fault (timeout)")
 
 func newFakeDB(now time.Time) *fakeDB {
-	return &fakeDB{now: now, points: make(map[fakePointKey]fakeCell), totals: make(map[string]*fakeTotals)}
+	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), totals: make(map[string]*fakeTotals)}
 }
 
 // do runs apply under the fault that the fault function picks for op.
@@ -125,9 +129,13 @@ func (db *fakeDB) writePoint(ctx context.Context, r pointRow) error {
 		panic("fake: write without TTL or timestamp")
 	}
 	return db.do(ctx, "point", func() {
-		k := fakePointKey{r.table, r.key, r.bucket.UnixMicro(), r.start.UnixMicro(), r.writer}
-		c, exists := db.points[k]
-		db.points[k] = put(c, exists, fakeCell{v: r.v, ts: r.ts, expires: db.now.Add(time.Duration(r.ttl) * time.Second)})
+		pk := fakePartition{r.table, r.key, r.bucket.UnixMicro()}
+		if db.points[pk] == nil {
+			db.points[pk] = make(map[fakeRow]fakeCell)
+		}
+		k := fakeRow{r.start.UnixMicro(), r.writer}
+		c, exists := db.points[pk][k]
+		db.points[pk][k] = put(c, exists, fakeCell{v: r.v, ts: r.ts, expires: db.now.Add(time.Duration(r.ttl) * time.Second)})
 	})
 }
 
@@ -161,12 +169,11 @@ func (db *fakeDB) readPoints(ctx context.Context, table, key string, bucket, fro
 		v      analytics.Visits
 	}
 	var rows []row
-	for k, c := range db.points {
-		if k.table != table || k.key != key || k.bucket != bucket.UnixMicro() || c.dead ||
-			!db.now.Before(c.expires) || k.start < from.UnixMicro() || k.start >= to.UnixMicro() {
+	for k, c := range db.points[fakePartition{table, key, bucket.UnixMicro()}] {
+		if c.dead || !db.now.Before(c.expires) || k.start < from.UnixMicro() || k.start >= to.UnixMicro() {
 			continue
 		}
-		if got := partitionOf(time.UnixMicro(k.start), bucketSpanOf(table)).UnixMicro(); got != k.bucket {
+		if got := partitionOf(time.UnixMicro(k.start), bucketSpanOf(table)).UnixMicro(); got != bucket.UnixMicro() {
 			panic("fake: row written to the wrong partition")
 		}
 		rows = append(rows, row{k.start, k.writer, c.v})

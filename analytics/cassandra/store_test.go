@@ -316,9 +316,11 @@ func TestTimestampsIncrease(t *testing.T) {
 	write(clock.Add(-time.Hour), 2) // the clock stepped back
 	var ts []int64
 	var got analytics.Visits
-	for _, c := range db.points {
-		ts = append(ts, c.ts)
-		got = c.v
+	for _, p := range db.points {
+		for _, c := range p {
+			ts = append(ts, c.ts)
+			got = c.v
+		}
 	}
 	if len(ts) != 1 || ts[0] != clock.UnixMicro()+1 || got.Human != 3 {
 		t.Errorf("row timestamps %v holding %+v, want [%d] holding 3", ts, got, clock.UnixMicro()+1)

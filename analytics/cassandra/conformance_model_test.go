@@ -1,0 +1,52 @@
+package cassandra
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// TestConformanceOnModel runs the conformance suite on the Store's own
+// logic over the model of the cluster (fakeDB), without faults: it checks
+// the Store, not Cassandra. TestConformance runs it on a real cluster.
+// Expire moves the model's clock (and the stores' clock, which clamps read
+// ranges) forward, so the Expiry subtest checks the TTLs the Store sets.
+func TestConformanceOnModel(t *testing.T) {
+	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+		var mu sync.Mutex
+		var ahead time.Duration // how far Expire moved the clock past the wall clock
+		now := func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return time.Now().Add(ahead)
+		}
+		db := newFakeDB(time.Now())
+		open := func() *Store {
+			var unused time.Time
+			s := onFake(t, db, &unused)
+			s.now = now
+			t.Cleanup(s.Close)
+			return s
+		}
+		last := open()
+		return analyticstest.Harness{
+			Store: last,
+			Reopen: func() analyticstest.Store {
+				last.Close()
+				last = open()
+				return last
+			},
+			Another: func() analyticstest.Store { return open() },
+			Expire: func(at time.Time) error {
+				mu.Lock()
+				ahead = max(ahead, time.Until(at))
+				mu.Unlock()
+				db.setNow(at)
+				return nil
+			},
+		}
+	})
+}
