@@ -8,12 +8,13 @@
 // failed batch merged into the next one. Pebble gives exactly that: all of a
 // flush goes into one pebble.Batch committed with one fsync, and a merge
 // operator adds counts inside the engine, so a flush never reads before it
-// writes. It is pure Go (no cgo, the gateway stays one static binary), is
-// kept by Cockroach Labs, and runs in CockroachDB. SQLite through a pure-Go
+// writes. It builds with CGO_ENABLED=0 (its cgo zstd binding is optional;
+// this store uses snappy), so the gateway stays one static binary, and it is
+// kept by Cockroach Labs as CockroachDB's engine. SQLite through a pure-Go
 // driver would let an operator poke at the data with SQL, but each flush
-// would be an UPSERT per bucket through a translated C engine, and expiring
-// old buckets a DELETE that scans an index; the stats API already serves
-// the data, so Pebble wins.
+// would be an UPSERT per bucket through a C engine translated to Go, and
+// expiring old buckets a DELETE through an index; the stats API already
+// serves the data, so Pebble wins.
 //
 // # Layout
 //
@@ -37,6 +38,14 @@
 //
 // Write sets a bucket's index entry with every count. It costs a second key
 // per count but needs no read, and the entry is idempotent.
+//
+// # Use
+//
+//	s, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, log)
+//	go s.Run(ctx, time.Hour) // expiry
+//	// s is the flusher's analytics.Writer and the stats API's analytics.Reader;
+//	// close it after the final flush.
+//	defer s.Close()
 package pebble
 
 import (
