@@ -711,3 +711,36 @@ func mustTime(t *testing.T, hms string) time.Time {
 	}
 	return tm
 }
+
+// TestRejectedNotCounted checks that a request rejected by one rule is not
+// counted under the other rules it matched.
+func TestRejectedNotCounted(t *testing.T) {
+	em := loginEmailRule(t)
+	em.CountStatus = nil
+	em.Limits = limits(t, "100/m")
+	e := newEnv(t, []limit.Rule{ipRule(t, "1/m"), em}, envOpt{})
+	if r := e.loginForm("gina@example.com", 200); r.StatusCode != 200 {
+		t.Fatal(r.StatusCode)
+	}
+	for range 3 {
+		if r := e.loginForm("gina@example.com", 200); r.StatusCode != 429 {
+			t.Fatalf("status %d, want 429 from login_ip", r.StatusCode)
+		}
+	}
+	admin := httptest.NewServer(e.l.AdminHandler())
+	defer admin.Close()
+	resp, err := http.Get(admin.URL + "/login_email/gina@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Limits []struct{ Count int64 } `json:"limits"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || len(v.Limits) != 1 {
+		t.Fatalf("admin answer: %v %+v", err, v)
+	}
+	if v.Limits[0].Count != 1 {
+		t.Errorf("login_email count = %d after 1 allowed and 3 rejected requests, want 1", v.Limits[0].Count)
+	}
+}
