@@ -91,7 +91,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 ) WITH CLUSTERING ORDER BY (start ASC, writer ASC)
     AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': '%s', 'compaction_window_size': %d}
     AND gc_grace_seconds = 10800
-    AND comment = 'visits per %s bucket, kept %s (USING TTL); partition = %s of buckets; one row per bucket and writer'`,
+    AND comment = 'visits per %s bucket, kept %s (USING TTL), partition = %s of buckets, one row per bucket and writer'`,
 			keyspace, pointsTable(t.Step), unit, size, rollup.FormatDuration(t.Step), rollup.FormatDuration(t.Retention),
 			rollup.FormatDuration(partitionSpan(t.Step))))
 	}
