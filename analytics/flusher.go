@@ -14,7 +14,8 @@ import (
 )
 
 // DefaultMaxBuffered is how many entries a Flusher holds in memory while the
-// store fails, when FlusherOptions.MaxBuffered is not set: about 200 MB.
+// store fails, when FlusherOptions.MaxBuffered is not set: on the order of
+// 100 MB (about 50 bytes an entry, plus about 300 a link).
 const DefaultMaxBuffered = 2_000_000
 
 // FlusherOptions configure a Flusher. The zero value of a field means its

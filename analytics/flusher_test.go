@@ -517,6 +517,9 @@ func TestConcurrentRecordExact(t *testing.T) {
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	if n := rec.Keys(); n != 0 {
+		t.Errorf("Keys() = %d after the last flush, want 0", n)
+	}
 	want := map[string]analytics.Visits{}
 	for w := range workers {
 		for i := range per {

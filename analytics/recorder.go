@@ -130,7 +130,7 @@ func unixMinute(t time.Time) int64 {
 }
 
 // Record counts one visit to the link key at time t, as a bot visit if bot.
-// Recording a visit to a link already tracked since the last flush does not
+// Visits are kept per minute of t (UTC, from the Unix epoch). Recording a visit to a link already tracked since the last flush does not
 // allocate; key is copied when it is new, so it may point into a request.
 func (r *Recorder) Record(key string, t time.Time, bot bool) {
 	minute := unixMinute(t)
