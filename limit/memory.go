@@ -266,6 +266,19 @@ func (m *Memory) Sweep() {
 	}
 }
 
+// Close drops every counter, giving their memory back. The store stays
+// usable (empty); Close always returns nil.
+func (m *Memory) Close() error {
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		s.m = make(map[Counter]*memEntry)
+		s.swept = 0
+		s.mu.Unlock()
+	}
+	return nil
+}
+
 // Len returns the number of counters held, expired or not.
 func (m *Memory) Len() int {
 	n := 0

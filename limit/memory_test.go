@@ -77,6 +77,10 @@ func TestMemoryReclaims(t *testing.T) {
 	if n := m.Len(); n != 0 {
 		t.Errorf("Len after Sweep with everything expired = %d, want 0", n)
 	}
+	m.Add(ctx, limit.Counter{Rule: "r", Value: "x"}, []limit.Bucket{{Level: limit.Second, Start: clk.Now().Unix(), TTL: time.Hour}}, 1)
+	if err := m.Close(); err != nil || m.Len() != 0 {
+		t.Errorf("Close: %v, %d counters left", err, m.Len())
+	}
 }
 
 // TestMemoryLongTTLSeconds checks second buckets kept for a day (exact

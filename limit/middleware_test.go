@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/limit"
@@ -535,7 +536,12 @@ func TestAdmin(t *testing.T) {
 	ip := ipRule(t, "1/m")
 	ip.Match = route.Match{Path: "/ip"}
 	e := newEnv(t, []limit.Rule{em, ip}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	admin := httptest.NewServer(http.StripPrefix("/admin/limits", e.l.AdminHandler()))
+	// Mounted as cmd/gateway does: a chi sub-route, then StripPrefix.
+	mux := chi.NewRouter()
+	mux.Route("/admin", func(r chi.Router) {
+		r.Handle("/limits/*", http.StripPrefix("/admin/limits", e.l.AdminHandler()))
+	})
+	admin := httptest.NewServer(mux)
 	defer admin.Close()
 	call := func(method, path string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, admin.URL+path, nil)
