@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"IndependentCounters", testIndependentCounters},
 		{"LevelsIndependent", testLevelsIndependent},
 		{"ManyBucketsOneLoad", testManyBuckets},
+		{"WindowRoll", testWindowRoll},
 		{"Reset", testReset},
 		{"ConcurrentAdds", testConcurrentAdds},
 		{"Expiry", testExpiry},
@@ -217,6 +218,35 @@ func testManyBuckets(t *testing.T, h Harness) {
 	}
 	if got := load(t, h.Store, c, bs...); !equal(got, want) {
 		t.Errorf("Load of %d buckets = %v, want %v", len(bs), got, want)
+	}
+}
+
+// testWindowRoll counts in a bucket, moves on (the clock advances, or on
+// real time the next bucket is named ahead of it) and counts again: the
+// older bucket keeps its count until its TTL.
+func testWindowRoll(t *testing.T, h Harness) {
+	ctx := context.Background()
+	c := limit.Counter{Rule: "roll", Value: "203.0.113.70"}
+	now := h.now()
+	if h.Advance == nil {
+		now = now.Add(-140 * time.Second)
+	}
+	old := []limit.Bucket{bucket(now, limit.Second, 0, time.Hour), bucket(now, limit.Minute, 0, time.Hour)}
+	if err := h.Store.Add(ctx, c, old, 2); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	later := now.Add(130 * time.Second)
+	if h.Advance != nil {
+		h.Advance(130 * time.Second)
+	}
+	cur := []limit.Bucket{bucket(later, limit.Second, 0, time.Hour), bucket(later, limit.Minute, 0, time.Hour)}
+	if err := h.Store.Add(ctx, c, cur, 3); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	between := []limit.Bucket{bucket(later, limit.Second, 65, time.Hour), bucket(later, limit.Minute, 1, time.Hour)}
+	got := load(t, h.Store, c, old[0], old[1], between[0], between[1], cur[0], cur[1])
+	if want := []int64{2, 2, 0, 0, 3, 3}; !equal(got, want) {
+		t.Errorf("Load of old, between and current buckets = %v, want %v", got, want)
 	}
 }
 
