@@ -252,7 +252,6 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 	c.SerialConsistency = serial
 	c.Timeout = 5 * time.Second
 	c.ConnectTimeout = 5 * time.Second
-	c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
 	c.RetryPolicy = &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}}
 	c.Logger = gocqlLogger{s.log}
 	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, tiers)
@@ -262,6 +261,9 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 	s.done = make(chan struct{})
 	s.connErr = errors.New("connecting")
 	go s.connect(cctx, func(ctx context.Context) (backend, error) {
+		// A fresh policy per attempt: gocql panics when one is shared by two
+		// sessions, even when the first one failed to connect.
+		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
 		sess, err := c.CreateSession()
 		if err != nil {
 			return nil, err

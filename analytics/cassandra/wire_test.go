@@ -26,6 +26,7 @@ type wireServer struct {
 	executes    map[string]int    // statement prefix (up to the first " (" or " WHERE") → EXECUTEs seen
 	bound       [][][]byte        // values of every EXECUTE of an INSERT
 	batches     []wireBatch
+	ddl         []string            // CREATE statements received, in order
 	consistency map[string][]uint16 // statement → consistency of each EXECUTE
 	// reply picks the answer to an EXECUTE of stmt: replyOK, or an error
 	// code, or replyStall to never answer. Nil: always OK.
@@ -64,8 +65,10 @@ const (
 	typeVarchar   = 0x000D
 )
 
-func newWireServer(t *testing.T) *wireServer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newWireServer(t *testing.T) *wireServer { return newWireServerAt(t, "127.0.0.1:0") }
+
+func newWireServerAt(t *testing.T, addr string) *wireServer {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +197,9 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 		case strings.HasPrefix(q, "SELECT * FROM system.peers"):
 			write(f.stream, opResult, rowsResult("system", "peers", []wireCol{{"peer", typeVarchar}, {"data_center", typeVarchar}}, nil))
 		case strings.HasPrefix(q, "CREATE"):
+			s.mu.Lock()
+			s.ddl = append(s.ddl, q)
+			s.mu.Unlock()
 			var b wbuf
 			b.int(1) // Void: the DDL is acknowledged (no schema change event, no agreement wait)
 			write(f.stream, opResult, b)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -227,5 +228,55 @@ func TestWireFold(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWireConnectsLate opens a store while nothing listens on the cluster's
+// address, as when the gateway starts before Cassandra: calls fail with
+// ErrNotConnected, and once the server is up the store connects by itself,
+// creates the schema and writes.
+func TestWireConnectsLate(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := analytics.Cassandra{Hosts: []string{addr}, Keyspace: "ks", Consistency: "ONE", ReplicationFactor: 3}
+	s, err := Open(context.Background(), cfg, rollup.DefaultTiers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Now()
+	if err := s.Write(context.Background(), analytics.Batch{At: at, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}}); !errors.Is(err, ErrNotConnected) {
+		t.Fatalf("Write before the cluster is up = %v, want ErrNotConnected", err)
+	}
+	// Let a first attempt fail, so that the store connects by retrying.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if err := s.Ready(); !strings.Contains(err.Error(), "connecting") {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no connection attempt failed in 10 s: %v", err)
+		}
+	}
+	srv := newWireServerAt(t, addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected 10 s after the server came up: %v", s.Ready())
+		}
+		time.Sleep(20 * time.Millisecond) // the background connect's backoff, over loopback
+	}
+	if err := s.Write(context.Background(), analytics.Batch{At: at.Add(time.Second), Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 2}}}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if want := schema("ks", 3, rollup.DefaultTiers()); !cmp.Equal(srv.ddl, want) {
+		t.Errorf("DDL received (-want +got):\n%s", cmp.Diff(want, srv.ddl))
+	}
+	if len(srv.bound) != 1 || int64(binary.BigEndian.Uint64(srv.bound[0][2])) != 2 {
+		t.Errorf("INSERTs bound %v, want one of 2 visits (the write before connecting was refused, not kept)", srv.bound)
 	}
 }
