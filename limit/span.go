@@ -126,7 +126,7 @@ func (l *Limiter) checkSpans(ss spanStore, r *rule, c Counter, sec int64, rs *re
 	if count {
 		add = writes
 	}
-	added, err := ss.loadSpans(c, sec, q, res, add, r.Shadow, r.headers)
+	_, err := ss.loadSpans(c, sec, q, res, add, r.Shadow, r.headers)
 	if err != nil {
 		return verdict{out: storeError, err: err}, true
 	}
@@ -160,6 +160,5 @@ func (l *Limiter) checkSpans(ss spanStore, r *rule, c Counter, sec int64, rs *re
 			}
 		}
 	}
-	_ = added
 	return v, true
 }
