@@ -82,6 +82,7 @@ var benchEnd = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) // a Monday
 
 // benchStore returns the read benchmark's store, built once (about a
 // minute) under the temporary directory and kept there for later runs.
+// Change the directory's name when the layout changes.
 func benchStore(b *testing.B) *pebble.Store {
 	dir := filepath.Join(os.TempDir(), "linkgate-pebble-bench-v1")
 	done := filepath.Join(dir, "COMPLETE")
@@ -119,6 +120,9 @@ func benchStore(b *testing.B) *pebble.Store {
 			if err := s.Write(context.Background(), batch); err != nil {
 				b.Fatal(err)
 			}
+		}
+		if err := pebble.Compact(s); err != nil {
+			b.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
