@@ -228,7 +228,9 @@ func (db *fakeDB) fold(ctx context.Context, f foldOp) (bool, error) {
 			return
 		}
 		p.base, p.version = f.base, f.version+1
-		p.rows[f.writer] = fakeCell{ts: db.now.UnixMicro(), dead: true}
+		// The delete's timestamp is the cluster's clock: it shadows the
+		// row only if later than the row's writes.
+		p.rows[f.writer] = put(c, true, fakeCell{ts: db.now.UnixMicro(), dead: true})
 		applied = true
 	})
 	return applied, err
