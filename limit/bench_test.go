@@ -123,3 +123,26 @@ type discardWriter struct{ h http.Header }
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkCheckCountExact is BenchmarkCheckCount in precision exact, a new
+// second on every check (no reuse of the read set): the general Load path
+// with the seed's decomposition.
+func BenchmarkCheckCountExact(b *testing.B) {
+	rules := []Rule{{Name: "login_ip", Match: route.Match{Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
+	cfg := DefaultConfig()
+	cfg.Precision = "exact"
+	l, err := New(rules, Identity{}, cfg, nil, NewMemory(), nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := l.rules[0]
+	for i := range r.plan.limits {
+		r.plan.limits[i].N = 1 << 40
+	}
+	ctx := context.Background()
+	now := time.Now()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Second), true)
+	}
+}

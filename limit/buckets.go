@@ -133,7 +133,37 @@ type readSet struct {
 	members []int32 // Exact: limit i sums counts[members[from[i]:to[i]]]
 	from    []int
 	to      []int
-	seen    map[Bucket]int32
+	seen    *bucketSet // Exact: dedupes the buckets the limits share
+}
+
+// bucketSet maps buckets to their index in a read set: open addressing with
+// a generation per use, so that starting afresh costs nothing.
+type bucketSet struct {
+	gen   uint32
+	slots [bucketSetSize]struct {
+		gen   uint32
+		idx   int32
+		level Level
+		start int64
+	}
+}
+
+const bucketSetSize = 1 << 12 // > 2× the buckets of four week-long exact limits
+
+// index returns b's index, adding it as next if it is new.
+func (s *bucketSet) index(b Bucket, next int32) (int32, bool) {
+	h := (uint64(b.Start)*0x9E3779B97F4A7C15 + uint64(b.Level)) >> (64 - 12)
+	for {
+		sl := &s.slots[h]
+		if sl.gen != s.gen {
+			sl.gen, sl.idx, sl.level, sl.start = s.gen, next, b.Level, b.Start
+			return next, false
+		}
+		if sl.level == b.Level && sl.start == b.Start {
+			return sl.idx, true
+		}
+		h = (h + 1) & (bucketSetSize - 1)
+	}
 }
 
 // reads fills rs with the buckets a check at unix second now reads.
@@ -158,16 +188,17 @@ func (p *plan) reads(now int64, rs *readSet) {
 	}
 	rs.buckets, rs.members, rs.from, rs.to = rs.buckets[:0], rs.members[:0], rs.from[:0], rs.to[:0]
 	if rs.seen == nil {
-		rs.seen = make(map[Bucket]int32)
+		rs.seen = new(bucketSet)
 	}
-	clear(rs.seen)
+	rs.seen.gen++
+	if rs.seen.gen == 0 { // wrapped: old generations could match
+		*rs.seen = bucketSet{gen: 1}
+	}
 	for _, pl := range p.lim {
 		rs.from = append(rs.from, len(rs.members))
 		decompose(now-pl.window+1, now+1, func(b Bucket) {
-			j, ok := rs.seen[b]
-			if !ok {
-				j = int32(len(rs.buckets))
-				rs.seen[b] = j
+			j, seen := rs.seen.index(b, int32(len(rs.buckets)))
+			if !seen {
 				rs.buckets = append(rs.buckets, b)
 			}
 			rs.members = append(rs.members, j)
@@ -189,14 +220,18 @@ func grow(s []int64, n int) []int64 {
 // boundary, hours, then minutes and seconds up to e (seed 000).
 func decompose(a, e int64, emit func(Bucket)) {
 	for x := a; x < e; {
-		l := Hour
-		for ; l > Second; l-- {
-			if s := sizeOf(l); floorDiv(x, s)*s == x && x+s <= e {
-				break
-			}
+		// Constant divisors: this runs for every bucket of an exact check.
+		switch {
+		case x%3600 == 0 && x+3600 <= e:
+			emit(Bucket{Level: Hour, Start: x})
+			x += 3600
+		case x%60 == 0 && x+60 <= e:
+			emit(Bucket{Level: Minute, Start: x})
+			x += 60
+		default:
+			emit(Bucket{Level: Second, Start: x})
+			x++
 		}
-		emit(Bucket{Level: l, Start: x})
-		x += sizeOf(l)
 	}
 }
 
