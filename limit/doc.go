@@ -44,8 +44,9 @@
 // 429 and the request is not counted under any rule, so a client that keeps
 // retrying while blocked is free again when its counted hits age out. A
 // Strict rule counts first (Store.AddNow) and then checks, so several
-// gateways sharing a store never let more than N hits through; its rejected
-// hits were counted. A client found over its limit is remembered by the
+// gateways sharing a store never let more than N hits through; a rejection
+// that reached the store was counted (one answered from the local memory of
+// blocked clients was not). A client found over its limit is remembered by the
 // Limiter until the second it can pass again, and its requests until then
 // are answered without a store operation.
 //
