@@ -1,0 +1,58 @@
+package pebble
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+)
+
+// FuzzVisits checks that stored values round-trip and that any bytes decode
+// to an error or to visits that round-trip (overlong varints decode too).
+func FuzzVisits(f *testing.F) {
+	f.Add(int64(0), int64(0), []byte{})
+	f.Add(int64(1), int64(-1), []byte{0x02, 0x00})
+	f.Add(int64(1<<62), int64(7), []byte{0xff, 0xff, 0xff})
+	f.Add(int64(3), int64(4), []byte{0xff, 0x00, 0x30})
+	f.Fuzz(func(t *testing.T, h, b int64, raw []byte) {
+		v := analytics.Visits{Human: h, Bot: b}
+		got, err := decodeVisits(appendVisits(nil, v))
+		if err != nil || got != v {
+			t.Fatalf("round trip of %+v = %+v, %v", v, got, err)
+		}
+		if d, err := decodeVisits(raw); err == nil {
+			if again, err := decodeVisits(appendVisits(nil, d)); err != nil || again != d {
+				t.Fatalf("decodeVisits(%x) = %+v, which round-trips to %+v, %v", raw, d, again, err)
+			}
+		}
+	})
+}
+
+// FuzzKeys checks the key layout: index keys round-trip, and the point keys
+// of one link and tier sort by time and hold no other link's or tier's keys
+// between them.
+func FuzzKeys(f *testing.F) {
+	f.Add("abc", "abcd", int64(1_700_000_000), int64(-5), uint8(0), uint8(1))
+	f.Add("", "\x00", int64(0), int64(1), uint8(4), uint8(4))
+	f.Fuzz(func(t *testing.T, k1, k2 string, s1, s2 int64, t1, t2 uint8) {
+		steps := []time.Duration{time.Minute, 5 * time.Minute, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour}
+		st1, st2 := steps[int(t1)%len(steps)], steps[int(t2)%len(steps)]
+		step, start, key, err := parseIndexKey(appendIndexKey(nil, st1, s1, k1))
+		if err != nil || step != st1 || start != s1 || key != k1 {
+			t.Fatalf("parseIndexKey(appendIndexKey(%v, %d, %q)) = %v, %d, %q, %v", st1, s1, k1, step, start, key, err)
+		}
+		a, b := appendPointKey(nil, k1, st1, s1), appendPointKey(nil, k1, st1, s2)
+		if c := bytes.Compare(a, b); (s1 < s2) != (c < 0) || (s1 == s2) != (c == 0) {
+			t.Fatalf("point keys at %d and %d compare %d", s1, s2, c)
+		}
+		// A key of another link or tier is outside the range of k1's tier.
+		if k1 != k2 || st1 != st2 {
+			lo, hi := appendPointKey(nil, k1, st1, -1<<63), appendPointKey(nil, k1, st1, 1<<63-1)
+			o := appendPointKey(nil, k2, st2, s2)
+			if bytes.Compare(o, lo) >= 0 && bytes.Compare(o, hi) <= 0 {
+				t.Fatalf("key of (%q, %v, %d) lies in the range of (%q, %v)", k2, st2, s2, k1, st1)
+			}
+		}
+	})
+}
