@@ -45,7 +45,7 @@ type totalRow struct {
 	key    string
 	writer gocql.UUID
 	v      analytics.Visits
-	ts     int64 // write timestamp, µs
+	ts     int64 // write timestamp: the Store's sequence number, not a time
 }
 
 // totals is one key's partition of the totals table.

@@ -41,9 +41,10 @@
 // timeout, a retry by gocql or a resend by the flusher never counts twice.
 //
 // Every statement carries USING TIMESTAMP pinned to the batch's flush time
-// (Batch.At in microseconds, forced to increase strictly within a process),
-// so a late retry of an older flush (gocql retrying a statement whose
-// answer was lost) can never overwrite the newer count of a later flush.
+// (Batch.At in microseconds, forced to increase strictly within a process;
+// totals rows use a sequence number instead, see below), so a late retry of
+// an older flush (gocql retrying a statement whose answer was lost) can
+// never overwrite the newer count of a later flush.
 // gocql v1's retry policy does not look at Query.Idempotent (only
 // speculative execution does); statements are marked idempotent for what
 // it is worth, but it is the overwrite design that makes retries safe.
@@ -70,8 +71,8 @@
 // read in one single-partition query. To keep partitions small, a writer's
 // row is folded into the base once its entry is dropped (the link had no
 // visits for totalsIdle and the last write succeeded; a fresh writer id
-// takes over, as above). Folding is a conditional batch on the key's
-// partition, a lightweight transaction:
+// takes over, as above) and when the store is closed. Folding is a
+// conditional batch on the key's partition, a lightweight transaction:
 //
 //	UPDATE base = base + row, base_version = v+1 IF base_version = v
 //	DELETE row IF human = row.human AND bot = row.bot
@@ -80,19 +81,16 @@
 // base_version makes concurrent folds of one link by several processes
 // serialize. When a fold's answer is lost the store reads the partition
 // again at SERIAL consistency: the row being gone means the fold happened.
-// The delete's timestamp is the coordinator's clock at fold time (a
-// conditional statement cannot carry USING TIMESTAMP); it must be later
-// than every write of the row, whose timestamps come from the gateway's
-// clock, or the row would outlive its delete and be counted twice. Only
-// rows whose last write is totalsIdle old are folded, so the assumption is
-// that gateway and Cassandra clocks agree within totalsIdle (10 minutes).
-// For that reason Close does not fold the rows of links still active: each
-// process lifetime leaves at most one unfolded row per link it wrote in
-// its last totalsIdle, and rows of crashed processes are not folded either.
-// They stay correct; Total reads one more small row for each (a link
-// active across 1,000 restarts has 1,000 rows: tens of kilobytes). A
-// maintenance job that folds rows of writers known to be gone is future
-// work.
+// A conditional statement cannot carry USING TIMESTAMP: the delete's
+// timestamp is the coordinator's clock, in microseconds since 1970. To be
+// sure it shadows every write of the row, whatever the gateway and
+// Cassandra clocks say, totals rows are not timestamped with the flush time
+// but with a sequence number that the Store increments at every Write (1, 2,
+// 3, …: its rows are its own, so their writes only need to be ordered among
+// themselves). A late gocql retry of one of them cannot bring a folded row
+// back either. Rows of a process that crashed are not folded; they stay
+// correct, only Total reads one more small row for each. (A maintenance
+// job folding rows of writers known to be gone is future work.)
 //
 // Exactness holds as long as the flusher resends a failed Write's counts to
 // the same Store. If a process exits while a write is unacknowledged (a
@@ -183,7 +181,8 @@ type Store struct {
 
 	wmu     sync.Mutex // serializes Write, and guards what follows
 	writer  gocql.UUID // the writer id new entries use
-	lastTS  int64      // the last write timestamp used, µs
+	lastTS  int64      // the last point write timestamp used, µs
+	seq     int64      // the last totals write timestamp used: a sequence number
 	lastGC  time.Time
 	points  map[pointKey]*entry
 	totals  map[string]*entry
@@ -390,9 +389,9 @@ func (s *Store) backend() (backend, error) {
 	return s.be, nil
 }
 
-// Close stops connecting, folds within a few seconds the totals rows that
-// are waiting to be, and closes the session. Calls after the first do
-// nothing.
+// Close stops connecting, folds the totals rows of this writer that it can
+// within a few seconds (those whose last write succeeded), and closes the
+// session. Calls after the first do nothing.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
@@ -406,8 +405,12 @@ func (s *Store) Close() {
 		if be == nil {
 			return
 		}
-		// Rows written recently are left unfolded: see the package
-		// documentation (clock skew).
+		for k, e := range s.totals {
+			if !e.failed {
+				delete(s.totals, k)
+				s.pending = append(s.pending, fold{k, e.writer, e.committed})
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
 		defer cancel()
 		if n := s.foldSome(ctx, be, len(s.pending)); n > 0 {
@@ -463,6 +466,8 @@ func (s *Store) plan(b analytics.Batch) ([]op, []*entry, error) {
 		ts = s.lastTS + 1
 	}
 	s.lastTS = ts
+	s.seq++
+	seq := s.seq
 	at := b.At.UTC()
 	var ops []op
 	var touched []*entry
@@ -519,7 +524,7 @@ func (s *Store) plan(b analytics.Batch) ([]op, []*entry, error) {
 		}
 		key := c.Key
 		ops = append(ops, func(ctx context.Context, be backend) error {
-			return be.writeTotal(ctx, totalRow{key, e.writer, e.attempt, ts})
+			return be.writeTotal(ctx, totalRow{key, e.writer, e.attempt, seq})
 		})
 	}
 	return ops, touched, nil

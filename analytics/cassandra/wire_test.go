@@ -260,7 +260,10 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 			write(f.stream, opError, b)
 		default:
 			if strings.HasPrefix(q, "SELECT") {
-				cols, rows := s.rows(q, values)
+				cols, rows := selectCols(q), [][][]byte(nil) // by default: no rows
+				if s.rows != nil {
+					cols, rows = s.rows(q, values)
+				}
 				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
 				return
 			}
@@ -358,6 +361,17 @@ var resultTypes = map[string]uint16{
 	"base_human": typeBigint, "base_bot": typeBigint, "base_version": typeBigint,
 }
 
+// selectCols returns the columns a SELECT of the Store's returns.
+func selectCols(q string) []wireCol {
+	var cols []wireCol
+	if strings.HasPrefix(q, "SELECT ") {
+		for _, n := range strings.Split(q[len("SELECT "):strings.Index(q, " FROM")], ", ") {
+			cols = append(cols, wireCol{n, resultTypes[n]})
+		}
+	}
+	return cols
+}
+
 func preparedResult(id []byte, q string) []byte {
 	var b wbuf
 	b.int(4) // Prepared
@@ -374,12 +388,7 @@ func preparedResult(id []byte, q string) []byte {
 		b.short(c.typ)
 	}
 	// Result metadata: the selected columns.
-	var res []wireCol
-	if strings.HasPrefix(q, "SELECT ") {
-		for _, n := range strings.Split(q[len("SELECT "):strings.Index(q, " FROM")], ", ") {
-			res = append(res, wireCol{n, resultTypes[n]})
-		}
-	}
+	res := selectCols(q)
 	b.int(1)
 	b.int(int32(len(res)))
 	b.string("ks")
