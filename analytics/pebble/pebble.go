@@ -167,6 +167,11 @@ func (s *Store) Close() error {
 // flusher's resend counts everything once. A count whose step is not one of
 // the store's tiers, or whose start is not a bucket start, fails the whole
 // batch.
+//
+// Pebble does not return a failed commit (a write or fsync of its log that
+// the disk refuses): it calls its logger's Fatalf, which panics here, and
+// the process stops as after a crash. After a restart the batch is counted
+// if its log record reached the disk whole, and lost (one interval) if not.
 func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pebble: write: %w", err)
