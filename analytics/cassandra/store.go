@@ -434,6 +434,9 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if _, err := s.backend(); err != nil {
+		return err // closed while this Write waited: its rows may be folded
+	}
 	ops, touched, err := s.plan(b)
 	if err != nil {
 		return err
