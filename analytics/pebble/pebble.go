@@ -57,6 +57,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -93,6 +94,9 @@ type Store struct {
 	// mu guards closed: Close takes it to write, every other method to read.
 	mu     sync.RWMutex
 	closed bool
+	// closing is set by Close before it waits for mu, so that a long
+	// Expire stops between chunks instead of holding up shutdown.
+	closing atomic.Bool
 
 	// commit serializes Write's commits with Expire's chunks, so that an
 	// index entry set while Expire walks the index is either seen by the
@@ -150,6 +154,7 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 // Close closes the database and releases its directory. Later calls of
 // any method return ErrClosed.
 func (s *Store) Close() error {
+	s.closing.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -328,6 +333,9 @@ func (s *Store) Expire(now time.Time) error {
 		lo := appendIndexKey(nil, t.Step, -1<<63, "")
 		hi := appendIndexKey(nil, t.Step, cut+1, "")
 		for {
+			if s.closing.Load() {
+				return ErrClosed
+			}
 			n, next, err := s.expireChunk(lo, hi)
 			total += n
 			if err != nil {
