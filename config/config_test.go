@@ -26,7 +26,7 @@ func TestLoadExample(t *testing.T) {
 			t.Fatalf("%s: %d rules, want %d", path, got, want)
 		}
 		login := c.Rules[1]
-		want := []limit.Limit{{2, time.Second}, {5, time.Minute}, {10, time.Hour}, {100, 24 * time.Hour}}
+		want := []limit.Limit{{N: 2, Window: time.Second}, {N: 5, Window: time.Minute}, {N: 10, Window: time.Hour}, {N: 100, Window: 24 * time.Hour}}
 		if len(login.Limits) != len(want) {
 			t.Fatalf("login_ip limits = %v, want %v", login.Limits, want)
 		}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// analyticsConfig puts the gateway in front of the demo service with visit
+// counting on, no limiter rules.
+func analyticsConfig(upstream, store, flush string) string {
+	return fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+upstream:
+  targets: [%s]
+  health_check: {path: /healthz, interval: 100ms}
+analytics:
+  flush_interval: %s
+%s
+`, upstream, flush, store)
+}
+
+func embeddedStore(dir string) string {
+	return "  store: embedded\n  embedded: {path: " + dir + "}"
+}
+
+type statsAnswer struct {
+	ShortKey      string    `json:"short_key"`
+	Total         int64     `json:"total"`
+	BotTotal      int64     `json:"bot_total"`
+	RangeTotal    int64     `json:"range_total"`
+	BotRangeTotal int64     `json:"bot_range_total"`
+	Step          int64     `json:"step"`
+	Points        [][]int64 `json:"points"`
+}
+
+func stats(t *testing.T, gw *process, path string) statsAnswer {
+	t.Helper()
+	resp, body := do(t, "GET", gw.url("gateway", path), nil, "Accept", "application/json")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	var a statsAnswer
+	if err := json.Unmarshal([]byte(body), &a); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+	return a
+}
+
+func TestVisitsCounted(t *testing.T) {
+	up := startTinyURL(t)
+	gw, _ := startGateway(t, analyticsConfig(up, embeddedStore(t.TempDir()), "10s"))
+	visit := func(method, path string, hdr ...string) int {
+		resp, _ := do(t, method, gw.url("gateway", path), nil, hdr...)
+		return resp.StatusCode
+	}
+	for i := 0; i < 3; i++ {
+		if got := visit("GET", "/go"); got != 302 {
+			t.Fatalf("GET /go: %d", got)
+		}
+	}
+	if got := visit("HEAD", "/go"); got != 302 {
+		t.Fatalf("HEAD /go: %d", got)
+	}
+	if got := visit("GET", "/no-such-key"); got != 404 {
+		t.Fatalf("unknown key: %d", got)
+	}
+	visit("GET", "/go", "User-Agent", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)")
+	visit("GET", "/go", "User-Agent", "Twitterbot/1.0")
+
+	// Counts still in memory show up at once, without waiting for a flush.
+	got := stats(t, gw, "/stats/go?last=1h")
+	if got.Total != 4 || got.BotTotal != 2 || got.RangeTotal != 4 || got.BotRangeTotal != 2 {
+		t.Errorf("/stats/go = %+v, want total 4, bot_total 2", got)
+	}
+	var sum int64
+	for _, p := range got.Points {
+		sum += p[1]
+	}
+	if sum != 4 || got.Step != 60 {
+		t.Errorf("points sum %d step %d, want 4 per-minute visits", sum, got.Step)
+	}
+	if none := stats(t, gw, "/stats/no-such-key"); none.Total != 0 || none.RangeTotal != 0 {
+		t.Errorf("a 404 was counted: %+v", none)
+	}
+	if all := stats(t, gw, "/stats?last=1h"); all.Total != 4 || all.BotTotal != 2 {
+		t.Errorf("/stats (all links) = %+v", all)
+	}
+	resp, body := do(t, "GET", gw.url("gateway", "/stats/go?format=csv&last=1h"), nil)
+	if resp.StatusCode != 200 || !strings.HasPrefix(body, "unix_seconds,count") {
+		t.Errorf("csv: %d %.200s", resp.StatusCode, body)
+	}
+	resp, body = do(t, "GET", gw.url("gateway", "/stats/go?last=banana"), nil)
+	assertProblem(t, resp, body, 400)
+}
+
+func TestConcurrentVisitsExact(t *testing.T) {
+	up := startTinyURL(t)
+	gw, _ := startGateway(t, analyticsConfig(up, embeddedStore(t.TempDir()), "200ms"))
+	const workers, each = 16, 60
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if resp, _ := do(t, "GET", gw.url("gateway", "/gh"), nil); resp.StatusCode != 302 {
+					t.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Read while flushes run every 200ms: never more, never less.
+	for i := 0; i < 10; i++ {
+		if got := stats(t, gw, "/stats/gh?last=1h"); got.Total != workers*each || got.RangeTotal != workers*each {
+			t.Fatalf("read %d: total %d range_total %d, want %d", i, got.Total, got.RangeTotal, workers*each)
+		}
+	}
+}
+
+// TestShutdownFlushesAndRestartKeeps: with a flush interval far away, only
+// the flush at SIGTERM can write the visits; a new process on the same
+// directory must serve them.
+func TestShutdownFlushesAndRestartKeeps(t *testing.T) {
+	up := startTinyURL(t)
+	dir := t.TempDir()
+	cfg := analyticsConfig(up, embeddedStore(dir), "1h")
+	gw, _ := startGateway(t, cfg)
+	for i := 0; i < 7; i++ {
+		do(t, "GET", gw.url("gateway", "/ex"), nil)
+	}
+	if err := gw.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	gw2, _ := startGateway(t, cfg)
+	for _, q := range []string{"/stats/ex?last=1h", "/stats/ex?last=30d", "/stats/ex?last=1y&step=1w"} {
+		if got := stats(t, gw2, q); got.Total != 7 || got.RangeTotal != 7 {
+			t.Errorf("after restart %s: %+v, want 7", q, got)
+		}
+	}
+}
+
+// TestTwoGatewaysAddUp needs a store two processes share: Cassandra.
+func TestTwoGatewaysAddUp(t *testing.T) {
+	hosts := os.Getenv("CASSANDRA_HOSTS")
+	if hosts == "" {
+		t.Skip("CASSANDRA_HOSTS not set: two gateways on one Cassandra store SKIPPED")
+	}
+	up := startTinyURL(t)
+	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: linkgate_e2e}", hosts)
+	cfg := analyticsConfig(up, store, "500ms")
+	gw1, _ := startGateway(t, cfg)
+	gw2, _ := startGateway(t, cfg)
+	key := "/go"
+	before := stats(t, gw1, "/stats/go?last=1h").Total
+	for i := 0; i < 25; i++ {
+		do(t, "GET", gw1.url("gateway", key), nil)
+		do(t, "GET", gw2.url("gateway", key), nil)
+	}
+	gw1.stop()
+	gw2.stop()
+	gw3, _ := startGateway(t, cfg)
+	if got := stats(t, gw3, "/stats/go?last=1h").Total; got != before+50 {
+		t.Errorf("total %d, want %d", got, before+50)
+	}
+}

@@ -1,0 +1,25 @@
+// Command gateway is linkgate: a reverse proxy in front of a tiny-URL
+// service that limits abusive traffic and counts visits to short links.
+//
+//	gateway -config FILE         run the gateway
+//	gateway check-config FILE    validate a config file
+//	gateway version              print the version
+//	gateway probe URL            exit 0 when URL answers 2xx (container health checks)
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args, os.Stdout, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

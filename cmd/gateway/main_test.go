@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests run the real binaries as processes, so that signals
+// are real signals and nothing is shared with the test. TestMain builds them
+// once (with -race when the tests run with it).
+var bin struct{ gateway, tinyurl string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "linkgate-bin")
+	if err != nil {
+		panic(err)
+	}
+	bin.gateway = filepath.Join(dir, "gateway")
+	bin.tinyurl = filepath.Join(dir, "tinyurl")
+	args := []string{"build"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	for pkg, out := range map[string]string{".": bin.gateway, "../tinyurl": bin.tinyurl} {
+		cmd := exec.Command("go", append(args, "-o", out, pkg)...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", pkg, ":", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// process is a running binary whose stdout is JSON log lines.
+type process struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs []map[string]any
+	addr map[string]string // "gateway", "admin" → host:port from the "listening" lines
+	done chan struct{}
+	err  error
+}
+
+// startProcess runs a binary and waits until it has logged a listening
+// address for every name in wait.
+func startProcess(t *testing.T, env []string, wait []string, name string, args ...string) *process {
+	t.Helper()
+	p := &process{t: t, cmd: exec.Command(name, args...), addr: map[string]string{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = testWriter{t}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		signalled := false
+		for sc.Scan() {
+			var line map[string]any
+			p.mu.Lock()
+			if json.Unmarshal(sc.Bytes(), &line) == nil {
+				p.logs = append(p.logs, line)
+				if line["msg"] == "listening" {
+					p.addr[fmt.Sprint(line["server"])] = fmt.Sprint(line["addr"])
+				}
+			} else {
+				t.Logf("%s: %s", filepath.Base(name), sc.Text())
+				// The demo service announces itself in plain text.
+				if server, addr, ok := strings.Cut(sc.Text(), " listening on http://"); ok {
+					p.addr[server] = addr
+				}
+			}
+			all := true
+			for _, w := range wait {
+				all = all && p.addr[w] != ""
+			}
+			p.mu.Unlock()
+			if all && !signalled {
+				signalled = true
+				close(ready)
+			}
+		}
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case <-ready:
+	case <-p.done:
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.logText())
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("%s did not start listening\n%s", name, p.logText())
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *process) url(name, path string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return "http://" + p.addr[name] + path
+}
+
+// logged reports whether a log line has msg and every given field value.
+func (p *process) logged(msg string, fields map[string]string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.logs {
+		if l["msg"] != msg {
+			continue
+		}
+		ok := true
+		for k, v := range fields {
+			ok = ok && fmt.Sprint(l[k]) == v
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *process) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, l := range p.logs {
+		j, _ := json.Marshal(l)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// stop sends SIGTERM and waits for the exit.
+func (p *process) stop() error {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("did not exit within 30s of SIGTERM")
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Logf("stderr: %s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// startGateway writes cfg (YAML, listeners on port 0 are added when absent)
+// to a file and runs the gateway on it.
+func startGateway(t *testing.T, cfg string, env ...string) (*process, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	writeFile(t, path, cfg)
+	p := startProcess(t, env, []string{"gateway", "admin"}, bin.gateway, "-config", path, "-log-format", "json")
+	return p, path
+}
+
+// startTinyURL runs the demo upstream on a free port.
+func startTinyURL(t *testing.T) string {
+	t.Helper()
+	p := startProcess(t, nil, []string{"tinyurl"}, bin.tinyurl, "-listen", "127.0.0.1:0")
+	return p.url("tinyurl", "")
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// client does not follow redirects: the tests look at them.
+var client = &http.Client{
+	Timeout:       20 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+func do(t *testing.T, method, url string, body io.Reader, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
