@@ -20,12 +20,15 @@
 //
 // # Aggregation
 //
-// A Recorder counts visits in memory per (short_key, minute), split into
-// 64 shards by a hash of the key, each with its own lock and map: there is
-// no global lock on the hot path, and a visit to a link already seen since
-// the last flush does not allocate. At most max_keys distinct links are held
-// between two flushes; visits to further links are still counted in the
-// all-links total (key AllLinks) and in linkgate_analytics_overflow_total,
+// A Recorder counts visits in memory per (short_key, minute), in 64 shards
+// with a lock and a map each. A visit is counted in the shard of the core it
+// runs on, so cores never write the same memory, even when they serve the
+// same popular links: there is no global lock on the hot path, recording
+// scales with the cores, and a visit to a link this core has already seen
+// since the last flush does not allocate. At most max_keys distinct links
+// are held between two flushes (decided once per link, in a directory
+// sharded by the link's hash); visits to further links are still counted in
+// the all-links total (key AllLinks) and in linkgate_analytics_overflow_total,
 // never dropped silently.
 //
 // # Flushing

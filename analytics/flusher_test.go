@@ -481,6 +481,36 @@ func TestMaxKeysOverflow(t *testing.T) {
 	}
 }
 
+// TestMaxKeysCountsLinksNotCores: a link visited from many goroutines at
+// once (so on several cores, each with its own shard) is one tracked link:
+// with max_keys 1 all its visits are kept per link and the next link
+// overflows.
+func TestMaxKeysCountsLinksNotCores(t *testing.T) {
+	rec := analytics.NewRecorder(1, nil)
+	st := newMemStore()
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	const workers, per = 8, 500
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range per {
+				rec.Record("hot", monday, false)
+			}
+		})
+	}
+	wg.Wait()
+	rec.Record("cold", monday, false)
+	if rec.Keys() != 1 {
+		t.Errorf("Keys() = %d, want 1", rec.Keys())
+	}
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	checkStored(t, st, defTiers, map[string]analytics.Visits{
+		"hot": {Human: workers * per}, "cold": {}, analytics.AllLinks: {Human: workers*per + 1},
+	})
+}
+
 func TestConcurrentRecordExact(t *testing.T) {
 	rec := analytics.NewRecorder(1000, nil)
 	st := newMemStore()

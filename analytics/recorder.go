@@ -9,24 +9,39 @@ import (
 )
 
 // numShards is the number of independently locked parts of a Recorder. A
-// power of two well above the core count keeps two requests for different
-// links from waiting on the same lock.
+// power of two well above the core count, so that every core has one.
 const numShards = 64
 
 var shardSeed = maphash.MakeSeed()
 
 // Recorder counts visits in memory per (short_key, minute) until a Flusher
-// takes them. It is safe for concurrent use; Record takes the lock of one of
-// numShards shards chosen by the key's hash, never a global one.
+// takes them. It is safe for concurrent use and has no global lock.
+//
+// Record counts a visit in the shard of the core it runs on, not in one
+// chosen by the link: two cores recording visits to the same popular links
+// then never write the same memory, so recording scales with the cores
+// instead of moving the links' cache lines from core to core. A link visited
+// on several cores has an entry in each of their shards; a flush and a read
+// add them up. Which links are tracked at all (max_keys) is decided once per
+// link and interval in a directory sharded by the link's hash, which Record
+// consults only when a link is new to its shard.
 //
 // A Recorder lives as long as the process: it is not rebuilt on a config
 // reload, so counts in memory survive one (SetMaxKeys applies a new
 // max_keys). Use NewRecorder; the zero Recorder is not usable.
 type Recorder struct {
 	maxKeys atomic.Int64 // distinct links tracked at most between two swaps
-	keys    atomic.Int64 // distinct links tracked now, over all shards
+	keys    atomic.Int64 // distinct links in the directory now
 	m       *Metrics
-	shards  [numShards]shard
+	// cores hands each core (each P of the Go scheduler) the index of its
+	// shard: a sync.Pool's fast path is per P. The pool may drop an index
+	// (at a GC); the core then gets the next one, which changes only where
+	// its visits are kept.
+	cores  sync.Pool
+	next   atomic.Uint32
+	index  [numShards]uint32 // what cores hands out points here: no allocation
+	shards [numShards]shard
+	dir    [numShards]dirShard
 }
 
 // shard is one part of a Recorder. Everything in it is guarded by mu.
@@ -38,6 +53,14 @@ type shard struct {
 	human    int64 // visits recorded since the last swap, for the metric
 	bot      int64
 	_        [40]byte // keep neighbouring shards' locks off one cache line
+}
+
+// dirShard is one part of the directory of links tracked since the last
+// swap, chosen by the link's hash. Guarded by mu.
+type dirShard struct {
+	mu    sync.Mutex
+	links map[string]struct{}
+	_     [48]byte
 }
 
 // minuteCount is the visits of one minute; minute is Unix seconds / 60.
@@ -103,8 +126,11 @@ func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 	r := &Recorder{m: m}
 	r.SetMaxKeys(maxKeys)
 	for i := range r.shards {
+		r.index[i] = uint32(i)
 		r.shards[i].links = make(map[string]*entry)
+		r.dir[i].links = make(map[string]struct{})
 	}
+	r.cores.New = func() any { return &r.index[r.next.Add(1)%numShards] }
 	return r
 }
 
@@ -130,11 +156,13 @@ func unixMinute(t time.Time) int64 {
 }
 
 // Record counts one visit to the link key at time t, as a bot visit if bot.
-// Visits are kept per minute of t (UTC, from the Unix epoch). Recording a visit to a link already tracked since the last flush does not
-// allocate; key is copied when it is new, so it may point into a request.
+// Visits are kept per minute of t (UTC, from the Unix epoch). Recording a
+// visit to a link this core has seen since the last flush does not allocate;
+// key is copied when it is new, so it may point into a request.
 func (r *Recorder) Record(key string, t time.Time, bot bool) {
 	minute := unixMinute(t)
-	s := &r.shards[maphash.String(shardSeed, key)&(numShards-1)]
+	i := r.cores.Get().(*uint32)
+	s := &r.shards[*i]
 	s.mu.Lock()
 	if bot {
 		s.bot++
@@ -142,22 +170,41 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 		s.human++
 	}
 	s.all.add(minute, bot)
-	if e := s.links[key]; e != nil {
-		e.add(minute, bot)
-		s.mu.Unlock()
-		return
+	e := s.links[key]
+	if e == nil {
+		k, ok := r.admit(key)
+		if !ok {
+			s.overflow++
+			s.mu.Unlock()
+			r.cores.Put(i)
+			r.m.overflowed()
+			return
+		}
+		e = &entry{last: minuteCount{minute: minute}}
+		s.links[k] = e
+	}
+	e.add(minute, bot)
+	s.mu.Unlock()
+	r.cores.Put(i)
+}
+
+// admit reports whether key is tracked per link in this interval: it is
+// when it already is, or when fewer than max_keys links are. It returns a
+// copy of key to keep, shared with the directory when it was added there.
+func (r *Recorder) admit(key string) (string, bool) {
+	d := &r.dir[maphash.String(shardSeed, key)&(numShards-1)]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.links[key]; ok {
+		return strings.Clone(key), true
 	}
 	if r.keys.Add(1) > r.maxKeys.Load() {
 		r.keys.Add(-1)
-		s.overflow++
-		s.mu.Unlock()
-		r.m.overflowed()
-		return
+		return "", false
 	}
-	e := &entry{last: minuteCount{minute: minute}}
-	e.add(minute, bot)
-	s.links[strings.Clone(key)] = e
-	s.mu.Unlock()
+	key = strings.Clone(key)
+	d.links[key] = struct{}{}
+	return key, true
 }
 
 // snapshot is what a swap takes out of a Recorder.
@@ -172,6 +219,19 @@ type snapshot struct {
 // shard is locked only to exchange its map for a fresh one; merging the
 // shards' maps happens outside the locks.
 func (r *Recorder) swap() snapshot {
+	// The directory first: a link admitted between this and the swap of its
+	// shard stays in the new directory though its visits go with this swap,
+	// so the directory may hold a few links too many, never too few.
+	for i := range r.dir {
+		d := &r.dir[i]
+		d.mu.Lock()
+		n := len(d.links)
+		if n > 0 {
+			d.links = make(map[string]struct{}, n)
+		}
+		d.mu.Unlock()
+		r.keys.Add(-int64(n))
+	}
 	var all entry
 	snap := snapshot{}
 	for i := range r.shards {
@@ -189,7 +249,6 @@ func (r *Recorder) swap() snapshot {
 		snap.bot += s.bot
 		s.overflow, s.human, s.bot = 0, 0, 0
 		s.mu.Unlock()
-		r.keys.Add(-int64(len(taken)))
 		sAll.each(func(c minuteCount) { all.addVisits(c) })
 	}
 	all.each(func(c minuteCount) { snap.all = append(snap.all, c) })
@@ -230,10 +289,12 @@ func (r *Recorder) visits(key string, fn func(minuteCount)) {
 		}
 		return
 	}
-	s := &r.shards[maphash.String(shardSeed, key)&(numShards-1)]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.links[key]; e != nil {
-		e.each(fn)
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		if e := s.links[key]; e != nil {
+			e.each(fn)
+		}
+		s.mu.Unlock()
 	}
 }
