@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // analyticsConfig puts the gateway in front of the demo service with visit
@@ -169,5 +170,45 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 	gw3, _ := startGateway(t, cfg)
 	if got := stats(t, gw3, "/stats/go?last=1h").Total; got != before+50 {
 		t.Errorf("total %d, want %d", got, before+50)
+	}
+}
+
+// TestStoreOutageLosesNothing: a gateway whose store cannot be reached (a
+// Cassandra address nothing listens on) keeps redirecting and counting,
+// answers /stats with a problem instead of wrong numbers, and at SIGTERM
+// spills what it could not write. The next gateway on a store that works
+// (the embedded one, sharing the spill directory) writes the spill back:
+// every visit is there, once.
+func TestStoreOutageLosesNothing(t *testing.T) {
+	up := startTinyURL(t)
+	dir := t.TempDir()
+	embedded := "  embedded: {path: " + dir + "/analytics}"
+	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", strings.TrimPrefix(deadAddr(t), "http://"), embedded)
+	gw, _ := startGateway(t, analyticsConfig(up, down, "200ms"))
+	for i := 0; i < 9; i++ {
+		if resp, _ := do(t, "GET", gw.url("gateway", "/go"), nil); resp.StatusCode != 302 {
+			t.Fatalf("visit %d with the store down: %d", i, resp.StatusCode)
+		}
+	}
+	do(t, "GET", gw.url("gateway", "/gh"), nil, "User-Agent", "Twitterbot/1.0")
+	resp, body := do(t, "GET", gw.url("gateway", "/stats/go"), nil)
+	assertProblem(t, resp, body, 503)
+	eventually(t, 5*time.Second, "failed flushes logged", func() bool {
+		return gw.logged("analytics: flush failed; counts kept for a retry", nil)
+	})
+	if err := gw.stop(); err != nil {
+		t.Fatalf("stop with the store down: %v", err)
+	}
+
+	gw2, _ := startGateway(t, analyticsConfig(up, "  store: embedded\n"+embedded, "200ms"))
+	eventually(t, 5*time.Second, "spilled visits written back", func() bool {
+		return stats(t, gw2, "/stats/go?last=1h").Total == 9
+	})
+	time.Sleep(600 * time.Millisecond) // a few more flushes: nothing may be written twice
+	if got := stats(t, gw2, "/stats/go?last=1h"); got.Total != 9 || got.RangeTotal != 9 {
+		t.Errorf("/stats/go = %+v, want 9 visits", got)
+	}
+	if got := stats(t, gw2, "/stats?last=1h"); got.Total != 9 || got.BotTotal != 1 {
+		t.Errorf("/stats = %+v, want 9 human visits and 1 bot visit", got)
 	}
 }
