@@ -4,3 +4,6 @@ package pebble
 // mostly compacted: the read benchmark measures that state rather than the
 // compactions that follow its bulk load.
 func Compact(s *Store) error { return s.db.Compact([]byte{0}, []byte{0xff}, true) }
+
+// OpenFS is Open on the file system fs, for fault injection.
+var OpenFS = open

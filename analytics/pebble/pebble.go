@@ -62,6 +62,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
+	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/rollup"
@@ -80,16 +81,37 @@ const cacheSize = 64 << 20
 // once, which costs a sort and an L0 file per flush.
 const memTableSize = 32 << 20
 
-// ErrClosed is returned by the methods of a closed Store.
-var ErrClosed = errors.New("pebble: store closed")
+// minFreeBytes is the disk space Write leaves free: room for a memtable
+// flush and the compaction after it, so that a disk filling up stops the
+// writes before it fails Pebble's own.
+const minFreeBytes = 2 * memTableSize
+
+var (
+	// ErrClosed is returned by the methods of a closed Store.
+	ErrClosed = errors.New("pebble: store closed")
+	// ErrDiskFull is returned by a Write refused because the disk has less
+	// than minFreeBytes free. Nothing of the batch was applied; the flusher
+	// keeps it and tries again.
+	ErrDiskFull = errors.New("pebble: disk almost full")
+	// ErrFailed is returned by every method once a commit failed in the
+	// engine (its log could not be written or synced): the database's state
+	// is unknown until it is opened again, by a restart.
+	ErrFailed = errors.New("pebble: store failed")
+)
 
 // Store is the embedded analytics store. It is safe for concurrent use. One
 // process at a time holds a database directory (Pebble locks it). Create it
 // with Open.
 type Store struct {
 	db    *pebble.DB
+	fs    vfs.FS
+	dir   string
 	tiers map[time.Duration]rollup.Tier
 	log   *slog.Logger
+
+	// failure is set, once, to the error of a commit that failed in the
+	// engine (see ErrFailed).
+	failure atomic.Pointer[error]
 
 	// mu guards closed: Close takes it to write, every other method to read.
 	mu     sync.RWMutex
@@ -114,6 +136,11 @@ type Store struct {
 // unread until they are removed by hand. log receives Pebble's messages and
 // Expire's; nil discards them.
 func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
+	return open(path, vfs.Default, tiers, log)
+}
+
+// open is Open on the file system fs: tests inject faults through it.
+func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	if err := rollup.ValidateTiers(tiers); err != nil {
 		return nil, fmt.Errorf("pebble: %w", err)
 	}
@@ -121,7 +148,7 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "analytics/pebble")
-	s := &Store{tiers: map[time.Duration]rollup.Tier{}, log: log}
+	s := &Store{fs: fs, dir: path, tiers: map[time.Duration]rollup.Tier{}, log: log}
 	for _, t := range tiers {
 		s.tiers[t.Step] = t
 	}
@@ -130,6 +157,7 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	cache := pebble.NewCache(cacheSize)
 	defer cache.Unref()
 	opts := &pebble.Options{
+		FS:                 fs,
 		Cache:              cache,
 		MemTableSize:       memTableSize,
 		Merger:             merger,
@@ -161,8 +189,62 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	return s.closeDB()
+}
+
+// closeDB closes the database. After a failed commit the engine may
+// panic while closing too; that is reported, not passed on.
+func (s *Store) closeDB() (err error) {
+	if s.failure.Load() != nil {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("pebble: close after a failure: %v", r)
+			}
+		}()
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
+	}
+	return nil
+}
+
+// usable returns why s cannot be used, or nil. Call it holding mu.
+func (s *Store) usable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	if f := s.failure.Load(); f != nil {
+		return *f
+	}
+	return nil
+}
+
+// commitBatch commits wb. Pebble does not return a failed commit (a write
+// or sync of its log that the disk refused): it calls its logger's Fatalf,
+// which panics. That panic is recovered here and marks the store failed, so
+// that the gateway goes on proxying and its flusher keeps the counts (and
+// spills them at shutdown) instead of the process dying with them.
+func (s *Store) commitBatch(wb *pebble.Batch, o *pebble.WriteOptions) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v (restart once the disk is repaired)", ErrFailed, r)
+			if s.failure.CompareAndSwap(nil, &err) {
+				s.log.Error("analytics store failed; counts are kept in memory and spilled at shutdown", "err", err)
+			}
+		}
+	}()
+	return wb.Commit(o)
+}
+
+// checkSpace returns ErrDiskFull when writing n more bytes would leave less
+// than minFreeBytes free on the store's disk.
+func (s *Store) checkSpace(n int) error {
+	du, err := s.fs.GetDiskUsage(s.dir)
+	if err != nil {
+		return nil // not every file system can tell: write, and let the engine decide
+	}
+	if du.AvailBytes < minFreeBytes+uint64(n) {
+		return fmt.Errorf("%w: %d MiB free in %s, %d MiB kept free", ErrDiskFull, du.AvailBytes>>20, s.dir, minFreeBytes>>20)
 	}
 	return nil
 }
@@ -173,18 +255,20 @@ func (s *Store) Close() error {
 // the store's tiers, or whose start is not a bucket start, fails the whole
 // batch.
 //
-// Pebble does not return a failed commit (a write or fsync of its log that
-// the disk refuses): it calls its logger's Fatalf, which panics here, and
-// the process stops as after a crash. After a restart the batch is counted
-// if its log record reached the disk whole, and lost (one interval) if not.
+// A disk with less than minFreeBytes free refuses the batch (ErrDiskFull),
+// so a filling disk stops the writes cleanly. A commit that fails in the
+// engine anyway marks the store failed (ErrFailed): from then on every
+// method returns that error, reads included, since the failed batch may or
+// may not have been applied. After a restart the batch is counted if its log
+// record reached the disk whole.
 func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pebble: write: %w", err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	wb := s.db.NewBatchWithSize(len(b.Counts)*64 + len(b.Totals)*32)
 	defer wb.Close()
@@ -221,9 +305,12 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pebble: write: %w", err)
 	}
+	if err := s.checkSpace(len(wb.Repr())); err != nil {
+		return err
+	}
 	s.commit.Lock()
 	defer s.commit.Unlock()
-	if err := wb.Commit(pebble.Sync); err != nil {
+	if err := s.commitBatch(wb, pebble.Sync); err != nil {
 		return fmt.Errorf("pebble: write: commit: %w", err)
 	}
 	return nil
@@ -248,8 +335,8 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, ErrClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	prefix := appendPointKey(nil, key, step, 0)
 	prefix = prefix[:len(prefix)-8]
@@ -291,8 +378,8 @@ func (s *Store) Total(ctx context.Context, key string) (analytics.Visits, error)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return analytics.Visits{}, ErrClosed
+	if err := s.usable(); err != nil {
+		return analytics.Visits{}, err
 	}
 	v, c, err := s.db.Get(appendTotalKey(nil, key))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -322,8 +409,8 @@ func (s *Store) Expire(now time.Time) error {
 	defer s.expiring.Unlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	total := 0
 	for _, t := range s.tiers {
@@ -397,7 +484,7 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 		return 0, nil, err
 	}
 	// Expiry lost to a crash is done again by the next call: no fsync.
-	if err := wb.Commit(pebble.NoSync); err != nil {
+	if err := s.commitBatch(wb, pebble.NoSync); err != nil {
 		return 0, nil, err
 	}
 	return n, next, nil
@@ -419,7 +506,7 @@ func (s *Store) Run(ctx context.Context, every time.Duration) {
 func (s *Store) run(ctx context.Context, now func() time.Time, tick <-chan time.Time) {
 	for {
 		if err := s.Expire(now()); err != nil {
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ErrClosed) || errors.Is(err, ErrFailed) {
 				return
 			}
 			s.log.Error("expire", "err", err)
@@ -548,8 +635,12 @@ type logger struct{ l *slog.Logger }
 
 func (l logger) Infof(format string, args ...any) { l.l.Info(fmt.Sprintf(format, args...)) }
 
-// Fatalf is called on broken invariants of the engine; Pebble's default
-// logger exits the process, this one panics with the message.
+// Fatalf is called when the engine cannot go on; Pebble's default logger
+// exits the process, this one panics with the message. On the commit path
+// (a log write or sync that failed) commitBatch recovers the panic; on
+// broken invariants or a failed write in the engine's background work (its
+// MANIFEST) nothing can, and the process stops as after a crash. Keeping
+// minFreeBytes free keeps a full disk from getting there.
 func (l logger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.l.Error(msg)

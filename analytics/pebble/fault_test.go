@@ -1,0 +1,109 @@
+package pebble_test
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// smallDisk is the real file system reporting avail bytes free.
+type smallDisk struct {
+	vfs.FS
+	avail atomic.Uint64
+}
+
+func (d *smallDisk) GetDiskUsage(path string) (vfs.DiskUsage, error) {
+	du, err := d.FS.GetDiskUsage(path)
+	du.AvailBytes = d.avail.Load()
+	return du, err
+}
+
+func oneVisit(at time.Time) analytics.Batch {
+	return analytics.Batch{
+		At:     at,
+		Counts: []analytics.Count{{Key: "abc", Step: time.Minute, Start: at, Visits: analytics.Visits{Human: 1}}},
+		Totals: []analytics.Total{{Key: "abc", Visits: analytics.Visits{Human: 1}}},
+	}
+}
+
+// TestDiskAlmostFull: with the disk nearly full a Write is refused whole,
+// and once space is back the same batch is counted once.
+func TestDiskAlmostFull(t *testing.T) {
+	disk := &smallDisk{FS: vfs.Default}
+	disk.avail.Store(10 << 20)
+	s, err := pebble.OpenFS(t.TempDir(), disk, rollup.DefaultTiers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrDiskFull) {
+		t.Fatalf("Write on a nearly full disk = %v, want ErrDiskFull", err)
+	}
+	if v, err := s.Total(t.Context(), "abc"); err != nil || v.Human != 0 {
+		t.Fatalf("after a refused Write: total %+v, %v; want nothing applied", v, err)
+	}
+	disk.avail.Store(1 << 40)
+	if err := s.Write(t.Context(), oneVisit(at)); err != nil {
+		t.Fatalf("Write with space back: %v", err)
+	}
+	ps, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute))
+	if v, terr := s.Total(t.Context(), "abc"); err != nil || terr != nil || v.Human != 1 || len(ps) != 1 || ps[0].Human != 1 {
+		t.Errorf("after the retry: total %+v (%v), points %+v (%v); want one visit", v, terr, ps, err)
+	}
+}
+
+// TestFailedCommitDoesNotCrash: when the disk refuses the engine's log, the
+// commit's failure is an error, not a crash of the process, and the store
+// answers every later call with ErrFailed rather than numbers it cannot
+// vouch for.
+func TestFailedCommitDoesNotCrash(t *testing.T) {
+	var broken atomic.Bool
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
+		if broken.Load() && strings.HasSuffix(path, ".log") && (op == errorfs.OpFileWrite || op == errorfs.OpFileSync) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	s, err := pebble.OpenFS(t.TempDir(), fs, rollup.DefaultTiers(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	if err := s.Write(t.Context(), oneVisit(at)); err != nil {
+		t.Fatal(err)
+	}
+	broken.Store(true)
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrFailed) {
+		t.Fatalf("Write with the log refused = %v, want ErrFailed", err)
+	}
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrFailed) {
+		t.Errorf("later Write = %v, want ErrFailed", err)
+	}
+	if _, err := s.Total(t.Context(), "abc"); !errors.Is(err, pebble.ErrFailed) {
+		t.Errorf("Total after the failure = %v, want ErrFailed", err)
+	}
+	if _, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); !errors.Is(err, pebble.ErrFailed) {
+		t.Errorf("Points after the failure = %v, want ErrFailed", err)
+	}
+	if err := s.Expire(at); !errors.Is(err, pebble.ErrFailed) {
+		t.Errorf("Expire after the failure = %v, want ErrFailed", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close after the failure: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close after a failed commit hangs")
+	}
+}
