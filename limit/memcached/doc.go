@@ -58,12 +58,16 @@
 // over G gateways can pass a limit by about (G-1) × r × (5 ms + a flush's
 // round trips + a check's round trip), r being the rate one gateway admits
 // that counter at, plus the requests one gateway has between its check and
-// its count at the same moment. TestOvershoot measures it: two gateways
-// checking and counting one counter at full speed on loopback against a
-// limit of 100 admitted 102 to 135 (median about 109, on a loaded 2-core
-// machine). A strict rule counts first with AddNow and then checks: it never
-// admits more than N (same test), at the cost of a blocking round trip per
-// level and counting rejected requests too.
+// its count at the same moment. TestOvershoot measures it with two
+// gateways and a limit of 100 on loopback (a loaded 2-core machine): at 500
+// checks a second each they admitted 100 to 102; at full speed (each
+// checking again as soon as memcached answered, so that the whole burst
+// fits in a few flush intervals) 110 to 200, the worst case being each
+// gateway admitting the whole limit before the other's first flush. A
+// strict rule counts first with AddNow and then checks: it never admits
+// more than N (same test), and may admit one fewer per other gateway, at
+// the cost of a blocking round trip per level and counting rejected
+// requests too.
 //
 // # Failure
 //
