@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,18 +146,18 @@ func Load(path string) (*Config, error) {
 // Parse decodes and validates a file's contents. Unknown fields are errors,
 // so that a typo never passes silently; omitted fields take their defaults.
 func Parse(data []byte) (*Config, error) {
+	var doc yaml.Node
+	lines, fields := map[string]int{}, map[int][]string{}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, decodeError(err, fields)
+	}
+	index(&doc, "", lines, fields)
 	c := Default()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && err != io.EOF {
-		return nil, &Error{Err: decodeError(err)}
+		return nil, decodeError(err, fields)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &Error{Err: err}
-	}
-	lines := map[string]int{}
-	index(&doc, "", lines)
 	if err := c.validate(); err != nil {
 		var fe *Error
 		if errors.As(err, &fe) {
@@ -166,13 +168,42 @@ func Parse(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// decodeError strips yaml's generic prefix; its messages already carry lines.
-func decodeError(err error) error {
+var lineMsg = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// fieldAt names the field of a line: the one field on it, or the field
+// holding all of them (a flow mapping like {name: a, key: ip}).
+func fieldAt(paths []string) string {
+	if len(paths) == 0 {
+		return ""
+	}
+	common := paths[0]
+	for _, p := range paths[1:] {
+		for !strings.HasPrefix(p, common) || (len(p) > len(common) && p[len(common)] != '.' && p[len(common)] != '[') {
+			i := strings.LastIndexAny(common, ".[")
+			if i < 0 {
+				return ""
+			}
+			common = common[:i]
+		}
+	}
+	return common
+}
+
+// decodeError turns an error of the yaml library into an Error. Its
+// messages start with their line ("line 7: ..."): the line and the field
+// there (fields, by line) become the Error's.
+func decodeError(err error, fields map[int][]string) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return errors.New(strings.Join(te.Errors, "; "))
+		msg = strings.Join(te.Errors, "; ")
 	}
-	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	m := lineMsg.FindStringSubmatch(msg)
+	if m == nil {
+		return &Error{Err: errors.New(msg)}
+	}
+	line, _ := strconv.Atoi(m[1])
+	return &Error{Line: line, Path: fieldAt(fields[line]), Err: errors.New(m[2])}
 }
 
 func (c *Config) validate() error {
@@ -239,12 +270,13 @@ func (s Server) validate() error {
 	return nil
 }
 
-// index records the line of every field path in the document.
-func index(n *yaml.Node, path string, lines map[string]int) {
+// index records the line of every field path in the document, and the
+// fields (keys and list items) on each line.
+func index(n *yaml.Node, path string, lines map[string]int, fields map[int][]string) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			index(c, path, lines)
+			index(c, path, lines, fields)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -253,13 +285,17 @@ func index(n *yaml.Node, path string, lines map[string]int) {
 				p = path + "." + p
 			}
 			lines[p] = n.Content[i].Line
-			index(n.Content[i+1], p, lines)
+			fields[n.Content[i].Line] = append(fields[n.Content[i].Line], p)
+			index(n.Content[i+1], p, lines, fields)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			lines[p] = c.Line
-			index(c, p, lines)
+			if c.Kind == yaml.ScalarNode {
+				fields[c.Line] = append(fields[c.Line], p)
+			}
+			index(c, p, lines, fields)
 		}
 	}
 }

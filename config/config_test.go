@@ -87,16 +87,16 @@ func TestErrors(t *testing.T) {
 		yaml string
 		want []string // substrings of the message
 	}{
-		{"unknown field", "server:\n  listen: 127.0.0.1:1\n  lisen: x\n", []string{"line 3", "lisen"}},
-		{"unknown section", "servr: {}\n", []string{"line 1", "servr"}},
-		{"bad limit unit", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [5/x]\n", []string{"line 5", `"5/x"`, "unit"}},
-		{"bad limit count", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [0/m]\n", []string{"line 5", "count"}},
+		{"unknown field", "server:\n  listen: 127.0.0.1:1\n  lisen: x\n", []string{":3: server.lisen:", "lisen not found"}},
+		{"unknown section", "servr: {}\n", []string{":1: servr:", "not found"}},
+		{"bad limit unit", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [5/x]\n", []string{":5: rules[0].limits:", `"5/x"`, "unit"}},
+		{"bad limit count", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [0/m]\n", []string{":5: rules[0].limits:", "count"}},
 		{"bad key", "rules:\n  - name: a\n    match: {path: /x}\n    key: mail\n    limits: [5/m]\n", []string{":4:", "rules[0]: key", "mail"}},
 		{"duplicate rule", "rules:\n  - {name: a, match: {path: /x}, key: ip, limits: [1/s]}\n  - {name: a, match: {path: /y}, key: ip, limits: [1/s]}\n", []string{":3:", "rules[1]: name"}},
 		{"bad path", "rules:\n  - {name: a, match: {path: x}, key: ip, limits: [1/s]}\n", []string{"rules[0]: match", "must start with /"}},
-		{"bad retention", "analytics:\n  retention: [1m:2x]\n", []string{"line 2", "1m:2x"}},
+		{"bad retention", "analytics:\n  retention: [1m:2x]\n", []string{":2: analytics.retention:", "1m:2x"}},
 		{"retention order", "analytics:\n  retention: [1h:2d, 1m:8d]\n", []string{"analytics: retention", "multiple"}},
-		{"bad duration", "upstream:\n  dial_timeout: fast\n", []string{"line 2", "fast"}},
+		{"bad duration", "upstream:\n  dial_timeout: fast\n", []string{":2: upstream.dial_timeout:", "fast"}},
 		{"bad store", "limiter:\n  store: redis\n", []string{":2:", "limiter: store", "redis"}},
 		{"bad timeout", "limiter:\n  memcached:\n    timeout: -1s\n", []string{":3:", "memcached.timeout"}},
 		{"bad target", "upstream:\n  targets: [127.0.0.1:8081]\n", []string{"upstream: targets[0]"}},
@@ -104,8 +104,8 @@ func TestErrors(t *testing.T) {
 		{"bad listen", "server:\n  listen: 8080\n", []string{":2:", "server: listen"}},
 		{"bad bots", "analytics:\n  bots: maybe\n", []string{"analytics: bots"}},
 		{"bad stats prefix", "stats:\n  prefix: stats\n", []string{"stats: prefix"}},
-		{"not yaml", "server: [\n", []string{"line"}},
-		{"wrong type", "server:\n  max_header_bytes: lots\n", []string{"line 2"}},
+		{"not yaml", "server: [\n", []string{":1:", "did not find"}},
+		{"wrong type", "server:\n  max_header_bytes: lots\n", []string{":2: server.max_header_bytes:", "lots"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -152,11 +152,12 @@ func ParseLimit(s string) (Limit, error) {
 	}
 	units := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour}
 	unit, ok := units[per[len(per)-1]]
-	if !ok {
-		return Limit{}, fmt.Errorf("limit %q: unit %q is not s, m, h or d", s, per[len(per)-1:])
+	m := per[:len(per)-1]
+	if !ok || strings.TrimLeft(m, "0123456789") != "" {
+		return Limit{}, fmt.Errorf("limit %q: unit %q is not s, m, h or d, with an optional multiplier like 15m", s, per)
 	}
 	mult := int64(1)
-	if m := per[:len(per)-1]; m != "" {
+	if m != "" {
 		mult, err = strconv.ParseInt(m, 10, 64)
 		if err != nil || mult <= 0 {
 			return Limit{}, fmt.Errorf("limit %q: multiplier %q is not a positive whole number", s, m)

@@ -184,9 +184,9 @@ func TestReload(t *testing.T) {
 	})
 	resp, msg := do(t, "POST", gw.url("admin", "/admin/reload"), nil, "Authorization", "Bearer "+adminToken)
 	assertProblem(t, resp, msg, http.StatusBadRequest)
-	badLine := fmt.Sprintf("line %d", strings.Count(baseConfig(c.URL), "\n")+2)
+	badLine := fmt.Sprintf(":%d: rules[0]:", strings.Count(baseConfig(c.URL), "\n")+2)
 	if !strings.Contains(msg, "5/fortnight") || !strings.Contains(msg, badLine) {
-		t.Errorf("reload error does not name the bad value and line: %s", msg)
+		t.Errorf("reload error does not name the bad value, its field and line: %s", msg)
 	}
 	if got := body(); got != "B" {
 		t.Errorf("after a broken file: %q, want B", got)
