@@ -98,19 +98,17 @@
 //
 // BenchmarkDecision is one check of a 2/s, 5/m, 10/h, 100/d rule (Load of
 // 144 buckets) plus one count (Add of 3) against a real local memcached;
-// BenchmarkFloor is gomemcache's GetMulti of the same 144 keys alone. On the
-// shared 2-core development VM (load average 10 to 16 from other work, so
-// absolute figures are inflated several times):
+// BenchmarkFloor is gomemcache's GetMulti of the same 144 keys alone. On a
+// quiet 2-core VM, memcached and the benchmark sharing the cores:
 //
-//	go test -run XXX -bench 'Decision|Floor' -benchtime 2s ./limit/memcached
-//	Decision/serial     230 µs/op  4,300 decisions/s  179 µs gateway CPU  69 µs memcached CPU  33 allocs
-//	Decision/parallel   150-300 µs/op  3,300-6,500 decisions/s  142-151 µs gateway CPU
-//	Floor/getmulti144   176-235 µs/op  126 µs gateway CPU  60 µs memcached CPU  18 allocs
-//	Floor/get1          37 µs/op   19 µs gateway CPU
+//	go test -run '^$' -bench 'Decision|Floor' -benchmem -count 3 ./limit/memcached
+//	Decision/serial     124-146 µs/op   6,900-8,100 decisions/s    101-119 µs gateway CPU  43-53 µs memcached CPU  32 allocs
+//	Decision/parallel    82-99 µs/op   10,000-12,200 decisions/s    80-96 µs gateway CPU  38-45 µs memcached CPU
+//	Floor/getmulti144   110-137 µs/op                                87-111 µs gateway CPU  42-51 µs memcached CPU  18 allocs
+//	Floor/get1           64-85 µs/op                                37-46 µs gateway CPU
 //
-// So a decision costs gomemcache's multi-get plus about a third (key
-// building, the pending map, the flusher): 1e6 / gateway CPU is about 6,000
-// to 7,000 decisions per second per core there, under the 10,000 aimed at,
-// with the floor itself at about 8,000; most of that CPU is system calls and
-// scheduling, which cost far less on an idle machine.
+// So a decision costs about what gomemcache's multi-get of its keys costs
+// alone (key building, the pending map and the flusher add little): 1e6 /
+// gateway CPU is about 10,000 to 12,000 decisions per second per core, most
+// of it system calls and the parsing of 144 values.
 package memcached
