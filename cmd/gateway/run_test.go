@@ -227,6 +227,45 @@ func TestReloadBySignalAndEndpoint(t *testing.T) {
 	}
 }
 
+// TestReloadKeepsInFlight: a request in flight when a reload replaces its
+// upstream finishes on the config it started with; the next goes to the new
+// upstream.
+func TestReloadKeepsInFlight(t *testing.T) {
+	var started atomic.Bool
+	release := make(chan struct{})
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			started.Store(true)
+			<-release
+		}
+		w.Write([]byte("A"))
+	}))
+	defer a.Close()
+	b := named(t, "B")
+	gw, path := startGateway(t, baseConfig(a.URL), tokenEnv)
+	type result struct {
+		status int
+		body   string
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, body := do(t, "GET", gw.url("gateway", "/slow"), nil)
+		res <- result{resp.StatusCode, body}
+	}()
+	eventually(t, 5*time.Second, "request reached upstream A", started.Load)
+	writeFile(t, path, baseConfig(b.URL))
+	if resp, msg := do(t, "POST", gw.url("admin", "/admin/reload"), nil, "Authorization", "Bearer "+adminToken); resp.StatusCode != 200 {
+		t.Fatalf("reload: %d %s", resp.StatusCode, msg)
+	}
+	if _, body := do(t, "GET", gw.url("gateway", "/x"), nil); body != "B" {
+		t.Errorf("a request after the reload went to %q, want B", body)
+	}
+	close(release)
+	if r := <-res; r.status != 200 || r.body != "A" {
+		t.Errorf("the request in flight across the reload got %d %q, want 200 A", r.status, r.body)
+	}
+}
+
 func TestSIGTERMDrainsInFlight(t *testing.T) {
 	var started atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
