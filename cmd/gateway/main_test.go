@@ -232,6 +232,30 @@ func do(t *testing.T, method, url string, body io.Reader, hdr ...string) (*http.
 	return resp, string(b)
 }
 
+// result is the answer to a request sent by inFlight.
+type result struct {
+	status int
+	body   string
+	err    error
+}
+
+// inFlight sends GET url in the background; its answer arrives on the
+// channel.
+func inFlight(url string) <-chan result {
+	res := make(chan result, 1)
+	go func() {
+		resp, err := client.Get(url)
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{resp.StatusCode, string(b), err}
+	}()
+	return res
+}
+
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()

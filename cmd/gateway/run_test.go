@@ -243,15 +243,7 @@ func TestReloadKeepsInFlight(t *testing.T) {
 	defer a.Close()
 	b := named(t, "B")
 	gw, path := startGateway(t, baseConfig(a.URL), tokenEnv)
-	type result struct {
-		status int
-		body   string
-	}
-	res := make(chan result, 1)
-	go func() {
-		resp, body := do(t, "GET", gw.url("gateway", "/slow"), nil)
-		res <- result{resp.StatusCode, body}
-	}()
+	res := inFlight(gw.url("gateway", "/slow"))
 	eventually(t, 5*time.Second, "request reached upstream A", started.Load)
 	writeFile(t, path, baseConfig(b.URL))
 	if resp, msg := do(t, "POST", gw.url("admin", "/admin/reload"), nil, "Authorization", "Bearer "+adminToken); resp.StatusCode != 200 {
@@ -261,8 +253,8 @@ func TestReloadKeepsInFlight(t *testing.T) {
 		t.Errorf("a request after the reload went to %q, want B", body)
 	}
 	close(release)
-	if r := <-res; r.status != 200 || r.body != "A" {
-		t.Errorf("the request in flight across the reload got %d %q, want 200 A", r.status, r.body)
+	if r := <-res; r.err != nil || r.status != 200 || r.body != "A" {
+		t.Errorf("the request in flight across the reload got %d %q (%v), want 200 A", r.status, r.body, r.err)
 	}
 }
 
@@ -277,21 +269,13 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	}))
 	defer up.Close()
 	gw, _ := startGateway(t, baseConfig(up.URL))
-	type result struct {
-		status int
-		body   string
-	}
-	res := make(chan result, 1)
-	go func() {
-		resp, body := do(t, "GET", gw.url("gateway", "/slow"), nil)
-		res <- result{resp.StatusCode, body}
-	}()
+	res := inFlight(gw.url("gateway", "/slow"))
 	eventually(t, 5*time.Second, "request reached upstream", started.Load)
 	if err := gw.stop(); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
-	if r := <-res; r.status != 200 || r.body != "finished" {
-		t.Errorf("in-flight request got %d %q", r.status, r.body)
+	if r := <-res; r.err != nil || r.status != 200 || r.body != "finished" {
+		t.Errorf("in-flight request got %d %q (%v)", r.status, r.body, r.err)
 	}
 	if !gw.logged("stopped", nil) {
 		t.Errorf("no clean stop logged:\n%s", gw.logText())
