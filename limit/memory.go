@@ -114,10 +114,6 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 		clear(counts[:len(buckets)])
 		return nil
 	}
-	var nowIdx [NumLevels]int64
-	nowIdx[Second] = now
-	nowIdx[Minute] = floorDiv(now, 60)
-	nowIdx[Hour] = floorDiv(now, 3600)
 	for i := range buckets {
 		b := &buckets[i]
 		counts[i] = 0
@@ -126,7 +122,7 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 		}
 		idx := levelIndex(b.Level, b.Start)
 		r := &e.rings[b.Level]
-		if r.cum != nil && idx <= r.head && idx >= r.low(nowIdx[b.Level]) {
+		if r.cum != nil && idx <= r.head && idx >= r.low(b.Level, now) {
 			counts[i] = int64(r.count(idx))
 			continue
 		}

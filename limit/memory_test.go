@@ -129,3 +129,34 @@ func TestMemoryLongTTLSeconds(t *testing.T) {
 		t.Errorf("Load of a reset spilled bucket = %d, want 0", counts[0])
 	}
 }
+
+// TestMemoryIdleRingKeepsLongTTL reads a second bucket with a day's TTL two
+// hours after the counter's last hit: the ring of seconds (an hour long) has
+// not advanced since, and must still answer for what it holds.
+func TestMemoryIdleRingKeepsLongTTL(t *testing.T) {
+	clk := newFakeClock(time.Date(2026, 3, 28, 10, 0, 40, 0, time.UTC))
+	m := limit.NewMemoryAt(clk.Now)
+	ctx := t.Context()
+	c := limit.Counter{Rule: "exact", Value: "v"}
+	b := limit.Bucket{Level: limit.Second, Start: clk.Now().Unix(), TTL: 24*time.Hour + 2*time.Second}
+	if err := m.Add(ctx, c, []limit.Bucket{b}, 3); err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int64, 1)
+	for _, after := range []time.Duration{2 * time.Hour, 23*time.Hour + 59*time.Minute} {
+		clk.Set(time.Unix(b.Start, 0).Add(after))
+		if err := m.Load(ctx, c, []limit.Bucket{b}, counts); err != nil {
+			t.Fatal(err)
+		}
+		if counts[0] != 3 {
+			t.Errorf("Load %v after the only hit, TTL a day: %d, want 3", after, counts[0])
+		}
+	}
+	clk.Set(time.Unix(b.Start, 0).Add(24*time.Hour + 3*time.Second))
+	if err := m.Load(ctx, c, []limit.Bucket{b}, counts); err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 0 {
+		t.Errorf("Load past the TTL: %d, want 0", counts[0])
+	}
+}

@@ -21,11 +21,13 @@ type ring struct {
 
 func (r *ring) mask() int64 { return int64(len(r.cum)) - 1 }
 
-// low returns the oldest bucket index the ring answers for at level index
-// nowIdx: older ones have left the ring, or should have by now.
-func (r *ring) low(nowIdx int64) int64 {
-	n := int64(len(r.cum))
-	return max(r.head-n+1, nowIdx-n+1)
+// low returns the oldest bucket index of level l the ring answers for at
+// unix second now: the ring's oldest, or the oldest whose TTL has not
+// passed (Start + ttl >= now) if that is newer. A ring capped below its TTL
+// (seconds kept a day for exact precision) still answers for all it holds
+// however long it has not advanced: its older buckets are in the spill map.
+func (r *ring) low(l Level, now int64) int64 {
+	return max(r.head-int64(len(r.cum))+1, levelIndex(l, now-r.ttl+sizeOf(l)-1))
 }
 
 // before returns the cumulative count before bucket x, which is in the ring.

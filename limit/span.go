@@ -42,13 +42,9 @@ func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult
 			pass = pass && q[i].n >= 1
 		}
 	} else {
-		var nowIdx [NumLevels]int64
-		nowIdx[Second] = now
-		nowIdx[Minute] = floorDiv(now, 60)
-		nowIdx[Hour] = floorDiv(now, 3600)
 		tight := -1
 		for i := range q {
-			out[i] = e.span(&q[i], nowIdx[q[i].level], now)
+			out[i] = e.span(&q[i], now)
 			pass = pass && out[i].sum+1 <= q[i].n
 			if tight < 0 || q[i].n-out[i].sum < q[tight].n-out[tight].sum {
 				tight = i
@@ -74,12 +70,12 @@ func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult
 
 // span sums one query from the ring, with the spill map for buckets pushed
 // out of a capped ring.
-func (e *memEntry) span(q *spanQuery, nowIdx, now int64) spanResult {
+func (e *memEntry) span(q *spanQuery, now int64) spanResult {
 	r := &e.rings[q.level]
 	first := q.cur - q.k + 1
 	res := spanResult{lo: first, hi: -1 << 62}
 	if r.cum != nil {
-		res.lo, res.hi = max(first, r.low(nowIdx)), min(q.cur, r.head)
+		res.lo, res.hi = max(first, r.low(q.level, now)), min(q.cur, r.head)
 		res.sum = int64(r.sum(res.lo, res.hi))
 	}
 	if e.spill != nil && first < res.lo {
