@@ -255,26 +255,37 @@ func (p *plan) sum(rs *readSet, i int) int64 {
 // freeAt returns the unix second from which limit i's count is at most
 // target, assuming no more hits are counted: the oldest buckets leave the
 // window first, a bucket's hits leaving lag seconds after its end (for a
-// coarse bucket in Exact, when its last second does: an upper bound).
-// It returns 0 if the count is already at most target.
+// coarse bucket in Exact, when its last second does: an upper bound, which
+// Limiter.freeAt refines). It returns 0 if the count is already at most
+// target.
 func (p *plan) freeAt(rs *readSet, i int, target int64) int64 {
-	n := p.sum(rs, i)
-	if n <= target {
+	j, _ := p.binding(rs, i, target)
+	if j < 0 {
 		return 0
 	}
-	pl := &p.lim[i]
+	b := rs.buckets[j]
+	return b.Start + sizeOf(b.Level) + p.lim[i].lag
+}
+
+// binding returns the index in rs of the bucket whose hits, leaving limit
+// i's window oldest first, bring its count down to target, and how many of
+// its hits must leave for that; -1 if the count is already at most target.
+func (p *plan) binding(rs *readSet, i int, target int64) (int32, int64) {
+	n := p.sum(rs, i)
+	if n <= target {
+		return -1, 0
+	}
 	for _, j := range p.span(rs, i) {
 		c := rs.counts[j]
 		if c == 0 {
 			continue
 		}
-		n -= c
-		if n <= target {
-			b := rs.buckets[j]
-			return b.Start + sizeOf(b.Level) + pl.lag
+		if n-c <= target {
+			return j, n - target
 		}
+		n -= c
 	}
-	return 0 // unreachable: target >= 0
+	return -1, 0 // unreachable: target >= 0
 }
 
 // nextFree returns the unix second at which limit i's count next drops (its

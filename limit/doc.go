@@ -32,8 +32,12 @@
 // buckets). The count is exactly the hits whose second lies in the last
 // ⌈w⌉ seconds: the error is below one second at the window's far edge.
 // Second and minute buckets then live as long as the longest window (a
-// day); Bucket.TTL says so. Retry-After is an upper bound: the hits of a
-// minute or hour bucket are taken to leave the window with its last second.
+// day); Bucket.TTL says so. Retry-After is exact here too: for a client
+// over a limit, the finer buckets of the minute or hour whose hits must
+// leave the window are read (one or two more store operations, only then)
+// to find the second they do. The RateLimit header's t on an allowed
+// response is an upper bound: a coarse bucket's hits are taken to leave
+// with its last second.
 // A reset in exact precision clears the minute and hour levels and the
 // last two minutes of seconds; a later check may still count up to one
 // minute's worth of older hits in the seconds tail of its oldest minute.

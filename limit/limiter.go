@@ -227,14 +227,12 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 		return verdict{out: storeError, err: err}
 	}
 	v := verdict{out: allowed, limit: -1, remaining: -1}
-	var free int64
 	for i, lim := range r.plan.limits {
 		n := r.plan.sum(rs, i)
 		if n+cost > lim.N {
-			if f := r.plan.freeAt(rs, i, lim.N-1); f > free || v.out != limited {
-				free, v.limit = max(f, sec+1), i
+			if v.out != limited {
+				v.out, v.limit = limited, i
 			}
-			v.out = limited
 			continue
 		}
 		if v.out == allowed && r.headers {
@@ -247,6 +245,17 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 	case v.out == limited && r.Shadow:
 		v.out = shadowLimited
 	case v.out == limited:
+		// The next request passes once every limit counts at most N-1:
+		// not only the limits exceeded now, since a strict rule's next
+		// request counts itself before the check (a limit at exactly N
+		// passes this one and stops the next). The binding limit is the
+		// one that frees last.
+		free := sec + 1
+		for i, lim := range r.plan.limits {
+			if f := l.freeAt(ctx, r, c, rs, i, lim.N-1); f > free {
+				free, v.limit = f, i
+			}
+		}
 		v.reset = free - sec
 		l.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
 		return v
@@ -260,6 +269,58 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 		}
 	}
 	return v
+}
+
+// freeAt returns the unix second from which limit i of r counts at most
+// target hits of c, no more hits being counted, or 0 if it already does; rs
+// holds the counts of a check. In bucket precision the plan's answer is
+// exact. In exact precision the plan only knows that a minute or hour
+// bucket's hits have all left the window when its last second has, which
+// can be an hour late; every hit was also written to the finer levels, so
+// freeAt reads the bucket's 60 finer buckets (and those of the minute
+// found, for an hour) to find the second at which the last hit that must
+// leave does. That is one or two more store operations, only when a client
+// is found over a limit, which is then remembered until that second. If
+// they fail or disagree with the coarse count (expired, reset, another
+// gateway's hits in flight), the plan's upper bound stands.
+func (l *Limiter) freeAt(ctx context.Context, r *rule, c Counter, rs *readSet, i int, target int64) int64 {
+	j, d := r.plan.binding(rs, i, target)
+	if j < 0 {
+		return 0
+	}
+	b := rs.buckets[j]
+	if r.plan.exact && b.Level > Second {
+		if s, ok := l.nthHit(ctx, c, b, d); ok {
+			return s + r.plan.lim[i].window
+		}
+	}
+	return b.Start + sizeOf(b.Level) + r.plan.lim[i].lag
+}
+
+// nthHit returns the second of the d-th oldest hit counted in bucket b of c,
+// read from the finer levels.
+func (l *Limiter) nthHit(ctx context.Context, c Counter, b Bucket, d int64) (int64, bool) {
+	var sub [60]Bucket // a minute of seconds, an hour of minutes
+	var counts [60]int64
+	for b.Level > Second {
+		lv := b.Level - 1
+		size := sizeOf(lv)
+		for k := range sub {
+			sub[k] = Bucket{Level: lv, Start: b.Start + int64(k)*size}
+		}
+		if err := l.store.Load(ctx, c, sub[:], counts[:]); err != nil {
+			return 0, false
+		}
+		k := 0
+		for ; k < len(sub) && counts[k] < d; k++ {
+			d -= counts[k]
+		}
+		if k == len(sub) {
+			return 0, false
+		}
+		b = sub[k]
+	}
+	return b.Start, true
 }
 
 // count counts one hit of value under r at now (a rule whose hits are

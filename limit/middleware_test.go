@@ -750,3 +750,42 @@ func TestRejectedNotCounted(t *testing.T) {
 		t.Errorf("login_email count = %d after 1 allowed and 3 rejected requests, want 1", v.Limits[0].Count)
 	}
 }
+
+// TestExactPrecisionFarEdge: in precision exact, hits a day old are counted
+// until the second they leave a 1-day window (read from the seconds of
+// yesterday's tail), and Retry-After is that second, not the end of the
+// hour bucket that also holds them.
+func TestExactPrecisionFarEdge(t *testing.T) {
+	cfg := limit.DefaultConfig()
+	cfg.Precision = "exact"
+	e := newEnv(t, []limit.Rule{ipRule(t, "3/d")}, envOpt{cfg: cfg, trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	post := func(client string) *http.Response {
+		r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", client)
+		return r
+	}
+	e.clk.Set(mustTime(t, "10:00:40"))
+	for _, client := range []string{"198.51.100.1", "198.51.100.2"} {
+		for i := range 3 {
+			if r := post(client); r.StatusCode != 200 {
+				t.Fatalf("%s hit %d: %d", client, i+1, r.StatusCode)
+			}
+		}
+	}
+	nextDay := func(hms string) { e.clk.Set(mustTime(t, hms).Add(24 * time.Hour)) }
+	for _, tc := range []struct {
+		at, client string
+		status     int
+		retry      string
+	}{
+		{"09:00:00", "198.51.100.1", 429, "3640"}, // the hits leave at 10:00:40, inside the 10:00 hour bucket
+		{"10:00:20", "198.51.100.2", 429, "20"},   // counted from yesterday's 10:00:21–59 seconds
+		{"10:00:40", "198.51.100.1", 200, ""},
+		{"10:00:40", "198.51.100.2", 200, ""},
+	} {
+		nextDay(tc.at)
+		r := post(tc.client)
+		if r.StatusCode != tc.status || r.Header.Get("Retry-After") != tc.retry {
+			t.Errorf("%s at %s the next day: %d Retry-After %q, want %d %q", tc.client, tc.at, r.StatusCode, r.Header.Get("Retry-After"), tc.status, tc.retry)
+		}
+	}
+}
