@@ -15,6 +15,12 @@ import (
 // /metrics open; /admin/* behind the bearer token from admin.token_env.
 func (g *gateway) adminHandler() http.Handler {
 	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusNotFound, "no admin endpoint at "+r.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !g.current().proxy.Ready() {
@@ -63,10 +69,11 @@ func (g *gateway) handleReload(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"generation": gen, "restart_required": restart})
 }
 
-// handleConfig shows the effective config in the file's own shape. Secrets
-// never live in the file (tokens come from the environment variables it
-// names), so what it shows is safe to share; whether each token is set is
-// reported without its value.
+// handleConfig shows the effective config in the file's own shape: the
+// file as loaded, with the running values of the restart-only fields. It
+// needs no redaction because the config holds no secret: the tokens live in
+// the environment variables it names (admin.token_env, stats.token_env), and
+// only those names are shown.
 func (g *gateway) handleConfig(w http.ResponseWriter, r *http.Request) {
 	s := g.current()
 	out, err := yaml.Marshal(s.cfg)

@@ -291,7 +291,11 @@ func (g *gateway) reload(source string) (gen int64, restart []string, err error)
 }
 
 // keepRestartOnly copies into cfg the fields that cannot change without a
-// restart (listeners, the analytics store) and names those that differed.
+// restart and names those that differed: the listeners and the settings of
+// their http.Server (which it reads on every connection, so they cannot be
+// changed under it), and the analytics pipeline, which lives as long as the
+// process so that counts in memory survive reloads. Everything else, the
+// trusted proxies and the rules above all, takes effect on reload.
 func keepRestartOnly(old, cfg *config.Config) []string {
 	var changed []string
 	keep := func(name string, dst, src any) {
@@ -301,7 +305,12 @@ func keepRestartOnly(old, cfg *config.Config) []string {
 			d.Set(s)
 		}
 	}
-	keep("server", &cfg.Server, &old.Server)
+	keep("server.listen", &cfg.Server.Listen, &old.Server.Listen)
+	keep("server.read_header_timeout", &cfg.Server.ReadHeaderTimeout, &old.Server.ReadHeaderTimeout)
+	keep("server.read_timeout", &cfg.Server.ReadTimeout, &old.Server.ReadTimeout)
+	keep("server.write_timeout", &cfg.Server.WriteTimeout, &old.Server.WriteTimeout)
+	keep("server.idle_timeout", &cfg.Server.IdleTimeout, &old.Server.IdleTimeout)
+	keep("server.max_header_bytes", &cfg.Server.MaxHeaderBytes, &old.Server.MaxHeaderBytes)
 	keep("admin.listen", &cfg.Admin.Listen, &old.Admin.Listen)
 	keep("analytics.enabled", &cfg.Analytics.Enabled, &old.Analytics.Enabled)
 	keep("analytics.store", &cfg.Analytics.Store, &old.Analytics.Store)

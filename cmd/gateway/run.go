@@ -120,7 +120,8 @@ func probe(ctx context.Context, url string) error {
 
 // serve runs the listeners until ctx is done, then shuts down in order:
 // stop accepting and drain in-flight requests (up to server.shutdown_timeout),
-// then run the shutdown hooks (the final analytics flush among them).
+// close the connections of those still running, then run the shutdown hooks
+// (the final analytics flush among them).
 func (g *gateway) serve(ctx context.Context) error {
 	cfg := g.current().cfg
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
@@ -164,15 +165,24 @@ func (g *gateway) serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	g.log.Info("shutting down", "drain_timeout", cfg.Server.ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	// shutdown_timeout may have changed by reload since the start.
+	timeout := g.current().cfg.Server.ShutdownTimeout
+	g.log.Info("shutting down", "drain_timeout", timeout)
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for _, s := range servers {
-		if err := s.Shutdown(sctx); err != nil {
-			g.log.Warn("drain incomplete", "err", err)
+		if err := s.Shutdown(dctx); err != nil {
+			// Requests still running past the deadline are cut off, so that
+			// none records anything after the final flush.
+			g.log.Warn("drain incomplete: closing the connections of requests still running", "err", err)
+			s.Close()
 		}
 	}
-	g.close(sctx)
+	// The hooks get a deadline of their own: a drain that used all of its
+	// time must not leave the final flush none.
+	hctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	g.close(hctx)
 	g.log.Info("stopped")
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
