@@ -1,9 +1,6 @@
 package analytics
 
 import (
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
@@ -57,48 +54,6 @@ func DefaultConfig() Config {
 	}
 }
 
-var consistencies = []string{"ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"}
-
-// Validate checks the section.
-func (c Config) Validate() error {
-	if _, err := c.Match.Compile(); err != nil {
-		return fmt.Errorf("match: %w", err)
-	}
-	if !strings.Contains(c.Match.Path, "{short_key") {
-		return fmt.Errorf("match: path %q has no {short_key} parameter", c.Match.Path)
-	}
-	for _, s := range c.CountStatus {
-		if s < 100 || s > 599 {
-			return fmt.Errorf("count_status: %d is not an HTTP status", s)
-		}
-	}
-	switch {
-	case c.FlushInterval < 100*time.Millisecond:
-		return fmt.Errorf("flush_interval: %v is shorter than 100ms", c.FlushInterval)
-	case c.MaxKeys <= 0:
-		return fmt.Errorf("max_keys: must be positive")
-	case c.Store != "embedded" && c.Store != "cassandra":
-		return fmt.Errorf("store: %q is not embedded or cassandra", c.Store)
-	case c.Store == "embedded" && c.Embedded.Path == "":
-		return fmt.Errorf("embedded.path: missing")
-	case c.Store == "cassandra" && len(c.Cassandra.Hosts) == 0:
-		return fmt.Errorf("cassandra.hosts: none given")
-	case c.Store == "cassandra" && c.Cassandra.Keyspace == "":
-		return fmt.Errorf("cassandra.keyspace: missing")
-	case c.Cassandra.ReplicationFactor < 1:
-		return fmt.Errorf("cassandra.replication_factor: must be at least 1")
-	case c.Bots != "separate" && c.Bots != "count" && c.Bots != "ignore":
-		return fmt.Errorf("bots: %q is not separate, count or ignore", c.Bots)
-	}
-	if !slices.Contains(consistencies, c.Cassandra.Consistency) {
-		return fmt.Errorf("cassandra.consistency: %q is not one of %s", c.Cassandra.Consistency, strings.Join(consistencies, ", "))
-	}
-	if err := rollup.ValidateTiers(c.Retention); err != nil {
-		return fmt.Errorf("retention: %w", err)
-	}
-	return nil
-}
-
 // StatsConfig is the "stats" section: where the gateway serves /stats.
 type StatsConfig struct {
 	Prefix   string `yaml:"prefix"`    // served by the gateway, never proxied
@@ -107,11 +62,3 @@ type StatsConfig struct {
 
 // DefaultStatsConfig returns the defaults of the stats section.
 func DefaultStatsConfig() StatsConfig { return StatsConfig{Prefix: "/stats"} }
-
-// Validate checks the section.
-func (c StatsConfig) Validate() error {
-	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*") {
-		return fmt.Errorf("prefix: %q must be a literal path like /stats", c.Prefix)
-	}
-	return nil
-}

@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
@@ -9,40 +8,18 @@ import (
 )
 
 // NewMiddleware returns the middleware that counts visits: a request that
-// matches cfg.Match (its {short_key} names the link) and that the next
-// handler answers with a status in cfg.CountStatus is recorded in rec, as a
-// bot visit when its User-Agent is a known bot and cfg.Bots is "separate".
+// matches the plan's route (its {short_key} names the link) and that the
+// next handler answers with a status in count_status is recorded in rec,
+// as a bot visit when its User-Agent is a known bot and bots is "separate".
 // Anything else, a 404 for an unknown key above all, is not a visit, so
-// random paths cannot grow memory or storage. With cfg.Enabled false it
-// passes requests through untouched.
+// random paths cannot grow memory or storage.
 //
-// Build one per config snapshot; rec outlives them (call rec.SetMaxKeys with
-// the new cfg.MaxKeys once a reload is accepted). Usage:
+// Build one per config snapshot; rec outlives them (a Pipeline builds it
+// with Pipeline.Middleware). Usage:
 //
-//	mw, err := analytics.NewMiddleware(cfg.Analytics, rec)
-//	handler := mw(proxyHandler)
-func NewMiddleware(cfg Config, rec *Recorder) (func(http.Handler) http.Handler, error) {
-	if !cfg.Enabled {
-		return func(next http.Handler) http.Handler { return next }, nil
-	}
-	if rec == nil {
-		return nil, fmt.Errorf("analytics: middleware: no recorder")
-	}
-	mt, err := cfg.Match.Compile()
-	if err != nil {
-		return nil, fmt.Errorf("analytics: match: %w", err)
-	}
-	bots, err := ParseBotPolicy(cfg.Bots)
-	if err != nil {
-		return nil, err
-	}
-	var count [600]bool
-	for _, s := range cfg.CountStatus {
-		if s < 100 || s >= len(count) {
-			return nil, fmt.Errorf("analytics: count_status: %d is not an HTTP status", s)
-		}
-		count[s] = true
-	}
+//	handler := analytics.NewMiddleware(plan, rec)(proxyHandler)
+func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
+	mt, count, bots := p.match, &p.count, p.bots
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
@@ -68,5 +45,5 @@ func NewMiddleware(cfg Config, rec *Recorder) (func(http.Handler) http.Handler, 
 			}
 			rec.Record(key, time.Now(), bot)
 		})
-	}, nil
+	}
 }

@@ -3,7 +3,9 @@ package analytics_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/linkgate/linkgate/analytics"
 )
@@ -59,11 +61,7 @@ func TestMiddleware(t *testing.T) {
 			cfg := analytics.DefaultConfig()
 			cfg.Bots = tt.bots
 			rec := analytics.NewRecorder(cfg.MaxKeys, nil)
-			mw, err := analytics.NewMiddleware(cfg, rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := mw(shortener)
+			h := analytics.NewMiddleware(compile(t, cfg), rec)(shortener)
 			for _, r := range tt.reqs {
 				req := httptest.NewRequest(r.method, r.path, nil)
 				req.Header.Set("User-Agent", r.ua)
@@ -88,48 +86,59 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
-func TestMiddlewarePassesThrough(t *testing.T) {
-	cfg := analytics.DefaultConfig()
-	rec := analytics.NewRecorder(10, nil)
-	mw, err := analytics.NewMiddleware(cfg, rec)
+// compile compiles an analytics section that must be valid.
+func compile(t testing.TB, cfg analytics.Config) *analytics.Plan {
+	t.Helper()
+	p, err := analytics.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func TestMiddlewarePassesThrough(t *testing.T) {
+	rec := analytics.NewRecorder(10, nil)
+	mw := analytics.NewMiddleware(compile(t, analytics.DefaultConfig()), rec)
 	w := httptest.NewRecorder()
 	mw(shortener).ServeHTTP(w, httptest.NewRequest("GET", "/abc", nil))
 	if w.Code != http.StatusFound || w.Header().Get("Location") != "https://example.com/abc" {
 		t.Errorf("answer %d %q, want the shortener's redirect", w.Code, w.Header().Get("Location"))
 	}
-
-	cfg.Enabled = false
-	rec = analytics.NewRecorder(10, nil)
-	mw, err = analytics.NewMiddleware(cfg, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw(shortener).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/abc", nil))
-	if rec.Keys() != 0 {
-		t.Error("disabled analytics recorded a visit")
+	if rec.Keys() != 1 {
+		t.Errorf("%d links recorded, want 1", rec.Keys())
 	}
 }
 
-func TestMiddlewareConfigErrors(t *testing.T) {
-	for name, mod := range map[string]func(*analytics.Config){
-		"bad bots":   func(c *analytics.Config) { c.Bots = "drop" },
-		"bad status": func(c *analytics.Config) { c.CountStatus = []int{700} },
-		"bad path":   func(c *analytics.Config) { c.Match.Path = "nope" },
+func TestCompileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mod   func(*analytics.Config)
+		field string
+	}{
+		{"bad bots", func(c *analytics.Config) { c.Bots = "drop" }, "analytics.bots:"},
+		{"bad status", func(c *analytics.Config) { c.CountStatus = []int{302, 700} }, "analytics.count_status[1]:"},
+		{"bad path", func(c *analytics.Config) { c.Match.Path = "nope" }, "analytics.match:"},
+		{"no short_key", func(c *analytics.Config) { c.Match.Path = "/{id}" }, "analytics.match:"},
+		{"short flush", func(c *analytics.Config) { c.FlushInterval = time.Millisecond }, "analytics.flush_interval:"},
+		{"no keys", func(c *analytics.Config) { c.MaxKeys = 0 }, "analytics.max_keys:"},
+		{"bad store", func(c *analytics.Config) { c.Store = "redis" }, "analytics.store:"},
+		{"no path", func(c *analytics.Config) { c.Embedded.Path = " " }, "analytics.embedded.path:"},
+		{"bad keyspace", func(c *analytics.Config) { c.Store = "cassandra"; c.Cassandra.Keyspace = "a-b" }, "analytics.cassandra.keyspace:"},
+		{"bad consistency", func(c *analytics.Config) { c.Store = "cassandra"; c.Cassandra.Consistency = "MOST" }, "analytics.cassandra.consistency:"},
+		{"no hosts", func(c *analytics.Config) { c.Store = "cassandra"; c.Cassandra.Hosts = nil }, "analytics.cassandra.hosts:"},
+		{"bad retention", func(c *analytics.Config) { c.Retention = nil }, "analytics.retention:"},
 	} {
 		cfg := analytics.DefaultConfig()
-		mod(&cfg)
-		if _, err := analytics.NewMiddleware(cfg, analytics.NewRecorder(1, nil)); err == nil {
-			t.Errorf("%s: no error", name)
+		tc.mod(&cfg)
+		if _, err := analytics.Compile(cfg); err == nil || !strings.HasPrefix(err.Error(), tc.field) {
+			t.Errorf("%s: Compile error %v, want one starting with %s", tc.name, err, tc.field)
 		}
 	}
 }
 
 func BenchmarkMiddleware(b *testing.B) {
 	rec := analytics.NewRecorder(100, nil)
-	mw, _ := analytics.NewMiddleware(analytics.DefaultConfig(), rec)
+	mw := analytics.NewMiddleware(compile(b, analytics.DefaultConfig()), rec)
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusFound) }))
 	req := httptest.NewRequest("GET", "/abc123", nil)
 	req.Header.Set("User-Agent", userAgents[13].ua)

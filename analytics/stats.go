@@ -26,7 +26,7 @@ type Stats struct {
 }
 
 // NewStats returns the stats API reading from r, whose tiers are tiers (the
-// analytics retention). The gateway mounts it at the stats prefix with the
+// analytics retention, as a compiled Plan holds it: valid, finest first). The gateway mounts it at the stats prefix with the
 // prefix stripped:
 //
 //	mux.Handle("/stats/", http.StripPrefix("/stats", analytics.NewStats(...)))
@@ -61,12 +61,6 @@ type Stats struct {
 // token when the JSON answer is 401. now is the clock (nil: time.Now); log
 // receives Reader errors (nil: discarded).
 func NewStats(r Reader, tiers []rollup.Tier, token string, now func() time.Time, log *slog.Logger) http.Handler {
-	if r == nil {
-		panic("analytics: NewStats: nil Reader")
-	}
-	if err := rollup.ValidateTiers(tiers); err != nil {
-		panic("analytics: NewStats: " + err.Error())
-	}
 	if now == nil {
 		now = time.Now
 	}

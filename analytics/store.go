@@ -63,3 +63,15 @@ type Reader interface {
 	// Total returns key's all-time visits.
 	Total(ctx context.Context, key string) (Visits, error)
 }
+
+// Store is an analytics backend as the gateway holds it: the flusher
+// writes to it, the stats API reads from it, and the Pipeline that owns it
+// closes it last. A Store starts its own background work (connecting,
+// expiring old buckets) when it is opened and stops it in Close.
+type Store interface {
+	Writer
+	Reader
+	// Close stops the store's background work and releases it. The
+	// Pipeline calls it once, after the final flush.
+	Close() error
+}

@@ -1,8 +1,11 @@
-// Package config loads the gateway's YAML file (see configs/gateway.example.yaml)
+// Package config reads the gateway's YAML file (see configs/gateway.example.yaml)
 // into one Config. Each section's type belongs to the package that uses it
 // (proxy.Config, limit.Rule, analytics.Config, ...); this package composes
-// them, fills defaults, rejects unknown fields and reports every problem with
-// the field's path and its line in the file.
+// them, fills defaults, rejects unknown fields and values of the wrong type,
+// and names the field and line of every problem. It does not decide whether
+// the values make sense together: that is the gateway's one compile step
+// (gateway.Compile), which check-config, start-up and every reload run.
+// Its errors are located in the file by Config.Locate.
 package config
 
 import (
@@ -10,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -25,8 +26,10 @@ import (
 	"github.com/linkgate/linkgate/proxy"
 )
 
-// Config is the whole configuration file. A Config returned by Load or Parse
-// is valid and is never modified afterwards: a reload builds a new one.
+// Config is the whole configuration file, decoded and with defaults filled
+// in, but not checked for meaning: compile it (gateway.Compile) before use.
+// A Config returned by Load or Parse is never modified afterwards: a reload
+// reads a new one.
 type Config struct {
 	Server    Server                `yaml:"server"`
 	Admin     Admin                 `yaml:"admin"`
@@ -36,6 +39,14 @@ type Config struct {
 	Rules     []limit.Rule          `yaml:"rules"`
 	Analytics analytics.Config      `yaml:"analytics"`
 	Stats     analytics.StatsConfig `yaml:"stats"`
+
+	src source // where the fields are in the file, for Locate
+}
+
+// source is where a Config was read from.
+type source struct {
+	file  string         // "" when parsed from bytes
+	lines map[string]int // field path → line
 }
 
 // Server is the client-facing listener.
@@ -51,36 +62,13 @@ type Server struct {
 	AccessLog         bool          `yaml:"access_log"`
 }
 
-// Trusted returns TrustedProxies parsed; a bare address is a /32 or /128.
-func (s Server) Trusted() []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(s.TrustedProxies))
-	for _, p := range s.TrustedProxies {
-		if pfx, err := parsePrefix(p); err == nil {
-			out = append(out, pfx)
-		}
-	}
-	return out
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Masked(), err
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
-}
-
 // Admin is the operator's listener.
 type Admin struct {
 	Listen   string `yaml:"listen"`
 	TokenEnv string `yaml:"token_env"` // env var holding the bearer token for /admin/*; unset: /admin/* answers 403
 }
 
-// Default returns the configuration an empty file gives.
+// Default returns the values of the fields a file leaves out.
 func Default() *Config {
 	return &Config{
 		Server: Server{
@@ -129,7 +117,7 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Load reads and validates the file at path.
+// Load reads and decodes the file at path (see Parse).
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -140,16 +128,28 @@ func Load(path string) (*Config, error) {
 	if errors.As(err, &ce) {
 		ce.File = path
 	}
+	if c != nil {
+		c.src.file = path
+	}
 	return c, err
 }
 
-// Parse decodes and validates a file's contents. Unknown fields are errors,
-// so that a typo never passes silently; omitted fields take their defaults.
+// ErrEmpty is the error of a file without a single field: a file truncated
+// to nothing, or one being written, never a config that runs on defaults.
+var ErrEmpty = errors.New("the file is empty; a config needs at least upstream.targets")
+
+// Parse decodes a file's contents. Unknown fields and values of the wrong
+// type are errors, so that a typo never passes silently; omitted fields
+// take their defaults. An empty file (nothing but comments and blanks) is
+// ErrEmpty.
 func Parse(data []byte) (*Config, error) {
 	var doc yaml.Node
 	lines, fields := map[string]int{}, map[int][]string{}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, decodeError(err, fields)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+		return nil, &Error{Err: ErrEmpty}
 	}
 	index(&doc, "", lines, fields)
 	c := Default()
@@ -158,14 +158,51 @@ func Parse(data []byte) (*Config, error) {
 	if err := dec.Decode(c); err != nil && err != io.EOF {
 		return nil, decodeError(err, fields)
 	}
-	if err := c.validate(); err != nil {
-		var fe *Error
-		if errors.As(err, &fe) {
-			fe.Line = lineOf(lines, fe.Path, fe.Err)
-		}
-		return nil, err
-	}
+	c.src.lines = lines
 	return c, nil
+}
+
+// trimmed is an error whose message lost its leading field path to an
+// Error's Path; it still unwraps to the original.
+type trimmed struct {
+	msg string
+	err error
+}
+
+func (t trimmed) Error() string { return t.msg }
+func (t trimmed) Unwrap() error { return t.err }
+
+// fieldPath matches the field path a compile error starts with:
+// "rules[2].allow[0]", "upstream.targets", "server.listen".
+var fieldPath = regexp.MustCompile(`^[a-z_]+(\[\d+\])*(\.[a-z_]+(\[\d+\])*)*$`)
+
+// Locate returns err as an *Error naming the file, the field and its line,
+// when err's message starts with a field path ("rules[1].name: ...", as
+// every compile step's errors do); other errors are returned as they are.
+// The line is that of the deepest part of the path present in the file:
+// for a field left at its default, the line of its section.
+func (c *Config) Locate(err error) error {
+	var ce *Error
+	if err == nil || errors.As(err, &ce) {
+		return err
+	}
+	path, rest, ok := strings.Cut(err.Error(), ": ")
+	if !ok || !fieldPath.MatchString(path) {
+		return err
+	}
+	e := &Error{File: c.src.file, Path: path, Err: trimmed{rest, err}}
+	for p := path; p != ""; {
+		if l, ok := c.src.lines[p]; ok {
+			e.Line = l
+			break
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return e
 }
 
 var lineMsg = regexp.MustCompile(`^line (\d+): (.*)$`)
@@ -206,70 +243,6 @@ func decodeError(err error, fields map[int][]string) *Error {
 	return &Error{Line: line, Path: fieldAt(fields[line]), Err: errors.New(m[2])}
 }
 
-func (c *Config) validate() error {
-	field := func(path string, err error) error {
-		if err == nil {
-			return nil
-		}
-		return &Error{Path: path, Err: err}
-	}
-	if err := c.Server.validate(); err != nil {
-		return field("server", err)
-	}
-	if c.Admin.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
-			return field("admin", fmt.Errorf("listen: %q is not host:port", c.Admin.Listen))
-		}
-	}
-	if err := c.Upstream.Validate(); err != nil {
-		return field("upstream", err)
-	}
-	if err := c.Identity.Validate(); err != nil {
-		return field("identity", err)
-	}
-	if err := c.Limiter.Validate(); err != nil {
-		return field("limiter", err)
-	}
-	seen := map[string]bool{}
-	for i, r := range c.Rules {
-		path := fmt.Sprintf("rules[%d]", i)
-		if err := r.Validate(); err != nil {
-			return field(path, err)
-		}
-		if seen[r.Name] {
-			return field(path, fmt.Errorf("name: %q is used by an earlier rule", r.Name))
-		}
-		seen[r.Name] = true
-	}
-	if err := c.Analytics.Validate(); err != nil {
-		return field("analytics", err)
-	}
-	return field("stats", c.Stats.Validate())
-}
-
-func (s Server) validate() error {
-	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
-		return fmt.Errorf("listen: %q is not host:port", s.Listen)
-	}
-	for name, d := range map[string]time.Duration{
-		"read_header_timeout": s.ReadHeaderTimeout, "read_timeout": s.ReadTimeout, "write_timeout": s.WriteTimeout,
-		"idle_timeout": s.IdleTimeout, "shutdown_timeout": s.ShutdownTimeout,
-	} {
-		if d < 0 {
-			return fmt.Errorf("%s: %v is negative", name, d)
-		}
-	}
-	if s.MaxHeaderBytes <= 0 {
-		return fmt.Errorf("max_header_bytes: must be positive")
-	}
-	for i, p := range s.TrustedProxies {
-		if _, err := parsePrefix(p); err != nil {
-			return fmt.Errorf("trusted_proxies[%d]: %q is not an address or CIDR", i, p)
-		}
-	}
-	return nil
-}
-
 // index records the line of every field path in the document, and the
 // fields (keys and list items) on each line.
 func index(n *yaml.Node, path string, lines map[string]int, fields map[int][]string) {
@@ -297,30 +270,5 @@ func index(n *yaml.Node, path string, lines map[string]int, fields map[int][]str
 			}
 			index(c, p, lines, fields)
 		}
-	}
-}
-
-// lineOf finds the line of the deepest field named by path and the leading
-// field names of err's message ("memcached.timeout: must be positive").
-func lineOf(lines map[string]int, path string, err error) int {
-	best := lines[path]
-	msg := err.Error()
-	for {
-		name, rest, ok := strings.Cut(msg, ": ")
-		if !ok || strings.ContainsAny(name, " \"") {
-			return best
-		}
-		for _, part := range strings.Split(name, ".") {
-			if i := strings.IndexByte(part, '['); i > 0 {
-				path += "." + part[:i] + part[i:]
-			} else {
-				path += "." + part
-			}
-		}
-		l, ok := lines[path]
-		if !ok {
-			return best
-		}
-		best, msg = l, rest
 	}
 }

@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,9 +77,45 @@ func TestDefaults(t *testing.T) {
 	if got := c.Upstream.Targets; len(got) != 1 || got[0] != "http://127.0.0.1:9999" {
 		t.Errorf("targets = %v", got)
 	}
-	empty, err := config.Parse(nil)
-	if err != nil || empty.Server.Listen == "" {
-		t.Errorf("empty file: %v, %+v", err, empty)
+}
+
+// TestEmptyFile: a file truncated to nothing, or holding only comments,
+// must never load as a config of defaults.
+func TestEmptyFile(t *testing.T) {
+	for _, data := range []string{"", "\n\n", "# just a comment\n", "---\n", "~\n", "null\n"} {
+		if c, err := config.Parse([]byte(data)); !errors.Is(err, config.ErrEmpty) {
+			t.Errorf("Parse(%q) = %v, %v; want ErrEmpty", data, c, err)
+		}
+	}
+}
+
+// TestLocate: compile errors name a field path; Locate adds the file and
+// the line of the deepest part of it in the file.
+func TestLocate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	data := "upstream:\n  targets: [http://127.0.0.1:1]\nrules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [1/s]\n    allow:\n      - 10.0.0.0/8\n      - 10.0.0.0/33\n"
+	os.WriteFile(path, []byte(data), 0o644)
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := errors.New("base")
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("rules[0].allow[1]: %q is bad: %w", "10.0.0.0/33", base), "config: " + path + `:10: rules[0].allow[1]: "10.0.0.0/33" is bad: base`},
+		{errors.New("rules[0].strict: no"), "config: " + path + ":4: rules[0].strict: no"}, // not in the file: the rule's line
+		{errors.New("limiter.precision: fuzzy"), "config: " + path + ": limiter.precision: fuzzy"},
+		{errors.New("no path here"), "no path here"},
+	} {
+		got := c.Locate(tc.err)
+		if got.Error() != tc.want {
+			t.Errorf("Locate(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+		if !errors.Is(got, tc.err) && !errors.Is(got, base) {
+			t.Errorf("Locate(%q) does not unwrap to the original", tc.err)
+		}
 	}
 }
 
@@ -91,21 +129,11 @@ func TestErrors(t *testing.T) {
 		{"unknown section", "servr: {}\n", []string{":1: servr:", "not found"}},
 		{"bad limit unit", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [5/x]\n", []string{":5: rules[0].limits:", `"5/x"`, "unit"}},
 		{"bad limit count", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [0/m]\n", []string{":5: rules[0].limits:", "count"}},
-		{"bad key", "rules:\n  - name: a\n    match: {path: /x}\n    key: mail\n    limits: [5/m]\n", []string{":4:", "rules[0]: key", "mail"}},
-		{"duplicate rule", "rules:\n  - {name: a, match: {path: /x}, key: ip, limits: [1/s]}\n  - {name: a, match: {path: /y}, key: ip, limits: [1/s]}\n", []string{":3:", "rules[1]: name"}},
-		{"bad path", "rules:\n  - {name: a, match: {path: x}, key: ip, limits: [1/s]}\n", []string{"rules[0]: match", "must start with /"}},
-		{"bad retention", "analytics:\n  retention: [1m:2x]\n", []string{":2: analytics.retention:", "1m:2x"}},
-		{"retention order", "analytics:\n  retention: [1h:2d, 1m:8d]\n", []string{"analytics: retention", "multiple"}},
-		{"bad duration", "upstream:\n  dial_timeout: fast\n", []string{":2: upstream.dial_timeout:", "fast"}},
-		{"bad store", "limiter:\n  store: redis\n", []string{":2:", "limiter: store", "redis"}},
-		{"bad timeout", "limiter:\n  memcached:\n    timeout: -1s\n", []string{":3:", "memcached.timeout"}},
-		{"bad target", "upstream:\n  targets: [127.0.0.1:8081]\n", []string{"upstream: targets[0]"}},
-		{"bad trusted proxy", "server:\n  trusted_proxies: [10.0.0.0/33]\n", []string{"server: trusted_proxies[0]"}},
-		{"bad listen", "server:\n  listen: 8080\n", []string{":2:", "server: listen"}},
-		{"bad bots", "analytics:\n  bots: maybe\n", []string{"analytics: bots"}},
-		{"bad stats prefix", "stats:\n  prefix: stats\n", []string{"stats: prefix"}},
 		{"not yaml", "server: [\n", []string{":1:", "did not find"}},
 		{"wrong type", "server:\n  max_header_bytes: lots\n", []string{":2: server.max_header_bytes:", "lots"}},
+		{"bad duration", "upstream:\n  dial_timeout: fast\n", []string{":2: upstream.dial_timeout:", "fast"}},
+		{"bad retention", "analytics:\n  retention: [1m:2x]\n", []string{":2: analytics.retention:", "1m:2x"}},
+		{"list for a map", "server: [1, 2]\n", []string{":1: server:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

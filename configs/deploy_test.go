@@ -20,6 +20,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/gateway"
 )
 
 const root = ".." // tests run in configs/
@@ -137,11 +139,11 @@ func gatewayConfig(t *testing.T, c compose) *config.Config {
 	if !ok {
 		t.Fatalf("gateway: -config %s is not a mounted file (volumes %q)", target, gw.Volumes)
 	}
-	cfg, err := config.Load(filepath.Join(root, host))
+	plan, err := gateway.Load(filepath.Join(root, host), func(string) string { return "" })
 	if err != nil {
 		t.Fatalf("gateway config %s: %v", host, err)
 	}
-	return cfg
+	return plan.Config()
 }
 
 func TestComposeDependencies(t *testing.T) {
@@ -250,9 +252,9 @@ func TestComposeConfigNamesServices(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range cfg.Server.Trusted() {
-		if !p.Addr().IsPrivate() {
-			t.Errorf("server.trusted_proxies: %v is not a private range", p)
+	for i, e := range cfg.Server.TrustedProxies {
+		if p, err := forwarded.ParsePrefix(e); err != nil || !p.Addr().IsPrivate() {
+			t.Errorf("server.trusted_proxies[%d]: %v is not a private range (%v)", i, e, err)
 		}
 	}
 }
@@ -419,12 +421,13 @@ func TestConfigsLoad(t *testing.T) {
 	}
 	cfgs := map[string]*config.Config{}
 	for _, f := range files {
-		cfg, err := config.Load(f)
+		// Compiled as check-config and start-up do.
+		plan, err := gateway.Load(f, func(string) string { return "" })
 		if err != nil {
 			t.Errorf("%v", err)
 			continue
 		}
-		cfgs[f] = cfg
+		cfgs[f] = plan.Config()
 	}
 	example := cfgs["gateway.example.yaml"]
 	if example == nil {

@@ -15,10 +15,7 @@ import (
 func benchLimiter(b *testing.B) (*Limiter, *rule) {
 	b.Helper()
 	rules := []Rule{{Name: "login_ip", Match: route.Match{Methods: []string{"POST"}, Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
-	l, err := New(rules, Identity{}, DefaultConfig(), nil, NewMemory(), NewMetrics(nil), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := New(compileT(b, rules, DefaultConfig()), NewMemory(), NewMetrics(nil), nil)
 	return l, l.rules[0]
 }
 
@@ -131,10 +128,7 @@ func BenchmarkCheckCountExact(b *testing.B) {
 	rules := []Rule{{Name: "login_ip", Match: route.Match{Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
 	cfg := DefaultConfig()
 	cfg.Precision = "exact"
-	l, err := New(rules, Identity{}, cfg, nil, NewMemory(), nil, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := New(compileT(b, rules, cfg), NewMemory(), nil, nil)
 	r := l.rules[0]
 	for i := range r.plan.limits {
 		r.plan.limits[i].N = 1 << 40

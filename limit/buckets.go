@@ -1,7 +1,6 @@
 package limit
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -22,17 +21,6 @@ const (
 	Exact
 )
 
-// ParsePrecision reads "bucket" or "exact"; "" is bucket.
-func ParsePrecision(s string) (Precision, error) {
-	switch s {
-	case "", "bucket":
-		return Bucketed, nil
-	case "exact":
-		return Exact, nil
-	}
-	return 0, fmt.Errorf("limit: precision %q is not bucket or exact", s)
-}
-
 // levelFor returns the level whose buckets count a window: seconds up to a
 // minute, minutes up to an hour, hours beyond.
 func levelFor(w time.Duration) Level {
@@ -48,9 +36,9 @@ func levelFor(w time.Duration) Level {
 // sizeOf is Level.Size in seconds.
 func sizeOf(l Level) int64 { return [...]int64{1, 60, 3600}[l] }
 
-// plan is a rule's precomputed read and write plan. It is immutable once
+// bucketPlan is a rule's precomputed read and write plan. It is immutable once
 // built and shared by all checks of the rule.
-type plan struct {
+type bucketPlan struct {
 	exact  bool
 	limits []Limit
 	lim    []planLimit
@@ -72,8 +60,8 @@ type planLimit struct {
 }
 
 // newPlan builds the plan of a rule's limits.
-func newPlan(limits []Limit, prec Precision) *plan {
-	p := &plan{exact: prec == Exact, limits: limits, lim: make([]planLimit, len(limits))}
+func newBucketPlan(limits []Limit, prec Precision) *bucketPlan {
+	p := &bucketPlan{exact: prec == Exact, limits: limits, lim: make([]planLimit, len(limits))}
 	var maxWindow int64
 	for i, l := range limits {
 		w := max(int64(l.Window/time.Second), 1)
@@ -120,11 +108,11 @@ func newPlan(limits []Limit, prec Precision) *plan {
 // and (Exact) which of them each limit sums. It is reused through a pool so
 // that a check allocates nothing.
 type readSet struct {
-	plan    *plan // the plan and second the buckets were filled for
+	plan    *bucketPlan // the plan and second the buckets were filled for
 	sec     int64
 	writes  [NumLevels]Bucket // what a hit at sec writes: writes[:nw]
 	nw      int
-	qplan   *plan // the plan and second q was built for
+	qplan   *bucketPlan // the plan and second q was built for
 	qsec    int64
 	q       []spanQuery // the span fast path's queries and results
 	res     []spanResult
@@ -167,7 +155,7 @@ func (s *bucketSet) index(b Bucket, next int32) (int32, bool) {
 }
 
 // reads fills rs with the buckets a check at unix second now reads.
-func (p *plan) reads(now int64, rs *readSet) {
+func (p *bucketPlan) reads(now int64, rs *readSet) {
 	if rs.plan == p && rs.sec == now {
 		return // the same buckets as the last check through this scratch
 	}
@@ -236,7 +224,7 @@ func decompose(a, e int64, emit func(Bucket)) {
 }
 
 // span returns the members of limit i in rs, oldest first.
-func (p *plan) span(rs *readSet, i int) []int32 {
+func (p *bucketPlan) span(rs *readSet, i int) []int32 {
 	if p.exact {
 		return rs.members[rs.from[i]:rs.to[i]]
 	}
@@ -244,7 +232,7 @@ func (p *plan) span(rs *readSet, i int) []int32 {
 }
 
 // sum returns limit i's count from the loaded counts.
-func (p *plan) sum(rs *readSet, i int) int64 {
+func (p *bucketPlan) sum(rs *readSet, i int) int64 {
 	var n int64
 	for _, j := range p.span(rs, i) {
 		n += rs.counts[j]
@@ -258,7 +246,7 @@ func (p *plan) sum(rs *readSet, i int) int64 {
 // coarse bucket in Exact, when its last second does: an upper bound, which
 // Limiter.freeAt refines). It returns 0 if the count is already at most
 // target.
-func (p *plan) freeAt(rs *readSet, i int, target int64) int64 {
+func (p *bucketPlan) freeAt(rs *readSet, i int, target int64) int64 {
 	j, _ := p.binding(rs, i, target)
 	if j < 0 {
 		return 0
@@ -270,7 +258,7 @@ func (p *plan) freeAt(rs *readSet, i int, target int64) int64 {
 // binding returns the index in rs of the bucket whose hits, leaving limit
 // i's window oldest first, bring its count down to target, and how many of
 // its hits must leave for that; -1 if the count is already at most target.
-func (p *plan) binding(rs *readSet, i int, target int64) (int32, int64) {
+func (p *bucketPlan) binding(rs *readSet, i int, target int64) (int32, int64) {
 	n := p.sum(rs, i)
 	if n <= target {
 		return -1, 0
@@ -290,7 +278,7 @@ func (p *plan) binding(rs *readSet, i int, target int64) (int32, int64) {
 
 // nextFree returns the unix second at which limit i's count next drops (its
 // oldest non-empty bucket leaves the window), or now+window if it is empty.
-func (p *plan) nextFree(rs *readSet, i int, now int64) int64 {
+func (p *bucketPlan) nextFree(rs *readSet, i int, now int64) int64 {
 	for _, j := range p.span(rs, i) {
 		if rs.counts[j] != 0 {
 			b := rs.buckets[j]
@@ -302,7 +290,7 @@ func (p *plan) nextFree(rs *readSet, i int, now int64) int64 {
 
 // writes appends to dst the buckets a hit at unix second now increments, one
 // per level written, with their TTLs.
-func (p *plan) writes(now int64, dst []Bucket) []Bucket {
+func (p *bucketPlan) writes(now int64, dst []Bucket) []Bucket {
 	for l := range NumLevels {
 		if p.ttl[l] > 0 {
 			size := sizeOf(l)
@@ -317,7 +305,7 @@ func (p *plan) writes(now int64, dst []Bucket) []Bucket {
 // longest window but only the last two minutes of seconds: a later check may
 // still count old seconds in the tail of its oldest minute (at most one
 // minute's worth of hits from the far edge of the window; package doc).
-func (p *plan) resetBuckets(now int64) []Bucket {
+func (p *bucketPlan) resetBuckets(now int64) []Bucket {
 	var bs []Bucket
 	var maxWindow int64
 	for _, pl := range p.lim {

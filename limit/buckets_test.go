@@ -22,7 +22,7 @@ func mustLimits(t testing.TB, specs ...string) []Limit {
 
 func TestPlanShape(t *testing.T) {
 	now := time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC).Unix()
-	p := newPlan(mustLimits(t, "2/s", "5/m", "10/h", "100/d"), Bucketed)
+	p := newBucketPlan(mustLimits(t, "2/s", "5/m", "10/h", "100/d"), Bucketed)
 	var rs readSet
 	p.reads(now, &rs)
 	if len(rs.buckets) != 144 {
@@ -32,7 +32,7 @@ func TestPlanShape(t *testing.T) {
 		t.Errorf("a hit writes %d buckets, want 3", len(w))
 	}
 	// Seed 000: at 23:30:33 the last day is 34 + 30 + 23 + 26 + 29 = 142 buckets.
-	pe := newPlan(mustLimits(t, "100/d"), Exact)
+	pe := newBucketPlan(mustLimits(t, "100/d"), Exact)
 	pe.reads(now, &rs)
 	if len(rs.buckets) != 142 {
 		t.Errorf("exact 1d window at 23:30:33 reads %d buckets, want 142", len(rs.buckets))
@@ -48,7 +48,7 @@ func TestPlanShape(t *testing.T) {
 		t.Errorf("oldest bucket = %+v, want yesterday's 23:30:34", first)
 	}
 	// Buckets are shared between the limits of a rule.
-	pe = newPlan(mustLimits(t, "2/s", "5/m", "10/h", "100/d"), Exact)
+	pe = newBucketPlan(mustLimits(t, "2/s", "5/m", "10/h", "100/d"), Exact)
 	pe.reads(now, &rs)
 	if len(rs.buckets) > 142+60+60 {
 		t.Errorf("exact 2/s,5/m,10/h,100/d reads %d buckets, want shared buckets", len(rs.buckets))
@@ -63,7 +63,7 @@ func TestPlanShape(t *testing.T) {
 // model is a brute-force reference: every hit's time, and the buckets the
 // plan wrote, counted in a map (a store with no TTL).
 type model struct {
-	p       *plan
+	p       *bucketPlan
 	hits    []int64 // unix nanoseconds
 	buckets map[Bucket]int64
 }
@@ -162,7 +162,7 @@ var planSpecs = [][]string{
 func runModel(t *testing.T, start int64, steps []int64) {
 	for _, specs := range planSpecs {
 		for _, prec := range []Precision{Bucketed, Exact} {
-			m := &model{p: newPlan(mustLimits(t, specs...), prec), buckets: map[Bucket]int64{}}
+			m := &model{p: newBucketPlan(mustLimits(t, specs...), prec), buckets: map[Bucket]int64{}}
 			now := start
 			for _, s := range steps {
 				now += s

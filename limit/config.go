@@ -36,30 +36,6 @@ type Rule struct {
 	Allow       []string    `yaml:"allow,omitempty"`        // CIDRs (ip rules) or feature values this rule never limits
 }
 
-// Validate checks the rule on its own (names are checked for uniqueness by the caller).
-func (r Rule) Validate() error {
-	if r.Name == "" {
-		return fmt.Errorf("name: missing")
-	}
-	if _, err := r.Match.Compile(); err != nil {
-		return fmt.Errorf("match: %w", err)
-	}
-	switch r.Key {
-	case IP, User, Email:
-	default:
-		return fmt.Errorf("key: %q is not one of ip, user, email", r.Key)
-	}
-	if len(r.Limits) == 0 {
-		return fmt.Errorf("limits: none given")
-	}
-	for _, s := range r.CountStatus {
-		if s < 100 || s > 599 {
-			return fmt.Errorf("count_status: %d is not an HTTP status", s)
-		}
-	}
-	return nil
-}
-
 // Identity says how features are read from a request (the "identity" section).
 type Identity struct {
 	IPv6Prefix   int      `yaml:"ipv6_prefix"`    // IPv6 clients are limited per prefix of this length
@@ -71,17 +47,6 @@ type Identity struct {
 // DefaultIdentity returns the defaults of the identity section.
 func DefaultIdentity() Identity {
 	return Identity{IPv6Prefix: 64, UserHeader: "X-User-ID", EmailFields: []string{"email"}, MaxBodyBytes: 64 << 10}
-}
-
-// Validate checks the section.
-func (id Identity) Validate() error {
-	switch {
-	case id.IPv6Prefix < 1 || id.IPv6Prefix > 128:
-		return fmt.Errorf("ipv6_prefix: %d is not between 1 and 128", id.IPv6Prefix)
-	case id.MaxBodyBytes < 0:
-		return fmt.Errorf("max_body_bytes: %d is negative", id.MaxBodyBytes)
-	}
-	return nil
 }
 
 // Config is the "limiter" section: which store holds the counters and how
@@ -107,23 +72,6 @@ func DefaultConfig() Config {
 		OnStoreError: "allow",
 		Precision:    "bucket",
 	}
-}
-
-// Validate checks the section.
-func (c Config) Validate() error {
-	switch {
-	case c.Store != "memory" && c.Store != "memcached":
-		return fmt.Errorf("store: %q is not memory or memcached", c.Store)
-	case c.Store == "memcached" && len(c.Memcached.Servers) == 0:
-		return fmt.Errorf("memcached.servers: none given")
-	case c.Memcached.Timeout <= 0:
-		return fmt.Errorf("memcached.timeout: must be positive")
-	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
-		return fmt.Errorf("on_store_error: %q is not allow or deny", c.OnStoreError)
-	case c.Precision != "bucket" && c.Precision != "exact":
-		return fmt.Errorf("precision: %q is not bucket or exact", c.Precision)
-	}
-	return nil
 }
 
 // Limit is N hits per Window, written "5/m" or "100/15m".

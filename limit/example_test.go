@@ -20,10 +20,12 @@ func ExampleLimiter_Middleware() {
 		Key:    limit.IP,
 		Limits: []limit.Limit{{N: 2, Window: time.Second}, {N: 5, Window: time.Minute}},
 	}}
-	l, err := limit.New(rules, limit.DefaultIdentity(), limit.DefaultConfig(), nil, limit.NewMemoryAt(clock), nil, nil)
+	// Compile checks everything; New cannot refuse what it accepted.
+	plan, err := limit.Compile(rules, limit.DefaultIdentity(), limit.DefaultConfig(), nil)
 	if err != nil {
 		panic(err)
 	}
+	l := limit.New(plan, limit.NewMemoryAt(clock), nil, nil)
 	h := l.WithClock(clock).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for range 3 {
 		rec := httptest.NewRecorder()

@@ -3,13 +3,14 @@ package limit
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"mime"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"github.com/linkgate/linkgate/forwarded"
 )
 
 // UserSource returns the user a request is made by, or false when the
@@ -33,123 +34,11 @@ func HeaderUser(header string) UserSource {
 // identifier extracts and normalizes features. It is immutable and safe for
 // concurrent use.
 type identifier struct {
-	trusted     []netip.Prefix
+	trust       *forwarded.Trust // who may name the client and the user
 	ipv6Prefix  int
 	user        UserSource
 	emailFields []string
 	maxBody     int64
-}
-
-func newIdentifier(id Identity, trusted []netip.Prefix) *identifier {
-	d := DefaultIdentity()
-	if id.IPv6Prefix == 0 {
-		id.IPv6Prefix = d.IPv6Prefix
-	}
-	if id.MaxBodyBytes == 0 {
-		id.MaxBodyBytes = d.MaxBodyBytes
-	}
-	if len(id.EmailFields) == 0 {
-		id.EmailFields = d.EmailFields
-	}
-	ps := make([]netip.Prefix, len(trusted))
-	for i, p := range trusted {
-		ps[i] = netip.PrefixFrom(p.Addr().Unmap(), unmappedBits(p)).Masked()
-	}
-	return &identifier{trusted: ps, ipv6Prefix: id.IPv6Prefix, user: HeaderUser(id.UserHeader), emailFields: id.EmailFields, maxBody: id.MaxBodyBytes}
-}
-
-// unmappedBits is p's length after unmapping an IPv4-mapped IPv6 prefix.
-func unmappedBits(p netip.Prefix) int {
-	if p.Addr().Is4In6() {
-		return max(p.Bits()-96, 0)
-	}
-	return p.Bits()
-}
-
-func (id *identifier) isTrusted(a netip.Addr) bool {
-	for _, p := range id.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// peer returns the address of the connection's other end.
-func peer(r *http.Request) (netip.Addr, bool) {
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap().WithZone(""), true
-	}
-	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
-		return a.Unmap().WithZone(""), true
-	}
-	return netip.Addr{}, false
-}
-
-// clientAddr returns the client's address: the peer, or when the peer is a
-// trusted proxy the rightmost address of X-Forwarded-For that is not itself
-// a trusted proxy (the leftmost ones are the client's to forge), or failing
-// any X-Forwarded-For, X-Real-IP. trusted reports whether the peer is trusted.
-func (id *identifier) clientAddr(r *http.Request) (addr netip.Addr, trusted, ok bool) {
-	p, ok := peer(r)
-	if !ok {
-		return netip.Addr{}, false, false
-	}
-	if !id.isTrusted(p) {
-		return p, false, true
-	}
-	xff := r.Header.Values("X-Forwarded-For")
-	if len(xff) == 0 {
-		if v := r.Header.Get("X-Real-IP"); v != "" {
-			if a, err := netip.ParseAddr(strings.TrimSpace(v)); err == nil {
-				return a.Unmap().WithZone(""), true, true
-			}
-		}
-		return p, true, true
-	}
-	last := p // the hop that appended the entry being read
-	for i := len(xff) - 1; i >= 0; i-- {
-		h := xff[i]
-		for h != "" {
-			var e string
-			if j := strings.LastIndexByte(h, ','); j >= 0 {
-				h, e = h[:j], h[j+1:]
-			} else {
-				h, e = "", h
-			}
-			e = strings.TrimSpace(e)
-			if e == "" {
-				continue
-			}
-			a, err := parseForwarded(e)
-			if err != nil {
-				// A garbled entry: nothing left of it can be believed.
-				return last, true, true
-			}
-			if !id.isTrusted(a) {
-				return a, true, true
-			}
-			last = a
-		}
-	}
-	return last, true, true // every hop is trusted: the leftmost is the client
-}
-
-// parseForwarded reads an X-Forwarded-For entry: an address, possibly with a
-// port or in brackets.
-func parseForwarded(s string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone(""), nil
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), nil
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return a.Unmap().WithZone(""), nil
-		}
-	}
-	return netip.Addr{}, errors.New("limit: bad X-Forwarded-For entry")
 }
 
 // ipValue is the counter value of a client address: an IPv4 address, or the

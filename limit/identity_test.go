@@ -6,60 +6,52 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/forwarded"
 )
 
-func testIdentifier() *identifier {
-	return newIdentifier(DefaultIdentity(), []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"),
-		netip.MustParsePrefix("2001:db8:ffff::/48"),
-		netip.MustParsePrefix("::ffff:192.168.0.0/112"), // IPv4-mapped: means 192.168.0.0/16
-	})
+func testIdentifier(t testing.TB) *identifier {
+	tr, err := forwarded.Parse([]string{"10.0.0.0/8", "2001:db8:ffff::/48", "::ffff:192.168.0.0/112"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &identifier{trust: tr, ipv6Prefix: 64}
 }
 
-func TestClientAddr(t *testing.T) {
-	id := testIdentifier()
+// TestIPValue checks the counter value of a client: who the client is is
+// forwarded's to decide (its tests cover the headers); the limiter groups
+// IPv6 clients by identity.ipv6_prefix.
+func TestIPValue(t *testing.T) {
+	id := testIdentifier(t)
 	for _, tc := range []struct {
-		name, peer string
-		hdr        map[string][]string
-		want       string // counter value
-		trusted    bool
+		name, peer, xff, want string
 	}{
-		{"untrusted peer, headers ignored", "203.0.113.5:1234", map[string][]string{"X-Forwarded-For": {"1.1.1.1"}, "X-Real-Ip": {"2.2.2.2"}}, "203.0.113.5", false},
-		{"trusted peer, no headers", "10.1.1.1:80", nil, "10.1.1.1", true},
-		{"rightmost untrusted", "10.1.1.1:80", map[string][]string{"X-Forwarded-For": {"6.6.6.6, 198.51.100.1, 10.2.2.2"}}, "198.51.100.1", true},
-		{"several header lines", "10.1.1.1:80", map[string][]string{"X-Forwarded-For": {"6.6.6.6", "198.51.100.1", "10.2.2.2, 10.3.3.3"}}, "198.51.100.1", true},
-		{"all trusted: leftmost", "10.1.1.1:80", map[string][]string{"X-Forwarded-For": {"10.9.9.9, 10.2.2.2"}}, "10.9.9.9", true},
-		{"garbage stops the walk", "10.1.1.1:80", map[string][]string{"X-Forwarded-For": {"6.6.6.6, bogus, 10.2.2.2"}}, "10.2.2.2", true},
-		{"port and brackets", "10.1.1.1:80", map[string][]string{"X-Forwarded-For": {"[2001:db8:1:2::9]:443"}}, "2001:db8:1:2::/64", true},
-		{"x-real-ip from trusted peer", "10.1.1.1:80", map[string][]string{"X-Real-Ip": {" 198.51.100.2 "}}, "198.51.100.2", true},
-		{"xff wins over x-real-ip", "10.1.1.1:80", map[string][]string{"X-Forwarded-For": {"198.51.100.3"}, "X-Real-Ip": {"198.51.100.2"}}, "198.51.100.3", true},
-		{"ipv6 grouped by /64", "[2001:db8:1:2:3:4:5:6]:9", nil, "2001:db8:1:2::/64", false},
-		{"ipv6 zone dropped", "[fe80::1%eth0]:9", nil, "fe80::/64", false},
-		{"ipv4-mapped unmapped", "[::ffff:203.0.113.9]:9", nil, "203.0.113.9", false},
-		{"ipv4-mapped trusted prefix", "[::ffff:192.168.3.4]:9", map[string][]string{"X-Forwarded-For": {"::ffff:198.51.100.4"}}, "198.51.100.4", true},
-		{"trusted ipv6 proxy", "[2001:db8:ffff::1]:9", map[string][]string{"X-Forwarded-For": {"2001:db8:aaaa:bbbb:1::1"}}, "2001:db8:aaaa:bbbb::/64", true},
+		{"ipv4", "203.0.113.5:1234", "", "203.0.113.5"},
+		{"ipv6 grouped by /64", "[2001:db8:1:2:3:4:5:6]:9", "", "2001:db8:1:2::/64"},
+		{"ipv6 zone dropped", "[fe80::1%eth0]:9", "", "fe80::/64"},
+		{"ipv4-mapped unmapped", "[::ffff:203.0.113.9]:9", "", "203.0.113.9"},
+		{"forwarded ipv6 client grouped", "10.1.1.1:80", "[2001:db8:1:2::9]:443", "2001:db8:1:2::/64"},
+		{"ipv4-mapped trusted prefix", "[::ffff:192.168.3.4]:9", "::ffff:198.51.100.4", "198.51.100.4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("GET", "/", nil)
 			r.RemoteAddr = tc.peer
-			for k, vs := range tc.hdr {
-				for _, v := range vs {
-					r.Header.Add(k, v)
-				}
+			if tc.xff != "" {
+				r.Header.Set("X-Forwarded-For", tc.xff)
 			}
-			a, trusted, ok := id.clientAddr(r)
+			c, ok := id.trust.Client(r)
 			if !ok {
 				t.Fatal("no address")
 			}
-			if got := id.ipValue(a); got != tc.want || trusted != tc.trusted {
-				t.Errorf("got %s trusted=%v, want %s trusted=%v", got, trusted, tc.want, tc.trusted)
+			if got := id.ipValue(c.Addr); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
 			}
 		})
 	}
 }
 
 func TestNormalizeIP(t *testing.T) {
-	id := testIdentifier()
+	id := testIdentifier(t)
 	for in, want := range map[string]string{
 		"203.0.113.7":          "203.0.113.7",
 		" 2001:db8:1:2::77 ":   "2001:db8:1:2::/64",
@@ -84,7 +76,7 @@ func FuzzIdentity(f *testing.F) {
 	f.Add("[::ffff:10.0.0.1]:1", "[2001:db8::1]:80,,", "1.2.3.4")
 	f.Add("garbage", "", "")
 	f.Add("10.0.0.1:1", ",,,  ,\x00", "fe80::1%eth0")
-	id := testIdentifier()
+	id := testIdentifier(f)
 	f.Fuzz(func(t *testing.T, peer, xff, realIP string) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = peer
@@ -94,16 +86,13 @@ func FuzzIdentity(f *testing.F) {
 		if realIP != "" {
 			r.Header["X-Real-Ip"] = []string{realIP}
 		}
-		a, trusted, ok := id.clientAddr(r)
+		c, ok := id.trust.Client(r)
 		if !ok {
 			return
 		}
+		a := c.Addr
 		if a.Zone() != "" || a.Is4In6() {
 			t.Fatalf("address %v not normalized", a)
-		}
-		p, _ := peer2(peer)
-		if !trusted && a != p {
-			t.Fatalf("untrusted peer %v: got %v from the headers", p, a)
 		}
 		v := id.ipValue(a)
 		if a.Is4() {
@@ -120,12 +109,6 @@ func FuzzIdentity(f *testing.F) {
 			t.Fatalf("normalizeIP(%q) = %q: not idempotent", v, v2)
 		}
 	})
-}
-
-func peer2(s string) (netip.Addr, bool) {
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = s
-	return peer(r)
 }
 
 // FuzzParseLimit checks that ParseLimit never panics and that what it
@@ -147,7 +130,7 @@ func FuzzParseLimit(f *testing.F) {
 			t.Fatalf("ParseLimit(%q).String() = %q reparses to %+v, %v", s, l.String(), l2, err)
 		}
 		// Every valid limit gets a plan and a policy name.
-		p := newPlan([]Limit{l}, Bucketed)
+		p := newBucketPlan([]Limit{l}, Bucketed)
 		if n := p.lv[p.lim[0].level].n; n < 1 || n > 168 {
 			t.Fatalf("%v reads %d buckets", l, n)
 		}

@@ -2,12 +2,10 @@ package limit
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,7 +34,7 @@ type Limiter struct {
 type rule struct {
 	Rule
 	match      *route.Matcher
-	plan       *plan
+	plan       *bucketPlan
 	allowNets  []netip.Prefix
 	allowVals  map[string]bool
 	metrics    *ruleMetrics
@@ -47,107 +45,35 @@ type rule struct {
 	headers    bool     // send RateLimit headers on allowed responses (ip and user rules, not in shadow)
 }
 
-// New compiles rules into a Limiter. id says how features are read (zero
-// fields take their defaults), cfg gives precision and on_store_error, and
-// trusted lists the proxies whose X-Forwarded-For, X-Real-IP and user header
-// are believed. m may be nil (no metrics) and log nil (no logs).
-func New(rules []Rule, id Identity, cfg Config, trusted []netip.Prefix, store Store, m *Metrics, log *slog.Logger) (*Limiter, error) {
-	if store == nil {
-		return nil, fmt.Errorf("limit: no store")
+// New returns the Limiter of plan over store: plan's rules, counted in
+// store. New cannot fail: Compile made every check. Build one per config
+// snapshot, with the same Store and Metrics as the last while the store's
+// settings do not change (Plan.SameStore), so counters survive a reload. m
+// may be nil (no metrics) and log nil (no logs).
+func New(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Limiter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	prec, err := ParsePrecision(cfg.Precision)
-	if err != nil {
-		return nil, err
-	}
-	if id.IPv6Prefix != 0 || id.MaxBodyBytes != 0 {
-		if err := id.Validate(); err != nil {
-			return nil, fmt.Errorf("limit: identity: %w", err)
-		}
-	}
+	id := plan.id // a copy: WithUserSource changes this Limiter's only
 	l := &Limiter{
-		byName:  make(map[string]*rule, len(rules)),
-		id:      newIdentifier(id, trusted),
-		store:   store,
-		blocked: newBlocked(),
-		now:     time.Now,
-		log:     log,
-	}
-	switch cfg.OnStoreError {
-	case "", "allow":
-		l.failOpen = true
-	case "deny":
-	default:
-		return nil, fmt.Errorf("limit: on_store_error %q is not allow or deny", cfg.OnStoreError)
-	}
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
+		byName:   make(map[string]*rule, len(plan.rules)),
+		id:       &id,
+		store:    store,
+		failOpen: plan.failOpen,
+		blocked:  newBlocked(),
+		now:      time.Now,
+		log:      log,
 	}
 	l.pool.New = func() any { return new(readSet) }
 	_, inProcess := store.(*Memory)
 	l.timed = !inProcess
-	for i, r := range rules {
-		cr, err := compile(r, prec, m)
-		if err != nil {
-			return nil, fmt.Errorf("limit: rules[%d] (%s): %w", i, r.Name, err)
-		}
-		if _, dup := l.byName[r.Name]; dup {
-			return nil, fmt.Errorf("limit: rules[%d]: name %q is used twice", i, r.Name)
-		}
-		l.byName[r.Name] = cr
-		l.rules = append(l.rules, cr)
+	for _, pr := range plan.rules {
+		r := *pr
+		r.metrics = m.forRule(r.Name)
+		l.byName[r.Name] = &r
+		l.rules = append(l.rules, &r)
 	}
-	return l, nil
-}
-
-func compile(r Rule, prec Precision, m *Metrics) (*rule, error) {
-	if err := r.Validate(); err != nil {
-		return nil, err
-	}
-	for _, ch := range r.Name {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.ContainsRune("_.:-", ch)) {
-			// The name is a RateLimit-Policy string and a URL segment.
-			return nil, fmt.Errorf("name: %q may hold only letters, digits and _ . : -", r.Name)
-		}
-	}
-	if r.Strict && len(r.CountStatus) > 0 {
-		return nil, fmt.Errorf("strict: cannot be combined with count_status (a strict rule counts before the upstream answers)")
-	}
-	mt, err := r.Match.Compile()
-	if err != nil {
-		return nil, fmt.Errorf("match: %w", err)
-	}
-	cr := &rule{Rule: r, match: mt, plan: newPlan(r.Limits, prec), metrics: m.forRule(r.Name), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
-	for _, a := range r.Allow {
-		if r.Key == IP {
-			p, err := netip.ParsePrefix(a)
-			if err != nil {
-				ad, err2 := netip.ParseAddr(a)
-				if err2 != nil {
-					return nil, fmt.Errorf("allow: %q is not an address or CIDR", a)
-				}
-				p = netip.PrefixFrom(ad.Unmap(), ad.Unmap().BitLen())
-			}
-			cr.allowNets = append(cr.allowNets, netip.PrefixFrom(p.Addr().Unmap(), unmappedBits(p)).Masked())
-			continue
-		}
-		if cr.allowVals == nil {
-			cr.allowVals = make(map[string]bool)
-		}
-		if r.Key == Email {
-			a = NormalizeEmail(a)
-		}
-		cr.allowVals[a] = true
-	}
-	var items []string
-	for _, lim := range r.Limits {
-		name := r.Name + "-" + windowName(lim.Window)
-		cr.names = append(cr.names, name)
-		cr.quoted = append(cr.quoted, strconv.Quote(name))
-		cr.limitNames = append(cr.limitNames, lim.String())
-		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", name, lim.N, int64(lim.Window/time.Second)))
-	}
-	cr.policy = strings.Join(items, ", ")
-	return cr, nil
+	return l
 }
 
 // windowName writes a window as a policy name suffix: 1s, 1m, 15m, 1d.
@@ -334,19 +260,6 @@ func (l *Limiter) count(ctx context.Context, r *rule, value string, now time.Tim
 		l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
 		r.metrics.inc(storeError)
 	}
-}
-
-// allowlisted reports whether r never limits this client.
-func (r *rule) allowlisted(value string, addr netip.Addr) bool {
-	if r.Key == IP {
-		for _, p := range r.allowNets {
-			if p.Contains(addr) {
-				return true
-			}
-		}
-		return false
-	}
-	return r.allowVals[value]
 }
 
 func (r *rule) counts(status int) bool {

@@ -155,8 +155,8 @@ type features struct {
 func (f *features) client() {
 	if !f.addrDone {
 		f.addrDone = true
-		var ok bool
-		f.addr, f.trusted, ok = f.l.id.clientAddr(f.r)
+		c, ok := f.l.id.trust.Client(f.r)
+		f.addr, f.trusted = c.Addr, c.ViaProxy
 		if ok {
 			f.ip, f.ipOK = f.l.id.ipValue(f.addr), true
 		}

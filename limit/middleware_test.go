@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/route"
 )
@@ -45,7 +45,7 @@ type env struct {
 type envOpt struct {
 	id      limit.Identity
 	cfg     limit.Config
-	trusted []netip.Prefix
+	trusted []string
 	store   limit.Store
 }
 
@@ -62,10 +62,7 @@ func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
 	if o.id.IPv6Prefix == 0 {
 		o.id = limit.DefaultIdentity()
 	}
-	l, err := limit.New(rules, o.id, o.cfg, o.trusted, e.store, limit.NewMetrics(e.reg), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := limit.New(compile(t, rules, o.id, o.cfg, o.trusted...), e.store, limit.NewMetrics(e.reg), nil)
 	e.l = l.WithClock(e.clk.Now)
 	// The upstream answers the status asked for in ?status= and keeps the
 	// body it received.
@@ -367,7 +364,7 @@ func TestHeadersAndProblem(t *testing.T) {
 
 func TestUserRuleOnlyFromTrustedPeer(t *testing.T) {
 	rule := limit.Rule{Name: "api_user", Match: route.Match{Path: "/api/*"}, Key: limit.User, Limits: limits(t, "2/m")}
-	untrusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	untrusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []string{"10.0.0.0/8"}})
 	for i := range 5 {
 		if r, _ := untrusted.do("GET", "/api/x", nil, "X-User-ID", "u1"); r.StatusCode != 200 {
 			t.Fatalf("untrusted peer, request %d: %d, want 200 (header not believed)", i+1, r.StatusCode)
@@ -376,7 +373,7 @@ func TestUserRuleOnlyFromTrustedPeer(t *testing.T) {
 	if got := untrusted.metric("api_user", "skipped"); got != 5 {
 		t.Errorf("skipped = %v, want 5", got)
 	}
-	trusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	trusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []string{"127.0.0.0/8", "::1/128"}})
 	for i := range 2 {
 		if r, _ := trusted.do("GET", "/api/x", nil, "X-User-ID", "u1"); r.StatusCode != 200 {
 			t.Fatalf("trusted peer, request %d: %d", i+1, r.StatusCode)
@@ -391,7 +388,7 @@ func TestUserRuleOnlyFromTrustedPeer(t *testing.T) {
 }
 
 func TestXForwardedForFromTrustedProxy(t *testing.T) {
-	e := newEnv(t, []limit.Rule{ipRule(t, "1/m")}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8")}})
+	e := newEnv(t, []limit.Rule{ipRule(t, "1/m")}, envOpt{trusted: []string{"127.0.0.0/8", "10.0.0.0/8"}})
 	// The client forges a leftmost entry; the trusted hops are skipped.
 	if r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", "1.2.3.4, 198.51.100.7, 10.0.0.2"); r.StatusCode != 200 {
 		t.Fatal(r.StatusCode)
@@ -535,7 +532,7 @@ func TestAdmin(t *testing.T) {
 	em := loginEmailRule(t)
 	ip := ipRule(t, "1/m")
 	ip.Match = route.Match{Path: "/ip"}
-	e := newEnv(t, []limit.Rule{em, ip}, envOpt{trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	e := newEnv(t, []limit.Rule{em, ip}, envOpt{trusted: []string{"127.0.0.0/8"}})
 	// Mounted as cmd/gateway does: a chi sub-route, then StripPrefix.
 	mux := chi.NewRouter()
 	mux.Route("/admin", func(r chi.Router) {
@@ -609,10 +606,7 @@ func TestReloadKeepsCounts(t *testing.T) {
 	for range 3 {
 		e.do("POST", "/login", nil)
 	}
-	l2, err := limit.New([]limit.Rule{ipRule(t, "4/m")}, limit.DefaultIdentity(), limit.DefaultConfig(), nil, e.store, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l2 := limit.New(compile(t, []limit.Rule{ipRule(t, "4/m")}, limit.DefaultIdentity(), limit.DefaultConfig()), e.store, nil, nil)
 	srv := httptest.NewServer(l2.WithClock(e.clk.Now).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	defer srv.Close()
 	codes := []int{}
@@ -629,25 +623,63 @@ func TestReloadKeepsCounts(t *testing.T) {
 	}
 }
 
-func TestNewRejects(t *testing.T) {
+// compile compiles the limiter's sections with the given trusted proxies.
+func compile(t testing.TB, rules []limit.Rule, id limit.Identity, cfg limit.Config, trusted ...string) *limit.Plan {
+	t.Helper()
+	tr, err := forwarded.Parse(trusted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := limit.Compile(rules, id, cfg, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCompileRejects checks that every config the limiter could not run
+// is refused by Compile, with the field's path in the file.
+func TestCompileRejects(t *testing.T) {
 	good := ipRule(t, "1/s")
-	for name, tc := range map[string]struct {
+	for _, tc := range []struct {
+		name  string
 		rules []limit.Rule
+		id    func(*limit.Identity)
 		cfg   func(*limit.Config)
+		field string
 	}{
-		"duplicate name":          {rules: []limit.Rule{good, good}},
-		"bad precision":           {rules: []limit.Rule{good}, cfg: func(c *limit.Config) { c.Precision = "fuzzy" }},
-		"bad policy":              {rules: []limit.Rule{good}, cfg: func(c *limit.Config) { c.OnStoreError = "maybe" }},
-		"strict and count_status": {rules: []limit.Rule{{Name: "x", Match: loginPost, Key: limit.Email, Limits: limits(t, "1/s"), Strict: true, CountStatus: []int{401}}}},
-		"bad allow":               {rules: []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), Allow: []string{"nope"}}}},
-		"name with space":         {rules: []limit.Rule{{Name: "a b", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s")}}},
+		{"duplicate name", []limit.Rule{good, good}, nil, nil, "rules[1].name:"},
+		{"no name", []limit.Rule{{Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s")}}, nil, nil, "rules[0].name:"},
+		{"name with space", []limit.Rule{good, {Name: "a b", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s")}}, nil, nil, "rules[1].name:"},
+		{"bad key", []limit.Rule{{Name: "x", Match: loginPost, Key: "cookie", Limits: limits(t, "1/s")}}, nil, nil, "rules[0].key:"},
+		{"no limits", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP}}, nil, nil, "rules[0].limits:"},
+		{"bad path", []limit.Rule{{Name: "x", Match: route.Match{Path: "login"}, Key: limit.IP, Limits: limits(t, "1/s")}}, nil, nil, "rules[0].match:"},
+		{"bad status", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), CountStatus: []int{401, 42}}}, nil, nil, "rules[0].count_status[1]:"},
+		{"strict and count_status", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.Email, Limits: limits(t, "1/s"), Strict: true, CountStatus: []int{401}}}, nil, nil, "rules[0].strict:"},
+		{"bad allow", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), Allow: []string{"10.0.0.0/8", "not-a-cidr"}}}, nil, nil, "rules[0].allow[1]:"},
+		{"allow /33", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), Allow: []string{"10.0.0.0/33"}}}, nil, nil, "rules[0].allow[0]:"},
+		{"user rule without header", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.User, Limits: limits(t, "1/s")}}, func(id *limit.Identity) { id.UserHeader = "" }, nil, "rules[0].key:"},
+		{"bad precision", []limit.Rule{good}, nil, func(c *limit.Config) { c.Precision = "fuzzy" }, "limiter.precision:"},
+		{"bad policy", []limit.Rule{good}, nil, func(c *limit.Config) { c.OnStoreError = "maybe" }, "limiter.on_store_error:"},
+		{"memcached listed twice", nil, nil, func(c *limit.Config) {
+			c.Store = "memcached"
+			c.Memcached.Servers = []string{"127.0.0.1:11211", "127.0.0.1:11211"}
+		}, "limiter.memcached.servers[1]:"},
+		{"memcached no port", nil, nil, func(c *limit.Config) { c.Store = "memcached"; c.Memcached.Servers = []string{"127.0.0.1"} }, "limiter.memcached.servers[0]:"},
+		{"bad ipv6 prefix", nil, func(id *limit.Identity) { id.IPv6Prefix = 129 }, nil, "identity.ipv6_prefix:"},
+		{"zero body", nil, func(id *limit.Identity) { id.MaxBodyBytes = 0 }, nil, "identity.max_body_bytes:"},
+		{"bad header name", nil, func(id *limit.Identity) { id.UserHeader = "X User" }, nil, "identity.user_header:"},
 	} {
-		cfg := limit.DefaultConfig()
+		cfg, id := limit.DefaultConfig(), limit.DefaultIdentity()
 		if tc.cfg != nil {
 			tc.cfg(&cfg)
 		}
-		if _, err := limit.New(tc.rules, limit.DefaultIdentity(), cfg, nil, limit.NewMemory(), nil, nil); err == nil {
-			t.Errorf("%s: New accepted it", name)
+		if tc.id != nil {
+			tc.id(&id)
+		}
+		_, err := limit.Compile(tc.rules, id, cfg, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.field) {
+			t.Errorf("%s: Compile error %v, want one starting with %s", tc.name, err, tc.field)
 		}
 	}
 }
@@ -758,7 +790,7 @@ func TestRejectedNotCounted(t *testing.T) {
 func TestExactPrecisionFarEdge(t *testing.T) {
 	cfg := limit.DefaultConfig()
 	cfg.Precision = "exact"
-	e := newEnv(t, []limit.Rule{ipRule(t, "3/d")}, envOpt{cfg: cfg, trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	e := newEnv(t, []limit.Rule{ipRule(t, "3/d")}, envOpt{cfg: cfg, trusted: []string{"127.0.0.0/8"}})
 	post := func(client string) *http.Response {
 		r, _ := e.do("POST", "/login", nil, "X-Forwarded-For", client)
 		return r

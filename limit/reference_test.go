@@ -47,7 +47,7 @@ func leaves(exact bool, pl planLimit, h int64) int64 {
 }
 
 // within reports whether every limit holds at now with extra more hits.
-func (c *refClient) within(p *plan, now, extra int64) bool {
+func (c *refClient) within(p *bucketPlan, now, extra int64) bool {
 	for i, pl := range p.lim {
 		if c.count(p.exact, pl, now)+extra > p.limits[i].N {
 			return false
@@ -58,7 +58,7 @@ func (c *refClient) within(p *plan, now, extra int64) bool {
 
 // freeAt returns the first second after now at which one more hit passes
 // every limit, no other hit being counted meanwhile.
-func (c *refClient) freeAt(p *plan, now int64) int64 {
+func (c *refClient) freeAt(p *bucketPlan, now int64) int64 {
 	var cands []int64
 	for _, pl := range p.lim {
 		for _, h := range c.hits {
@@ -114,10 +114,7 @@ func replayReference(t *testing.T, specs []string, prec string, strict, plain bo
 	cfg := DefaultConfig()
 	cfg.Precision = prec
 	rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, specs...), Strict: strict}
-	l, err := New([]Rule{rule}, Identity{}, cfg, nil, store, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := New(compileT(t, []Rule{rule}, cfg), store, nil, nil)
 	r := l.rules[0]
 	p := r.plan
 	ref := map[string]*refClient{}

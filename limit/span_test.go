@@ -44,14 +44,8 @@ func TestSpanPathMatchesLoadPath(t *testing.T) {
 			var now time.Time
 			clock := func() time.Time { return now }
 			rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, variant.specs...), Shadow: variant.shadow, Strict: variant.strict}
-			fast, err := New([]Rule{rule}, Identity{}, DefaultConfig(), nil, NewMemoryAt(clock), nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slow, err := New([]Rule{rule}, Identity{}, DefaultConfig(), nil, plainStore{NewMemoryAt(clock)}, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fast := New(compileT(t, []Rule{rule}, DefaultConfig()), NewMemoryAt(clock), nil, nil)
+			slow := New(compileT(t, []Rule{rule}, DefaultConfig()), plainStore{NewMemoryAt(clock)}, nil, nil)
 			rng := rand.New(rand.NewPCG(5, 6))
 			now = time.Date(2026, 3, 28, 23, 59, 58, 0, time.UTC)
 			ctx := context.Background()
@@ -78,10 +72,7 @@ func TestSpanPathMatchesLoadPath(t *testing.T) {
 func TestCountAfterResponseKeepsBuckets(t *testing.T) {
 	m := NewMemory()
 	rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, "100/m")}
-	l, err := New([]Rule{rule}, Identity{}, DefaultConfig(), nil, m, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := New(compileT(t, []Rule{rule}, DefaultConfig()), m, nil, nil)
 	ctx := context.Background()
 	t100 := time.Unix(1_800_000_100, 0)
 	l.check(ctx, l.rules[0], "a", t100, false)

@@ -87,10 +87,7 @@ func BenchmarkDirect(b *testing.B) {
 
 func BenchmarkProxy(b *testing.B) {
 	up := benchUpstream(b)
-	p, err := proxy.New(config(up.URL), nil, proxy.NewMetrics(prometheus.NewRegistry()), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := proxy.New(plan(b, config(up.URL)), proxy.NewMetrics(prometheus.NewRegistry()), nil)
 	defer p.Close()
 	benchThrough(b, p)
 	b.ReportMetric(float64(p.ConnectionsOpened()), "upstream-conns")
@@ -102,7 +99,7 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr := proxy.NewTransport(config(up.URL))
+	tr := proxy.NewTransport(plan(b, config(up.URL)))
 	defer tr.CloseIdleConnections()
 	benchThrough(b, &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

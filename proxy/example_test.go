@@ -3,10 +3,10 @@ package proxy_test
 import (
 	"log/slog"
 	"net/http"
-	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/proxy"
 )
 
@@ -16,11 +16,17 @@ import (
 func ExampleNew() {
 	m := proxy.NewMetrics(prometheus.DefaultRegisterer)
 	cfg := proxy.DefaultConfig()
-	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
-	p, err := proxy.New(cfg, trusted, m, slog.Default())
+	cfg.Targets = []string{"http://127.0.0.1:8081"}
+	trust, err := forwarded.Parse([]string{"127.0.0.1/32"})
 	if err != nil {
 		panic(err)
 	}
+	// Compile decides; New cannot refuse what Compile accepted.
+	plan, err := proxy.Compile(cfg, trust, []string{"X-User-ID"})
+	if err != nil {
+		panic(err)
+	}
+	p := proxy.New(plan, m, slog.Default())
 	defer p.Close()
 
 	mux := http.NewServeMux()

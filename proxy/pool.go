@@ -17,7 +17,7 @@ import (
 // request path only loads it.
 type target struct {
 	name    string   // scheme://host[:port], the metric label and log field
-	url     *url.URL // scheme and host only (Config.Validate refuses paths)
+	url     *url.URL // scheme and host only (Compile refuses paths)
 	healthy atomic.Bool
 	// failures counts requests that could not connect. A health check that
 	// saw failures rise while it ran does not put the target back: its
@@ -49,15 +49,10 @@ type pool struct {
 	next    atomic.Uint64
 }
 
-func newPool(urls []string, m *Metrics) (*pool, error) {
+func newPool(urls []*url.URL, m *Metrics) *pool {
 	p := &pool{}
 	seen := map[string]*target{}
-	for i, s := range urls {
-		u, err := url.Parse(s)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: targets[%d]: %w", i, err)
-		}
-		u = &url.URL{Scheme: u.Scheme, Host: u.Host}
+	for _, u := range urls {
 		name := u.String()
 		t := seen[name]
 		if t == nil {
@@ -71,7 +66,7 @@ func newPool(urls []string, m *Metrics) (*pool, error) {
 		}
 		p.ring = append(p.ring, t)
 	}
-	return p, nil
+	return p
 }
 
 // pick returns the next healthy target in round-robin order, or nil when all

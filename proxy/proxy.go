@@ -11,23 +11,20 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/problem"
 )
 
 // Proxy is an http.Handler that forwards requests to the targets of one
-// upstream Config. It is safe for concurrent use; the zero value is not
+// upstream Plan. It is safe for concurrent use; the zero value is not
 // usable, call New. The gateway builds a new Proxy when the upstream section
 // changes and Closes the old one.
 type Proxy struct {
@@ -35,7 +32,8 @@ type Proxy struct {
 	pool      *pool
 	transport *http.Transport
 	dialer    *net.Dialer
-	trusted   []netip.Prefix
+	trust     *forwarded.Trust
+	identity  []string // headers that reach the upstream only from a trusted proxy
 	m         *Metrics
 	log       *slog.Logger
 	opened    atomic.Int64
@@ -48,26 +46,20 @@ type Proxy struct {
 	closeOnce sync.Once
 }
 
-// New validates cfg, builds the transport and starts health checking in a
+// New builds the transport of plan and starts health checking in a
 // goroutine until Close; the first check runs at once, and until it answers
-// every target counts as healthy so the gateway serves immediately. trusted
-// are the peers whose X-Forwarded-* headers are believed (server.trusted_proxies).
-// m and log may be nil.
-func New(cfg Config, trusted []netip.Prefix, m *Metrics, log *slog.Logger) (*Proxy, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
-	}
+// every target counts as healthy so the gateway serves immediately. m and
+// log may be nil.
+func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	pl, err := newPool(cfg.Targets, m)
-	if err != nil {
-		return nil, err
-	}
+	cfg := plan.cfg
 	p := &Proxy{
-		pool:         pl,
+		pool:         newPool(plan.targets, m),
 		dialer:       &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
-		trusted:      slices.Clone(trusted),
+		trust:        plan.trust,
+		identity:     plan.identity,
 		m:            m,
 		log:          log,
 		checkPath:    cfg.HealthCheck.Path,
@@ -88,7 +80,7 @@ func New(cfg Config, trusted []netip.Prefix, m *Metrics, log *slog.Logger) (*Pro
 	ctx, stop := context.WithCancel(context.Background())
 	p.stop = stop
 	go p.healthLoop(ctx, cfg.HealthCheck.Interval)
-	return p, nil
+	return p
 }
 
 // ServeHTTP forwards r to the next healthy target.
@@ -150,60 +142,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// rather than an internal address. Upstreams that need their own name
 	// must be configured to answer to the public one.
 	out.Host = in.Host
-
-	peer, _, err := net.SplitHostPort(in.RemoteAddr)
-	if err != nil {
-		peer = in.RemoteAddr
-	}
-	trusted := p.isTrusted(peer)
-
-	// X-Forwarded-For: the client's chain is believed only from a trusted
-	// peer; anyone else could forge the address the limiter keys on. The
-	// values below follow ProxyRequest.SetXForwarded, including that an
-	// inbound header present with a nil value means "send none".
-	prior, ok := in.Header["X-Forwarded-For"]
-	switch {
-	case ok && prior == nil:
-	case trusted && len(prior) > 0:
-		out.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+peer)
-	default:
-		out.Header.Set("X-Forwarded-For", peer)
-	}
-	if v := in.Header.Get("X-Forwarded-Proto"); trusted && v != "" {
-		out.Header.Set("X-Forwarded-Proto", v)
-	} else if in.TLS != nil {
-		out.Header.Set("X-Forwarded-Proto", "https")
-	} else {
-		out.Header.Set("X-Forwarded-Proto", "http")
-	}
-	if v := in.Header.Get("X-Forwarded-Host"); trusted && v != "" {
-		out.Header.Set("X-Forwarded-Host", v)
-	} else {
-		out.Header.Set("X-Forwarded-Host", in.Host)
-	}
-	// X-Real-IP passes only from a trusted peer. Forwarded (RFC 7239) is
-	// never passed on, as in ReverseProxy: this proxy does not maintain it,
-	// so a stale copy would misstate the chain.
-	if !trusted {
-		out.Header.Del("X-Real-Ip")
-	}
-}
-
-func (p *Proxy) isTrusted(host string) bool {
-	if len(p.trusted) == 0 {
-		return false
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap().WithZone("")
-	for _, pfx := range p.trusted {
-		if pfx.Contains(a) {
-			return true
-		}
-	}
-	return false
+	// Who the client is, and which of its headers are believed, is decided
+	// by forwarded alone: the limiter asks the same Trust.
+	p.trust.SetHeaders(out.Header, in, p.identity)
 }
 
 // handleError answers a request the upstream did not: 502 when no target

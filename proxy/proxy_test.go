@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/proxy"
 )
 
@@ -39,13 +39,25 @@ type fixture struct {
 	front *httptest.Server // serves p on loopback
 }
 
-func start(t *testing.T, cfg proxy.Config, trusted []netip.Prefix) *fixture {
+// plan compiles cfg with the given trusted proxies and X-User-ID as the
+// identity header.
+func plan(t testing.TB, cfg proxy.Config, trusted ...string) *proxy.Plan {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	p, err := proxy.New(cfg, trusted, proxy.NewMetrics(reg), nil)
+	tr, err := forwarded.Parse(trusted)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := proxy.Compile(cfg, tr, []string{"X-User-ID"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func start(t *testing.T, cfg proxy.Config, trusted ...string) *fixture {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	p := proxy.New(plan(t, cfg, trusted...), proxy.NewMetrics(reg), nil)
 	t.Cleanup(p.Close)
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
@@ -215,7 +227,7 @@ func TestRedirectPassesIntact(t *testing.T) {
 			w.WriteHeader(http.StatusMovedPermanently)
 		}
 	})
-	f := start(t, config(up.URL), nil)
+	f := start(t, config(up.URL))
 	for path, want := range map[string]struct {
 		status   int
 		location string
@@ -231,36 +243,41 @@ func TestRedirectPassesIntact(t *testing.T) {
 }
 
 func TestForwardedHeaders(t *testing.T) {
-	type seen struct{ Host, XFF, Proto, FHost, RealIP, Forwarded, Query string }
+	type seen struct{ Host, XFF, Proto, FHost, RealIP, Forwarded, User, Query string }
 	up := newUpstream(t, "a", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(seen{
 			Host: r.Host, XFF: strings.Join(r.Header.Values("X-Forwarded-For"), "|"),
 			Proto: r.Header.Get("X-Forwarded-Proto"), FHost: r.Header.Get("X-Forwarded-Host"),
-			RealIP: r.Header.Get("X-Real-Ip"), Forwarded: r.Header.Get("Forwarded"), Query: r.URL.RawQuery,
+			RealIP: r.Header.Get("X-Real-Ip"), Forwarded: r.Header.Get("Forwarded"), User: r.Header.Get("X-User-Id"), Query: r.URL.RawQuery,
 		})
 	})
-	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	loopback := []string{"127.0.0.0/8"}
 	tests := []struct {
 		name    string
-		trusted []netip.Prefix
+		trusted []string
 		header  map[string]string
 		want    seen
 	}{
 		{"trusted peer: client chain kept and peer appended", loopback,
 			map[string]string{"X-Forwarded-For": "203.0.113.7, 10.0.0.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "sho.rt", "X-Real-Ip": "203.0.113.7", "Forwarded": "for=203.0.113.7"},
-			seen{Host: "public.example", XFF: "203.0.113.7, 10.0.0.1, 127.0.0.1", Proto: "https", FHost: "sho.rt", RealIP: "203.0.113.7", Query: "k=v"}},
+			// X-Real-IP names the client as the limiter sees it: the rightmost
+			// address no trusted proxy appended.
+			seen{Host: "public.example", XFF: "203.0.113.7, 10.0.0.1, 127.0.0.1", Proto: "https", FHost: "sho.rt", RealIP: "10.0.0.1", Query: "k=v"}},
 		{"trusted peer without headers", loopback, nil,
-			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", Query: "k=v"}},
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", RealIP: "127.0.0.1", Query: "k=v"}},
 		{"untrusted peer: forged headers not believed", nil,
-			map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example", "X-Real-Ip": "203.0.113.7", "Forwarded": "for=203.0.113.7"},
-			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", Query: "k=v"}},
-		{"peer outside the trusted prefixes", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-			map[string]string{"X-Forwarded-For": "203.0.113.7"},
-			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", Query: "k=v"}},
+			map[string]string{"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example", "X-Real-Ip": "203.0.113.7", "Forwarded": "for=203.0.113.7", "X-User-Id": "admin"},
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", RealIP: "127.0.0.1", Query: "k=v"}},
+		{"peer outside the trusted prefixes", []string{"10.0.0.0/8"},
+			map[string]string{"X-Forwarded-For": "203.0.113.7", "X-User-Id": "admin"},
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", RealIP: "127.0.0.1", Query: "k=v"}},
+		{"trusted peer: its user header passes", loopback,
+			map[string]string{"X-User-Id": "alice"},
+			seen{Host: "public.example", XFF: "127.0.0.1", Proto: "http", FHost: "public.example", RealIP: "127.0.0.1", User: "alice", Query: "k=v"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := start(t, config(up.URL), tt.trusted)
+			f := start(t, config(up.URL), tt.trusted...)
 			req, _ := http.NewRequest(http.MethodGet, f.front.URL+"/x?k=v", nil)
 			req.Host = "public.example"
 			for k, v := range tt.header {
@@ -301,7 +318,7 @@ func deadAfterCheck(t *testing.T, f func(target string) *fixture) (*fixture, *up
 
 func TestFailover(t *testing.T) {
 	live := newUpstream(t, "live", nil)
-	f, dead := deadAfterCheck(t, func(dead string) *fixture { return start(t, config(dead, live.URL), nil) })
+	f, dead := deadAfterCheck(t, func(dead string) *fixture { return start(t, config(dead, live.URL)) })
 	for i := range 4 {
 		resp, body := f.get(t, "/k")
 		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "live" {
@@ -346,7 +363,7 @@ func TestRetryOnlyReplayable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.method+"/"+tt.body+"/"+tt.header, func(t *testing.T) {
 			live := newUpstream(t, "live", nil)
-			f, dead := deadAfterCheck(t, func(dead string) *fixture { return start(t, config(dead, live.URL), nil) })
+			f, dead := deadAfterCheck(t, func(dead string) *fixture { return start(t, config(dead, live.URL)) })
 			req, _ := http.NewRequest(tt.method, f.front.URL+"/k", strings.NewReader(tt.body))
 			if tt.header != "" {
 				req.Header.Set(tt.header, "abc")
@@ -373,7 +390,7 @@ func TestHealthCheckPutsTargetBack(t *testing.T) {
 	target := deadAddr(t)
 	cfg := config(target)
 	cfg.HealthCheck.Interval = 50 * time.Millisecond
-	f := start(t, cfg, nil)
+	f := start(t, cfg)
 	waitFor(t, "the dead target to be taken out", func() bool { return !f.p.Ready() })
 	if got := f.healthy(t, target); got != 0 {
 		t.Errorf("health = %v, want 0", got)
@@ -414,7 +431,7 @@ func TestHealthCheckTakesOutNon2xx(t *testing.T) {
 	t.Cleanup(srv.Close)
 	cfg := config(srv.URL)
 	cfg.HealthCheck.Interval = 50 * time.Millisecond
-	f := start(t, cfg, nil)
+	f := start(t, cfg)
 	sick.Store(true)
 	waitFor(t, "a 503 health check to take the target out", func() bool { return !f.p.Ready() })
 	sick.Store(false)
@@ -423,7 +440,7 @@ func TestHealthCheckTakesOutNon2xx(t *testing.T) {
 
 func TestAllTargetsDead(t *testing.T) {
 	a, b := deadAddr(t), deadAddr(t)
-	f := start(t, config(a, b), nil)
+	f := start(t, config(a, b))
 	resp, body := f.get(t, "/k")
 	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
 	waitFor(t, "Ready to turn false", func() bool { return !f.p.Ready() })
@@ -445,7 +462,7 @@ func TestSlowUpstream(t *testing.T) {
 	defer close(release)
 	cfg := config(up.URL)
 	cfg.ResponseHeaderTimeout = 100 * time.Millisecond
-	f := start(t, cfg, nil)
+	f := start(t, cfg)
 	resp, body := f.get(t, "/k")
 	wantProblem(t, resp, body, http.StatusGatewayTimeout, "Gateway Timeout")
 	if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", "timeout"); got != 1 {
@@ -469,7 +486,7 @@ func TestPostNotRetriedAfterSent(t *testing.T) {
 		conn.Close()
 	})
 	ok := newUpstream(t, "ok", nil)
-	f := start(t, config(breaks.URL, ok.URL), nil)
+	f := start(t, config(breaks.URL, ok.URL))
 	waitFor(t, "the first health check", func() bool { return breaks.checks.Load() > 0 && ok.checks.Load() > 0 })
 
 	var codes []int
@@ -502,7 +519,7 @@ func TestBodiesStreamedByteForByte(t *testing.T) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		io.Copy(w, r.Body)
 	})
-	f := start(t, config(up.URL), nil)
+	f := start(t, config(up.URL))
 	payload := make([]byte, 5<<20)
 	rand.Read(payload)
 	req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/upload", bytes.NewReader(payload))
@@ -528,7 +545,7 @@ func TestStreamingIsNotBuffered(t *testing.T) {
 		}
 		io.WriteString(w, "data: second\n\n")
 	})
-	f := start(t, config(up.URL), nil)
+	f := start(t, config(up.URL))
 	resp, err := client().Get(f.front.URL + "/events")
 	if err != nil {
 		t.Fatal(err)
@@ -559,7 +576,7 @@ func TestConnectionReuse(t *testing.T) {
 	up := newUpstream(t, "a", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	})
-	f := start(t, config(up.URL), nil)
+	f := start(t, config(up.URL))
 	const clients, requests = 32, 2000
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	defer c.CloseIdleConnections()
@@ -600,15 +617,9 @@ func TestCloseReleasesMetrics(t *testing.T) {
 	up := newUpstream(t, "a", nil)
 	reg := prometheus.NewRegistry()
 	m := proxy.NewMetrics(reg)
-	old, err := proxy.New(config(up.URL), nil, m, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := proxy.New(plan(t, config(up.URL)), m, nil)
 	other := deadAddr(t)
-	next, err := proxy.New(config(up.URL, other), nil, m, nil) // a reload that adds a target
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := proxy.New(plan(t, config(up.URL, other)), m, nil) // a reload that adds a target
 	old.Close()
 	old.Close() // idempotent
 	f := &fixture{p: next, reg: reg}
@@ -623,20 +634,46 @@ func TestCloseReleasesMetrics(t *testing.T) {
 	}
 }
 
-func TestNewRejectsBadConfig(t *testing.T) {
-	for name, mod := range map[string]func(*proxy.Config){
-		"no targets":      func(c *proxy.Config) { c.Targets = nil },
-		"target path":     func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:1/base"} },
-		"target query":    func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:1?x=1"} },
-		"not http":        func(c *proxy.Config) { c.Targets = []string{"ftp://127.0.0.1:1"} },
-		"zero idle conns": func(c *proxy.Config) { c.MaxIdleConnsPerHost = 0 },
-		"zero interval":   func(c *proxy.Config) { c.HealthCheck.Interval = 0 },
+func TestCompileRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mod   func(*proxy.Config)
+		field string // the error starts with it
+	}{
+		{"no targets", func(c *proxy.Config) { c.Targets = nil }, "upstream.targets:"},
+		{"target path", func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:1/base"} }, "upstream.targets[0]:"},
+		{"target query", func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:1", "http://127.0.0.1:1?x=1"} }, "upstream.targets[1]:"},
+		{"not http", func(c *proxy.Config) { c.Targets = []string{"ftp://127.0.0.1:1"} }, "upstream.targets[0]:"},
+		{"port out of range", func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:65536"} }, "upstream.targets[0]:"},
+		{"empty port", func(c *proxy.Config) { c.Targets = []string{"http://127.0.0.1:"} }, "upstream.targets[0]:"},
+		{"no host", func(c *proxy.Config) { c.Targets = []string{"http://:80"} }, "upstream.targets[0]:"},
+		{"zero idle conns", func(c *proxy.Config) { c.MaxIdleConnsPerHost = 0 }, "upstream.max_idle_conns_per_host:"},
+		{"zero interval", func(c *proxy.Config) { c.HealthCheck.Interval = 0 }, "upstream.health_check.interval:"},
+		{"relative health path", func(c *proxy.Config) { c.HealthCheck.Path = "healthz" }, "upstream.health_check.path:"},
 	} {
 		cfg := config("http://127.0.0.1:1/")
-		mod(&cfg)
-		if p, err := proxy.New(cfg, nil, nil, nil); err == nil {
-			p.Close()
-			t.Errorf("%s: New accepted %+v", name, cfg)
+		tc.mod(&cfg)
+		_, err := proxy.Compile(cfg, nil, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.field) {
+			t.Errorf("%s: Compile error %v, want one starting with %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+func TestPlanEqual(t *testing.T) {
+	a := plan(t, config("http://127.0.0.1:1"), "127.0.0.1")
+	for _, tc := range []struct {
+		name string
+		b    *proxy.Plan
+		want bool
+	}{
+		{"same", plan(t, config("http://127.0.0.1:1"), "127.0.0.1"), true},
+		{"other target", plan(t, config("http://127.0.0.1:2"), "127.0.0.1"), false},
+		{"other trust", plan(t, config("http://127.0.0.1:1"), "10.0.0.0/8"), false},
+		{"other timeout", plan(t, func() proxy.Config { c := config("http://127.0.0.1:1"); c.DialTimeout++; return c }(), "127.0.0.1"), false},
+	} {
+		if got := a.Equal(tc.b); got != tc.want {
+			t.Errorf("%s: Equal = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -647,7 +684,7 @@ func TestClientGoneWritesNothing(t *testing.T) {
 		close(arrived)
 		<-r.Context().Done()
 	})
-	f := start(t, config(up.URL), nil)
+	f := start(t, config(up.URL))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-arrived
@@ -672,7 +709,7 @@ func TestRequestDeadlineIs504(t *testing.T) {
 	up := newUpstream(t, "slow", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	f := start(t, config(up.URL), nil)
+	f := start(t, config(up.URL))
 	// A middleware in front of the proxy may bound the whole request.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -15,14 +15,15 @@ var ErrNoHealthyTarget = errors.New("proxy: no healthy upstream target")
 
 // NewTransport returns the tuned transport the proxy sends requests with,
 // without its connection counting and retries: keep-alive pooling sized by
-// cfg.MaxIdleConnsPerHost (Go's default of 2 idle connections per host makes
-// a loaded proxy open thousands of connections a second), cfg's dial and
-// response-header timeouts, no environment proxy, and no transparent gzip
-// (the body is passed on exactly as the upstream sent it). cmd's bare
-// benchmark proxy uses it as the floor to compare against.
-func NewTransport(cfg Config) *http.Transport {
-	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	return newTransport(cfg, d.DialContext)
+// upstream.max_idle_conns_per_host (Go's default of 2 idle connections per
+// host makes a loaded proxy open thousands of connections a second), the
+// plan's dial and response-header timeouts, no environment proxy, and no
+// transparent gzip (the body is passed on exactly as the upstream sent it).
+// The bare benchmark proxy (bench/floor) uses it as the floor to compare
+// against.
+func NewTransport(p *Plan) *http.Transport {
+	d := &net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	return newTransport(p.cfg, d.DialContext)
 }
 
 func newTransport(cfg Config, dial func(context.Context, string, string) (net.Conn, error)) *http.Transport {

@@ -28,7 +28,7 @@ func TestConformanceOnModel(t *testing.T) {
 			var unused time.Time
 			s := onFake(t, db, &unused)
 			s.now = now
-			t.Cleanup(s.Close)
+			t.Cleanup(func() { s.Close() })
 			return s
 		}
 		last := open()

@@ -158,10 +158,7 @@ var (
 	ErrClosed = errors.New("cassandra: store closed")
 )
 
-var (
-	_ analytics.Writer = (*Store)(nil)
-	_ analytics.Reader = (*Store)(nil)
-)
+var _ analytics.Store = (*Store)(nil)
 
 // Store is the analytics store on Cassandra. It is safe for concurrent use;
 // Writes are serialized (the flusher makes one at a time anyway). Use Open.
@@ -391,8 +388,9 @@ func (s *Store) backend() (backend, error) {
 
 // Close stops connecting, folds the totals rows of this writer that it can
 // within a few seconds (those whose last write succeeded), and closes the
-// session. Calls after the first do nothing.
-func (s *Store) Close() {
+// session. Rows left unfolded stay counted (see the package documentation),
+// so Close reports no error. Calls after the first do nothing.
+func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		<-s.done
@@ -418,6 +416,7 @@ func (s *Store) Close() {
 		}
 		be.close()
 	})
+	return nil
 }
 
 // Write implements analytics.Writer: see the package documentation.

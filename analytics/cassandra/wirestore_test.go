@@ -27,7 +27,7 @@ func openWire(t *testing.T, srv *wireServer) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Ready() != nil {
 		if time.Now().After(deadline) {

@@ -41,11 +41,9 @@
 //
 // # Use
 //
-//	s, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, log)
-//	go s.Run(ctx, time.Hour) // expiry
-//	// s is the flusher's analytics.Writer and the stats API's analytics.Reader;
-//	// close it after the final flush.
-//	defer s.Close()
+//	s, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, log) // expires old buckets hourly
+//	// s is an analytics.Store: hand it to analytics.NewPipeline, whose
+//	// Close closes it after the final flush.
 package pebble
 
 import (
@@ -68,10 +66,7 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-var (
-	_ analytics.Writer = (*Store)(nil)
-	_ analytics.Reader = (*Store)(nil)
-)
+var _ analytics.Store = (*Store)(nil)
 
 // cacheSize is the block cache's size in bytes.
 const cacheSize = 64 << 20
@@ -128,15 +123,43 @@ type Store struct {
 
 	// expiring serializes Expire calls.
 	expiring sync.Mutex
+
+	// stopExpiry ends the background expiry Open starts; expiryDone is
+	// closed when it has returned. Both nil for a store opened without it.
+	stopExpiry context.CancelFunc
+	expiryDone chan struct{}
 }
 
+// firstExpiry is how long after Open the background expiry first runs:
+// not at once, so that it does not slow the gateway's start.
+const firstExpiry = time.Minute
+
 // Open opens or creates the store in the directory path, holding the tiers
-// of resolution that Write accepts and Expire enforces. The tiers may differ
-// from the last Open's: buckets of a tier no longer given stay on disk
-// unread until they are removed by hand. log receives Pebble's messages and
-// Expire's; nil discards them.
+// of resolution that Write accepts and Expire enforces, and starts expiring
+// old buckets in the background (Run, hourly, the first time a minute
+// after Open) until Close. The tiers may differ from the last Open's:
+// buckets of a tier no longer given stay on disk unread until they are
+// removed by hand. log receives Pebble's messages and Expire's; nil
+// discards them.
 func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
-	return open(path, vfs.Default, tiers, log)
+	s, err := open(path, vfs.Default, tiers, log)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopExpiry, s.expiryDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.expiryDone)
+		t := time.NewTimer(firstExpiry)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.Run(ctx, time.Hour)
+	}()
+	return s, nil
 }
 
 // open is Open on the file system fs: tests inject faults through it.
@@ -179,10 +202,14 @@ func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store
 	return s, nil
 }
 
-// Close closes the database and releases its directory. Later calls of
-// any method return ErrClosed.
+// Close stops the background expiry, closes the database and releases its
+// directory. Later calls of any method return ErrClosed.
 func (s *Store) Close() error {
-	s.closing.Store(true)
+	s.closing.Store(true) // a running Expire stops between chunks
+	if s.stopExpiry != nil {
+		s.stopExpiry()
+		<-s.expiryDone
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -491,9 +518,9 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 }
 
 // Run calls Expire with the wall clock at once and then every interval
-// until ctx is done or the store is closed, logging failures. The gateway
-// runs it in a goroutine beside the flusher; an hour, the interval used when
-// every is not positive, is fine.
+// until ctx is done or the store is closed, logging failures; an hour, the
+// interval used when every is not positive, is fine. Open runs it in the
+// background already.
 func (s *Store) Run(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = time.Hour

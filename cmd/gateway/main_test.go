@@ -16,10 +16,10 @@ import (
 	"time"
 )
 
-// The end-to-end tests run the real binaries as processes, so that signals
-// are real signals and nothing is shared with the test. TestMain builds them
-// once (with -race when the tests run with it).
-var bin struct{ gateway, tinyurl string }
+// These tests run the real binary as a process, so that signals are real
+// signals and nothing is shared with the test. TestMain builds it once
+// (with -race when the tests run with it).
+var bin struct{ gateway string }
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "linkgate-bin")
@@ -27,18 +27,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin.gateway = filepath.Join(dir, "gateway")
-	bin.tinyurl = filepath.Join(dir, "tinyurl")
 	args := []string{"build"}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	for pkg, out := range map[string]string{".": bin.gateway, "../tinyurl": bin.tinyurl} {
-		cmd := exec.Command("go", append(args, "-o", out, pkg)...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building", pkg, ":", err)
-			os.Exit(1)
-		}
+	cmd := exec.Command("go", append(args, "-o", bin.gateway, ".")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the gateway:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -148,6 +145,33 @@ func (p *process) logged(msg string, fields map[string]string) bool {
 	return false
 }
 
+// logCount is how many log lines have msg and every given field value.
+func (p *process) logCount(msg string, fields map[string]string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.logs {
+		if l["msg"] != msg {
+			continue
+		}
+		ok := true
+		for k, v := range fields {
+			ok = ok && fmt.Sprint(l[k]) == v
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// clearLogs forgets the log lines read so far.
+func (p *process) clearLogs() {
+	p.mu.Lock()
+	p.logs = nil
+	p.mu.Unlock()
+}
+
 func (p *process) logText() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -188,13 +212,6 @@ func startGateway(t *testing.T, cfg string, env ...string) (*process, string) {
 	writeFile(t, path, cfg)
 	p := startProcess(t, env, []string{"gateway", "admin"}, bin.gateway, "-config", path, "-log-format", "json")
 	return p, path
-}
-
-// startTinyURL runs the demo upstream on a free port.
-func startTinyURL(t *testing.T) string {
-	t.Helper()
-	p := startProcess(t, nil, []string{"tinyurl"}, bin.tinyurl, "-listen", "127.0.0.1:0")
-	return p.url("tinyurl", "")
 }
 
 func writeFile(t *testing.T, path, s string) {

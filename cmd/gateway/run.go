@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -15,8 +14,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/gateway"
 )
+
+const usage = `linkgate: a reverse proxy for a tiny-URL service that limits abuse and counts visits.
+
+Usage:
+  gateway [flags]              run the gateway
+  gateway check-config FILE    compile FILE as start-up and reload do; exit 1 naming the field on error
+  gateway version              print the version
+  gateway probe URL            exit 0 when URL answers 2xx (container health checks)
+
+Flags:
+`
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -33,7 +43,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 			if len(args) != 3 {
 				return errors.New("usage: gateway check-config FILE")
 			}
-			if _, err := config.Load(args[2]); err != nil {
+			// The same compile as start-up and every reload: what it
+			// accepts, the gateway runs.
+			if _, err := gateway.Load(args[2], getenv); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "%s: ok\n", args[2])
@@ -51,7 +63,14 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	watchFile := fs.Bool("watch", true, "reload when the config file changes (SIGHUP and POST /admin/reload always reload)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -61,16 +80,20 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(*path)
+	plan, err := gateway.Load(*path, getenv)
 	if err != nil {
 		return err
 	}
-	g, err := newGateway(ctx, *path, cfg, getenv, log)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	g, err := gateway.New(plan, gateway.Options{
+		Path: *path, Getenv: getenv, Log: log, Watch: *watchFile, Hangup: hup, Version: version,
+	})
 	if err != nil {
 		return err
 	}
-	g.watchFile = *watchFile
-	return g.serve(ctx)
+	return g.Serve(ctx)
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
@@ -116,76 +139,4 @@ func probe(ctx context.Context, url string) error {
 		return fmt.Errorf("probe: %s answered %s", url, resp.Status)
 	}
 	return nil
-}
-
-// serve runs the listeners until ctx is done, then shuts down in order:
-// stop accepting and drain in-flight requests (up to server.shutdown_timeout),
-// close the connections of those still running, then run the shutdown hooks
-// (the final analytics flush among them).
-func (g *gateway) serve(ctx context.Context) error {
-	cfg := g.current().cfg
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		g.close(context.Background())
-		return fmt.Errorf("gateway: server.listen: %w", err)
-	}
-	srv := &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
-		ReadTimeout:       cfg.Server.ReadTimeout,
-		WriteTimeout:      cfg.Server.WriteTimeout,
-		IdleTimeout:       cfg.Server.IdleTimeout,
-		MaxHeaderBytes:    cfg.Server.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-	}
-	servers := []*http.Server{srv}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
-	g.log.Info("listening", "server", "gateway", "addr", ln.Addr().String(), "version", version)
-	if cfg.Admin.Listen != "" {
-		aln, err := net.Listen("tcp", cfg.Admin.Listen)
-		if err != nil {
-			srv.Close()
-			g.close(context.Background())
-			return fmt.Errorf("gateway: admin.listen: %w", err)
-		}
-		asrv := &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-		servers = append(servers, asrv)
-		go func() { errc <- asrv.Serve(aln) }()
-		g.log.Info("listening", "server", "admin", "addr", aln.Addr().String())
-	}
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go g.watch(ctx, hup)
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-	}
-	// shutdown_timeout may have changed by reload since the start.
-	timeout := g.current().cfg.Server.ShutdownTimeout
-	g.log.Info("shutting down", "drain_timeout", timeout)
-	dctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for _, s := range servers {
-		if err := s.Shutdown(dctx); err != nil {
-			// Requests still running past the deadline are cut off, so that
-			// none records anything after the final flush.
-			g.log.Warn("drain incomplete: closing the connections of requests still running", "err", err)
-			s.Close()
-		}
-	}
-	// The hooks get a deadline of their own: a drain that used all of its
-	// time must not leave the final flush none.
-	hctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	g.close(hctx)
-	g.log.Info("stopped")
-	if errors.Is(serveErr, http.ErrServerClosed) {
-		serveErr = nil
-	}
-	return serveErr
 }

@@ -1,0 +1,105 @@
+package analytics
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/route"
+)
+
+// Plan is the compiled analytics section: every check done, the route and
+// the bot policy parsed. It is immutable. The parts that the gateway reads
+// at start only (store, retention, flush_interval) and those a reload
+// changes (match, count_status, bots, max_keys) are both in it; which is
+// which is the gateway's to decide. Build one with Compile.
+type Plan struct {
+	cfg   Config
+	match *route.Matcher
+	count [600]bool // count[s]: status s is a visit
+	bots  BotPolicy
+}
+
+// Config returns the section the plan was compiled from. Do not modify
+// its slices.
+func (p *Plan) Config() Config { return p.cfg }
+
+// Tiers returns the retention tiers, finest first, validated.
+func (p *Plan) Tiers() []rollup.Tier { return slices.Clone(p.cfg.Retention) }
+
+var (
+	consistencies = []string{"ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"}
+	// keyspaceName is what Cassandra accepts unquoted; the store writes it
+	// into its CQL, so nothing else may pass.
+	keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
+)
+
+// Compile checks the analytics section and returns its Plan. It is pure:
+// it opens no store. Errors start with the field's path in the config file
+// (`analytics.retention: ...`). A disabled section is still checked, so
+// that enabling it later cannot surprise.
+func Compile(cfg Config) (*Plan, error) {
+	p := &Plan{cfg: cfg}
+	p.cfg.Retention = slices.Clone(cfg.Retention)
+	mt, err := cfg.Match.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("analytics.match: %w", err)
+	}
+	if !strings.Contains(cfg.Match.Path, "{short_key") {
+		return nil, fmt.Errorf("analytics.match: path %q has no {short_key} parameter", cfg.Match.Path)
+	}
+	p.match = mt
+	for i, s := range cfg.CountStatus {
+		if s < 100 || s >= len(p.count) {
+			return nil, fmt.Errorf("analytics.count_status[%d]: %d is not an HTTP status", i, s)
+		}
+		p.count[s] = true
+	}
+	if p.bots, err = ParseBotPolicy(cfg.Bots); err != nil {
+		return nil, fmt.Errorf("analytics.bots: %q is not separate, count or ignore", cfg.Bots)
+	}
+	switch {
+	case cfg.FlushInterval < 100*time.Millisecond:
+		return nil, fmt.Errorf("analytics.flush_interval: %v is shorter than 100ms", cfg.FlushInterval)
+	case cfg.MaxKeys <= 0:
+		return nil, fmt.Errorf("analytics.max_keys: must be positive")
+	case cfg.Store != "embedded" && cfg.Store != "cassandra":
+		return nil, fmt.Errorf("analytics.store: %q is not embedded or cassandra", cfg.Store)
+	case cfg.Store == "embedded" && strings.TrimSpace(cfg.Embedded.Path) == "":
+		return nil, fmt.Errorf("analytics.embedded.path: missing")
+	}
+	if cfg.Store == "cassandra" {
+		c := cfg.Cassandra
+		switch {
+		case len(c.Hosts) == 0:
+			return nil, fmt.Errorf("analytics.cassandra.hosts: none given")
+		case !keyspaceName.MatchString(c.Keyspace):
+			return nil, fmt.Errorf("analytics.cassandra.keyspace: %q: want a letter then up to 47 letters, digits or underscores", c.Keyspace)
+		case c.ReplicationFactor < 1:
+			return nil, fmt.Errorf("analytics.cassandra.replication_factor: must be at least 1")
+		case !slices.Contains(consistencies, c.Consistency):
+			return nil, fmt.Errorf("analytics.cassandra.consistency: %q is not one of %s", c.Consistency, strings.Join(consistencies, ", "))
+		}
+		for i, h := range c.Hosts {
+			if strings.TrimSpace(h) == "" {
+				return nil, fmt.Errorf("analytics.cassandra.hosts[%d]: empty", i)
+			}
+		}
+	}
+	if err := rollup.ValidateTiers(cfg.Retention); err != nil {
+		return nil, fmt.Errorf("analytics.retention: %w", err)
+	}
+	return p, nil
+}
+
+// CompileStats checks the stats section. Errors start with the field's
+// path in the config file.
+func CompileStats(c StatsConfig) error {
+	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
+		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// Pipeline is link analytics for the life of a process: the Recorder that
+// counts visits in memory, the Flusher that moves them to the Store every
+// flush_interval, the goroutine that runs it, and the Store itself. It
+// outlives config reloads, so counts in memory survive them; each config
+// snapshot only builds its Middleware. A Pipeline is safe for concurrent
+// use. Create it with NewPipeline and stop it with Close.
+type Pipeline struct {
+	rec    *Recorder
+	fl     *Flusher
+	store  Store
+	reader Reader
+	tiers  []rollup.Tier
+
+	stop      context.CancelFunc
+	done      chan struct{} // closed when the flush loop has returned
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewPipeline starts the analytics of plan over store: it takes ownership
+// of store (Close closes it) and starts flushing every flush_interval,
+// keeping what the store refuses for a retry and spilling it to
+// DefaultSpillPath beyond the memory bound. m and log may be nil.
+func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
+	cfg := plan.Config()
+	rec := NewRecorder(cfg.MaxKeys, m)
+	fl := NewFlusher(rec, store, cfg.Retention, FlusherOptions{
+		Interval:  cfg.FlushInterval,
+		SpillPath: DefaultSpillPath(cfg),
+	}, m, log)
+	ctx, stop := context.WithCancel(context.Background())
+	p := &Pipeline{
+		rec: rec, fl: fl, store: store, reader: fl.Reader(store), tiers: plan.Tiers(),
+		stop: stop, done: make(chan struct{}),
+	}
+	go func() {
+		defer close(p.done)
+		fl.Run(ctx)
+	}()
+	return p
+}
+
+// Middleware returns the middleware that records the visits plan defines
+// (its match, count_status and bots) into the pipeline: build one per
+// config snapshot.
+func (p *Pipeline) Middleware(plan *Plan) func(http.Handler) http.Handler {
+	return NewMiddleware(plan, p.rec)
+}
+
+// Apply takes the settings of a new config that change without a restart:
+// max_keys. The others (store, retention, flush_interval) are fixed for
+// the pipeline's life.
+func (p *Pipeline) Apply(plan *Plan) { p.rec.SetMaxKeys(plan.Config().MaxKeys) }
+
+// Reader returns the Reader the stats API uses: the store's counts plus
+// those not written yet.
+func (p *Pipeline) Reader() Reader { return p.reader }
+
+// Tiers returns the retention tiers the pipeline writes.
+func (p *Pipeline) Tiers() []rollup.Tier { return p.tiers }
+
+// Flush writes what is in memory now, without waiting for the next tick.
+func (p *Pipeline) Flush(ctx context.Context) error { return p.fl.Flush(ctx) }
+
+// Close stops the flush loop, makes the final flush (spilling what the
+// store refuses), and closes the store. Call it once the servers have
+// stopped, so that no visit is recorded after the final flush. Later calls
+// return the first call's result.
+func (p *Pipeline) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.stop()
+		<-p.done
+		ferr := p.fl.Close(ctx)
+		var serr error
+		if err := p.store.Close(); err != nil {
+			serr = fmt.Errorf("analytics: close store: %w", err)
+		}
+		p.closeErr = errors.Join(ferr, serr)
+	})
+	return p.closeErr
+}

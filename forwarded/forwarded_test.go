@@ -1,0 +1,211 @@
+package forwarded_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/linkgate/linkgate/forwarded"
+)
+
+func mustParse(t testing.TB, entries ...string) *forwarded.Trust {
+	t.Helper()
+	tr, err := forwarded.Parse(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestParsePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string // want "" means an error
+	}{
+		{"10.0.0.0/8", "10.0.0.0/8"},
+		{"10.1.2.3/8", "10.0.0.0/8"},
+		{"192.0.2.7", "192.0.2.7/32"},
+		{" 192.0.2.7 ", "192.0.2.7/32"},
+		{"2001:db8::1", "2001:db8::1/128"},
+		{"2001:db8::/32", "2001:db8::/32"},
+		{"::ffff:127.0.0.0/104", "127.0.0.0/8"},
+		{"::ffff:192.0.2.7", "192.0.2.7/32"},
+		{"::ffff:0:0/96", "0.0.0.0/0"},
+		{"::ffff:0:0/95", ""},
+		{"10.0.0.0/33", ""},
+		{"not-a-cidr", ""},
+		{"", ""},
+		{"fe80::1%eth0", ""},
+		{"10.0.0.0/", ""},
+		{"10.0.0.0/8/8", ""},
+	} {
+		p, err := forwarded.ParsePrefix(tc.in)
+		switch {
+		case tc.want == "" && err == nil:
+			t.Errorf("ParsePrefix(%q) = %v, want an error", tc.in, p)
+		case tc.want != "" && err != nil:
+			t.Errorf("ParsePrefix(%q): %v, want %s", tc.in, err, tc.want)
+		case tc.want != "" && p.String() != tc.want:
+			t.Errorf("ParsePrefix(%q) = %v, want %s", tc.in, p, tc.want)
+		}
+	}
+}
+
+func TestParseNamesTheEntry(t *testing.T) {
+	_, err := forwarded.Parse([]string{"127.0.0.1/32", "10.0.0.0/33"})
+	if err == nil || !strings.HasPrefix(err.Error(), `[1]: "10.0.0.0/33"`) {
+		t.Errorf("Parse error %v, want it to start with [1] and the entry", err)
+	}
+}
+
+func request(peer string, hdr ...string) *http.Request {
+	r := httptest.NewRequest("GET", "http://short.example/x", nil)
+	r.RemoteAddr = peer
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	return r
+}
+
+func TestClient(t *testing.T) {
+	tr := mustParse(t, "10.0.0.0/8", "2001:db8:ffff::/48", "::ffff:192.168.0.0/112")
+	for _, tc := range []struct {
+		name     string
+		r        *http.Request
+		want     string
+		viaProxy bool
+	}{
+		{"untrusted peer, headers ignored", request("203.0.113.5:1234", "X-Forwarded-For", "1.1.1.1", "X-Real-Ip", "2.2.2.2"), "203.0.113.5", false},
+		{"trusted peer, no headers", request("10.1.1.1:80"), "10.1.1.1", true},
+		{"rightmost untrusted", request("10.1.1.1:80", "X-Forwarded-For", "6.6.6.6, 198.51.100.1, 10.2.2.2"), "198.51.100.1", true},
+		{"several header lines", request("10.1.1.1:80", "X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "198.51.100.1", "X-Forwarded-For", "10.2.2.2, 10.3.3.3"), "198.51.100.1", true},
+		{"all trusted: leftmost", request("10.1.1.1:80", "X-Forwarded-For", "10.9.9.9, 10.2.2.2"), "10.9.9.9", true},
+		{"garbage stops the walk", request("10.1.1.1:80", "X-Forwarded-For", "6.6.6.6, bogus, 10.2.2.2"), "10.2.2.2", true},
+		{"empty entries skipped", request("10.1.1.1:80", "X-Forwarded-For", "198.51.100.9, , ,"), "198.51.100.9", true},
+		{"port and brackets", request("10.1.1.1:80", "X-Forwarded-For", "[2001:db8:1:2::9]:443"), "2001:db8:1:2::9", true},
+		{"x-real-ip from trusted peer", request("10.1.1.1:80", "X-Real-Ip", " 198.51.100.2 "), "198.51.100.2", true},
+		{"bad x-real-ip: the peer", request("10.1.1.1:80", "X-Real-Ip", "nope"), "10.1.1.1", true},
+		{"xff wins over x-real-ip", request("10.1.1.1:80", "X-Forwarded-For", "198.51.100.3", "X-Real-Ip", "198.51.100.2"), "198.51.100.3", true},
+		{"ipv6 zone dropped", request("[fe80::1%eth0]:9"), "fe80::1", false},
+		{"ipv4-mapped peer unmapped", request("[::ffff:203.0.113.9]:9"), "203.0.113.9", false},
+		{"ipv4-mapped trusted prefix, mapped peer", request("[::ffff:192.168.3.4]:9", "X-Forwarded-For", "::ffff:198.51.100.4"), "198.51.100.4", true},
+		{"ipv4-mapped trusted prefix, plain peer", request("192.168.3.4:9", "X-Forwarded-For", "198.51.100.4"), "198.51.100.4", true},
+		{"trusted ipv6 proxy", request("[2001:db8:ffff::1]:9", "X-Forwarded-For", "2001:db8:aaaa:bbbb:1::1"), "2001:db8:aaaa:bbbb:1::1", true},
+		{"bare address as RemoteAddr", request("10.1.1.1", "X-Forwarded-For", "198.51.100.5"), "198.51.100.5", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := tr.Client(tc.r)
+			if !ok {
+				t.Fatal("no client")
+			}
+			if c.Addr.String() != tc.want || c.ViaProxy != tc.viaProxy {
+				t.Errorf("got %s via proxy %v, want %s via proxy %v", c.Addr, c.ViaProxy, tc.want, tc.viaProxy)
+			}
+		})
+	}
+	if _, ok := tr.Client(request("@/run/gateway.sock")); ok {
+		t.Error("a peer without an address gave a client")
+	}
+}
+
+// TestMappedPrefixSameEverywhere is the case that once split the limiter
+// and the proxy: with trusted_proxies ["::ffff:127.0.0.0/104"] and a peer
+// of 127.0.0.1, both the client address and the forwarded headers must
+// treat the peer as trusted.
+func TestMappedPrefixSameEverywhere(t *testing.T) {
+	tr := mustParse(t, "::ffff:127.0.0.0/104")
+	r := request("127.0.0.1:5555", "X-Forwarded-For", "198.51.100.7", "X-User-Id", "alice")
+	c, _ := tr.Client(r)
+	if !c.ViaProxy || c.Addr.String() != "198.51.100.7" {
+		t.Errorf("client %+v, want 198.51.100.7 via a trusted proxy", c)
+	}
+	out := http.Header{"X-User-Id": {"alice"}}
+	tr.SetHeaders(out, r, []string{"X-User-ID"})
+	if got := out.Get("X-Forwarded-For"); got != "198.51.100.7, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q, want the chain kept", got)
+	}
+	if out.Get("X-User-Id") != "alice" {
+		t.Error("the user header of a trusted proxy was removed")
+	}
+}
+
+func TestSetHeaders(t *testing.T) {
+	tr := mustParse(t, "127.0.0.1")
+	identity := []string{"X-User-ID"}
+	forged := []string{
+		"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Host", "short.example",
+		"X-Real-Ip", "203.0.113.8", "Forwarded", "for=203.0.113.9", "X-User-Id", "admin",
+	}
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		want http.Header
+	}{
+		{"trusted peer", request("127.0.0.1:4000", forged...), http.Header{
+			"X-Forwarded-For": {"203.0.113.7, 127.0.0.1"}, "X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"short.example"},
+			"X-Real-Ip": {"203.0.113.7"}, "X-User-Id": {"admin"},
+		}},
+		{"untrusted peer", request("192.0.2.1:4000", forged...), http.Header{
+			"X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"short.example"},
+			"X-Real-Ip": {"192.0.2.1"},
+		}},
+		{"untrusted peer, no headers", request("192.0.2.1:4000"), http.Header{
+			"X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"short.example"},
+			"X-Real-Ip": {"192.0.2.1"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// out starts as a copy of the client's headers, as the proxy's
+			// outgoing request does before its Rewrite.
+			out := tc.r.Header.Clone()
+			tr.SetHeaders(out, tc.r, identity)
+			if diff := cmp.Diff(tc.want, out); diff != "" {
+				t.Errorf("outgoing headers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNilTrustTrustsNoOne(t *testing.T) {
+	var tr *forwarded.Trust
+	c, ok := tr.Client(request("127.0.0.1:1", "X-Forwarded-For", "203.0.113.7"))
+	if !ok || c.ViaProxy || c.Addr != netip.MustParseAddr("127.0.0.1") {
+		t.Errorf("nil Trust: %+v", c)
+	}
+	if !tr.Equal(&forwarded.Trust{}) || tr.Equal(mustParse(t, "127.0.0.1")) {
+		t.Error("Equal of nil and empty Trusts")
+	}
+}
+
+// FuzzClient checks that any peer and headers give a valid address that is
+// the peer itself unless the peer is trusted, and that nothing panics.
+func FuzzClient(f *testing.F) {
+	f.Add("10.1.1.1:80", "6.6.6.6, 198.51.100.1, 10.2.2.2", "")
+	f.Add("[::ffff:10.0.0.1]:1", "[2001:db8::1]:443", "198.51.100.2")
+	f.Add("203.0.113.5:1", ",,,", "x")
+	tr := mustParse(f, "10.0.0.0/8", "::ffff:192.168.0.0/112")
+	f.Fuzz(func(t *testing.T, peer, xff, realIP string) {
+		r := request(peer, "X-Forwarded-For", xff, "X-Real-Ip", realIP)
+		c, ok := tr.Client(r)
+		if !ok {
+			return
+		}
+		if !c.Addr.IsValid() || c.Addr.Is4In6() || c.Addr.Zone() != "" {
+			t.Fatalf("client address %v is not a plain address", c.Addr)
+		}
+		if c.ViaProxy != tr.Contains(c.Peer) {
+			t.Fatalf("ViaProxy %v for peer %v", c.ViaProxy, c.Peer)
+		}
+		if !c.ViaProxy && c.Addr != c.Peer {
+			t.Fatalf("untrusted peer %v, but client %v", c.Peer, c.Addr)
+		}
+		out := http.Header{}
+		tr.SetHeaders(out, r, []string{"X-User-ID"})
+		if got := out.Get("X-Real-Ip"); got != c.Addr.String() {
+			t.Fatalf("X-Real-Ip %q, client %v", got, c.Addr)
+		}
+	})
+}

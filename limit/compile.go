@@ -1,0 +1,250 @@
+package limit
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/forwarded"
+)
+
+// Plan is the compiled form of the limiter's part of the config (the rules,
+// identity and limiter sections): every check done, every pattern and
+// address parsed. It is immutable; New turns it into a Limiter over a Store
+// and cannot refuse it. Build one with Compile.
+type Plan struct {
+	rules    []*rule // compiled; their metrics are set by New
+	id       identifier
+	failOpen bool
+	cfg      Config // the limiter section: which store, and how to reach it
+}
+
+// Compile checks the rules, identity and limiter sections and returns their
+// Plan. trust is the parsed server.trusted_proxies: who may name the client
+// (X-Forwarded-For) and the user (identity.user_header). Compile is pure:
+// it reads no file, environment or network. Errors start with the field's
+// path in the config file (`rules[2].allow[0]: "10.0.0.0/33" is not ...`).
+func Compile(rules []Rule, id Identity, cfg Config, trust *forwarded.Trust) (*Plan, error) {
+	p := &Plan{cfg: cfg}
+	p.cfg.Memcached.Servers = slices.Clone(cfg.Memcached.Servers)
+	prec, err := compileLimiter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.failOpen = cfg.OnStoreError == "allow"
+	if err := compileIdentity(id); err != nil {
+		return nil, err
+	}
+	p.id = identifier{
+		trust:       trust,
+		ipv6Prefix:  id.IPv6Prefix,
+		user:        HeaderUser(id.UserHeader),
+		emailFields: slices.Clone(id.EmailFields),
+		maxBody:     id.MaxBodyBytes,
+	}
+	seen := make(map[string]int, len(rules))
+	for i, r := range rules {
+		path := fmt.Sprintf("rules[%d]", i)
+		cr, err := compileRule(r, prec, id)
+		if err != nil {
+			return nil, fmt.Errorf("%s.%w", path, err)
+		}
+		if j, dup := seen[r.Name]; dup {
+			return nil, fmt.Errorf("%s.name: %q is already the name of rules[%d]; names key the counters and must be unique", path, r.Name, j)
+		}
+		seen[r.Name] = i
+		p.rules = append(p.rules, cr)
+	}
+	return p, nil
+}
+
+// Store returns the limiter section the plan was compiled from: the one
+// place that picks a backend reads Store and Memcached from it.
+func (p *Plan) Store() Config { return p.cfg }
+
+// SameStore reports whether p and q use the same backend with the same
+// settings: a reload that keeps it keeps the store, and so the counters.
+func (p *Plan) SameStore(q *Plan) bool {
+	a, b := p.cfg, q.cfg
+	if a.Store != b.Store {
+		return false
+	}
+	return a.Store != "memcached" || slices.Equal(a.Memcached.Servers, b.Memcached.Servers) && a.Memcached.Timeout == b.Memcached.Timeout
+}
+
+// compileLimiter checks the limiter section and returns its precision.
+func compileLimiter(c Config) (Precision, error) {
+	switch {
+	case c.Store != "memory" && c.Store != "memcached":
+		return 0, fmt.Errorf("limiter.store: %q is not memory or memcached", c.Store)
+	case c.Memcached.Timeout <= 0:
+		return 0, fmt.Errorf("limiter.memcached.timeout: must be positive")
+	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
+		return 0, fmt.Errorf("limiter.on_store_error: %q is not allow or deny", c.OnStoreError)
+	}
+	if c.Store == "memcached" {
+		if len(c.Memcached.Servers) == 0 {
+			return 0, fmt.Errorf("limiter.memcached.servers: none given")
+		}
+		seen := map[string]int{}
+		for i, a := range c.Memcached.Servers {
+			if err := checkServer(a); err != nil {
+				return 0, fmt.Errorf("limiter.memcached.servers[%d]: %w", i, err)
+			}
+			if j, dup := seen[a]; dup {
+				// Rendezvous hashing would give the one server two seeds
+				// and place counters on it twice as often as on the others.
+				return 0, fmt.Errorf("limiter.memcached.servers[%d]: %q is already servers[%d]", i, a, j)
+			}
+			seen[a] = i
+		}
+	}
+	switch c.Precision {
+	case "bucket":
+		return Bucketed, nil
+	case "exact":
+		return Exact, nil
+	}
+	return 0, fmt.Errorf("limiter.precision: %q is not bucket or exact", c.Precision)
+}
+
+// checkServer checks a memcached address: host:port, or the path of a
+// unix socket (anything with a slash).
+func checkServer(a string) error {
+	if strings.Contains(a, "/") {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port or a socket path", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
+		return fmt.Errorf("%q is not host:port with a port from 1 to 65535", a)
+	}
+	return nil
+}
+
+// maxBodyLimit caps identity.max_body_bytes: the body read to find an email
+// is held in memory, once per request in flight.
+const maxBodyLimit = 16 << 20
+
+func compileIdentity(id Identity) error {
+	switch {
+	case id.IPv6Prefix < 1 || id.IPv6Prefix > 128:
+		return fmt.Errorf("identity.ipv6_prefix: %d is not between 1 and 128", id.IPv6Prefix)
+	case id.MaxBodyBytes < 1 || id.MaxBodyBytes > maxBodyLimit:
+		return fmt.Errorf("identity.max_body_bytes: %d is not between 1 and %d", id.MaxBodyBytes, maxBodyLimit)
+	case id.UserHeader != "" && !validToken(id.UserHeader):
+		return fmt.Errorf("identity.user_header: %q is not a header name", id.UserHeader)
+	}
+	for i, f := range id.EmailFields {
+		if strings.TrimSpace(f) == "" {
+			return fmt.Errorf("identity.email_fields[%d]: empty", i)
+		}
+	}
+	return nil
+}
+
+// validToken reports whether s is an RFC 9110 token, as header names are.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// compileRule checks one rule and compiles it. Errors start with the
+// field's name within the rule ("allow[0]: ...").
+func compileRule(r Rule, prec Precision, id Identity) (*rule, error) {
+	if r.Name == "" {
+		return nil, fmt.Errorf("name: missing")
+	}
+	for _, ch := range r.Name {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.ContainsRune("_.:-", ch)) {
+			// The name is a RateLimit-Policy string, a metric label and a
+			// URL segment of the admin API.
+			return nil, fmt.Errorf("name: %q may hold only letters, digits and _ . : -", r.Name)
+		}
+	}
+	mt, err := r.Match.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("match: %w", err)
+	}
+	switch r.Key {
+	case IP:
+	case User:
+		if id.UserHeader == "" {
+			return nil, fmt.Errorf("key: user needs identity.user_header to name the header a trusted proxy sets")
+		}
+	case Email:
+		if len(id.EmailFields) == 0 {
+			return nil, fmt.Errorf("key: email needs identity.email_fields to name the body fields")
+		}
+	default:
+		return nil, fmt.Errorf("key: %q is not one of ip, user, email", r.Key)
+	}
+	if len(r.Limits) == 0 {
+		return nil, fmt.Errorf("limits: none given")
+	}
+	for i, s := range r.CountStatus {
+		if s < 100 || s > 599 {
+			return nil, fmt.Errorf("count_status[%d]: %d is not an HTTP status", i, s)
+		}
+	}
+	if r.Strict && len(r.CountStatus) > 0 {
+		return nil, fmt.Errorf("strict: cannot be combined with count_status (a strict rule counts before the upstream answers)")
+	}
+	cr := &rule{Rule: r, match: mt, plan: newBucketPlan(r.Limits, prec), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
+	for i, a := range r.Allow {
+		if r.Key == IP {
+			p, err := forwarded.ParsePrefix(a)
+			if err != nil {
+				return nil, fmt.Errorf("allow[%d]: %w", i, err)
+			}
+			cr.allowNets = append(cr.allowNets, p)
+			continue
+		}
+		if strings.TrimSpace(a) == "" {
+			return nil, fmt.Errorf("allow[%d]: empty", i)
+		}
+		if cr.allowVals == nil {
+			cr.allowVals = make(map[string]bool)
+		}
+		if r.Key == Email {
+			a = NormalizeEmail(a)
+		}
+		cr.allowVals[a] = true
+	}
+	var items []string
+	for _, lim := range r.Limits {
+		name := r.Name + "-" + windowName(lim.Window)
+		cr.names = append(cr.names, name)
+		cr.quoted = append(cr.quoted, strconv.Quote(name))
+		cr.limitNames = append(cr.limitNames, lim.String())
+		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", name, lim.N, int64(lim.Window/time.Second)))
+	}
+	cr.policy = strings.Join(items, ", ")
+	return cr, nil
+}
+
+// allowlisted reports whether r never limits this client.
+func (r *rule) allowlisted(value string, addr netip.Addr) bool {
+	if r.Key == IP {
+		for _, p := range r.allowNets {
+			if p.Contains(addr) {
+				return true
+			}
+		}
+		return false
+	}
+	return r.allowVals[value]
+}
