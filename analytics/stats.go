@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/bearer"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
 )
@@ -20,7 +20,7 @@ import (
 type Stats struct {
 	r     Reader
 	tiers []rollup.Tier
-	token []byte
+	token string // "": open
 	now   func() time.Time
 	log   *slog.Logger
 }
@@ -67,11 +67,7 @@ func NewStats(r Reader, tiers []rollup.Tier, token string, now func() time.Time,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Stats{r: r, tiers: tiers, now: now, log: log}
-	if token != "" {
-		s.token = []byte(token)
-	}
-	return s
+	return &Stats{r: r, tiers: tiers, token: token, now: now, log: log}
 }
 
 // ServeHTTP answers one stats request.
@@ -134,25 +130,13 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authorized says whether r carries the bearer token, when one is required.
-// The comparison takes the same time however much of the token matches.
 func (s *Stats) authorized(r *http.Request) bool {
-	if s.token == nil {
-		return true
-	}
-	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), s.token) == 1
+	return s.token == "" || bearer.Match(r, s.token)
 }
 
 // writeUnauthorized answers 401 with the RFC 6750 challenge.
 func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
-	challenge := `Bearer realm="linkgate stats"`
-	if r.Header.Get("Authorization") != "" {
-		challenge += `, error="invalid_token"`
-	}
-	w.Header().Set("WWW-Authenticate", challenge)
+	bearer.Challenge(w, r, "linkgate stats")
 	problem.Write(w, http.StatusUnauthorized, "the stats API needs Authorization: Bearer <token>")
 }
 

@@ -54,12 +54,14 @@ type Server struct {
 	Listen            string        `yaml:"listen"`
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`  // whole request, body included; 0: none
+	BodyTimeout       time.Duration `yaml:"body_timeout"`  // longest wait for the next bytes of a request body; 0: none
 	WriteTimeout      time.Duration `yaml:"write_timeout"` // whole response; 0: none
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
 	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
 	ShutdownTimeout   time.Duration `yaml:"shutdown_timeout"` // how long SIGTERM waits for in-flight requests
 	TrustedProxies    []string      `yaml:"trusted_proxies"`  // CIDRs or addresses allowed to set X-Forwarded-For / X-Real-IP
 	AccessLog         bool          `yaml:"access_log"`
+	AllowMethods      []string      `yaml:"allow_methods"` // TRACE, CONNECT: proxied only when listed here
 }
 
 // Admin is the operator's listener.
@@ -74,6 +76,8 @@ func Default() *Config {
 		Server: Server{
 			Listen:            "127.0.0.1:8080",
 			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       60 * time.Second,
+			BodyTimeout:       60 * time.Second,
 			IdleTimeout:       120 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 			ShutdownTimeout:   30 * time.Second,

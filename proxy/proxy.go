@@ -72,6 +72,14 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 		Transport:    retrier{p},
 		BufferPool:   &buffers,
 		ErrorHandler: p.handleError,
+		// An upstream may answer a body that the client was too slow to
+		// send, having read it cut short: the client gets 408 instead.
+		ModifyResponse: func(resp *http.Response) error {
+			if bodyTimedOut(resp.Request.Context()) {
+				return ErrBodyTimeout
+			}
+			return nil
+		},
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// FlushInterval 0: a response of known length is written through a
 		// buffer; one of unknown length (chunked, event streams) is flushed
@@ -151,6 +159,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // could be reached or the connection broke, 504 when the upstream did not
 // answer in time. The detail never names a target.
 func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, ErrBodyTimeout) || bodyTimedOut(r.Context()) {
+		// The client, not the upstream, was too slow: RFC 9110 §15.5.9.
+		// The server cancelled the request when the read failed, so this
+		// comes before "the client went away": it is still there to read
+		// the answer. What is left of its body is unread, so the
+		// connection cannot carry another request.
+		p.log.Debug("client sent its body too slowly", "method", r.Method, "path", r.URL.Path)
+		w.Header().Set("Connection", "close")
+		problem.Write(w, http.StatusRequestTimeout, "the request body arrived too slowly")
+		return
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(r.Context().Err(), context.Canceled) {
 		// The client went away; there is no one to answer.
 		p.log.Debug("client gone before the upstream answered", "method", r.Method, "path", r.URL.Path)

@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// ErrBodyTimeout is the error a request body read returns when the client
+// sends it too slowly (see BodyDeadline). It wraps os.ErrDeadlineExceeded,
+// so that any reader of the body (the limiter looking for an email) can
+// tell it from a malformed body; the proxy answers it 408.
+var ErrBodyTimeout = fmt.Errorf("proxy: the client sent the request body too slowly: %w", os.ErrDeadlineExceeded)
+
+// BodyDeadline returns middleware that bounds how slowly a client may send
+// a request body, against clients that hold a connection open by trickling
+// bytes (slowloris): each read of the body must deliver bytes within idle
+// of the last (nginx's client_body_timeout), and the whole request must be
+// read within total of its arrival (0: no bound beyond idle). A body that
+// misses either fails its reads with ErrBodyTimeout; the proxy then
+// answers 408 and closes the connection. Requests without a body cost
+// nothing. Put it first in the chain, before anything reads the body.
+//
+// The deadlines are read deadlines on the connection
+// (http.ResponseController). Once the body is read the deadline is lifted,
+// so that a long response (a stream) is not cut off the way
+// http.Server.ReadTimeout cuts it; a body the handler left unread, which
+// the server then drains to reuse the connection, must keep arriving
+// within idle.
+func BodyDeadline(idle, total time.Duration) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if idle <= 0 || r.Body == nil || r.Body == http.NoBody {
+				next.ServeHTTP(w, r)
+				return
+			}
+			b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: idle}
+			if total > 0 {
+				b.end = time.Now().Add(total)
+			}
+			r.Body = b
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, b)))
+			if !b.done.Load() {
+				b.rc.SetReadDeadline(time.Now().Add(idle))
+			}
+		})
+	}
+}
+
+// deadlineBody is a request body read under BodyDeadline's deadlines.
+type deadlineBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	idle     time.Duration
+	end      time.Time // zero: none
+	timedOut atomic.Bool
+	done     atomic.Bool // the body was read to its end
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if b.timedOut.Load() {
+		return 0, ErrBodyTimeout
+	}
+	if !b.done.Load() {
+		d := time.Now().Add(b.idle)
+		if !b.end.IsZero() && b.end.Before(d) {
+			d = b.end
+		}
+		b.rc.SetReadDeadline(d) // a writer that cannot (a test recorder) keeps the server's deadlines
+	}
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.timedOut.Store(true)
+		return n, ErrBodyTimeout
+	case err == io.EOF && !b.done.Load():
+		b.done.Store(true)
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+type bodyKey struct{}
+
+// bodyTimedOut reports whether the body of the request of ctx was cut off
+// for arriving too slowly. The limiter may have put another reader in
+// front of the body, so the context, not r.Body, carries it.
+func bodyTimedOut(ctx context.Context) bool {
+	b, ok := ctx.Value(bodyKey{}).(*deadlineBody)
+	return ok && b.timedOut.Load()
+}
