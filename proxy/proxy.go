@@ -80,7 +80,7 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 			}
 			return nil
 		},
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// FlushInterval 0: a response of known length is written through a
 		// buffer; one of unknown length (chunked, event streams) is flushed
 		// after every read, so streaming works.
