@@ -3,6 +3,7 @@ package analytics
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,11 +59,23 @@ func badParam(param, format string, args ...any) error {
 //	stitch=true               the mixed-resolution curve; not with step
 //	format=json|csv|html      the answer's format; otherwise the Accept header
 //
+// Any other parameter is an error rather than ignored: a misspelt one
+// (lst=1h) would otherwise answer the 24 h default as if it had been read.
+//
+// A range starting before earliest starts at earliest instead (the answer's
+// "from" shows it), so that no bucket of a curve starts before 1970: from=0
+// means "from the beginning". The stats API passes the first bucket start of
+// its coarsest tier at or after the unix epoch (epochStart). A range that
+// ends at or before earliest is an error.
+//
 // Every error is a *paramError naming the parameter.
-func parseQuery(v url.Values, now time.Time) (query, error) {
+func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 	var q query
 	now = now.UTC()
-	for _, name := range [...]string{"last", "from", "to", "step", "stitch", "format"} {
+	if err := checkParams(v); err != nil {
+		return query{}, err
+	}
+	for _, name := range queryParams {
 		if n := len(v[name]); n > 1 {
 			return query{}, badParam(name, "given %d times", n)
 		}
@@ -98,6 +111,22 @@ func parseQuery(v url.Values, now time.Time) (query, error) {
 			return query{}, badParam("from", "%s is not before to %s", q.from.Format(time.RFC3339), q.to.Format(time.RFC3339))
 		}
 	}
+	if q.from.Before(earliest) {
+		if !earliest.Before(q.to) {
+			// With to absent the range ends now: only a clock set before
+			// 1970 gets here.
+			name := "to"
+			switch {
+			case to != "":
+			case last != "":
+				name = "last"
+			default:
+				name = "from"
+			}
+			return query{}, badParam(name, "the range ends at %s, not after %s, where the stats API's curves begin", q.to.Format(time.RFC3339), earliest.Format(time.RFC3339))
+		}
+		q.from = earliest
+	}
 	if q.to.Sub(q.from) > maxRange {
 		name := "from"
 		if last != "" {
@@ -129,6 +158,81 @@ func parseQuery(v url.Values, now time.Time) (query, error) {
 		return query{}, badParam("format", "%q is not json, csv or html", f)
 	}
 	return q, nil
+}
+
+// queryParams are the parameters parseQuery reads.
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format"}
+
+// checkParams returns an error naming the first parameter of v, in sorted
+// order, that parseQuery does not read, with the known one it is closest to
+// when that is a likely typo.
+func checkParams(v url.Values) error {
+	var unknown []string
+	for name := range v {
+		if !slices.Contains(queryParams[:], name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	name := unknown[0]
+	reason := "unknown parameter; the stats API reads " + strings.Join(queryParams[:], ", ")
+	if guess := closest(name); guess != "" {
+		reason = fmt.Sprintf("unknown parameter (did you mean %s?); the stats API reads %s", guess, strings.Join(queryParams[:], ", "))
+	}
+	return badParam(name, "%s", reason)
+}
+
+// closest returns the known parameter within two edits of name, or "".
+func closest(name string) string {
+	if len(name) > 16 {
+		return "" // no known parameter is anywhere near that long
+	}
+	best, bestD := "", 3
+	for _, p := range queryParams {
+		if d := editDistance(strings.ToLower(name), p); d < bestD {
+			best, bestD = p, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between short strings a and b,
+// in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// epochStart returns the first bucket start of step at or after the unix
+// epoch: 1970-01-05, a Monday, for weeks (rollup aligns weeks to Mondays and
+// 1970-01-01 was a Thursday); the epoch itself for steps up to a day. Since
+// every tier's step divides the coarsest one, it is a bucket start of every
+// tier.
+func epochStart(step time.Duration) time.Time {
+	epoch := time.Unix(0, 0).UTC()
+	a := rollup.Align(epoch, step)
+	if a.Before(epoch) {
+		a = a.Add(step)
+	}
+	return a
 }
 
 // parseLast returns the start of the range "last" ending at now.

@@ -18,11 +18,12 @@ import (
 // range, or those of all links together. Build it with NewStats; it is safe
 // for concurrent use and holds no state between requests.
 type Stats struct {
-	r     Reader
-	tiers []rollup.Tier
-	token string // "": open
-	now   func() time.Time
-	log   *slog.Logger
+	r        Reader
+	tiers    []rollup.Tier
+	earliest time.Time // where curves begin: the coarsest tier's first bucket from 1970
+	token    string    // "": open
+	now      func() time.Time
+	log      *slog.Logger
 }
 
 // NewStats returns the stats API reading from r, whose tiers are tiers (the
@@ -36,8 +37,11 @@ type Stats struct {
 // "/{short_key}" for one link. Only GET and HEAD are allowed.
 //
 // The query parameters are those of parseQuery: last or from/to, step,
-// stitch, format. The answer is JSON unless format or the Accept header asks
-// for CSV or for the chart page (HTML):
+// stitch, format; any other is a 400 naming it. A range starting before
+// 1970 (from=0) starts at the coarsest tier's first bucket after the unix
+// epoch (1970-01-05, a Monday, with weekly tiers), as the answer's "from"
+// shows. The answer is JSON unless format or the Accept header asks for CSV
+// or for the chart page (HTML):
 //
 //	{"short_key": "abc",   // "" for all links together
 //	 "total": 1234,        // all-time human visits
@@ -54,6 +58,10 @@ type Stats struct {
 // the header "unix_seconds,count,bot_count" (",step" when stitched) and one
 // row per point.
 //
+// JSON and CSV answers of at least gzipMinBytes are gzip-compressed when the
+// request's Accept-Encoding allows it (a stitched year's 118 KB of JSON
+// shrinks to 19-33 KB); they carry "Vary: Accept-Encoding" either way.
+//
 // An unknown key has zeros, not an error. A bad parameter is a 400 problem
 // naming it; a Reader error is a 503 problem. When token is not empty, data
 // answers require "Authorization: Bearer <token>" (401 otherwise); the chart
@@ -67,7 +75,7 @@ func NewStats(r Reader, tiers []rollup.Tier, token string, now func() time.Time,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Stats{r: r, tiers: tiers, token: token, now: now, log: log}
+	return &Stats{r: r, tiers: tiers, earliest: epochStart(tiers[len(tiers)-1].Step), token: token, now: now, log: log}
 }
 
 // ServeHTTP answers one stats request.
@@ -86,7 +94,7 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.now()
-	q, err := parseQuery(r.URL.Query(), now)
+	q, err := parseQuery(r.URL.Query(), now, s.earliest)
 	if err != nil {
 		writeParamError(w, err)
 		return
@@ -122,11 +130,11 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store") // counts change at every flush
 	if format == formatCSV {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
-		w.Write(c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
+		writeBody(w, r, c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
 		return
 	}
 	h.Set("Content-Type", "application/json")
-	w.Write(c.appendJSON(make([]byte, 0, 256+len(c.points)*32)))
+	writeBody(w, r, c.appendJSON(make([]byte, 0, 256+len(c.points)*32)))
 }
 
 // authorized says whether r carries the bearer token, when one is required.

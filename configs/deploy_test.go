@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,9 +27,10 @@ import (
 
 const root = ".." // tests run in configs/
 
-// compose is the part of the Compose file format these files use.
+// compose is the part of the Compose file format these files use. It has no
+// top-level "name": Debian 12's docker-compose 1.29.2 rejects the file with
+// one (see TestComposeLoadsInCompose1).
 type compose struct {
-	Name     string             `yaml:"name"`
 	Services map[string]service `yaml:"services"`
 	Volumes  map[string]any     `yaml:"volumes"`
 }
@@ -50,7 +52,15 @@ type service struct {
 		Retries     int      `yaml:"retries"`
 		StartPeriod string   `yaml:"start_period"`
 	} `yaml:"healthcheck"`
-	Restart string `yaml:"restart"`
+	Restart  string             `yaml:"restart"`
+	Networks map[string]network `yaml:"networks"`
+}
+
+// network is a service's attachment to a network; a fixed address is what a
+// trusted proxy in the compose file would need.
+type network struct {
+	IPv4Address string `yaml:"ipv4_address"`
+	IPv6Address string `yaml:"ipv6_address"`
 }
 
 // dependsOn reads both forms: a list of names or a map of name → condition.
@@ -252,9 +262,106 @@ func TestComposeConfigNamesServices(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestComposeTrustsNoRange checks that the compose config believes
+// forwarding and identity headers from no range of peers: clients reach the
+// gateway through Docker's port publishing, which can show them with any
+// address of the bridge network, so trusting a range (172.16.0.0/12 was the
+// old value) lets any client set X-Forwarded-For and X-User-ID. Only single
+// addresses, of a proxy that compose itself runs at a fixed address, may be
+// trusted.
+func TestComposeTrustsNoRange(t *testing.T) {
+	c := loadCompose(t)
+	cfg := gatewayConfig(t, c)
+	fixed := map[netip.Addr]string{} // fixed addresses of compose services
+	for name, s := range c.Services {
+		for _, n := range s.Networks {
+			for _, a := range []string{n.IPv4Address, n.IPv6Address} {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					fixed[ip] = name
+				}
+			}
+		}
+	}
 	for i, e := range cfg.Server.TrustedProxies {
-		if p, err := forwarded.ParsePrefix(e); err != nil || !p.Addr().IsPrivate() {
-			t.Errorf("server.trusted_proxies[%d]: %v is not a private range (%v)", i, e, err)
+		p, err := forwarded.ParsePrefix(e)
+		if err != nil {
+			t.Errorf("server.trusted_proxies[%d]: %v", i, err)
+			continue
+		}
+		if !p.IsSingleIP() {
+			t.Errorf("server.trusted_proxies[%d] = %v: a range of %d bits; trust single proxy addresses only", i, p, p.Addr().BitLen()-p.Bits())
+			continue
+		}
+		if _, ok := fixed[p.Addr()]; !ok {
+			t.Errorf("server.trusted_proxies[%d] = %v is not the fixed address of a compose service (fixed: %v)", i, p, fixed)
+		}
+	}
+}
+
+// TestComposeLoadsInCompose1 checks what Debian 12's own docker-compose
+// (1.29.2) needs beyond what TestComposeDependencies decodes: it validates
+// the file against the Compose Specification schema of its time, whose top
+// level allows only these keys (a top-level "name" came later and fails
+// there with "'name' does not match any of the regexes: '^x-'"). "version"
+// is left out too: Compose v2 warns that it is obsolete.
+func TestComposeLoadsInCompose1(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]any
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		t.Fatal(err)
+	}
+	allowed := []string{"services", "volumes", "networks", "secrets", "configs"}
+	for k := range top {
+		if !slices.Contains(allowed, k) && !strings.HasPrefix(k, "x-") {
+			t.Errorf("docker-compose.yml: top-level %q: docker-compose 1.29 accepts only %q and x- extensions", k, allowed)
+		}
+	}
+}
+
+// TestCassandraRecipe checks the README's recipe for the Cassandra
+// integration tests against the compose file: every CASSANDRA_HOSTS address
+// it gives must be published by the cassandra service on the host's
+// loopback, to the port the gateway's config connects to inside compose.
+func TestCassandraRecipe(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes := regexp.MustCompile(`CASSANDRA_HOSTS=(\S+)\s+\./test\.sh`).FindAllSubmatch(readme, -1)
+	if len(recipes) == 0 {
+		t.Fatal("README.md gives no CASSANDRA_HOSTS=... ./test.sh recipe")
+	}
+	c := loadCompose(t)
+	cfg := gatewayConfig(t, c)
+	_, inner, err := net.SplitHostPort(cfg.Analytics.Cassandra.Hosts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range recipes {
+		for _, hostport := range strings.Split(string(m[1]), ",") {
+			host, port, err := net.SplitHostPort(hostport)
+			if err != nil {
+				t.Errorf("README: CASSANDRA_HOSTS=%s: %v", m[1], err)
+				continue
+			}
+			if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+				t.Errorf("README: CASSANDRA_HOSTS=%s: %s is not a loopback address", m[1], host)
+			}
+			want := host + ":" + port + ":" + inner
+			if !slices.Contains(c.Services["cassandra"].Ports, want) {
+				t.Errorf("README: CASSANDRA_HOSTS=%s, but the cassandra service publishes %q, want %q", m[1], c.Services["cassandra"].Ports, want)
+			}
+		}
+	}
+	// Nothing else publishes the store on every interface of the host.
+	for _, p := range c.Services["cassandra"].Ports {
+		if ip, err := netip.ParseAddr(strings.Split(p, ":")[0]); err != nil || !ip.IsLoopback() {
+			t.Errorf("cassandra port %q is not bound to the host's loopback", p)
 		}
 	}
 }
@@ -454,6 +561,28 @@ func TestConfigsLoad(t *testing.T) {
 			if host, _, _ := net.SplitHostPort(l); host != "127.0.0.1" {
 				t.Errorf("quickstart listens on %s, want loopback only", l)
 			}
+		}
+	}
+}
+
+// TestDockerignore checks that what the demo and the quick start leave in
+// the working tree (bin/ from demo.sh, data/ from the embedded store and the
+// demo's links) is not sent to a docker build: tens of MB of binaries, and
+// data that must not end up in an image.
+func TestDockerignore(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, strings.TrimSuffix(strings.TrimPrefix(line, "/"), "/"))
+		}
+	}
+	for _, dir := range []string{"bin", "data"} {
+		if !slices.Contains(patterns, dir) {
+			t.Errorf(".dockerignore does not exclude %s/ (patterns %q)", dir, patterns)
 		}
 	}
 }

@@ -52,10 +52,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -162,6 +167,25 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
+// ErrInUse is returned by Open when another process (or another Store in
+// this one) has the folder open: Pebble locks its folder for as long as it
+// is open, and the lock goes with the process, so a crash leaves none.
+var ErrInUse = errors.New("pebble: folder in use by another process")
+
+// inUse says whether err from pebble.Open is its folder lock being held,
+// and whether by another process. Pebble returns the lock's error as it is:
+// the errno of fcntl(F_SETLK), EAGAIN or EACCES as POSIX allows either,
+// unlike a failure to create the lock file, which is an *fs.PathError
+// (EACCES there is a permission problem). Within one process Pebble refuses
+// a second lock itself, with an error that only its text tells apart.
+func inUse(err error) (otherProcess, ok bool) {
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
+		var pe *iofs.PathError
+		return true, !errors.As(err, &pe)
+	}
+	return false, strings.Contains(err.Error(), "lock held by current process")
+}
+
 // open is Open on the file system fs: tests inject faults through it.
 func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	if err := rollup.ValidateTiers(tiers); err != nil {
@@ -196,6 +220,14 @@ func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store
 	}
 	db, err := pebble.Open(path, opts)
 	if err != nil {
+		if other, ok := inUse(err); ok {
+			holder := " (this process)"
+			if other {
+				holder = lockHolder(fs, path)
+			}
+			return nil, fmt.Errorf("%w: %s%s; each gateway needs its own analytics.embedded.path (stop the other process or give this one another folder): %w",
+				ErrInUse, path, holder, err)
+		}
 		return nil, fmt.Errorf("pebble: open %s: %w", path, err)
 	}
 	s.db = db
@@ -660,7 +692,32 @@ func (a *adder) Close() error {
 // logger passes Pebble's messages to slog.
 type logger struct{ l *slog.Logger }
 
-func (l logger) Infof(format string, args ...any) { l.l.Info(fmt.Sprintf(format, args...)) }
+// walReplayed matches the line Pebble logs at every Open for each log file it
+// replays, whose "stopped reading at offset" reads like trouble but is how
+// replay ends: at the end of the file, or at the torn tail of a write that a
+// crash cut short and that was never acknowledged.
+var walReplayed = regexp.MustCompile(`WAL file (\S+) with log number \S+ stopped reading at offset: (\d+); replayed (\d+) keys in (\d+) batches`)
+
+func (l logger) Infof(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if m := walReplayed.FindStringSubmatch(msg); m != nil {
+		// Counts written since the last memtable flush live only in the
+		// write-ahead log until the next flush: replaying it is how every
+		// start finds them, not a repair.
+		l.l.Info("analytics store: replayed the write-ahead log of the last run (normal at start: it ends where that run stopped writing)",
+			"file", m[1], "bytes", atoiOr(m[2]), "keys", atoiOr(m[3]), "batches", atoiOr(m[4]))
+		return
+	}
+	l.l.Info(msg)
+}
+
+// atoiOr returns s as a number, or s itself when it is not one.
+func atoiOr(s string) any {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	return s
+}
 
 // Fatalf is called when the engine cannot go on; Pebble's default logger
 // exits the process, this one panics with the message. On the commit path

@@ -23,6 +23,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	password := fs.String("password", "demo", "the password POST /login accepts")
 	baseURL := fs.String("base-url", "", "prefix of the short_url answers, like https://tiny.example; empty: from the request")
 	logRequests := fs.Bool("log", false, "log every request (off by default: the demo is the upstream in benchmarks)")
+	linksFile := fs.String("links", "data/tinyurl/links.json", "file keeping the /shorten links across restarts (JSON, replaced atomically); empty: memory only")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -34,9 +35,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("tinyurl: -base-url: %q is not an http(s)://host URL", *baseURL)
 		}
 	}
-	o := options{Password: *password, BaseURL: *baseURL}
+	o := options{Password: *password, BaseURL: *baseURL, LinksFile: *linksFile}
 	if *logRequests {
 		o.Log = slog.New(slog.NewTextHandler(stdout, nil))
+	}
+	handler, err := newServer(o)
+	if err != nil {
+		return fmt.Errorf("tinyurl: -links: %w", err)
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -44,7 +49,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("tinyurl: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           newServer(o),
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}

@@ -18,9 +18,18 @@ import (
 // start serves the demo on a real loopback listener.
 func start(t *testing.T) *httptest.Server {
 	t.Helper()
-	ts := httptest.NewServer(newServer(options{Password: "demo"}))
+	ts := httptest.NewServer(mustServer(t, options{Password: "demo"}))
 	t.Cleanup(ts.Close)
 	return ts
+}
+
+func mustServer(t testing.TB, o options) http.Handler {
+	t.Helper()
+	h, err := newServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // noFollow is a client that returns redirects instead of following them.
@@ -127,7 +136,7 @@ func TestShortURLBehindProxy(t *testing.T) {
 		t.Errorf("short_url = %q, want %q", got.ShortURL, want)
 	}
 
-	fixed := httptest.NewServer(newServer(options{BaseURL: "https://t.example/"}))
+	fixed := httptest.NewServer(mustServer(t, options{BaseURL: "https://t.example/"}))
 	defer fixed.Close()
 	a = do(t, "POST", fixed.URL+"/shorten", js, `{"url":"https://go.dev"}`)
 	if err := json.Unmarshal(a.body, &got); err != nil {
@@ -268,7 +277,7 @@ func TestRun(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"tinyurl", "-listen", "127.0.0.1:0", "-password", "s3cret", "-log"}, pw)
+		done <- run(ctx, []string{"tinyurl", "-listen", "127.0.0.1:0", "-password", "s3cret", "-log", "-links", ""}, pw)
 		pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)
@@ -331,7 +340,7 @@ func FuzzCheckURL(f *testing.F) {
 
 // BenchmarkRedirect is the upstream's share of every benchmark request.
 func BenchmarkRedirect(b *testing.B) {
-	h := newServer(options{})
+	h := mustServer(b, options{})
 	req := httptest.NewRequest("GET", "/go", nil)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

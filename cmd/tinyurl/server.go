@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -38,11 +39,13 @@ const (
 )
 
 // options configure newServer. The zero value logs nothing, derives short
-// URLs from each request and accepts only an empty password.
+// URLs from each request, accepts only an empty password and keeps links in
+// memory only.
 type options struct {
-	Password string       // the password POST /login accepts
-	BaseURL  string       // prefix of short_url; "" derives it from the request
-	Log      *slog.Logger // one line per request when non-nil
+	Password  string       // the password POST /login accepts
+	BaseURL   string       // prefix of short_url; "" derives it from the request
+	Log       *slog.Logger // one line per request when non-nil
+	LinksFile string       // where /shorten's links are kept across restarts; "": nowhere
 }
 
 // server holds the links. It is safe for concurrent use.
@@ -50,13 +53,27 @@ type server struct {
 	o     options
 	mu    sync.RWMutex
 	links map[string][]string // key → the Location header value, shared read-only between requests
+	added map[string]string   // the links /shorten made: what LinksFile holds
+
+	saveMu sync.Mutex // one save at a time, each of the state when it began
 }
 
-// newServer returns the demo service's handler, seeded with seedLinks.
-func newServer(o options) http.Handler {
-	s := &server{o: o, links: make(map[string][]string, len(seedLinks))}
+// newServer returns the demo service's handler, seeded with seedLinks and
+// with the links of o.LinksFile; it fails when that file cannot be read.
+func newServer(o options) (http.Handler, error) {
+	s := &server{o: o, links: make(map[string][]string, len(seedLinks)), added: map[string]string{}}
 	for k, v := range seedLinks {
 		s.links[k] = []string{v}
+	}
+	if o.LinksFile != "" {
+		added, err := loadLinks(o.LinksFile)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range added {
+			s.links[k] = []string{v}
+		}
+		s.added = added
 	}
 	r := chi.NewRouter()
 	if o.Log != nil {
@@ -75,7 +92,7 @@ func newServer(o options) http.Handler {
 	r.Get("/api/me", s.me)
 	r.Get("/{key}", s.redirect)
 	r.Head("/{key}", s.redirect)
-	return r
+	return r, nil
 }
 
 var noStore = []string{"no-store"}
@@ -114,6 +131,18 @@ func (s *server) shorten(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	if err := s.save(); err != nil {
+		// A link the next start would not know is not handed out.
+		s.mu.Lock()
+		delete(s.links, key)
+		delete(s.added, key)
+		s.mu.Unlock()
+		if s.o.Log != nil {
+			s.o.Log.Error("shorten: cannot keep the link", "err", err)
+		}
+		problem.Write(w, http.StatusServiceUnavailable, "the link could not be saved: "+err.Error())
+		return
+	}
 	short := s.base(r) + "/" + key
 	w.Header().Set("Location", short)
 	writeJSON(w, http.StatusCreated, map[string]string{"short_key": key, "short_url": short, "url": long})
@@ -135,9 +164,26 @@ func (s *server) add(long string) (string, error) {
 		if _, taken := s.links[string(b[:])]; !taken {
 			key := string(b[:])
 			s.links[key] = []string{long}
+			s.added[key] = long
 			return key, nil
 		}
 	}
+}
+
+// save writes the links /shorten made to o.LinksFile, if any. Each save
+// copies the links as they are when it gets its turn, so the last one to
+// finish holds every link added before it began: the file never goes back
+// to an older state, and a link is in it once its /shorten answered.
+func (s *server) save() error {
+	if s.o.LinksFile == "" {
+		return nil
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	s.mu.RLock()
+	snapshot := maps.Clone(s.added)
+	s.mu.RUnlock()
+	return saveLinks(s.o.LinksFile, snapshot)
 }
 
 // base is the scheme and host short URLs start with. The demo believes
