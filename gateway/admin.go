@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/linkgate/linkgate/bearer"
+	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/problem"
+)
+
+// AdminHandler serves the operator's listener: /healthz, /readyz and
+// /metrics open; /admin/* behind the bearer token named by admin.token_env.
+func (g *Gateway) AdminHandler() http.Handler {
+	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusNotFound, "no admin endpoint at "+r.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !g.current().proxy.Ready() {
+			problem.Write(w, http.StatusServiceUnavailable, "no healthy upstream target")
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	r.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{}))
+	r.Route("/admin", func(r chi.Router) {
+		r.Use(g.requireToken)
+		r.Post("/reload", g.handleReload)
+		r.Get("/config", g.handleConfig)
+		r.Handle("/limits/*", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
+		}))
+	})
+	return r
+}
+
+func (g *Gateway) requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := g.current()
+		switch {
+		case s.plan.adminToken == "":
+			problem.Write(w, http.StatusForbidden, "the admin API is off: set the environment variable named by admin.token_env")
+		case !bearer.Match(r, s.plan.adminToken):
+			bearer.Challenge(w, r, "linkgate admin")
+			problem.Write(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// handleReload reloads the config file: 200 with the new generation and the
+// fields that need a restart, or 400 with why the running config stays.
+func (g *Gateway) handleReload(w http.ResponseWriter, r *http.Request) {
+	res, err := g.Reload("admin")
+	if err != nil {
+		d := problem.Details{Status: http.StatusBadRequest, Detail: err.Error()}
+		var ce *config.Error
+		if errors.As(err, &ce) && ce.Path != "" {
+			d.Extra = map[string]any{"field": ce.Path, "line": ce.Line}
+		}
+		problem.WriteDetails(w, d)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(res)
+}
+
+// handleConfig shows the effective config in the file's own shape: the
+// file as loaded, with the running values of the restart-only fields. It
+// needs no redaction because the config holds no secret: the tokens live in
+// the environment variables it names (admin.token_env, stats.token_env), and
+// only those names are shown.
+func (g *Gateway) handleConfig(w http.ResponseWriter, r *http.Request) {
+	s := g.current()
+	out, err := yaml.Marshal(s.eff)
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("X-Config-Generation", strconv.FormatInt(s.gen, 10))
+	w.Write(out)
+}

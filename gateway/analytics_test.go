@@ -1,0 +1,225 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// analyticsConfig puts the gateway in front of upstream with visit counting
+// on, no limiter rules.
+func analyticsConfig(upstream, store, flush string) string {
+	return fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+upstream:
+  targets: [%s]
+  health_check: {path: /healthz, interval: 100ms}
+analytics:
+  flush_interval: %s
+%s
+`, upstream, flush, store)
+}
+
+func embeddedStore(dir string) string {
+	return "  store: embedded\n  embedded: {path: " + dir + "}"
+}
+
+type statsAnswer struct {
+	ShortKey      string    `json:"short_key"`
+	Total         int64     `json:"total"`
+	BotTotal      int64     `json:"bot_total"`
+	RangeTotal    int64     `json:"range_total"`
+	BotRangeTotal int64     `json:"bot_range_total"`
+	Step          int64     `json:"step"`
+	Points        [][]int64 `json:"points"`
+}
+
+func stats(t testing.TB, gw *running, path string) statsAnswer {
+	t.Helper()
+	resp, b := do(t, "GET", gw.url(path), nil, "Accept", "application/json")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	var a statsAnswer
+	if err := json.Unmarshal([]byte(b), &a); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, b)
+	}
+	return a
+}
+
+func TestVisitsCounted(t *testing.T) {
+	up := tinyURL(t)
+	gw := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "10s"))
+	visit := func(method, path string, hdr ...string) int {
+		resp, _ := do(t, method, gw.url(path), nil, hdr...)
+		return resp.StatusCode
+	}
+	for i := 0; i < 3; i++ {
+		if got := visit("GET", "/go"); got != 302 {
+			t.Fatalf("GET /go: %d", got)
+		}
+	}
+	if got := visit("HEAD", "/go"); got != 302 {
+		t.Fatalf("HEAD /go: %d", got)
+	}
+	if got := visit("GET", "/no-such-key"); got != 404 {
+		t.Fatalf("unknown key: %d", got)
+	}
+	visit("GET", "/go", "User-Agent", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)")
+	visit("GET", "/go", "User-Agent", "Twitterbot/1.0")
+
+	// Counts still in memory show up at once, without waiting for a flush.
+	got := stats(t, gw, "/stats/go?last=1h")
+	if got.Total != 4 || got.BotTotal != 2 || got.RangeTotal != 4 || got.BotRangeTotal != 2 {
+		t.Errorf("/stats/go = %+v, want total 4, bot_total 2", got)
+	}
+	var sum int64
+	for _, p := range got.Points {
+		sum += p[1]
+	}
+	if sum != 4 || got.Step != 60 {
+		t.Errorf("points sum %d step %d, want 4 per-minute visits", sum, got.Step)
+	}
+	if none := stats(t, gw, "/stats/no-such-key"); none.Total != 0 || none.RangeTotal != 0 {
+		t.Errorf("a 404 was counted: %+v", none)
+	}
+	if all := stats(t, gw, "/stats?last=1h"); all.Total != 4 || all.BotTotal != 2 {
+		t.Errorf("/stats (all links) = %+v", all)
+	}
+	resp, b := do(t, "GET", gw.url("/stats/go?format=csv&last=1h"), nil)
+	if resp.StatusCode != 200 || !strings.HasPrefix(b, "unix_seconds,count") {
+		t.Errorf("csv: %d %.200s", resp.StatusCode, b)
+	}
+	resp, b = do(t, "GET", gw.url("/stats/go?last=banana"), nil)
+	assertProblem(t, resp, b, 400)
+}
+
+func TestConcurrentVisitsExact(t *testing.T) {
+	up := tinyURL(t)
+	gw := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "200ms"))
+	const workers, each = 16, 60
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for i := 0; i < each; i++ {
+				if resp, _ := do(t, "GET", gw.url("/gh"), nil); resp.StatusCode != 302 {
+					t.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Read while flushes run every 200ms: never more, never less.
+	for i := 0; i < 10; i++ {
+		if got := stats(t, gw, "/stats/gh?last=1h"); got.Total != workers*each || got.RangeTotal != workers*each {
+			t.Fatalf("read %d: total %d range_total %d, want %d", i, got.Total, got.RangeTotal, workers*each)
+		}
+	}
+}
+
+// TestShutdownFlushesAndRestartKeeps: with a flush interval far away, only
+// the flush at shutdown can write the visits; a new gateway on the same
+// directory must serve them.
+func TestShutdownFlushesAndRestartKeeps(t *testing.T) {
+	up := tinyURL(t)
+	cfg := analyticsConfig(up.URL, embeddedStore(t.TempDir()), "1h")
+	gw := start(t, cfg)
+	for i := 0; i < 7; i++ {
+		do(t, "GET", gw.url("/ex"), nil)
+	}
+	if err := gw.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	gw2 := start(t, cfg)
+	for _, q := range []string{"/stats/ex?last=1h", "/stats/ex?last=30d", "/stats/ex?last=1y&step=1w"} {
+		if got := stats(t, gw2, q); got.Total != 7 || got.RangeTotal != 7 {
+			t.Errorf("after restart %s: %+v, want 7", q, got)
+		}
+	}
+}
+
+// TestTwoGatewaysAddUp needs a store two gateways share: Cassandra.
+func TestTwoGatewaysAddUp(t *testing.T) {
+	hosts := os.Getenv("CASSANDRA_HOSTS")
+	if hosts == "" {
+		t.Skip("CASSANDRA_HOSTS not set: two gateways on one Cassandra store SKIPPED")
+	}
+	up := tinyURL(t)
+	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: linkgate_e2e}", hosts)
+	cfg := analyticsConfig(up.URL, store, "500ms")
+	gw1 := start(t, cfg)
+	gw2 := start(t, cfg)
+	// The stores connect in the background: wait until they answer.
+	var before int64
+	eventually(t, 60*time.Second, "Cassandra connected", func() bool {
+		resp, b := do(t, "GET", gw1.url("/stats/go?last=1h"), nil)
+		resp2, _ := do(t, "GET", gw2.url("/stats/go?last=1h"), nil)
+		if resp.StatusCode == 200 && resp2.StatusCode == 200 {
+			var a statsAnswer
+			json.Unmarshal([]byte(b), &a)
+			before = a.Total
+			return true
+		}
+		return false
+	})
+	for i := 0; i < 25; i++ {
+		do(t, "GET", gw1.url("/go"), nil)
+		do(t, "GET", gw2.url("/go"), nil)
+	}
+	gw1.shutdown()
+	gw2.shutdown()
+	gw3 := start(t, cfg)
+	eventually(t, 60*time.Second, "the two gateways' visits add up", func() bool {
+		resp, b := do(t, "GET", gw3.url("/stats/go?last=1h"), nil)
+		var a statsAnswer
+		return resp.StatusCode == 200 && json.Unmarshal([]byte(b), &a) == nil && a.Total == before+50
+	})
+}
+
+// TestStoreOutageLosesNothing: a gateway whose store cannot be reached (a
+// Cassandra address nothing listens on) keeps redirecting and counting,
+// answers /stats with a problem instead of wrong numbers, and at shutdown
+// spills what it could not write. The next gateway on a store that works
+// (the embedded one, sharing the spill directory) writes the spill back:
+// every visit is there, once.
+func TestStoreOutageLosesNothing(t *testing.T) {
+	up := tinyURL(t)
+	dir := t.TempDir()
+	embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}"
+	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", strings.TrimPrefix(deadAddr(t), "http://"), embedded)
+	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
+	for i := 0; i < 9; i++ {
+		if resp, _ := do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
+			t.Fatalf("visit %d with the store down: %d", i, resp.StatusCode)
+		}
+	}
+	do(t, "GET", gw.url("/gh"), nil, "User-Agent", "Twitterbot/1.0")
+	resp, b := do(t, "GET", gw.url("/stats/go"), nil)
+	assertProblem(t, resp, b, 503)
+	eventually(t, 5*time.Second, "failed flushes logged", func() bool {
+		return gw.logs.logged("analytics: flush failed; counts kept for a retry", nil)
+	})
+	if err := gw.shutdown(); err != nil {
+		t.Fatalf("shutdown with the store down: %v", err)
+	}
+
+	gw2 := start(t, analyticsConfig(up.URL, "  store: embedded\n"+embedded, "200ms"))
+	eventually(t, 5*time.Second, "spilled visits written back", func() bool {
+		return stats(t, gw2, "/stats/go?last=1h").Total == 9
+	})
+	time.Sleep(600 * time.Millisecond) // a few more flushes: nothing may be written twice
+	if got := stats(t, gw2, "/stats/go?last=1h"); got.Total != 9 || got.RangeTotal != 9 {
+		t.Errorf("/stats/go = %+v, want 9 visits", got)
+	}
+	if got := stats(t, gw2, "/stats?last=1h"); got.Total != 9 || got.BotTotal != 1 {
+		t.Errorf("/stats = %+v, want 9 human visits and 1 bot visit", got)
+	}
+}

@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/proxy"
+)
+
+// Plan is a config file compiled: every value checked, every pattern,
+// address and limit parsed, every token read from the environment. It is
+// what start-up and reloads build from, and it is immutable. The build
+// (New, Gateway.Reload) cannot refuse a Plan on config grounds: anything
+// it would refuse is refused here, so check-config, which runs the same
+// compile, never says "ok" to a file the gateway cannot run.
+type Plan struct {
+	cfg        *config.Config
+	trust      *forwarded.Trust
+	proxy      *proxy.Plan
+	limit      *limit.Plan
+	analytics  *analytics.Plan
+	adminToken string // "": /admin/* answers 403
+	statsToken string // "": /stats is open
+}
+
+// Config returns the file the plan was compiled from, as read.
+func (p *Plan) Config() *config.Config { return p.cfg }
+
+// Load reads the file at path and compiles it: the one function that
+// check-config, start-up and every reload call. getenv reads the
+// environment variables the file names for tokens.
+func Load(path string, getenv func(string) string) (*Plan, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(cfg, getenv)
+}
+
+// Compile checks cfg and compiles every section. It is pure apart from
+// getenv: it opens no file, listener or connection. An error names the
+// field and, through cfg.Locate, its line: `config: gw.yaml:12:
+// rules[1].allow[0]: "10.0.0.0/33" is not an address or CIDR prefix`.
+func Compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
+	p, err := compile(cfg, getenv)
+	if err != nil {
+		return nil, cfg.Locate(err)
+	}
+	return p, nil
+}
+
+func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
+	p := &Plan{cfg: cfg}
+	if err := compileServer(cfg.Server); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.trust, err = forwarded.Parse(cfg.Server.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("server.trusted_proxies%w", err)
+	}
+	if err := checkListen("admin.listen", cfg.Admin.Listen, true); err != nil {
+		return nil, err
+	}
+	if clash(cfg.Server.Listen, cfg.Admin.Listen) {
+		return nil, fmt.Errorf("admin.listen: %q is the address of server.listen (%q): the admin listener needs its own", cfg.Admin.Listen, cfg.Server.Listen)
+	}
+	var identity []string
+	if h := cfg.Identity.UserHeader; h != "" {
+		identity = append(identity, h)
+	}
+	if p.limit, err = limit.Compile(cfg.Rules, cfg.Identity, cfg.Limiter, p.trust); err != nil {
+		return nil, err
+	}
+	if p.proxy, err = proxy.Compile(cfg.Upstream, p.trust, identity); err != nil {
+		return nil, err
+	}
+	if p.analytics, err = analytics.Compile(cfg.Analytics); err != nil {
+		return nil, err
+	}
+	if err := analytics.CompileStats(cfg.Stats); err != nil {
+		return nil, err
+	}
+	if name := cfg.Admin.TokenEnv; name != "" {
+		// Unset, the admin API is off (403): it fails closed, as the
+		// contract says.
+		p.adminToken = strings.TrimSpace(getenv(name))
+	}
+	if name := cfg.Stats.TokenEnv; name != "" {
+		// Unset, /stats would be open to anyone while the operator meant
+		// to close it: refuse instead.
+		if p.statsToken = strings.TrimSpace(getenv(name)); p.statsToken == "" {
+			return nil, fmt.Errorf("stats.token_env: the environment variable %s is not set or empty; /stats would be open to anyone (set it, or remove token_env to serve /stats openly)", name)
+		}
+	}
+	return p, nil
+}
+
+func compileServer(s config.Server) error {
+	if err := checkListen("server.listen", s.Listen, false); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"body_timeout", s.BodyTimeout},
+		{"write_timeout", s.WriteTimeout}, {"idle_timeout", s.IdleTimeout}, {"shutdown_timeout", s.ShutdownTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("server.%s: %v is negative", d.name, d.v)
+		}
+	}
+	if s.MaxHeaderBytes <= 0 {
+		return fmt.Errorf("server.max_header_bytes: must be positive")
+	}
+	for i, m := range s.AllowMethods {
+		if m != http.MethodTrace && m != http.MethodConnect {
+			return fmt.Errorf("server.allow_methods[%d]: %q: only TRACE and CONNECT are refused unless listed; other methods always pass", i, m)
+		}
+	}
+	return nil
+}
+
+// checkListen checks a listen address: host:port with a port from 0 to
+// 65535 and a host that is empty (every interface), an IP address or a
+// host name. optional allows "" (no listener).
+func checkListen(field, addr string, optional bool) error {
+	if addr == "" && optional {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %q is not host:port", field, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%s: %q: the port must be a number from 0 to 65535", field, addr)
+	}
+	if host == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if !validHostname(host) {
+		return fmt.Errorf("%s: %q: %q is not an IP address or host name", field, addr, host)
+	}
+	return nil
+}
+
+// validHostname reports whether s is a syntactically valid DNS name.
+func validHostname(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// clash reports whether listening on a and on b would collide: the same
+// port (not 0, which picks a free one) on the same host, or on hosts of
+// which one is every interface. localhost is taken as the loopback
+// addresses, other names as themselves: compile does no DNS.
+func clash(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	if wild(ha) || wild(hb) {
+		return true
+	}
+	norm := func(h string) string {
+		if strings.EqualFold(h, "localhost") {
+			return "127.0.0.1"
+		}
+		if ip, err := netip.ParseAddr(h); err == nil {
+			return ip.Unmap().String()
+		}
+		return strings.ToLower(h)
+	}
+	return norm(ha) == norm(hb)
+}

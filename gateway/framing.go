@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/linkgate/linkgate/problem"
+)
+
+// Go's HTTP/1 server reads a request that carries both Content-Length and
+// Transfer-Encoding as chunked, drops the Content-Length header before the
+// handler sees it, and keeps the connection open: the bytes after the last
+// chunk are served as the next request. A hop in front of the gateway that
+// framed the body by its Content-Length saw no such request, so it is
+// smuggled past it. RFC 9112 §6.1: such a request ought to be handled as
+// an error, and the connection closed after the answer.
+//
+// Since the handler cannot see the dropped header, the listener's
+// connections are wrapped: framingConn reads along with the server and
+// notes each request head that carries both fields (its request line). A
+// chunked request whose request line was so noted is answered 400 with
+// the connection closed (refuseAmbiguousFraming). The scan sees exactly
+// the bytes the server parses, in the same order; where it cannot frame a
+// body it may note a line that is not a request line, which at worst
+// refuses a later chunked request of the same connection with the same
+// request line: the client's own.
+
+// framingListener wraps the connections it accepts in framingConns.
+type framingListener struct{ net.Listener }
+
+func (l framingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &framingConn{Conn: c}, nil
+}
+
+// maxScanLine bounds what framingConn keeps of one line: the end of a
+// request line (method, target, version) is what it compares.
+const maxScanLine = 8 << 10
+
+// framingConn is a connection whose request heads are scanned for both
+// Content-Length and Transfer-Encoding.
+type framingConn struct {
+	net.Conn
+
+	// Read's scan state; only the server's reading goroutine touches it.
+	line       []byte // the current line so far (its last maxScanLine bytes)
+	inHead     bool   // between a request line and the blank line ending the head
+	head       string // the current head's request line
+	cl, te     bool   // the current head has Content-Length, Transfer-Encoding
+	overflowed bool   // line lost its start
+
+	mu  sync.Mutex
+	bad []string // request lines of heads with both fields, oldest first
+}
+
+func (c *framingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.scan(p[:n])
+	return n, err
+}
+
+func (c *framingConn) scan(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			c.appendLine(b)
+			return
+		}
+		c.appendLine(b[:i])
+		c.endLine()
+		b = b[i+1:]
+	}
+}
+
+func (c *framingConn) appendLine(b []byte) {
+	c.line = append(c.line, b...)
+	if len(c.line) > maxScanLine {
+		c.line = append(c.line[:0], c.line[len(c.line)-maxScanLine:]...)
+		c.overflowed = true
+	}
+}
+
+// maxAmbiguous bounds the request lines a connection keeps noted.
+const maxAmbiguous = 16
+
+func (c *framingConn) endLine() {
+	line := bytes.TrimSuffix(c.line, []byte{'\r'})
+	overflowed := c.overflowed
+	defer func() { c.line, c.overflowed = c.line[:0], false }()
+	switch {
+	case isRequestLine(line):
+		c.inHead, c.head, c.cl, c.te = true, string(line), false, false
+	case !c.inHead:
+		// body bytes
+	case len(line) == 0 && !overflowed:
+		c.inHead = false
+		if c.cl && c.te {
+			c.mu.Lock()
+			if len(c.bad) == maxAmbiguous {
+				c.bad = c.bad[1:]
+			}
+			c.bad = append(c.bad, c.head)
+			c.mu.Unlock()
+		}
+	default:
+		name, _, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			return
+		}
+		name = bytes.TrimSpace(name)
+		c.cl = c.cl || bytes.EqualFold(name, []byte("Content-Length"))
+		c.te = c.te || bytes.EqualFold(name, []byte("Transfer-Encoding"))
+	}
+}
+
+// isRequestLine reports whether line ends like an HTTP/1 request line:
+// "METHOD target HTTP/1.x" (anything may come before the method: a body
+// that did not end its last line).
+func isRequestLine(line []byte) bool {
+	line = bytes.TrimRight(line, " ")
+	i := bytes.LastIndexByte(line, ' ')
+	if i < 0 || !bytes.HasPrefix(line[i+1:], []byte("HTTP/1.")) {
+		return false
+	}
+	rest := bytes.TrimRight(line[:i], " ")
+	j := bytes.LastIndexByte(rest, ' ')
+	return j > 0 && len(bytes.TrimSpace(rest[:j])) > 0
+}
+
+// ambiguous reports whether r's head carried both Content-Length and
+// Transfer-Encoding, forgetting the heads noted before it.
+func (c *framingConn) ambiguous(r *http.Request) bool {
+	want := r.Method + " " + r.RequestURI + " " + r.Proto
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, l := range c.bad {
+		if strings.HasSuffix(l, want) || len(want) > len(l) && strings.HasSuffix(want, l) {
+			c.bad = c.bad[i+1:]
+			return true
+		}
+	}
+	return false
+}
+
+type framingKey struct{}
+
+// withFramingConn is the server's ConnContext: it puts the connection in
+// the context of its requests.
+func withFramingConn(ctx context.Context, c net.Conn) context.Context {
+	if fc, ok := c.(*framingConn); ok {
+		return context.WithValue(ctx, framingKey{}, fc)
+	}
+	return ctx
+}
+
+// refuseAmbiguousFraming answers 400 and closes the connection for a
+// chunked request whose head also carried Content-Length.
+func refuseAmbiguousFraming(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
+			if fc, ok := r.Context().Value(framingKey{}).(*framingConn); ok && fc.ambiguous(r) {
+				w.Header().Set("Connection", "close")
+				problem.Write(w, http.StatusBadRequest, "a request may not carry both Content-Length and Transfer-Encoding (RFC 9112 section 6.1)")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}

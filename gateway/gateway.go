@@ -1,0 +1,446 @@
+// Package gateway is linkgate as a whole: it compiles a config file into a
+// Plan (Compile, the one step check-config, start-up and every reload run),
+// builds from it the snapshot that serves requests, swaps a new snapshot in
+// on reload, serves the client and admin listeners, and shuts down in
+// order. The command (cmd/gateway) only parses flags and signals.
+//
+// A request goes: Gateway.ServeHTTP → the current snapshot's router →
+// the stats API (under stats.prefix, never proxied), or the limiter
+// (limit.Limiter.Middleware) → the visit counter
+// (analytics.Pipeline.Middleware) → the reverse proxy (proxy.Proxy).
+//
+// What lives how long:
+//   - the process: metrics, the analytics pipeline (recorder, flusher,
+//     store), the listeners and their http.Server settings;
+//   - a snapshot: the compiled plan, the router, the limiter (over a store
+//     kept while its settings do not change), the proxy (kept while the
+//     upstream section and the trusted proxies do not change).
+//
+// A reload compiles the file, builds a new snapshot and swaps it in
+// atomically; a request reads the snapshot once, so it finishes on the
+// config it started with. A reload that fails for any reason, a panic in
+// a constructor included, leaves the running snapshot serving, releases
+// what it built, counts linkgate_config_reloads_total{result="failed"}
+// and says why.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/cassandra"
+	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/limit/memcached"
+	"github.com/linkgate/linkgate/problem"
+	"github.com/linkgate/linkgate/proxy"
+)
+
+// Options are what a Gateway needs besides its Plan.
+type Options struct {
+	// Path is the config file, read again by every reload. Empty: reloads
+	// fail (a Gateway built from a Plan of bytes).
+	Path string
+	// Getenv reads the environment variables the file names for tokens.
+	// Nil: os.Getenv.
+	Getenv func(string) string
+	// Log receives the gateway's logs. Nil: discarded.
+	Log *slog.Logger
+	// Watch reloads the config when the file's content changes.
+	Watch bool
+	// Hangup delivers SIGHUP: each value reloads the config. Nil: none.
+	Hangup <-chan os.Signal
+	// Version is logged at start.
+	Version string
+}
+
+// Gateway is a running linkgate: the long-lived parts and the current
+// snapshot. Its methods are safe for concurrent use. Create it with New,
+// run it with Serve (or Listen then Serve), stop it by cancelling Serve's
+// context; Close releases a Gateway that never served.
+type Gateway struct {
+	opts Options
+	log  *slog.Logger
+
+	reg     *prometheus.Registry
+	m       *metrics
+	proxyM  *proxy.Metrics
+	limitM  *limit.Metrics
+	mcM     *memcached.Metrics
+	visitsM *analytics.Metrics
+
+	// pipeline runs for the life of the process (nil when analytics are
+	// off): counts in memory survive reloads, the store is chosen at start.
+	pipeline *analytics.Pipeline
+
+	mu     sync.Mutex // serializes reloads and Close
+	closed bool       // guarded by mu
+	cur    atomic.Pointer[snapshot]
+
+	ln, aln   net.Listener // bound by Listen
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// snapshot is everything one config implies. It is never modified.
+type snapshot struct {
+	plan       *Plan
+	eff        *config.Config // the file, with the running values of the restart-only fields
+	gen        int64
+	handler    http.Handler
+	proxy      *proxy.Proxy
+	limitStore limitStore
+	limiter    *limit.Limiter
+}
+
+// limitStore is a limiter backend and how to release it.
+type limitStore interface {
+	limit.Store
+	io.Closer
+}
+
+// New builds a Gateway from plan: the metrics, the analytics pipeline
+// (opening its store) and the first snapshot. It fails only when a
+// resource cannot be had (the embedded store's directory cannot be
+// opened, say), never on config grounds: plan was checked by Compile.
+func New(plan *Plan, opts Options) (*Gateway, error) {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g := &Gateway{
+		opts: opts, log: opts.Log, reg: reg,
+		m:       newMetrics(reg),
+		proxyM:  proxy.NewMetrics(reg),
+		limitM:  limit.NewMetrics(reg),
+		mcM:     memcached.NewMetrics(reg),
+		visitsM: analytics.NewMetrics(reg),
+	}
+	if plan.cfg.Analytics.Enabled {
+		store, err := g.openAnalyticsStore(plan.analytics)
+		if err != nil {
+			return nil, err
+		}
+		g.pipeline = analytics.NewPipeline(plan.analytics, store, g.visitsM, g.log)
+	}
+	s, err := g.build(plan, plan.cfg, nil)
+	if err != nil {
+		if g.pipeline != nil {
+			g.pipeline.Close(context.Background())
+		}
+		return nil, err
+	}
+	if plan.adminToken == "" {
+		g.log.Warn("the admin API is off: /admin/* answers 403", "reason", adminOffReason(plan.cfg))
+	}
+	g.cur.Store(s)
+	g.m.generation.Set(float64(s.gen))
+	return g, nil
+}
+
+func adminOffReason(c *config.Config) string {
+	if c.Admin.TokenEnv == "" {
+		return "admin.token_env is empty"
+	}
+	return "the environment variable " + c.Admin.TokenEnv + " (admin.token_env) is not set"
+}
+
+// openAnalyticsStore is the one place that picks the analytics backend.
+func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error) {
+	cfg := p.Config()
+	switch cfg.Store {
+	case "cassandra":
+		// Connects in the background: the gateway serves while Cassandra
+		// boots, and the flusher keeps counts until it answers.
+		st, err := cassandra.Open(context.Background(), cfg.Cassandra, cfg.Retention, g.log)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: analytics.cassandra: %w", err)
+		}
+		return st, nil
+	default:
+		st, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, g.log)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: analytics.embedded.path: %w", err)
+		}
+		return st, nil
+	}
+}
+
+// newLimitStore is the one place that picks the limiter's backend.
+func (g *Gateway) newLimitStore(p *limit.Plan) (limitStore, error) {
+	cfg := p.Store()
+	switch cfg.Store {
+	case "memcached":
+		st, err := memcached.New(cfg.Memcached, g.mcM, g.log)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: limiter.memcached: %w", err)
+		}
+		return st, nil
+	default:
+		return limit.NewMemory(), nil
+	}
+}
+
+// current returns the snapshot serving now.
+func (g *Gateway) current() *snapshot { return g.cur.Load() }
+
+// ServeHTTP serves a client request on the current snapshot.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.cur.Load().handler.ServeHTTP(w, r)
+}
+
+// Registry returns the gateway's Prometheus registry (what /metrics serves).
+func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// build makes the snapshot plan implies, eff being the config to report
+// (plan's file with the running values of restart-only fields), reusing
+// the parts of old whose settings did not change: the proxy (its
+// connections and its targets' health) and the limiter store (so its
+// counters). On any failure, a panic included, it releases what it built
+// and returns an error.
+func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snapshot, err error) {
+	s = &snapshot{plan: plan, eff: eff, gen: 1}
+	if old != nil {
+		s.gen = old.gen + 1
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			g.log.Error("building the config panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("gateway: building the config failed: %v", r)
+		}
+		if err != nil {
+			s.closeReplaced(old)
+			s = nil
+		}
+	}()
+	if old != nil && old.plan.proxy.Equal(plan.proxy) {
+		s.proxy = old.proxy
+	} else {
+		s.proxy = proxy.New(plan.proxy, g.proxyM, g.log)
+	}
+	if old != nil && old.plan.limit.SameStore(plan.limit) {
+		s.limitStore = old.limitStore
+	} else if s.limitStore, err = g.newLimitStore(plan.limit); err != nil {
+		return nil, err
+	}
+	if h := buildHook.Load(); h != nil {
+		(*h)(s)
+	}
+	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log)
+
+	var next http.Handler = s.proxy
+	if g.pipeline != nil {
+		next = g.pipeline.Middleware(plan.analytics)(next)
+	}
+	next = s.limiter.Middleware(next)
+
+	r := chi.NewRouter()
+	sc := plan.cfg.Server
+	r.Use(g.m.middleware(g.log, sc.AccessLog), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
+	stats := g.statsHandler(plan)
+	prefix := plan.cfg.Stats.Prefix
+	r.Handle(prefix, stats)
+	r.Handle(prefix+"/*", stats)
+	r.Handle("/*", next)
+	s.handler = r
+	return s, nil
+}
+
+// statsHandler serves the stats API under the reserved prefix: it is never
+// proxied, whether analytics are on or not.
+func (g *Gateway) statsHandler(plan *Plan) http.Handler {
+	if g.pipeline == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			problem.Write(w, http.StatusNotFound, "analytics are disabled on this gateway")
+		})
+	}
+	h := analytics.NewStats(g.pipeline.Reader(), g.pipeline.Tiers(), plan.statsToken, time.Now, g.log)
+	prefix := plan.cfg.Stats.Prefix
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = strings.TrimPrefix(r.URL.Path, prefix)
+		r2.URL.RawPath = ""
+		if r2.URL.Path == "" {
+			r2.URL.Path = "/"
+		}
+		h.ServeHTTP(w, r2)
+	})
+}
+
+// buildHook, when set (by tests only), is called by build once the new
+// snapshot's proxy and limiter store exist: a panic from it is a panic in
+// a constructor.
+var buildHook atomic.Pointer[func(*snapshot)]
+
+// refuseMethods answers 405 to TRACE and CONNECT unless allow lists them:
+// TRACE echoes the request, credentials included, back to a script
+// (cross-site tracing), and CONNECT would make the gateway an open tunnel.
+func refuseMethods(allow []string) func(http.Handler) http.Handler {
+	trace, connect := slices.Contains(allow, http.MethodTrace), slices.Contains(allow, http.MethodConnect)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodTrace && !trace || r.Method == http.MethodConnect && !connect {
+				w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+				problem.Write(w, http.StatusMethodNotAllowed, r.Method+" is not allowed through this gateway (server.allow_methods)")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// closeReplaced releases what s built that old does not share.
+func (s *snapshot) closeReplaced(old *snapshot) {
+	if s.proxy != nil && (old == nil || s.proxy != old.proxy) {
+		s.proxy.Close()
+	}
+	if s.limitStore != nil && (old == nil || s.limitStore != old.limitStore) {
+		s.limitStore.Close()
+	}
+}
+
+// ReloadResult is what a successful reload did.
+type ReloadResult struct {
+	Generation int64 `json:"generation"`
+	// RestartRequired names the fields that changed in the file but keep
+	// their running values until a restart.
+	RestartRequired []string `json:"restart_required"`
+}
+
+// Reload reads and compiles the config file again and swaps in the
+// snapshot it implies. Whatever goes wrong (a bad file, a resource that
+// cannot be had, a panic) the running snapshot keeps serving, what the
+// attempt built is released, the failure is logged and counted, and the
+// error says why. source names the trigger in the log ("SIGHUP", "file
+// change", "admin").
+func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			g.log.Error("reload panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("gateway: reload failed: %v", r)
+		}
+		if err != nil {
+			g.m.reloads.WithLabelValues("failed").Inc()
+			g.log.Error("config reload failed, running config kept", "source", source, "err", err)
+		}
+	}()
+	if g.closed {
+		return res, errors.New("gateway: closed")
+	}
+	old := g.cur.Load()
+	if g.opts.Path == "" {
+		return res, errors.New("gateway: no config file to reload")
+	}
+	plan, err := Load(g.opts.Path, g.opts.Getenv)
+	if err != nil {
+		return res, err
+	}
+	eff, restart := restartOnly(old.eff, plan.cfg)
+	s, err := g.build(plan, eff, old)
+	if err != nil {
+		return res, err
+	}
+	g.cur.Store(s)
+	old.closeReplaced(s)
+	if g.pipeline != nil {
+		g.pipeline.Apply(plan.analytics)
+	}
+	if plan.adminToken == "" {
+		g.log.Warn("the admin API is off: /admin/* answers 403", "reason", adminOffReason(plan.cfg))
+	}
+	g.m.reloads.WithLabelValues("ok").Inc()
+	g.m.generation.Set(float64(s.gen))
+	g.log.Info("config reloaded", "source", source, "generation", s.gen, "restart_required", restart)
+	if restart == nil {
+		restart = []string{}
+	}
+	return ReloadResult{Generation: s.gen, RestartRequired: restart}, nil
+}
+
+// restartOnly returns the config a reload runs with, eff: next with the
+// running values (from run) of the fields that cannot change without a
+// restart, and the names of those that differed. They are, explicitly:
+// the listeners and the settings of their http.Server (which it reads on
+// every connection, so they cannot change under it), and the analytics
+// pipeline's store, retention and interval (it lives as long as the
+// process, so that counts in memory survive reloads). Everything else,
+// the trusted proxies and the rules above all, takes effect on reload.
+// next is not modified.
+func restartOnly(run, next *config.Config) (eff *config.Config, changed []string) {
+	c := *next
+	keep := func(name string, same bool, restore func()) {
+		if !same {
+			changed = append(changed, name)
+			restore()
+		}
+	}
+	rs, rn := run.Server, next.Server
+	keep("server.listen", rs.Listen == rn.Listen, func() { c.Server.Listen = rs.Listen })
+	keep("server.read_header_timeout", rs.ReadHeaderTimeout == rn.ReadHeaderTimeout, func() { c.Server.ReadHeaderTimeout = rs.ReadHeaderTimeout })
+	keep("server.write_timeout", rs.WriteTimeout == rn.WriteTimeout, func() { c.Server.WriteTimeout = rs.WriteTimeout })
+	keep("server.idle_timeout", rs.IdleTimeout == rn.IdleTimeout, func() { c.Server.IdleTimeout = rs.IdleTimeout })
+	keep("server.max_header_bytes", rs.MaxHeaderBytes == rn.MaxHeaderBytes, func() { c.Server.MaxHeaderBytes = rs.MaxHeaderBytes })
+	keep("admin.listen", run.Admin.Listen == next.Admin.Listen, func() { c.Admin.Listen = run.Admin.Listen })
+	ra, na := run.Analytics, next.Analytics
+	keep("analytics.enabled", ra.Enabled == na.Enabled, func() { c.Analytics.Enabled = ra.Enabled })
+	keep("analytics.store", ra.Store == na.Store, func() { c.Analytics.Store = ra.Store })
+	keep("analytics.embedded.path", ra.Embedded == na.Embedded, func() { c.Analytics.Embedded = ra.Embedded })
+	keep("analytics.cassandra", ra.Cassandra.ReplicationFactor == na.Cassandra.ReplicationFactor &&
+		ra.Cassandra.Keyspace == na.Cassandra.Keyspace && ra.Cassandra.Consistency == na.Cassandra.Consistency &&
+		slices.Equal(ra.Cassandra.Hosts, na.Cassandra.Hosts), func() { c.Analytics.Cassandra = ra.Cassandra })
+	keep("analytics.retention", slices.Equal(ra.Retention, na.Retention), func() { c.Analytics.Retention = ra.Retention })
+	keep("analytics.flush_interval", ra.FlushInterval == na.FlushInterval, func() { c.Analytics.FlushInterval = ra.FlushInterval })
+	return &c, changed
+}
+
+// Close releases a Gateway: it makes the final analytics flush (spilling
+// what the store refuses), closes the stores and stops the health checks.
+// Serve calls it after draining; call it directly only for a Gateway that
+// never served. ctx bounds the final flush. Later calls return the first
+// call's result.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.closeOnce.Do(func() {
+		g.mu.Lock() // no reload may swap a snapshot in under Close
+		defer g.mu.Unlock()
+		g.closed = true
+		var errs []error
+		if g.pipeline != nil {
+			errs = append(errs, g.pipeline.Close(ctx))
+		}
+		if s := g.cur.Load(); s != nil {
+			s.closeReplaced(nil)
+		}
+		for _, l := range []net.Listener{g.ln, g.aln} {
+			if l != nil {
+				l.Close()
+			}
+		}
+		g.closeErr = errors.Join(errs...)
+	})
+	return g.closeErr
+}

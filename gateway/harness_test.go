@@ -1,0 +1,338 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/gateway"
+)
+
+// The tests here run the whole gateway in-process: a real Gateway, its
+// listeners on 127.0.0.1:0, real HTTP clients, real upstreams (httptest
+// servers), real stores. cmd/gateway keeps the few tests that need a
+// separate process (signals, exit codes).
+
+const adminToken = "s3cret-admin"
+
+// env is the environment the gateways under test see.
+var env = map[string]string{"LG_TEST_ADMIN_TOKEN": adminToken}
+
+func getenv(k string) string { return env[k] }
+
+// baseConfig is a gateway on free ports in front of targets, with the
+// limiter and analytics at rest.
+func baseConfig(targets ...string) string {
+	return fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+  trusted_proxies: [127.0.0.1/32]
+  shutdown_timeout: 10s
+admin:
+  listen: 127.0.0.1:0
+  token_env: LG_TEST_ADMIN_TOKEN
+upstream:
+  targets: [%s]
+  dial_timeout: 500ms
+  response_header_timeout: 1s
+  health_check: {path: /healthz, interval: 100ms}
+analytics:
+  enabled: false
+`, strings.Join(targets, ", "))
+}
+
+// logSink keeps every log record as a map of its attributes, "msg" and
+// "level" included.
+type logSink struct {
+	mu    sync.Mutex
+	lines []map[string]string
+	attrs []slog.Attr
+}
+
+func (s *logSink) Enabled(context.Context, slog.Level) bool { return true }
+func (s *logSink) WithGroup(string) slog.Handler            { return s }
+func (s *logSink) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logChild{s, as}
+}
+func (s *logSink) Handle(_ context.Context, r slog.Record) error { return s.add(r, nil) }
+
+func (s *logSink) add(r slog.Record, extra []slog.Attr) error {
+	l := map[string]string{"msg": r.Message, "level": r.Level.String()}
+	for _, a := range extra {
+		l[a.Key] = a.Value.String()
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		l[a.Key] = a.Value.String()
+		return true
+	})
+	s.mu.Lock()
+	s.lines = append(s.lines, l)
+	s.mu.Unlock()
+	return nil
+}
+
+type logChild struct {
+	s  *logSink
+	as []slog.Attr
+}
+
+func (c *logChild) Enabled(context.Context, slog.Level) bool { return true }
+func (c *logChild) WithGroup(string) slog.Handler            { return c }
+func (c *logChild) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logChild{c.s, append(append([]slog.Attr{}, c.as...), as...)}
+}
+func (c *logChild) Handle(_ context.Context, r slog.Record) error { return c.s.add(r, c.as) }
+
+// logged reports whether a record has msg and every given attribute.
+func (s *logSink) logged(msg string, fields map[string]string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		if l["msg"] != msg {
+			continue
+		}
+		ok := true
+		for k, v := range fields {
+			ok = ok && l[k] == v
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for _, l := range s.lines {
+		j, _ := json.Marshal(l)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// running is a Gateway serving on loopback.
+type running struct {
+	t    *testing.T
+	g    *gateway.Gateway
+	path string // its config file
+	logs *logSink
+	hup  chan os.Signal
+	stop context.CancelFunc
+	done chan error // Serve's result
+}
+
+// start writes cfg to a file and runs a gateway on it, watching the file.
+func start(t *testing.T, cfg string) *running {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	writeFile(t, path, cfg)
+	return startFile(t, path, true)
+}
+
+// startFile runs a gateway on the config file at path.
+func startFile(t *testing.T, path string, watch bool) *running {
+	t.Helper()
+	plan, err := gateway.Load(path, getenv)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	r := &running{t: t, path: path, logs: &logSink{}, hup: make(chan os.Signal, 1), done: make(chan error, 1)}
+	r.g, err = gateway.New(plan, gateway.Options{
+		Path: path, Getenv: getenv, Log: slog.New(r.logs), Watch: watch, Hangup: r.hup, Version: "test",
+	})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	if err := r.g.Listen(); err != nil {
+		r.g.Close(context.Background())
+		t.Fatalf("Listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	go func() { r.done <- r.g.Serve(ctx) }()
+	t.Cleanup(func() {
+		if err := r.shutdown(); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return r
+}
+
+// shutdown stops the gateway as SIGTERM does and waits for Serve.
+func (r *running) shutdown() error {
+	r.stop()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("Serve did not return within 30s")
+	}
+}
+
+// url returns the URL of path on the client listener.
+func (r *running) url(path string) string { return "http://" + r.g.Addr().String() + path }
+
+// admin returns the URL of path on the admin listener.
+func (r *running) admin(path string) string { return "http://" + r.g.AdminAddr().String() + path }
+
+func writeFile(t testing.TB, path, s string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// client does not follow redirects: the tests look at them.
+var client = &http.Client{
+	Timeout:       20 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+func do(t testing.TB, method, url string, body io.Reader, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// body GETs url and returns the answer's body.
+func body(t testing.TB, url string) string {
+	t.Helper()
+	_, b := do(t, "GET", url, nil)
+	return b
+}
+
+// result is the answer to a request sent by inFlight.
+type result struct {
+	status int
+	body   string
+	err    error
+}
+
+// inFlight sends GET url in the background; its answer arrives on the
+// channel.
+func inFlight(url string) <-chan result {
+	res := make(chan result, 1)
+	go func() {
+		resp, err := client.Get(url)
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{resp.StatusCode, string(b), err}
+	}()
+	return res
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func assertProblem(t testing.TB, resp *http.Response, body string, status int) map[string]any {
+	t.Helper()
+	if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("got %d %q %q, want %d problem+json", resp.StatusCode, resp.Header.Get("Content-Type"), body, status)
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(body), &p); err != nil || p["status"] != float64(status) || p["title"] == "" {
+		t.Fatalf("problem body %q: %v", body, err)
+	}
+	return p
+}
+
+// named answers "name" on every path, healthz included.
+func named(t *testing.T, name string) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(name))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// deadAddr is an address nothing listens on.
+func deadAddr(t *testing.T) string {
+	s := httptest.NewServer(http.NotFoundHandler())
+	addr := s.URL
+	s.Close()
+	return addr
+}
+
+// tinyURL is an upstream like the demo service, written as a plain Go web
+// server would be: redirects for a few known keys and 404 otherwise,
+// POST /login reading the email the way common Go handlers do (r.FormValue
+// for forms, json.Decoder for JSON) and accepting the password "demo",
+// GET /api/me answering the X-User-ID a trusted proxy set.
+func tinyURL(t *testing.T) *httptest.Server {
+	links := map[string]string{"go": "https://go.dev", "gh": "https://github.com", "ex": "https://example.com"}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+		var email, password string
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			var in struct{ Email, Password string }
+			json.NewDecoder(r.Body).Decode(&in)
+			email, password = in.Email, in.Password
+		} else {
+			email, password = r.FormValue("email"), r.FormValue("password")
+		}
+		if email == "" || password != "demo" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, "welcome "+email)
+	})
+	mux.HandleFunc("GET /api/me", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"authenticated": r.Header.Get("X-User-ID") != "", "user_id": r.Header.Get("X-User-ID")})
+	})
+	mux.HandleFunc("/{key}", func(w http.ResponseWriter, r *http.Request) {
+		if u, ok := links[r.PathValue("key")]; ok && (r.Method == "GET" || r.Method == "HEAD") {
+			http.Redirect(w, r, u, http.StatusFound)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	s := httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}

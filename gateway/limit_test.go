@@ -1,0 +1,286 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// limitConfig puts the gateway in front of upstream with login and API
+// rules like the example's.
+func limitConfig(upstream, trusted, store string) string {
+	return fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+  trusted_proxies: [%s]
+admin:
+  listen: 127.0.0.1:0
+  token_env: LG_TEST_ADMIN_TOKEN
+upstream:
+  targets: [%s]
+  health_check: {path: /healthz, interval: 100ms}
+limiter:
+%s
+rules:
+  - name: login_email
+    match: {methods: [POST], path: /login}
+    key: email
+    limits: [5/m, 10/d]
+    count_status: [401, 403]
+  - name: login_ip
+    match: {methods: [POST], path: /login}
+    key: ip
+    limits: [2/s, 100/m]
+  - name: api_user
+    match: {methods: [GET, POST], path: "/api/*"}
+    key: user
+    limits: [3/m]
+analytics:
+  enabled: false
+`, trusted, upstream, store)
+}
+
+const memoryStore = "  store: memory"
+
+var ipSeq = 0
+
+// login posts a form login from a distinct client address (through
+// X-Forwarded-For from the trusted loopback peer), so that only the email
+// rule can bite.
+func login(t *testing.T, gw *running, email, password string) (*http.Response, string) {
+	t.Helper()
+	ipSeq++
+	form := url.Values{"email": {email}, "password": {password}}.Encode()
+	return do(t, "POST", gw.url("/login"), strings.NewReader(form),
+		"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", ipSeq%250+1))
+}
+
+func TestLoginEmailCountsOnlyFailures(t *testing.T) {
+	up := tinyURL(t)
+	gw := start(t, limitConfig(up.URL, "127.0.0.1/32", memoryStore))
+
+	for i := 0; i < 8; i++ { // successful logins are not counted
+		if resp, _ := login(t, gw, "ok@example.com", "demo"); resp.StatusCode != 200 {
+			t.Fatalf("good login %d: %d", i, resp.StatusCode)
+		}
+	}
+	// Case and surrounding spaces do not make a new counter; JSON bodies count too.
+	variants := []string{"Victim@Example.com", " victim@example.com", "VICTIM@example.com ", "victim@example.com", "json"}
+	for i, e := range variants {
+		var resp *http.Response
+		if e == "json" {
+			resp, _ = do(t, "POST", gw.url("/login"), strings.NewReader(`{"email":" Victim@EXAMPLE.com","password":"nope"}`),
+				"Content-Type", "application/json", "X-Forwarded-For", "203.0.113.99")
+		} else {
+			resp, _ = login(t, gw, e, "wrong")
+		}
+		if resp.StatusCode != 401 {
+			t.Fatalf("failed login %d (%q): %d, want 401", i+1, e, resp.StatusCode)
+		}
+		if strings.Contains(resp.Header.Get("RateLimit-Policy"), "login_email") {
+			t.Errorf("email rule headers leaked on an allowed response: %q", resp.Header.Get("RateLimit-Policy"))
+		}
+	}
+	resp, b := login(t, gw, "victim@example.com", "demo")
+	p := assertProblem(t, resp, b, http.StatusTooManyRequests)
+	if p["rule"] != "login_email" || !strings.Contains(fmt.Sprint(p["limit"]), "5/m") {
+		t.Errorf("problem body does not name the rule and limit: %s", b)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After = %q, want 1..60 seconds", resp.Header.Get("Retry-After"))
+	}
+	if resp, _ := login(t, gw, "other@example.com", "wrong"); resp.StatusCode != 401 {
+		t.Errorf("another email: %d, want 401", resp.StatusCode)
+	}
+
+	// The operator unblocks the victim, naming the email as a client sends it.
+	admin := gw.admin("/admin/limits/login_email/" + url.PathEscape(" VICTIM@example.com"))
+	resp, b = do(t, "GET", admin, nil, "Authorization", "Bearer "+adminToken)
+	var shown struct {
+		Limited bool
+		Limits  []struct {
+			Limit string
+			Count int
+		}
+	}
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &shown) != nil || !shown.Limited || len(shown.Limits) != 2 ||
+		shown.Limits[0].Limit != "5/m" || shown.Limits[0].Count != 5 {
+		t.Errorf("inspect: %d %s", resp.StatusCode, b)
+	}
+	resp, b = do(t, "DELETE", admin, nil, "Authorization", "Bearer "+adminToken)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("reset: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := login(t, gw, "victim@example.com", "demo"); resp.StatusCode != 200 {
+		t.Errorf("after reset: %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestIPLimitAndHeaders(t *testing.T) {
+	up := tinyURL(t)
+	gw := start(t, limitConfig(up.URL, "127.0.0.1/32", memoryStore))
+	// Five logins within a fraction of a second from one address: at most two
+	// per one-second bucket pass, so at least one of them is refused.
+	var limited, allowed int
+	for i := 0; i < 5; i++ {
+		form := url.Values{"email": {fmt.Sprintf("u%d@example.com", i)}, "password": {"demo"}}.Encode()
+		resp, b := do(t, "POST", gw.url("/login"), strings.NewReader(form),
+			"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", "192.0.2.10")
+		switch resp.StatusCode {
+		case 200:
+			allowed++
+			if !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"login_ip`) || resp.Header.Get("RateLimit") == "" {
+				t.Errorf("allowed response lacks the ip rule's RateLimit headers: %v", resp.Header)
+			}
+		case 429:
+			limited++
+			assertProblem(t, resp, b, 429)
+			if !strings.Contains(b, "login_ip") || resp.Header.Get("Retry-After") != "1" {
+				t.Errorf("429: Retry-After %q body %s", resp.Header.Get("Retry-After"), b)
+			}
+		default:
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if limited == 0 || allowed < 2 || allowed > 4 {
+		t.Errorf("allowed %d, limited %d of 5 requests under 2/s", allowed, limited)
+	}
+	// Another address is not affected.
+	form := url.Values{"email": {"x@example.com"}, "password": {"demo"}}.Encode()
+	if resp, _ := do(t, "POST", gw.url("/login"), strings.NewReader(form),
+		"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", "192.0.2.11"); resp.StatusCode != 200 {
+		t.Errorf("other address: %d", resp.StatusCode)
+	}
+}
+
+// TestUserIdentityOnlyFromTrustedPeer: X-User-ID is believed, by the
+// limiter and by the upstream, only from a trusted proxy; from anyone else
+// it never reaches the upstream.
+func TestUserIdentityOnlyFromTrustedPeer(t *testing.T) {
+	up := tinyURL(t)
+	for _, tt := range []struct {
+		trusted string
+		trust   bool
+	}{{"127.0.0.1/32", true}, {"10.0.0.0/8", false}} {
+		t.Run(tt.trusted, func(t *testing.T) {
+			gw := start(t, limitConfig(up.URL, tt.trusted, memoryStore))
+			limited := false
+			for i := 0; i < 5; i++ {
+				resp, b := do(t, "GET", gw.url("/api/me"), nil, "X-User-ID", "admin")
+				limited = limited || resp.StatusCode == 429
+				if resp.StatusCode == 200 && strings.Contains(b, `"user_id":"admin"`) != tt.trust {
+					t.Errorf("the upstream saw %s from a peer trusted=%v", b, tt.trust)
+				}
+			}
+			if limited != tt.trust {
+				t.Errorf("limited = %v, want %v (X-User-ID believed only from trusted peers)", limited, tt.trust)
+			}
+		})
+	}
+}
+
+// memcachedServer is a real memcached on a free loopback port; start
+// brings it back on the same port after kill.
+type memcachedServer struct {
+	t    *testing.T
+	addr string
+	cmd  *exec.Cmd
+}
+
+func startMemcached(t *testing.T) *memcachedServer {
+	t.Helper()
+	if _, err := exec.LookPath("memcached"); err != nil {
+		t.Skip("memcached NOT INSTALLED: memcached tests SKIPPED (./test.sh installs it)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &memcachedServer{t: t, addr: ln.Addr().String()}
+	ln.Close()
+	m.start()
+	t.Cleanup(m.kill)
+	return m
+}
+
+func (m *memcachedServer) start() {
+	_, port, _ := net.SplitHostPort(m.addr)
+	m.cmd = exec.Command("memcached", "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "32", "-u", "root")
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	eventually(m.t, 5*time.Second, "memcached accepts connections", func() bool {
+		c, err := net.Dial("tcp", m.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+func (m *memcachedServer) kill() {
+	if m.cmd != nil && m.cmd.Process != nil {
+		m.cmd.Process.Kill()
+		m.cmd.Wait()
+		m.cmd = nil
+	}
+}
+
+func memcachedStore(addr, policy string) string {
+	return fmt.Sprintf("  store: memcached\n  memcached: {servers: [%s], timeout: 100ms}\n  on_store_error: %s", addr, policy)
+}
+
+func TestTwoGatewaysShareMemcached(t *testing.T) {
+	mc := startMemcached(t)
+	up := tinyURL(t)
+	gw1 := start(t, limitConfig(up.URL, "127.0.0.1/32", memcachedStore(mc.addr, "allow")))
+	gw2 := start(t, limitConfig(up.URL, "127.0.0.1/32", memcachedStore(mc.addr, "allow")))
+	for i := 0; i < 3; i++ {
+		if resp, _ := do(t, "GET", gw1.url("/api/me"), nil, "X-User-ID", "bob"); resp.StatusCode != 200 {
+			t.Fatalf("gw1 request %d: %d", i, resp.StatusCode)
+		}
+	}
+	// gw1 sends its increments asynchronously: gw2 sees them within moments.
+	eventually(t, 3*time.Second, "gw2 refuses bob's 4th request", func() bool {
+		resp, _ := do(t, "GET", gw2.url("/api/me"), nil, "X-User-ID", "bob")
+		return resp.StatusCode == 429
+	})
+}
+
+func TestMemcachedDownAppliesPolicy(t *testing.T) {
+	mc := startMemcached(t)
+	up := tinyURL(t)
+	gw := start(t, limitConfig(up.URL, "127.0.0.1/32", memcachedStore(mc.addr, "allow")))
+	user := func(u string) int {
+		resp, _ := do(t, "GET", gw.url("/api/me"), nil, "X-User-ID", u)
+		return resp.StatusCode
+	}
+	for i := 0; i < 3; i++ {
+		user("carol")
+	}
+	if got := user("carol"); got != 429 {
+		t.Fatalf("4th request with memcached up: %d", got)
+	}
+	mc.kill()
+	// on_store_error: allow — every request passes, none is a 5xx, and a
+	// decision does not wait out the store timeout once the breaker is open.
+	for i := 0; i < 20; i++ {
+		begin := time.Now()
+		if got := user(fmt.Sprintf("dave%d", i%2)); got != 200 {
+			t.Fatalf("request %d with memcached down: %d, want 200 (allow)", i, got)
+		}
+		if d := time.Since(begin); i > 5 && d > 80*time.Millisecond {
+			t.Errorf("request %d took %v with the breaker open", i, d)
+		}
+	}
+	mc.start()
+	eventually(t, 5*time.Second, "limits apply again after memcached returns", func() bool {
+		return user("erin") == 429
+	})
+}

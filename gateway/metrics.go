@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the gateway's own: requests, reloads, config generation.
+type metrics struct {
+	requests   *prometheus.CounterVec
+	duration   prometheus.Histogram
+	reloads    *prometheus.CounterVec
+	generation prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_requests_total", Help: "Client requests answered, by status class.",
+		}, []string{"class"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "linkgate_request_duration_seconds", Help: "Time to answer a client request.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_config_reloads_total", Help: "Config reloads, by result (ok or failed).",
+		}, []string{"result"}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "linkgate_config_generation", Help: "Generation of the running config: 1 at start, +1 per successful reload.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.reloads, m.generation)
+	for _, c := range []string{"1xx", "2xx", "3xx", "4xx", "5xx"} {
+		m.requests.WithLabelValues(c)
+	}
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("failed")
+	return m
+}
+
+var classes = [...]string{"1xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// middleware counts every answer by status class and, when accessLog is
+// set, logs it.
+func (m *metrics) middleware(log *slog.Logger, accessLog bool) func(http.Handler) http.Handler {
+	counters := [len(classes)]prometheus.Counter{}
+	for i, c := range classes {
+		counters[i] = m.requests.WithLabelValues(c)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			status := ww.Status()
+			if status == 0 {
+				status = http.StatusOK
+			}
+			if c := status / 100; c >= 1 && c <= 5 {
+				counters[c].Inc()
+			}
+			d := time.Since(start)
+			m.duration.Observe(d.Seconds())
+			if accessLog {
+				log.Info("access", "method", r.Method, "path", r.URL.Path, "status", status,
+					"bytes", ww.BytesWritten(), "duration", d, "remote", r.RemoteAddr)
+			}
+		})
+	}
+}

@@ -1,0 +1,272 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/gateway"
+)
+
+// metric returns the value of the sample of the admin /metrics page whose
+// line starts with series, or -1.
+func metric(t testing.TB, gw *running, series string) float64 {
+	t.Helper()
+	_, page := do(t, "GET", gw.admin("/metrics"), nil)
+	for _, l := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+func reloadEndpoint(t testing.TB, gw *running) (*http.Response, string) {
+	t.Helper()
+	return do(t, "POST", gw.admin("/admin/reload"), nil, "Authorization", "Bearer "+adminToken)
+}
+
+// TestReload changes the upstream by each trigger in turn.
+func TestReload(t *testing.T) {
+	a, b, c, d := named(t, "A"), named(t, "B"), named(t, "C"), named(t, "D")
+	gw := start(t, baseConfig(a.URL))
+	get := func() string { return body(t, gw.url("/x")) }
+	if got := get(); got != "A" {
+		t.Fatalf("before reload: %q", got)
+	}
+	writeFile(t, gw.path, baseConfig(b.URL))
+	eventually(t, 5*time.Second, "file change reloads", func() bool { return get() == "B" })
+	if !gw.logs.logged("config reloaded", map[string]string{"source": "file change", "generation": "2"}) {
+		t.Errorf("no reload log line for the file change:\n%s", gw.logs)
+	}
+
+	gw.hup <- syscall.SIGHUP // the file did not change: SIGHUP reloads anyway
+	eventually(t, 5*time.Second, "SIGHUP reloads", func() bool {
+		return gw.logs.logged("config reloaded", map[string]string{"source": "SIGHUP", "generation": "3"})
+	})
+
+	// The endpoint: restart-only fields are named, keep their running
+	// values, and the rest applies.
+	writeFile(t, gw.path, strings.Replace(baseConfig(c.URL), "listen: 127.0.0.1:0\n  trusted", "listen: 127.0.0.1:1\n  trusted", 1))
+	resp, msg := reloadEndpoint(t, gw)
+	if resp.StatusCode != 200 || !strings.Contains(msg, `"restart_required":["server.listen"]`) {
+		t.Fatalf("reload endpoint: %d %s (want server.listen named as restart-only)", resp.StatusCode, msg)
+	}
+	if got := get(); got != "C" {
+		t.Errorf("after the endpoint's reload: %q, want C", got)
+	}
+	_, cfg := do(t, "GET", gw.admin("/admin/config"), nil, "Authorization", "Bearer "+adminToken)
+	if !strings.Contains(cfg, "listen: 127.0.0.1:0") || !strings.Contains(cfg, c.URL) {
+		t.Errorf("/admin/config does not show the running listen address and the new upstream:\n%s", cfg)
+	}
+
+	// With the watch off only the triggers reload.
+	gw2 := startFile(t, gw.path, false)
+	writeFile(t, gw.path, baseConfig(d.URL))
+	time.Sleep(400 * time.Millisecond)
+	if got := body(t, gw2.url("/x")); got != "C" {
+		t.Errorf("with the watch off a file change reloaded: %q", got)
+	}
+}
+
+// TestBadReloadKeepsServing tries every config check-config refuses, by
+// every trigger, on a running gateway: it keeps serving on the running
+// config, the endpoint answers 400 naming the field, each failure is
+// logged and counted, and nothing leaks.
+func TestBadReloadKeepsServing(t *testing.T) {
+	a := named(t, "A")
+	gw := start(t, baseConfig(a.URL))
+	good := baseConfig(a.URL)
+	failed := func() float64 { return metric(t, gw, `linkgate_config_reloads_total{result="failed"}`) }
+	for _, tc := range badConfigs(a.URL) {
+		t.Run(tc.name, func(t *testing.T) {
+			before := failed()
+			writeFile(t, gw.path, tc.yaml)
+			resp, msg := reloadEndpoint(t, gw)
+			p := assertProblem(t, resp, msg, http.StatusBadRequest)
+			field := strings.TrimSuffix(tc.want[strings.LastIndex(tc.want, " ")+1:], ":")
+			if !strings.Contains(msg, tc.want) && !strings.Contains(fmt.Sprint(p["field"]), field) {
+				t.Errorf("reload answer %s does not name %q", msg, tc.want)
+			}
+			eventually(t, 5*time.Second, "the endpoint's and the watch's failures counted", func() bool {
+				return failed() >= before+2
+			})
+			gw.hup <- syscall.SIGHUP
+			eventually(t, 5*time.Second, "SIGHUP's failure counted", func() bool { return failed() >= before+3 })
+			if got := body(t, gw.url("/x")); got != "A" {
+				t.Errorf("after a bad reload: %q, want A", got)
+			}
+			eventually(t, 5*time.Second, "SIGHUP's failure logged", func() bool {
+				return gw.logs.logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
+			})
+		})
+	}
+	writeFile(t, gw.path, good)
+	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
+		t.Fatalf("a good file after the bad ones: %d %s", resp.StatusCode, msg)
+	}
+}
+
+// TestFailedReloadsLeakNothing: a reload that fails after it built parts
+// (a proxy with its health loop, a memcached store with its flushers)
+// releases them, and one that panics in a constructor answers 400 too.
+func TestFailedReloadsLeakNothing(t *testing.T) {
+	a, b := named(t, "A"), named(t, "B")
+	gw := start(t, baseConfig(a.URL))
+	// Every reload builds a new proxy (the target changes) and memcached
+	// store (the servers do), then panics: both must be released.
+	restore := gateway.SetBuildHook(func() { panic("constructor exploded") })
+	defer restore()
+	next := baseConfig(b.URL) + "limiter:\n  store: memcached\n  memcached: {servers: [127.0.0.1:1]}\n"
+	writeFile(t, gw.path, next)
+	time.Sleep(300 * time.Millisecond) // let the watch's own attempt pass
+	reloadEndpoint(t, gw)
+	base := runtime.NumGoroutine()
+	before := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`)
+	const tries = 20
+	for range tries {
+		resp, msg := reloadEndpoint(t, gw)
+		assertProblem(t, resp, msg, http.StatusBadRequest)
+		if !strings.Contains(msg, "constructor exploded") {
+			t.Fatalf("reload answer %s does not say what failed", msg)
+		}
+	}
+	if got := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`); got != before+tries {
+		t.Errorf("failed reloads counted %v, want %v", got, before+tries)
+	}
+	eventually(t, 5*time.Second, fmt.Sprintf("goroutines back to %d", base), func() bool {
+		return runtime.NumGoroutine() <= base+2
+	})
+	if got := body(t, gw.url("/x")); got != "A" {
+		t.Errorf("after panicking reloads: %q, want A", got)
+	}
+	restore()
+	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 || body(t, gw.url("/x")) != "B" {
+		t.Errorf("reload once the constructor works: %d %s", resp.StatusCode, msg)
+	}
+}
+
+// TestBadConfigAtStart: New is never reached with a bad file, and a file
+// that compiles starts whatever its resources: the four once-fatal
+// configs are refused by the compile step that start-up runs.
+func TestBadConfigAtStart(t *testing.T) {
+	for _, tc := range badConfigs("http://127.0.0.1:1") {
+		path := t.TempDir() + "/gw.yaml"
+		writeFile(t, path, tc.yaml)
+		if _, err := gateway.Load(path, getenv); err == nil {
+			t.Errorf("%s: start-up's compile accepted it", tc.name)
+		}
+	}
+}
+
+// TestReloadKeepsInFlight: a request in flight when a reload replaces its
+// upstream finishes on the config it started with; the next goes to the
+// new upstream.
+func TestReloadKeepsInFlight(t *testing.T) {
+	var started atomic.Bool
+	release := make(chan struct{})
+	a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			started.Store(true)
+			<-release
+		}
+		w.Write([]byte("A"))
+	}))
+	defer a.Close()
+	b := named(t, "B")
+	gw := start(t, baseConfig(a.URL))
+	res := inFlight(gw.url("/slow"))
+	eventually(t, 5*time.Second, "request reached upstream A", started.Load)
+	writeFile(t, gw.path, baseConfig(b.URL))
+	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
+		t.Fatalf("reload: %d %s", resp.StatusCode, msg)
+	}
+	if got := body(t, gw.url("/x")); got != "B" {
+		t.Errorf("a request after the reload went to %q, want B", got)
+	}
+	close(release)
+	if r := <-res; r.err != nil || r.status != 200 || r.body != "A" {
+		t.Errorf("the request in flight across the reload got %d %q (%v), want 200 A", r.status, r.body, r.err)
+	}
+}
+
+// TestReloadReusesUnchangedParts: a reload that leaves the upstream and
+// the limiter store alone keeps them: the counters carry over and the
+// upstream connections are not opened again.
+func TestReloadReusesUnchangedParts(t *testing.T) {
+	up := named(t, "ok")
+	cfg := baseConfig(up.URL) + "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [3/m]}\n"
+	gw := start(t, cfg)
+	for i := range 3 {
+		if resp, _ := do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	opened := metric(t, gw, "linkgate_upstream_connections_opened_total")
+	// Same rule name, a higher limit: counts survive, the 4th request
+	// passes under 4/m and the 5th does not.
+	writeFile(t, gw.path, strings.Replace(cfg, "[3/m]", "[4/m]", 1))
+	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
+		t.Fatalf("reload: %d %s", resp.StatusCode, msg)
+	}
+	codes := []int{}
+	for range 2 {
+		resp, _ := do(t, "GET", gw.url("/limited"), nil)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 429 {
+		t.Errorf("after the reload to 4/m with 3 counted: %v, want [200 429]", codes)
+	}
+	if got := metric(t, gw, "linkgate_upstream_connections_opened_total"); got != opened {
+		t.Errorf("upstream connections opened went from %v to %v across a reload that kept the upstream", opened, got)
+	}
+}
+
+// TestWatchWaitsForAWholeFile: a file written in place slowly, in pieces,
+// passes through states that must never run: empty, then the first part
+// (which here compiles: the rules are cut off). The watch reloads once,
+// on the whole file, and never the empty or the partial one.
+func TestWatchWaitsForAWholeFile(t *testing.T) {
+	a, b := named(t, "A"), named(t, "B")
+	rules := "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [1/m]}\n"
+	gw := start(t, baseConfig(a.URL)+rules)
+	next := baseConfig(b.URL) + rules
+	cut := strings.Index(next, "rules:")
+	f, err := os.OpenFile(gw.path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(settleWait) // empty for longer than the settle time
+	f.WriteString(next[:cut])
+	time.Sleep(settleWait) // the rules cut off as long
+	f.WriteString(next[cut:])
+	f.Close()
+	eventually(t, 5*time.Second, "the whole file reloaded", func() bool { return body(t, gw.url("/x")) == "B" })
+	time.Sleep(2 * settleWait)
+	if got := metric(t, gw, `linkgate_config_reloads_total{result="ok"}`); got != 1 {
+		t.Errorf("%v reloads, want 1: the partial states were reloaded", got)
+	}
+	if got := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`); got != 0 {
+		t.Errorf("%v failed reloads: the empty state was read", got)
+	}
+	// The rules survived: the second request is limited.
+	do(t, "GET", gw.url("/limited"), nil)
+	if resp, _ := do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 429 {
+		t.Errorf("the rule of the whole file does not apply: %d", resp.StatusCode)
+	}
+}
+
+// settleWait is longer than the watch's settle time.
+const settleWait = 300 * time.Millisecond
