@@ -38,9 +38,11 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Use(g.requireToken)
 		r.Post("/reload", g.handleReload)
 		r.Get("/config", g.handleConfig)
-		r.Handle("/limits/*", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
-		}))
+		})
+		r.Handle("/limits", limits)
+		r.Handle("/limits/*", limits)
 	})
 	return r
 }

@@ -158,11 +158,19 @@ func TestAdminEndpoints(t *testing.T) {
 		{"GET", "/admin/config", "wrong", 401, "bearer"},
 		{"GET", "/admin/config", adminToken, 200, up.URL},
 		{"GET", "/nope", "", 404, "no admin endpoint"},
+		{"GET", "/admin/limits", adminToken, 404, `"rules":[`},
+		{"GET", "/admin/limits/", adminToken, 404, "/admin/limits/{rule}/{value}"},
+		{"GET", "/admin/limits/no-such-rule/1.2.3.4", adminToken, 404, "/admin/limits/{rule}/{value}"},
+		{"GET", "/admin/config", "lowercase", 200, up.URL},
 		{"PUT", "/admin/reload", adminToken, 405, "not allowed"},
 	}
 	for _, tt := range tests {
 		var hdr []string
-		if tt.token != "" {
+		switch tt.token {
+		case "":
+		case "lowercase": // RFC 9110 §11.1: the scheme is case-insensitive
+			hdr = []string{"Authorization", "bearer " + adminToken}
+		default:
 			hdr = []string{"Authorization", "Bearer " + tt.token}
 		}
 		resp, b := do(t, tt.method, gw.admin(tt.path), nil, hdr...)

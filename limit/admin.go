@@ -45,10 +45,22 @@ func (l *Limiter) AdminHandler() http.Handler {
 		w.Header().Set("Allow", "GET, DELETE")
 		problem.Write(w, http.StatusMethodNotAllowed, "use GET or DELETE on {rule}/{value}")
 	})
-	mux.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusNotFound, "want {rule}/{value}")
-	})
+	mux.NotFound(l.adminUsage)
 	return mux
+}
+
+// adminUsage answers 404 for a path that names no rule, listing the rules
+// that can be asked about and how.
+func (l *Limiter) adminUsage(w http.ResponseWriter, r *http.Request) {
+	rules := make([]map[string]string, 0, len(l.rules))
+	for _, ru := range l.rules {
+		rules = append(rules, map[string]string{"name": ru.Name, "key": string(ru.Key)})
+	}
+	problem.WriteDetails(w, problem.Details{
+		Status: http.StatusNotFound,
+		Detail: "ask GET (show) or DELETE (reset) /admin/limits/{rule}/{value}, the value as a client sends it: an address, a user id or an email",
+		Extra:  map[string]any{"rules": rules},
+	})
 }
 
 // adminTarget finds the rule and the normalized value in the escaped path
@@ -79,7 +91,7 @@ func (l *Limiter) adminTarget(w http.ResponseWriter, r *http.Request, rest strin
 		}
 		return ru, v, true
 	}
-	problem.Write(w, http.StatusNotFound, "no such rule")
+	l.adminUsage(w, r)
 	return nil, "", false
 }
 
