@@ -223,3 +223,34 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 		t.Errorf("/stats = %+v, want 9 human visits and 1 bot visit", got)
 	}
 }
+
+// TestStatsToken: with stats.token_env naming a set variable, data answers
+// need the bearer token, whatever the case of the scheme; the chart page
+// itself holds no data and is served to anyone.
+func TestStatsToken(t *testing.T) {
+	setenv(t, "LG_TEST_STATS_TOKEN", "stats-s3cret")
+	up := tinyURL(t)
+	gw := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "10s")+"stats:\n  token_env: LG_TEST_STATS_TOKEN\n")
+	for _, tc := range []struct {
+		auth   string
+		status int
+	}{
+		{"", 401}, {"Bearer wrong", 401}, {"Basic stats-s3cret", 401},
+		{"Bearer stats-s3cret", 200}, {"bearer stats-s3cret", 200}, {"BEARER  stats-s3cret", 200},
+	} {
+		var hdr []string
+		if tc.auth != "" {
+			hdr = []string{"Authorization", tc.auth}
+		}
+		resp, b := do(t, "GET", gw.url("/stats/go?last=1h"), nil, append(hdr, "Accept", "application/json")...)
+		if resp.StatusCode != tc.status {
+			t.Errorf("Authorization %q: %d %s, want %d", tc.auth, resp.StatusCode, b, tc.status)
+		}
+		if tc.status == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer ") {
+			t.Errorf("Authorization %q: 401 without a bearer challenge", tc.auth)
+		}
+	}
+	if resp, _ := do(t, "GET", gw.url("/stats/go"), nil, "Accept", "text/html"); resp.StatusCode != 200 {
+		t.Errorf("the chart page without a token: %d, want 200", resp.StatusCode)
+	}
+}

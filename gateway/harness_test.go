@@ -25,10 +25,29 @@ import (
 
 const adminToken = "s3cret-admin"
 
-// env is the environment the gateways under test see.
-var env = map[string]string{"LG_TEST_ADMIN_TOKEN": adminToken}
+// env is the environment the gateways under test see; setenv changes it
+// for the rest of a test.
+var (
+	envMu sync.Mutex
+	env   = map[string]string{"LG_TEST_ADMIN_TOKEN": adminToken}
+)
 
-func getenv(k string) string { return env[k] }
+func getenv(k string) string {
+	envMu.Lock()
+	defer envMu.Unlock()
+	return env[k]
+}
+
+func setenv(t *testing.T, k, v string) {
+	envMu.Lock()
+	env[k] = v
+	envMu.Unlock()
+	t.Cleanup(func() {
+		envMu.Lock()
+		delete(env, k)
+		envMu.Unlock()
+	})
+}
 
 // baseConfig is a gateway on free ports in front of targets, with the
 // limiter and analytics at rest.
