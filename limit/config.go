@@ -97,13 +97,28 @@ type Config struct {
 type Memcached struct {
 	Servers []string      `yaml:"servers"`
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxIdleConns is how many connections to each server the store keeps
+	// open, all dialed when it starts and again when a server comes back:
+	// at least the requests on limited routes in flight at once, plus the
+	// four the flusher uses. Below that, every burst dials new connections,
+	// and under load dials are what miss the timeout.
+	MaxIdleConns int `yaml:"max_idle_conns"`
 }
+
+// DefaultMaxIdleConns is the default of limiter.memcached.max_idle_conns:
+// room for 64 client connections waiting on the limiter at once (a loaded
+// gateway on a small machine) twice over.
+const DefaultMaxIdleConns = 128
+
+// MaxIdleConnsLimit bounds limiter.memcached.max_idle_conns: memcached
+// accepts 1024 connections by default, shared by every gateway.
+const MaxIdleConnsLimit = 1024
 
 // DefaultConfig returns the defaults of the limiter section.
 func DefaultConfig() Config {
 	return Config{
 		Store:        "memory",
-		Memcached:    Memcached{Servers: []string{"127.0.0.1:11211"}, Timeout: 100 * time.Millisecond},
+		Memcached:    Memcached{Servers: []string{"127.0.0.1:11211"}, Timeout: 100 * time.Millisecond, MaxIdleConns: DefaultMaxIdleConns},
 		OnStoreError: "allow",
 		Precision:    "bucket",
 	}
@@ -118,6 +133,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("memcached.servers: none given")
 	case c.Memcached.Timeout <= 0:
 		return fmt.Errorf("memcached.timeout: must be positive")
+	case c.Memcached.MaxIdleConns < 1 || c.Memcached.MaxIdleConns > MaxIdleConnsLimit:
+		return fmt.Errorf("memcached.max_idle_conns: %d is not between 1 and %d", c.Memcached.MaxIdleConns, MaxIdleConnsLimit)
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
 		return fmt.Errorf("on_store_error: %q is not allow or deny", c.OnStoreError)
 	case c.Precision != "bucket" && c.Precision != "exact":
