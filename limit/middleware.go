@@ -76,7 +76,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				l.reject(w, ru, v)
 				return
 			case storeError:
-				l.log.Warn("limit: store failed", "rule", ru.Name, "err", v.err)
+				if n, ok := l.logs.allow(logKey{ru.Name, "store_error"}, now); ok {
+					l.log.Warn("limit: store failed", "rule", ru.Name, "err", v.err, "policy", l.storePolicy(), "suppressed", n)
+				}
 				if !l.failOpen {
 					w.Header().Set("Retry-After", "1")
 					problem.WriteDetails(w, problem.Details{Status: http.StatusServiceUnavailable,
@@ -85,7 +87,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				}
 				continue
 			case shadowLimited:
-				l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit])
+				if n, ok := l.logs.allow(logKey{ru.Name, "shadow_limited"}, now); ok {
+					l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit], "suppressed", n)
+				}
 			}
 			if ru.Strict || alone {
 				// already counted
@@ -184,4 +188,12 @@ func (f *features) get(k Feature) (string, bool) {
 		return f.email, f.emailOK
 	}
 	return "", false
+}
+
+// storePolicy names on_store_error for the log.
+func (l *Limiter) storePolicy() string {
+	if l.failOpen {
+		return "allow"
+	}
+	return "deny"
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -47,6 +48,7 @@ type envOpt struct {
 	cfg     limit.Config
 	trusted []netip.Prefix
 	store   limit.Store
+	log     *slog.Logger
 }
 
 func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
@@ -62,7 +64,7 @@ func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
 	if o.id.IPv6Prefix == 0 {
 		o.id = limit.DefaultIdentity()
 	}
-	l, err := limit.New(rules, o.id, o.cfg, o.trusted, e.store, limit.NewMetrics(e.reg), nil)
+	l, err := limit.New(rules, o.id, o.cfg, o.trusted, e.store, limit.NewMetrics(e.reg), o.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -787,5 +789,71 @@ func TestExactPrecisionFarEdge(t *testing.T) {
 		if r.StatusCode != tc.status || r.Header.Get("Retry-After") != tc.retry {
 			t.Errorf("%s at %s the next day: %d Retry-After %q, want %d %q", tc.client, tc.at, r.StatusCode, r.Header.Get("Retry-After"), tc.status, tc.retry)
 		}
+	}
+}
+
+// logLines is a slog.Handler counting records by message and keeping the
+// "suppressed" attribute of each.
+type logLines struct {
+	mu         sync.Mutex
+	n          map[string]int
+	suppressed map[string]int64
+}
+
+func (h *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logLines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Message]++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "suppressed" {
+			h.suppressed[r.Message] += a.Value.Int64()
+		}
+		return true
+	})
+	return nil
+}
+func (h *logLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logLines) WithGroup(string) slog.Handler      { return h }
+
+// TestRepeatedLogsThrottled: a failing store and a shadow rule log one line
+// a second per rule, not one per request; the line after a quiet second
+// says how many it held back, and the metrics count every request.
+func TestRepeatedLogsThrottled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		store   limit.Store
+		rule    limit.Rule
+		msg     string
+		outcome string
+	}{
+		{"store error", &failingStore{}, ipRule(t, "100/s"), "limit: store failed", "store_error"},
+		{"shadow", nil, limit.Rule{Name: "login_ip", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/h"), Shadow: true}, "limit: shadow rule would limit", "shadow_limited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &logLines{n: map[string]int{}, suppressed: map[string]int64{}}
+			e := newEnv(t, []limit.Rule{tc.rule}, envOpt{store: tc.store, log: slog.New(h)})
+			const perSecond = 50
+			for range 3 { // three seconds
+				for range perSecond {
+					e.do("POST", "/login", nil)
+				}
+				e.clk.Advance(time.Second)
+			}
+			got := e.metric("login_ip", tc.outcome)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.n[tc.msg] != 3 {
+				t.Errorf("%d lines %q in 3 s, want 3 (one a second)", h.n[tc.msg], tc.msg)
+			}
+			// Every event is a line or held back; the third second's held
+			// back events have not been reported yet.
+			if reported := float64(h.n[tc.msg]) + float64(h.suppressed[tc.msg]); reported != got-(perSecond-1) {
+				t.Errorf("lines plus suppressed = %v, want %v (metric %v minus the last second's %d held back)", reported, got-(perSecond-1), got, perSecond-1)
+			}
+			if min := float64(3*perSecond - 1); got < min { // a shadow rule's first request is within its limit
+				t.Errorf("%s decisions = %v, want at least %v", tc.outcome, got, min)
+			}
+		})
 	}
 }
