@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -46,7 +47,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		now := l.now()
-		ctx := r.Context()
+		ctx := context.WithoutCancel(r.Context())
 		f := features{l: l, r: r}
 		type hit struct {
 			r     *rule
@@ -115,16 +116,28 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
-		status := ww.Status()
-		if status == 0 {
-			status = http.StatusOK
-		}
-		for _, h := range after {
-			if h.r.counts(status) {
-				l.count(ctx, h.r, h.value, now)
+		returned := false
+		// Deferred, so that a handler that aborts is counted too:
+		// httputil.ReverseProxy panics with http.ErrAbortHandler when the
+		// client hangs up while the upstream's body is being copied, and a
+		// client that reads the status of a 401 and hangs up must still
+		// have its wrong password counted.
+		defer func() {
+			status := ww.Status()
+			if status == 0 {
+				if !returned {
+					return // aborted before answering: the upstream said nothing
+				}
+				status = http.StatusOK
 			}
-		}
+			for _, h := range after {
+				if h.r.counts(status) {
+					l.count(ctx, h.r, h.value, now)
+				}
+			}
+		}()
+		next.ServeHTTP(ww, r)
+		returned = true
 	})
 }
 
