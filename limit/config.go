@@ -34,7 +34,29 @@ type Rule struct {
 	Shadow      bool        `yaml:"shadow,omitempty"`       // log and count would-be rejections, block nothing
 	Strict      bool        `yaml:"strict,omitempty"`       // count before checking, so that several gateways never overshoot
 	Allow       []string    `yaml:"allow,omitempty"`        // CIDRs (ip rules) or feature values this rule never limits
+	// OnUnreadable is what an email rule does with a request whose email
+	// the gateway cannot tell (see OnUnreadableReject): reject, skip or
+	// key_by_ip. Empty means reject.
+	OnUnreadable string `yaml:"on_unreadable,omitempty"`
 }
+
+// The on_unreadable policies of an email rule, for a request whose email
+// the gateway cannot be sure to read as the upstream will (a body it cannot
+// parse or that is larger than identity.max_body_bytes, JSON with trailing
+// data, values that disagree, an encoding or charset it cannot read).
+const (
+	// OnUnreadableReject answers 400, 413 or 415 with a problem saying
+	// what could not be read; the request goes no further. The default:
+	// a limit on wrong passwords per email must not be stepped around.
+	OnUnreadableReject = "reject"
+	// OnUnreadableSkip lets the request through without this rule, as if
+	// it named no email (the behaviour of a gateway that does not look).
+	OnUnreadableSkip = "skip"
+	// OnUnreadableKeyByIP counts the request under this rule's limits by
+	// client address instead, in the rule's counters with the value
+	// "ip:<address or IPv6 prefix>".
+	OnUnreadableKeyByIP = "key_by_ip"
+)
 
 // Validate checks the rule on its own (names are checked for uniqueness by the caller).
 func (r Rule) Validate() error {
@@ -57,6 +79,14 @@ func (r Rule) Validate() error {
 			return fmt.Errorf("count_status: %d is not an HTTP status", s)
 		}
 	}
+	switch r.OnUnreadable {
+	case "", OnUnreadableReject, OnUnreadableSkip, OnUnreadableKeyByIP:
+	default:
+		return fmt.Errorf("on_unreadable: %q is not reject, skip or key_by_ip", r.OnUnreadable)
+	}
+	if r.OnUnreadable != "" && r.Key != Email {
+		return fmt.Errorf("on_unreadable: only email rules read a request's body; this rule's key is %s", r.Key)
+	}
 	return nil
 }
 
@@ -64,8 +94,12 @@ func (r Rule) Validate() error {
 type Identity struct {
 	IPv6Prefix   int      `yaml:"ipv6_prefix"`    // IPv6 clients are limited per prefix of this length
 	UserHeader   string   `yaml:"user_header"`    // user id header, believed only from trusted proxies
-	EmailFields  []string `yaml:"email_fields"`   // form or JSON body fields holding the email
+	EmailFields  []string `yaml:"email_fields"`   // query, form or JSON fields holding the email
 	MaxBodyBytes int64    `yaml:"max_body_bytes"` // body bytes read to find the email
+	// EmailFold lists optional foldings of an email before it is counted:
+	// FoldPlusTag, FoldGmailDots. Off by default: they merge addresses that
+	// some mail systems deliver to different people.
+	EmailFold []string `yaml:"email_fold,omitempty"`
 }
 
 // DefaultIdentity returns the defaults of the identity section.
@@ -80,6 +114,11 @@ func (id Identity) Validate() error {
 		return fmt.Errorf("ipv6_prefix: %d is not between 1 and 128", id.IPv6Prefix)
 	case id.MaxBodyBytes < 0:
 		return fmt.Errorf("max_body_bytes: %d is negative", id.MaxBodyBytes)
+	}
+	for i, f := range id.EmailFold {
+		if f != FoldPlusTag && f != FoldGmailDots {
+			return fmt.Errorf("email_fold[%d]: %q is not %s or %s", i, f, FoldPlusTag, FoldGmailDots)
+		}
 	}
 	return nil
 }

@@ -94,6 +94,14 @@ func New(rules []Rule, id Identity, cfg Config, trusted []netip.Prefix, store St
 		if _, dup := l.byName[r.Name]; dup {
 			return nil, fmt.Errorf("limit: rules[%d]: name %q is used twice", i, r.Name)
 		}
+		if cr.Key == Email && len(cr.allowVals) > 0 {
+			// Allowed emails are counted values: fold them as requests' are.
+			folded := make(map[string]bool, len(cr.allowVals))
+			for v := range cr.allowVals {
+				folded[l.id.emails.normalize(v)] = true
+			}
+			cr.allowVals = folded
+		}
 		l.byName[r.Name] = cr
 		l.rules = append(l.rules, cr)
 	}

@@ -208,78 +208,118 @@ func TestOnlyListedStatusesCount(t *testing.T) {
 }
 
 func TestEmailFromJSON(t *testing.T) {
-	e := newEnv(t, []limit.Rule{{Name: "signup", Match: route.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h")}}, envOpt{})
-	post := func(body string) int {
-		r, _ := e.do("POST", "/signup", strings.NewReader(body), "Content-Type", "application/json; charset=utf-8")
-		return r.StatusCode
-	}
-	for i, b := range []string{`{"email":"Carol@Example.com"}`, `{"name":"c","email":" carol@example.com "}`} {
-		if s := post(b); s != 200 {
-			t.Fatalf("signup %d: status %d", i+1, s)
-		}
-	}
-	if s := post(`{"email":"CAROL@EXAMPLE.COM"}`); s != 429 {
-		t.Errorf("third signup for one email: status %d, want 429", s)
-	}
-	if s := post(`{"email":"dave@example.com"}`); s != 200 {
-		t.Errorf("another email: status %d, want 200", s)
-	}
-	for _, b := range []string{`{"email":42}`, `{}`, `not json`, `{"email":""}`} {
-		if s := post(b); s != 200 {
-			t.Errorf("body %s: status %d, want 200 (rule skipped)", b, s)
-		}
-	}
-	if got := e.metric("signup", "skipped"); got != 4 {
-		t.Errorf("skipped = %v, want 4", got)
+	for _, policy := range []string{"", limit.OnUnreadableSkip} {
+		t.Run("on_unreadable="+policy, func(t *testing.T) {
+			e := newEnv(t, []limit.Rule{{Name: "signup", Match: route.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h"), OnUnreadable: policy}}, envOpt{})
+			post := func(body string) int {
+				r, _ := e.do("POST", "/signup", strings.NewReader(body), "Content-Type", "application/json; charset=utf-8")
+				return r.StatusCode
+			}
+			for i, b := range []string{`{"email":"Carol@Example.com"}`, `{"name":"c","email":" carol@example.com "}`} {
+				if s := post(b); s != 200 {
+					t.Fatalf("signup %d: status %d", i+1, s)
+				}
+			}
+			if s := post(`{"email":"CAROL@EXAMPLE.COM"}`); s != 429 {
+				t.Errorf("third signup for one email: status %d, want 429", s)
+			}
+			if s := post(`{"email":"dave@example.com"}`); s != 200 {
+				t.Errorf("another email: status %d, want 200", s)
+			}
+			// No email at all: the upstream finds none either.
+			for _, b := range []string{`{}`, `{"email":""}`, `{"user":{"email":"carol@example.com"}}`} {
+				if s := post(b); s != 200 {
+					t.Errorf("body %s: status %d, want 200 (rule skipped)", b, s)
+				}
+			}
+			if got := e.metric("signup", "skipped"); got != 3 {
+				t.Errorf("skipped = %v, want 3", got)
+			}
+			// An email the gateway cannot read: refused by default,
+			// passed uncounted under skip.
+			want := 400
+			if policy == limit.OnUnreadableSkip {
+				want = 200
+			}
+			for _, b := range []string{`{"email":42}`, `not json`} {
+				if s := post(b); s != want {
+					t.Errorf("body %s: status %d, want %d", b, s, want)
+				}
+			}
+			if got := e.metric("signup", "unreadable"); got != 2 {
+				t.Errorf("unreadable = %v, want 2", got)
+			}
+		})
 	}
 }
 
 func TestBodyPassesIntact(t *testing.T) {
 	id := limit.DefaultIdentity()
 	id.MaxBodyBytes = 1024
-	e := newEnv(t, []limit.Rule{loginEmailRule(t)}, envOpt{id: id})
 	big := make([]byte, 3<<20)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range big {
 		big[i] = byte(rng.Uint32())
 	}
 	bigForm := append([]byte("email=eve%40example.com&blob="), []byte(url.QueryEscape(string(big[:5000])))...)
-	for _, tc := range []struct {
+	cases := []struct {
 		name    string
 		body    []byte
 		ctype   string
 		chunked bool
+		reject  int // the answer under on_unreadable: reject; 0: passed on
 	}{
-		{"small form", []byte("email=eve%40example.com&password=hunter2"), "application/x-www-form-urlencoded", false},
-		{"small json", []byte(`{"email":"eve@example.com","password":"ü"}`), "application/json", false},
-		{"form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", false},
-		{"binary larger than max_body_bytes", big, "application/x-www-form-urlencoded", false},
-		{"chunked form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", true},
-		{"chunked small form", []byte("email=eve%40example.com"), "application/x-www-form-urlencoded", true},
-		{"other content type", big[:2000], "application/octet-stream", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var body io.Reader = bytes.NewReader(tc.body)
-			if tc.chunked {
-				body = io.MultiReader(body) // hides the length: sent chunked
+		{"small form", []byte("email=eve%40example.com&password=hunter2"), "application/x-www-form-urlencoded", false, 0},
+		{"small json", []byte(`{"email":"eve@example.com","password":"ü"}`), "application/json", false, 0},
+		{"form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", false, 413},
+		{"binary larger than max_body_bytes", big, "application/x-www-form-urlencoded", false, 413},
+		{"chunked form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", true, 413},
+		{"chunked small form", []byte("email=eve%40example.com"), "application/x-www-form-urlencoded", true, 0},
+		{"other content type", big[:1000], "application/octet-stream", false, 415},
+	}
+	for _, policy := range []string{limit.OnUnreadableSkip, limit.OnUnreadableReject} {
+		t.Run(policy, func(t *testing.T) {
+			rule := loginEmailRule(t)
+			rule.OnUnreadable = policy
+			e := newEnv(t, []limit.Rule{rule}, envOpt{id: id})
+			refused := 0
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					var body io.Reader = bytes.NewReader(tc.body)
+					if tc.chunked {
+						body = io.MultiReader(body) // hides the length: sent chunked
+					}
+					before := e.hits.Load()
+					resp, _ := e.do("POST", "/login", body, "Content-Type", tc.ctype)
+					if policy == limit.OnUnreadableReject && tc.reject != 0 {
+						refused++
+						if resp.StatusCode != tc.reject || e.hits.Load() != before {
+							t.Errorf("status %d, upstream saw %d requests: want %d and none", resp.StatusCode, e.hits.Load()-before, tc.reject)
+						}
+						return
+					}
+					if resp.StatusCode != 200 {
+						t.Fatalf("status %d", resp.StatusCode)
+					}
+					e.mu.Lock()
+					got, n := e.lastBody, e.lastLen
+					e.mu.Unlock()
+					if sha256.Sum256(got) != sha256.Sum256(tc.body) {
+						t.Errorf("upstream received %d bytes, want the %d sent, byte for byte", len(got), len(tc.body))
+					}
+					if want := int64(len(tc.body)); !tc.chunked && n != want {
+						t.Errorf("upstream Content-Length %d, want %d", n, want)
+					}
+				})
 			}
-			resp, _ := e.do("POST", "/login", body, "Content-Type", tc.ctype)
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
+			want := 4.0 // three bodies over max_body_bytes, one not a form
+			if got := e.metric("login_email", "unreadable"); got != want {
+				t.Errorf("unreadable = %v, want %v", got, want)
 			}
-			e.mu.Lock()
-			got, n := e.lastBody, e.lastLen
-			e.mu.Unlock()
-			if sha256.Sum256(got) != sha256.Sum256(tc.body) {
-				t.Errorf("upstream received %d bytes, want the %d sent, byte for byte", len(got), len(tc.body))
-			}
-			if want := int64(len(tc.body)); !tc.chunked && n != want {
-				t.Errorf("upstream Content-Length %d, want %d", n, want)
+			if policy == limit.OnUnreadableReject && refused != 4 {
+				t.Errorf("%d refused, want 4", refused)
 			}
 		})
-	}
-	if got := e.metric("login_email", "skipped"); got != 4 {
-		t.Errorf("skipped = %v, want 4 (three bodies over max_body_bytes, one not a form)", got)
 	}
 }
 
