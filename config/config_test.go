@@ -108,6 +108,8 @@ func TestErrors(t *testing.T) {
 		{"wrong type", "server:\n  max_header_bytes: lots\n", []string{":2: server.max_header_bytes:", "lots"}},
 		{"bad on_unreadable", "rules:\n  - {name: a, match: {path: /x}, key: email, limits: [1/s], on_unreadable: ignore}\n", []string{"rules[0]: on_unreadable", "ignore"}},
 		{"bad email_fold", "identity:\n  email_fold: [dots]\n", []string{"identity: email_fold[0]", "dots"}},
+		{"bad max_key_bytes", "analytics:\n  max_key_bytes: 0\n", []string{"analytics: max_key_bytes", "between 1 and 65535"}},
+		{"bad max_buffer_bytes", "analytics:\n  max_buffer_bytes: -1\n", []string{"analytics: max_buffer_bytes"}},
 		{"bad max_idle_conns", "limiter:\n  memcached:\n    max_idle_conns: 0\n", []string{"memcached.max_idle_conns", "between 1 and"}},
 	}
 	for _, tt := range tests {

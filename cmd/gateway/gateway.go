@@ -136,6 +136,7 @@ func (g *gateway) startAnalytics(ctx context.Context, cfg *config.Config) error 
 		closeStore = func() error { st.Close(); return nil }
 	}
 	g.recorder = analytics.NewRecorder(a.MaxKeys, g.visitsM)
+	g.recorder.SetMaxBytes(a.MaxBufferBytes)
 	fl := analytics.NewFlusher(g.recorder, store, a.Retention, analytics.FlusherOptions{
 		Interval:  a.FlushInterval,
 		SpillPath: analytics.DefaultSpillPath(a),
@@ -283,6 +284,7 @@ func (g *gateway) reload(source string) (gen int64, restart []string, err error)
 	old.closeReplaced(s)
 	if g.recorder != nil {
 		g.recorder.SetMaxKeys(cfg.Analytics.MaxKeys)
+		g.recorder.SetMaxBytes(cfg.Analytics.MaxBufferBytes)
 	}
 	g.m.reloads.WithLabelValues("ok").Inc()
 	g.m.generation.Set(float64(s.gen))
