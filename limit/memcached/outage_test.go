@@ -192,3 +192,60 @@ func gatherDecision(t *testing.T, reg *prometheus.Registry, rule, outcome string
 	}
 	return 0
 }
+
+// TestStorePolicyAnswers: what a client gets while memcached is down,
+// under each on_store_error policy, over real HTTP: allow passes the
+// request to the upstream; deny answers 503 with Retry-After: 1 and a
+// problem naming the rule, and the upstream never sees it.
+func TestStorePolicyAnswers(t *testing.T) {
+	mc := startMemcached(t)
+	mc.Kill()
+	for _, tc := range []struct {
+		policy          string
+		status          int
+		reachesUpstream bool
+	}{
+		{"allow", http.StatusTeapot, true},
+		{"deny", http.StatusServiceUnavailable, false},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			store, err := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 4}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			cfg := limit.DefaultConfig()
+			cfg.OnStoreError = tc.policy
+			lim, _ := limit.ParseLimit("10/m")
+			rule := limit.Rule{Name: "login_ip", Match: route.Match{Path: "/login"}, Key: limit.IP, Limits: []limit.Limit{lim}}
+			l, err := limit.New([]limit.Rule{rule}, limit.DefaultIdentity(), cfg, nil, store, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var reached atomic.Int64
+			srv := httptest.NewServer(l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				reached.Add(1)
+				w.WriteHeader(http.StatusTeapot)
+			})))
+			defer srv.Close()
+			for i := range 5 { // before and after the breaker opens
+				resp, err := srv.Client().Get(srv.URL + "/login")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tc.status {
+					t.Fatalf("request %d: status %d, want %d", i+1, resp.StatusCode, tc.status)
+				}
+				if tc.policy == "deny" && (resp.Header.Get("Retry-After") != "1" || resp.Header.Get("Content-Type") != "application/problem+json" ||
+					!strings.Contains(string(body), `"rule":"login_ip"`)) {
+					t.Errorf("deny answer: Retry-After %q, Content-Type %q, body %s", resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), body)
+				}
+			}
+			if got := reached.Load() == 5; got != tc.reachesUpstream {
+				t.Errorf("upstream saw %d of 5 requests", reached.Load())
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
+	"github.com/linkgate/linkgate/route"
 )
 
 // mcStat reads one statistic of a memcached ("curr_connections").
@@ -44,28 +47,48 @@ func mcStat(t *testing.T, addr, name string) int64 {
 	}
 }
 
-// burst runs the store operations of a limiter decision (a Load of 144
-// buckets, an Add of 3) from n goroutines released at once, rounds times
-// each: n client connections hitting a limited route together.
-func burst(t *testing.T, s *memcached.Store, n, rounds int) {
+// burst sends rounds requests from each of n clients, each on its own
+// connection, released at once, through the limiter on s over real HTTP:
+// n client connections hitting a limited route together, every request a
+// Load of the rule's buckets and an Add. It returns the store errors the
+// limiter counted.
+func burst(t *testing.T, s *memcached.Store, n, rounds int) float64 {
 	t.Helper()
-	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	limits := func(specs ...string) []limit.Limit {
+		var ls []limit.Limit
+		for _, sp := range specs {
+			l, err := limit.ParseLimit(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		return ls
+	}
+	rule := limit.Rule{Name: "burst", Match: route.Match{Path: "/{key}"}, Key: limit.IP, Limits: limits("1000000/s", "1000000/d")}
+	l, err := limit.New([]limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig(), nil, s, limit.NewMetrics(reg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	defer srv.Close()
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
+			client := &http.Client{Transport: &http.Transport{}}
+			defer client.CloseIdleConnections()
 			<-start
-			c := limit.Counter{Rule: "burst", Value: fmt.Sprintf("203.0.113.%d", i)}
-			counts := make([]int64, 144)
 			for range rounds {
-				now := time.Now()
-				plan := dayPlan(now)
-				if err := s.Load(ctx, c, plan, counts); err != nil {
-					t.Errorf("Load: %v", err)
+				resp, err := client.Get(fmt.Sprintf("%s/k%d", srv.URL, i))
+				if err != nil {
+					t.Error(err)
 					return
 				}
-				if err := s.Add(ctx, c, plan[59:60], 1); err != nil {
-					t.Errorf("Add: %v", err)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("status %d", resp.StatusCode)
 					return
 				}
 			}
@@ -73,11 +96,25 @@ func burst(t *testing.T, s *memcached.Store, n, rounds int) {
 	}
 	close(start)
 	wg.Wait()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if mf.GetName() == "linkgate_limit_decisions_total" && lp.GetName() == "outcome" && lp.GetValue() == limit.OutcomeStoreError {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // TestWarmPoolAbsorbsBurst: the store dials its connections before the
-// first check, so that 64 checks arriving at once (the start of a load)
-// dial nothing: dozens of dials at once on a loaded machine are what
+// first check, so that 64 client connections arriving at once through the
+// limiter (the start of a load) dial nothing: dozens of dials at once on a loaded machine are what
 // missed the 100 ms timeout. With gomemcache's default pool (2 idle
 // connections) or a cap below the checks in flight, this burst dials most
 // of its connections, and keeps dialing under steady load.
@@ -96,10 +133,10 @@ func TestWarmPoolAbsorbsBurst(t *testing.T) {
 		t.Fatalf("memcached has %d connections open after the warm-up, want at least %d", got, pool)
 	}
 	before, totalBefore := dials(), mcStat(t, mc.Addr, "total_connections")
-	burst(t, s, clients, 20)
-	if d := dials() - before; d != 0 {
-		t.Errorf("%v connections dialed during a burst of %d checks with %d warmed, want 0 (errors: %v)", d, clients, pool,
-			gather(t, reg, "linkgate_memcached_errors_total", mc.Addr))
+	storeErrors := burst(t, s, clients, 20)
+	if d := dials() - before; d != 0 || storeErrors != 0 {
+		t.Errorf("%v connections dialed and %v store errors during a burst of %d clients with %d connections warmed, want none (memcached errors: %v)",
+			d, storeErrors, clients, pool, gather(t, reg, "linkgate_memcached_errors_total", mc.Addr))
 	}
 	t.Logf("memcached total_connections grew by %d during the burst (our stats connection included)", mcStat(t, mc.Addr, "total_connections")-totalBefore)
 }
@@ -147,8 +184,7 @@ func TestRecoveryBurstFindsConnections(t *testing.T) {
 	waitFor(t, 5*time.Second, "the breaker did not close", func() bool { return !s.BreakerOpen(mc.Addr) })
 	// The probe's connection and the warm-up's, all before the breaker closed.
 	after := dials()
-	burst(t, s, 64, 5)
-	if d := dials() - after; d != 0 {
-		t.Errorf("%v connections dialed by the first burst after recovery, want 0", d)
+	if errs := burst(t, s, 64, 5); errs != 0 || dials() != after {
+		t.Errorf("%v connections dialed and %v store errors in the first burst after recovery, want none", dials()-after, errs)
 	}
 }
