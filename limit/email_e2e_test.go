@@ -226,6 +226,12 @@ var bypassShapes = []shape{
 	{name: "email with white space around", header: ct(form), body: formBody("email", " \t"+victim+" "), readable: true},
 	{name: "NUL after the email", header: ct(jsonType), body: rawBody(`{"email":"` + victim + `\u0000x","password":"PW"}`)},
 	{name: "long s (ſ) for s in the email", header: ct(form), body: formBody("email", "ſam@example.com"), readable: true},
+	{name: "s, S and ſ in turn (8 spellings the upstream takes for one user)", header: ct(form), body: func(pw string) []byte {
+		// pw is "wrong-<attempt>": each attempt spells the email its way.
+		spellings := []string{"sam", "ſam", "Sam", "ſAM", "SAM", "ſaM", "sAm", "ſAm"}
+		i := int(pw[len(pw)-1] - '0')
+		return formBody("email", spellings[i%len(spellings)]+"@example.com")(pw)
+	}, readable: true},
 	{name: "full-width s, a combining accent and a zero-width space", header: ct(form), body: formBody("email", "ｓa\u0301\u200bm@example.com"), readable: true},
 	{name: "control character inside the email", header: ct(form), body: formBody("email", "sam\t@example.com")},
 	{name: "invalid UTF-8 in the form email", header: ct(form), body: func(pw string) []byte { return []byte("email=sam%40example.com%FF&password=" + pw) }},
