@@ -12,7 +12,7 @@ import (
 )
 
 // Feature is what a rule counts by: the client address, the logged-in user or
-// the email address in the request body.
+// the email address in the request's query string or body.
 type Feature string
 
 // The features a rule can be keyed by.

@@ -202,10 +202,12 @@ func (er *emailReader) body(r *http.Request, found *emailSet) *unreadable {
 			}
 		}
 	}
-	too := &unreadable{status: http.StatusRequestEntityTooLarge,
-		reason: fmt.Sprintf("the body is larger than identity.max_body_bytes (%d), the most the gateway reads to find the email", er.maxBody)}
+	too := func() *unreadable {
+		return &unreadable{status: http.StatusRequestEntityTooLarge,
+			reason: fmt.Sprintf("the body is larger than identity.max_body_bytes (%d), the most the gateway reads to find the email", er.maxBody)}
+	}
 	if r.ContentLength > er.maxBody {
-		return too // not read at all: under skip it goes on untouched
+		return too() // not read at all: under skip it goes on untouched
 	}
 	buf, err := io.ReadAll(io.LimitReader(r.Body, er.maxBody+1))
 	r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), c: r.Body}
@@ -213,7 +215,7 @@ func (er *emailReader) body(r *http.Request, found *emailSet) *unreadable {
 		return badRequest("the body could not be read")
 	}
 	if int64(len(buf)) > er.maxBody {
-		return too
+		return too()
 	}
 	if len(buf) == 0 {
 		return nil
