@@ -66,6 +66,10 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("analytics.flush_interval: %v is shorter than 100ms", cfg.FlushInterval)
 	case cfg.MaxKeys <= 0:
 		return nil, fmt.Errorf("analytics.max_keys: must be positive")
+	case cfg.MaxKeyBytes < 1 || cfg.MaxKeyBytes > maxKeyBytesLimit:
+		return nil, fmt.Errorf("analytics.max_key_bytes: %d is not between 1 and %d", cfg.MaxKeyBytes, maxKeyBytesLimit)
+	case cfg.MaxBufferBytes <= 0:
+		return nil, fmt.Errorf("analytics.max_buffer_bytes: must be positive")
 	case cfg.Store != "embedded" && cfg.Store != "cassandra":
 		return nil, fmt.Errorf("analytics.store: %q is not embedded or cassandra", cfg.Store)
 	case cfg.Store == "embedded" && strings.TrimSpace(cfg.Embedded.Path) == "":

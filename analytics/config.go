@@ -20,6 +20,16 @@ type Config struct {
 	Cassandra     Cassandra     `yaml:"cassandra"`
 	Retention     []rollup.Tier `yaml:"retention"`
 	Bots          string        `yaml:"bots"` // separate | count | ignore
+
+	// MaxKeyBytes caps a short key's length: a visit to a longer one is
+	// not counted (linkgate_analytics_keys_too_long_total), so that nobody
+	// fills memory and storage with megabytes of made-up keys.
+	MaxKeyBytes int `yaml:"max_key_bytes"`
+	// MaxBufferBytes caps the memory the links tracked between two flushes
+	// take (their keys and per-link state), as max_keys caps their number:
+	// beyond it visits to links not yet tracked count in the all-links
+	// total only.
+	MaxBufferBytes int64 `yaml:"max_buffer_bytes"`
 }
 
 // Embedded configures the on-disk store of one machine.
@@ -34,6 +44,18 @@ type Cassandra struct {
 	Consistency       string   `yaml:"consistency"`
 	ReplicationFactor int      `yaml:"replication_factor"`
 }
+
+// Defaults of analytics.max_key_bytes and max_buffer_bytes. 256 bytes is
+// far beyond any generated short key and within every store's key limits;
+// 256 MiB holds max_keys' default million links with keys up to about 128
+// bytes (a link costs its key plus about 128 bytes).
+const (
+	DefaultMaxKeyBytes    = 256
+	DefaultMaxBufferBytes = 256 << 20
+	// maxKeyBytesLimit is the longest key Cassandra accepts (CQL limits:
+	// key length 2^16-1).
+	maxKeyBytesLimit = 65535
+)
 
 // DefaultConfig returns the defaults of the analytics section.
 func DefaultConfig() Config {
@@ -51,6 +73,9 @@ func DefaultConfig() Config {
 		},
 		Retention: rollup.DefaultTiers(),
 		Bots:      "separate",
+
+		MaxKeyBytes:    DefaultMaxKeyBytes,
+		MaxBufferBytes: DefaultMaxBufferBytes,
 	}
 }
 

@@ -18,6 +18,7 @@ type Metrics struct {
 	buffered      prometheus.Gauge
 	overflow      prometheus.Counter
 	spilled       prometheus.Gauge
+	tooLong       prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg; a nil reg
@@ -48,12 +49,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		overflow: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_overflow_total",
-			Help: "Visits to links beyond max_keys between two flushes: counted in the all-links total only.",
+			Help: "Visits to links beyond max_keys or max_buffer_bytes between two flushes: counted in the all-links total only.",
 		}),
 		spilled: f.NewGauge(prometheus.GaugeOpts{
 			Name: "linkgate_analytics_spilled_counts",
 			Help: "Entries waiting in spill files on local disk for the analytics store to come back.",
 		}),
+		tooLong: f.NewCounter(prometheus.CounterOpts{
+			Name: "linkgate_analytics_keys_too_long_total",
+			Help: "Requests to the analytics route whose short key is longer than max_key_bytes: proxied, never counted as visits.",
+		}),
+	}
+}
+
+func (m *Metrics) keyTooLong() {
+	if m != nil {
+		m.tooLong.Inc()
 	}
 }
 

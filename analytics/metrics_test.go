@@ -60,8 +60,8 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Gauges and counters without labels are gathered even at zero.
-	if len(mfs) != 7 {
-		t.Errorf("%d metric families, want 7", len(mfs))
+	if len(mfs) != 8 {
+		t.Errorf("%d metric families, want 8", len(mfs))
 	}
 }
 

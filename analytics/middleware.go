@@ -12,18 +12,26 @@ import (
 // next handler answers with a status in count_status is recorded in rec,
 // as a bot visit when its User-Agent is a known bot and bots is "separate".
 // Anything else, a 404 for an unknown key above all, is not a visit, so
-// random paths cannot grow memory or storage.
+// random paths cannot grow memory or storage; nor is a request whose short
+// key is longer than analytics.max_key_bytes (default 256), counted instead
+// in linkgate_analytics_keys_too_long_total, so that made-up keys of tens
+// of kilobytes cannot either.
 //
 // Build one per config snapshot; rec outlives them (a Pipeline builds it
 // with Pipeline.Middleware). Usage:
 //
 //	handler := analytics.NewMiddleware(plan, rec)(proxyHandler)
 func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
-	mt, count, bots := p.match, &p.count, p.bots
+	mt, count, bots, maxKey := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
 			if !ok || key == "" || key == AllLinks { // a pattern like {short_key:.*} must not count all links twice
+				next.ServeHTTP(w, r)
+				return
+			}
+			if len(key) > maxKey {
+				rec.m.keyTooLong()
 				next.ServeHTTP(w, r)
 				return
 			}

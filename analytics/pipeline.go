@@ -37,6 +37,7 @@ type Pipeline struct {
 func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
 	cfg := plan.Config()
 	rec := NewRecorder(cfg.MaxKeys, m)
+	rec.SetMaxBytes(cfg.MaxBufferBytes)
 	fl := NewFlusher(rec, store, cfg.Retention, FlusherOptions{
 		Interval:  cfg.FlushInterval,
 		SpillPath: DefaultSpillPath(cfg),
@@ -61,9 +62,12 @@ func (p *Pipeline) Middleware(plan *Plan) func(http.Handler) http.Handler {
 }
 
 // Apply takes the settings of a new config that change without a restart:
-// max_keys. The others (store, retention, flush_interval) are fixed for
-// the pipeline's life.
-func (p *Pipeline) Apply(plan *Plan) { p.rec.SetMaxKeys(plan.Config().MaxKeys) }
+// max_keys and max_buffer_bytes. The others (store, retention,
+// flush_interval) are fixed for the pipeline's life.
+func (p *Pipeline) Apply(plan *Plan) {
+	p.rec.SetMaxKeys(plan.Config().MaxKeys)
+	p.rec.SetMaxBytes(plan.Config().MaxBufferBytes)
+}
 
 // Reader returns the Reader the stats API uses: the store's counts plus
 // those not written yet.

@@ -33,6 +33,10 @@ type Recorder struct {
 	maxKeys atomic.Int64 // distinct links tracked at most between two swaps
 	keys    atomic.Int64 // distinct links in the directory now
 	m       *Metrics
+	// maxBytes caps the bytes of the shards' link entries between two
+	// swaps; bytes is what they take now (key length + linkOverhead each).
+	maxBytes atomic.Int64
+	bytes    atomic.Int64
 	// cores hands each core (each P of the Go scheduler) the index of its
 	// shard: a sync.Pool's fast path is per P. The pool may drop an index
 	// (at a GC); the core then gets the next one, which changes only where
@@ -49,10 +53,11 @@ type shard struct {
 	mu       sync.Mutex
 	links    map[string]*entry
 	all      entry // every visit recorded in this shard, overflow included
-	overflow int64 // visits not tracked per link because max_keys was reached
+	overflow int64 // visits not tracked per link because max_keys or max_buffer_bytes was reached
 	human    int64 // visits recorded since the last swap, for the metric
 	bot      int64
-	_        [40]byte // keep neighbouring shards' locks off one cache line
+	bytes    int64    // key length + linkOverhead of each entry in links
+	_        [32]byte // keep neighbouring shards' locks off one cache line
 }
 
 // dirShard is one part of the directory of links tracked since the last
@@ -121,10 +126,12 @@ func (e *entry) each(fn func(minuteCount)) {
 }
 
 // NewRecorder returns a Recorder that tracks at most maxKeys distinct links
-// between two flushes (see SetMaxKeys). m may be nil.
+// between two flushes (see SetMaxKeys), in at most DefaultMaxBufferBytes
+// (see SetMaxBytes). m may be nil.
 func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 	r := &Recorder{m: m}
 	r.SetMaxKeys(maxKeys)
+	r.SetMaxBytes(DefaultMaxBufferBytes)
 	for i := range r.shards {
 		r.index[i] = uint32(i)
 		r.shards[i].links = make(map[string]*entry)
@@ -141,6 +148,24 @@ func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 func (r *Recorder) SetMaxKeys(n int) {
 	r.maxKeys.Store(int64(max(n, 1)))
 }
+
+// SetMaxBytes sets how many bytes the links tracked between two flushes
+// may take at most, counted as the key's length plus linkOverhead per entry
+// (a link recorded on several cores has an entry on each); n < 1 means 1.
+// Beyond it visits to links not yet tracked count in the all-links total
+// only, and in the overflow metric. It takes effect at once.
+func (r *Recorder) SetMaxBytes(n int64) {
+	r.maxBytes.Store(max(n, 1))
+}
+
+// linkOverhead is what an entry costs beyond its key: the entry, its slot
+// in its shard's map and in the directory (TestMemoryPerLink measures about
+// 120 bytes for the whole).
+const linkOverhead = 128
+
+// Bytes returns the bytes the tracked links take now, as SetMaxBytes counts
+// them.
+func (r *Recorder) Bytes() int64 { return r.bytes.Load() }
 
 // Keys returns the number of distinct links tracked now.
 func (r *Recorder) Keys() int { return int(r.keys.Load()) }
@@ -182,16 +207,24 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 		}
 		e = &entry{last: minuteCount{minute: minute}}
 		s.links[k] = e
+		s.bytes += int64(len(k)) + linkOverhead
 	}
 	e.add(minute, bot)
 	s.mu.Unlock()
 	r.cores.Put(i)
 }
 
-// admit reports whether key is tracked per link in this interval: it is
-// when it already is, or when fewer than max_keys links are. It returns a
-// copy of key to keep, shared with the directory when it was added there.
+// admit reports whether key gets an entry in a shard in this interval: it
+// does when the entries' bytes stay within max_buffer_bytes, and the link
+// is tracked already or fewer than max_keys links are. It returns a copy of
+// key to keep, shared with the directory when it was added there. The
+// caller adds the entry's cost to its shard's bytes.
 func (r *Recorder) admit(key string) (string, bool) {
+	cost := int64(len(key)) + linkOverhead
+	if r.bytes.Add(cost) > r.maxBytes.Load() {
+		r.bytes.Add(-cost)
+		return "", false
+	}
 	d := &r.dir[maphash.String(shardSeed, key)&(numShards-1)]
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -200,6 +233,7 @@ func (r *Recorder) admit(key string) (string, bool) {
 	}
 	if r.keys.Add(1) > r.maxKeys.Load() {
 		r.keys.Add(-1)
+		r.bytes.Add(-cost)
 		return "", false
 	}
 	key = strings.Clone(key)
@@ -248,6 +282,8 @@ func (r *Recorder) swap() snapshot {
 		snap.human += s.human
 		snap.bot += s.bot
 		s.overflow, s.human, s.bot = 0, 0, 0
+		r.bytes.Add(-s.bytes)
+		s.bytes = 0
 		s.mu.Unlock()
 		sAll.each(func(c minuteCount) { all.addVisits(c) })
 	}

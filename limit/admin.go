@@ -21,8 +21,8 @@ import (
 // plain pattern all work: the rule is the first path segment naming a
 // rule). The value is given as a client would send it, URL-path-escaped
 // ("2001:db8::1", "2001:db8:1:2::%2F64", "Alice%40Example.com") and is
-// normalized the same way: emails trimmed and lower-cased, IPv6 grouped by
-// identity.ipv6_prefix. An unknown rule is 404, a value that is not an
+// normalized the same way: emails as NormalizeEmail and identity.email_fold
+// fold them, IPv6 grouped by identity.ipv6_prefix. An unknown rule is 404, a value that is not an
 // address for an ip rule 400. A reset clears this gateway's memory of the
 // client being blocked, not other gateways' (theirs expires by itself within
 // the retry time).
@@ -101,7 +101,7 @@ func (l *Limiter) normalize(k Feature, v string) (string, bool) {
 	case IP:
 		return l.id.normalizeIP(v)
 	case Email:
-		v = NormalizeEmail(v)
+		v = l.id.emails.normalize(v)
 	default:
 		v = strings.TrimSpace(v)
 	}

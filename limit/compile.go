@@ -40,16 +40,15 @@ func Compile(rules []Rule, id Identity, cfg Config, trust *forwarded.Trust) (*Pl
 		return nil, err
 	}
 	p.id = identifier{
-		trust:       trust,
-		ipv6Prefix:  id.IPv6Prefix,
-		user:        HeaderUser(id.UserHeader),
-		emailFields: slices.Clone(id.EmailFields),
-		maxBody:     id.MaxBodyBytes,
+		trust:      trust,
+		ipv6Prefix: id.IPv6Prefix,
+		user:       HeaderUser(id.UserHeader),
+		emails:     newEmailReader(slices.Clone(id.EmailFields), id.MaxBodyBytes, slices.Clone(id.EmailFold)),
 	}
 	seen := make(map[string]int, len(rules))
 	for i, r := range rules {
 		path := fmt.Sprintf("rules[%d]", i)
-		cr, err := compileRule(r, prec, id)
+		cr, err := compileRule(r, prec, id, p.id.emails)
 		if err != nil {
 			return nil, fmt.Errorf("%s.%w", path, err)
 		}
@@ -73,7 +72,8 @@ func (p *Plan) SameStore(q *Plan) bool {
 	if a.Store != b.Store {
 		return false
 	}
-	return a.Store != "memcached" || slices.Equal(a.Memcached.Servers, b.Memcached.Servers) && a.Memcached.Timeout == b.Memcached.Timeout
+	return a.Store != "memcached" || slices.Equal(a.Memcached.Servers, b.Memcached.Servers) &&
+		a.Memcached.Timeout == b.Memcached.Timeout && a.Memcached.MaxIdleConns == b.Memcached.MaxIdleConns
 }
 
 // compileLimiter checks the limiter section and returns its precision.
@@ -83,6 +83,8 @@ func compileLimiter(c Config) (Precision, error) {
 		return 0, fmt.Errorf("limiter.store: %q is not memory or memcached", c.Store)
 	case c.Memcached.Timeout <= 0:
 		return 0, fmt.Errorf("limiter.memcached.timeout: must be positive")
+	case c.Memcached.MaxIdleConns < 1 || c.Memcached.MaxIdleConns > MaxIdleConnsLimit:
+		return 0, fmt.Errorf("limiter.memcached.max_idle_conns: %d is not between 1 and %d", c.Memcached.MaxIdleConns, MaxIdleConnsLimit)
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
 		return 0, fmt.Errorf("limiter.on_store_error: %q is not allow or deny", c.OnStoreError)
 	}
@@ -146,6 +148,11 @@ func compileIdentity(id Identity) error {
 			return fmt.Errorf("identity.email_fields[%d]: empty", i)
 		}
 	}
+	for i, f := range id.EmailFold {
+		if f != FoldPlusTag && f != FoldGmailDots {
+			return fmt.Errorf("identity.email_fold[%d]: %q is not %s or %s", i, f, FoldPlusTag, FoldGmailDots)
+		}
+	}
 	return nil
 }
 
@@ -164,7 +171,7 @@ func validToken(s string) bool {
 
 // compileRule checks one rule and compiles it. Errors start with the
 // field's name within the rule ("allow[0]: ...").
-func compileRule(r Rule, prec Precision, id Identity) (*rule, error) {
+func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule, error) {
 	if r.Name == "" {
 		return nil, fmt.Errorf("name: missing")
 	}
@@ -203,6 +210,14 @@ func compileRule(r Rule, prec Precision, id Identity) (*rule, error) {
 	if r.Strict && len(r.CountStatus) > 0 {
 		return nil, fmt.Errorf("strict: cannot be combined with count_status (a strict rule counts before the upstream answers)")
 	}
+	switch r.OnUnreadable {
+	case "", OnUnreadableReject, OnUnreadableSkip, OnUnreadableKeyByIP:
+	default:
+		return nil, fmt.Errorf("on_unreadable: %q is not reject, skip or key_by_ip", r.OnUnreadable)
+	}
+	if r.OnUnreadable != "" && r.Key != Email {
+		return nil, fmt.Errorf("on_unreadable: only email rules read a request's body; this rule's key is %s", r.Key)
+	}
 	cr := &rule{Rule: r, match: mt, plan: newBucketPlan(r.Limits, prec), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
 	for i, a := range r.Allow {
 		if r.Key == IP {
@@ -220,7 +235,8 @@ func compileRule(r Rule, prec Precision, id Identity) (*rule, error) {
 			cr.allowVals = make(map[string]bool)
 		}
 		if r.Key == Email {
-			a = NormalizeEmail(a)
+			// Allowed emails are counted values: folded as requests' are.
+			a = emails.normalize(a)
 		}
 		cr.allowVals[a] = true
 	}

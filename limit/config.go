@@ -12,7 +12,7 @@ import (
 )
 
 // Feature is what a rule counts by: the client address, the logged-in user or
-// the email address in the request body.
+// the email address in the request's query string or body.
 type Feature string
 
 // The features a rule can be keyed by.
@@ -34,14 +34,40 @@ type Rule struct {
 	Shadow      bool        `yaml:"shadow,omitempty"`       // log and count would-be rejections, block nothing
 	Strict      bool        `yaml:"strict,omitempty"`       // count before checking, so that several gateways never overshoot
 	Allow       []string    `yaml:"allow,omitempty"`        // CIDRs (ip rules) or feature values this rule never limits
+	// OnUnreadable is what an email rule does with a request whose email
+	// the gateway cannot tell (see OnUnreadableReject): reject, skip or
+	// key_by_ip. Empty means reject.
+	OnUnreadable string `yaml:"on_unreadable,omitempty"`
 }
+
+// The on_unreadable policies of an email rule, for a request whose email
+// the gateway cannot be sure to read as the upstream will (a body it cannot
+// parse or that is larger than identity.max_body_bytes, JSON with trailing
+// data, values that disagree, an encoding or charset it cannot read).
+const (
+	// OnUnreadableReject answers 400, 413 or 415 with a problem saying
+	// what could not be read; the request goes no further. The default:
+	// a limit on wrong passwords per email must not be stepped around.
+	OnUnreadableReject = "reject"
+	// OnUnreadableSkip lets the request through without this rule, as if
+	// it named no email (the behaviour of a gateway that does not look).
+	OnUnreadableSkip = "skip"
+	// OnUnreadableKeyByIP counts the request under this rule's limits by
+	// client address instead, in the rule's counters with the value
+	// "ip:<address or IPv6 prefix>".
+	OnUnreadableKeyByIP = "key_by_ip"
+)
 
 // Identity says how features are read from a request (the "identity" section).
 type Identity struct {
 	IPv6Prefix   int      `yaml:"ipv6_prefix"`    // IPv6 clients are limited per prefix of this length
 	UserHeader   string   `yaml:"user_header"`    // user id header, believed only from trusted proxies
-	EmailFields  []string `yaml:"email_fields"`   // form or JSON body fields holding the email
+	EmailFields  []string `yaml:"email_fields"`   // query, form or JSON fields holding the email
 	MaxBodyBytes int64    `yaml:"max_body_bytes"` // body bytes read to find the email
+	// EmailFold lists optional foldings of an email before it is counted:
+	// FoldPlusTag, FoldGmailDots. Off by default: they merge addresses that
+	// some mail systems deliver to different people.
+	EmailFold []string `yaml:"email_fold,omitempty"`
 }
 
 // DefaultIdentity returns the defaults of the identity section.
@@ -62,13 +88,28 @@ type Config struct {
 type Memcached struct {
 	Servers []string      `yaml:"servers"`
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxIdleConns is how many connections to each server the store keeps
+	// open, all dialed when it starts and again when a server comes back:
+	// at least the requests on limited routes in flight at once, plus the
+	// four the flusher uses. Below that, every burst dials new connections,
+	// and under load dials are what miss the timeout.
+	MaxIdleConns int `yaml:"max_idle_conns"`
 }
+
+// DefaultMaxIdleConns is the default of limiter.memcached.max_idle_conns:
+// room for 64 client connections waiting on the limiter at once (a loaded
+// gateway on a small machine) twice over.
+const DefaultMaxIdleConns = 128
+
+// MaxIdleConnsLimit bounds limiter.memcached.max_idle_conns: memcached
+// accepts 1024 connections by default, shared by every gateway.
+const MaxIdleConnsLimit = 1024
 
 // DefaultConfig returns the defaults of the limiter section.
 func DefaultConfig() Config {
 	return Config{
 		Store:        "memory",
-		Memcached:    Memcached{Servers: []string{"127.0.0.1:11211"}, Timeout: 100 * time.Millisecond},
+		Memcached:    Memcached{Servers: []string{"127.0.0.1:11211"}, Timeout: 100 * time.Millisecond, MaxIdleConns: DefaultMaxIdleConns},
 		OnStoreError: "allow",
 		Precision:    "bucket",
 	}

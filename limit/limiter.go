@@ -28,6 +28,7 @@ type Limiter struct {
 	log      *slog.Logger
 	pool     sync.Pool // *readSet
 	timed    bool      // observe store latency (not for the in-process store)
+	logs     logThrottle
 }
 
 // rule is a compiled Rule.
@@ -190,8 +191,7 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 	}
 	if count {
 		if err := l.store.Add(ctx, c, writes, 1); err != nil {
-			l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
-			r.metrics.inc(storeError)
+			l.countFailed(r, now, err)
 		}
 	}
 	return v
@@ -257,8 +257,17 @@ func (l *Limiter) count(ctx context.Context, r *rule, value string, now time.Tim
 	rs.plan = nil // rs.writes no longer matches the cached read set
 	writes := r.plan.writes(now.Unix(), rs.writes[:0])
 	if err := l.store.Add(ctx, Counter{Rule: r.Name, Value: value}, writes, 1); err != nil {
-		l.log.Warn("limit: count failed", "rule", r.Name, "err", err)
-		r.metrics.inc(storeError)
+		l.countFailed(r, now, err)
+	}
+}
+
+// countFailed records a hit the store refused: in the metrics every time,
+// in the log at most once a second per rule (a store outage fails every
+// request).
+func (l *Limiter) countFailed(r *rule, now time.Time, err error) {
+	r.metrics.inc(storeError)
+	if n, ok := l.logs.allow(logKey{r.Name, "count_failed"}, now); ok {
+		l.log.Warn("limit: count failed", "rule", r.Name, "err", err, "suppressed", n)
 	}
 }
 

@@ -12,11 +12,15 @@ const (
 	OutcomeAllowed       = "allowed"
 	OutcomeLimited       = "limited"
 	OutcomeShadowLimited = "shadow_limited"
-	OutcomeSkipped       = "skipped" // the request lacks the rule's feature (no email in the body, no trusted user)
+	OutcomeSkipped       = "skipped" // the request lacks the rule's feature (no email in the query string or body, no trusted user)
 	OutcomeStoreError    = "store_error"
+	// OutcomeUnreadable: an email rule could not tell the request's email
+	// and on_unreadable (reject or skip) refused it or let it through
+	// uncounted. Under key_by_ip the outcome is that of the address's check.
+	OutcomeUnreadable = "unreadable"
 )
 
-var outcomes = [...]string{OutcomeAllowed, OutcomeLimited, OutcomeShadowLimited, OutcomeSkipped, OutcomeStoreError}
+var outcomes = [...]string{OutcomeAllowed, OutcomeLimited, OutcomeShadowLimited, OutcomeSkipped, OutcomeStoreError, OutcomeUnreadable}
 
 type outcome uint8
 
@@ -26,6 +30,7 @@ const (
 	shadowLimited
 	skipped
 	storeError
+	unreadableEmail
 )
 
 // Metrics are the limiter's Prometheus collectors. Create them once per
@@ -42,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_limit_decisions_total",
-			Help: "Limiter decisions by rule and outcome (allowed, limited, shadow_limited, skipped, store_error).",
+			Help: "Limiter decisions by rule and outcome (allowed, limited, shadow_limited, skipped, store_error, unreadable).",
 		}, []string{"rule", "outcome"}),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "linkgate_limit_store_duration_seconds",

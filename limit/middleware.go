@@ -1,10 +1,12 @@
 package limit
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
 
@@ -24,14 +26,34 @@ import (
 // the request is proxied and counts the hit only if the upstream answers
 // one of its statuses. A rule in shadow mode counts and logs would-be
 // rejections and blocks nothing. A request without a rule's feature (no
-// email in its body, no user from a trusted proxy) skips that rule.
+// email in its query string or body, no user from a trusted proxy) skips
+// that rule.
 //
-// When the store fails, on_store_error applies: allow lets the request
-// through uncounted; deny answers 503 Service Unavailable with Retry-After: 1
-// (the limiter, not the client, is at fault, so not 429). Allowed responses
-// carry the RateLimit headers of ip and user rules, never of email rules,
-// which would let anyone probe another person's failed logins, nor of rules
-// in shadow mode, which must not change how clients behave.
+// An email rule that cannot tell the request's email (see Rule.OnUnreadable)
+// answers by its on_unreadable policy: reject (the default) answers 400,
+// 413 (body over identity.max_body_bytes) or 415 (a media type, charset or
+// Content-Encoding the gateway cannot read) with a problem body naming the
+// rule and what could not be read; skip passes the request on uncounted;
+// key_by_ip checks and counts it by client address.
+//
+// What each on_store_error policy answers while the store fails: allow
+// passes the request on to next, uncounted by the failing rule, so the
+// client gets the upstream's answer; deny answers 503 Service Unavailable
+// with Retry-After: 1 and a problem body naming the rule (the limiter, not
+// the client, is at fault, so not 429), and next never sees the request.
+// Either way the failure is counted in linkgate_limit_decisions_total
+// (outcome store_error) and logged at most once a second per rule.
+//
+// Store operations run with r's context detached from its cancellation: a
+// client that hangs up once it has the upstream's answer (a 401 to a wrong
+// password) is still counted, and its hang-up is not a store error.
+//
+// Allowed responses carry the RateLimit headers of ip and user rules, never
+// of email rules, which would let anyone probe another person's failed
+// logins, nor of rules in shadow mode, which must not change how clients
+// behave. Repeated log lines (store errors, shadow rejections, unreadable
+// emails) are written at most once a second per rule and kind, with the
+// number held back since the last; the metrics count every one.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [8]*rule
@@ -46,7 +68,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		now := l.now()
-		ctx := r.Context()
+		ctx := context.WithoutCancel(r.Context())
 		f := features{l: l, r: r}
 		type hit struct {
 			r     *rule
@@ -57,7 +79,15 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		var policies, states []string
 		for _, ru := range matched {
 			value, ok := f.get(ru.Key)
-			if !ok {
+			if !ok && ru.Key == Email && f.emailErr != nil {
+				var answered bool
+				if value, ok, answered = l.unreadable(w, ru, &f, now); answered {
+					return
+				}
+				if !ok {
+					continue
+				}
+			} else if !ok {
 				ru.metrics.inc(skipped)
 				continue
 			}
@@ -76,7 +106,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				l.reject(w, ru, v)
 				return
 			case storeError:
-				l.log.Warn("limit: store failed", "rule", ru.Name, "err", v.err)
+				if n, ok := l.logs.allow(logKey{ru.Name, "store_error"}, now); ok {
+					l.log.Warn("limit: store failed", "rule", ru.Name, "err", v.err, "policy", l.storePolicy(), "suppressed", n)
+				}
 				if !l.failOpen {
 					w.Header().Set("Retry-After", "1")
 					problem.WriteDetails(w, problem.Details{Status: http.StatusServiceUnavailable,
@@ -85,7 +117,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				}
 				continue
 			case shadowLimited:
-				l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit])
+				if n, ok := l.logs.allow(logKey{ru.Name, "shadow_limited"}, now); ok {
+					l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit], "suppressed", n)
+				}
 			}
 			if ru.Strict || alone {
 				// already counted
@@ -111,16 +145,28 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		next.ServeHTTP(ww, r)
-		status := ww.Status()
-		if status == 0 {
-			status = http.StatusOK
-		}
-		for _, h := range after {
-			if h.r.counts(status) {
-				l.count(ctx, h.r, h.value, now)
+		returned := false
+		// Deferred, so that a handler that aborts is counted too:
+		// httputil.ReverseProxy panics with http.ErrAbortHandler when the
+		// client hangs up while the upstream's body is being copied, and a
+		// client that reads the status of a 401 and hangs up must still
+		// have its wrong password counted.
+		defer func() {
+			status := ww.Status()
+			if status == 0 {
+				if !returned {
+					return // aborted before answering: the upstream said nothing
+				}
+				status = http.StatusOK
 			}
-		}
+			for _, h := range after {
+				if h.r.counts(status) {
+					l.count(ctx, h.r, h.value, now)
+				}
+			}
+		}()
+		next.ServeHTTP(ww, r)
+		returned = true
 	})
 }
 
@@ -139,6 +185,41 @@ func (l *Limiter) reject(w http.ResponseWriter, ru *rule, v verdict) {
 	})
 }
 
+// unreadable applies ru's on_unreadable policy to a request whose email
+// cannot be told (f.emailErr). It returns the value to check the request
+// under (key_by_ip), or ok false to go on without ru (skip, and reject in
+// shadow mode, which blocks nothing), or answered true when it refused the
+// request.
+func (l *Limiter) unreadable(w http.ResponseWriter, ru *rule, f *features, now time.Time) (value string, ok, answered bool) {
+	u := f.emailErr
+	policy := ru.OnUnreadable
+	if policy == "" {
+		policy = OnUnreadableReject
+	}
+	if policy == OnUnreadableKeyByIP {
+		f.client()
+		if f.ipOK {
+			value, ok = "ip:"+f.ip, true
+		}
+	}
+	if !ok {
+		ru.metrics.inc(unreadableEmail)
+	}
+	if n, logIt := l.logs.allow(logKey{ru.Name, "unreadable"}, now); logIt {
+		l.log.Info("limit: cannot tell the email of a request", "rule", ru.Name, "reason", u.reason,
+			"status", u.status, "policy", policy, "shadow", ru.Shadow, "suppressed", n)
+	}
+	if policy != OnUnreadableReject || ru.Shadow {
+		return value, ok, false
+	}
+	problem.WriteDetails(w, problem.Details{
+		Status: u.status,
+		Detail: "rule " + ru.Name + " limits requests per email and cannot tell which email this request names: " + u.reason,
+		Extra:  map[string]any{"rule": ru.Name},
+	})
+	return "", false, true
+}
+
 // features reads a request's features once each, on first use.
 type features struct {
 	l                 *Limiter
@@ -148,6 +229,7 @@ type features struct {
 	ip, user, email   string
 	ipOK, userOK      bool
 	emailOK           bool
+	emailErr          *unreadable // the email cannot be told
 	userDone          bool
 	emailDone         bool
 }
@@ -179,9 +261,18 @@ func (f *features) get(k Feature) (string, bool) {
 		f.client() // for the allowlist's sake, no cost to speak of
 		if !f.emailDone {
 			f.emailDone = true
-			f.email, f.emailOK = f.l.id.email(f.r)
+			f.email, f.emailErr = f.l.id.emails.email(f.r)
+			f.emailOK = f.email != ""
 		}
 		return f.email, f.emailOK
 	}
 	return "", false
+}
+
+// storePolicy names on_store_error for the log.
+func (l *Limiter) storePolicy() string {
+	if l.failOpen {
+		return "allow"
+	}
+	return "deny"
 }

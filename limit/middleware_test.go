@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -47,6 +48,7 @@ type envOpt struct {
 	cfg     limit.Config
 	trusted []string
 	store   limit.Store
+	log     *slog.Logger
 }
 
 func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
@@ -62,7 +64,7 @@ func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
 	if o.id.IPv6Prefix == 0 {
 		o.id = limit.DefaultIdentity()
 	}
-	l := limit.New(compile(t, rules, o.id, o.cfg, o.trusted...), e.store, limit.NewMetrics(e.reg), nil)
+	l := limit.New(compile(t, rules, o.id, o.cfg, o.trusted...), e.store, limit.NewMetrics(e.reg), o.log)
 	e.l = l.WithClock(e.clk.Now)
 	// The upstream answers the status asked for in ?status= and keeps the
 	// body it received.
@@ -203,78 +205,118 @@ func TestOnlyListedStatusesCount(t *testing.T) {
 }
 
 func TestEmailFromJSON(t *testing.T) {
-	e := newEnv(t, []limit.Rule{{Name: "signup", Match: route.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h")}}, envOpt{})
-	post := func(body string) int {
-		r, _ := e.do("POST", "/signup", strings.NewReader(body), "Content-Type", "application/json; charset=utf-8")
-		return r.StatusCode
-	}
-	for i, b := range []string{`{"email":"Carol@Example.com"}`, `{"name":"c","email":" carol@example.com "}`} {
-		if s := post(b); s != 200 {
-			t.Fatalf("signup %d: status %d", i+1, s)
-		}
-	}
-	if s := post(`{"email":"CAROL@EXAMPLE.COM"}`); s != 429 {
-		t.Errorf("third signup for one email: status %d, want 429", s)
-	}
-	if s := post(`{"email":"dave@example.com"}`); s != 200 {
-		t.Errorf("another email: status %d, want 200", s)
-	}
-	for _, b := range []string{`{"email":42}`, `{}`, `not json`, `{"email":""}`} {
-		if s := post(b); s != 200 {
-			t.Errorf("body %s: status %d, want 200 (rule skipped)", b, s)
-		}
-	}
-	if got := e.metric("signup", "skipped"); got != 4 {
-		t.Errorf("skipped = %v, want 4", got)
+	for _, policy := range []string{"", limit.OnUnreadableSkip} {
+		t.Run("on_unreadable="+policy, func(t *testing.T) {
+			e := newEnv(t, []limit.Rule{{Name: "signup", Match: route.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h"), OnUnreadable: policy}}, envOpt{})
+			post := func(body string) int {
+				r, _ := e.do("POST", "/signup", strings.NewReader(body), "Content-Type", "application/json; charset=utf-8")
+				return r.StatusCode
+			}
+			for i, b := range []string{`{"email":"Carol@Example.com"}`, `{"name":"c","email":" carol@example.com "}`} {
+				if s := post(b); s != 200 {
+					t.Fatalf("signup %d: status %d", i+1, s)
+				}
+			}
+			if s := post(`{"email":"CAROL@EXAMPLE.COM"}`); s != 429 {
+				t.Errorf("third signup for one email: status %d, want 429", s)
+			}
+			if s := post(`{"email":"dave@example.com"}`); s != 200 {
+				t.Errorf("another email: status %d, want 200", s)
+			}
+			// No email at all: the upstream finds none either.
+			for _, b := range []string{`{}`, `{"email":""}`, `{"user":{"email":"carol@example.com"}}`} {
+				if s := post(b); s != 200 {
+					t.Errorf("body %s: status %d, want 200 (rule skipped)", b, s)
+				}
+			}
+			if got := e.metric("signup", "skipped"); got != 3 {
+				t.Errorf("skipped = %v, want 3", got)
+			}
+			// An email the gateway cannot read: refused by default,
+			// passed uncounted under skip.
+			want := 400
+			if policy == limit.OnUnreadableSkip {
+				want = 200
+			}
+			for _, b := range []string{`{"email":42}`, `not json`} {
+				if s := post(b); s != want {
+					t.Errorf("body %s: status %d, want %d", b, s, want)
+				}
+			}
+			if got := e.metric("signup", "unreadable"); got != 2 {
+				t.Errorf("unreadable = %v, want 2", got)
+			}
+		})
 	}
 }
 
 func TestBodyPassesIntact(t *testing.T) {
 	id := limit.DefaultIdentity()
 	id.MaxBodyBytes = 1024
-	e := newEnv(t, []limit.Rule{loginEmailRule(t)}, envOpt{id: id})
 	big := make([]byte, 3<<20)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := range big {
 		big[i] = byte(rng.Uint32())
 	}
 	bigForm := append([]byte("email=eve%40example.com&blob="), []byte(url.QueryEscape(string(big[:5000])))...)
-	for _, tc := range []struct {
+	cases := []struct {
 		name    string
 		body    []byte
 		ctype   string
 		chunked bool
+		reject  int // the answer under on_unreadable: reject; 0: passed on
 	}{
-		{"small form", []byte("email=eve%40example.com&password=hunter2"), "application/x-www-form-urlencoded", false},
-		{"small json", []byte(`{"email":"eve@example.com","password":"ü"}`), "application/json", false},
-		{"form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", false},
-		{"binary larger than max_body_bytes", big, "application/x-www-form-urlencoded", false},
-		{"chunked form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", true},
-		{"chunked small form", []byte("email=eve%40example.com"), "application/x-www-form-urlencoded", true},
-		{"other content type", big[:2000], "application/octet-stream", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var body io.Reader = bytes.NewReader(tc.body)
-			if tc.chunked {
-				body = io.MultiReader(body) // hides the length: sent chunked
+		{"small form", []byte("email=eve%40example.com&password=hunter2"), "application/x-www-form-urlencoded", false, 0},
+		{"small json", []byte(`{"email":"eve@example.com","password":"ü"}`), "application/json", false, 0},
+		{"form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", false, 413},
+		{"binary larger than max_body_bytes", big, "application/x-www-form-urlencoded", false, 413},
+		{"chunked form larger than max_body_bytes", bigForm, "application/x-www-form-urlencoded", true, 413},
+		{"chunked small form", []byte("email=eve%40example.com"), "application/x-www-form-urlencoded", true, 0},
+		{"other content type", big[:1000], "application/octet-stream", false, 415},
+	}
+	for _, policy := range []string{limit.OnUnreadableSkip, limit.OnUnreadableReject} {
+		t.Run(policy, func(t *testing.T) {
+			rule := loginEmailRule(t)
+			rule.OnUnreadable = policy
+			e := newEnv(t, []limit.Rule{rule}, envOpt{id: id})
+			refused := 0
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					var body io.Reader = bytes.NewReader(tc.body)
+					if tc.chunked {
+						body = io.MultiReader(body) // hides the length: sent chunked
+					}
+					before := e.hits.Load()
+					resp, _ := e.do("POST", "/login", body, "Content-Type", tc.ctype)
+					if policy == limit.OnUnreadableReject && tc.reject != 0 {
+						refused++
+						if resp.StatusCode != tc.reject || e.hits.Load() != before {
+							t.Errorf("status %d, upstream saw %d requests: want %d and none", resp.StatusCode, e.hits.Load()-before, tc.reject)
+						}
+						return
+					}
+					if resp.StatusCode != 200 {
+						t.Fatalf("status %d", resp.StatusCode)
+					}
+					e.mu.Lock()
+					got, n := e.lastBody, e.lastLen
+					e.mu.Unlock()
+					if sha256.Sum256(got) != sha256.Sum256(tc.body) {
+						t.Errorf("upstream received %d bytes, want the %d sent, byte for byte", len(got), len(tc.body))
+					}
+					if want := int64(len(tc.body)); !tc.chunked && n != want {
+						t.Errorf("upstream Content-Length %d, want %d", n, want)
+					}
+				})
 			}
-			resp, _ := e.do("POST", "/login", body, "Content-Type", tc.ctype)
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d", resp.StatusCode)
+			want := 4.0 // three bodies over max_body_bytes, one not a form
+			if got := e.metric("login_email", "unreadable"); got != want {
+				t.Errorf("unreadable = %v, want %v", got, want)
 			}
-			e.mu.Lock()
-			got, n := e.lastBody, e.lastLen
-			e.mu.Unlock()
-			if sha256.Sum256(got) != sha256.Sum256(tc.body) {
-				t.Errorf("upstream received %d bytes, want the %d sent, byte for byte", len(got), len(tc.body))
-			}
-			if want := int64(len(tc.body)); !tc.chunked && n != want {
-				t.Errorf("upstream Content-Length %d, want %d", n, want)
+			if policy == limit.OnUnreadableReject && refused != 4 {
+				t.Errorf("%d refused, want 4", refused)
 			}
 		})
-	}
-	if got := e.metric("login_email", "skipped"); got != 4 {
-		t.Errorf("skipped = %v, want 4 (three bodies over max_body_bytes, one not a form)", got)
 	}
 }
 
@@ -819,5 +861,71 @@ func TestExactPrecisionFarEdge(t *testing.T) {
 		if r.StatusCode != tc.status || r.Header.Get("Retry-After") != tc.retry {
 			t.Errorf("%s at %s the next day: %d Retry-After %q, want %d %q", tc.client, tc.at, r.StatusCode, r.Header.Get("Retry-After"), tc.status, tc.retry)
 		}
+	}
+}
+
+// logLines is a slog.Handler counting records by message and keeping the
+// "suppressed" attribute of each.
+type logLines struct {
+	mu         sync.Mutex
+	n          map[string]int
+	suppressed map[string]int64
+}
+
+func (h *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logLines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Message]++
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "suppressed" {
+			h.suppressed[r.Message] += a.Value.Int64()
+		}
+		return true
+	})
+	return nil
+}
+func (h *logLines) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logLines) WithGroup(string) slog.Handler      { return h }
+
+// TestRepeatedLogsThrottled: a failing store and a shadow rule log one line
+// a second per rule, not one per request; the line after a quiet second
+// says how many it held back, and the metrics count every request.
+func TestRepeatedLogsThrottled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		store   limit.Store
+		rule    limit.Rule
+		msg     string
+		outcome string
+	}{
+		{"store error", &failingStore{}, ipRule(t, "100/s"), "limit: store failed", "store_error"},
+		{"shadow", nil, limit.Rule{Name: "login_ip", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/h"), Shadow: true}, "limit: shadow rule would limit", "shadow_limited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &logLines{n: map[string]int{}, suppressed: map[string]int64{}}
+			e := newEnv(t, []limit.Rule{tc.rule}, envOpt{store: tc.store, log: slog.New(h)})
+			const perSecond = 50
+			for range 3 { // three seconds
+				for range perSecond {
+					e.do("POST", "/login", nil)
+				}
+				e.clk.Advance(time.Second)
+			}
+			got := e.metric("login_ip", tc.outcome)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.n[tc.msg] != 3 {
+				t.Errorf("%d lines %q in 3 s, want 3 (one a second)", h.n[tc.msg], tc.msg)
+			}
+			// Every event is a line or held back; the third second's held
+			// back events have not been reported yet.
+			if reported := float64(h.n[tc.msg]) + float64(h.suppressed[tc.msg]); reported != got-(perSecond-1) {
+				t.Errorf("lines plus suppressed = %v, want %v (metric %v minus the last second's %d held back)", reported, got-(perSecond-1), got, perSecond-1)
+			}
+			if min := float64(3*perSecond - 1); got < min { // a shadow rule's first request is within its limit
+				t.Errorf("%s decisions = %v, want at least %v", tc.outcome, got, min)
+			}
+		})
 	}
 }

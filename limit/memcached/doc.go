@@ -69,6 +69,23 @@
 // the cost of a blocking round trip per level and counting rejected
 // requests too.
 //
+// # Connections
+//
+// Each server keeps limit.Memcached.MaxIdleConns connections open (default
+// 128), and they are dialed before they are needed: in the background when
+// the Store starts, and by the probe before the breaker closes after an
+// outage. Without that, the first burst of checks (64 client connections
+// arriving at once) finds no connection and dials one per check; on a
+// loaded machine those dozens of simultaneous dials are what missed the
+// 100 ms timeout (tens of store errors at the start of a load, 503s under
+// on_store_error: deny). gomemcache keeps 2 idle connections by default, so
+// a pool smaller than the checks in flight also redials under steady load:
+// linkgate_memcached_dials_total shows it. Size max_idle_conns to the
+// requests on limited routes in flight at once plus the flusher's four;
+// every gateway holds that many connections to each server, so memcached's
+// connection limit (-c, 1024 by default) must exceed the gateways times it.
+// TestWarmPoolAbsorbsBurst checks that a burst of 64 checks dials nothing.
+//
 // # Failure
 //
 // Each operation is bounded by limit.Memcached.Timeout (default 100 ms) as

@@ -11,6 +11,7 @@ type Metrics struct {
 	ops         *prometheus.CounterVec // op
 	pending     prometheus.Gauge
 	dropped     prometheus.Counter
+	dials       *prometheus.CounterVec // server
 }
 
 // The kinds of memcached operation, the "op" label.
@@ -46,9 +47,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "linkgate_memcached_dropped_deltas_total",
 			Help: "Pending bucket increments dropped, oldest first, because memcached was unavailable and the buffer was full.",
 		}),
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_memcached_dials_total",
+			Help: "Connections dialed to a memcached server, those dialed ahead of need at start and after an outage included. Growing under steady load: max_idle_conns is below the checks in flight.",
+		}, []string{"server"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.breakerOpen, m.errors, m.ops, m.pending, m.dropped)
+		reg.MustRegister(m.breakerOpen, m.errors, m.ops, m.pending, m.dropped, m.dials)
 	}
 	return m
 }
@@ -59,6 +64,14 @@ func (m *Metrics) opCounter(op string) prometheus.Counter {
 		return nil
 	}
 	return m.ops.WithLabelValues(op)
+}
+
+// dialCounter returns the dials counter of server, or nil.
+func (m *Metrics) dialCounter(server string) prometheus.Counter {
+	if m == nil {
+		return nil
+	}
+	return m.dials.WithLabelValues(server)
 }
 
 func (m *Metrics) errorCounter(server, op string) {

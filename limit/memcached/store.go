@@ -33,7 +33,6 @@ const (
 	maxPending     = 100_000                // pending increments kept per server; beyond, the oldest buckets go
 	closeWait      = 2 * time.Second        // how long Close waits for the final flush
 	loadAttempts   = 3                      // reads of one Load when flushes of its counter overlap them
-	maxIdleConns   = 32                     // idle connections kept per server
 	numShards      = 64                     // pending-increment shards per server; a power of two
 )
 
@@ -63,10 +62,13 @@ var _ limit.Store = (*Store)(nil)
 
 // New returns a Store on cfg.Servers ("host:port", or a path for a unix
 // socket) with cfg.Timeout (default 100ms) as the read/write and dial timeout
-// of each operation. It starts one flusher goroutine per server; Close stops
-// them. Servers are not contacted here, and host names are resolved at each
-// dial, so a memcached that comes up after the gateway is simply used once
-// it answers. m and log may be nil.
+// of each operation, keeping cfg.MaxIdleConns (default
+// limit.DefaultMaxIdleConns) connections open to each server. It starts one
+// flusher goroutine per server, and one that dials each server's
+// connections in the background; Close stops them. New itself contacts no
+// server, and host names are resolved at each dial, so a memcached that
+// comes up after the gateway is simply used once it answers. m and log may
+// be nil.
 func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, errors.New("memcached: no servers")
@@ -74,6 +76,10 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout
+	}
+	idle := cfg.MaxIdleConns
+	if idle <= 0 {
+		idle = limit.DefaultMaxIdleConns
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -94,13 +100,16 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
 		}
 		c := memcache.NewFromSelector(oneServer{na})
 		c.Timeout = timeout
-		c.MaxIdleConns = maxIdleConns
+		c.MaxIdleConns = idle
 		sv := &server{
-			addr: a, client: c, timeout: timeout, log: log.With("server", a), m: m,
+			addr: a, na: na, client: c, timeout: timeout, log: log.With("server", a), m: m,
 			opGet: m.opCounter(opGet), opIncr: m.opCounter(opIncr), opAdd: m.opCounter(opAdd),
 			opDelete: m.opCounter(opDelete), opProbe: m.opCounter(opProbe),
-			kick: make(chan struct{}, 1),
+			dials: m.dialCounter(a),
+			kick:  make(chan struct{}, 1),
+			spare: make(chan net.Conn, idle),
 		}
+		c.DialContext = sv.dial
 		for i := range sv.shards {
 			sv.shards[i].m = make(map[limit.Counter]*entry)
 		}
@@ -111,6 +120,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
 	var wg sync.WaitGroup
 	for _, sv := range s.servers {
 		wg.Go(func() { sv.run(s.stop) })
+		wg.Go(func() { sv.warm(s.stop) })
 	}
 	go func() { wg.Wait(); close(s.done) }()
 	return s, nil
@@ -131,6 +141,7 @@ func (s *Store) Close() error {
 		}
 		for _, sv := range s.servers {
 			sv.client.Close()
+			sv.drainSpare()
 			if sv.open.Load() {
 				s.m.setBreaker(sv.addr, -1)
 			}
@@ -353,12 +364,21 @@ func (o oneServer) Each(f func(net.Addr) error) error   { return f(o.addr) }
 // increments pending for the counters it holds.
 type server struct {
 	addr    string
+	na      *staticAddr
 	client  *memcache.Client
 	timeout time.Duration
 	log     *slog.Logger
 	m       *Metrics
 
 	opGet, opIncr, opAdd, opDelete, opProbe prometheus.Counter
+	dials                                   prometheus.Counter
+
+	// spare holds connections dialed ahead of need (warm): the client's
+	// dials take them first. gomemcache keeps the connections a burst used
+	// (up to MaxIdleConns), but has none before the first burst nor after
+	// an outage, when every request in flight would dial at once; on a
+	// loaded machine, those dials are what miss the timeout.
+	spare chan net.Conn
 
 	// The circuit breaker: open after failThreshold failures each within
 	// failSpan of the previous; closed by a successful probe.
@@ -411,6 +431,7 @@ func (sv *server) result(op string, err error) error {
 		// since killed): close them, so that after recovery no request
 		// fails on a stale one.
 		sv.client.Close()
+		sv.drainSpare()
 		sv.m.setBreaker(sv.addr, 1)
 		sv.log.Warn("memcached: circuit breaker open: operations fail at once until a probe succeeds", "failures", n, "err", err)
 	}
@@ -517,9 +538,73 @@ func (sv *server) probe() {
 		return
 	}
 	sv.fails.Store(0)
+	if sv.open.Load() {
+		// Every request in flight will want a connection the moment the
+		// breaker closes: have them ready, or the recovery's burst of
+		// dials times out and opens the breaker again.
+		sv.warm(nil)
+	}
 	if sv.open.CompareAndSwap(true, false) {
 		sv.m.setBreaker(sv.addr, -1)
 		sv.log.Info("memcached: circuit breaker closed: server answers again")
+	}
+}
+
+// dial is the client's DialContext: a spare connection if there is one,
+// else a new one.
+func (sv *server) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	select {
+	case c := <-sv.spare:
+		return c, nil
+	default:
+	}
+	return sv.dialNew(ctx, network, address)
+}
+
+func (sv *server) dialNew(ctx context.Context, network, address string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, address)
+	if err == nil {
+		inc(sv.dials)
+	}
+	return c, err
+}
+
+// warm dials connections into spare until it holds MaxIdleConns, one after
+// the other (about 0.1 ms each on a LAN), stopping at the first failure
+// (the server is not there: requests dial, and the breaker decides, as
+// usual) or when stop is closed.
+func (sv *server) warm(stop <-chan struct{}) {
+	for len(sv.spare) < cap(sv.spare) {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sv.timeout)
+		c, err := sv.dialNew(ctx, sv.na.network, sv.na.addr)
+		cancel()
+		if err != nil {
+			return
+		}
+		select {
+		case sv.spare <- c:
+		default:
+			c.Close() // filled meanwhile by a concurrent warm
+			return
+		}
+	}
+}
+
+// drainSpare closes the spare connections.
+func (sv *server) drainSpare() {
+	for {
+		select {
+		case c := <-sv.spare:
+			c.Close()
+		default:
+			return
+		}
 	}
 }
 

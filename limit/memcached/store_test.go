@@ -622,3 +622,13 @@ func TestResetDropsPending(t *testing.T) {
 		}
 	}
 }
+
+// compile compiles the limiter's sections, trusting no proxy.
+func compile(t testing.TB, rules []limit.Rule, id limit.Identity, cfg limit.Config) *limit.Plan {
+	t.Helper()
+	p, err := limit.Compile(rules, id, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
