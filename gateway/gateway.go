@@ -193,11 +193,7 @@ func (g *Gateway) newLimitStore(p *limit.Plan) (limitStore, error) {
 	cfg := p.Store()
 	switch cfg.Store {
 	case "memcached":
-		st, err := memcached.New(cfg.Memcached, g.mcM, g.log)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: limiter.memcached: %w", err)
-		}
-		return st, nil
+		return memcached.New(cfg.Memcached, g.mcM, g.log), nil
 	default:
 		return limit.NewMemory(), nil
 	}

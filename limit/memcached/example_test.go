@@ -14,10 +14,14 @@ import (
 
 func ExampleNew() {
 	metrics := memcached.NewMetrics(prometheus.DefaultRegisterer) // once per process
-	s, err := memcached.New(limit.Memcached{Servers: []string{"10.0.0.1:11211", "10.0.0.2:11211"}, Timeout: 100 * time.Millisecond}, metrics, slog.Default())
+	cfg := limit.DefaultConfig()
+	cfg.Store = "memcached"
+	cfg.Memcached.Servers = []string{"10.0.0.1:11211", "10.0.0.2:11211"}
+	plan, err := limit.Compile(nil, limit.DefaultIdentity(), cfg, nil) // checks the servers
 	if err != nil {
 		panic(err)
 	}
+	s := memcached.New(plan.Store().Memcached, metrics, slog.Default())
 	defer s.Close() // sends what is still pending
 
 	ctx := context.Background()

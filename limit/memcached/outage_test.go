@@ -70,10 +70,7 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	h := &records{}
 	log := slog.New(h)
 	reg := prometheus.NewRegistry()
-	store, err := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 32}, memcached.NewMetrics(reg), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 32}, memcached.NewMetrics(reg), log)
 	defer store.Close()
 	post := route.Match{Methods: []string{"POST"}, Path: "/login"}
 	lim := func(s string) []limit.Limit { l, _ := limit.ParseLimit(s); return []limit.Limit{l} }
@@ -206,10 +203,7 @@ func TestStorePolicyAnswers(t *testing.T) {
 		{"deny", http.StatusServiceUnavailable, false},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
-			store, err := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 4}, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			store := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 4}, nil, nil)
 			defer store.Close()
 			cfg := limit.DefaultConfig()
 			cfg.OnStoreError = tc.policy

@@ -119,10 +119,7 @@ func TestWarmPoolAbsorbsBurst(t *testing.T) {
 	mc := startMemcached(t)
 	reg := prometheus.NewRegistry()
 	const pool, clients = 80, 64 // 64 checks + the flusher's 4 connections fit in 80
-	s, err := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
 	dials := func() float64 { return gather(t, reg, "linkgate_memcached_dials_total", mc.Addr) }
 	waitFor(t, 5*time.Second, "the pool was not dialed", func() bool { return dials() >= pool })
@@ -142,10 +139,7 @@ func TestWarmPoolAbsorbsBurst(t *testing.T) {
 func TestDefaultPool(t *testing.T) {
 	mc := startMemcached(t)
 	reg := prometheus.NewRegistry()
-	s, err := memcached.New(limit.Memcached{Servers: []string{mc.Addr}}, memcached.NewMetrics(reg), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
 	waitFor(t, 5*time.Second, "the default pool was not dialed", func() bool {
 		return gather(t, reg, "linkgate_memcached_dials_total", mc.Addr) >= limit.DefaultMaxIdleConns
@@ -162,10 +156,7 @@ func TestRecoveryBurstFindsConnections(t *testing.T) {
 	mc := startMemcached(t)
 	reg := prometheus.NewRegistry()
 	const pool = 80
-	s, err := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
 	dials := func() float64 { return gather(t, reg, "linkgate_memcached_dials_total", mc.Addr) }
 	waitFor(t, 5*time.Second, "the pool was not dialed", func() bool { return dials() >= pool })

@@ -69,10 +69,12 @@ var _ limit.Store = (*Store)(nil)
 // server, and host names are resolved at each dial, so a memcached that
 // comes up after the gateway is simply used once it answers. m and log may
 // be nil.
-func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
-	if len(cfg.Servers) == 0 {
-		return nil, errors.New("memcached: no servers")
-	}
+//
+// cfg is the limiter.memcached section of a compiled limit.Plan
+// (Plan.Store): limit.Compile refused servers listed twice, addresses that
+// are neither host:port nor a socket path, and an empty list, so New has
+// nothing to refuse.
+func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) *Store {
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout
@@ -85,17 +87,9 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{log: log, m: m, stop: make(chan struct{}), done: make(chan struct{})}
-	seen := map[string]bool{}
 	for _, a := range cfg.Servers {
-		if seen[a] {
-			return nil, fmt.Errorf("memcached: server %q listed twice", a)
-		}
-		seen[a] = true
 		na := &staticAddr{network: "unix", addr: a}
 		if !strings.Contains(a, "/") {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return nil, fmt.Errorf("memcached: server %q: %w", a, err)
-			}
 			na.network = "tcp"
 		}
 		c := memcache.NewFromSelector(oneServer{na})
@@ -123,7 +117,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) (*Store, error) {
 		wg.Go(func() { sv.warm(s.stop) })
 	}
 	go func() { wg.Wait(); close(s.done) }()
-	return s, nil
+	return s
 }
 
 // Close sends the pending increments (waiting at most 2 s), stops the
