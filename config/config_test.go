@@ -49,31 +49,6 @@ func TestLoadExample(t *testing.T) {
 	}
 }
 
-// TestExampleIsTheContract: configs/gateway.example.yaml is the reference
-// copy of the contract kept beside the brief; they must not drift apart.
-// The copy may add lines (fields the contract does not show, with their
-// comments) but holds every line of the contract, in order.
-func TestExampleIsTheContract(t *testing.T) {
-	contract, err := os.ReadFile("../../shared/gateway.example.yaml")
-	if err != nil {
-		t.Skipf("the contract beside the brief is not here: %v", err)
-	}
-	copy, err := os.ReadFile("../configs/gateway.example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(copy), "\n")
-	for i, want := range strings.Split(string(contract), "\n") {
-		for len(lines) > 0 && lines[0] != want {
-			lines = lines[1:]
-		}
-		if len(lines) == 0 {
-			t.Fatalf("configs/gateway.example.yaml lacks line %d of shared/gateway.example.yaml (or has it out of order): %q", i+1, want)
-		}
-		lines = lines[1:]
-	}
-}
-
 func TestDefaults(t *testing.T) {
 	c, err := config.Parse([]byte("upstream: {targets: [http://127.0.0.1:9999]}\n"))
 	if err != nil {

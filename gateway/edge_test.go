@@ -173,3 +173,26 @@ func TestSlowBodyCutOff(t *testing.T) {
 		t.Errorf("the upstream read %q of the brisk body, want all 5 bytes", last)
 	}
 }
+
+// TestReadTimeoutAlone: with body_timeout off, read_timeout still bounds
+// the whole body.
+func TestReadTimeoutAlone(t *testing.T) {
+	up := named(t, "ok")
+	cfg := strings.Replace(baseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  body_timeout: 0s\n  read_timeout: 500ms\n", 1)
+	gw := start(t, cfg)
+	c, err := net.Dial("tcp", gw.g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	begin := time.Now()
+	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	if resp.StatusCode != 408 || time.Since(begin) > 3*time.Second {
+		t.Errorf("%d after %v, want 408 at about 500ms", resp.StatusCode, time.Since(begin))
+	}
+}

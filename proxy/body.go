@@ -20,8 +20,8 @@ var ErrBodyTimeout = fmt.Errorf("proxy: the client sent the request body too slo
 // BodyDeadline returns middleware that bounds how slowly a client may send
 // a request body, against clients that hold a connection open by trickling
 // bytes (slowloris): each read of the body must deliver bytes within idle
-// of the last (nginx's client_body_timeout), and the whole request must be
-// read within total of its arrival (0: no bound beyond idle). A body that
+// of the last (nginx's client_body_timeout; 0: none), and the whole body
+// must be read within total of the request's arrival (0: none). A body that
 // misses either fails its reads with ErrBodyTimeout; the proxy then
 // answers 408 and closes the connection. Requests without a body cost
 // nothing. Put it first in the chain, before anything reads the body.
@@ -35,7 +35,7 @@ var ErrBodyTimeout = fmt.Errorf("proxy: the client sent the request body too slo
 func BodyDeadline(idle, total time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if idle <= 0 || r.Body == nil || r.Body == http.NoBody {
+			if idle <= 0 && total <= 0 || r.Body == nil || r.Body == http.NoBody {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -46,7 +46,11 @@ func BodyDeadline(idle, total time.Duration) func(http.Handler) http.Handler {
 			r.Body = b
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, b)))
 			if !b.done.Load() {
-				b.rc.SetReadDeadline(time.Now().Add(idle))
+				d := b.end
+				if idle > 0 {
+					d = time.Now().Add(idle)
+				}
+				b.rc.SetReadDeadline(d)
 			}
 		})
 	}
@@ -67,9 +71,11 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		return 0, ErrBodyTimeout
 	}
 	if !b.done.Load() {
-		d := time.Now().Add(b.idle)
-		if !b.end.IsZero() && b.end.Before(d) {
-			d = b.end
+		d := b.end
+		if b.idle > 0 {
+			if next := time.Now().Add(b.idle); d.IsZero() || next.Before(d) {
+				d = next
+			}
 		}
 		b.rc.SetReadDeadline(d) // a writer that cannot (a test recorder) keeps the server's deadlines
 	}
