@@ -7,6 +7,7 @@ package rollup
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -22,11 +23,21 @@ const (
 )
 
 // Tier is one resolution of stored visit counts: buckets Step long, kept for
-// Retention. The zero Tier is invalid.
+// Retention (Forever for the all-time tier, see TotalTier). The zero Tier is
+// invalid.
 type Tier struct {
 	Step      time.Duration
 	Retention time.Duration
 }
+
+// Forever is the Retention of a tier whose buckets never expire: the
+// all-time tier. Code that does arithmetic with a retention checks Expires
+// first.
+const Forever = time.Duration(math.MaxInt64)
+
+// Expires reports whether t's buckets expire, that is whether its
+// Retention is not Forever.
+func (t Tier) Expires() bool { return t.Retention != Forever }
 
 // DefaultTiers is the default retention: today per minute, yesterday per
 // 5 minutes, last month per hour, last year per day and the last years per week.
@@ -74,8 +85,14 @@ func (t Tier) validate() error {
 	return nil
 }
 
-// String formats t as ParseTier reads it.
-func (t Tier) String() string { return FormatDuration(t.Step) + ":" + FormatDuration(t.Retention) }
+// String formats t as ParseTier reads it; the all-time tier's retention is
+// "forever", which ParseTier does not read (no config names that tier).
+func (t Tier) String() string {
+	if !t.Expires() {
+		return FormatDuration(t.Step) + ":forever"
+	}
+	return FormatDuration(t.Step) + ":" + FormatDuration(t.Retention)
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (t Tier) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
