@@ -22,7 +22,14 @@ type Config struct {
 	Embedded      Embedded      `yaml:"embedded"`
 	Cassandra     Cassandra     `yaml:"cassandra"`
 	Retention     []rollup.Tier `yaml:"retention"`
-	Bots          string        `yaml:"bots"` // separate | count | ignore
+	// RollupGrace is how long after a batch period ends the rollup worker
+	// waits before it rolls the period into the next tier: the time a
+	// flush of the period's last visits may take to land, plus the clock
+	// difference between gateways. Counts flushed more than half of it
+	// after their period ended are late: their coarse buckets are marked
+	// and rolled again. Grace returns the value in force.
+	RollupGrace time.Duration `yaml:"rollup_grace"`
+	Bots        string        `yaml:"bots"` // separate | count | ignore
 }
 
 // Embedded configures the on-disk store of one machine.
@@ -52,8 +59,9 @@ func DefaultConfig() Config {
 			Hosts: []string{"127.0.0.1:9042"}, Keyspace: "linkgate",
 			Consistency: "LOCAL_QUORUM", ReplicationFactor: 1,
 		},
-		Retention: rollup.DefaultTiers(),
-		Bots:      "separate",
+		Retention:   rollup.DefaultTiers(),
+		RollupGrace: rollup.DefaultGrace,
+		Bots:        "separate",
 	}
 }
 
@@ -96,8 +104,21 @@ func (c Config) Validate() error {
 	if err := rollup.ValidateTiers(c.Retention); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
+	if c.RollupGrace <= 0 {
+		return fmt.Errorf("rollup_grace: %v is not positive", c.RollupGrace)
+	}
+	if _, err := rollup.NewPlan(c.Retention, c.Grace()); err != nil {
+		return fmt.Errorf("retention (with rollup_grace %v): %w", c.Grace(), err)
+	}
 	return nil
 }
+
+// Grace returns the rollup grace in force: RollupGrace, raised to 6 ×
+// FlushInterval when that is longer. A flush may take up to three
+// intervals to land (its write timeout), and counts flushed after half the
+// grace count as late, so a shorter grace would let the worker roll a
+// period before an on-time flush of it has landed.
+func (c Config) Grace() time.Duration { return max(c.RollupGrace, 6*c.FlushInterval) }
 
 // StatsConfig is the "stats" section: where the gateway serves /stats.
 type StatsConfig struct {

@@ -13,8 +13,10 @@ import (
 
 // TestStoreWritesPerVisit measures what one flush interval costs the store:
 // 10 s of 2,000 visits/s spread evenly over n links, flushed in one batch.
-// Each visited link costs one entry per tier and one total, whatever its
-// number of visits, plus the same for all links together.
+// Each visited link costs one count per minute it was visited in, plus, the
+// first time this process writes it in an hour, one Active entry for the
+// rollup; the same for all links together. Later flushes of the hour cost
+// the counts only.
 func TestStoreWritesPerVisit(t *testing.T) {
 	const rate, interval = 2000, 10 * time.Second
 	for _, tt := range []struct {
@@ -30,52 +32,72 @@ func TestStoreWritesPerVisit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := analytics.NewRecorder(1_000_000, nil)
 			st := newMemStore()
-			f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+			flushAt := tt.start
+			f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return flushAt }}, nil, nil)
 			rng := rand.New(rand.NewPCG(7, uint64(tt.links)))
 			keys := make([]string, tt.links)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("k%06d", i)
 			}
 			visits := int(rate * interval.Seconds())
-			distinct := map[string]bool{}
-			minutes := map[string]map[int64]bool{}
-			for i := range visits {
-				at := tt.start.Add(time.Duration(i) * interval / time.Duration(visits))
-				k := keys[rng.IntN(len(keys))]
-				rec.Record(k, at, false)
-				distinct[k] = true
-				if minutes[k] == nil {
-					minutes[k] = map[int64]bool{}
+			for round := range 2 {
+				distinct := map[string]bool{}
+				minutes := map[string]map[int64]bool{}
+				start := tt.start.Add(time.Duration(round) * interval)
+				for i := range visits {
+					at := start.Add(time.Duration(i) * interval / time.Duration(visits))
+					k := keys[rng.IntN(len(keys))]
+					rec.Record(k, at, false)
+					distinct[k] = true
+					if minutes[k] == nil {
+						minutes[k] = map[int64]bool{}
+					}
+					minutes[k][at.Unix()/60] = true
 				}
-				minutes[k][at.Unix()/60] = true
-			}
-			if err := f.Flush(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			if len(st.batches) != 1 {
-				t.Fatalf("%d writes for one interval, want 1", len(st.batches))
-			}
-			b := st.batches[0]
-			writes := len(b.Counts) + len(b.Totals)
-			// Expected: per link (and for all links) one total, one bucket
-			// per minute in the 1m tier, one in each coarser tier (the
-			// interval never crosses a 5-minute boundary here).
-			want := 0
-			allMinutes := map[int64]bool{}
-			for k := range distinct {
-				want += 1 + len(minutes[k]) + len(defTiers) - 1
-				for m := range minutes[k] {
-					allMinutes[m] = true
+				flushAt = start.Add(interval)
+				if err := f.Flush(t.Context()); err != nil {
+					t.Fatal(err)
 				}
+				b := st.batches[round]
+				writes := len(b.Counts) + len(b.Active) + len(b.Marks)
+				// Expected: per link (and for all links) one count per
+				// minute, and an Active entry unless announced before.
+				want, announced := 0, 0
+				allMinutes := map[int64]bool{}
+				for k := range distinct {
+					want += len(minutes[k])
+					for m := range minutes[k] {
+						allMinutes[m] = true
+					}
+				}
+				want += len(allMinutes)
+				if round == 0 {
+					announced = len(distinct) + 1
+				} else {
+					for k := range distinct {
+						if !seenBefore(st.batches[0], k) {
+							announced++
+						}
+					}
+				}
+				if len(b.Counts) != want || len(b.Active) != announced || len(b.Marks) != 0 {
+					t.Errorf("flush %d: %d counts, %d Active entries, %d marks; want %d, %d, 0", round, len(b.Counts), len(b.Active), len(b.Marks), want, announced)
+				}
+				t.Logf("flush %d: %d visits to %d of %d links in %v: %d store writes (%d counts, %d Active), %.4f writes/visit, %.0f writes/s",
+					round, visits, len(distinct), tt.links, interval, writes, len(b.Counts), len(b.Active), float64(writes)/float64(visits), float64(writes)/interval.Seconds())
 			}
-			want += 1 + len(allMinutes) + len(defTiers) - 1
-			if writes != want {
-				t.Errorf("%d entries, want %d", writes, want)
-			}
-			t.Logf("%d visits to %d of %d links in %v: %d store writes (entries), %.4f writes/visit, %.0f writes/s",
-				visits, len(distinct), tt.links, interval, writes, float64(writes)/float64(visits), float64(writes)/interval.Seconds())
 		})
 	}
+}
+
+// seenBefore says whether b announced key.
+func seenBefore(b analytics.Batch, key string) bool {
+	for _, a := range b.Active {
+		if a.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // TestMemoryPerLink logs the heap a Recorder uses per tracked link, one

@@ -26,6 +26,7 @@ import (
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/rollup"
 )
 
 // gateway owns the long-lived parts (metrics, analytics pipeline, limiter
@@ -112,8 +113,8 @@ func (g *gateway) startAnalytics(ctx context.Context, cfg *config.Config) error 
 	}
 	var (
 		store interface {
-			analytics.Writer
-			analytics.Reader
+			analytics.Store
+			rollup.Store
 		}
 		closeStore func() error
 	)
@@ -138,16 +139,26 @@ func (g *gateway) startAnalytics(ctx context.Context, cfg *config.Config) error 
 	g.recorder = analytics.NewRecorder(a.MaxKeys, g.visitsM)
 	fl := analytics.NewFlusher(g.recorder, store, a.Retention, analytics.FlusherOptions{
 		Interval:  a.FlushInterval,
+		Grace:     a.Grace(),
 		SpillPath: analytics.DefaultSpillPath(a),
 	}, g.visitsM, g.log)
 	g.reader = fl.Reader(store)
+	plan, err := rollup.NewPlan(a.Retention, a.Grace())
+	if err != nil {
+		closeStore()
+		return fmt.Errorf("gateway: analytics: %w", err)
+	}
+	roller := rollup.NewWorker(store, plan, rollup.WorkerOptions{Metrics: g.visitsM, Log: g.log})
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { fl.Run(loopCtx); close(done) }()
+	rolled := make(chan struct{})
+	go func() { roller.Run(loopCtx); close(rolled) }()
 	g.hooks = append(g.hooks,
 		func(ctx context.Context) error {
 			stopLoop()
 			<-done
+			<-rolled
 			return fl.Close(ctx)
 		},
 		func(context.Context) error { return closeStore() },
