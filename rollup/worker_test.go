@@ -35,7 +35,7 @@ var t0 = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // a Monday
 type fixture struct {
 	st    *analyticstest.Memory
 	plan  *rollup.Plan
-	start rollup.Progress // the progress when the gateway started
+	start rollup.Progress        // the progress when the gateway started
 	truth map[string][]time.Time // visit times by key
 	end   time.Time              // when every period holding a visit is closed
 }
