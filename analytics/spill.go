@@ -37,7 +37,7 @@ func DefaultSpillPath(cfg Config) string {
 
 type spillFile struct {
 	path    string
-	entries int // counts plus totals in it, for the metric; -1 when unknown
+	entries int // counts in it, for the metric; -1 when unknown
 }
 
 // spillData is the file's content: counts in the tier they were counted

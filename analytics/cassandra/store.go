@@ -24,7 +24,8 @@
 // spreads by short_key, and a one-year daily curve reads at most two
 // partitions. Points also clamps the range to the tier's retention around
 // now, so no query reads more than a handful of partitions however long
-// the range.
+// the range. The all-time tier's table, points_total, has no TTL and one
+// partition per link. The rollup's own tables are described below.
 //
 // # Retry safety: cumulative counts per writer
 //

@@ -213,8 +213,10 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 		}
 	case opPrepare:
 		q := rd.longString()
-		id := []byte{byte(len(s.prepared) + 1)}
+		// The id under the lock: statements prepared at once (a Write's
+		// first statements of each kind) must not share one.
 		s.mu.Lock()
+		id := []byte{byte(len(s.prepared) + 1)}
 		s.prepared[string(id)] = q
 		s.mu.Unlock()
 		write(f.stream, opResult, preparedResult(id, q))

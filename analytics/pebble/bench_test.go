@@ -169,3 +169,41 @@ func BenchmarkPointsYear(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReaderYear reads the same curve as BenchmarkPointsYear, and the
+// link's total, through analytics.NewReader, as the stats API does, with
+// the rollup's progress at the end of the stored data: the reader adds the
+// link's marks, the progress (cached for a second) and one range per finer
+// tier for the part not rolled yet.
+func BenchmarkReaderYear(b *testing.B) {
+	s := benchStore(b)
+	defer s.Close()
+	ctx := context.Background()
+	for _, step := range []time.Duration{5 * time.Minute, time.Hour, rollup.Day, rollup.Week, 52 * rollup.Week, 0} {
+		if err := s.Advance(ctx, step, benchEnd); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := analytics.NewReader(s, rollup.DefaultTiers())
+	rng := rand.New(rand.NewPCG(1, 2))
+	from, to := benchEnd.Add(-365*rollup.Day), benchEnd.Add(rollup.Day)
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	for b.Loop() {
+		k := benchKey(rng.IntN(benchHot))
+		t := time.Now()
+		ps, err := r.Points(ctx, k, rollup.Day, from, to)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Total(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+		if len(ps) == 0 {
+			b.Fatalf("no points for %s", k)
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
+}

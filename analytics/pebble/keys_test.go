@@ -3,6 +3,7 @@ package pebble
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,14 +45,19 @@ func FuzzKeys(f *testing.F) {
 		if err != nil || step != st1 || start != s1 || key != k1 {
 			t.Fatalf("parseIndexKey(appendIndexKey(%v, %d, %q)) = %v, %d, %q, %v", st1, s1, k1, step, start, key, err)
 		}
-		a, b := appendPointKey(nil, 'p', k1, st1, s1), appendPointKey(nil, 'p', k1, st1, s2)
+		a, b := appendPointKey(nil, k1, st1, s1), appendPointKey(nil, k1, st1, s2)
+		// The rolled value's key follows the flushed one's and comes
+		// before the next bucket's.
+		if r := append(slices.Clone(a), 'r'); bytes.Compare(r, a) <= 0 || s1 < s2 && bytes.Compare(r, b) >= 0 {
+			t.Fatalf("the rolled key of %d is not between the point keys of %d and %d", s1, s1, s2)
+		}
 		if c := bytes.Compare(a, b); (s1 < s2) != (c < 0) || (s1 == s2) != (c == 0) {
 			t.Fatalf("point keys at %d and %d compare %d", s1, s2, c)
 		}
 		// A key of another link or tier is outside the range of k1's tier.
 		if k1 != k2 || st1 != st2 {
-			lo, hi := appendPointKey(nil, 'p', k1, st1, -1<<63), appendPointKey(nil, 'p', k1, st1, 1<<63-1)
-			o := appendPointKey(nil, 'p', k2, st2, s2)
+			lo, hi := appendPointKey(nil, k1, st1, -1<<63), appendPointKey(nil, k1, st1, 1<<63-1)
+			o := appendPointKey(nil, k2, st2, s2)
 			if bytes.Compare(o, lo) >= 0 && bytes.Compare(o, hi) <= 0 {
 				t.Fatalf("key of (%q, %v, %d) lies in the range of (%q, %v)", k2, st2, s2, k1, st1)
 			}

@@ -19,14 +19,13 @@
 // # Layout
 //
 // The keys of one link's tier lie together, so that any query is one
-// iterator range (two: flushed and rolled values) and reads only the rows
-// it returns (a year of days is at most 366 rows, whatever else the store
+// iterator range and reads only the rows it returns (a year of days is at most 366 rows, whatever else the store
 // holds); a time-major layout would make expiry a single range delete but a
 // one-link read would scan every link of the time range. Expiry is served
 // by a small time-major index written in the same batch:
 //
-//	'p' uvarint(len(key)) key step start -> visits   flushed counts (merged by adding)
-//	'r' uvarint(len(key)) key step start -> visits   a rolled value (set by the rollup worker)
+//	'p' uvarint(len(key)) key step start     -> visits   flushed counts (merged by adding)
+//	'p' uvarint(len(key)) key step start 'r' -> visits   the rolled value (set by the rollup worker)
 //	't' step start key                   -> empty    the bucket's index entry, for expiry
 //	'a' step period key                  -> empty    rollup.Active: key has work in period
 //	'd' uvarint(len(key)) key step start id -> at    rollup.Mark: the bucket may be stale
@@ -36,8 +35,8 @@
 // queue) and start, period and done are unix seconds (int64 with the sign
 // bit flipped, big-endian, so keys sort in time order); id is the mark's ID
 // (uint64) and at its time in unix nanoseconds. visits is two varints,
-// human and bot. A bucket's value is the sum of its 'p' and 'r' rows: the
-// flush adds to the finest tier (and, for counts too old for it, to a
+// human and bot. A bucket's value is the sum of its two rows, which sort
+// next to each other: the flush adds to the finest tier (and, for counts too old for it, to a
 // coarser one), the worker sets coarse buckets computed from the finer
 // tier. Expire walks each tier's index up to its retention cutoff, deletes
 // the buckets it names with point deletes and the walked index span with
@@ -302,7 +301,7 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 			continue
 		}
 		v = appendVisits(v[:0], c.Visits)
-		k = appendPointKey(k[:0], 'p', c.Key, c.Step, c.Start.Unix())
+		k = appendPointKey(k[:0], c.Key, c.Step, c.Start.Unix())
 		if err := wb.Merge(k, v, nil); err != nil {
 			return fmt.Errorf("pebble: write: %w", err)
 		}
@@ -378,8 +377,8 @@ func (s *Store) addRollup(wb *pebble.Batch, as []rollup.Active, ms []rollup.Mark
 
 // Points returns key's buckets of the tier of the given step whose start
 // lies in [from, to), in time order, leaving out buckets without visits:
-// each the sum of its flushed counts and its rolled value. It reads two
-// iterator ranges holding only the returned rows. A step that is not one
+// each the sum of its flushed counts and its rolled value. It reads one
+// iterator range holding only the returned rows. A step that is not one
 // of the store's tiers is an error.
 func (s *Store) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
 	if err := ctx.Err(); err != nil {
@@ -399,40 +398,14 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	flushed, err := s.scan(ctx, 'p', key, step, lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	rolled, err := s.scan(ctx, 'r', key, step, lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	if len(rolled) == 0 {
-		return flushed, nil
-	}
-	if len(flushed) == 0 {
-		return rolled, nil
-	}
-	out := make([]analytics.Point, 0, len(flushed)+len(rolled))
-	for len(flushed) > 0 || len(rolled) > 0 {
-		switch {
-		case len(rolled) == 0 || len(flushed) > 0 && flushed[0].Start.Before(rolled[0].Start):
-			out, flushed = append(out, flushed[0]), flushed[1:]
-		case len(flushed) == 0 || rolled[0].Start.Before(flushed[0].Start):
-			out, rolled = append(out, rolled[0]), rolled[1:]
-		default:
-			p := flushed[0]
-			p.Visits = p.Visits.Add(rolled[0].Visits)
-			out, flushed, rolled = append(out, p), flushed[1:], rolled[1:]
-		}
-	}
-	return out, nil
+	return s.scan(ctx, key, step, lo, hi)
 }
 
-// scan reads the rows of one kind ('p' or 'r') of key's tier of step with
-// starts in [lo, hi) unix seconds, in time order. Call it holding mu.
-func (s *Store) scan(ctx context.Context, kind byte, key string, step time.Duration, lo, hi int64) ([]analytics.Point, error) {
-	prefix := appendPointKey(nil, kind, key, step, 0)
+// scan reads key's buckets of the tier of step with starts in [lo, hi)
+// unix seconds, in time order, adding a bucket's rolled value to its
+// flushed counts. Call it holding mu.
+func (s *Store) scan(ctx context.Context, key string, step time.Duration, lo, hi int64) ([]analytics.Point, error) {
+	prefix := appendPointKey(nil, key, step, 0)
 	prefix = prefix[:len(prefix)-8]
 	it, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{
 		LowerBound: binary.BigEndian.AppendUint64(slices.Clip(prefix), timeBits(lo)),
@@ -441,11 +414,9 @@ func (s *Store) scan(ctx context.Context, kind byte, key string, step time.Durat
 	if err != nil {
 		return nil, fmt.Errorf("pebble: points: %w", err)
 	}
-	var ps []analytics.Point
-	if kind == 'p' || step < rollup.Week {
-		// Room for every bucket of the range, up to a few thousand.
-		ps = make([]analytics.Point, 0, min((hi-lo)/int64(step/time.Second)+1, 4096))
-	}
+	// Room for every bucket of the range, up to a few hundred: a year of
+	// days fits, longer curves grow it.
+	ps := make([]analytics.Point, 0, min((hi-lo)/int64(step/time.Second)+1, 512))
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(ps)%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
@@ -454,13 +425,21 @@ func (s *Store) scan(ctx context.Context, kind byte, key string, step time.Durat
 			}
 		}
 		k := it.Key()
+		if k[len(k)-1] == 'r' && len(k) == len(prefix)+9 {
+			k = k[:len(k)-1] // the rolled value
+		}
 		start := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ 1<<63)
 		vis, err := decodeVisits(it.Value())
 		if err != nil {
 			it.Close()
 			return nil, fmt.Errorf("pebble: points: %q at %d: %w", key, start, err)
 		}
-		ps = append(ps, analytics.Point{Start: time.Unix(start, 0).UTC(), Visits: vis})
+		t := time.Unix(start, 0).UTC()
+		if n := len(ps); n > 0 && ps[n-1].Start.Equal(t) {
+			ps[n-1].Visits = ps[n-1].Visits.Add(vis)
+			continue
+		}
+		ps = append(ps, analytics.Point{Start: t, Visits: vis})
 	}
 	if err := it.Close(); err != nil {
 		return nil, fmt.Errorf("pebble: points: %w", err)
@@ -565,7 +544,7 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 	defer s.commit.Unlock()
 	var k, v []byte
 	for _, r := range u.Rows {
-		k = appendPointKey(k[:0], 'r', r.Key, r.Step, r.Start.Unix())
+		k = append(appendPointKey(k[:0], r.Key, r.Step, r.Start.Unix()), 'r')
 		old, c, err := s.db.Get(k)
 		switch {
 		case errors.Is(err, pebble.ErrNotFound):
@@ -795,12 +774,14 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 			it.Close()
 			return 0, nil, err
 		}
-		for _, kind := range []byte{'p', 'r'} {
-			pk = appendPointKey(pk[:0], kind, key, step, start)
-			if err := wb.Delete(pk, nil); err != nil {
-				it.Close()
-				return 0, nil, err
-			}
+		pk = appendPointKey(pk[:0], key, step, start)
+		if err := wb.Delete(pk, nil); err != nil {
+			it.Close()
+			return 0, nil, err
+		}
+		if err := wb.Delete(append(pk, 'r'), nil); err != nil {
+			it.Close()
+			return 0, nil, err
 		}
 		n++
 	}
@@ -855,10 +836,10 @@ func (s *Store) run(ctx context.Context, now func() time.Time, tick <-chan time.
 
 // Key encoding.
 
-// appendPointKey appends the key of a bucket's row of the given kind: 'p'
-// for flushed counts, 'r' for the rolled value.
-func appendPointKey(b []byte, kind byte, key string, step time.Duration, start int64) []byte {
-	b = append(b, kind)
+// appendPointKey appends the key of a bucket's flushed counts; the rolled
+// value's is the same followed by 'r'.
+func appendPointKey(b []byte, key string, step time.Duration, start int64) []byte {
+	b = append(b, 'p')
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
 	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))

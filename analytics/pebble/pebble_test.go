@@ -227,3 +227,48 @@ func crashChild(dir string) {
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
 }
+
+// TestExpireRollupState: Expire drops the Active entries of periods whose
+// source data has expired and the marks of buckets whose source has,
+// keeps the others, and never expires the all-time tier.
+func TestExpireRollupState(t *testing.T) {
+	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	defer s.Close()
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	total, _ := rollup.TotalTier(rollup.DefaultTiers())
+	old := rollup.Mark{Key: "a", Step: 5 * time.Minute, Start: t0, At: t0, ID: 1} // source: minutes, 2 days
+	young := rollup.Mark{Key: "a", Step: time.Hour, Start: t0, At: t0, ID: 2}     // source: 5 minutes, 8 days
+	err := s.Write(ctx, analytics.Batch{At: t0,
+		Counts: []analytics.Count{{Key: "a", Step: total.Step, Start: rollup.Align(t0, total.Step), Visits: analytics.Visits{Human: 3}}},
+		Active: []rollup.Active{
+			{Step: 5 * time.Minute, Period: t0, Key: "a"}, // source kept 2 days
+			{Step: time.Hour, Period: t0, Key: "a"},       // source kept 8 days
+			{Step: rollup.MarksQueue, Period: t0, Key: "a"},
+		},
+		Marks: []rollup.Mark{old, young},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Expire(t0.Add(4 * rollup.Day)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		step time.Duration
+		want int
+	}{{5 * time.Minute, 0}, {time.Hour, 1}, {rollup.MarksQueue, 0}} {
+		if keys, err := s.Active(ctx, c.step, t0, "", 10); err != nil || len(keys) != c.want {
+			t.Errorf("Active(%v) after 4 days = %q, %v; want %d keys", c.step, keys, err, c.want)
+		}
+	}
+	if ms, err := s.Marks(ctx, "a"); err != nil || len(ms) != 1 || ms[0] != young {
+		t.Errorf("marks after 4 days = %+v, %v; want [%+v]", ms, err, young)
+	}
+	if err := s.Expire(t0.AddDate(30, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := s.Points(ctx, "a", total.Step, t0.AddDate(-1, 0, 0), t0.AddDate(1, 0, 0)); err != nil || len(ps) != 1 || ps[0].Human != 3 {
+		t.Errorf("the all-time tier 30 years on = %v, %v; want the 3 visits", ps, err)
+	}
+}

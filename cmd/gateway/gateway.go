@@ -328,6 +328,7 @@ func keepRestartOnly(old, cfg *config.Config) []string {
 	keep("analytics.embedded", &cfg.Analytics.Embedded, &old.Analytics.Embedded)
 	keep("analytics.cassandra", &cfg.Analytics.Cassandra, &old.Analytics.Cassandra)
 	keep("analytics.retention", &cfg.Analytics.Retention, &old.Analytics.Retention)
+	keep("analytics.rollup_grace", &cfg.Analytics.RollupGrace, &old.Analytics.RollupGrace)
 	keep("analytics.flush_interval", &cfg.Analytics.FlushInterval, &old.Analytics.FlushInterval)
 	return changed
 }
