@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -737,4 +738,125 @@ func TestLongOutageManyBuckets(t *testing.T) {
 	}
 	check(exact(st))
 	check(f.Reader(st))
+}
+
+// TestOldSpillFile writes back a spill file of the version that flushed
+// every tier and totals: its finest counts hold every visit, the rest is
+// left out, and nothing counts twice.
+func TestOldSpillFile(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"counts":[` +
+		`{"Key":"a","Step":60000000000,"Start":"2026-11-23T00:01:00Z","Human":2,"Bot":1},` +
+		`{"Key":"a","Step":60000000000,"Start":"2026-11-23T00:02:00Z","Human":1,"Bot":0},` +
+		`{"Key":"a","Step":300000000000,"Start":"2026-11-23T00:00:00Z","Human":3,"Bot":1},` +
+		`{"Key":"a","Step":3600000000000,"Start":"2026-11-23T00:00:00Z","Human":3,"Bot":1}],` +
+		`"totals":[{"Key":"a","Human":3,"Bot":1}]}`
+	if err := os.WriteFile(filepath.Join(dir, "spill-00000000000000000001-000001.json"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := newMemStore()
+	f := analytics.NewFlusher(analytics.NewRecorder(10, nil), st, defTiers,
+		analytics.FlusherOptions{SpillPath: dir, Now: func() time.Time { return monday.Add(3 * time.Minute) }}, nil, nil)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.batches) != 1 || len(st.batches[0].Counts) != 2 {
+		t.Fatalf("batches %+v, want one with the two minutes", st.batches)
+	}
+	for _, c := range st.batches[0].Counts {
+		if c.Step != time.Minute {
+			t.Errorf("count %+v written back: only the finest counts should be", c)
+		}
+	}
+	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{"a": {Human: 3, Bot: 1}})
+}
+
+// TestLateAndOldCounts: a count whose hour may be rolled already comes with
+// a mark on its 5-minute bucket, announced in the marks period of the
+// flush; a count older than the minutes are kept goes to the 5-minute tier,
+// with a mark on its hour. Both read exactly at once, with the worker
+// started (its progress tells the reader that the 5-minute tier, not the
+// expired minutes, answers for three days ago).
+func TestLateAndOldCounts(t *testing.T) {
+	rec := analytics.NewRecorder(10, nil)
+	mem := analyticstest.NewMemory(defTiers)
+	st := &recording{Memory: mem}
+	at := monday.Add(3 * time.Hour)
+	now := func() time.Time { return at }
+	plan, err := rollup.NewPlan(defTiers, rollup.DefaultGrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rollup.NewWorker(mem, plan, rollup.WorkerOptions{Now: now}).RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: now}, nil, nil)
+	rec.Record("now", at.Add(-30*time.Second), false)
+	rec.Record("late", monday.Add(time.Hour+7*time.Minute), false)
+	rec.Record("old", monday.Add(-3*rollup.Day+7*time.Minute), false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := st.batches[0]
+	var counts []analytics.Count
+	for _, c := range b.Counts {
+		if c.Key != analytics.AllLinks {
+			counts = append(counts, c)
+		}
+	}
+	wantCounts := []analytics.Count{
+		{Key: "late", Step: time.Minute, Start: monday.Add(time.Hour + 7*time.Minute), Visits: analytics.Visits{Human: 1}},
+		{Key: "now", Step: time.Minute, Start: at.Add(-time.Minute), Visits: analytics.Visits{Human: 1}},
+		{Key: "old", Step: 5 * time.Minute, Start: monday.Add(-3*rollup.Day + 5*time.Minute), Visits: analytics.Visits{Human: 1}},
+	}
+	if diff := cmp.Diff(wantCounts, counts); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	type mark struct {
+		key   string
+		step  time.Duration
+		start time.Time
+	}
+	var marks []mark
+	for _, m := range b.Marks {
+		if m.Key != analytics.AllLinks {
+			marks = append(marks, mark{m.Key, m.Step, m.Start})
+		}
+		if !m.At.Equal(at) {
+			t.Errorf("mark %+v made at %v, want the flush time %v", m, m.At, at)
+		}
+	}
+	wantMarks := []mark{{"late", 5 * time.Minute, monday.Add(time.Hour + 5*time.Minute)}, {"old", time.Hour, monday.Add(-3 * rollup.Day)}}
+	if diff := cmp.Diff(wantMarks, marks, cmp.AllowUnexported(mark{})); diff != "" {
+		t.Errorf("marks (-want +got):\n%s", diff)
+	}
+	active := map[string]rollup.Active{}
+	for _, a := range b.Active {
+		active[a.Key] = a
+	}
+	for key, want := range map[string]rollup.Active{
+		"now":  {Step: 5 * time.Minute, Period: monday.Add(2 * time.Hour), Key: "now"},
+		"late": {Step: rollup.MarksQueue, Period: at, Key: "late"},
+		"old":  {Step: rollup.MarksQueue, Period: at, Key: "old"},
+	} {
+		if active[key] != want {
+			t.Errorf("Active entry of %q = %+v, want %+v", key, active[key], want)
+		}
+	}
+	// Read exactly at once, every tier.
+	checkStored(t, f.Reader(mem), defTiers[1:], map[string]analytics.Visits{"now": {Human: 1}, "late": {Human: 1}, "old": {Human: 1}})
+}
+
+// recording is a Memory that keeps the batches written to it.
+type recording struct {
+	*analyticstest.Memory
+	batches []analytics.Batch
+}
+
+func (r *recording) Write(ctx context.Context, b analytics.Batch) error {
+	if err := r.Memory.Write(ctx, b); err != nil {
+		return err
+	}
+	r.batches = append(r.batches, b)
+	return nil
 }

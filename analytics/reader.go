@@ -40,6 +40,13 @@ var (
 // tier (rollup.TotalTier) over all time, read the same way. Both also read
 // the key's marks (one small read) and the progress (at most once a
 // second). The Reader is safe for concurrent use.
+//
+// One limit: a count flushed too late for the finest tier to keep it
+// (rollup.Plan.Place, days after its visit) is stored in a coarser tier
+// only, so it is read only where the rollup has got past its bucket. That
+// is always so while the worker keeps up; a worker behind by the finest
+// tier's retention loses data to the coarser tiers anyway, and shows it
+// (see rollup.Worker).
 func NewReader(s Source, tiers []rollup.Tier) Reader {
 	p, err := rollup.NewPlan(tiers, 0)
 	if err != nil {

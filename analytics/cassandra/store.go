@@ -472,6 +472,9 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 		}
 		r := activeRow{step: seconds(a.Step), period: a.Period.UTC(), shard: shardOf(a.Key), key: a.Key,
 			ttl: ttlOf(a.Period.Add(span+src.Retention).Sub(at) + span)}
+		if r.ttl <= 0 {
+			continue // its data has expired: nothing left to roll (and TTL 0 would keep it forever)
+		}
 		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, r) })
 	}
 	for _, m := range ms {
