@@ -491,14 +491,10 @@ func (p *pending) batch(at time.Time, plan *rollup.Plan, done map[announced]stru
 	}
 	slices.Sort(keys)
 	tiers := plan.Tiers()
-	type mark struct {
-		step  time.Duration
-		start int64
-	}
-	var (
-		active = map[announced]bool{}
-		marked = map[mark]bool{}
-	)
+	// A link's counts fall in a few periods: its entries and marks are
+	// told apart from those already made for it by a scan of the few made
+	// since linkActive and linkMarks, cheaper than maps.
+	var linkActive, linkMarks int
 	follow := func(key string, j int, start time.Time) {
 		if j+1 >= len(tiers) {
 			return
@@ -506,23 +502,24 @@ func (p *pending) batch(at time.Time, plan *rollup.Plan, done map[announced]stru
 		var a announced
 		if plan.Late(j, start, at) {
 			up := tiers[j+1].Step
-			m := mark{up, rollup.Align(start, up).Unix()}
-			if !marked[m] {
-				marked[m] = true
-				b.Marks = append(b.Marks, rollup.Mark{Key: key, Step: up, Start: time.Unix(m.start, 0).UTC(), At: at, ID: rand.Uint64()})
+			bucket := rollup.Align(start, up)
+			if !slices.ContainsFunc(b.Marks[linkMarks:], func(m rollup.Mark) bool { return m.Step == up && m.Start.Equal(bucket) }) {
+				b.Marks = append(b.Marks, rollup.Mark{Key: key, Step: up, Start: bucket, At: at, ID: rand.Uint64()})
 			}
 			a = announced{rollup.MarksQueue, rollup.Align(at, plan.MarkPeriod()).Unix(), key}
 		} else {
 			a = announced{tiers[j+1].Step, plan.Period(j+1, start).Unix(), key}
 		}
-		if _, ok := done[a]; !ok && !active[a] {
-			active[a] = true
+		if slices.ContainsFunc(b.Active[linkActive:], func(x rollup.Active) bool { return x.Step == a.step && x.Period.Unix() == a.period }) {
+			return
+		}
+		if _, ok := done[a]; !ok {
 			b.Active = append(b.Active, rollup.Active{Step: a.step, Period: time.Unix(a.period, 0).UTC(), Key: key})
 		}
 	}
 	for _, key := range keys {
 		first := len(b.Counts)
-		clear(marked)
+		linkActive, linkMarks = len(b.Active), len(b.Marks)
 		p.links[key].each(func(k bucketKey, v Visits) {
 			from, _ := plan.Level(k.step)
 			start := time.Unix(k.start, 0).UTC()
