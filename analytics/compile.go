@@ -21,11 +21,17 @@ type Plan struct {
 	match *route.Matcher
 	count [600]bool // count[s]: status s is a visit
 	bots  BotPolicy
+	// rollup is the batch periods and tiers the flusher, the reader and
+	// the rollup worker share.
+	rollup *rollup.Plan
 }
 
 // Config returns the section the plan was compiled from. Do not modify
 // its slices.
 func (p *Plan) Config() Config { return p.cfg }
+
+// Rollup returns the rollup plan of the retention tiers.
+func (p *Plan) Rollup() *rollup.Plan { return p.rollup }
 
 // Tiers returns the retention tiers, finest first, validated.
 func (p *Plan) Tiers() []rollup.Tier { return slices.Clone(p.cfg.Retention) }
@@ -95,6 +101,12 @@ func Compile(cfg Config) (*Plan, error) {
 	}
 	if err := rollup.ValidateTiers(cfg.Retention); err != nil {
 		return nil, fmt.Errorf("analytics.retention: %w", err)
+	}
+	if cfg.RollupGrace <= 0 {
+		return nil, fmt.Errorf("analytics.rollup_grace: %v is not positive", cfg.RollupGrace)
+	}
+	if p.rollup, err = rollup.NewPlan(cfg.Retention, cfg.Grace()); err != nil {
+		return nil, fmt.Errorf("analytics.retention: with rollup_grace %v: %w", cfg.Grace(), err)
 	}
 	return p, nil
 }

@@ -19,7 +19,14 @@ type Config struct {
 	Embedded      Embedded      `yaml:"embedded"`
 	Cassandra     Cassandra     `yaml:"cassandra"`
 	Retention     []rollup.Tier `yaml:"retention"`
-	Bots          string        `yaml:"bots"` // separate | count | ignore
+	// RollupGrace is how long after a batch period ends the rollup worker
+	// waits before it rolls the period into the next tier: the time a
+	// flush of the period's last visits may take to land, plus the clock
+	// difference between gateways. Counts flushed more than half of it
+	// after their period ended are late: their coarse buckets are marked
+	// and rolled again. Grace returns the value in force.
+	RollupGrace time.Duration `yaml:"rollup_grace"`
+	Bots        string        `yaml:"bots"` // separate | count | ignore
 
 	// MaxKeyBytes caps a short key's length: a visit to a longer one is
 	// not counted (linkgate_analytics_keys_too_long_total), so that nobody
@@ -71,13 +78,21 @@ func DefaultConfig() Config {
 			Hosts: []string{"127.0.0.1:9042"}, Keyspace: "linkgate",
 			Consistency: "LOCAL_QUORUM", ReplicationFactor: 1,
 		},
-		Retention: rollup.DefaultTiers(),
-		Bots:      "separate",
+		Retention:   rollup.DefaultTiers(),
+		RollupGrace: rollup.DefaultGrace,
+		Bots:        "separate",
 
 		MaxKeyBytes:    DefaultMaxKeyBytes,
 		MaxBufferBytes: DefaultMaxBufferBytes,
 	}
 }
+
+// Grace returns the rollup grace in force: RollupGrace, raised to 6 ×
+// FlushInterval when that is longer. A flush may take up to three
+// intervals to land (its write timeout), and counts flushed after half the
+// grace count as late, so a shorter grace would let the worker roll a
+// period before an on-time flush of it has landed.
+func (c Config) Grace() time.Duration { return max(c.RollupGrace, 6*c.FlushInterval) }
 
 // StatsConfig is the "stats" section: where the gateway serves /stats.
 type StatsConfig struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -18,20 +19,29 @@ import (
 // 100 MB (about 50 bytes an entry, plus about 300 a link).
 const DefaultMaxBuffered = 2_000_000
 
+// maxAnnounced bounds the Active entries a Flusher remembers having stored,
+// so that it does not store them again. Beyond it, entries are stored again
+// (harmless: storing one twice changes nothing) rather than remembered.
+const maxAnnounced = 2_000_000
+
 // FlusherOptions configure a Flusher. The zero value of a field means its
 // default.
 type FlusherOptions struct {
 	// Interval is the time between two flushes: the "flush_interval"
 	// setting. Default 10s.
 	Interval time.Duration
+	// Grace is the rollup grace: the "rollup_grace" setting, which decides
+	// which counts are late (rollup.Plan.Late). Default
+	// rollup.DefaultGrace.
+	Grace time.Duration
 	// SpillPath is a directory for the counts that do not fit in memory
 	// while the store fails (MaxBuffered) or that a failed final flush
 	// could not write. Empty: no spilling; the counts stay in memory
 	// however many there are.
 	SpillPath string
-	// MaxBuffered is how many entries ((link, tier, bucket) counts plus
-	// link totals) are held in memory before they are spilled to SpillPath.
-	// Default DefaultMaxBuffered.
+	// MaxBuffered is how many entries ((link, bucket) counts) are held in
+	// memory before they are spilled to SpillPath. Default
+	// DefaultMaxBuffered.
 	MaxBuffered int
 	// WriteTimeout bounds one Write to the store. Default 3 × Interval.
 	WriteTimeout time.Duration
@@ -41,10 +51,14 @@ type FlusherOptions struct {
 }
 
 // Flusher moves the visits a Recorder counted into a store every interval:
-// it takes the recorder's counts, adds each (link, minute) to the bucket of
-// every tier that holds that minute and to the link's all-time total, and
-// writes them all in one Batch. Writes grow with the number of distinct links
-// visited in an interval, not with the number of visits.
+// it takes the recorder's counts and writes them in one Batch, each
+// (link, minute) as one count of the finest tier, with what the rollup
+// worker needs to find it: an Active entry the first time this process
+// writes a link in a batch period, or a Mark when the count comes after
+// its period may have been rolled. Writes grow with the number of distinct
+// links visited in an interval, not with the number of visits nor of tiers:
+// the coarser tiers and the all-time totals are rolled from the finest one
+// by a rollup.Worker.
 //
 // When a write fails its counts are kept and merged into the next batch,
 // which is sent after an exponential backoff (one interval, doubling, at most
@@ -57,12 +71,12 @@ type FlusherOptions struct {
 //
 // A Flusher is safe for concurrent use. Use NewFlusher.
 type Flusher struct {
-	rec   *Recorder
-	w     Writer
-	tiers []rollup.Tier
-	opts  FlusherOptions
-	m     *Metrics
-	log   *slog.Logger
+	rec  *Recorder
+	w    Writer
+	plan *rollup.Plan
+	opts FlusherOptions
+	m    *Metrics
+	log  *slog.Logger
 
 	// mu orders the moves of counts between the recorder, pending, the
 	// spill files and the store against the reads that merge them (see
@@ -71,20 +85,37 @@ type Flusher struct {
 	// included; a read holds it for reading while it reads all the places.
 	// So a read sees every count in exactly one place: it never misses a
 	// visit nor counts one twice. Record never takes mu.
-	mu      sync.RWMutex
-	pending *pending
-	spills  []spillFile // oldest first
-	fails   int         // consecutive failed flushes
-	retryAt time.Time   // Run writes no sooner than this after a failure
+	mu        sync.RWMutex
+	pending   *pending
+	spills    []spillFile // oldest first
+	fails     int         // consecutive failed flushes
+	retryAt   time.Time   // Run writes no sooner than this after a failure
+	announced map[announced]struct{}
+	forgotAt  time.Time // when remember last forgot the entries of rolled periods
+}
+
+// announced is an Active entry that a successful write stored.
+type announced struct {
+	step   time.Duration
+	period int64 // unix seconds
+	key    string
 }
 
 // NewFlusher returns a Flusher that writes what rec counts to w, in the
 // given tiers (the "retention" setting). It looks for spill files a previous
 // process left in opts.SpillPath and writes them with its first successful
-// flush. m and log may be nil.
+// flush. m and log may be nil. tiers and opts.Grace must pass
+// rollup.NewPlan, as Config.Validate checks; it panics otherwise.
 func NewFlusher(rec *Recorder, w Writer, tiers []rollup.Tier, opts FlusherOptions, m *Metrics, log *slog.Logger) *Flusher {
 	if opts.Interval <= 0 {
 		opts.Interval = 10 * time.Second
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = rollup.DefaultGrace
+	}
+	plan, err := rollup.NewPlan(tiers, opts.Grace)
+	if err != nil {
+		panic("analytics: NewFlusher: " + err.Error())
 	}
 	if opts.MaxBuffered <= 0 {
 		opts.MaxBuffered = DefaultMaxBuffered
@@ -99,8 +130,8 @@ func NewFlusher(rec *Recorder, w Writer, tiers []rollup.Tier, opts FlusherOption
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &Flusher{
-		rec: rec, w: w, tiers: slices.Clone(tiers), opts: opts, m: m, log: log,
-		pending: newPending(),
+		rec: rec, w: w, plan: plan, opts: opts, m: m, log: log,
+		pending: newPending(), announced: make(map[announced]struct{}),
 	}
 	if opts.SpillPath != "" {
 		spills, err := findSpills(opts.SpillPath)
@@ -194,7 +225,7 @@ func (f *Flusher) Close(ctx context.Context) error {
 // when it grows beyond MaxBuffered.
 func (f *Flusher) takeLocked() {
 	snap := f.rec.swap()
-	f.pending.add(snap, f.tiers)
+	f.pending.add(snap, f.plan.Tiers()[0].Step)
 	if snap.overflow > 0 {
 		f.log.Warn("analytics: max_keys reached; visits to further links counted in the all-links total only",
 			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load())
@@ -211,8 +242,7 @@ func (f *Flusher) takeLocked() {
 // stops at the first failure, keeping what is not written.
 func (f *Flusher) writeLocked(ctx context.Context) error {
 	if f.pending.n > 0 {
-		b := f.pending.batch(f.opts.Now())
-		if err := f.write(ctx, b); err != nil {
+		if err := f.writePending(ctx, f.pending); err != nil {
 			return err
 		}
 		f.pending = newPending()
@@ -220,15 +250,16 @@ func (f *Flusher) writeLocked(ctx context.Context) error {
 	}
 	for len(f.spills) > 0 {
 		sf := f.spills[0]
-		b, err := readSpill(sf.path)
+		counts, err := readSpill(sf.path)
 		if err != nil {
 			// A file that cannot be read is set aside, not retried forever
 			// and not deleted: an operator can look at it.
 			f.log.Error("analytics: spill file unreadable, set aside", "path", sf.path, "err", err)
 			setAside(sf.path)
 		} else {
-			b.At = f.opts.Now()
-			if err := f.write(ctx, b); err != nil {
+			p := newPending()
+			p.addCounts(counts, f.plan)
+			if err := f.writePending(ctx, p); err != nil {
 				return err
 			}
 			if err := removeSpill(sf.path); err != nil {
@@ -243,23 +274,55 @@ func (f *Flusher) writeLocked(ctx context.Context) error {
 	return nil
 }
 
-func (f *Flusher) write(ctx context.Context, b Batch) error {
+// writePending writes p as one batch made now, and remembers the Active
+// entries it stored.
+func (f *Flusher) writePending(ctx context.Context, p *pending) error {
+	at := f.opts.Now()
+	b := p.batch(at, f.plan, f.announced)
 	ctx, cancel := context.WithTimeout(ctx, f.opts.WriteTimeout)
 	defer cancel()
 	start := time.Now()
 	err := f.w.Write(ctx, b)
-	n := len(b.Counts) + len(b.Totals)
+	n := len(b.Counts) + len(b.Active) + len(b.Marks)
 	f.m.wrote(time.Since(start), n, err)
 	if err != nil {
-		return fmt.Errorf("analytics: write %d counts: %w", n, err)
+		return fmt.Errorf("analytics: write %d counts: %w", len(b.Counts), err)
 	}
+	f.remember(b.Active, at)
 	return nil
+}
+
+// remember records the Active entries a write stored, and forgets those of
+// periods rolled already (a count for them now is late and gets a mark).
+func (f *Flusher) remember(as []rollup.Active, at time.Time) {
+	if at.Sub(f.forgotAt) >= f.plan.MarkPeriod() {
+		f.forgotAt = at
+		for a := range f.announced {
+			if f.expired(a, at) {
+				delete(f.announced, a)
+			}
+		}
+	}
+	for _, a := range as {
+		if len(f.announced) >= maxAnnounced {
+			return
+		}
+		f.announced[announced{a.Step, a.Period.Unix(), a.Key}] = struct{}{}
+	}
+}
+
+// expired says whether the period of a ended more than the grace before at.
+func (f *Flusher) expired(a announced, at time.Time) bool {
+	span := f.plan.MarkPeriod()
+	if i, ok := f.plan.Level(a.step); ok && a.step != rollup.MarksQueue {
+		span = f.plan.Batch(i)
+	}
+	return time.Unix(a.period, 0).Add(span + f.plan.Grace()).Before(at)
 }
 
 // spillLocked writes pending to a new spill file and empties it.
 func (f *Flusher) spillLocked() error {
-	b := f.pending.batch(f.opts.Now())
-	sf, err := writeSpill(f.opts.SpillPath, b)
+	sf, err := writeSpill(f.opts.SpillPath, f.pending.counts())
 	if err != nil {
 		return err
 	}
@@ -271,11 +334,13 @@ func (f *Flusher) spillLocked() error {
 	return nil
 }
 
-// pending is the counts taken from the recorder and not yet written, per
-// link: every tier's buckets and the all-time total.
+// pending is the counts taken from the recorder (or read from a spill
+// file) and not yet written, per link and bucket, in the tier they were
+// counted in: the finest, except for counts from spill files of an earlier
+// configuration.
 type pending struct {
 	links map[string]*linkCounts
-	n     int // entries: buckets plus totals
+	n     int // entries: (link, bucket) counts
 }
 
 type bucketKey struct {
@@ -284,12 +349,11 @@ type bucketKey struct {
 }
 
 // linkCounts is one link's pending counts. Its buckets are a short list
-// (a link visited in one interval has one bucket per tier, or a few) that
-// becomes a map once long (a link visited through a long store outage).
+// (a link visited in one interval has one minute, or two) that becomes a
+// map once long (a link visited through a long store outage).
 type linkCounts struct {
-	total Visits
-	list  []bucketCount
-	m     map[bucketKey]Visits // once len(list) would exceed maxListed; list is then nil
+	list []bucketCount
+	m    map[bucketKey]Visits // once len(list) would exceed maxListed; list is then nil
 }
 
 type bucketCount struct {
@@ -309,14 +373,20 @@ func (lc *linkCounts) each(fn func(bucketKey, Visits)) {
 	}
 }
 
+// total returns the sum of lc's buckets.
+func (lc *linkCounts) total() Visits {
+	var v Visits
+	lc.each(func(_ bucketKey, c Visits) { v = v.Add(c) })
+	return v
+}
+
 func newPending() *pending { return &pending{links: make(map[string]*linkCounts)} }
 
 func (p *pending) link(key string) *linkCounts {
 	lc := p.links[key]
 	if lc == nil {
-		lc = &linkCounts{list: make([]bucketCount, 0, 8)} // one bucket per default tier, and some
+		lc = &linkCounts{list: make([]bucketCount, 0, 2)}
 		p.links[key] = lc
-		p.n++ // its total
 	}
 	return lc
 }
@@ -327,13 +397,12 @@ func (p *pending) addBucket(lc *linkCounts, k bucketKey, v Visits) {
 		if !ok {
 			p.n++
 		}
-		lc.m[k] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
+		lc.m[k] = old.Add(v)
 		return
 	}
 	for i := len(lc.list) - 1; i >= 0; i-- { // recent buckets are at the end
 		if b := &lc.list[i]; b.bucketKey == k {
-			b.Human += v.Human
-			b.Bot += v.Bot
+			b.Visits = b.Visits.Add(v)
 			return
 		}
 	}
@@ -350,27 +419,24 @@ func (p *pending) addBucket(lc *linkCounts, k bucketKey, v Visits) {
 	lc.list = nil
 }
 
-// addMinutes adds one link's minutes to every tier and to its total.
-func (p *pending) addMinutes(key string, tiers []rollup.Tier, each func(func(minuteCount))) {
+// addMinutes adds one link's minutes to its buckets of the finest tier,
+// whose step is step.
+func (p *pending) addMinutes(key string, step time.Duration, each func(func(minuteCount))) {
 	lc := p.link(key)
 	each(func(c minuteCount) {
-		lc.total.Human += c.Human
-		lc.total.Bot += c.Bot
-		t := time.Unix(c.minute*60, 0)
-		for _, tier := range tiers {
-			p.addBucket(lc, bucketKey{tier.Step, rollup.Align(t, tier.Step).Unix()}, c.Visits)
-		}
+		start := rollup.Align(time.Unix(c.minute*60, 0), step)
+		p.addBucket(lc, bucketKey{step, start.Unix()}, c.Visits)
 	})
 }
 
-func (p *pending) add(s snapshot, tiers []rollup.Tier) {
+func (p *pending) add(s snapshot, step time.Duration) {
 	for _, links := range s.links {
 		for key, e := range links {
-			p.addMinutes(key, tiers, e.each)
+			p.addMinutes(key, step, e.each)
 		}
 	}
 	if len(s.all) > 0 {
-		p.addMinutes(AllLinks, tiers, func(fn func(minuteCount)) {
+		p.addMinutes(AllLinks, step, func(fn func(minuteCount)) {
 			for _, c := range s.all {
 				fn(c)
 			}
@@ -378,28 +444,107 @@ func (p *pending) add(s snapshot, tiers []rollup.Tier) {
 	}
 }
 
-// batch returns p as a Batch made at, in a stable order: by link, then
-// tier, then bucket start. Sorting the links once and each link's few
-// buckets apart costs far less than sorting all counts together.
-func (p *pending) batch(at time.Time) Batch {
-	b := Batch{At: at, Counts: make([]Count, 0, p.n-len(p.links)), Totals: make([]Total, 0, len(p.links))}
+// addCounts adds counts read from a spill file. A count whose step is no
+// tier's (the retention setting changed since) goes to the finest tier
+// whose step is a multiple of it, or is dropped, with the others of its
+// kind, when there is none.
+func (p *pending) addCounts(cs []Count, plan *rollup.Plan) {
+	for _, c := range cs {
+		step := c.Step
+		if _, ok := plan.Level(step); !ok {
+			step = 0
+			for _, t := range plan.Tiers() {
+				if t.Step%c.Step == 0 {
+					step = t.Step
+					break
+				}
+			}
+			if step == 0 {
+				continue
+			}
+		}
+		start := rollup.Align(c.Start, step)
+		p.addBucket(p.link(c.Key), bucketKey{step, start.Unix()}, c.Visits)
+	}
+}
+
+// counts returns p as counts, in the tier each was counted in: what a
+// spill file holds.
+func (p *pending) counts() []Count {
+	out := make([]Count, 0, p.n)
+	for key, lc := range p.links {
+		lc.each(func(k bucketKey, v Visits) {
+			out = append(out, Count{Key: key, Step: k.step, Start: time.Unix(k.start, 0).UTC(), Visits: v})
+		})
+	}
+	return out
+}
+
+// batch returns p as the Batch a flush at at writes (see Batch), in a
+// stable order: by link, then tier, then bucket start. Active entries in
+// done are left out: this process stored them already.
+func (p *pending) batch(at time.Time, plan *rollup.Plan, done map[announced]struct{}) Batch {
+	b := Batch{At: at, Counts: make([]Count, 0, p.n)}
 	keys := make([]string, 0, len(p.links))
 	for key := range p.links {
 		keys = append(keys, key)
 	}
 	slices.Sort(keys)
-	for _, key := range keys {
-		lc := p.links[key]
-		if lc.total != (Visits{}) {
-			b.Totals = append(b.Totals, Total{Key: key, Visits: lc.total})
+	tiers := plan.Tiers()
+	// A link's counts fall in a few periods: its entries and marks are
+	// told apart from those already made for it by a scan of the few made
+	// since linkActive and linkMarks, cheaper than maps.
+	var linkActive, linkMarks int
+	follow := func(key string, j int, start time.Time) {
+		if j+1 >= len(tiers) {
+			return
 		}
+		var a announced
+		if plan.Late(j, start, at) {
+			up := tiers[j+1].Step
+			bucket := rollup.Align(start, up)
+			if !slices.ContainsFunc(b.Marks[linkMarks:], func(m rollup.Mark) bool { return m.Step == up && m.Start.Equal(bucket) }) {
+				b.Marks = append(b.Marks, rollup.Mark{Key: key, Step: up, Start: bucket, At: at, ID: rand.Uint64()})
+			}
+			a = announced{rollup.MarksQueue, rollup.Align(at, plan.MarkPeriod()).Unix(), key}
+		} else {
+			a = announced{tiers[j+1].Step, plan.Period(j+1, start).Unix(), key}
+		}
+		if slices.ContainsFunc(b.Active[linkActive:], func(x rollup.Active) bool { return x.Step == a.step && x.Period.Unix() == a.period }) {
+			return
+		}
+		if _, ok := done[a]; !ok {
+			b.Active = append(b.Active, rollup.Active{Step: a.step, Period: time.Unix(a.period, 0).UTC(), Key: key})
+		}
+	}
+	for _, key := range keys {
 		first := len(b.Counts)
-		lc.each(func(k bucketKey, v Visits) {
-			b.Counts = append(b.Counts, Count{Key: key, Step: k.step, Start: time.Unix(k.start, 0).UTC(), Visits: v})
+		linkActive, linkMarks = len(b.Active), len(b.Marks)
+		p.links[key].each(func(k bucketKey, v Visits) {
+			from, _ := plan.Level(k.step)
+			start := time.Unix(k.start, 0).UTC()
+			j := plan.Place(from, start, at)
+			step := tiers[j].Step
+			b.Counts = append(b.Counts, Count{Key: key, Step: step, Start: rollup.Align(start, step), Visits: v})
 		})
-		slices.SortFunc(b.Counts[first:], func(x, y Count) int {
+		cs := b.Counts[first:]
+		slices.SortFunc(cs, func(x, y Count) int {
 			return cmp.Or(cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
 		})
+		// Counts placed in a coarser tier may share a bucket: add them up.
+		merged := cs[:0]
+		for _, c := range cs {
+			if n := len(merged); n > 0 && merged[n-1].Step == c.Step && merged[n-1].Start.Equal(c.Start) {
+				merged[n-1].Visits = merged[n-1].Visits.Add(c.Visits)
+				continue
+			}
+			merged = append(merged, c)
+		}
+		b.Counts = b.Counts[:first+len(merged)]
+		for _, c := range merged {
+			j, _ := plan.Level(c.Step)
+			follow(key, j, c.Start)
+		}
 	}
 	return b
 }

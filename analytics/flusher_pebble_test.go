@@ -70,7 +70,7 @@ func TestFlusherWithPebble(t *testing.T) {
 	if err := f.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, want)
+	checkStored(t, exact(st), defTiers, want)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestFlusherWithPebble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, want)
+	checkStored(t, exact(st), defTiers, want)
 	dw := &downWriter{Writer: st}
 	dw.down.Store(true)
 	rec = analytics.NewRecorder(1000, nil)
@@ -103,11 +103,11 @@ func TestFlusherWithPebble(t *testing.T) {
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, want)
+	checkStored(t, exact(st), defTiers, want)
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, want)
+	checkStored(t, exact(st), defTiers, want)
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}

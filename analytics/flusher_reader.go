@@ -8,9 +8,10 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// Reader returns a Reader that answers from store plus the counts f has not
-// written yet: those still in the recorder and those kept from failed
-// writes. So a visit shows up at once, not only after the next flush.
+// Reader returns a Reader that answers from store exactly, as NewReader
+// does, plus the counts f has not written yet: those still in the recorder
+// and those kept from failed writes. So a visit shows up at once, not only
+// after the next flush.
 //
 // A read holds f's lock for reading while it reads the recorder, the pending
 // counts and the store; a flush holds it for writing from taking the
@@ -21,7 +22,9 @@ import (
 // show up once written back), and the part a failed Write may have applied
 // before its retry (a store can be ahead until then; the stores' idempotent
 // retries keep the stored result right).
-func (f *Flusher) Reader(store Reader) Reader { return mergedReader{f, store} }
+func (f *Flusher) Reader(store Source) Reader {
+	return mergedReader{f, newReader(store, f.plan)}
+}
 
 type mergedReader struct {
 	f     *Flusher
@@ -47,9 +50,11 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 		mem[s] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
 	}
 	if lc := r.f.pending.links[key]; lc != nil {
+		// Pending counts are in the finest tier (or, from an old spill
+		// file, another): each adds to the bucket of step holding it.
 		lc.each(func(k bucketKey, v Visits) {
-			if k.step == step {
-				add(time.Unix(k.start, 0), v)
+			if step >= k.step {
+				add(rollup.Align(time.Unix(k.start, 0), step), v)
 			}
 		})
 	}
@@ -86,8 +91,7 @@ func (r mergedReader) Total(ctx context.Context, key string) (Visits, error) {
 		return Visits{}, err
 	}
 	if lc := r.f.pending.links[key]; lc != nil {
-		v.Human += lc.total.Human
-		v.Bot += lc.total.Bot
+		v = v.Add(lc.total())
 	}
 	r.f.rec.visits(key, func(c minuteCount) {
 		v.Human += c.Human

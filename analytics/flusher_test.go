@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -27,7 +28,6 @@ import (
 type memStore struct {
 	mu      sync.Mutex
 	buckets map[bucketID]analytics.Visits
-	totals  map[string]analytics.Visits
 	batches []analytics.Batch // successful writes
 	tries   []time.Time       // every Write, by the time it was called
 	fail    func(try int) bool
@@ -43,7 +43,7 @@ type bucketID struct {
 var errDown = errors.New("store down")
 
 func newMemStore() *memStore {
-	return &memStore{buckets: map[bucketID]analytics.Visits{}, totals: map[string]analytics.Visits{}}
+	return &memStore{buckets: map[bucketID]analytics.Visits{}}
 }
 
 func (s *memStore) Write(ctx context.Context, b analytics.Batch) error {
@@ -56,9 +56,6 @@ func (s *memStore) Write(ctx context.Context, b analytics.Batch) error {
 	for _, c := range b.Counts {
 		id := bucketID{c.Key, c.Step, c.Start.Unix()}
 		s.buckets[id] = sumVisits(s.buckets[id], c.Visits)
-	}
-	for _, t := range b.Totals {
-		s.totals[t.Key] = sumVisits(s.totals[t.Key], t.Visits)
 	}
 	s.batches = append(s.batches, b)
 	if s.applied != nil {
@@ -89,11 +86,14 @@ func (s *memStore) Points(ctx context.Context, key string, step time.Duration, f
 	return pts, nil
 }
 
-func (s *memStore) Total(ctx context.Context, key string) (analytics.Visits, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.totals[key], nil
-}
+// Progress and Marks: nothing is ever rolled, so readers answer every tier
+// from the finest.
+func (s *memStore) Progress(context.Context) (rollup.Progress, error) { return nil, nil }
+
+func (s *memStore) Marks(context.Context, string) ([]rollup.Mark, error) { return nil, nil }
+
+// exact returns the Reader the stats API would use on s.
+func exact(s analytics.Source) analytics.Reader { return analytics.NewReader(s, defTiers) }
 
 func (s *memStore) numTries() int {
 	s.mu.Lock()
@@ -172,12 +172,22 @@ func TestFlushAfterOneInterval(t *testing.T) {
 		if !b.At.Equal(time.Now()) {
 			t.Errorf("batch At = %v, want the flush time %v", b.At, time.Now())
 		}
-		// abc: 5 defTiers + total; xyz: same; all links: its minute and xyz's
-		// minute may share coarse buckets.
-		if len(b.Totals) != 3 {
-			t.Errorf("totals %+v, want abc, xyz and all links", b.Totals)
+		// One count per (link, minute): abc's minute, xyz's, and both for
+		// all links; all of the finest tier. One Active entry per (link,
+		// hour) for the 5-minute tier's roll.
+		want := []analytics.Count{
+			{Key: "/", Step: time.Minute, Start: rollup.Align(now.Add(-time.Minute), time.Minute), Visits: analytics.Visits{Human: 1}},
+			{Key: "/", Step: time.Minute, Start: rollup.Align(now, time.Minute), Visits: analytics.Visits{Human: 1, Bot: 1}},
+			{Key: "abc", Step: time.Minute, Start: rollup.Align(now, time.Minute), Visits: analytics.Visits{Human: 1, Bot: 1}},
+			{Key: "xyz", Step: time.Minute, Start: rollup.Align(now.Add(-time.Minute), time.Minute), Visits: analytics.Visits{Human: 1}},
 		}
-		checkStored(t, st, defTiers, map[string]analytics.Visits{
+		if diff := cmp.Diff(want, b.Counts); diff != "" {
+			t.Errorf("counts (-want +got):\n%s", diff)
+		}
+		if len(b.Active) < 3 || len(b.Marks) != 0 {
+			t.Errorf("%d Active entries and %d marks, want one entry per link and hour, no mark", len(b.Active), len(b.Marks))
+		}
+		checkStored(t, exact(st), defTiers, map[string]analytics.Visits{
 			"abc": {Human: 1, Bot: 1}, "xyz": {Human: 1}, analytics.AllLinks: {Human: 2, Bot: 1},
 		})
 		// Nothing new: no write.
@@ -193,7 +203,7 @@ func TestFlushAfterOneInterval(t *testing.T) {
 func TestBatchCoalesces(t *testing.T) {
 	rec := analytics.NewRecorder(100, nil)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(2 * time.Minute) }}, nil, nil)
 	t0 := monday.Add(30 * time.Second)
 	for i := range 1000 {
 		rec.Record("k", t0.Add(time.Duration(i)*40*time.Millisecond), i%10 == 0) // 40 s: two minutes
@@ -202,15 +212,11 @@ func TestBatchCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := st.batches[0]
-	// Minutes 0 and 1 in the 1m tier, one bucket in every other tier, for k
-	// and for all links.
+	// Minutes 0 and 1 in the finest tier, for k and for all links: no
+	// coarser tier, no total.
 	want := []analytics.Count{
 		{Key: "/", Step: time.Minute, Start: monday, Visits: analytics.Visits{Human: 675, Bot: 75}},
 		{Key: "/", Step: time.Minute, Start: monday.Add(time.Minute), Visits: analytics.Visits{Human: 225, Bot: 25}},
-		{Key: "/", Step: 5 * time.Minute, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
-		{Key: "/", Step: time.Hour, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
-		{Key: "/", Step: rollup.Day, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
-		{Key: "/", Step: rollup.Week, Start: monday, Visits: analytics.Visits{Human: 900, Bot: 100}},
 	}
 	for _, c := range slices.Clone(want) {
 		c.Key = "k"
@@ -219,9 +225,18 @@ func TestBatchCoalesces(t *testing.T) {
 	if diff := cmp.Diff(want, b.Counts); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
 	}
-	wantTotals := []analytics.Total{{Key: "/", Visits: analytics.Visits{Human: 900, Bot: 100}}, {Key: "k", Visits: analytics.Visits{Human: 900, Bot: 100}}}
-	if diff := cmp.Diff(wantTotals, b.Totals); diff != "" {
-		t.Errorf("totals (-want +got):\n%s", diff)
+	// Each link announced once for the hour's roll into 5 minutes.
+	wantActive := []rollup.Active{{Step: 5 * time.Minute, Period: monday, Key: "/"}, {Step: 5 * time.Minute, Period: monday, Key: "k"}}
+	if diff := cmp.Diff(wantActive, b.Active); diff != "" {
+		t.Errorf("Active entries (-want +got):\n%s", diff)
+	}
+	// The next flush of the hour announces nothing again.
+	rec.Record("k", t0.Add(time.Minute), false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if b := st.batches[1]; len(b.Counts) != 2 || len(b.Active) != 0 {
+		t.Errorf("second flush of the hour: %d counts, %d Active entries; want 2 and none", len(b.Counts), len(b.Active))
 	}
 }
 
@@ -298,7 +313,7 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		if n := len(st.batches); n != 2 {
 			t.Fatalf("%d successful writes, want 2", n)
 		}
-		checkStored(t, st, defTiers, want)
+		checkStored(t, exact(st), defTiers, want)
 		checkStored(t, f.Reader(st), defTiers, want)
 		cancel()
 	})
@@ -337,12 +352,12 @@ func TestSpillAndRecover(t *testing.T) {
 		st := newMemStore()
 		st.setFail(func(int) bool { return true })
 		reg := prometheus.NewRegistry()
-		opts := analytics.FlusherOptions{Interval: 10 * time.Second, SpillPath: dir, MaxBuffered: 100}
+		opts := analytics.FlusherOptions{Interval: 10 * time.Second, SpillPath: dir, MaxBuffered: 20}
 		f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		go f.Run(ctx)
 		want := map[string]analytics.Visits{}
-		for i := range 50 { // 50 links over 5 intervals: 10 × 6 entries each + all links
+		for i := range 50 { // 50 links over 5 intervals: 10 minutes of links + all links' minute each
 			key := fmt.Sprintf("k%d", i)
 			rec.Record(key, time.Now(), false)
 			want[key] = analytics.Visits{Human: 1}
@@ -351,7 +366,7 @@ func TestSpillAndRecover(t *testing.T) {
 				time.Sleep(10 * time.Second)
 				synctest.Wait()
 			}
-			if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b > 100 {
+			if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b > 20 {
 				t.Fatalf("buffered %v entries, more than MaxBuffered", b)
 			}
 		}
@@ -381,7 +396,7 @@ func TestSpillAndRecover(t *testing.T) {
 		if err := f2.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		checkStored(t, st, defTiers, want)
+		checkStored(t, exact(st), defTiers, want)
 		if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 			t.Errorf("files left after recovery: %v", files)
 		}
@@ -407,7 +422,7 @@ func TestUnreadableSpillSetAside(t *testing.T) {
 	if _, err := os.Stat(bad + ".bad"); err != nil {
 		t.Errorf("unreadable spill file not set aside: %v", err)
 	}
-	checkStored(t, st, defTiers, map[string]analytics.Visits{"a": {Human: 1}})
+	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{"a": {Human: 1}})
 }
 
 func TestCloseFlushes(t *testing.T) {
@@ -425,7 +440,7 @@ func TestCloseFlushes(t *testing.T) {
 		if err := f.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		checkStored(t, st, defTiers, map[string]analytics.Visits{"a": {Human: 1}, analytics.AllLinks: {Human: 1}})
+		checkStored(t, exact(st), defTiers, map[string]analytics.Visits{"a": {Human: 1}, analytics.AllLinks: {Human: 1}})
 	})
 }
 
@@ -462,7 +477,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, map[string]analytics.Visits{
+	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{
 		"a": {Human: 2}, "b": {Human: 2}, "c": {}, analytics.AllLinks: {Human: 7},
 	})
 	// After the flush there is room again; a reload can change the limit.
@@ -473,7 +488,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, map[string]analytics.Visits{
+	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{
 		"c": {Human: 1}, "d": {Human: 1}, "e": {Human: 1}, "f": {}, analytics.AllLinks: {Human: 11},
 	})
 	if got := metricValue(t, reg, "linkgate_visits_recorded_total"); got != 11 {
@@ -506,7 +521,7 @@ func TestMaxKeysCountsLinksNotCores(t *testing.T) {
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	checkStored(t, st, defTiers, map[string]analytics.Visits{
+	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{
 		"hot": {Human: workers * per}, "cold": {}, analytics.AllLinks: {Human: workers*per + 1},
 	})
 }
@@ -565,7 +580,7 @@ func TestConcurrentRecordExact(t *testing.T) {
 			}
 		}
 	}
-	checkStored(t, st, defTiers, want)
+	checkStored(t, exact(st), defTiers, want)
 }
 
 // TestReaderNeverMissesNorDoubleCounts reads totals and curves while
@@ -641,7 +656,7 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := st.Total(ctx, analytics.AllLinks)
+	v, _ := exact(st).Total(ctx, analytics.AllLinks)
 	if v.Human != done.Load() {
 		t.Errorf("stored %d visits, want %d", v.Human, done.Load())
 	}
@@ -663,20 +678,23 @@ type discardWriter struct{}
 func (discardWriter) Write(context.Context, analytics.Batch) error { return nil }
 
 // BenchmarkFlush100kLinks is the flusher's own work for an interval in
-// which 100,000 links were visited once: swap, expansion into every tier,
-// the sorted batch.
+// which 100,000 links were visited once: swap, the sorted batch of counts,
+// and an Active entry for each (each interval is the first of a new hour,
+// the costliest).
 func BenchmarkFlush100kLinks(b *testing.B) {
 	keys := make([]string, 100_000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%06d", i)
 	}
 	rec := analytics.NewRecorder(len(keys), nil)
-	f := analytics.NewFlusher(rec, discardWriter{}, defTiers, analytics.FlusherOptions{}, nil, nil)
+	at := monday
+	f := analytics.NewFlusher(rec, discardWriter{}, defTiers, analytics.FlusherOptions{Now: func() time.Time { return at.Add(10 * time.Second) }}, nil, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
+		at = at.Add(time.Hour)
 		for _, k := range keys {
-			rec.Record(k, monday, false)
+			rec.Record(k, at, false)
 		}
 		b.StartTimer()
 		if err := f.Flush(context.Background()); err != nil {
@@ -721,6 +739,127 @@ func TestLongOutageManyBuckets(t *testing.T) {
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	check(st)
+	check(exact(st))
 	check(f.Reader(st))
+}
+
+// TestOldSpillFile writes back a spill file of the version that flushed
+// every tier and totals: its finest counts hold every visit, the rest is
+// left out, and nothing counts twice.
+func TestOldSpillFile(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"counts":[` +
+		`{"Key":"a","Step":60000000000,"Start":"2026-11-23T00:01:00Z","Human":2,"Bot":1},` +
+		`{"Key":"a","Step":60000000000,"Start":"2026-11-23T00:02:00Z","Human":1,"Bot":0},` +
+		`{"Key":"a","Step":300000000000,"Start":"2026-11-23T00:00:00Z","Human":3,"Bot":1},` +
+		`{"Key":"a","Step":3600000000000,"Start":"2026-11-23T00:00:00Z","Human":3,"Bot":1}],` +
+		`"totals":[{"Key":"a","Human":3,"Bot":1}]}`
+	if err := os.WriteFile(filepath.Join(dir, "spill-00000000000000000001-000001.json"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := newMemStore()
+	f := analytics.NewFlusher(analytics.NewRecorder(10, nil), st, defTiers,
+		analytics.FlusherOptions{SpillPath: dir, Now: func() time.Time { return monday.Add(3 * time.Minute) }}, nil, nil)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.batches) != 1 || len(st.batches[0].Counts) != 2 {
+		t.Fatalf("batches %+v, want one with the two minutes", st.batches)
+	}
+	for _, c := range st.batches[0].Counts {
+		if c.Step != time.Minute {
+			t.Errorf("count %+v written back: only the finest counts should be", c)
+		}
+	}
+	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{"a": {Human: 3, Bot: 1}})
+}
+
+// TestLateAndOldCounts: a count whose hour may be rolled already comes with
+// a mark on its 5-minute bucket, announced in the marks period of the
+// flush; a count older than the minutes are kept goes to the 5-minute tier,
+// with a mark on its hour. Both read exactly at once, with the worker
+// started (its progress tells the reader that the 5-minute tier, not the
+// expired minutes, answers for three days ago).
+func TestLateAndOldCounts(t *testing.T) {
+	rec := analytics.NewRecorder(10, nil)
+	mem := analyticstest.NewMemory(defTiers)
+	st := &recording{Memory: mem}
+	at := monday.Add(3 * time.Hour)
+	now := func() time.Time { return at }
+	plan, err := rollup.NewPlan(defTiers, rollup.DefaultGrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rollup.NewWorker(mem, plan, rollup.WorkerOptions{Now: now}).RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: now}, nil, nil)
+	rec.Record("now", at.Add(-30*time.Second), false)
+	rec.Record("late", monday.Add(time.Hour+7*time.Minute), false)
+	rec.Record("old", monday.Add(-3*rollup.Day+7*time.Minute), false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b := st.batches[0]
+	var counts []analytics.Count
+	for _, c := range b.Counts {
+		if c.Key != analytics.AllLinks {
+			counts = append(counts, c)
+		}
+	}
+	wantCounts := []analytics.Count{
+		{Key: "late", Step: time.Minute, Start: monday.Add(time.Hour + 7*time.Minute), Visits: analytics.Visits{Human: 1}},
+		{Key: "now", Step: time.Minute, Start: at.Add(-time.Minute), Visits: analytics.Visits{Human: 1}},
+		{Key: "old", Step: 5 * time.Minute, Start: monday.Add(-3*rollup.Day + 5*time.Minute), Visits: analytics.Visits{Human: 1}},
+	}
+	if diff := cmp.Diff(wantCounts, counts); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	type mark struct {
+		key   string
+		step  time.Duration
+		start time.Time
+	}
+	var marks []mark
+	for _, m := range b.Marks {
+		if m.Key != analytics.AllLinks {
+			marks = append(marks, mark{m.Key, m.Step, m.Start})
+		}
+		if !m.At.Equal(at) {
+			t.Errorf("mark %+v made at %v, want the flush time %v", m, m.At, at)
+		}
+	}
+	wantMarks := []mark{{"late", 5 * time.Minute, monday.Add(time.Hour + 5*time.Minute)}, {"old", time.Hour, monday.Add(-3 * rollup.Day)}}
+	if diff := cmp.Diff(wantMarks, marks, cmp.AllowUnexported(mark{})); diff != "" {
+		t.Errorf("marks (-want +got):\n%s", diff)
+	}
+	active := map[string]rollup.Active{}
+	for _, a := range b.Active {
+		active[a.Key] = a
+	}
+	for key, want := range map[string]rollup.Active{
+		"now":  {Step: 5 * time.Minute, Period: monday.Add(2 * time.Hour), Key: "now"},
+		"late": {Step: rollup.MarksQueue, Period: at, Key: "late"},
+		"old":  {Step: rollup.MarksQueue, Period: at, Key: "old"},
+	} {
+		if active[key] != want {
+			t.Errorf("Active entry of %q = %+v, want %+v", key, active[key], want)
+		}
+	}
+	// Read exactly at once, every tier.
+	checkStored(t, f.Reader(mem), defTiers[1:], map[string]analytics.Visits{"now": {Human: 1}, "late": {Human: 1}, "old": {Human: 1}})
+}
+
+// recording is a Memory that keeps the batches written to it.
+type recording struct {
+	*analyticstest.Memory
+	batches []analytics.Batch
+}
+
+func (r *recording) Write(ctx context.Context, b analytics.Batch) error {
+	if err := r.Memory.Write(ctx, b); err != nil {
+		return err
+	}
+	r.batches = append(r.batches, b)
+	return nil
 }

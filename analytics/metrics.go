@@ -5,11 +5,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/linkgate/linkgate/rollup"
 )
 
-// Metrics are the Prometheus collectors of recording and flushing visits.
-// Create them once per process with NewMetrics and pass them to what is
-// rebuilt on a reload. A nil *Metrics records nothing. Safe for concurrent use.
+// Metrics are the Prometheus collectors of recording, flushing and rolling
+// up visits. Create them once per process with NewMetrics and pass them to
+// what is rebuilt on a reload, and to the rollup worker
+// (rollup.WorkerOptions.Metrics). A nil *Metrics records nothing. Safe for
+// concurrent use.
 type Metrics struct {
 	visits        *prometheus.CounterVec
 	flushDuration prometheus.Histogram
@@ -19,7 +23,16 @@ type Metrics struct {
 	overflow      prometheus.Counter
 	spilled       prometheus.Gauge
 	tooLong       prometheus.Counter
+
+	rollupRuns     *prometheus.CounterVec
+	rollupDuration prometheus.Histogram
+	rollupRows     prometheus.Counter
+	rollupMarks    prometheus.Counter
+	rollupLag      *prometheus.GaugeVec
+	rollupLastRun  prometheus.Gauge
 }
+
+var _ rollup.Metrics = (*Metrics)(nil)
 
 // NewMetrics creates the collectors and registers them with reg; a nil reg
 // registers nothing.
@@ -37,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		flushCounts: f.NewGauge(prometheus.GaugeOpts{
 			Name: "linkgate_analytics_flush_counts",
-			Help: "Entries (counts plus totals) in the last batch written to the analytics store.",
+			Help: "Entries (finest-tier counts, rollup Active entries and marks) in the last batch written to the analytics store.",
 		}),
 		storeErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_store_errors_total",
@@ -45,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		buffered: f.NewGauge(prometheus.GaugeOpts{
 			Name: "linkgate_analytics_buffered_keys",
-			Help: "Entries ((link, tier, bucket) counts plus link totals) held in memory by the flusher, not yet written.",
+			Help: "Entries ((link, minute) counts) held in memory by the flusher, not yet written.",
 		}),
 		overflow: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_overflow_total",
@@ -59,12 +72,65 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "linkgate_analytics_keys_too_long_total",
 			Help: "Requests to the analytics route whose short key is longer than max_key_bytes: proxied, never counted as visits.",
 		}),
+		rollupRuns: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_rollup_runs_total",
+			Help: "Runs of the rollup worker, by result: ok, error, or standby (another gateway holds the lease).",
+		}, []string{"result"}),
+		rollupDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "linkgate_rollup_run_duration_seconds",
+			Help:    "Time taken by one run of the rollup worker, failed ones included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1ms … 65s
+		}),
+		rollupRows: f.NewCounter(prometheus.CounterOpts{
+			Name: "linkgate_rollup_rows_total",
+			Help: "Rolled values (coarse-tier buckets) written by the rollup worker.",
+		}),
+		rollupMarks: f.NewCounter(prometheus.CounterOpts{
+			Name: "linkgate_rollup_marks_total",
+			Help: "Marks (buckets made stale by late counts) processed by the rollup worker.",
+		}),
+		rollupLag: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "linkgate_rollup_lag_seconds",
+			Help: "How far behind now the rollup's progress is, by queue (a tier's step, or marks). Normal: up to the queue's batch period plus the grace plus a run interval; growing without bound: the worker is stalled.",
+		}, []string{"queue"}),
+		rollupLastRun: f.NewGauge(prometheus.GaugeOpts{
+			Name: "linkgate_rollup_last_success_timestamp_seconds",
+			Help: "Unix time of the last rollup run of this gateway that succeeded (or found another gateway holding the lease).",
+		}),
 	}
 }
 
 func (m *Metrics) keyTooLong() {
 	if m != nil {
 		m.tooLong.Inc()
+	}
+}
+
+// RollupRun implements rollup.Metrics.
+func (m *Metrics) RollupRun(took time.Duration, r rollup.Report, err error) {
+	if m == nil {
+		return
+	}
+	m.rollupDuration.Observe(took.Seconds())
+	result := "ok"
+	switch {
+	case err != nil:
+		result = "error"
+	case r.Standby:
+		result = "standby"
+	}
+	m.rollupRuns.WithLabelValues(result).Inc()
+	m.rollupRows.Add(float64(r.Rows))
+	m.rollupMarks.Add(float64(r.Marks))
+	if err == nil {
+		m.rollupLastRun.Set(float64(time.Now().UnixNano()) / 1e9)
+	}
+}
+
+// RollupLag implements rollup.Metrics.
+func (m *Metrics) RollupLag(step, lag time.Duration) {
+	if m != nil {
+		m.rollupLag.WithLabelValues(rollup.QueueName(step)).Set(lag.Seconds())
 	}
 }
 

@@ -1,11 +1,15 @@
 package analytics_test
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/rollup"
 )
 
 // labelValue returns the value of the counter name{label=value}.
@@ -35,16 +39,16 @@ func TestMetrics(t *testing.T) {
 	m := analytics.NewMetrics(reg)
 	rec := analytics.NewRecorder(10, m)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, m, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(time.Second) }}, m, nil)
 	rec.Record("a", monday, false)
 	rec.Record("a", monday, true)
 	rec.Record("b", monday, false)
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// a, b and all links: 5 tiers and a total each.
-	if got := metricValue(t, reg, "linkgate_analytics_flush_counts"); got != 18 {
-		t.Errorf("flush counts = %v, want 18", got)
+	// a, b and all links: a count of the minute and an Active entry each.
+	if got := metricValue(t, reg, "linkgate_analytics_flush_counts"); got != 6 {
+		t.Errorf("flush counts = %v, want 6", got)
 	}
 	if got := labelValue(t, reg, "linkgate_visits_recorded_total", "kind", "human"); got != 2 {
 		t.Errorf("human visits = %v, want 2", got)
@@ -60,9 +64,79 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Gauges and counters without labels are gathered even at zero.
-	if len(mfs) != 8 {
-		t.Errorf("%d metric families, want 8", len(mfs))
+	if len(mfs) != 12 {
+		t.Errorf("%d metric families, want 12", len(mfs))
 	}
+}
+
+// TestRollupMetrics runs a rollup worker with the metrics: runs by result,
+// rows and marks written, and each queue's lag.
+func TestRollupMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := analytics.NewMetrics(reg)
+	st := analyticstest.NewMemory(defTiers)
+	rec := analytics.NewRecorder(10, m)
+	now := monday.Add(31 * time.Minute) // the flush just after the visit
+	clock := func() time.Time { return now }
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: clock}, m, nil)
+	rec.Record("a", monday.Add(30*time.Minute), false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	now = monday.Add(2 * time.Hour)
+	plan, err := rollup.NewPlan(defTiers, rollup.DefaultGrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rollup.NewWorker(st, plan, rollup.WorkerOptions{Now: clock, Metrics: m})
+	if _, err := w.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := labelValue(t, reg, "linkgate_rollup_runs_total", "result", "ok"); got != 1 {
+		t.Errorf("ok runs = %v, want 1", got)
+	}
+	// a and all links: one 5-minute bucket each.
+	if got := metricValue(t, reg, "linkgate_rollup_rows_total"); got != 2 {
+		t.Errorf("rows = %v, want 2", got)
+	}
+	// The 5-minute tier has rolled the hour before 01:00 and waits for
+	// the 01:00 hour to end plus the grace: 1 h behind now (02:00).
+	if got := gaugeLabel(t, reg, "linkgate_rollup_lag_seconds", "queue", "5m"); got != 3600 {
+		t.Errorf("5m lag = %vs, want 3600", got)
+	}
+	if got := metricValue(t, reg, "linkgate_rollup_last_success_timestamp_seconds"); got == 0 {
+		t.Error("no last success time after a successful run")
+	}
+	st.Fail = func(string) error { return errors.New("down") }
+	now = now.Add(time.Hour)
+	if _, err := w.RunOnce(t.Context()); err == nil {
+		t.Fatal("a run with the store down succeeded")
+	}
+	if got := labelValue(t, reg, "linkgate_rollup_runs_total", "result", "error"); got != 1 {
+		t.Errorf("failed runs = %v, want 1", got)
+	}
+}
+
+// gaugeLabel returns the value of the gauge name{label=value}.
+func gaugeLabel(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func TestNilMetrics(t *testing.T) {

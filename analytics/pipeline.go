@@ -13,7 +13,9 @@ import (
 
 // Pipeline is link analytics for the life of a process: the Recorder that
 // counts visits in memory, the Flusher that moves them to the Store every
-// flush_interval, the goroutine that runs it, and the Store itself. It
+// flush_interval, the rollup worker that derives the coarser tiers and the
+// totals from what the flushes wrote, the goroutines that run them, and the
+// Store itself. It
 // outlives config reloads, so counts in memory survive them; each config
 // snapshot only builds its Middleware. A Pipeline is safe for concurrent
 // use. Create it with NewPipeline and stop it with Close.
@@ -25,7 +27,7 @@ type Pipeline struct {
 	tiers  []rollup.Tier
 
 	stop      context.CancelFunc
-	done      chan struct{} // closed when the flush loop has returned
+	done      chan struct{} // closed when the flush loop and the worker have returned
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -40,17 +42,19 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
 	fl := NewFlusher(rec, store, cfg.Retention, FlusherOptions{
 		Interval:  cfg.FlushInterval,
+		Grace:     cfg.Grace(),
 		SpillPath: DefaultSpillPath(cfg),
 	}, m, log)
+	roller := rollup.NewWorker(store, plan.Rollup(), rollup.WorkerOptions{Metrics: m, Log: log})
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Pipeline{
 		rec: rec, fl: fl, store: store, reader: fl.Reader(store), tiers: plan.Tiers(),
 		stop: stop, done: make(chan struct{}),
 	}
-	go func() {
-		defer close(p.done)
-		fl.Run(ctx)
-	}()
+	var wg sync.WaitGroup
+	wg.Go(func() { fl.Run(ctx) })
+	wg.Go(func() { roller.Run(ctx) })
+	go func() { wg.Wait(); close(p.done) }()
 	return p
 }
 
@@ -79,8 +83,8 @@ func (p *Pipeline) Tiers() []rollup.Tier { return p.tiers }
 // Flush writes what is in memory now, without waiting for the next tick.
 func (p *Pipeline) Flush(ctx context.Context) error { return p.fl.Flush(ctx) }
 
-// Close stops the flush loop, makes the final flush (spilling what the
-// store refuses), and closes the store. Call it once the servers have
+// Close stops the flush loop and the rollup worker, makes the final flush
+// (spilling what the store refuses), and closes the store. Call it once the servers have
 // stopped, so that no visit is recorded after the final flush. Later calls
 // return the first call's result.
 func (p *Pipeline) Close(ctx context.Context) error {

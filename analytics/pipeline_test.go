@@ -50,10 +50,11 @@ func TestPipelineLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	if v, err := st2.Total(ctx, "abc"); err != nil || v.Human != 5 {
+	r := analytics.NewReader(st2, plan.Tiers())
+	if v, err := r.Total(ctx, "abc"); err != nil || v.Human != 5 {
 		t.Errorf("after Close, the store holds %+v (%v), want 5 human visits", v, err)
 	}
-	if v, _ := st2.Total(ctx, "nope"); v != (analytics.Visits{}) {
+	if v, _ := r.Total(ctx, "nope"); v != (analytics.Visits{}) {
 		t.Errorf("a 404 was stored: %+v", v)
 	}
 }

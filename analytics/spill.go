@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// A spill file holds one Batch as JSON, named spill-<unix nanoseconds>-<seq>.json
+// A spill file holds counts as JSON, named spill-<unix nanoseconds>-<seq>.json
 // so that names sort oldest first. It is written to a temporary name, synced
 // and renamed, so a file with the final name is always whole; a crash while
 // spilling leaves a *.tmp that is ignored (its counts were in memory only).
@@ -37,17 +37,24 @@ func DefaultSpillPath(cfg Config) string {
 
 type spillFile struct {
 	path    string
-	entries int // counts plus totals in it, for the metric; -1 when unknown
+	entries int // counts in it, for the metric; -1 when unknown
 }
 
-// spillData is the file's content. Batch.At is not kept: a spill file is
-// written back with the time of that flush.
+// spillData is the file's content: counts in the tier they were counted
+// in, the finest. What the flush that writes them back adds (where each
+// goes, Active entries, marks) depends on when that is, so it is not kept.
+// Files of earlier versions hold every count once per tier, and totals;
+// readSpill keeps their finest counts only, which hold all the visits.
 type spillData struct {
-	Counts []Count `json:"counts"`
-	Totals []Total `json:"totals"`
+	Counts []Count        `json:"counts"`
+	Totals []spilledTotal `json:"totals,omitempty"` // earlier versions only: ignored
 }
 
-func writeSpill(dir string, b Batch) (spillFile, error) {
+type spilledTotal struct {
+	Key string `json:"Key"`
+}
+
+func writeSpill(dir string, counts []Count) (spillFile, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return spillFile{}, fmt.Errorf("analytics: spill: %w", err)
 	}
@@ -57,7 +64,7 @@ func writeSpill(dir string, b Batch) (spillFile, error) {
 	if err != nil {
 		return spillFile{}, fmt.Errorf("analytics: spill: %w", err)
 	}
-	err = json.NewEncoder(tmp).Encode(spillData{Counts: b.Counts, Totals: b.Totals})
+	err = json.NewEncoder(tmp).Encode(spillData{Counts: counts})
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -72,7 +79,7 @@ func writeSpill(dir string, b Batch) (spillFile, error) {
 		return spillFile{}, fmt.Errorf("analytics: spill: %w", err)
 	}
 	syncDir(dir)
-	return spillFile{path: path, entries: len(b.Counts) + len(b.Totals)}, nil
+	return spillFile{path: path, entries: len(counts)}, nil
 }
 
 // syncDir makes a rename or removal in dir durable, where the system can.
@@ -83,21 +90,30 @@ func syncDir(dir string) {
 	}
 }
 
-func readSpill(path string) (Batch, error) {
+func readSpill(path string) ([]Count, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return Batch{}, fmt.Errorf("analytics: spill: %w", err)
+		return nil, fmt.Errorf("analytics: spill: %w", err)
 	}
 	var d spillData
 	if err := json.Unmarshal(raw, &d); err != nil {
-		return Batch{}, fmt.Errorf("analytics: spill: %s: %w", filepath.Base(path), err)
+		return nil, fmt.Errorf("analytics: spill: %s: %w", filepath.Base(path), err)
 	}
 	for _, c := range d.Counts {
 		if c.Key == "" || c.Step <= 0 || c.Start.IsZero() {
-			return Batch{}, fmt.Errorf("analytics: spill: %s: bad count %+v", filepath.Base(path), c)
+			return nil, fmt.Errorf("analytics: spill: %s: bad count %+v", filepath.Base(path), c)
 		}
 	}
-	return Batch{Counts: d.Counts, Totals: d.Totals}, nil
+	if len(d.Totals) > 0 && len(d.Counts) > 0 {
+		// An earlier version's file: every visit once per tier. Its
+		// finest tier has them all.
+		finest := d.Counts[0].Step
+		for _, c := range d.Counts {
+			finest = min(finest, c.Step)
+		}
+		d.Counts = slices.DeleteFunc(d.Counts, func(c Count) bool { return c.Step != finest })
+	}
+	return d.Counts, nil
 }
 
 func removeSpill(path string) error {
@@ -130,8 +146,8 @@ func findSpills(dir string) ([]spillFile, error) {
 			continue
 		}
 		sf := spillFile{path: filepath.Join(dir, n), entries: -1}
-		if b, err := readSpill(sf.path); err == nil {
-			sf.entries = len(b.Counts) + len(b.Totals)
+		if cs, err := readSpill(sf.path); err == nil {
+			sf.entries = len(cs)
 		}
 		files = append(files, sf)
 	}

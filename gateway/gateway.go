@@ -411,6 +411,7 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 		slices.Equal(ra.Cassandra.Hosts, na.Cassandra.Hosts), func() { c.Analytics.Cassandra = ra.Cassandra })
 	keep("analytics.retention", slices.Equal(ra.Retention, na.Retention), func() { c.Analytics.Retention = ra.Retention })
 	keep("analytics.flush_interval", ra.FlushInterval == na.FlushInterval, func() { c.Analytics.FlushInterval = ra.FlushInterval })
+	keep("analytics.rollup_grace", ra.RollupGrace == na.RollupGrace, func() { c.Analytics.RollupGrace = ra.RollupGrace })
 	return &c, changed
 }
 

@@ -1,9 +1,12 @@
 package rollup_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -34,4 +37,41 @@ func ExampleWithStep() {
 	_, err := rollup.WithStep(rollup.DefaultTiers(), 10*time.Minute)
 	fmt.Println(err)
 	// Output: rollup: unsupported step 10m: valid steps are 1m, 5m, 1h, 1d, 1w
+}
+
+// A worker rolls what a flush wrote: once the hour and the grace are over,
+// the 5-minute tier holds the hour's buckets, read from the minutes. A
+// gateway runs it for its whole life:
+//
+//	w := rollup.NewWorker(store, plan, rollup.WorkerOptions{Metrics: m, Log: log})
+//	go w.Run(ctx) // cancel ctx, and wait for Run to return, before closing the store
+func ExampleWorker() {
+	tiers := rollup.DefaultTiers()
+	plan, _ := rollup.NewPlan(tiers, rollup.DefaultGrace)
+	store := analyticstest.NewMemory(tiers)
+	now := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	w := rollup.NewWorker(store, plan, rollup.WorkerOptions{Now: clock})
+	w.RunOnce(context.Background()) // the gateway starts
+
+	rec := analytics.NewRecorder(100, nil)
+	fl := analytics.NewFlusher(rec, store, tiers, analytics.FlusherOptions{Now: clock}, nil, nil)
+	for _, m := range []int{2, 3, 17, 59} {
+		rec.Record("abc", now.Add(time.Duration(m)*time.Minute), false)
+	}
+	now = now.Add(time.Hour)
+	fl.Flush(context.Background())
+
+	now = now.Add(rollup.DefaultGrace)
+	rep, _ := w.RunOnce(context.Background())
+	fmt.Printf("%d rows written\n", rep.Rows)
+	pts, _ := store.Points(context.Background(), "abc", 5*time.Minute, now.Add(-2*time.Hour), now)
+	for _, p := range pts {
+		fmt.Println(p.Start.Format("15:04"), p.Human)
+	}
+	// Output:
+	// 6 rows written
+	// 09:00 2
+	// 09:15 1
+	// 09:55 1
 }

@@ -1,12 +1,41 @@
-// Package rollup holds the time arithmetic of link analytics: the tiers of
-// resolution that visits are stored in (Graphite-style "precision:retention",
-// e.g. "1m:2d"), bucket alignment, and the choice and stitching of tiers for a
-// query. Everything here is a pure function of its arguments; time is always
-// passed in, and all bucket times are UTC.
+// Package rollup holds the time arithmetic of link analytics and the worker
+// that derives coarse data from fine: the tiers of resolution that visits
+// are stored in (Graphite-style "precision:retention", e.g. "1m:2d"),
+// bucket alignment, the choice and stitching of tiers for a query, the Plan
+// of how visits move up the tiers, and the Worker that moves them.
+//
+// As the seeds put it, event data is aggregated into the finest required
+// granularity, and each coarser level is generated from the next finer one:
+// flushes write the finest tier only, and a Worker rolls each closed batch
+// period of every coarser tier from the tier below, up to an all-time tier
+// that never expires (TotalTier). The Worker talks to stores through the
+// small interfaces of store.go, which the embedded and Cassandra stores
+// implement; everything else here is a pure function of its arguments, time
+// is always passed in, and all bucket times are UTC.
+//
+// # How the work is shared and why reruns are harmless
+//
+// A rolled value is a deterministic function of the finer tier, and a store
+// keeps the larger of two values offered for one bucket (counts only grow,
+// so the larger was computed from fresher data). So a run repeated, cut
+// short and resumed, or done by several gateways at once, leaves the same
+// values. Gateways sharing a store (Cassandra) share the work by a lease
+// (Leaser): the one holding it rolls, the others stand by; the lease only
+// saves duplicated work, correctness never depends on it.
+//
+// # Late counts
+//
+// A flush stamped half the grace or more past the end of its count's batch
+// period may miss that period's roll (Plan.Late): it stores a Mark on the
+// coarser bucket instead, and the worker rolls that bucket again within the
+// next marks period (an hour by default) plus the grace, marking the
+// bucket above it in turn, up to the all-time tier. Readers answer a marked
+// bucket from the finer tiers meanwhile.
 package rollup
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -22,11 +51,21 @@ const (
 )
 
 // Tier is one resolution of stored visit counts: buckets Step long, kept for
-// Retention. The zero Tier is invalid.
+// Retention (Forever for the all-time tier, see TotalTier). The zero Tier is
+// invalid.
 type Tier struct {
 	Step      time.Duration
 	Retention time.Duration
 }
+
+// Forever is the Retention of a tier whose buckets never expire: the
+// all-time tier. Code that does arithmetic with a retention checks Expires
+// first.
+const Forever = time.Duration(math.MaxInt64)
+
+// Expires reports whether t's buckets expire, that is whether its
+// Retention is not Forever.
+func (t Tier) Expires() bool { return t.Retention != Forever }
 
 // DefaultTiers is the default retention: today per minute, yesterday per
 // 5 minutes, last month per hour, last year per day and the last years per week.
@@ -74,8 +113,14 @@ func (t Tier) validate() error {
 	return nil
 }
 
-// String formats t as ParseTier reads it.
-func (t Tier) String() string { return FormatDuration(t.Step) + ":" + FormatDuration(t.Retention) }
+// String formats t as ParseTier reads it; the all-time tier's retention is
+// "forever", which ParseTier does not read (no config names that tier).
+func (t Tier) String() string {
+	if !t.Expires() {
+		return FormatDuration(t.Step) + ":forever"
+	}
+	return FormatDuration(t.Step) + ":" + FormatDuration(t.Retention)
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (t Tier) MarshalText() ([]byte, error) { return []byte(t.String()), nil }

@@ -13,9 +13,11 @@
 //	}
 //
 // Every subtest writes under short_keys of its own (a random token of the run,
-// the subtest's name and a suffix), so several runs may share one backing
-// store, such as one Cassandra keyspace. The all-links key is the exception;
-// the subtest that writes it compares what it reads before and after.
+// the subtest's name and a suffix). The all-links key is the exception; the
+// subtest that writes it compares what it reads before and after. The
+// rollup's state (progress, Active entries, the lease) is shared by
+// everything in a store, so open must give each subtest a store of its own
+// (for Cassandra, a keyspace of its own).
 //
 // Bucket times are taken near the wall clock (hours to a few hundred days
 // back), so that a store that derives a TTL from a bucket's age keeps what the
@@ -39,11 +41,9 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// Store is what the suite tests: a store's writing and reading sides.
-type Store interface {
-	analytics.Writer
-	analytics.Reader
-}
+// Store is what the suite tests: what the flusher and the stats API need
+// (analytics.Store) and what the rollup worker needs (rollup.Store).
+type Store = analytics.Store
 
 // Harness is one store under test and the hooks that some subtests need
 // beyond Store. A nil hook skips, with a message, the subtests that need it.
@@ -70,7 +70,8 @@ type Harness struct {
 }
 
 // Run runs the conformance subtests. open is called once per subtest with
-// the tiers to use, which are rollup.DefaultTiers().
+// the tiers to use: rollup.DefaultTiers(), except for RollupExact, whose
+// tiers are short enough for its simulated days to roll every one of them.
 func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
 	run := token()
 	for _, tc := range []struct {
@@ -78,7 +79,7 @@ func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
 		f    func(*testing.T, *env)
 	}{
 		{"PointsPerTier", testPointsPerTier},
-		{"TotalsAccumulate", testTotalsAccumulate},
+		{"AllTimeTier", testAllTimeTier},
 		{"AllLinks", testAllLinks},
 		{"RangeHalfOpenInTimeOrder", testRange},
 		{"KeysDoNotLeak", testKeysDoNotLeak},
@@ -94,9 +95,19 @@ func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
 		{"Durability", testDurability},
 		{"LargeBatch", testLargeBatch},
 		{"Expiry", testExpiry},
+		{"ActivePages", testActivePages},
+		{"Marks", testMarks},
+		{"RolledRows", testRolledRows},
+		{"Progress", testProgress},
+		{"RollupDurable", testRollupDurable},
+		{"RollupExact", testRollupExact},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := open(t, rollup.DefaultTiers())
+			tiers := rollup.DefaultTiers()
+			if tc.name == "RollupExact" {
+				tiers = exactTiers
+			}
+			h := open(t, tiers)
 			if h.Store == nil {
 				t.Fatal("open returned a Harness without a Store")
 			}
@@ -149,10 +160,6 @@ func count(key string, step time.Duration, start time.Time, human, bot int64) an
 	return analytics.Count{Key: key, Step: step, Start: start, Visits: analytics.Visits{Human: human, Bot: bot}}
 }
 
-func total(key string, human, bot int64) analytics.Total {
-	return analytics.Total{Key: key, Visits: analytics.Visits{Human: human, Bot: bot}}
-}
-
 func point(start time.Time, human, bot int64) analytics.Point {
 	return analytics.Point{Start: start, Visits: analytics.Visits{Human: human, Bot: bot}}
 }
@@ -160,7 +167,7 @@ func point(start time.Time, human, bot int64) analytics.Point {
 func write(t *testing.T, s Store, b analytics.Batch) {
 	t.Helper()
 	if err := s.Write(context.Background(), b); err != nil {
-		t.Fatalf("Write(%d counts, %d totals): %v", len(b.Counts), len(b.Totals), err)
+		t.Fatalf("Write(%d counts, %d active, %d marks): %v", len(b.Counts), len(b.Active), len(b.Marks), err)
 	}
 }
 
@@ -200,15 +207,14 @@ func checkPoints(t *testing.T, s Store, key string, step time.Duration, from, to
 	}
 }
 
-func checkTotal(t *testing.T, s Store, key string, want analytics.Visits) {
+// sum returns the visits of every point of key in the tier of step.
+func sum(t *testing.T, s Store, key string, step time.Duration, from, to time.Time) analytics.Visits {
 	t.Helper()
-	got, err := s.Total(context.Background(), key)
-	if err != nil {
-		t.Fatalf("Total(%q): %v", key, err)
+	var v analytics.Visits
+	for _, p := range points(t, s, key, step, from, to) {
+		v = v.Add(p.Visits)
 	}
-	if got != want {
-		t.Errorf("Total(%q) = %+v, want %+v", key, got, want)
-	}
+	return v
 }
 
 // testPointsPerTier writes three buckets in every tier, starting at the same
@@ -216,7 +222,7 @@ func checkTotal(t *testing.T, s Store, key string, want analytics.Visits) {
 func testPointsPerTier(t *testing.T, e *env) {
 	k := e.key("a")
 	tiers := rollup.DefaultTiers()
-	b := analytics.Batch{At: e.at(), Totals: []analytics.Total{total(k, 7, 3)}}
+	b := analytics.Batch{At: e.at()}
 	want := make([][]analytics.Point, len(tiers))
 	for i, tr := range tiers {
 		s0 := rollup.Align(e.base(), tr.Step)
@@ -232,20 +238,27 @@ func testPointsPerTier(t *testing.T, e *env) {
 		s0 := rollup.Align(e.base(), tr.Step)
 		checkPoints(t, e.s, k, tr.Step, s0.Add(-2*tr.Step), s0.Add(tr.Step), want[i])
 	}
-	checkTotal(t, e.s, k, analytics.Visits{Human: 7, Bot: 3})
 }
 
-func testTotalsAccumulate(t *testing.T, e *env) {
-	k, other := e.key("a"), e.key("b")
-	var want analytics.Visits
-	for i := range 5 {
-		h, bot := int64(i+1), int64(2*i)
-		write(t, e.s, analytics.Batch{At: e.at(), Totals: []analytics.Total{total(k, h, bot), total(other, 1000, 1000)}})
-		want.Human += h
-		want.Bot += bot
-		checkTotal(t, e.s, k, want)
+// testAllTimeTier writes counts straight into the all-time tier (a flush
+// does so for counts older than every tier keeps) and reads them back over
+// all time; they add up across batches.
+func testAllTimeTier(t *testing.T, e *env) {
+	k := e.key("a")
+	total, err := rollup.TotalTier(rollup.DefaultTiers())
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkTotal(t, e.s, other, analytics.Visits{Human: 5000, Bot: 5000})
+	old := rollup.Align(e.now.Add(-20*rollup.Year), total.Step)
+	recent := rollup.Align(e.base(), total.Step)
+	for range 3 {
+		write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{
+			count(k, total.Step, old, 1, 2), count(k, total.Step, recent, 3, 0),
+		}})
+	}
+	far, future := time.Unix(0, 0), e.now.Add(100*rollup.Year)
+	checkPoints(t, e.s, k, total.Step, far, future, []analytics.Point{point(old, 3, 6), point(recent, 9, 0)})
+	checkPoints(t, e.s, k, total.Step, recent, future, []analytics.Point{point(recent, 9, 0)})
 }
 
 // testAllLinks writes under AllLinks, which other runs sharing the store
@@ -254,24 +267,17 @@ func testAllLinks(t *testing.T, e *env) {
 	start := rollup.Align(e.base(), time.Hour).Add(-5 * time.Hour)
 	from, to := start, start.Add(time.Hour)
 	before := points(t, e.s, analytics.AllLinks, time.Hour, from, to)
-	beforeTotal, err := e.s.Total(context.Background(), analytics.AllLinks)
-	if err != nil {
-		t.Fatalf("Total(AllLinks): %v", err)
-	}
 	k := e.key("a")
 	write(t, e.s, analytics.Batch{
 		At:     e.at(),
 		Counts: []analytics.Count{count(analytics.AllLinks, time.Hour, start, 11, 4), count(k, time.Hour, start, 5, 1)},
-		Totals: []analytics.Total{total(analytics.AllLinks, 13, 6), total(k, 5, 1)},
 	})
 	var was analytics.Visits
 	if len(before) == 1 {
 		was = before[0].Visits
 	}
 	checkPoints(t, e.s, analytics.AllLinks, time.Hour, from, to, []analytics.Point{point(start, was.Human+11, was.Bot+4)})
-	checkTotal(t, e.s, analytics.AllLinks, analytics.Visits{Human: beforeTotal.Human + 13, Bot: beforeTotal.Bot + 6})
 	checkPoints(t, e.s, k, time.Hour, from, to, []analytics.Point{point(start, 5, 1)})
-	checkTotal(t, e.s, k, analytics.Visits{Human: 5, Bot: 1})
 }
 
 // testRange writes ten hours out of order, in separate batches, and reads
@@ -323,14 +329,20 @@ func testKeysDoNotLeak(t *testing.T, e *env) {
 		b.Counts = append(b.Counts,
 			count(k, time.Minute, start, int64(i+1), int64(10*i)),
 			count(k, time.Minute, start.Add(time.Minute), int64(i+100), 0))
-		b.Totals = append(b.Totals, total(k, int64(i+7), int64(i)))
+		b.Marks = append(b.Marks, rollup.Mark{Key: k, Step: 5 * time.Minute, Start: rollup.Align(start, 5*time.Minute), At: b.At, ID: uint64(i)})
 	}
 	write(t, e.s, b)
 	for i, n := range names {
 		k := e.key(n)
 		checkPoints(t, e.s, k, time.Minute, start.Add(-time.Hour), start.Add(time.Hour),
 			[]analytics.Point{point(start, int64(i+1), int64(10*i)), point(start.Add(time.Minute), int64(i+100), 0)})
-		checkTotal(t, e.s, k, analytics.Visits{Human: int64(i + 7), Bot: int64(i)})
+		ms, err := e.s.Marks(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != 1 || ms[0].Key != k || ms[0].ID != uint64(i) {
+			t.Errorf("Marks(%q) = %+v, want its one mark", k, ms)
+		}
 	}
 	checkPoints(t, e.s, e.key("b"), time.Minute, start.Add(-time.Hour), start.Add(time.Hour), nil)
 }
@@ -357,11 +369,13 @@ func testEmptyBuckets(t *testing.T, e *env) {
 
 func testUnknownKey(t *testing.T, e *env) {
 	k := e.key("never-written")
-	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(e.key("other"), rollup.Day, e.base(), 1, 1)}, Totals: []analytics.Total{total(e.key("other"), 1, 1)}})
+	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(e.key("other"), rollup.Day, e.base(), 1, 1)}})
 	for _, tr := range rollup.DefaultTiers() {
 		checkPoints(t, e.s, k, tr.Step, e.base().Add(-30*rollup.Day), e.base().Add(rollup.Day), nil)
 	}
-	checkTotal(t, e.s, k, analytics.Visits{})
+	if ms, err := e.s.Marks(context.Background(), k); err != nil || len(ms) != 0 {
+		t.Errorf("Marks of an unknown key = %v, %v; want none", ms, err)
+	}
 }
 
 func testBatchesAddUp(t *testing.T, e *env) {
@@ -371,12 +385,10 @@ func testBatchesAddUp(t *testing.T, e *env) {
 	for range 10 {
 		write(t, e.s, analytics.Batch{At: e.at(),
 			Counts: []analytics.Count{count(k, time.Minute, minute, 1, 2), count(k, rollup.Day, day, 3, 4)},
-			Totals: []analytics.Total{total(k, 3, 4)},
 		})
 	}
 	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 10, 20)})
 	checkPoints(t, e.s, k, rollup.Day, day, day.Add(rollup.Day), []analytics.Point{point(day, 30, 40)})
-	checkTotal(t, e.s, k, analytics.Visits{Human: 30, Bot: 40})
 }
 
 // testFailedWriteResent follows the flusher: a Write fails (its context is
@@ -386,11 +398,10 @@ func testFailedWriteResent(t *testing.T, e *env) {
 	k := e.key("a")
 	minute := rollup.Align(e.base(), time.Minute).Add(-2 * time.Minute)
 	hour := rollup.Align(e.base(), time.Hour)
-	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}, Totals: []analytics.Total{total(k, 1, 0)}})
+	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}})
 
 	failed := analytics.Batch{At: e.at(),
 		Counts: []analytics.Count{count(k, time.Minute, minute, 2, 1), count(k, time.Hour, hour, 2, 1)},
-		Totals: []analytics.Total{total(k, 2, 1)},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -400,13 +411,11 @@ func testFailedWriteResent(t *testing.T, e *env) {
 	resent := analytics.Batch{At: e.at(),
 		Counts: []analytics.Count{count(k, time.Minute, minute, 2+5, 1), count(k, time.Hour, hour, 2+5, 1),
 			count(k, time.Minute, minute.Add(time.Minute), 5, 0)},
-		Totals: []analytics.Total{total(k, 2+5+5, 1)},
 	}
 	write(t, e.s, resent)
 	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(2*time.Minute),
 		[]analytics.Point{point(minute, 1+7, 1), point(minute.Add(time.Minute), 5, 0)})
 	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 7, 1)})
-	checkTotal(t, e.s, k, analytics.Visits{Human: 1 + 12, Bot: 1})
 }
 
 func testContextCanceled(t *testing.T, e *env) {
@@ -414,18 +423,29 @@ func testContextCanceled(t *testing.T, e *env) {
 	day := e.base()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := e.s.Write(ctx, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, rollup.Day, day, 1, 1)}, Totals: []analytics.Total{total(k, 1, 1)}})
+	err := e.s.Write(ctx, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, rollup.Day, day, 1, 1)}})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Write with a canceled context: %v, want context.Canceled", err)
 	}
 	if _, err := e.s.Points(ctx, k, rollup.Day, day, day.Add(rollup.Day)); !errors.Is(err, context.Canceled) {
 		t.Errorf("Points with a canceled context: %v, want context.Canceled", err)
 	}
-	if _, err := e.s.Total(ctx, k); !errors.Is(err, context.Canceled) {
-		t.Errorf("Total with a canceled context: %v, want context.Canceled", err)
+	if _, err := e.s.Marks(ctx, k); !errors.Is(err, context.Canceled) {
+		t.Errorf("Marks with a canceled context: %v, want context.Canceled", err)
+	}
+	if _, err := e.s.Progress(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Progress with a canceled context: %v, want context.Canceled", err)
+	}
+	if _, err := e.s.Active(ctx, 5*time.Minute, day, "", 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("Active with a canceled context: %v, want context.Canceled", err)
+	}
+	if err := e.s.Apply(ctx, rollup.Update{Rows: []rollup.Row{{Key: k, Step: rollup.Day, Start: day, Visits: analytics.Visits{Human: 1}}}}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Apply with a canceled context: %v, want context.Canceled", err)
+	}
+	if err := e.s.Advance(ctx, rollup.Day, day); !errors.Is(err, context.Canceled) {
+		t.Errorf("Advance with a canceled context: %v, want context.Canceled", err)
 	}
 	checkPoints(t, e.s, k, rollup.Day, day, day.Add(rollup.Day), nil)
-	checkTotal(t, e.s, k, analytics.Visits{})
 }
 
 func testWeeks(t *testing.T, e *env) {
@@ -493,7 +513,7 @@ func testReadWhileWriting(t *testing.T, e *env) {
 	go func() {
 		for range n {
 			err := e.s.Write(context.Background(), analytics.Batch{At: e.at(),
-				Counts: []analytics.Count{count(k, time.Hour, hour, 1, 0)}, Totals: []analytics.Total{total(k, 1, 0)}})
+				Counts: []analytics.Count{count(k, time.Hour, hour, 1, 0)}})
 			if err != nil {
 				done <- err
 				return
@@ -511,20 +531,13 @@ func testReadWhileWriting(t *testing.T, e *env) {
 			finished = true
 		default:
 		}
-		v, err := e.s.Total(context.Background(), k)
-		if err != nil {
-			t.Fatalf("Total: %v", err)
-		}
+		v := sum(t, e.s, k, time.Hour, hour, hour.Add(time.Hour))
 		if v.Human < last || v.Human > n {
-			t.Fatalf("Total went from %d to %d visits while %d were written", last, v.Human, n)
+			t.Fatalf("the bucket went from %d to %d visits while %d were written", last, v.Human, n)
 		}
 		last = v.Human
-		if _, err := e.s.Points(context.Background(), k, time.Hour, hour, hour.Add(time.Hour)); err != nil {
-			t.Fatalf("Points: %v", err)
-		}
 	}
 	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, n, 0)})
-	checkTotal(t, e.s, k, analytics.Visits{Human: n})
 }
 
 // testConcurrentWriters writes through two stores on the same data at once,
@@ -546,8 +559,7 @@ func testConcurrentWriters(t *testing.T, e *env) {
 			defer wg.Done()
 			for range n {
 				err := s.Write(context.Background(), analytics.Batch{At: e.at(),
-					Counts: []analytics.Count{count(k, time.Minute, minute, 1, int64(i)), count(k, rollup.Day, day, 1, int64(i))},
-					Totals: []analytics.Total{total(k, 1, int64(i))}})
+					Counts: []analytics.Count{count(k, time.Minute, minute, 1, int64(i)), count(k, rollup.Day, day, 1, int64(i))}})
 				if err != nil {
 					errs <- fmt.Errorf("store %d: %w", i, err)
 					return
@@ -564,7 +576,6 @@ func testConcurrentWriters(t *testing.T, e *env) {
 		t.Logf("reading through store %d", i)
 		checkPoints(t, s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 2*n, n)})
 		checkPoints(t, s, k, rollup.Day, day, day.Add(rollup.Day), []analytics.Point{point(day, 2*n, n)})
-		checkTotal(t, s, k, analytics.Visits{Human: 2 * n, Bot: n})
 	}
 }
 
@@ -578,18 +589,15 @@ func testDurability(t *testing.T, e *env) {
 	week := rollup.Align(e.base(), rollup.Week)
 	batch := func(h int64) analytics.Batch {
 		return analytics.Batch{At: e.at(),
-			Counts: []analytics.Count{count(k, time.Minute, minute, h, 1), count(k, rollup.Week, week, h, 1)},
-			Totals: []analytics.Total{total(k, h, 1)}}
+			Counts: []analytics.Count{count(k, time.Minute, minute, h, 1), count(k, rollup.Week, week, h, 1)}}
 	}
 	write(t, e.s, batch(3))
 	e.s = e.h.Reopen()
 	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 3, 1)})
-	checkTotal(t, e.s, k, analytics.Visits{Human: 3, Bot: 1})
 	write(t, e.s, batch(4))
 	e.s = e.h.Reopen()
 	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(time.Minute), []analytics.Point{point(minute, 7, 2)})
 	checkPoints(t, e.s, k, rollup.Week, week, week.Add(rollup.Week), []analytics.Point{point(week, 7, 2)})
-	checkTotal(t, e.s, k, analytics.Visits{Human: 7, Bot: 2})
 }
 
 // testLargeBatch writes 100,000 counts (10,000 under -short) in one batch:
@@ -606,9 +614,9 @@ func testLargeBatch(t *testing.T, e *env) {
 		for j, tr := range tiers {
 			b.Counts = append(b.Counts, count(k, tr.Step, rollup.Align(e.base(), tr.Step), int64(i+j+1), int64(i%5)))
 		}
-		b.Totals = append(b.Totals, total(k, int64(i), int64(i%5)))
+		b.Active = append(b.Active, rollup.Active{Step: 5 * time.Minute, Period: rollup.Align(e.base(), time.Hour), Key: k})
 	}
-	t.Logf("writing %d counts and %d totals in one batch", len(b.Counts), len(b.Totals))
+	t.Logf("writing %d counts and %d Active entries in one batch", len(b.Counts), len(b.Active))
 	write(t, e.s, b)
 	for _, i := range []int{0, 1, links / 3, links / 2, links - 1} {
 		k := e.key(fmt.Sprint(i))
@@ -616,13 +624,16 @@ func testLargeBatch(t *testing.T, e *env) {
 			s := rollup.Align(e.base(), tr.Step)
 			checkPoints(t, e.s, k, tr.Step, s, s.Add(tr.Step), []analytics.Point{point(s, int64(i+j+1), int64(i%5))})
 		}
-		checkTotal(t, e.s, k, analytics.Visits{Human: int64(i), Bot: int64(i % 5)})
+	}
+	keys, err := e.s.Active(context.Background(), 5*time.Minute, rollup.Align(e.base(), time.Hour), "", 2*links)
+	if err != nil || len(keys) != links {
+		t.Errorf("Active listed %d keys, %v; want %d", len(keys), err, links)
 	}
 }
 
 // testExpiry moves the clock past each tier's retention in turn: that tier
 // loses its old buckets and keeps those still within retention, coarser
-// tiers keep theirs, and totals are never expired.
+// tiers keep theirs, and the all-time tier is never expired.
 func testExpiry(t *testing.T, e *env) {
 	if e.h.Expire == nil {
 		t.Skip("the backend expires by itself (Harness.Expire is nil)")
@@ -631,7 +642,12 @@ func testExpiry(t *testing.T, e *env) {
 	tiers := rollup.DefaultTiers()
 	old := make([]time.Time, len(tiers))   // three hours back
 	young := make([]time.Time, len(tiers)) // one step short of the retention ahead
-	b := analytics.Batch{At: e.at(), Totals: []analytics.Total{total(k, 9, 9)}}
+	total, err := rollup.TotalTier(tiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allTime := rollup.Align(e.now.Add(-3*time.Hour), total.Step)
+	b := analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, total.Step, allTime, 9, 9)}}
 	for i, tr := range tiers {
 		old[i] = rollup.Align(e.now.Add(-3*time.Hour), tr.Step)
 		young[i] = rollup.Align(e.now.Add(tr.Retention-tr.Step), tr.Step)
@@ -655,7 +671,7 @@ func testExpiry(t *testing.T, e *env) {
 			t.Logf("%s: tier %v", when, tr)
 			checkPoints(t, e.s, k, tr.Step, old[i], young[i].Add(tr.Step), want)
 		}
-		checkTotal(t, e.s, k, analytics.Visits{Human: 9, Bot: 9})
+		checkPoints(t, e.s, k, total.Step, allTime, allTime.Add(total.Step), []analytics.Point{point(allTime, 9, 9)})
 	}
 	if err := e.h.Expire(e.now); err != nil {
 		t.Fatalf("Expire(now): %v", err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
+
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/rollup"
 )
@@ -15,18 +17,24 @@ import (
 type nopBackend struct{}
 
 func (nopBackend) writePoint(context.Context, pointRow) error { return nil }
-func (nopBackend) writeTotal(context.Context, totalRow) error { return nil }
 func (nopBackend) readPoints(context.Context, string, string, time.Time, time.Time, time.Time) ([]analytics.Point, error) {
 	return nil, nil
 }
-func (nopBackend) readTotals(context.Context, string, bool) (totals, error) {
-	return totals{}, nil
+func (nopBackend) writeActive(context.Context, activeRow) error { return nil }
+func (nopBackend) readActive(context.Context, int, time.Time, int, string, int) ([]string, error) {
+	return nil, nil
 }
-func (nopBackend) fold(context.Context, foldOp) (bool, error) { return true, nil }
-func (nopBackend) close()                                     {}
+func (nopBackend) writeMark(context.Context, markRow) error                 { return nil }
+func (nopBackend) deleteMark(context.Context, markRow) error                { return nil }
+func (nopBackend) readMarks(context.Context, string) ([]rollup.Mark, error) { return nil, nil }
+func (nopBackend) writeProgress(context.Context, int, time.Time) error      { return nil }
+func (nopBackend) readProgress(context.Context) (rollup.Progress, error)    { return nil, nil }
+func (nopBackend) lease(context.Context, gocql.UUID, int) (bool, error)     { return true, nil }
+func (nopBackend) close()                                                   {}
 
-// BenchmarkWrite writes flushes of 1,000 links in every tier, 10 s apart;
-// rows/s is statements handed to gocql per second of the store's CPU.
+// BenchmarkWrite writes flushes of 100 or 1,000 links, 10 s apart, each a
+// count of the minute and an Active entry (as the first flush of an hour
+// has); rows/s is statements handed to gocql per second of the store's CPU.
 func BenchmarkWrite(b *testing.B) {
 	for _, links := range []int{100, 1000} {
 		b.Run(fmt.Sprint(links, "links"), func(b *testing.B) {
@@ -46,15 +54,13 @@ func BenchmarkWrite(b *testing.B) {
 				at = at.Add(10 * time.Second)
 				batch := analytics.Batch{At: at}
 				for _, k := range keys {
-					for _, tr := range rollup.DefaultTiers() {
-						batch.Counts = append(batch.Counts, analytics.Count{Key: k, Step: tr.Step, Start: rollup.Align(at, tr.Step), Visits: analytics.Visits{Human: 1}})
-					}
-					batch.Totals = append(batch.Totals, analytics.Total{Key: k, Visits: analytics.Visits{Human: 1}})
+					batch.Counts = append(batch.Counts, analytics.Count{Key: k, Step: time.Minute, Start: rollup.Align(at, time.Minute), Visits: analytics.Visits{Human: 1}})
+					batch.Active = append(batch.Active, rollup.Active{Step: 5 * time.Minute, Period: rollup.Align(at, time.Hour), Key: k})
 				}
 				if err := s.Write(context.Background(), batch); err != nil {
 					b.Fatal(err)
 				}
-				rows += len(batch.Counts) + len(batch.Totals)
+				rows += len(batch.Counts) + len(batch.Active)
 			}
 			b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
 		})

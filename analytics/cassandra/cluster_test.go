@@ -3,12 +3,15 @@ package cassandra_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
@@ -18,7 +21,9 @@ import (
 
 // The tests in this file need a real cluster: CASSANDRA_HOSTS lists its
 // contact points ("127.0.0.1:9042"; docker compose up -d cassandra). They
-// write into the keyspace linkgate_test, under keys of their own.
+// write into the keyspace linkgate_test, under keys of their own, except
+// the conformance suite, which gives each subtest a keyspace of its own
+// (the rollup's progress and lease are per keyspace) and drops it after.
 
 const testKeyspace = "linkgate_test"
 
@@ -44,8 +49,13 @@ func config(hosts []string) analytics.Cassandra {
 // open opens a store on the cluster and waits until it is connected (the
 // schema created), failing the test after a minute.
 func open(t *testing.T, hosts []string) *cassandra.Store {
+	return openIn(t, config(hosts), rollup.DefaultTiers())
+}
+
+// openIn opens a store with cfg and tiers and waits until it is connected.
+func openIn(t *testing.T, cfg analytics.Cassandra, tiers []rollup.Tier) *cassandra.Store {
 	t.Helper()
-	s, err := cassandra.Open(context.Background(), config(hosts), rollup.DefaultTiers(), nil)
+	s, err := cassandra.Open(context.Background(), cfg, tiers, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +75,14 @@ func open(t *testing.T, hosts []string) *cassandra.Store {
 // reopening is a restart (a new writer id, the rows of the old one kept).
 func TestConformance(t *testing.T) {
 	hs := hosts(t)
+	run := time.Now().UnixNano()
+	n := 0
 	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+		n++
+		cfg := config(hs)
+		cfg.Keyspace = fmt.Sprintf("linkgate_test_%x_%d", run%(1<<32), n)
+		t.Cleanup(func() { dropKeyspace(t, hs, cfg.Keyspace) })
+		open := func(*testing.T, []string) *cassandra.Store { return openIn(t, cfg, tiers) }
 		var mu sync.Mutex
 		var stores []*cassandra.Store
 		track := func(s *cassandra.Store) *cassandra.Store {
@@ -92,9 +109,24 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestTwoWritersAndRestart writes through two stores, closes one (folding
-// its totals rows) and crashes the other in effect (its rows stay), then
-// reads through a third: everything adds up.
+// dropKeyspace drops a keyspace a test created.
+func dropKeyspace(t *testing.T, hosts []string, ks string) {
+	c := gocql.NewCluster(hosts...)
+	c.Timeout = 30 * time.Second
+	sess, err := c.CreateSession()
+	if err != nil {
+		t.Logf("drop keyspace %s: %v", ks, err)
+		return
+	}
+	defer sess.Close()
+	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
+		t.Logf("drop keyspace %s: %v", ks, err)
+	}
+}
+
+// TestTwoWritersAndRestart writes through two stores, closes one and
+// crashes the other in effect (its rows stay), then reads through a third:
+// everything adds up.
 func TestTwoWritersAndRestart(t *testing.T) {
 	hs := hosts(t)
 	a, b := open(t, hs), open(t, hs)
@@ -106,8 +138,7 @@ func TestTwoWritersAndRestart(t *testing.T) {
 		for j, s := range []*cassandra.Store{a, b} {
 			err := s.Write(context.Background(), analytics.Batch{
 				At:     at.Add(time.Duration(2*i+j) * time.Millisecond),
-				Counts: []analytics.Count{{Key: key, Step: time.Hour, Start: hour, Visits: analytics.Visits{Human: 1, Bot: int64(j)}}},
-				Totals: []analytics.Total{{Key: key, Visits: analytics.Visits{Human: 1, Bot: int64(j)}}},
+				Counts: []analytics.Count{{Key: key, Step: time.Minute, Start: hour, Visits: analytics.Visits{Human: 1, Bot: int64(j)}}},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -117,14 +148,14 @@ func TestTwoWritersAndRestart(t *testing.T) {
 	a.Close()
 	c := open(t, hs)
 	defer c.Close()
-	ps, err := c.Points(context.Background(), key, time.Hour, hour, hour.Add(time.Hour))
+	ps, err := c.Points(context.Background(), key, time.Minute, hour, hour.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (analytics.Visits{Human: 20, Bot: 10}); len(ps) != 1 || ps[0].Visits != want {
 		t.Errorf("Points = %v, want one point of %+v", ps, want)
 	}
-	if v, err := c.Total(context.Background(), key); err != nil || v != (analytics.Visits{Human: 20, Bot: 10}) {
+	if v, err := analytics.NewReader(c, rollup.DefaultTiers()).Total(context.Background(), key); err != nil || v != (analytics.Visits{Human: 20, Bot: 10}) {
 		t.Errorf("Total = %+v, %v; want {20 10}", v, err)
 	}
 }
@@ -149,14 +180,17 @@ func TestNotConnected(t *testing.T) {
 		t.Errorf("Open took %v without a cluster", d)
 	}
 	ctx := context.Background()
-	if err := s.Write(ctx, analytics.Batch{At: time.Now(), Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}}); !errors.Is(err, cassandra.ErrNotConnected) {
+	if err := s.Write(ctx, analytics.Batch{At: time.Now(), Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: rollup.Align(time.Now(), time.Minute), Visits: analytics.Visits{Human: 1}}}}); !errors.Is(err, cassandra.ErrNotConnected) {
 		t.Errorf("Write = %v, want ErrNotConnected", err)
 	}
 	if _, err := s.Points(ctx, "k", time.Hour, time.Now().Add(-time.Hour), time.Now()); !errors.Is(err, cassandra.ErrNotConnected) {
 		t.Errorf("Points = %v, want ErrNotConnected", err)
 	}
-	if _, err := s.Total(ctx, "k"); !errors.Is(err, cassandra.ErrNotConnected) {
-		t.Errorf("Total = %v, want ErrNotConnected", err)
+	if _, err := s.Marks(ctx, "k"); !errors.Is(err, cassandra.ErrNotConnected) {
+		t.Errorf("Marks = %v, want ErrNotConnected", err)
+	}
+	if _, err := s.Lease(ctx, time.Minute); !errors.Is(err, cassandra.ErrNotConnected) {
+		t.Errorf("Lease = %v, want ErrNotConnected", err)
 	}
 	if err := s.Ready(); !errors.Is(err, cassandra.ErrNotConnected) {
 		t.Errorf("Ready = %v, want ErrNotConnected", err)

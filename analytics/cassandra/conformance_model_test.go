@@ -12,8 +12,9 @@ import (
 // TestConformanceOnModel runs the conformance suite on the Store's own
 // logic over the model of the cluster (fakeDB), without faults: it checks
 // the Store, not Cassandra. TestConformance runs it on a real cluster.
-// Expire moves the model's clock (and the stores' clock, which clamps read
-// ranges) forward, so the Expiry subtest checks the TTLs the Store sets.
+// The model's clock follows the wall clock, and Expire moves it (and the
+// stores' clock, which clamps read ranges) forward, so the Expiry subtest
+// checks the TTLs the Store sets, and a lease expires as on a cluster.
 func TestConformanceOnModel(t *testing.T) {
 	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
 		var mu sync.Mutex
@@ -24,9 +25,13 @@ func TestConformanceOnModel(t *testing.T) {
 			return time.Now().Add(ahead)
 		}
 		db := newFakeDB(time.Now())
+		db.follow = now
 		open := func() *Store {
-			var unused time.Time
-			s := onFake(t, db, &unused)
+			s, err := newStore(tiers, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.be, s.connErr = db, nil
 			s.now = now
 			t.Cleanup(func() { s.Close() })
 			return s
@@ -44,7 +49,6 @@ func TestConformanceOnModel(t *testing.T) {
 				mu.Lock()
 				ahead = max(ahead, time.Until(at))
 				mu.Unlock()
-				db.setNow(at)
 				return nil
 			},
 		}

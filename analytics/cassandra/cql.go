@@ -11,23 +11,37 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// backend is the few operations the Store does on the cluster. cqlBackend
-// does them with gocql; the unit tests use a model of their semantics that
-// can fail and delay them.
+// backend is the few operations the Store does on the cluster, one
+// statement each. cqlBackend does them with gocql; the unit tests use a
+// model of their semantics that can fail and delay them.
 type backend interface {
-	// writePoint overwrites one bucket row, with r.ttl and r.ts.
+	// writePoint overwrites one bucket row, with r.ttl (0: none) and r.ts.
 	writePoint(ctx context.Context, r pointRow) error
-	// writeTotal overwrites one writer's totals row, with r.ts.
-	writeTotal(ctx context.Context, r totalRow) error
 	// readPoints returns the rows of one partition of a tier table whose
 	// start is in [from, to), one per (start, writer), in start order.
 	readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error)
-	// readTotals returns key's totals partition, at SERIAL consistency when
-	// serial is set (to see the outcome of lightweight transactions).
-	readTotals(ctx context.Context, key string, serial bool) (totals, error)
-	// fold runs the conditional batch that moves a writer's row into the
-	// base, and reports whether it was applied.
-	fold(ctx context.Context, f foldOp) (bool, error)
+	// writeActive stores one rollup.Active entry, with r.ttl.
+	writeActive(ctx context.Context, r activeRow) error
+	// readActive returns up to limit keys of one partition of the active
+	// table after the key after, in key order.
+	readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error)
+	// writeMark stores one mark, with r.ttl and the write timestamp
+	// r.at (µs).
+	writeMark(ctx context.Context, r markRow) error
+	// deleteMark deletes one mark with the write timestamp r.at: the
+	// same as its write's, which a tombstone wins, whatever the clocks.
+	deleteMark(ctx context.Context, r markRow) error
+	// readMarks returns key's marks.
+	readMarks(ctx context.Context, key string) ([]rollup.Mark, error)
+	// writeProgress records a queue's progress with the write timestamp
+	// done (µs): a later done wins whatever order the writes land in.
+	writeProgress(ctx context.Context, step int, done time.Time) error
+	// readProgress returns every queue's progress.
+	readProgress(ctx context.Context) (rollup.Progress, error)
+	// lease takes the rollup lease for holder, or renews it when holder
+	// holds it, for ttl seconds, and reports whether holder holds it:
+	// lightweight transactions.
+	lease(ctx context.Context, holder gocql.UUID, ttl int) (bool, error)
 	close()
 }
 
@@ -37,47 +51,47 @@ type pointRow struct {
 	bucket, start time.Time
 	writer        gocql.UUID
 	v             analytics.Visits
-	ttl           int   // seconds
+	ttl           int   // seconds; 0: none (the all-time tier)
 	ts            int64 // write timestamp, µs
 }
 
-type totalRow struct {
+type activeRow struct {
+	step   int // seconds; 0 for the marks queue
+	period time.Time
+	shard  int
 	key    string
-	writer gocql.UUID
-	v      analytics.Visits
-	ts     int64 // write timestamp: the Store's sequence number, not a time
+	ttl    int
 }
 
-// totals is one key's partition of the totals table.
-type totals struct {
-	base    analytics.Visits
-	version int64 // base_version; 0 when no row was ever folded
-	rows    map[gocql.UUID]analytics.Visits
+type markRow struct {
+	key   string
+	step  int // seconds
+	start time.Time
+	id    int64
+	at    int64 // µs: the write timestamp of the mark, and of its deletion
+	ttl   int
 }
 
-// foldOp moves row (of writer) into the base: the base becomes base and
-// base_version version+1, if base_version is still version and the row
-// still holds row.
-type foldOp struct {
-	key       string
-	writer    gocql.UUID
-	row, base analytics.Visits
-	version   int64
-}
+// leaseName is the one row of the lease table.
+const leaseName = "rollup"
 
 // The statements, with the keyspace and table filled in once at connection
 // (fmt verbs), bind markers for everything else, so that gocql prepares each
 // once per connection.
 const (
-	insertPointCQL  = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectPointsCQL = `SELECT start, human, bot FROM %s.%s WHERE short_key = ? AND bucket = ? AND start >= ? AND start < ?`
-	insertTotalCQL  = `INSERT INTO %s.totals (short_key, writer, human, bot) VALUES (?, ?, ?, ?) USING TIMESTAMP ?`
-	selectTotalsCQL = `SELECT writer, human, bot, base_human, base_bot, base_version FROM %s.totals WHERE short_key = ?`
-	// The fold: a conditional batch on one partition, both statements or
-	// neither. The first fold of a key finds no base_version (null).
-	foldBaseCQL      = `UPDATE %s.totals SET base_human = ?, base_bot = ?, base_version = ? WHERE short_key = ? IF base_version = ?`
-	foldFirstBaseCQL = `UPDATE %s.totals SET base_human = ?, base_bot = ?, base_version = ? WHERE short_key = ? IF base_version = null`
-	foldRowCQL       = `DELETE FROM %s.totals WHERE short_key = ? AND writer = ? IF human = ? AND bot = ?`
+	insertPointCQL    = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectPointsCQL   = `SELECT start, human, bot FROM %s.%s WHERE short_key = ? AND bucket = ? AND start >= ? AND start < ?`
+	insertActiveCQL   = `INSERT INTO %s.rollup_active (step, period, shard, short_key) VALUES (?, ?, ?, ?) USING TTL ?`
+	selectActiveCQL   = `SELECT short_key FROM %s.rollup_active WHERE step = ? AND period = ? AND shard = ? AND short_key > ? LIMIT ?`
+	insertMarkCQL     = `INSERT INTO %s.rollup_marks (short_key, step, start, id, at_us) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	deleteMarkCQL     = `DELETE FROM %s.rollup_marks USING TIMESTAMP ? WHERE short_key = ? AND step = ? AND start = ? AND id = ?`
+	selectMarksCQL    = `SELECT step, start, id, at_us FROM %s.rollup_marks WHERE short_key = ?`
+	insertProgressCQL = `INSERT INTO %s.rollup_progress (name, step, done) VALUES ('rollup', ?, ?) USING TIMESTAMP ?`
+	selectProgressCQL = `SELECT step, done FROM %s.rollup_progress WHERE name = 'rollup'`
+	// The lease: taken when nobody holds it, renewed by its holder, both
+	// lightweight transactions; the TTL ends it when the holder stops.
+	takeLeaseCQL  = `INSERT INTO %s.rollup_lease (name, holder) VALUES ('` + leaseName + `', ?) IF NOT EXISTS USING TTL ?`
+	renewLeaseCQL = `UPDATE %s.rollup_lease USING TTL ? SET holder = ? WHERE name = '` + leaseName + `' IF holder = ?`
 )
 
 // cqlBackend is the backend on a gocql session.
@@ -86,24 +100,29 @@ type cqlBackend struct {
 	serial gocql.SerialConsistency
 
 	insertPoint, selectPoints map[string]string // by table
-	insertTotal, selectTotals string
-	foldBase, foldFirst       string
-	foldRow                   string
+	insertActive, selectActive,
+	insertMark, delMark, selectMarks,
+	insertProgress, selectProgress,
+	takeLease, renewLease string
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.SerialConsistency) *cqlBackend {
 	b := &cqlBackend{
 		s: s, serial: serial,
-		insertPoint:  make(map[string]string),
-		selectPoints: make(map[string]string),
-		insertTotal:  fmt.Sprintf(insertTotalCQL, ks),
-		selectTotals: fmt.Sprintf(selectTotalsCQL, ks),
-		foldBase:     fmt.Sprintf(foldBaseCQL, ks),
-		foldFirst:    fmt.Sprintf(foldFirstBaseCQL, ks),
-		foldRow:      fmt.Sprintf(foldRowCQL, ks),
+		insertPoint:    make(map[string]string),
+		selectPoints:   make(map[string]string),
+		insertActive:   fmt.Sprintf(insertActiveCQL, ks),
+		selectActive:   fmt.Sprintf(selectActiveCQL, ks),
+		insertMark:     fmt.Sprintf(insertMarkCQL, ks),
+		delMark:        fmt.Sprintf(deleteMarkCQL, ks),
+		selectMarks:    fmt.Sprintf(selectMarksCQL, ks),
+		insertProgress: fmt.Sprintf(insertProgressCQL, ks),
+		selectProgress: fmt.Sprintf(selectProgressCQL, ks),
+		takeLease:      fmt.Sprintf(takeLeaseCQL, ks),
+		renewLease:     fmt.Sprintf(renewLeaseCQL, ks),
 	}
 	for _, t := range tiers {
-		table := pointsTable(t.Step)
+		table := pointsTable(t)
 		b.insertPoint[table] = fmt.Sprintf(insertPointCQL, ks, table)
 		b.selectPoints[table] = fmt.Sprintf(selectPointsCQL, ks, table)
 	}
@@ -111,16 +130,11 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 }
 
 // Writes are marked idempotent, though gocql v1's retry policy does not
-// look at it (only speculative execution does): overwrites pinned to the
-// flush time are what make every retry safe.
+// look at it (only speculative execution does): overwrites pinned to a
+// timestamp are what make every retry safe.
 
 func (b *cqlBackend) writePoint(ctx context.Context, r pointRow) error {
 	return b.s.Query(b.insertPoint[r.table], r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts).
-		WithContext(ctx).Idempotent(true).Exec()
-}
-
-func (b *cqlBackend) writeTotal(ctx context.Context, r totalRow) error {
-	return b.s.Query(b.insertTotal, r.key, r.writer, r.v.Human, r.v.Bot, r.ts).
 		WithContext(ctx).Idempotent(true).Exec()
 }
 
@@ -138,47 +152,80 @@ func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, 
 	return out, nil
 }
 
-func (b *cqlBackend) readTotals(ctx context.Context, key string, serial bool) (totals, error) {
-	q := b.s.Query(b.selectTotals, key).WithContext(ctx).Idempotent(true)
-	if serial {
-		q = q.Consistency(gocql.Consistency(b.serial))
-	}
-	it := q.Iter()
-	t := totals{rows: make(map[gocql.UUID]analytics.Visits)}
-	var (
-		w    gocql.UUID
-		v    analytics.Visits
-		base analytics.Visits
-		ver  int64
-	)
-	for it.Scan(&w, &v.Human, &v.Bot, &base.Human, &base.Bot, &ver) {
-		t.base, t.version = base, ver
-		if w != (gocql.UUID{}) { // a partition with only the base has one row, writer null
-			t.rows[w] = v
-		}
-	}
-	if err := it.Close(); err != nil {
-		return totals{}, err
-	}
-	return t, nil
+func (b *cqlBackend) writeActive(ctx context.Context, r activeRow) error {
+	return b.s.Query(b.insertActive, r.step, r.period, r.shard, r.key, r.ttl).WithContext(ctx).Idempotent(true).Exec()
 }
 
-func (b *cqlBackend) fold(ctx context.Context, f foldOp) (bool, error) {
-	// Logged, though one partition: Cassandra skips the batchlog for it.
-	bt := b.s.NewBatch(gocql.LoggedBatch).WithContext(ctx).SerialConsistency(b.serial)
-	if f.version == 0 {
-		bt.Query(b.foldFirst, f.base.Human, f.base.Bot, f.version+1, f.key)
-	} else {
-		bt.Query(b.foldBase, f.base.Human, f.base.Bot, f.version+1, f.key, f.version)
+func (b *cqlBackend) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {
+	it := b.s.Query(b.selectActive, step, period, shard, after, limit).WithContext(ctx).Idempotent(true).Iter()
+	var keys []string
+	var k string
+	for it.Scan(&k) {
+		keys = append(keys, k)
 	}
-	bt.Query(b.foldRow, f.key, f.writer, f.row.Human, f.row.Bot)
-	applied, it, err := b.s.MapExecuteBatchCAS(bt, map[string]any{})
-	if it != nil {
-		if cerr := it.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
+	if err := it.Close(); err != nil {
+		return nil, err
 	}
-	return applied, err
+	return keys, nil
+}
+
+func (b *cqlBackend) writeMark(ctx context.Context, r markRow) error {
+	return b.s.Query(b.insertMark, r.key, r.step, r.start, r.id, r.at, r.ttl, r.at).WithContext(ctx).Idempotent(true).Exec()
+}
+
+func (b *cqlBackend) deleteMark(ctx context.Context, r markRow) error {
+	return b.s.Query(b.delMark, r.at, r.key, r.step, r.start, r.id).WithContext(ctx).Idempotent(true).Exec()
+}
+
+func (b *cqlBackend) readMarks(ctx context.Context, key string) ([]rollup.Mark, error) {
+	it := b.s.Query(b.selectMarks, key).WithContext(ctx).Idempotent(true).Iter()
+	var (
+		out   []rollup.Mark
+		step  int
+		start time.Time
+		id    int64
+		at    int64
+	)
+	for it.Scan(&step, &start, &id, &at) {
+		out = append(out, rollup.Mark{Key: key, Step: time.Duration(step) * time.Second, Start: start.UTC(), ID: uint64(id), At: time.UnixMicro(at).UTC()})
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b *cqlBackend) writeProgress(ctx context.Context, step int, done time.Time) error {
+	return b.s.Query(b.insertProgress, step, done, done.UnixMicro()).WithContext(ctx).Idempotent(true).Exec()
+}
+
+func (b *cqlBackend) readProgress(ctx context.Context) (rollup.Progress, error) {
+	it := b.s.Query(b.selectProgress).WithContext(ctx).Idempotent(true).Iter()
+	p := rollup.Progress{}
+	var (
+		step int
+		done time.Time
+	)
+	for it.Scan(&step, &done) {
+		p[time.Duration(step)*time.Second] = done.UTC()
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (b *cqlBackend) lease(ctx context.Context, holder gocql.UUID, ttl int) (bool, error) {
+	cur := map[string]any{}
+	applied, err := b.s.Query(b.takeLease, holder, ttl).WithContext(ctx).SerialConsistency(b.serial).MapScanCAS(cur)
+	if err != nil || applied {
+		return applied, err
+	}
+	if h, ok := cur["holder"].(gocql.UUID); !ok || h != holder {
+		return false, nil // held by another gateway
+	}
+	clear(cur)
+	return b.s.Query(b.renewLease, ttl, holder, holder).WithContext(ctx).SerialConsistency(b.serial).MapScanCAS(cur)
 }
 
 func (b *cqlBackend) close() { b.s.Close() }

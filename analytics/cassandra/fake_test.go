@@ -11,24 +11,32 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
 )
 
 // fakeDB models what the Store relies on from Cassandra: last write wins by
-// write timestamp (a tombstone wins a tie), TTL expiry, single-partition
-// conditional batches applied atomically, and faults that a real cluster
+// write timestamp (a tombstone wins a tie), TTL expiry, lightweight
+// transactions applied atomically, and faults that a real cluster
 // produces but hardly on demand: an error before the write reaches a
 // replica, an error after it was applied (a timeout whose answer was lost),
 // and a write that succeeds and is applied once more later with its old
 // timestamp (a gocql retry of a statement that had in fact been applied,
 // arriving late). It is a model of the semantics, not of the protocol.
 type fakeDB struct {
-	mu     sync.Mutex
-	now    time.Time // the cluster's clock: tombstones and TTL expiry
-	points map[fakePartition]map[fakeRow]fakeCell
-	totals map[string]*fakeTotals
-	late   []func() // duplicates to apply later (applyLate)
+	mu       sync.Mutex
+	now      time.Time // the cluster's clock: tombstones and TTL expiry
+	points   map[fakePartition]map[fakeRow]fakeCell
+	active   map[fakeQueue]map[string]time.Time // key → expiry
+	marks    map[string]map[fakeMarkKey]fakeMark
+	progress map[int]fakeProgress
+	holder   gocql.UUID
+	leaseEnd time.Time
+	late     []func() // duplicates to apply later (applyLate)
 
 	fault func(op string) fault // nil: no faults
+	// follow, when set, is the cluster's clock: now is set from it at
+	// every operation.
+	follow func() time.Time
 
 	partitionsRead int
 }
@@ -59,16 +67,35 @@ type fakeCell struct {
 	dead    bool      // a tombstone
 }
 
-type fakeTotals struct {
-	base    analytics.Visits
-	version int64
-	rows    map[gocql.UUID]fakeCell
+type fakeQueue struct {
+	step   int
+	period int64
+	shard  int
+}
+
+type fakeMarkKey struct {
+	step  int
+	start int64
+	id    int64
+}
+
+type fakeMark struct {
+	at      int64 // at_us, and the write timestamp
+	ts      int64
+	expires time.Time
+	dead    bool
+}
+
+type fakeProgress struct {
+	done time.Time
+	ts   int64
 }
 
 var errFault = errors.New("fake: injected fault (timeout)")
 
 func newFakeDB(now time.Time) *fakeDB {
-	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), totals: make(map[string]*fakeTotals)}
+	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
+		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.
@@ -78,6 +105,7 @@ func (db *fakeDB) do(ctx context.Context, op string, apply func()) error {
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	db.tick()
 	f := ok
 	if db.fault != nil {
 		f = db.fault(op)
@@ -95,6 +123,13 @@ func (db *fakeDB) do(ctx context.Context, op string, apply func()) error {
 		apply()
 	}
 	return nil
+}
+
+// tick moves now to the followed clock. Call it holding mu.
+func (db *fakeDB) tick() {
+	if db.follow != nil {
+		db.now = db.follow()
+	}
 }
 
 // applyLate applies the late duplicates, in random order if shuffle is set.
@@ -124,9 +159,27 @@ func put(c fakeCell, exists bool, n fakeCell) fakeCell {
 	return n
 }
 
+// expiry returns when a cell written now with ttl seconds expires: never
+// (the zero time) for 0.
+func (db *fakeDB) expiry(ttl int) time.Time {
+	if ttl < 0 {
+		panic("fake: negative TTL")
+	}
+	if ttl == 0 {
+		return time.Time{}
+	}
+	return db.now.Add(time.Duration(ttl) * time.Second)
+}
+
+// live says whether a cell that expires at exp is alive now.
+func (db *fakeDB) live(exp time.Time) bool { return exp.IsZero() || db.now.Before(exp) }
+
 func (db *fakeDB) writePoint(ctx context.Context, r pointRow) error {
-	if r.ttl <= 0 || r.ts <= 0 {
-		panic("fake: write without TTL or timestamp")
+	if r.ts <= 0 {
+		panic("fake: write without a timestamp")
+	}
+	if table := pointsTableOf(r.table); table.Expires() != (r.ttl > 0) {
+		panic("fake: a TTL on a table that keeps forever, or none on one that expires: " + r.table)
 	}
 	return db.do(ctx, "point", func() {
 		pk := fakePartition{r.table, r.key, r.bucket.UnixMicro()}
@@ -135,25 +188,146 @@ func (db *fakeDB) writePoint(ctx context.Context, r pointRow) error {
 		}
 		k := fakeRow{r.start.UnixMicro(), r.writer}
 		c, exists := db.points[pk][k]
-		db.points[pk][k] = put(c, exists, fakeCell{v: r.v, ts: r.ts, expires: db.now.Add(time.Duration(r.ttl) * time.Second)})
+		db.points[pk][k] = put(c, exists, fakeCell{v: r.v, ts: r.ts, expires: db.expiry(r.ttl)})
 	})
 }
 
-func (db *fakeDB) partition(key string) *fakeTotals {
-	p := db.totals[key]
-	if p == nil {
-		p = &fakeTotals{rows: make(map[gocql.UUID]fakeCell)}
-		db.totals[key] = p
+func (db *fakeDB) writeActive(ctx context.Context, r activeRow) error {
+	if r.ttl <= 0 {
+		panic("fake: an Active entry without TTL")
 	}
-	return p
+	return db.do(ctx, "active", func() {
+		q := fakeQueue{r.step, r.period.UnixMicro(), r.shard}
+		if shardOf(r.key) != r.shard {
+			panic("fake: an Active entry in the wrong shard")
+		}
+		if db.active[q] == nil {
+			db.active[q] = map[string]time.Time{}
+		}
+		db.active[q][r.key] = db.expiry(r.ttl)
+	})
 }
 
-func (db *fakeDB) writeTotal(ctx context.Context, r totalRow) error {
-	return db.do(ctx, "total", func() {
-		p := db.partition(r.key)
-		c, exists := p.rows[r.writer]
-		p.rows[r.writer] = put(c, exists, fakeCell{v: r.v, ts: r.ts})
+func (db *fakeDB) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var keys []string
+	for k, exp := range db.active[fakeQueue{step, period.UnixMicro(), shard}] {
+		if k > after && db.live(exp) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys[:min(limit, len(keys))], nil
+}
+
+func (db *fakeDB) writeMark(ctx context.Context, r markRow) error {
+	if r.ttl <= 0 || r.at <= 0 {
+		panic("fake: a mark without TTL or timestamp")
+	}
+	return db.do(ctx, "mark", func() {
+		if db.marks[r.key] == nil {
+			db.marks[r.key] = map[fakeMarkKey]fakeMark{}
+		}
+		k := fakeMarkKey{r.step, r.start.UnixMicro(), r.id}
+		old, exists := db.marks[r.key][k]
+		if exists && (old.ts > r.at || old.ts == r.at && old.dead) {
+			return
+		}
+		db.marks[r.key][k] = fakeMark{at: r.at, ts: r.at, expires: db.expiry(r.ttl)}
 	})
+}
+
+func (db *fakeDB) deleteMark(ctx context.Context, r markRow) error {
+	return db.do(ctx, "unmark", func() {
+		if db.marks[r.key] == nil {
+			db.marks[r.key] = map[fakeMarkKey]fakeMark{}
+		}
+		k := fakeMarkKey{r.step, r.start.UnixMicro(), r.id}
+		if old, exists := db.marks[r.key][k]; exists && old.ts > r.at {
+			return // a later write: the tombstone is older
+		}
+		db.marks[r.key][k] = fakeMark{ts: r.at, dead: true}
+	})
+}
+
+func (db *fakeDB) readMarks(ctx context.Context, key string) ([]rollup.Mark, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []rollup.Mark
+	for k, m := range db.marks[key] {
+		if !m.dead && db.live(m.expires) {
+			out = append(out, rollup.Mark{Key: key, Step: time.Duration(k.step) * time.Second, Start: time.UnixMicro(k.start).UTC(),
+				ID: uint64(k.id), At: time.UnixMicro(m.at).UTC()})
+		}
+	}
+	return out, nil
+}
+
+func (db *fakeDB) writeProgress(ctx context.Context, step int, done time.Time) error {
+	return db.do(ctx, "progress", func() {
+		ts := done.UnixMicro()
+		if old, ok := db.progress[step]; !ok || ts >= old.ts {
+			db.progress[step] = fakeProgress{done: done.UTC(), ts: ts}
+		}
+	})
+}
+
+func (db *fakeDB) readProgress(ctx context.Context) (rollup.Progress, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	p := rollup.Progress{}
+	for step, v := range db.progress {
+		p[time.Duration(step)*time.Second] = v.done
+	}
+	return p, nil
+}
+
+func (db *fakeDB) lease(ctx context.Context, holder gocql.UUID, ttl int) (bool, error) {
+	var held bool
+	err := db.do(ctx, "lease", func() {
+		if db.holder == holder || db.holder == (gocql.UUID{}) || !db.now.Before(db.leaseEnd) {
+			db.holder, db.leaseEnd = holder, db.now.Add(time.Duration(ttl)*time.Second)
+			held = true
+		}
+	})
+	return held, err
+}
+
+// pointsTableOf returns the tier of a points table of the default tiers.
+func pointsTableOf(table string) rollup.Tier {
+	tiers := rollup.DefaultTiers()
+	total, _ := rollup.TotalTier(tiers)
+	for _, t := range append(tiers, total) {
+		if pointsTable(t) == table {
+			return t
+		}
+	}
+	for _, t := range exactTiersForModel {
+		if pointsTable(t) == table {
+			return t
+		}
+	}
+	panic("fake: unknown table " + table)
+}
+
+// exactTiersForModel are the conformance suite's RollupExact tiers, whose
+// tables the model also serves.
+var exactTiersForModel = []rollup.Tier{
+	{Step: time.Minute, Retention: rollup.Day}, {Step: 5 * time.Minute, Retention: 2 * rollup.Day},
+	{Step: time.Hour, Retention: 4 * rollup.Day}, {Step: 6 * time.Hour, Retention: 8 * rollup.Day},
+	{Step: rollup.Day, Retention: rollup.Forever},
 }
 
 func (db *fakeDB) readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error) {
@@ -162,6 +336,7 @@ func (db *fakeDB) readPoints(ctx context.Context, table, key string, bucket, fro
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	db.tick()
 	db.partitionsRead++
 	type row struct {
 		start  int64
@@ -170,10 +345,10 @@ func (db *fakeDB) readPoints(ctx context.Context, table, key string, bucket, fro
 	}
 	var rows []row
 	for k, c := range db.points[fakePartition{table, key, bucket.UnixMicro()}] {
-		if c.dead || !db.now.Before(c.expires) || k.start < from.UnixMicro() || k.start >= to.UnixMicro() {
+		if c.dead || !db.live(c.expires) || k.start < from.UnixMicro() || k.start >= to.UnixMicro() {
 			continue
 		}
-		if got := partitionOf(time.UnixMicro(k.start), bucketSpanOf(table)).UnixMicro(); got != bucket.UnixMicro() {
+		if got := tierPartition(pointsTableOf(table), time.UnixMicro(k.start)).UnixMicro(); got != bucket.UnixMicro() {
 			panic("fake: row written to the wrong partition")
 		}
 		rows = append(rows, row{k.start, k.writer, c.v})
@@ -188,67 +363,4 @@ func (db *fakeDB) readPoints(ctx context.Context, table, key string, bucket, fro
 	return out, nil
 }
 
-// bucketSpanOf returns the partition span of a points table of the default
-// tiers.
-func bucketSpanOf(table string) time.Duration {
-	for _, step := range []time.Duration{time.Minute, 5 * time.Minute, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour} {
-		if pointsTable(step) == table {
-			return partitionSpan(step)
-		}
-	}
-	panic("fake: unknown table " + table)
-}
-
-func (db *fakeDB) readTotals(ctx context.Context, key string, serial bool) (totals, error) {
-	if err := ctx.Err(); err != nil {
-		return totals{}, err
-	}
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	t := totals{rows: make(map[gocql.UUID]analytics.Visits)}
-	p := db.totals[key]
-	if p == nil {
-		return t, nil
-	}
-	t.base, t.version = p.base, p.version
-	for w, c := range p.rows {
-		if !c.dead {
-			t.rows[w] = c.v
-		}
-	}
-	return t, nil
-}
-
-func (db *fakeDB) fold(ctx context.Context, f foldOp) (bool, error) {
-	var applied bool
-	err := db.do(ctx, "fold", func() {
-		p := db.partition(f.key)
-		c, exists := p.rows[f.writer]
-		if p.version != f.version || !exists || c.dead || c.v != f.row {
-			return
-		}
-		p.base, p.version = f.base, f.version+1
-		// The delete's timestamp is the cluster's clock: it shadows the
-		// row only if later than the row's writes.
-		p.rows[f.writer] = put(c, true, fakeCell{ts: db.now.UnixMicro(), dead: true})
-		applied = true
-	})
-	return applied, err
-}
-
 func (db *fakeDB) close() {}
-
-// liveTotalsRows returns how many unfolded rows key's totals partition holds.
-func (db *fakeDB) liveTotalsRows(key string) int {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	n := 0
-	if p := db.totals[key]; p != nil {
-		for _, c := range p.rows {
-			if !c.dead {
-				n++
-			}
-		}
-	}
-	return n
-}

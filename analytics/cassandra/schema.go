@@ -39,15 +39,43 @@ func partitionSpan(step time.Duration) time.Duration {
 // starting at start.
 func partitionOf(start time.Time, span time.Duration) time.Time { return rollup.Align(start, span) }
 
-// partitions returns the starts of the partitions of a tier with the given
-// step that hold a bucket starting in [from, to), in time order; none when
-// no bucket starts in the range.
-func partitions(from, to time.Time, step time.Duration) []time.Time {
-	first := rollup.Align(from, step)
-	if first.Before(from) {
-		first = first.Add(step)
+// allTime is the bucket column of the all-time tier's one partition per
+// link: it holds one row per 52 weeks (with the default tiers), a few dozen
+// in a link's life, so it never needs splitting.
+var allTime = time.Unix(0, 0).UTC()
+
+// tierPartition returns the partition of tier t that holds the bucket
+// starting at start.
+func tierPartition(t rollup.Tier, start time.Time) time.Time {
+	if !t.Expires() {
+		return allTime
 	}
-	span := partitionSpan(step)
+	return partitionOf(start, partitionSpan(t.Step))
+}
+
+// tierSpan returns how much time one partition of tier t covers.
+func tierSpan(t rollup.Tier) time.Duration {
+	if !t.Expires() {
+		return rollup.Forever
+	}
+	return partitionSpan(t.Step)
+}
+
+// partitions returns the starts of the partitions of tier t that hold a
+// bucket starting in [from, to), in time order; none when no bucket starts
+// in the range.
+func partitions(from, to time.Time, t rollup.Tier) []time.Time {
+	first := rollup.Align(from, t.Step)
+	if first.Before(from) {
+		first = first.Add(t.Step)
+	}
+	if !first.Before(to) {
+		return nil
+	}
+	if !t.Expires() {
+		return []time.Time{allTime}
+	}
+	span := partitionSpan(t.Step)
 	var ps []time.Time
 	for p := partitionOf(first, span); p.Before(to); p = p.Add(span) {
 		ps = append(ps, p)
@@ -56,8 +84,29 @@ func partitions(from, to time.Time, step time.Duration) []time.Time {
 }
 
 // pointsTable names the table of a tier: points_1m, points_5m, points_1h,
-// points_1d, points_1w.
-func pointsTable(step time.Duration) string { return "points_" + rollup.FormatDuration(step) }
+// points_1d, points_1w; points_total for the all-time tier.
+func pointsTable(t rollup.Tier) string {
+	if !t.Expires() {
+		return "points_total"
+	}
+	return "points_" + rollup.FormatDuration(t.Step)
+}
+
+// activeShards is how many partitions the Active entries of one period are
+// spread over, by a hash of the key (shardOf): a period of 100,000 links
+// is 16 partitions of about 6,000 rows.
+const activeShards = 16
+
+// shardOf returns key's shard of the active table: FNV-1a, 32 bits. It
+// must never change, or entries already stored would not be found.
+func shardOf(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % activeShards)
+}
 
 // compactionWindow returns the TimeWindowCompactionStrategy window of a
 // tier: about 1/24 of its retention (TWCS works best with a few dozen
@@ -74,37 +123,65 @@ var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
 // schema returns the CQL statements that create the keyspace and tables
 // when they are missing, in order; configs/cassandra.cql holds their output
-// for the default configuration.
+// for the default configuration. tiers are the retention setting; the
+// all-time tier (rollup.TotalTier) is added to them.
 func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []string {
 	stmts := []string{fmt.Sprintf(`CREATE KEYSPACE IF NOT EXISTS %s
     WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}`, keyspace, replicationFactor)}
-	for _, t := range tiers {
-		unit, size := compactionWindow(t)
-		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.%s (
-    short_key text,
+	const columns = `    short_key text,
     bucket    timestamp,
     start     timestamp,
     writer    uuid,
     human     bigint,
     bot       bigint,
     PRIMARY KEY ((short_key, bucket), start, writer)
-) WITH CLUSTERING ORDER BY (start ASC, writer ASC)
+) WITH CLUSTERING ORDER BY (start ASC, writer ASC)`
+	for _, t := range tiers {
+		unit, size := compactionWindow(t)
+		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.%s (
+%s
     AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': '%s', 'compaction_window_size': %d}
     AND gc_grace_seconds = 10800
     AND comment = 'visits per %s bucket, kept %s (USING TTL), partition = %s of buckets, one row per bucket and writer'`,
-			keyspace, pointsTable(t.Step), unit, size, rollup.FormatDuration(t.Step), rollup.FormatDuration(t.Retention),
+			keyspace, pointsTable(t), columns, unit, size, rollup.FormatDuration(t.Step), rollup.FormatDuration(t.Retention),
 			rollup.FormatDuration(partitionSpan(t.Step))))
 	}
-	stmts = append(stmts, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.totals (
-    short_key    text,
-    writer       uuid,
-    human        bigint,
-    bot          bigint,
-    base_human   bigint static,
-    base_bot     bigint static,
-    base_version bigint static,
-    PRIMARY KEY (short_key, writer)
-) WITH comment = 'all-time visits: base (folded by lightweight transactions) plus one row per unfolded writer'`, keyspace))
+	if total, err := rollup.TotalTier(tiers); err == nil {
+		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.%s (
+%s
+    AND compaction = {'class': 'LeveledCompactionStrategy'}
+    AND comment = 'all-time visits per %s bucket, rolled from the coarsest tier, never expired; one partition per link (bucket = 1970-01-01)'`,
+			keyspace, pointsTable(total), columns, rollup.FormatDuration(total.Step)))
+	}
+	stmts = append(stmts,
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_active (
+    step      int,
+    period    timestamp,
+    shard     int,
+    short_key text,
+    PRIMARY KEY ((step, period, shard), short_key)
+) WITH gc_grace_seconds = 10800
+    AND comment = 'links with data to roll into the tier of step (0: marks to process) in a batch period; USING TTL'`, keyspace),
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_marks (
+    short_key text,
+    step      int,
+    start     timestamp,
+    id        bigint,
+    at_us     bigint,
+    PRIMARY KEY (short_key, step, start, id)
+) WITH gc_grace_seconds = 10800
+    AND comment = 'rolled buckets made stale by late counts, until rolled again; USING TTL'`, keyspace),
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_progress (
+    name text,
+    step int,
+    done timestamp,
+    PRIMARY KEY (name, step)
+) WITH comment = 'how far the rollup has got, by queue; written USING TIMESTAMP done, so it never goes back'`, keyspace),
+		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_lease (
+    name   text PRIMARY KEY,
+    holder uuid
+) WITH comment = 'the gateway that runs the rollup: lightweight transactions with a TTL'`, keyspace),
+	)
 	return stmts
 }
 
@@ -128,11 +205,16 @@ func SchemaCQL(keyspace string, replicationFactor int, tiers []rollup.Tier) stri
 -- points_<step>: one table per tier, so that each has one TTL (its retention,
 -- set per write) and TimeWindowCompactionStrategy can drop whole expired
 -- SSTables. Partition (short_key, bucket): bucket is the start of a period
--- holding a bounded number of buckets. Each gateway process writes its own
--- cumulative count under its writer id; readers sum the writers.
+-- holding a bounded number of buckets. Flushes write the finest tier: each
+-- gateway process its own cumulative count under its writer id. The rollup
+-- worker writes the coarser tiers from the finer ones, one row per bucket
+-- under a fixed writer id. Readers sum the writers.
 --
--- totals: all-time visits per link, never expired: base_* (static, folded by
--- lightweight transactions) plus one row per writer not yet folded.
+-- points_total: the all-time tier, rolled from the coarsest, never expired.
+--
+-- rollup_active, rollup_marks, rollup_progress, rollup_lease: the rollup's
+-- work lists, stale buckets, progress and the lease of the gateway that
+-- runs it.
 `)
 	for _, s := range schema(keyspace, replicationFactor, tiers) {
 		b.WriteString("\n")

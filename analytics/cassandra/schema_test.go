@@ -2,6 +2,8 @@ package cassandra
 
 import (
 	"flag"
+	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -51,7 +53,7 @@ func TestPartitions(t *testing.T) {
 			from = from.Add(time.Duration(rng.IntN(3)) * time.Second) // sometimes between starts
 			n := rng.IntN(2000)
 			to := from.Add(time.Duration(n) * tr.Step)
-			got := partitions(from, to, tr.Step)
+			got := partitions(from, to, tr)
 			// Reference: walk every bucket start in [from, to).
 			var want []time.Time
 			for b := rollup.Align(from, tr.Step); b.Before(to); b = b.Add(tr.Step) {
@@ -80,7 +82,7 @@ func TestPartitions(t *testing.T) {
 	for range 2000 {
 		to := rollup.Align(base.Add(time.Duration(rng.Int64N(int64(20*rollup.Year)))), time.Second)
 		for d, most := range map[time.Duration]int{365 * rollup.Day: 2, 366 * rollup.Day: 2, 400 * rollup.Day: 3} {
-			if n := len(partitions(to.Add(-d), to, rollup.Day)); n > most {
+			if n := len(partitions(to.Add(-d), to, rollup.Tier{Step: rollup.Day, Retention: 400 * rollup.Day})); n > most {
 				t.Fatalf("%v of days up to %v reads %d partitions, want at most %d", d, to, n, most)
 			}
 		}
@@ -104,10 +106,14 @@ func TestPointsPartitionsRead(t *testing.T) {
 	if n := read(rollup.Day, clock.Add(-365*rollup.Day), clock); n > 2 {
 		t.Errorf("a year of days read %d partitions, want at most 2", n)
 	}
-	for _, tr := range rollup.DefaultTiers() {
+	total, _ := rollup.TotalTier(rollup.DefaultTiers())
+	for _, tr := range append(rollup.DefaultTiers(), total) {
 		if n := read(tr.Step, clock.Add(-100*rollup.Year), clock.Add(100*rollup.Year)); n > 6 {
 			t.Errorf("%v: a 200-year range read %d partitions, want at most 6", tr, n)
 		}
+	}
+	if n := read(total.Step, time.Unix(0, 0), clock.AddDate(1000, 0, 0)); n != 1 {
+		t.Errorf("all time in the all-time tier read %d partitions, want 1", n)
 	}
 }
 
@@ -147,9 +153,30 @@ func TestSchemaFile(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("%s is out of date: run go test ./analytics/cassandra -run TestSchemaFile -update", path)
 	}
-	for _, s := range []string{"points_1m", "points_1w", "TimeWindowCompactionStrategy", "base_version bigint static", "PRIMARY KEY ((short_key, bucket), start, writer)"} {
+	for _, s := range []string{"points_1m", "points_1w", "points_total", "TimeWindowCompactionStrategy", "rollup_active", "rollup_marks",
+		"rollup_progress", "rollup_lease", "PRIMARY KEY ((short_key, bucket), start, writer)", "PRIMARY KEY ((step, period, shard), short_key)"} {
 		if !strings.Contains(want, s) {
 			t.Errorf("schema lacks %q", s)
 		}
+	}
+}
+
+// TestShardOf pins the shard function to 32-bit FNV-1a modulo 16: the
+// shard of an Active entry is part of its primary key, so a change would
+// lose the entries stored before.
+func TestShardOf(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 1000 {
+		key := fmt.Sprint("k", i, "ключ")
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		want := int(h.Sum32() % activeShards)
+		if got := shardOf(key); got != want {
+			t.Fatalf("shardOf(%q) = %d, want %d", key, got, want)
+		}
+		seen[want] = true
+	}
+	if len(seen) != activeShards {
+		t.Errorf("1,000 keys fell in %d shards of %d", len(seen), activeShards)
 	}
 }

@@ -24,28 +24,31 @@
 // spreads by short_key, and a one-year daily curve reads at most two
 // partitions. Points also clamps the range to the tier's retention around
 // now, so no query reads more than a handful of partitions however long
-// the range.
+// the range. The all-time tier's table, points_total, has no TTL and one
+// partition per link. The rollup's own tables are described below.
 //
 // # Retry safety: cumulative counts per writer
 //
-// Cassandra counters can neither be retried safely nor carry a TTL. Instead
-// every Store has a writer id, a random UUID new at every start, and writes
-// its own cumulative count of each bucket under it with a plain INSERT (an
-// overwrite). The store remembers, per (link, tier, bucket) still open, the
-// count its row holds after the last successful write ("committed"). Write
-// sends committed + the batch's delta and, only when every statement of the
-// batch succeeded, makes that the new committed count. After a failed Write
-// nothing is committed, and the flusher sends the same counts again merged
-// into a later batch: the row is then overwritten with committed + all the
-// deltas, whether or not parts of the failed Write reached the cluster. So a
-// timeout, a retry by gocql or a resend by the flusher never counts twice.
+// Flushes write the finest tier only (and, for the odd count too old for
+// it, the coarser tier that still keeps it: rollup.Plan.Place). Cassandra
+// counters can neither be retried safely nor carry a TTL. Instead every
+// Store has a writer id, a random UUID new at every start, and writes its
+// own cumulative count of each bucket under it with a plain INSERT (an
+// overwrite). The store remembers, per (link, tier, bucket) still open,
+// the count its row holds after the last successful write ("committed").
+// Write sends committed + the batch's delta and, only when every statement
+// of the batch succeeded, makes that the new committed count. After a
+// failed Write nothing is committed, and the flusher sends the same counts
+// again merged into a later batch: the row is then overwritten with
+// committed + all the deltas, whether or not parts of the failed Write
+// reached the cluster. So a timeout, a retry by gocql or a resend by the
+// flusher never counts twice.
 //
-// Every statement carries USING TIMESTAMP pinned to the batch's flush time
-// (Batch.At in microseconds, forced to increase strictly within a process;
-// totals rows use a sequence number instead, see below), so a late retry of
-// an older flush (gocql retrying a statement whose answer was lost) can
-// never overwrite the newer count of a later flush.
-// gocql v1's retry policy does not look at Query.Idempotent (only
+// Every such statement carries USING TIMESTAMP pinned to the batch's flush
+// time (Batch.At in microseconds, forced to increase strictly within a
+// process), so a late retry of an older flush (gocql retrying a statement
+// whose answer was lost) can never overwrite the newer count of a later
+// flush. gocql v1's retry policy does not look at Query.Idempotent (only
 // speculative execution does); statements are marked idempotent for what
 // it is worth, but it is the overwrite design that makes retries safe.
 //
@@ -60,43 +63,50 @@
 // late count starts a new row, never seen before, from zero. An entry whose
 // last write failed is never dropped, so its resend overwrites the same row.
 //
-// # All-time totals
-//
-// Totals never expire, and use the same scheme in the totals table, one
-// row per (short_key, writer) holding that writer's cumulative count, plus
-// a base in static columns (base_human, base_bot, base_version):
-//
-//	Total(key) = base + Σ rows of the partition
-//
-// read in one single-partition query. To keep partitions small, a writer's
-// row is folded into the base once its entry is dropped (the link had no
-// visits for totalsIdle and the last write succeeded; a fresh writer id
-// takes over, as above) and when the store is closed. Folding is a
-// conditional batch on the key's partition, a lightweight transaction:
-//
-//	UPDATE base = base + row, base_version = v+1 IF base_version = v
-//	DELETE row IF human = row.human AND bot = row.bot
-//
-// Both happen or neither does, so the sum is the same before and after;
-// base_version makes concurrent folds of one link by several processes
-// serialize. When a fold's answer is lost the store reads the partition
-// again at SERIAL consistency: the row being gone means the fold happened.
-// A conditional statement cannot carry USING TIMESTAMP: the delete's
-// timestamp is the coordinator's clock, in microseconds since 1970. To be
-// sure it shadows every write of the row, whatever the gateway and
-// Cassandra clocks say, totals rows are not timestamped with the flush time
-// but with a sequence number that the Store increments at every Write (1, 2,
-// 3, …: its rows are its own, so their writes only need to be ordered among
-// themselves). A late gocql retry of one of them cannot bring a folded row
-// back either. Rows of a process that crashed are not folded; they stay
-// correct, only Total reads one more small row for each. (A maintenance
-// job folding rows of writers known to be gone is future work.)
-//
 // Exactness holds as long as the flusher resends a failed Write's counts to
 // the same Store. If a process exits while a write is unacknowledged (a
 // timeout whose outcome is unknown) and the counts are resent by the next
 // process (the flusher's spill file), they are written under a new writer
 // id and count twice if the lost write had in fact been applied.
+//
+// # Rollup
+//
+// The Store is a rollup.Store: the rollup worker reads the finer tiers
+// (Points), lists the links to roll from rollup_active, and writes each
+// coarse bucket as one row under a fixed writer id (rollupWriter), beside
+// the flushed rows of the same bucket that readers sum with it.
+//
+// Several gateways share one cluster, so several workers could roll the
+// same bucket from different snapshots of the finer tier, and their writes
+// land in any order. A rolled row is therefore written USING TIMESTAMP the
+// bucket's end in microseconds plus its visits (human + bot): counts only
+// grow, so a value computed from fresher data has more visits and a later
+// timestamp, and last-write-wins keeps it whatever the order of arrival (a
+// bucket's visits add at most seconds to its end for any realistic count,
+// so TimeWindowCompactionStrategy still files the row by its time). A
+// value computed after the finer tier began to expire is smaller and loses
+// the same way. No lightweight transaction is needed for correctness; the
+// lease (rollup_lease, LWTs with a TTL) only keeps the gateways from doing
+// the same work at once: the worker of the gateway holding it rolls, the
+// others stand by and take over within the lease's TTL when it stops.
+//
+// The Active entries that list a period's links are written once per link
+// and batch period per process (the flusher remembers what it stored):
+// with the default tiers a link visited every 10 s costs one such row an
+// hour, not one per flush. Their partitions are (step, period, shard), the
+// shard a hash of the link (16 shards), so a period's links spread over 16
+// partitions and the worker reads each in pages; rows expire (USING TTL)
+// once the data they point to has. Marks live in rollup_marks, one
+// partition per link, read by every stats query of the link (usually
+// empty); a mark's row is written and deleted USING TIMESTAMP its own
+// creation time, so the delete always shadows it (a tombstone wins a
+// timestamp tie) whatever the clocks, and a mark made meanwhile for the
+// same bucket, with another id, stays. rollup_progress rows are written
+// USING TIMESTAMP their value, so progress never goes back.
+//
+// All-time totals are the all-time tier (points_total, no TTL, one
+// partition per link) summed with what is not rolled into it yet: see
+// analytics.NewReader. Nothing is written per link per flush for them.
 //
 // # Connection
 //
@@ -110,8 +120,10 @@
 // transactions use LOCAL_SERIAL with LOCAL_* consistencies, SERIAL
 // otherwise) and failed statements are retried 3 times with exponential
 // backoff by gocql (retryPolicy). A Write runs its statements concurrently,
-// at most 32 at a time; partitions are distinct per statement in the
-// common case, so batching them would only add coordinator work.
+// at most 32 at a time, the Active entries and marks before the counts they
+// announce; partitions are distinct per statement in the common case, so
+// batching them would only add coordinator work. Statements() counts what
+// was sent, by kind.
 package cassandra
 
 import (
@@ -135,17 +147,10 @@ const (
 	// pointGrace is how long after a bucket's end its entry is kept: counts
 	// for it normally arrive within a flush interval of its end.
 	pointGrace = 5 * time.Minute
-	// totalsIdle is how long a link's totals entry is kept without visits
-	// before its row is folded into the base.
-	totalsIdle = 10 * time.Minute
 	// gcEvery spaces the scans that drop old entries (by Batch.At).
 	gcEvery = time.Minute
 	// parallel bounds the statements of one Write in flight at once.
 	parallel = 32
-	// maxFoldsPerWrite bounds the folds a Write does after writing.
-	maxFoldsPerWrite = 1024
-	// closeFoldTimeout bounds the folds Close does.
-	closeFoldTimeout = 5 * time.Second
 	// maxTTL is Cassandra's largest TTL, 20 years, in seconds.
 	maxTTL = 20 * 365 * 24 * 3600
 )
@@ -158,14 +163,24 @@ var (
 	ErrClosed = errors.New("cassandra: store closed")
 )
 
-var _ analytics.Store = (*Store)(nil)
+var (
+	_ analytics.Store = (*Store)(nil)
+	_ rollup.Store    = (*Store)(nil)
+	_ rollup.Leaser   = (*Store)(nil)
+)
+
+// rollupWriter is the writer id of rolled rows. Random writer ids are
+// version 4 UUIDs; this one has version 0, so no process ever draws it.
+var rollupWriter = gocql.UUID{'l', 'i', 'n', 'k', 'g', 'a', 't', 'e', 'r', 'o', 'l', 'l', 'u', 'p', 0, 0}
 
 // Store is the analytics store on Cassandra. It is safe for concurrent use;
 // Writes are serialized (the flusher makes one at a time anyway). Use Open.
 type Store struct {
+	plan  *rollup.Plan // the tiers, the all-time one included; no grace
 	tiers map[time.Duration]rollup.Tier
 	log   *slog.Logger
-	now   func() time.Time // the clock Points clamps ranges with
+	now   func() time.Time // the clock Points clamps ranges with and Apply's TTLs count from
+	id    gocql.UUID       // this process, as the lease's holder
 
 	mu      sync.RWMutex
 	be      backend // nil until connected
@@ -176,14 +191,13 @@ type Store struct {
 	done      chan struct{}      // closed when connecting has stopped
 	closeOnce sync.Once
 
-	wmu     sync.Mutex // serializes Write, and guards what follows
-	writer  gocql.UUID // the writer id new entries use
-	lastTS  int64      // the last point write timestamp used, µs
-	seq     int64      // the last totals write timestamp used: a sequence number
-	lastGC  time.Time
-	points  map[pointKey]*entry
-	totals  map[string]*entry
-	pending []fold // totals rows waiting to be folded
+	stmts statements
+
+	wmu    sync.Mutex // serializes Write, and guards what follows
+	writer gocql.UUID // the writer id new entries use
+	lastTS int64      // the last point write timestamp used, µs
+	lastGC time.Time
+	points map[pointKey]*entry
 }
 
 // pointKey names one bucket of one tier of one link.
@@ -200,14 +214,6 @@ type entry struct {
 	committed analytics.Visits // what the row holds after the last successful write
 	attempt   analytics.Visits // what the Write in progress sends
 	failed    bool             // the last write failed: the row may hold any value sent since committed
-	lastAt    time.Time        // Batch.At of the last successful write
-}
-
-// fold is a totals row whose writer will not write it again.
-type fold struct {
-	key    string
-	writer gocql.UUID
-	v      analytics.Visits
 }
 
 // Open returns a Store for the keyspace that cfg names, with the given
@@ -270,31 +276,33 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 				return nil, fmt.Errorf("create schema: %w", err)
 			}
 		}
-		return newCQL(sess, cfg.Keyspace, tiers, serial), nil
+		return newCQL(sess, cfg.Keyspace, s.plan.Tiers(), serial), nil
 	})
 	return s, nil
 }
 
 // newStore returns a Store that is not connected, with no connect loop.
 func newStore(tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
-	if err := rollup.ValidateTiers(tiers); err != nil {
+	plan, err := rollup.NewPlan(tiers, 0)
+	if err != nil {
 		return nil, fmt.Errorf("cassandra: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Store{
-		tiers:  make(map[time.Duration]rollup.Tier, len(tiers)),
+		plan:   plan,
+		tiers:  make(map[time.Duration]rollup.Tier, len(tiers)+1),
 		log:    log.With("store", "cassandra"),
 		now:    time.Now,
+		id:     gocql.MustRandomUUID(),
 		writer: gocql.MustRandomUUID(),
 		points: make(map[pointKey]*entry),
-		totals: make(map[string]*entry),
 		cancel: func() {},
 		done:   make(chan struct{}),
 	}
 	close(s.done)
-	for _, t := range tiers {
+	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
 	return s, nil
@@ -374,6 +382,8 @@ func (s *Store) Ready() error {
 	return err
 }
 
+// backend returns the connected backend, counting the statements sent
+// through it.
 func (s *Store) backend() (backend, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -383,13 +393,11 @@ func (s *Store) backend() (backend, error) {
 	case s.be == nil:
 		return nil, fmt.Errorf("%w: %v", ErrNotConnected, s.connErr)
 	}
-	return s.be, nil
+	return counted{s.be, &s.stmts}, nil
 }
 
-// Close stops connecting, folds the totals rows of this writer that it can
-// within a few seconds (those whose last write succeeded), and closes the
-// session. Rows left unfolded stay counted (see the package documentation),
-// so Close reports no error. Calls after the first do nothing.
+// Close stops connecting and closes the session. It reports no error.
+// Calls after the first do nothing.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
@@ -400,26 +408,16 @@ func (s *Store) Close() error {
 		be := s.be
 		s.closed, s.be = true, nil
 		s.mu.Unlock()
-		if be == nil {
-			return
+		if be != nil {
+			be.close()
 		}
-		for k, e := range s.totals {
-			if !e.failed {
-				delete(s.totals, k)
-				s.pending = append(s.pending, fold{k, e.writer, e.committed})
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), closeFoldTimeout)
-		defer cancel()
-		if n := s.foldSome(ctx, be, len(s.pending)); n > 0 {
-			s.log.Info("cassandra: totals rows left unfolded at close", "rows", n)
-		}
-		be.close()
 	})
 	return nil
 }
 
-// Write implements analytics.Writer: see the package documentation.
+// Write implements analytics.Writer: see the package documentation. The
+// Active entries and marks are written first, the counts once they all
+// succeeded.
 func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cassandra: write: %w", err)
@@ -434,57 +432,106 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if _, err := s.backend(); err != nil {
-		return err // closed while this Write waited: its rows may be folded
+		return err // closed while this Write waited
 	}
-	ops, touched, err := s.plan(b)
+	first, err := s.announce(b.Active, b.Marks, b.At)
+	if err != nil {
+		return fmt.Errorf("cassandra: write: %w", err)
+	}
+	ops, touched, err := s.prepare(b)
 	if err != nil {
 		return err
 	}
-	if err := runAll(ctx, len(ops), func(ctx context.Context, i int) error { return ops[i](ctx, be) }); err != nil {
+	err = runAll(ctx, len(first), func(ctx context.Context, i int) error { return first[i](ctx, be) })
+	if err == nil {
+		err = runAll(ctx, len(ops), func(ctx context.Context, i int) error { return ops[i](ctx, be) })
+	}
+	if err != nil {
 		for _, e := range touched {
 			e.failed = true
 		}
-		return fmt.Errorf("cassandra: write %d rows: %w", len(ops), err)
+		return fmt.Errorf("cassandra: write %d rows: %w", len(first)+len(ops), err)
 	}
 	for _, e := range touched {
-		e.committed, e.failed, e.lastAt = e.attempt, false, b.At
+		e.committed, e.failed = e.attempt, false
 	}
 	s.collect(b.At)
-	if n := s.foldSome(ctx, be, maxFoldsPerWrite); n > 0 {
-		s.log.Debug("cassandra: totals rows waiting to be folded", "rows", n)
-	}
 	return nil
 }
 
-// op is one statement of a Write.
+// op is one statement.
 type op func(context.Context, backend) error
 
-// plan returns the statements that write b and the entries they update,
-// whose attempt it sets; the caller commits them when all succeed. It adds
-// entries for buckets and links it has none for. Called with wmu held.
-func (s *Store) plan(b analytics.Batch) ([]op, []*entry, error) {
+// announce returns the statements that store Active entries and marks made
+// at at.
+func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]op, error) {
+	ops := make([]op, 0, len(as)+len(ms))
+	for _, a := range as {
+		src, span, err := s.source(a.Step)
+		if err != nil {
+			return nil, fmt.Errorf("active %q: %w", a.Key, err)
+		}
+		r := activeRow{step: seconds(a.Step), period: a.Period.UTC(), shard: shardOf(a.Key), key: a.Key,
+			ttl: ttlOf(a.Period.Add(span+src.Retention).Sub(at) + span)}
+		if r.ttl <= 0 {
+			continue // its data has expired: nothing left to roll (and TTL 0 would keep it forever)
+		}
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, r) })
+	}
+	for _, m := range ms {
+		src, _, err := s.source(m.Step)
+		if err != nil || m.Step == rollup.MarksQueue {
+			return nil, fmt.Errorf("mark of %q: step %v is not a tier the rollup writes", m.Key, m.Step)
+		}
+		t := s.tiers[m.Step]
+		r := markRow{key: m.Key, step: seconds(m.Step), start: m.Start.UTC(), id: int64(m.ID), at: m.At.UnixMicro(),
+			ttl: ttlOf(m.Start.Add(t.Step + src.Retention).Sub(at))}
+		if r.ttl <= 0 {
+			continue // its source has expired: nothing left to roll again
+		}
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeMark(ctx, r) })
+	}
+	return ops, nil
+}
+
+// source returns the tier that the rollup queue of step rolls from (the
+// finest for the marks queue) and the queue's period.
+func (s *Store) source(step time.Duration) (rollup.Tier, time.Duration, error) {
+	tiers := s.plan.Tiers()
+	if step == rollup.MarksQueue {
+		return tiers[0], s.plan.MarkPeriod(), nil
+	}
+	i, ok := s.plan.Level(step)
+	if !ok || i == 0 {
+		return rollup.Tier{}, 0, fmt.Errorf("step %v is not a tier the rollup writes", step)
+	}
+	return tiers[i-1], s.plan.Batch(i), nil
+}
+
+func seconds(d time.Duration) int { return int(d / time.Second) }
+
+// ttlOf returns d in whole seconds, rounded up, at most maxTTL; 0 or less
+// when d is.
+func ttlOf(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int(min((d+time.Second-1)/time.Second, maxTTL))
+}
+
+// prepare returns the statements that write b's counts and the entries they
+// update, whose attempt it sets; the caller commits them when all succeed.
+// It adds entries for buckets it has none for. Called with wmu held.
+func (s *Store) prepare(b analytics.Batch) ([]op, []*entry, error) {
 	ts := b.At.UnixMicro()
 	if ts <= s.lastTS {
 		ts = s.lastTS + 1
 	}
 	s.lastTS = ts
-	s.seq++
-	seq := s.seq
 	at := b.At.UTC()
 	var ops []op
 	var touched []*entry
-	seen := make(map[*entry]bool, len(b.Counts)+len(b.Totals))
-	touch := func(e *entry, d analytics.Visits) bool {
-		first := !seen[e]
-		if first {
-			seen[e] = true
-			e.attempt = e.committed
-			touched = append(touched, e)
-		}
-		e.attempt.Human += d.Human
-		e.attempt.Bot += d.Bot
-		return first
-	}
+	seen := make(map[*entry]bool, len(b.Counts))
 	for _, c := range b.Counts {
 		t, ok := s.tiers[c.Step]
 		if !ok {
@@ -494,8 +541,8 @@ func (s *Store) plan(b analytics.Batch) ([]op, []*entry, error) {
 		if !rollup.Align(start, t.Step).Equal(start) {
 			return nil, nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a %v bucket", c.Key, start, rollup.FormatDuration(t.Step))
 		}
-		ttl := ttlSeconds(t, start, at)
-		if c.Visits == (analytics.Visits{}) || ttl <= 0 {
+		ttl, keep := ttlSeconds(t, start, at)
+		if c.Visits == (analytics.Visits{}) || !keep {
 			continue // nothing to add, or expired already
 		}
 		k := pointKey{c.Key, t.Step, start.UnixMicro()}
@@ -504,47 +551,33 @@ func (s *Store) plan(b analytics.Batch) ([]op, []*entry, error) {
 			e = &entry{writer: s.writer}
 			s.points[k] = e
 		}
-		if !touch(e, c.Visits) {
-			continue
+		if !seen[e] {
+			seen[e] = true
+			e.attempt = e.committed
+			touched = append(touched, e)
+			key, table, bucket := c.Key, pointsTable(t), tierPartition(t, start)
+			ops = append(ops, func(ctx context.Context, be backend) error {
+				return be.writePoint(ctx, pointRow{table, key, bucket, start, e.writer, e.attempt, ttl, ts})
+			})
 		}
-		key, table, bucket := c.Key, pointsTable(t.Step), partitionOf(start, partitionSpan(t.Step))
-		ops = append(ops, func(ctx context.Context, be backend) error {
-			return be.writePoint(ctx, pointRow{table, key, bucket, start, e.writer, e.attempt, ttl, ts})
-		})
-	}
-	for _, c := range b.Totals {
-		if c.Visits == (analytics.Visits{}) {
-			continue
-		}
-		e := s.totals[c.Key]
-		if e == nil {
-			e = &entry{writer: s.writer}
-			s.totals[c.Key] = e
-		}
-		if !touch(e, c.Visits) {
-			continue
-		}
-		key := c.Key
-		ops = append(ops, func(ctx context.Context, be backend) error {
-			return be.writeTotal(ctx, totalRow{key, e.writer, e.attempt, seq})
-		})
+		e.attempt = e.attempt.Add(c.Visits)
 	}
 	return ops, touched, nil
 }
 
-// ttlSeconds returns how many seconds after at the bucket of tier t that
-// starts at start expires: its end plus the retention. Zero or less means
-// it has expired already.
-func ttlSeconds(t rollup.Tier, start, at time.Time) int {
-	d := start.Add(t.Step + t.Retention).Sub(at)
-	if d <= 0 {
-		return 0
+// ttlSeconds returns the TTL of a row of the bucket of tier t that starts
+// at start, written at at: the seconds until its end plus the retention,
+// or 0 (no TTL) for the all-time tier. keep is false when the bucket has
+// expired already.
+func ttlSeconds(t rollup.Tier, start, at time.Time) (ttl int, keep bool) {
+	if !t.Expires() {
+		return 0, true
 	}
-	return int(min((d+time.Second-1)/time.Second, maxTTL))
+	ttl = ttlOf(start.Add(t.Step + t.Retention).Sub(at))
+	return ttl, ttl > 0
 }
 
 // collect drops the entries of buckets that ended more than pointGrace ago
-// and of links idle for totalsIdle, queuing the latter's rows for folding,
 // and switches to a fresh writer id when it dropped any. Entries whose last
 // write failed are kept: their resend must overwrite the same row. Called
 // with wmu held.
@@ -560,82 +593,9 @@ func (s *Store) collect(at time.Time) {
 			dropped = true
 		}
 	}
-	for k, e := range s.totals {
-		if !e.failed && !e.lastAt.Add(totalsIdle).After(at) {
-			delete(s.totals, k)
-			s.pending = append(s.pending, fold{k, e.writer, e.committed})
-			dropped = true
-		}
-	}
 	if dropped {
 		s.writer = gocql.MustRandomUUID()
 	}
-}
-
-// foldSome folds up to n queued totals rows into their bases, keeps those
-// it could not fold queued, and returns how many stay queued. Called with
-// wmu held.
-func (s *Store) foldSome(ctx context.Context, be backend, n int) int {
-	n = min(n, len(s.pending))
-	if n == 0 {
-		return len(s.pending)
-	}
-	batch := s.pending[:n]
-	keep := make([]bool, n)
-	for i := range keep {
-		keep[i] = true // until folded: runAll skips calls once ctx is done
-	}
-	_ = runAll(ctx, n, func(ctx context.Context, i int) error {
-		if err := foldRow(ctx, be, batch[i]); err != nil {
-			s.log.Warn("cassandra: fold totals row", "short_key", batch[i].key, "err", err)
-			return nil // one failed fold does not stop the others
-		}
-		keep[i] = false
-		return nil
-	})
-	var rest []fold
-	for i, f := range batch {
-		if keep[i] {
-			rest = append(rest, f)
-		}
-	}
-	s.pending = append(rest, s.pending[n:]...)
-	return len(s.pending)
-}
-
-// foldRow moves the totals row of f into its key's base in one conditional
-// batch: see the package documentation.
-func foldRow(ctx context.Context, be backend, f fold) error {
-	var last error
-	for range 4 {
-		p, err := be.readTotals(ctx, f.key, true)
-		if err != nil {
-			return err
-		}
-		row, ok := p.rows[f.writer]
-		if !ok {
-			return nil // folded, by an attempt whose answer was lost
-		}
-		if row != f.v {
-			// Not what this writer last wrote: leave it alone (it is still
-			// counted) rather than fold a value nobody vouches for.
-			return fmt.Errorf("row holds %+v, not the %+v written last; left unfolded", row, f.v)
-		}
-		base := analytics.Visits{Human: p.base.Human + row.Human, Bot: p.base.Bot + row.Bot}
-		applied, err := be.fold(ctx, foldOp{key: f.key, writer: f.writer, row: row, base: base, version: p.version})
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return err
-			}
-			last = err // outcome unknown: read again
-		case applied:
-			return nil
-		default:
-			last = errors.New("base changed concurrently")
-		}
-	}
-	return last
 }
 
 // runAll calls f(ctx, i) for every i in [0, n), at most parallel at a time,
@@ -682,10 +642,11 @@ func runAll(ctx context.Context, n int, f func(context.Context, int) error) erro
 	return errors.Join(errs...)
 }
 
-// Points implements analytics.Reader. The range is first clamped to the
-// tier's retention (plus a step) on either side of now: nothing outside it
-// can be stored, and so the partitions read stay few however long the
-// range (at most about 2 × retention / partitionSpan + 2).
+// Points implements analytics.Source and rollup.Store. The range is first
+// clamped to the tier's retention (plus a step) on either side of now:
+// nothing outside it can be stored, and so the partitions read stay few
+// however long the range (at most about 2 × retention / partitionSpan + 2).
+// The all-time tier is one partition per link.
 func (s *Store) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: points: %w", err)
@@ -698,15 +659,21 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	if err != nil {
 		return nil, err
 	}
-	now := s.now().UTC()
-	from, to = latest(from.UTC(), now.Add(-t.Retention-t.Step)), earliest(to.UTC(), now.Add(t.Retention+t.Step))
+	from, to = from.UTC(), to.UTC()
+	if t.Expires() {
+		now := s.now().UTC()
+		from, to = latest(from, now.Add(-t.Retention-t.Step)), earliest(to, now.Add(t.Retention+t.Step))
+	}
 	if !from.Before(to) {
 		return nil, nil
 	}
-	span := partitionSpan(step)
 	var out []analytics.Point
-	for _, p := range partitions(from, to, step) {
-		rows, err := be.readPoints(ctx, pointsTable(step), key, p, latest(from, p), earliest(to, p.Add(span)))
+	for _, p := range partitions(from, to, t) {
+		lo, hi := from, to
+		if t.Expires() {
+			lo, hi = latest(from, p), earliest(to, p.Add(tierSpan(t)))
+		}
+		rows, err := be.readPoints(ctx, pointsTable(t), key, p, lo, hi)
 		if err != nil {
 			return nil, fmt.Errorf("cassandra: points: %w", err)
 		}
@@ -721,8 +688,7 @@ func sumWriters(out, rows []analytics.Point) []analytics.Point {
 	for _, r := range rows {
 		r.Start = r.Start.UTC()
 		if n := len(out); n > 0 && out[n-1].Start.Equal(r.Start) {
-			out[n-1].Human += r.Human
-			out[n-1].Bot += r.Bot
+			out[n-1].Visits = out[n-1].Visits.Add(r.Visits)
 			continue
 		}
 		out = append(out, r)
@@ -730,26 +696,148 @@ func sumWriters(out, rows []analytics.Point) []analytics.Point {
 	return out
 }
 
-// Total implements analytics.Reader: the base plus the rows of every
-// writer, read from the key's one partition.
-func (s *Store) Total(ctx context.Context, key string) (analytics.Visits, error) {
+// Active implements rollup.Store: the keys of (step, period) in the order
+// of their shard, then of the key.
+func (s *Store) Active(ctx context.Context, step time.Duration, period time.Time, after string, limit int) ([]string, error) {
 	if err := ctx.Err(); err != nil {
-		return analytics.Visits{}, fmt.Errorf("cassandra: total: %w", err)
+		return nil, fmt.Errorf("cassandra: active: %w", err)
 	}
 	be, err := s.backend()
 	if err != nil {
-		return analytics.Visits{}, err
+		return nil, err
 	}
-	p, err := be.readTotals(ctx, key, false)
+	shard := 0
+	if after != "" {
+		shard = shardOf(after)
+	}
+	var keys []string
+	for ; shard < activeShards && len(keys) < limit; shard++ {
+		from := ""
+		if after != "" && shard == shardOf(after) {
+			from = after
+		}
+		ks, err := be.readActive(ctx, seconds(step), period.UTC(), shard, from, limit-len(keys))
+		if err != nil {
+			return nil, fmt.Errorf("cassandra: active: %w", err)
+		}
+		keys = append(keys, ks...)
+	}
+	return keys, nil
+}
+
+// Marks implements rollup.Store and analytics.Source: one partition.
+func (s *Store) Marks(ctx context.Context, key string) ([]rollup.Mark, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: marks: %w", err)
+	}
+	be, err := s.backend()
 	if err != nil {
-		return analytics.Visits{}, fmt.Errorf("cassandra: total: %w", err)
+		return nil, err
 	}
-	v := p.base
-	for _, r := range p.rows {
-		v.Human += r.Human
-		v.Bot += r.Bot
+	ms, err := be.readMarks(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: marks: %w", err)
 	}
-	return v, nil
+	return ms, nil
+}
+
+// Apply implements rollup.Store: rows, Active entries and marks first, the
+// deletes of the done marks once they all succeeded. Rows are written
+// USING TIMESTAMP their bucket's end plus their visits (see the package
+// documentation), so that the larger value wins.
+func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cassandra: apply: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	first, err := s.announce(u.Active, u.Marks, now)
+	if err != nil {
+		return fmt.Errorf("cassandra: apply: %w", err)
+	}
+	for _, r := range u.Rows {
+		t, ok := s.tiers[r.Step]
+		if i, _ := s.plan.Level(r.Step); !ok || i == 0 {
+			return fmt.Errorf("cassandra: apply: %q: step %v is not a tier the rollup writes", r.Key, r.Step)
+		}
+		start := r.Start.UTC()
+		if !rollup.Align(start, t.Step).Equal(start) {
+			return fmt.Errorf("cassandra: apply: %q: %v is not the start of a %v bucket", r.Key, start, rollup.FormatDuration(t.Step))
+		}
+		ttl, keep := ttlSeconds(t, start, now)
+		if !keep {
+			continue
+		}
+		row := pointRow{pointsTable(t), r.Key, tierPartition(t, start), start, rollupWriter, r.Visits, ttl,
+			start.Add(t.Step).UnixMicro() + r.Human + r.Bot}
+		first = append(first, func(ctx context.Context, be backend) error { return be.writePoint(ctx, row) })
+	}
+	if err := runAll(ctx, len(first), func(ctx context.Context, i int) error { return first[i](ctx, be) }); err != nil {
+		return fmt.Errorf("cassandra: apply: %w", err)
+	}
+	err = runAll(ctx, len(u.Done), func(ctx context.Context, i int) error {
+		m := u.Done[i]
+		return be.deleteMark(ctx, markRow{key: m.Key, step: seconds(m.Step), start: m.Start.UTC(), id: int64(m.ID), at: m.At.UnixMicro()})
+	})
+	if err != nil {
+		return fmt.Errorf("cassandra: apply: delete marks: %w", err)
+	}
+	return nil
+}
+
+// Progress implements rollup.Store and analytics.Source.
+func (s *Store) Progress(ctx context.Context) (rollup.Progress, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: progress: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	p, err := be.readProgress(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: progress: %w", err)
+	}
+	return p, nil
+}
+
+// Advance implements rollup.Store.
+func (s *Store) Advance(ctx context.Context, step time.Duration, done time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cassandra: advance: %w", err)
+	}
+	if _, _, err := s.source(step); err != nil {
+		return fmt.Errorf("cassandra: advance: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return err
+	}
+	if err := be.writeProgress(ctx, seconds(step), done.UTC()); err != nil {
+		return fmt.Errorf("cassandra: advance: %w", err)
+	}
+	return nil
+}
+
+// Lease implements rollup.Leaser with lightweight transactions on the
+// rollup_lease row: taken when nobody holds it, renewed by its holder, for
+// ttl (at least a second).
+func (s *Store) Lease(ctx context.Context, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("cassandra: lease: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return false, err
+	}
+	held, err := be.lease(ctx, s.id, max(1, ttlOf(ttl)))
+	if err != nil {
+		return false, fmt.Errorf("cassandra: lease: %w", err)
+	}
+	return held, nil
 }
 
 func latest(a, b time.Time) time.Time {

@@ -15,8 +15,8 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// onFake returns a connected Store on db whose reads clamp ranges with
-// *clock.
+// onFake returns a connected Store on db whose clock (read ranges, TTLs of
+// rolled rows) is *clock.
 func onFake(t *testing.T, db *fakeDB, clock *time.Time) *Store {
 	t.Helper()
 	s, err := newStore(rollup.DefaultTiers(), nil)
@@ -28,100 +28,63 @@ func onFake(t *testing.T, db *fakeDB, clock *time.Time) *Store {
 	return s
 }
 
-type bucketKey struct {
-	key   string
-	step  time.Duration
-	start time.Time
+// proc is one simulated gateway process on the model: the real recorder,
+// flusher and rollup worker on a Store, with a clock of its own.
+type proc struct {
+	s                         *Store
+	rec                       *analytics.Recorder
+	fl                        *analytics.Flusher
+	worker                    *rollup.Worker
+	flushes, failed, restarts int
 }
 
-// flusherSim plays the flusher for one store: counts not yet acknowledged
-// are kept and sent again merged into the next batch.
-type flusherSim struct {
-	s       *Store
-	counts  map[bucketKey]analytics.Visits
-	totals  map[string]analytics.Visits
-	writes  int
-	failed  int
-	restart int
+func newProc(t *testing.T, db *fakeDB, clock *time.Time, plan *rollup.Plan) *proc {
+	p := &proc{}
+	p.start(t, db, clock, plan)
+	return p
 }
 
-func newFlusherSim(s *Store) *flusherSim {
-	return &flusherSim{s: s, counts: make(map[bucketKey]analytics.Visits), totals: make(map[string]analytics.Visits)}
-}
-
-func add(v *analytics.Visits, d analytics.Visits) { v.Human += d.Human; v.Bot += d.Bot }
-
-func (f *flusherSim) visit(key string, at time.Time, d analytics.Visits) {
-	for _, tr := range rollup.DefaultTiers() {
-		k := bucketKey{key, tr.Step, rollup.Align(at, tr.Step)}
-		v := f.counts[k]
-		add(&v, d)
-		f.counts[k] = v
-	}
-	v := f.totals[key]
-	add(&v, d)
-	f.totals[key] = v
-}
-
-// batch returns what the next flush sends: everything kept, or when keep
-// is set only some of it (the real flusher writes spilled counts back in
-// later batches), which flush then removes on success.
-func (f *flusherSim) batch(at time.Time, keep func() bool) (analytics.Batch, func()) {
-	b := analytics.Batch{At: at}
-	var sentC []bucketKey
-	var sentT []string
-	for k, v := range f.counts {
-		if keep == nil || !keep() {
-			b.Counts = append(b.Counts, analytics.Count{Key: k.key, Step: k.step, Start: k.start, Visits: v})
-			sentC = append(sentC, k)
-		}
-	}
-	for k, v := range f.totals {
-		if keep == nil || !keep() {
-			b.Totals = append(b.Totals, analytics.Total{Key: k, Visits: v})
-			sentT = append(sentT, k)
-		}
-	}
-	return b, func() {
-		for _, k := range sentC {
-			delete(f.counts, k)
-		}
-		for _, k := range sentT {
-			delete(f.totals, k)
-		}
-	}
-}
-
-func (f *flusherSim) flush(at time.Time, keep func() bool) error {
-	f.writes++
-	b, sent := f.batch(at, keep)
-	if err := f.s.Write(context.Background(), b); err != nil {
-		f.failed++
-		return err
-	}
-	sent()
-	return nil
+func (p *proc) start(t *testing.T, db *fakeDB, clock *time.Time, plan *rollup.Plan) {
+	p.s = onFake(t, db, clock)
+	now := func() time.Time { return *clock }
+	p.rec = analytics.NewRecorder(1000, nil)
+	p.fl = analytics.NewFlusher(p.rec, p.s, rollup.DefaultTiers(), analytics.FlusherOptions{Grace: plan.Grace(), Now: now}, nil, nil)
+	p.worker = rollup.NewWorker(p.s, plan, rollup.WorkerOptions{Now: now, MaxJobs: 40, Page: 8, Parallel: 4, LeaseTTL: 2 * time.Minute})
 }
 
 // TestModelFaults runs two gateway processes against the model of the
-// cluster for simulated hours: visits to a few links (some for minutes long
-// past, as after an outage), a third of all statements failing before or
-// after being applied or applied once more later, processes restarting, the
-// clock jumping. At the end every tier and every total must be exact.
+// cluster for simulated hours with the real Recorder, Flusher and rollup
+// Worker: visits to a few links (some minutes to hours late, as after an
+// outage), a share of all statements failing before or after being
+// applied, or applied once more later; processes restarting; the cluster's
+// clock running behind the gateways'. At the end, with the faults gone and
+// the workers caught up, every tier read exactly (analytics.NewReader) and
+// every coarse tier as stored must equal a count of every visit, and every
+// total too.
 func TestModelFaults(t *testing.T) {
 	for seed := range uint64(3) {
 		// The cluster's clock runs behind the gateways' by up to half an
-		// hour: folds must still delete what they fold.
+		// hour: marks must still be deleted by their deletes.
 		skew := -time.Duration(seed) * 15 * time.Minute
 		t.Run(fmt.Sprint("seed", seed, "skew", skew), func(t *testing.T) { modelFaults(t, seed, skew) })
 	}
 }
 
+type truthKey struct {
+	key   string
+	step  time.Duration
+	start time.Time
+}
+
 func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 42))
-	t0 := time.Date(2026, 3, 1, 23, 40, 0, 0, time.UTC) // crosses a day and a week
+	t0 := time.Date(2026, 3, 1, 19, 40, 0, 0, time.UTC) // crosses a day
 	clock := t0
 	db := newFakeDB(clock)
+	plan, err := rollup.NewPlan(rollup.DefaultTiers(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// rate is the share of statements that fail: low, except for outages
 	// (40 rounds of 100) when it is a half.
 	rate := 0.01
@@ -136,11 +99,12 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 		}
 		return ok
 	}
-	keys := []string{"a", "b", "ключ", analytics.AllLinks, "rare"}
-	truthP := make(map[bucketKey]analytics.Visits)
-	truthT := make(map[string]analytics.Visits)
-	procs := []*flusherSim{newFlusherSim(onFake(t, db, &clock)), newFlusherSim(onFake(t, db, &clock))}
+	keys := []string{"a", "b", "ключ", "rare"}
+	truth := map[truthKey]analytics.Visits{}
+	totals := map[string]analytics.Visits{}
+	procs := []*proc{newProc(t, db, &clock, plan), newProc(t, db, &clock, plan)}
 	writers := map[string]bool{}
+	rolled := 0
 	for round := range 500 {
 		switch r := rng.Float64(); {
 		case r < 0.005:
@@ -151,7 +115,7 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 			clock = clock.Add(10 * time.Second)
 		}
 		db.setNow(clock.Add(skew))
-		for i, p := range procs {
+		for _, p := range procs {
 			for range rng.IntN(4) {
 				k := keys[rng.IntN(len(keys)-1)]
 				if rng.IntN(20) == 0 {
@@ -161,28 +125,37 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 				if rng.IntN(20) == 0 {
 					at = clock.Add(-time.Duration(rng.IntN(180)) * time.Minute) // late: after an outage
 				}
-				d := analytics.Visits{Human: int64(rng.IntN(5)), Bot: int64(rng.IntN(2))}
-				p.visit(k, at, d)
-				for _, tr := range rollup.DefaultTiers() {
-					bk := bucketKey{k, tr.Step, rollup.Align(at, tr.Step)}
-					v := truthP[bk]
-					add(&v, d)
-					truthP[bk] = v
+				bot := rng.IntN(3) == 0
+				p.rec.Record(k, at, bot)
+				v := analytics.Visits{Human: 1}
+				if bot {
+					v = analytics.Visits{Bot: 1}
 				}
-				v := truthT[k]
-				add(&v, d)
-				truthT[k] = v
+				for _, key := range []string{k, analytics.AllLinks} {
+					for _, tr := range plan.Tiers() {
+						tk := truthKey{key, tr.Step, rollup.Align(at, tr.Step)}
+						truth[tk] = truth[tk].Add(v)
+					}
+					totals[key] = totals[key].Add(v)
+				}
 			}
-			var keep func() bool
-			if rng.IntN(4) == 0 {
-				keep = func() bool { return rng.IntN(3) == 0 } // hold a third back for a later batch
+			p.flushes++
+			if err := p.fl.Flush(context.Background()); err != nil {
+				p.failed++
 			}
-			_ = p.flush(clock.Add(time.Duration(i)*time.Microsecond), keep)
 			writers[p.s.writer.String()] = true
-			if len(p.counts) == 0 && len(p.totals) == 0 && rng.IntN(60) == 0 {
-				p.s.Close()
-				p.s = onFake(t, db, &clock)
-				p.restart++
+			if rng.IntN(3) == 0 {
+				if rep, err := p.worker.RunOnce(context.Background()); err == nil {
+					rolled += rep.Rows
+				}
+			}
+			if p.rec.Keys() == 0 && rng.IntN(60) == 0 {
+				// A restart: only once the flusher holds nothing.
+				if err := p.fl.Flush(context.Background()); err == nil {
+					p.s.Close()
+					p.start(t, db, &clock, plan)
+					p.restarts++
+				}
 			}
 		}
 		if rng.IntN(5) == 0 {
@@ -200,60 +173,94 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 	for i, p := range procs {
 		clock = clock.Add(time.Second)
 		db.setNow(clock.Add(skew))
-		if err := p.flush(clock, nil); err != nil {
+		if err := p.fl.Flush(context.Background()); err != nil {
 			t.Fatalf("process %d: final flush without faults: %v", i, err)
 		}
-		t.Logf("process %d: %d writes, %d failed, %d restarts, %d point entries, %d totals entries, %d rows to fold",
-			i, p.writes, p.failed, p.restart, len(p.s.points), len(p.s.totals), len(p.s.pending))
-		if p.failed == 0 || p.failed == p.writes {
-			t.Errorf("process %d: %d of %d writes failed: the faults did not exercise both paths", i, p.failed, p.writes)
+		t.Logf("process %d: %d flushes, %d failed, %d restarts, %d point entries", i, p.flushes, p.failed, p.restarts, len(p.s.points))
+		if p.failed == 0 || p.failed == p.flushes {
+			t.Errorf("process %d: %d of %d flushes failed: the faults did not exercise both paths", i, p.failed, p.flushes)
 		}
 		if n := len(p.s.points); n > 300 {
 			t.Errorf("process %d remembers %d buckets: state is not collected", i, n)
 		}
 	}
 	db.applyLate(nil)
-	t.Logf("%d writer ids, end at %v", len(writers), clock.Sub(t0))
+	// Time on past every period with a visit, then the workers until done;
+	// the lease passes when its holder stops renewing it.
+	clock = rollup.Align(clock, rollup.Day).Add(rollup.Day + time.Hour)
+	db.setNow(clock.Add(skew))
+	for caughtUp, n := false, 0; !caughtUp; n++ {
+		if n == 200 {
+			t.Fatal("the workers did not catch up in 200 runs")
+		}
+		for _, p := range procs {
+			rep, err := p.worker.RunOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rolled += rep.Rows
+			if !rep.Standby && !rep.More {
+				caughtUp = true
+				break
+			}
+		}
+	}
+	t.Logf("%d writer ids, %d rolled rows, end at %v", len(writers), rolled, clock.Sub(t0))
 	if len(writers) < 10 {
 		t.Errorf("only %d writer ids were used: entries were never dropped", len(writers))
 	}
 
 	s := procs[0].s
+	r := analytics.NewReader(s, rollup.DefaultTiers())
 	ctx := context.Background()
-	for _, k := range keys {
-		for _, tr := range rollup.DefaultTiers() {
+	prog, err := s.Progress(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range append(keys, analytics.AllLinks) {
+		if ms, _ := s.Marks(ctx, k); len(ms) != 0 {
+			t.Errorf("%q: %d marks left after the workers caught up", k, len(ms))
+		}
+		for i, tr := range plan.Tiers()[:len(plan.Tiers())-1] {
 			var want []analytics.Point
-			for bk, v := range truthP {
-				if bk.key == k && bk.step == tr.Step && v != (analytics.Visits{}) {
-					want = append(want, analytics.Point{Start: bk.start, Visits: v})
+			for tk, v := range truth {
+				if tk.key == k && tk.step == tr.Step && v != (analytics.Visits{}) {
+					want = append(want, analytics.Point{Start: tk.start, Visits: v})
 				}
 			}
 			slices.SortFunc(want, func(a, b analytics.Point) int { return a.Start.Compare(b.Start) })
-			got, err := s.Points(ctx, k, tr.Step, t0.Add(-2*rollup.Week), clock.Add(time.Hour))
+			from, to := t0.Add(-2*rollup.Week), clock.Add(time.Hour)
+			got, err := r.Points(ctx, k, tr.Step, from, to)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("Points(%q, %v) (-want +got):\n%s", k, tr, diff)
+				t.Errorf("exact Points(%q, %v) (-want +got):\n%s", k, tr, diff)
+			}
+			if i == 0 {
+				continue
+			}
+			// As stored: the worker wrote every bucket it has got past.
+			done := prog.Done(tr.Step)
+			want = slices.DeleteFunc(want, func(p analytics.Point) bool { return !p.Start.Before(done) })
+			stored, err := s.Points(ctx, k, tr.Step, from, done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, stored); diff != "" {
+				t.Errorf("stored Points(%q, %v) before %v (-want +got):\n%s", k, tr, done, diff)
 			}
 		}
-		got, err := s.Total(ctx, k)
+		got, err := r.Total(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != truthT[k] {
-			t.Errorf("Total(%q) = %+v, want %+v", k, got, truthT[k])
+		if got != totals[k] {
+			t.Errorf("Total(%q) = %+v, want %+v", k, got, totals[k])
 		}
 	}
-	folded := 0
-	for _, k := range keys {
-		if db.totals[k] != nil && db.totals[k].version > 0 {
-			folded++
-		}
-		t.Logf("totals %q: base version %d, %d rows", k, db.totals[k].version, db.liveTotalsRows(k))
-	}
-	if folded == 0 {
-		t.Error("no totals row was ever folded")
+	if rolled == 0 {
+		t.Error("no row was ever rolled")
 	}
 }
 
@@ -267,9 +274,7 @@ func TestFailedWriteAppliedThenResent(t *testing.T) {
 	minute := rollup.Align(clock, time.Minute)
 	ctx := context.Background()
 	batch := func(at time.Time, h int64) analytics.Batch {
-		return analytics.Batch{At: at,
-			Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}},
-			Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: h}}}}
+		return analytics.Batch{At: at, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}}}
 	}
 	if err := s.Write(ctx, batch(clock, 1)); err != nil {
 		t.Fatal(err)
@@ -296,14 +301,38 @@ func TestFailedWriteAppliedThenResent(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Points (-want +got):\n%s", diff)
 	}
-	if v, err := s.Total(ctx, "k"); err != nil || v.Human != 15 {
-		t.Errorf("Total = %+v, %v; want 15 human visits", v, err)
+}
+
+// TestAnnouncedBeforeCounts: a Write whose Active entries or marks fail
+// writes no count, so the worker is never left unaware of stored counts.
+func TestAnnouncedBeforeCounts(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	db := newFakeDB(clock)
+	s := onFake(t, db, &clock)
+	minute := rollup.Align(clock, time.Minute)
+	b := analytics.Batch{At: clock,
+		Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: 1}}},
+		Active: []rollup.Active{{Step: 5 * time.Minute, Period: rollup.Align(clock, time.Hour), Key: "k"}},
+		Marks:  []rollup.Mark{{Key: "k", Step: 5 * time.Minute, Start: rollup.Align(clock, 5*time.Minute).Add(-time.Hour), At: clock, ID: 1}},
+	}
+	for _, op := range []string{"active", "mark"} {
+		db.fault = func(o string) fault {
+			if o == op {
+				return failBefore
+			}
+			return ok
+		}
+		if err := s.Write(context.Background(), b); err == nil {
+			t.Fatalf("%s failing: Write succeeded", op)
+		}
+		if len(db.points) != 0 {
+			t.Errorf("%s failing: counts were written", op)
+		}
 	}
 }
 
 // TestTimestampsIncrease checks that point write timestamps are Batch.At in
-// microseconds, forced to increase when the clock goes back, and totals
-// write timestamps a sequence number.
+// microseconds, forced to increase when the clock goes back.
 func TestTimestampsIncrease(t *testing.T) {
 	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
 	db := newFakeDB(clock)
@@ -329,14 +358,173 @@ func TestTimestampsIncrease(t *testing.T) {
 	if len(ts) != 1 || ts[0] != clock.UnixMicro()+1 || got.Human != 3 {
 		t.Errorf("row timestamps %v holding %+v, want [%d] holding 3", ts, got, clock.UnixMicro()+1)
 	}
-	// Totals rows take the Write's sequence number: 3 for the third Write.
-	if err := s.Write(context.Background(), analytics.Batch{At: clock, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}}); err != nil {
-		t.Fatal(err)
+}
+
+// TestRolledRowsLargerWins applies rolled values of one bucket through two
+// stores in every order, duplicated late as gocql retries would be: the
+// value with more visits stays, because its write timestamp is the bucket's
+// end plus its visits.
+func TestRolledRowsLargerWins(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	h0 := rollup.Align(clock, time.Hour).Add(-2 * time.Hour)
+	row := func(h int64) rollup.Update {
+		return rollup.Update{Rows: []rollup.Row{{Key: "k", Step: time.Hour, Start: h0, Visits: analytics.Visits{Human: h, Bot: 1}}}}
 	}
-	for _, c := range db.totals["k"].rows {
-		if c.ts != 3 {
-			t.Errorf("totals row timestamp %d, want 3", c.ts)
+	for _, order := range [][]int64{{3, 5, 4}, {5, 3, 4}, {4, 3, 5}} {
+		db := newFakeDB(clock)
+		a, b := onFake(t, db, &clock), onFake(t, db, &clock)
+		db.fault = func(string) fault { return dupLate }
+		for i, v := range order {
+			if err := []*Store{a, b}[i%2].Apply(context.Background(), row(v)); err != nil {
+				t.Fatal(err)
+			}
 		}
+		db.applyLate(func(fs []func()) { slices.Reverse(fs) })
+		db.fault = nil
+		got, err := a.Points(context.Background(), "k", time.Hour, h0, h0.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []analytics.Point{{Start: h0, Visits: analytics.Visits{Human: 5, Bot: 1}}}; !cmp.Equal(got, want) {
+			t.Errorf("applied %v: Points = %v, want %v", order, got, want)
+		}
+		for _, p := range db.points {
+			for w, c := range p {
+				if want := h0.Add(time.Hour).UnixMicro() + 6; w.writer == rollupWriter && c.ts != want {
+					t.Errorf("rolled row timestamp %d, want the bucket's end %d plus 6 visits", c.ts, want)
+				}
+			}
+		}
+	}
+}
+
+// TestMarkDeleteWhateverClock deletes a processed mark while the cluster's
+// clock is far from the gateway's, either way: the delete carries the
+// mark's own timestamp, so it shadows the mark, and a mark of the same
+// bucket made meanwhile stays.
+func TestMarkDeleteWhateverClock(t *testing.T) {
+	at := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	start := rollup.Align(at, 5*time.Minute).Add(-time.Hour)
+	for _, skew := range []time.Duration{-time.Hour, 0, time.Hour} {
+		clock := at
+		db := newFakeDB(at.Add(skew))
+		s := onFake(t, db, &clock)
+		m1 := rollup.Mark{Key: "k", Step: 5 * time.Minute, Start: start, At: at, ID: 1}
+		m2 := rollup.Mark{Key: "k", Step: 5 * time.Minute, Start: start, At: at.Add(time.Second), ID: 2}
+		if err := s.Write(context.Background(), analytics.Batch{At: at, Marks: []rollup.Mark{m1, m2}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(context.Background(), rollup.Update{Done: []rollup.Mark{m1}}); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := s.Marks(context.Background(), "k")
+		if err != nil || len(ms) != 1 || ms[0] != m2 {
+			t.Errorf("clock %v off: marks after deleting one = %+v, %v; want [%+v]", skew, ms, err, m2)
+		}
+	}
+}
+
+// TestLease: one of two stores holds the lease and renews it; the other
+// gets it once the holder stopped renewing for the TTL.
+func TestLease(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	db := newFakeDB(clock)
+	a, b := onFake(t, db, &clock), onFake(t, db, &clock)
+	ctx := context.Background()
+	lease := func(s *Store) bool {
+		t.Helper()
+		held, err := s.Lease(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return held
+	}
+	if !lease(a) || lease(b) {
+		t.Fatal("a fresh lease: want a to get it and b not")
+	}
+	for range 3 {
+		db.setNow(db.now.Add(50 * time.Second))
+		if !lease(a) || lease(b) {
+			t.Fatal("a renewing within the TTL: want a to keep it")
+		}
+	}
+	db.setNow(db.now.Add(61 * time.Second))
+	if !lease(b) || lease(a) {
+		t.Error("a stopped renewing: want b to take it over")
+	}
+}
+
+func TestWriteRejectsBadCounts(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	s := onFake(t, newFakeDB(clock), &clock)
+	for name, b := range map[string]analytics.Batch{
+		"unknown step":              {At: clock, Counts: []analytics.Count{{Key: "k", Step: 2 * time.Minute, Start: rollup.Align(clock, time.Minute), Visits: analytics.Visits{Human: 1}}}},
+		"not aligned":               {At: clock, Counts: []analytics.Count{{Key: "k", Step: time.Hour, Start: rollup.Align(clock, time.Minute).Add(time.Minute), Visits: analytics.Visits{Human: 1}}}},
+		"active of the finest tier": {At: clock, Active: []rollup.Active{{Step: time.Minute, Period: clock, Key: "k"}}},
+		"mark of the marks queue":   {At: clock, Marks: []rollup.Mark{{Key: "k", Step: rollup.MarksQueue, Start: clock, At: clock}}},
+		"no At":                     {Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: rollup.Align(clock, time.Minute), Visits: analytics.Visits{Human: 1}}}},
+	} {
+		if err := s.Write(context.Background(), b); err == nil {
+			t.Errorf("%s: Write succeeded", name)
+		}
+	}
+	if _, err := s.Points(context.Background(), "k", 2*time.Minute, clock, clock.Add(time.Hour)); err == nil {
+		t.Error("Points for an unknown step succeeded")
+	}
+	if err := s.Apply(context.Background(), rollup.Update{Rows: []rollup.Row{{Key: "k", Step: time.Minute, Start: rollup.Align(clock, time.Minute)}}}); err == nil {
+		t.Error("Apply of a row of the finest tier succeeded")
+	}
+}
+
+func TestTTL(t *testing.T) {
+	tr := rollup.Tier{Step: time.Hour, Retention: 40 * rollup.Day}
+	start := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at   time.Time
+		want int
+	}{
+		{start, int((time.Hour + 40*rollup.Day) / time.Second)},
+		{start.Add(30 * time.Minute).Add(time.Millisecond), int((30*time.Minute + 40*rollup.Day) / time.Second)}, // rounded up
+		{start.Add(40*rollup.Day + time.Hour - time.Second), 1},
+		{start.Add(40*rollup.Day + time.Hour), 0},
+		{start.Add(50 * rollup.Day), 0},
+	} {
+		if got, keep := ttlSeconds(tr, start, c.at); got != c.want || keep != (c.want > 0) {
+			t.Errorf("ttlSeconds(%v, %v, %v) = %d, %v; want %d", tr, start, c.at, got, keep, c.want)
+		}
+	}
+	if got, _ := ttlSeconds(rollup.Tier{Step: rollup.Week, Retention: 30 * rollup.Year}, start, start); got != maxTTL {
+		t.Errorf("a 30-year retention: TTL %d, want the maximum %d", got, maxTTL)
+	}
+	if got, keep := ttlSeconds(rollup.Tier{Step: 52 * rollup.Week, Retention: rollup.Forever}, start, start.Add(100*rollup.Year)); got != 0 || !keep {
+		t.Errorf("the all-time tier: TTL %d, keep %v; want no TTL, kept", got, keep)
+	}
+	// An expired bucket is not written at all.
+	clock := start.Add(3 * rollup.Day)
+	db := newFakeDB(clock)
+	s := onFake(t, db, &clock)
+	err := s.Write(context.Background(), analytics.Batch{At: clock, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: start, Visits: analytics.Visits{Human: 1}}}})
+	if err != nil || len(db.points) != 0 {
+		t.Errorf("writing a minute 3 days old: %v, %d rows; want no error, no row", err, len(db.points))
+	}
+}
+
+// TestWriteCanceled checks that a canceled context writes nothing and that
+// runAll reports calls it did not make.
+func TestWriteCanceled(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	db := newFakeDB(clock)
+	s := onFake(t, db, &clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: rollup.Align(clock, time.Minute), Visits: analytics.Visits{Human: 1}}}})
+	if !errors.Is(err, context.Canceled) || len(db.points) != 0 {
+		t.Errorf("Write(canceled) = %v with %d partitions written", err, len(db.points))
+	}
+	calls := 0
+	err = runAll(ctx, 100, func(context.Context, int) error { calls++; return nil })
+	if err == nil {
+		t.Errorf("runAll with a canceled context made %d of 100 calls and returned nil", calls)
 	}
 }
 
@@ -352,8 +540,7 @@ func TestCollect(t *testing.T) {
 	m0 := rollup.Align(clock, time.Minute)
 	one := analytics.Visits{Human: 1}
 	write := func(key string, start time.Time) error {
-		return s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: key, Step: time.Minute, Start: start, Visits: one}},
-			Totals: []analytics.Total{{Key: key, Visits: one}}})
+		return s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: key, Step: time.Minute, Start: start, Visits: one}}})
 	}
 	if err := write("ok", m0); err != nil {
 		t.Fatal(err)
@@ -383,8 +570,7 @@ func TestCollect(t *testing.T) {
 	}
 	// The failed one resent with one more visit, as the flusher does: the
 	// same row, overwritten.
-	if err := s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: "failed", Step: time.Minute, Start: m0, Visits: analytics.Visits{Human: 2}}},
-		Totals: []analytics.Total{{Key: "failed", Visits: analytics.Visits{Human: 2}}}}); err != nil {
+	if err := s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: "failed", Step: time.Minute, Start: m0, Visits: analytics.Visits{Human: 2}}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"ok", "failed"} {
@@ -395,149 +581,5 @@ func TestCollect(t *testing.T) {
 		if want := []analytics.Point{{Start: m0, Visits: analytics.Visits{Human: 2}}}; !cmp.Equal(got, want) {
 			t.Errorf("Points(%q) = %v, want %v", k, got, want)
 		}
-	}
-	// Totals: idle links' rows are folded into the base.
-	clock = clock.Add(totalsIdle + gcEvery)
-	db.setNow(clock)
-	if err := write("other", rollup.Align(clock, time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if n := db.liveTotalsRows("ok"); n != 0 {
-		t.Errorf("%q has %d totals rows after being idle, want 0 (folded)", "ok", n)
-	}
-	for k, want := range map[string]int64{"ok": 2, "failed": 2, "other": 2} {
-		if v, err := s.Total(ctx, k); err != nil || v.Human != want {
-			t.Errorf("Total(%q) = %+v, %v; want %d", k, v, err, want)
-		}
-	}
-}
-
-// TestFoldLostAnswer folds with the answer lost once and with another
-// process folding the same link, when idle and at Close.
-func TestFoldLostAnswer(t *testing.T) {
-	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
-	db := newFakeDB(clock)
-	a, b := onFake(t, db, &clock), onFake(t, db, &clock)
-	ctx := context.Background()
-	for i, s := range []*Store{a, b, a} {
-		if err := s.Write(ctx, analytics.Batch{At: clock.Add(time.Duration(i) * time.Second), Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: int64(i + 1), Bot: 1}}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n := 0
-	db.fault = func(op string) fault {
-		if op == "fold" {
-			n++
-			if n == 1 {
-				return failAfter
-			}
-		}
-		return ok
-	}
-	// The link goes idle; the next writes (of another link) fold its rows.
-	clock = clock.Add(totalsIdle + gcEvery)
-	db.setNow(clock)
-	for i, s := range []*Store{a, b} {
-		if err := s.Write(ctx, analytics.Batch{At: clock.Add(time.Duration(i) * time.Second), Totals: []analytics.Total{{Key: "other", Visits: analytics.Visits{Human: 1}}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if db.liveTotalsRows("k") != 0 || db.totals["k"].version != 2 {
-		t.Errorf("after idling: %d rows, base version %d; want 0 rows, version 2", db.liveTotalsRows("k"), db.totals["k"].version)
-	}
-	a.Close()
-	b.Close()
-	if n := db.liveTotalsRows("other"); n != 0 || db.totals["other"].version != 2 {
-		t.Errorf("after Close: %d rows, base version %d; want 0 rows, version 2", n, db.totals["other"].version)
-	}
-	c := onFake(t, db, &clock)
-	if v, err := c.Total(ctx, "k"); err != nil || v != (analytics.Visits{Human: 6, Bot: 3}) {
-		t.Errorf("Total = %+v, %v; want {6 3}", v, err)
-	}
-}
-
-func TestWriteRejectsBadCounts(t *testing.T) {
-	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
-	s := onFake(t, newFakeDB(clock), &clock)
-	for name, c := range map[string]analytics.Count{
-		"unknown step": {Key: "k", Step: 2 * time.Minute, Start: rollup.Align(clock, time.Minute), Visits: analytics.Visits{Human: 1}},
-		"not aligned":  {Key: "k", Step: time.Hour, Start: rollup.Align(clock, time.Minute).Add(time.Minute), Visits: analytics.Visits{Human: 1}},
-	} {
-		if err := s.Write(context.Background(), analytics.Batch{At: clock, Counts: []analytics.Count{c}}); err == nil {
-			t.Errorf("%s: Write succeeded", name)
-		}
-	}
-	if err := s.Write(context.Background(), analytics.Batch{Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}}); err == nil {
-		t.Error("a batch without At: Write succeeded")
-	}
-	if _, err := s.Points(context.Background(), "k", 2*time.Minute, clock, clock.Add(time.Hour)); err == nil {
-		t.Error("Points for an unknown step succeeded")
-	}
-}
-
-func TestTTL(t *testing.T) {
-	tr := rollup.Tier{Step: time.Hour, Retention: 40 * rollup.Day}
-	start := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
-	for _, c := range []struct {
-		at   time.Time
-		want int
-	}{
-		{start, int((time.Hour + 40*rollup.Day) / time.Second)},
-		{start.Add(30 * time.Minute).Add(time.Millisecond), int((30*time.Minute + 40*rollup.Day) / time.Second)}, // rounded up
-		{start.Add(40*rollup.Day + time.Hour - time.Second), 1},
-		{start.Add(40*rollup.Day + time.Hour), 0},
-		{start.Add(50 * rollup.Day), 0},
-	} {
-		if got := ttlSeconds(tr, start, c.at); got != c.want {
-			t.Errorf("ttlSeconds(%v, %v, %v) = %d, want %d", tr, start, c.at, got, c.want)
-		}
-	}
-	if got := ttlSeconds(rollup.Tier{Step: rollup.Week, Retention: 30 * rollup.Year}, start, start); got != maxTTL {
-		t.Errorf("a 30-year retention: TTL %d, want the maximum %d", got, maxTTL)
-	}
-	// An expired bucket is not written at all.
-	clock := start.Add(3 * rollup.Day)
-	db := newFakeDB(clock)
-	s := onFake(t, db, &clock)
-	err := s.Write(context.Background(), analytics.Batch{At: clock, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: start, Visits: analytics.Visits{Human: 1}}}})
-	if err != nil || len(db.points) != 0 {
-		t.Errorf("writing a minute 3 days old: %v, %d rows; want no error, no row", err, len(db.points))
-	}
-}
-
-// TestWriteCanceled checks that a canceled context writes nothing and that
-// runAll reports calls it did not make.
-func TestWriteCanceled(t *testing.T) {
-	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
-	db := newFakeDB(clock)
-	s := onFake(t, db, &clock)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err := s.Write(ctx, analytics.Batch{At: clock, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}})
-	if !errors.Is(err, context.Canceled) || len(db.totals) != 0 {
-		t.Errorf("Write(canceled) = %v with %d partitions written", err, len(db.totals))
-	}
-	calls := 0
-	err = runAll(ctx, 100, func(context.Context, int) error { calls++; return nil })
-	if err == nil {
-		t.Errorf("runAll with a canceled context made %d of 100 calls and returned nil", calls)
-	}
-}
-
-// TestFoldsKeptWhenCanceled checks that folds a canceled context prevented
-// stay queued.
-func TestFoldsKeptWhenCanceled(t *testing.T) {
-	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
-	s := onFake(t, newFakeDB(clock), &clock)
-	for i := range 100 {
-		s.pending = append(s.pending, fold{key: fmt.Sprint(i), v: analytics.Visits{Human: 1}})
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if n := s.foldSome(ctx, s.be, 50); n != 100 {
-		t.Errorf("%d folds queued after a canceled foldSome, want 100", n)
-	}
-	if n := s.foldSome(context.Background(), s.be, 50); n != 50 {
-		t.Errorf("%d folds queued after folding 50 (rows gone count as folded), want 50", n)
 	}
 }

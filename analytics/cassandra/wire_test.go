@@ -32,6 +32,8 @@ type wireServer struct {
 	// code, or replyStall to never answer. Nil: always OK.
 	reply func(stmt string) int
 	rows  func(stmt string, values [][]byte) (cols []wireCol, rows [][][]byte)
+	// cas answers a conditional EXECUTE; nil: [applied] true.
+	cas func(stmt string, values [][]byte) (cols []wireCol, rows [][][]byte)
 }
 
 type wireStmt struct {
@@ -211,8 +213,10 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 		}
 	case opPrepare:
 		q := rd.longString()
-		id := []byte{byte(len(s.prepared) + 1)}
+		// The id under the lock: statements prepared at once (a Write's
+		// first statements of each kind) must not share one.
 		s.mu.Lock()
+		id := []byte{byte(len(s.prepared) + 1)}
 		s.prepared[string(id)] = q
 		s.mu.Unlock()
 		write(f.stream, opResult, preparedResult(id, q))
@@ -264,6 +268,18 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 				if s.rows != nil {
 					cols, rows = s.rows(q, values)
 				}
+				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
+				return
+			}
+			if strings.Contains(q, " IF ") {
+				// A lightweight transaction: applied, unless cas says not.
+				cols, rows := []wireCol{{"[applied]", typeBoolean}}, [][][]byte{{{1}}}
+				if s.cas != nil {
+					cols, rows = s.cas(q, values)
+				}
+				s.mu.Lock()
+				s.bound = append(s.bound, values)
+				s.mu.Unlock()
 				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
 				return
 			}
@@ -329,27 +345,40 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 }
 
 // bindTypes returns the types of the bind markers of the Store's
-// statements, by the column each marker is compared with or assigned to.
+// statements, by the column each marker is compared with or assigned to,
+// or by the clause it fills (TTL, TIMESTAMP, LIMIT).
 func bindTypes(q string) []wireCol {
 	types := map[string]uint16{
 		"short_key": typeVarchar, "bucket": typeTimestamp, "start": typeTimestamp, "writer": typeUUID,
-		"human": typeBigint, "bot": typeBigint, "base_human": typeBigint, "base_bot": typeBigint, "base_version": typeBigint,
+		"human": typeBigint, "bot": typeBigint, "step": typeInt, "period": typeTimestamp, "shard": typeInt,
+		"id": typeBigint, "at_us": typeBigint, "done": typeTimestamp, "holder": typeUUID, "name": typeVarchar,
 	}
 	var cols []wireCol
+	rest := q
 	if strings.HasPrefix(q, "INSERT") {
-		names := q[strings.Index(q, "(")+1 : strings.Index(q, ")")]
-		for _, n := range strings.Split(names, ", ") {
-			cols = append(cols, wireCol{n, types[n]})
+		names := strings.Split(q[strings.Index(q, "(")+1:strings.Index(q, ")")], ", ")
+		v := q[strings.Index(q, "VALUES (")+len("VALUES ("):]
+		values := strings.Split(v[:strings.Index(v, ")")], ", ")
+		for i, n := range names {
+			if values[i] == "?" {
+				cols = append(cols, wireCol{n, types[n]})
+			}
 		}
-		if strings.Contains(q, "USING TTL ?") {
-			cols = append(cols, wireCol{"[ttl]", typeInt})
-		}
-		return append(cols, wireCol{"[timestamp]", typeBigint})
+		rest = v[strings.Index(v, ")"):]
 	}
-	// SELECT … WHERE a = ? AND b >= ? …: the column before each marker.
-	fields := strings.Fields(q)
+	fields := strings.Fields(rest)
 	for i, f := range fields {
-		if f == "?" || f == "?," {
+		if f != "?" && f != "?," {
+			continue
+		}
+		switch fields[i-1] {
+		case "TTL":
+			cols = append(cols, wireCol{"[ttl]", typeInt})
+		case "TIMESTAMP":
+			cols = append(cols, wireCol{"[timestamp]", typeBigint})
+		case "LIMIT":
+			cols = append(cols, wireCol{"[limit]", typeInt})
+		default:
 			cols = append(cols, wireCol{fields[i-2], types[fields[i-2]]})
 		}
 	}
@@ -358,7 +387,7 @@ func bindTypes(q string) []wireCol {
 
 var resultTypes = map[string]uint16{
 	"start": typeTimestamp, "writer": typeUUID, "human": typeBigint, "bot": typeBigint,
-	"base_human": typeBigint, "base_bot": typeBigint, "base_version": typeBigint,
+	"step": typeInt, "id": typeBigint, "at_us": typeBigint, "done": typeTimestamp, "short_key": typeVarchar,
 }
 
 // selectCols returns the columns a SELECT of the Store's returns.
@@ -467,5 +496,7 @@ func (r *rbuf) bytes() []byte {
 }
 
 func be64(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+func be32(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 
 func timeCell(t time.Time) []byte { return be64(t.UnixMilli()) }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,18 +46,19 @@ func TestWireFaults(t *testing.T) {
 	srv := newWireServer(t)
 	s := openWire(t, srv)
 	at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
-	total := func(at time.Time, h int64) analytics.Batch {
-		return analytics.Batch{At: at, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: h}}}}
+	minute := rollup.Align(at, time.Minute)
+	count := func(at time.Time, h int64) analytics.Batch {
+		return analytics.Batch{At: at, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}}}
 	}
 	ctx := context.Background()
-	const insert = "INSERT INTO ks.totals"
+	const insert = "INSERT INTO ks.points_1m"
 
 	for _, code := range []int{errWriteTimeout, errUnavailable} {
 		before := srv.count(insert)
 		srv.mu.Lock()
 		srv.reply = func(q string) int { return code }
 		srv.mu.Unlock()
-		err := s.Write(ctx, total(at, 3))
+		err := s.Write(ctx, count(at, 3))
 		if err == nil {
 			t.Fatalf("error %#x: Write succeeded", code)
 		}
@@ -72,16 +73,16 @@ func TestWireFaults(t *testing.T) {
 	}
 
 	// The flusher resends the 3 merged with 4 new visits: the row gets 7
-	// (nothing was committed), stamped with the next sequence number (the
-	// two failed Writes took 1 and 2).
+	// (nothing was committed), stamped with the flush time; the next
+	// write adds 1.
 	srv.mu.Lock()
 	srv.reply = nil
 	srv.bound = nil
 	srv.mu.Unlock()
-	if err := s.Write(ctx, total(at, 3+4)); err != nil {
+	if err := s.Write(ctx, count(at, 3+4)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, total(at.Add(10*time.Second), 1)); err != nil {
+	if err := s.Write(ctx, count(at.Add(10*time.Second), 1)); err != nil {
 		t.Fatal(err)
 	}
 	srv.mu.Lock()
@@ -90,10 +91,10 @@ func TestWireFaults(t *testing.T) {
 	if len(bound) != 2 {
 		t.Fatalf("%d INSERTs executed, want 2", len(bound))
 	}
-	for i, want := range []struct{ human, ts int64 }{{7, 3}, {8, 4}} {
-		v := bound[i] // short_key, writer, human, bot, timestamp
-		if string(v[0]) != "k" || int64(binary.BigEndian.Uint64(v[2])) != want.human || int64(binary.BigEndian.Uint64(v[4])) != want.ts {
-			t.Errorf("INSERT %d bound key %q, human %d, timestamp %d; want k, %d, %d", i, v[0], binary.BigEndian.Uint64(v[2]), binary.BigEndian.Uint64(v[4]), want.human, want.ts)
+	for i, want := range []struct{ human, ts int64 }{{7, at.UnixMicro()}, {8, at.Add(10 * time.Second).UnixMicro()}} {
+		v := bound[i] // short_key, bucket, start, writer, human, bot, ttl, timestamp
+		if string(v[0]) != "k" || int64(binary.BigEndian.Uint64(v[4])) != want.human || int64(binary.BigEndian.Uint64(v[7])) != want.ts {
+			t.Errorf("INSERT %d bound key %q, human %d, timestamp %d; want k, %d, %d", i, v[0], binary.BigEndian.Uint64(v[4]), binary.BigEndian.Uint64(v[7]), want.human, want.ts)
 		}
 	}
 
@@ -126,7 +127,7 @@ func TestWireFaults(t *testing.T) {
 	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	err := s.Write(tctx, total(at.Add(time.Minute), 1))
+	err := s.Write(tctx, count(at.Add(time.Minute), 1))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Write to a stalled server = %v, want context.DeadlineExceeded", err)
 	}
@@ -135,99 +136,175 @@ func TestWireFaults(t *testing.T) {
 	}
 }
 
-// TestWireReads checks the scanning of rows through gocql: totals sum the
-// base and every writer's row, points sum the writers of each bucket.
+// TestWireRollupStatements runs every rollup statement through gocql and
+// checks what it binds: Active entries with their shard and TTL, marks
+// written and deleted with the mark's own timestamp, rolled rows under the
+// rollup writer with the bucket's end plus its visits as timestamp and no
+// TTL in the all-time tier, progress stamped with itself.
+func TestWireRollupStatements(t *testing.T) {
+	srv := newWireServer(t)
+	s := openWire(t, srv)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	s.now = func() time.Time { return now }
+	period := rollup.Align(now, time.Hour)
+	mark := rollup.Mark{Key: "k", Step: 5 * time.Minute, Start: rollup.Align(now, 5*time.Minute).Add(-time.Hour), At: now, ID: 1<<63 + 5}
+	if err := s.Write(ctx, analytics.Batch{At: now, Active: []rollup.Active{{Step: 5 * time.Minute, Period: period, Key: "k"}}, Marks: []rollup.Mark{mark}}); err != nil {
+		t.Fatal(err)
+	}
+	total, _ := rollup.TotalTier(rollup.DefaultTiers())
+	ts := rollup.Align(now, total.Step)
+	h := rollup.Align(now, time.Hour).Add(-time.Hour)
+	if err := s.Apply(ctx, rollup.Update{
+		Rows: []rollup.Row{{Key: "k", Step: time.Hour, Start: h, Visits: analytics.Visits{Human: 5, Bot: 2}},
+			{Key: "k", Step: total.Step, Start: ts, Visits: analytics.Visits{Human: 9}}},
+		Done: []rollup.Mark{mark},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(ctx, 5*time.Minute, period); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.count("INSERT INTO ks.points_1h") + srv.count("INSERT INTO ks.points_total") + srv.count("INSERT INTO ks.rollup_") + srv.count("DELETE"); n != 6 {
+		t.Errorf("the server saw %d writes, the store counted 6", n)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	byStmt := map[string][][]byte{}
+	// srv.bound holds values in execution order; match them by shape.
+	for _, v := range srv.bound {
+		switch len(v) {
+		case 5: // rollup_active: step, period, shard, short_key, ttl — or the mark delete
+			if len(v[0]) == 4 {
+				byStmt["active"] = v
+			} else {
+				byStmt["unmark"] = v
+			}
+		case 7:
+			byStmt["mark"] = v
+		case 8:
+			if int64(binary.BigEndian.Uint64(v[4])) == 9 {
+				byStmt["total"] = v
+			} else {
+				byStmt["rolled"] = v
+			}
+		case 3:
+			byStmt["progress"] = v
+		}
+	}
+	i32 := func(b []byte) int64 { return int64(int32(binary.BigEndian.Uint32(b))) }
+	i64 := func(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) }
+	if v := byStmt["active"]; v == nil || i32(v[0]) != 300 || i64(v[1]) != period.UnixMilli() || int(i32(v[2])) != shardOf("k") || string(v[3]) != "k" || i32(v[4]) <= 0 {
+		t.Errorf("Active entry bound %v", v)
+	}
+	if v := byStmt["mark"]; v == nil || string(v[0]) != "k" || i64(v[3]) != int64(mark.ID) || i64(v[4]) != now.UnixMicro() || i64(v[6]) != now.UnixMicro() {
+		t.Errorf("mark bound %v, want key, id %d, at and timestamp %d", v, int64(mark.ID), now.UnixMicro())
+	}
+	if v := byStmt["unmark"]; v == nil || i64(v[0]) != now.UnixMicro() || string(v[1]) != "k" || i64(v[4]) != int64(mark.ID) {
+		t.Errorf("mark delete bound %v, want timestamp %d first", v, now.UnixMicro())
+	}
+	if v := byStmt["rolled"]; v == nil || !slices.Equal(v[3], rollupWriter[:]) || i64(v[7]) != h.Add(time.Hour).UnixMicro()+7 || i32(v[6]) <= 0 {
+		t.Errorf("rolled row bound %v, want the rollup writer and timestamp %d", v, h.Add(time.Hour).UnixMicro()+7)
+	}
+	if v := byStmt["total"]; v == nil || i32(v[6]) != 0 || i64(v[1]) != 0 {
+		t.Errorf("all-time row bound %v, want TTL 0 and the one partition (bucket 1970)", v)
+	}
+	if v := byStmt["progress"]; v == nil || i32(v[0]) != 300 || i64(v[1]) != period.UnixMilli() || i64(v[2]) != period.UnixMicro() {
+		t.Errorf("progress bound %v, want step 300, done and timestamp %v", v, period)
+	}
+	if st := s.Statements(); st.Active != 1 || st.Marks != 1 || st.MarkDeletes != 1 || st.Rolled != 2 || st.Progress != 1 || st.Points != 0 {
+		t.Errorf("statements counted %+v", st)
+	}
+}
+
+// TestWireReads checks the scanning of rows through gocql: points sum the
+// writers of each bucket; marks, Active keys and progress come back whole.
 func TestWireReads(t *testing.T) {
 	srv := newWireServer(t)
 	now := time.Now().UTC()
 	h0 := rollup.Align(now.Add(-3*time.Hour), time.Hour)
-	w1, w2 := gocql.MustRandomUUID(), gocql.MustRandomUUID()
+	atUS := now.Truncate(time.Microsecond).UnixMicro()
 	srv.rows = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
-		if strings.Contains(q, "totals") {
-			return []wireCol{{"writer", typeUUID}, {"human", typeBigint}, {"bot", typeBigint}, {"base_human", typeBigint}, {"base_bot", typeBigint}, {"base_version", typeBigint}},
-				[][][]byte{{w1[:], be64(5), be64(1), be64(10), be64(2), be64(3)}, {w2[:], be64(7), be64(0), be64(10), be64(2), be64(3)}}
+		cols := selectCols(q)
+		switch {
+		case strings.Contains(q, "rollup_marks"):
+			return cols, [][][]byte{{be32(3600), timeCell(h0), be64(-3), be64(atUS)}}
+		case strings.Contains(q, "rollup_active"): // step, period, shard, after, limit
+			rows := [][][]byte{{[]byte("x")}, {[]byte("y")}}
+			return cols, rows[:min(len(rows), int(binary.BigEndian.Uint32(values[4])))]
+		case strings.Contains(q, "rollup_progress"):
+			return cols, [][][]byte{{be32(300), timeCell(h0)}, {be32(0), timeCell(h0.Add(time.Hour))}}
 		}
 		if string(values[0]) != "k" {
-			return []wireCol{{"start", typeTimestamp}, {"human", typeBigint}, {"bot", typeBigint}}, nil
+			return cols, nil
 		}
-		return []wireCol{{"start", typeTimestamp}, {"human", typeBigint}, {"bot", typeBigint}},
-			[][][]byte{{timeCell(h0), be64(1), be64(0)}, {timeCell(h0), be64(2), be64(1)}, {timeCell(h0.Add(time.Hour)), be64(4), be64(0)}}
+		return cols, [][][]byte{{timeCell(h0), be64(1), be64(0)}, {timeCell(h0), be64(2), be64(1)}, {timeCell(h0.Add(time.Hour)), be64(4), be64(0)}}
 	}
 	s := openWire(t, srv)
-	v, err := s.Total(context.Background(), "k")
-	if err != nil || v != (analytics.Visits{Human: 22, Bot: 3}) {
-		t.Errorf("Total = %+v, %v; want {22 3}", v, err)
-	}
-	ps, err := s.Points(context.Background(), "k", time.Hour, h0, h0.Add(2*time.Hour))
+	ctx := context.Background()
+	ps, err := s.Points(ctx, "k", time.Hour, h0, h0.Add(2*time.Hour))
 	want := []analytics.Point{{Start: h0, Visits: analytics.Visits{Human: 3, Bot: 1}}, {Start: h0.Add(time.Hour), Visits: analytics.Visits{Human: 4}}}
 	if err != nil || len(ps) != 2 || ps[0] != want[0] || ps[1] != want[1] {
 		t.Errorf("Points = %v, %v; want %v", ps, err, want)
 	}
-	if ps, err := s.Points(context.Background(), "other", time.Hour, h0, h0.Add(2*time.Hour)); err != nil || len(ps) != 0 {
+	if ps, err := s.Points(ctx, "other", time.Hour, h0, h0.Add(2*time.Hour)); err != nil || len(ps) != 0 {
 		t.Errorf("Points(other) = %v, %v; want none", ps, err)
+	}
+	ms, err := s.Marks(ctx, "k")
+	wantM := rollup.Mark{Key: "k", Step: time.Hour, Start: h0, ID: uint64(1<<64 - 3), At: time.UnixMicro(atUS).UTC()}
+	if err != nil || len(ms) != 1 || ms[0] != wantM {
+		t.Errorf("Marks = %+v, %v; want [%+v]", ms, err, wantM)
+	}
+	keys, err := s.Active(ctx, 5*time.Minute, h0, "", 3)
+	if err != nil || !slices.Equal(keys, []string{"x", "y", "x"}) {
+		// The model answers every shard alike: the store reads shards in
+		// turn until the page is full.
+		t.Errorf("Active = %q, %v; want x, y from the first shard and x from the next", keys, err)
+	}
+	p, err := s.Progress(ctx)
+	if err != nil || !p.Done(5*time.Minute).Equal(h0) || !p.Done(rollup.MarksQueue).Equal(h0.Add(time.Hour)) {
+		t.Errorf("Progress = %v, %v", p, err)
 	}
 }
 
-// TestWireFold closes a store: its totals row is folded
-// by a conditional batch, read first at LOCAL_SERIAL, that moves it into the
-// base, conditioned on the base version (null on the first fold) and on the
-// row's value.
-func TestWireFold(t *testing.T) {
-	for _, version := range []int64{0, 3} {
-		t.Run(fmt.Sprint("version", version), func(t *testing.T) {
-			srv := newWireServer(t)
-			var mu sync.Mutex
-			var w gocql.UUID
-			srv.rows = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				ver := be64(version)
-				if version == 0 {
-					ver = nil
-				}
-				return []wireCol{{"writer", typeUUID}, {"human", typeBigint}, {"bot", typeBigint}, {"base_human", typeBigint}, {"base_bot", typeBigint}, {"base_version", typeBigint}},
-					[][][]byte{{w[:], be64(5), be64(0), be64(10), be64(2), ver}}
+// TestWireLease takes and renews the lease through gocql: lightweight
+// transactions, renewed only by the holder, another holder's lease reported
+// as not held.
+func TestWireLease(t *testing.T) {
+	srv := newWireServer(t)
+	var mu sync.Mutex
+	var holder []byte // nil: nobody
+	srv.cas = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		cols := []wireCol{{"[applied]", typeBoolean}, {"holder", typeUUID}}
+		switch {
+		case strings.HasPrefix(q, "INSERT"): // holder, ttl
+			if holder == nil {
+				holder = values[0]
+				return cols[:1], [][][]byte{{{1}}}
 			}
-			s := openWire(t, srv)
-			at := time.Now()
-			if err := s.Write(context.Background(), analytics.Batch{At: at, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 5}}}}); err != nil {
-				t.Fatal(err)
+			return cols, [][][]byte{{{0}, holder}}
+		default: // UPDATE: ttl, holder, holder
+			if slices.Equal(holder, values[2]) {
+				return cols[:1], [][][]byte{{{1}}}
 			}
-			mu.Lock()
-			w = s.totals["k"].writer
-			mu.Unlock()
-			s.Close()
-
-			srv.mu.Lock()
-			defer srv.mu.Unlock()
-			if len(srv.batches) != 1 {
-				t.Fatalf("%d batches, want 1", len(srv.batches))
-			}
-			b := srv.batches[0]
-			if b.serial != uint16(gocql.LocalSerial) || len(b.stmts) != 2 {
-				t.Fatalf("batch of %d statements at serial consistency %#x, want 2 at LOCAL_SERIAL", len(b.stmts), b.serial)
-			}
-			up, del := b.stmts[0], b.stmts[1]
-			wantUp := [][]byte{be64(15), be64(2), be64(version + 1), []byte("k")}
-			if version != 0 {
-				wantUp = append(wantUp, be64(version))
-			}
-			if !strings.HasPrefix(up.q, "UPDATE ks.totals") || !cmp.Equal(up.values, wantUp) {
-				t.Errorf("first statement %q bound %v, want an UPDATE bound %v", up.q, up.values, wantUp)
-			}
-			if (version == 0) != strings.HasSuffix(up.q, "IF base_version = null") {
-				t.Errorf("base version %d: condition of %q", version, up.q)
-			}
-			wantDel := [][]byte{[]byte("k"), w[:], be64(5), be64(0)}
-			if !strings.HasPrefix(del.q, "DELETE FROM ks.totals") || !cmp.Equal(del.values, wantDel) {
-				t.Errorf("second statement %q bound %v, want a DELETE bound %v", del.q, del.values, wantDel)
-			}
-			for q, cs := range srv.consistency {
-				if strings.HasPrefix(q, "SELECT writer") && (len(cs) != 1 || cs[0] != uint16(gocql.LocalSerial)) {
-					t.Errorf("totals read before the fold at consistencies %v, want one at LOCAL_SERIAL", cs)
-				}
-			}
-		})
+			return cols, [][][]byte{{{0}, holder}}
+		}
+	}
+	a, b := openWire(t, srv), openWire(t, srv)
+	ctx := context.Background()
+	for i, want := range []struct {
+		s    *Store
+		held bool
+	}{{a, true}, {b, false}, {a, true}} {
+		held, err := want.s.Lease(ctx, time.Minute)
+		if err != nil || held != want.held {
+			t.Errorf("lease %d = %v, %v; want %v", i, held, err, want.held)
+		}
+	}
+	if n := srv.count("UPDATE ks.rollup_lease"); n != 1 {
+		t.Errorf("%d renewals, want 1 (by the holder only)", n)
 	}
 }
 
@@ -249,7 +326,10 @@ func TestWireConnectsLate(t *testing.T) {
 	}
 	defer s.Close()
 	at := time.Now()
-	if err := s.Write(context.Background(), analytics.Batch{At: at, Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 1}}}}); !errors.Is(err, ErrNotConnected) {
+	one := func(at time.Time, h int64) analytics.Batch {
+		return analytics.Batch{At: at, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: rollup.Align(at, time.Minute), Visits: analytics.Visits{Human: h}}}}
+	}
+	if err := s.Write(context.Background(), one(at, 1)); !errors.Is(err, ErrNotConnected) {
 		t.Fatalf("Write before the cluster is up = %v, want ErrNotConnected", err)
 	}
 	// Let a first attempt fail, so that the store connects by retrying.
@@ -268,7 +348,7 @@ func TestWireConnectsLate(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // the background connect's backoff, over loopback
 	}
-	if err := s.Write(context.Background(), analytics.Batch{At: at.Add(time.Second), Totals: []analytics.Total{{Key: "k", Visits: analytics.Visits{Human: 2}}}}); err != nil {
+	if err := s.Write(context.Background(), one(at.Add(time.Second), 2)); err != nil {
 		t.Fatal(err)
 	}
 	srv.mu.Lock()
@@ -276,7 +356,7 @@ func TestWireConnectsLate(t *testing.T) {
 	if want := schema("ks", 3, rollup.DefaultTiers()); !cmp.Equal(srv.ddl, want) {
 		t.Errorf("DDL received (-want +got):\n%s", cmp.Diff(want, srv.ddl))
 	}
-	if len(srv.bound) != 1 || int64(binary.BigEndian.Uint64(srv.bound[0][2])) != 2 {
+	if len(srv.bound) != 1 || int64(binary.BigEndian.Uint64(srv.bound[0][4])) != 2 {
 		t.Errorf("INSERTs bound %v, want one of 2 visits (the write before connecting was refused, not kept)", srv.bound)
 	}
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// BenchmarkWrite writes one 10-second flush: every link's count in every
-// tier, its total, and the all-links counts and total, synced to disk.
+// BenchmarkWrite writes one 10-second flush: every link's count of the
+// minute and its Active entry (as the first flush of a batch period has:
+// later ones have none), and the same for all links, synced to disk.
 // Successive flushes move on by a minute.
 func BenchmarkWrite(b *testing.B) {
 	for _, links := range []int{100, 10_000} {
@@ -28,7 +29,7 @@ func BenchmarkWrite(b *testing.B) {
 			var counts int
 			for i := 0; b.Loop(); i++ {
 				batch := flush(links, t0.Add(time.Duration(i)*time.Minute))
-				counts = len(batch.Counts) + len(batch.Totals)
+				counts = len(batch.Counts) + len(batch.Active)
 				if err := s.Write(context.Background(), batch); err != nil {
 					b.Fatal(err)
 				}
@@ -45,10 +46,8 @@ func flush(links int, at time.Time) analytics.Batch {
 		if i >= 0 {
 			k = benchKey(i)
 		}
-		for _, t := range rollup.DefaultTiers() {
-			b.Counts = append(b.Counts, analytics.Count{Key: k, Step: t.Step, Start: rollup.Align(at, t.Step), Visits: analytics.Visits{Human: 3, Bot: 1}})
-		}
-		b.Totals = append(b.Totals, analytics.Total{Key: k, Visits: analytics.Visits{Human: 3, Bot: 1}})
+		b.Counts = append(b.Counts, analytics.Count{Key: k, Step: time.Minute, Start: rollup.Align(at, time.Minute), Visits: analytics.Visits{Human: 3, Bot: 1}})
+		b.Active = append(b.Active, rollup.Active{Step: 5 * time.Minute, Period: rollup.Align(at, time.Hour), Key: k})
 	}
 	return b
 }
@@ -114,7 +113,6 @@ func benchStore(b *testing.B) *pebble.Store {
 						batch.Counts = append(batch.Counts, analytics.Count{Key: k, Step: time.Hour, Start: day.Add(time.Duration(h) * time.Hour), Visits: analytics.Visits{Human: 1}})
 					}
 				}
-				batch.Totals = append(batch.Totals, analytics.Total{Key: k, Visits: v})
 			}
 			rows += len(batch.Counts)
 			if err := s.Write(context.Background(), batch); err != nil {
@@ -170,4 +168,42 @@ func BenchmarkPointsYear(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
 		})
 	}
+}
+
+// BenchmarkReaderYear reads the same curve as BenchmarkPointsYear, and the
+// link's total, through analytics.NewReader, as the stats API does, with
+// the rollup's progress at the end of the stored data: the reader adds the
+// link's marks, the progress (cached for a second) and one range per finer
+// tier for the part not rolled yet.
+func BenchmarkReaderYear(b *testing.B) {
+	s := benchStore(b)
+	defer s.Close()
+	ctx := context.Background()
+	for _, step := range []time.Duration{5 * time.Minute, time.Hour, rollup.Day, rollup.Week, 52 * rollup.Week, 0} {
+		if err := s.Advance(ctx, step, benchEnd); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := analytics.NewReader(s, rollup.DefaultTiers())
+	rng := rand.New(rand.NewPCG(1, 2))
+	from, to := benchEnd.Add(-365*rollup.Day), benchEnd.Add(rollup.Day)
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	for b.Loop() {
+		k := benchKey(rng.IntN(benchHot))
+		t := time.Now()
+		ps, err := r.Points(ctx, k, rollup.Day, from, to)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.Total(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+		if len(ps) == 0 {
+			b.Fatalf("no points for %s", k)
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
 }

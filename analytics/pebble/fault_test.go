@@ -31,7 +31,7 @@ func oneVisit(at time.Time) analytics.Batch {
 	return analytics.Batch{
 		At:     at,
 		Counts: []analytics.Count{{Key: "abc", Step: time.Minute, Start: at, Visits: analytics.Visits{Human: 1}}},
-		Totals: []analytics.Total{{Key: "abc", Visits: analytics.Visits{Human: 1}}},
+		Active: []rollup.Active{{Step: 5 * time.Minute, Period: rollup.Align(at, time.Hour), Key: "abc"}},
 	}
 }
 
@@ -49,16 +49,16 @@ func TestDiskAlmostFull(t *testing.T) {
 	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrDiskFull) {
 		t.Fatalf("Write on a nearly full disk = %v, want ErrDiskFull", err)
 	}
-	if v, err := s.Total(t.Context(), "abc"); err != nil || v.Human != 0 {
-		t.Fatalf("after a refused Write: total %+v, %v; want nothing applied", v, err)
+	if ps, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); err != nil || len(ps) != 0 {
+		t.Fatalf("after a refused Write: points %+v, %v; want nothing applied", ps, err)
 	}
 	disk.avail.Store(1 << 40)
 	if err := s.Write(t.Context(), oneVisit(at)); err != nil {
 		t.Fatalf("Write with space back: %v", err)
 	}
 	ps, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute))
-	if v, terr := s.Total(t.Context(), "abc"); err != nil || terr != nil || v.Human != 1 || len(ps) != 1 || ps[0].Human != 1 {
-		t.Errorf("after the retry: total %+v (%v), points %+v (%v); want one visit", v, terr, ps, err)
+	if err != nil || len(ps) != 1 || ps[0].Human != 1 {
+		t.Errorf("after the retry: points %+v (%v); want one visit", ps, err)
 	}
 }
 
@@ -89,8 +89,11 @@ func TestFailedCommitDoesNotCrash(t *testing.T) {
 	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrFailed) {
 		t.Errorf("later Write = %v, want ErrFailed", err)
 	}
-	if _, err := s.Total(t.Context(), "abc"); !errors.Is(err, pebble.ErrFailed) {
-		t.Errorf("Total after the failure = %v, want ErrFailed", err)
+	if _, err := s.Marks(t.Context(), "abc"); !errors.Is(err, pebble.ErrFailed) {
+		t.Errorf("Marks after the failure = %v, want ErrFailed", err)
+	}
+	if err := s.Apply(t.Context(), rollup.Update{}); !errors.Is(err, pebble.ErrFailed) {
+		t.Errorf("Apply after the failure = %v, want ErrFailed", err)
 	}
 	if _, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); !errors.Is(err, pebble.ErrFailed) {
 		t.Errorf("Points after the failure = %v, want ErrFailed", err)

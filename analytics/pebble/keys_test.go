@@ -2,10 +2,13 @@ package pebble
 
 import (
 	"bytes"
+	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
 )
 
 // FuzzVisits checks that stored values round-trip and that any bytes decode
@@ -43,6 +46,11 @@ func FuzzKeys(f *testing.F) {
 			t.Fatalf("parseIndexKey(appendIndexKey(%v, %d, %q)) = %v, %d, %q, %v", st1, s1, k1, step, start, key, err)
 		}
 		a, b := appendPointKey(nil, k1, st1, s1), appendPointKey(nil, k1, st1, s2)
+		// The rolled value's key follows the flushed one's and comes
+		// before the next bucket's.
+		if r := append(slices.Clone(a), 'r'); bytes.Compare(r, a) <= 0 || s1 < s2 && bytes.Compare(r, b) >= 0 {
+			t.Fatalf("the rolled key of %d is not between the point keys of %d and %d", s1, s1, s2)
+		}
 		if c := bytes.Compare(a, b); (s1 < s2) != (c < 0) || (s1 == s2) != (c == 0) {
 			t.Fatalf("point keys at %d and %d compare %d", s1, s2, c)
 		}
@@ -52,6 +60,27 @@ func FuzzKeys(f *testing.F) {
 			o := appendPointKey(nil, k2, st2, s2)
 			if bytes.Compare(o, lo) >= 0 && bytes.Compare(o, hi) <= 0 {
 				t.Fatalf("key of (%q, %v, %d) lies in the range of (%q, %v)", k2, st2, s2, k1, st1)
+			}
+		}
+	})
+}
+
+// FuzzMarkKeys checks that marks round-trip through their key and value,
+// and that one link's marks hold no other link's between them.
+func FuzzMarkKeys(f *testing.F) {
+	f.Add("abc", "abcd", int64(1_700_000_000), uint64(7), int64(1_700_000_000_123_456_789))
+	f.Add("", "\x00", int64(-5), uint64(1<<63), int64(0))
+	f.Fuzz(func(t *testing.T, k1, k2 string, start int64, id uint64, at int64) {
+		m := rollup.Mark{Key: k1, Step: time.Hour, Start: time.Unix(start, 0).UTC(), ID: id, At: time.Unix(0, at).UTC()}
+		got, err := parseMark(appendMarkKey(nil, m.Key, m.Step, start, id), binary.BigEndian.AppendUint64(nil, uint64(at)))
+		if err != nil || got != m {
+			t.Fatalf("parseMark of %+v = %+v, %v", m, got, err)
+		}
+		if k1 != k2 {
+			prefix := appendMarkKey(nil, k1, 0, 0, 0)
+			prefix = prefix[:len(prefix)-20]
+			if o := appendMarkKey(nil, k2, time.Hour, start, id); bytes.HasPrefix(o, prefix) {
+				t.Fatalf("a mark of %q lies among those of %q", k2, k1)
 			}
 		}
 	})

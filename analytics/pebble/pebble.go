@@ -19,31 +19,45 @@
 // # Layout
 //
 // The keys of one link's tier lie together, so that any query is one
-// iterator range and reads only the rows it returns (a year of days is at
-// most 366 rows, whatever else the store holds); a time-major layout would
-// make expiry a single range delete but a one-link read would scan every
-// link of the time range. Expiry is served by a small time-major index
-// written in the same batch:
+// iterator range and reads only the rows it returns (a year of days is at most 366 rows, whatever else the store
+// holds); a time-major layout would make expiry a single range delete but a
+// one-link read would scan every link of the time range. Expiry is served
+// by a small time-major index written in the same batch:
 //
-//	'p' uvarint(len(key)) key step start -> visits   one bucket (merged by adding)
-//	't' step start key                   -> empty    the bucket's index entry
-//	'T' key                              -> visits   the all-time total (merged by adding)
+//	'p' uvarint(len(key)) key step start     -> visits   flushed counts (merged by adding)
+//	'p' uvarint(len(key)) key step start 'r' -> visits   the rolled value (set by the rollup worker)
+//	't' step start key                   -> empty    the bucket's index entry, for expiry
+//	'a' step period key                  -> empty    rollup.Active: key has work in period
+//	'd' uvarint(len(key)) key step start id -> at    rollup.Mark: the bucket may be stale
+//	'w' step                             -> done     rollup.Progress of the queue of step
 //
-// step is the tier's step in seconds (uint32, big-endian) and start the
-// bucket's start in unix seconds (int64 with its sign bit flipped,
-// big-endian, so keys sort in time order). visits is two varints, human and
-// bot. Expire walks each tier's index up to its retention cutoff, deletes
-// the buckets it names with point deletes and the walked index span with one
-// range delete: its work grows with what expires, not with what is kept.
+// step is the tier's step in seconds (uint32, big-endian; 0 for the marks
+// queue) and start, period and done are unix seconds (int64 with the sign
+// bit flipped, big-endian, so keys sort in time order); id is the mark's ID
+// (uint64) and at its time in unix nanoseconds. visits is two varints,
+// human and bot. A bucket's value is the sum of its two rows, which sort
+// next to each other: the flush adds to the finest tier (and, for counts too old for it, to a
+// coarser one), the worker sets coarse buckets computed from the finer
+// tier. Expire walks each tier's index up to its retention cutoff, deletes
+// the buckets it names with point deletes and the walked index span with
+// one range delete: its work grows with what expires, not with what is
+// kept. The all-time tier (rollup.TotalTier) never expires. Active entries
+// and marks whose source data has expired are deleted too.
 //
 // Write sets a bucket's index entry with every count. It costs a second key
 // per count but needs no read, and the entry is idempotent.
 //
+// The rollup worker (rollup.Worker) reads and writes through the
+// rollup.Store methods; this store has one process, so it needs no lease.
+// Apply reads the rolled values it replaces under the same lock as
+// Write's commits, so that a larger value is never replaced.
+//
 // # Use
 //
 //	s, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, log) // expires old buckets hourly
-//	// s is an analytics.Store: hand it to analytics.NewPipeline, whose
-//	// Close closes it after the final flush.
+//	// s is the flusher's analytics.Store and the rollup worker's
+//	// rollup.Store: hand it to analytics.NewPipeline, whose Close stops
+//	// the worker, makes the final flush and closes the store.
 package pebble
 
 import (
@@ -71,7 +85,10 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-var _ analytics.Store = (*Store)(nil)
+var (
+	_ analytics.Store = (*Store)(nil)
+	_ rollup.Store    = (*Store)(nil)
+)
 
 // cacheSize is the block cache's size in bytes.
 const cacheSize = 64 << 20
@@ -106,6 +123,7 @@ type Store struct {
 	db    *pebble.DB
 	fs    vfs.FS
 	dir   string
+	plan  *rollup.Plan // the tiers, the all-time one included; no grace
 	tiers map[time.Duration]rollup.Tier
 	log   *slog.Logger
 
@@ -124,6 +142,8 @@ type Store struct {
 	// index entry set while Expire walks the index is either seen by the
 	// walk or written after its range delete (and found next time). Without
 	// it a late count to an expiring bucket could outlive its index entry.
+	// Apply and Advance hold it from reading the values they compare with
+	// until they commit.
 	commit sync.Mutex
 
 	// expiring serializes Expire calls.
@@ -140,9 +160,10 @@ type Store struct {
 const firstExpiry = time.Minute
 
 // Open opens or creates the store in the directory path, holding the tiers
-// of resolution that Write accepts and Expire enforces, and starts expiring
-// old buckets in the background (Run, hourly, the first time a minute
-// after Open) until Close. The tiers may differ from the last Open's:
+// of resolution that Write accepts and Expire enforces, plus the all-time
+// tier (rollup.TotalTier), and starts expiring old buckets in the
+// background (Run, hourly, the first time a minute after Open) until
+// Close. The tiers may differ from the last Open's:
 // buckets of a tier no longer given stay on disk unread until they are
 // removed by hand. log receives Pebble's messages and Expire's; nil
 // discards them.
@@ -188,15 +209,16 @@ func inUse(err error) (otherProcess, ok bool) {
 
 // open is Open on the file system fs: tests inject faults through it.
 func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
-	if err := rollup.ValidateTiers(tiers); err != nil {
+	plan, err := rollup.NewPlan(tiers, 0)
+	if err != nil {
 		return nil, fmt.Errorf("pebble: %w", err)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "analytics/pebble")
-	s := &Store{fs: fs, dir: path, tiers: map[time.Duration]rollup.Tier{}, log: log}
-	for _, t := range tiers {
+	s := &Store{fs: fs, dir: path, plan: plan, tiers: map[time.Duration]rollup.Tier{}, log: log}
+	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
 	// The block cache holds the index and recent blocks of every link's
@@ -308,11 +330,12 @@ func (s *Store) checkSpace(n int) error {
 	return nil
 }
 
-// Write adds b's counts and totals in one atomic batch and returns once it
-// is synced to disk. When it fails nothing of b was applied, so the
-// flusher's resend counts everything once. A count whose step is not one of
-// the store's tiers, or whose start is not a bucket start, fails the whole
-// batch.
+// Write adds b's counts, Active entries and marks in one atomic batch and
+// returns once it is synced to disk. When it fails nothing of b was
+// applied, so the flusher's resend counts everything once. A count whose
+// step is not one of the store's tiers, or whose start is not a bucket
+// start, fails the whole batch, as does an Active entry or mark of an
+// unknown tier.
 //
 // A disk with less than minFreeBytes free refuses the batch (ErrDiskFull),
 // so a filling disk stops the writes cleanly. A commit that fails in the
@@ -329,15 +352,12 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	wb := s.db.NewBatchWithSize(len(b.Counts)*64 + len(b.Totals)*32)
+	wb := s.db.NewBatchWithSize(len(b.Counts)*64 + len(b.Active)*32 + len(b.Marks)*48)
 	defer wb.Close()
 	var k, v []byte
 	for _, c := range b.Counts {
-		if _, ok := s.tiers[c.Step]; !ok {
-			return fmt.Errorf("pebble: write: step %v of %q is not a tier", c.Step, c.Key)
-		}
-		if !rollup.Align(c.Start, c.Step).Equal(c.Start) {
-			return fmt.Errorf("pebble: write: %v is not the start of a %v bucket", c.Start, c.Step)
+		if err := s.checkBucket(c.Key, c.Step, c.Start); err != nil {
+			return fmt.Errorf("pebble: write: %w", err)
 		}
 		if c.Visits == (analytics.Visits{}) {
 			continue
@@ -352,14 +372,8 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 			return fmt.Errorf("pebble: write: %w", err)
 		}
 	}
-	for _, t := range b.Totals {
-		if t.Visits == (analytics.Visits{}) {
-			continue
-		}
-		v = appendVisits(v[:0], t.Visits)
-		if err := wb.Merge(appendTotalKey(k[:0], t.Key), v, nil); err != nil {
-			return fmt.Errorf("pebble: write: %w", err)
-		}
+	if err := s.addRollup(wb, b.Active, b.Marks); err != nil {
+		return fmt.Errorf("pebble: write: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pebble: write: %w", err)
@@ -375,10 +389,59 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	return nil
 }
 
+// checkBucket checks that step names a tier and start is one of its
+// bucket starts.
+func (s *Store) checkBucket(key string, step time.Duration, start time.Time) error {
+	if _, ok := s.tiers[step]; !ok {
+		return fmt.Errorf("step %v of %q is not a tier", step, key)
+	}
+	if !rollup.Align(start, step).Equal(start) {
+		return fmt.Errorf("%v is not the start of a %v bucket", start, step)
+	}
+	return nil
+}
+
+// checkQueue checks that step names a rollup queue: a tier above the
+// finest, or the marks queue.
+func (s *Store) checkQueue(step time.Duration) error {
+	if step == rollup.MarksQueue {
+		return nil
+	}
+	if i, ok := s.plan.Level(step); !ok || i == 0 {
+		return fmt.Errorf("step %v is not a tier the rollup writes", step)
+	}
+	return nil
+}
+
+// addRollup adds Active entries and marks to wb.
+func (s *Store) addRollup(wb *pebble.Batch, as []rollup.Active, ms []rollup.Mark) error {
+	var k, v []byte
+	for _, a := range as {
+		if err := s.checkQueue(a.Step); err != nil {
+			return err
+		}
+		if err := wb.Set(appendActiveKey(k[:0], a.Step, a.Period.Unix(), a.Key), nil, nil); err != nil {
+			return err
+		}
+	}
+	for _, m := range ms {
+		if err := s.checkQueue(m.Step); err != nil || m.Step == rollup.MarksQueue {
+			return fmt.Errorf("mark of %q: step %v is not a tier the rollup writes", m.Key, m.Step)
+		}
+		k = appendMarkKey(k[:0], m.Key, m.Step, m.Start.Unix(), m.ID)
+		v = binary.BigEndian.AppendUint64(v[:0], uint64(m.At.UnixNano()))
+		if err := wb.Set(k, v, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Points returns key's buckets of the tier of the given step whose start
-// lies in [from, to), in time order, leaving out buckets without visits. It
-// reads one iterator range holding only the returned rows. A step that is
-// not one of the store's tiers is an error.
+// lies in [from, to), in time order, leaving out buckets without visits:
+// each the sum of its flushed counts and its rolled value. It reads one
+// iterator range holding only the returned rows. A step that is not one
+// of the store's tiers is an error.
 func (s *Store) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pebble: points: %w", err)
@@ -397,6 +460,13 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
+	return s.scan(ctx, key, step, lo, hi)
+}
+
+// scan reads key's buckets of the tier of step with starts in [lo, hi)
+// unix seconds, in time order, adding a bucket's rolled value to its
+// flushed counts. Call it holding mu.
+func (s *Store) scan(ctx context.Context, key string, step time.Duration, lo, hi int64) ([]analytics.Point, error) {
 	prefix := appendPointKey(nil, key, step, 0)
 	prefix = prefix[:len(prefix)-8]
 	it, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{
@@ -406,8 +476,9 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	if err != nil {
 		return nil, fmt.Errorf("pebble: points: %w", err)
 	}
-	// Room for every bucket of the range, up to a few thousand.
-	ps := make([]analytics.Point, 0, min((hi-lo)/int64(step/time.Second)+1, 4096))
+	// Room for every bucket of the range, up to a few hundred: a year of
+	// days fits, longer curves grow it.
+	ps := make([]analytics.Point, 0, min((hi-lo)/int64(step/time.Second)+1, 512))
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(ps)%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
@@ -416,13 +487,21 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 			}
 		}
 		k := it.Key()
+		if k[len(k)-1] == 'r' && len(k) == len(prefix)+9 {
+			k = k[:len(k)-1] // the rolled value
+		}
 		start := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ 1<<63)
 		vis, err := decodeVisits(it.Value())
 		if err != nil {
 			it.Close()
 			return nil, fmt.Errorf("pebble: points: %q at %d: %w", key, start, err)
 		}
-		ps = append(ps, analytics.Point{Start: time.Unix(start, 0).UTC(), Visits: vis})
+		t := time.Unix(start, 0).UTC()
+		if n := len(ps); n > 0 && ps[n-1].Start.Equal(t) {
+			ps[n-1].Visits = ps[n-1].Visits.Add(vis)
+			continue
+		}
+		ps = append(ps, analytics.Point{Start: t, Visits: vis})
 	}
 	if err := it.Close(); err != nil {
 		return nil, fmt.Errorf("pebble: points: %w", err)
@@ -430,39 +509,214 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	return ps, nil
 }
 
-// Total returns key's all-time visits; zero for a key never written.
-func (s *Store) Total(ctx context.Context, key string) (analytics.Visits, error) {
+// Active implements rollup.Store: the keys of (step, period) in byte order.
+func (s *Store) Active(ctx context.Context, step time.Duration, period time.Time, after string, limit int) ([]string, error) {
 	if err := ctx.Err(); err != nil {
-		return analytics.Visits{}, fmt.Errorf("pebble: total: %w", err)
+		return nil, fmt.Errorf("pebble: active: %w", err)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.usable(); err != nil {
-		return analytics.Visits{}, err
+		return nil, err
 	}
-	v, c, err := s.db.Get(appendTotalKey(nil, key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return analytics.Visits{}, nil
+	prefix := appendActiveKey(nil, step, period.Unix(), "")
+	lo := appendActiveKey(nil, step, period.Unix(), after)
+	if after != "" {
+		lo = append(lo, 0) // the first key after it
 	}
+	it, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return analytics.Visits{}, fmt.Errorf("pebble: total: %w", err)
+		return nil, fmt.Errorf("pebble: active: %w", err)
 	}
-	defer c.Close()
-	vis, err := decodeVisits(v)
+	var keys []string
+	for ok := it.First(); ok && len(keys) < limit; ok = it.Next() {
+		keys = append(keys, string(it.Key()[len(prefix):]))
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("pebble: active: %w", err)
+	}
+	return keys, nil
+}
+
+// Marks implements rollup.Store and analytics.Source: one iterator range.
+func (s *Store) Marks(ctx context.Context, key string) ([]rollup.Mark, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: marks: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	prefix := appendMarkKey(nil, key, 0, 0, 0)
+	prefix = prefix[:len(prefix)-20]
+	it, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return analytics.Visits{}, fmt.Errorf("pebble: total %q: %w", key, err)
+		return nil, fmt.Errorf("pebble: marks: %w", err)
 	}
-	return vis, nil
+	var ms []rollup.Mark
+	for ok := it.First(); ok; ok = it.Next() {
+		m, err := parseMark(it.Key(), it.Value())
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("pebble: marks of %q: %w", key, err)
+		}
+		ms = append(ms, m)
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("pebble: marks: %w", err)
+	}
+	return ms, nil
+}
+
+// Apply implements rollup.Store in one atomic batch. A row replaces the
+// rolled value of its bucket unless that has more visits; the values are
+// read under the commit lock, so nothing commits in between.
+func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebble: apply: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	wb := s.db.NewBatch()
+	defer wb.Close()
+	if err := s.addRollup(wb, u.Active, u.Marks); err != nil {
+		return fmt.Errorf("pebble: apply: %w", err)
+	}
+	for _, m := range u.Done {
+		if err := wb.Delete(appendMarkKey(nil, m.Key, m.Step, m.Start.Unix(), m.ID), nil); err != nil {
+			return fmt.Errorf("pebble: apply: %w", err)
+		}
+	}
+	for _, r := range u.Rows {
+		if err := s.checkBucket(r.Key, r.Step, r.Start); err != nil {
+			return fmt.Errorf("pebble: apply: %w", err)
+		}
+		if i, _ := s.plan.Level(r.Step); i == 0 {
+			return fmt.Errorf("pebble: apply: %q: the finest tier is not rolled", r.Key)
+		}
+	}
+	if err := s.checkSpace(len(wb.Repr()) + 64*len(u.Rows)); err != nil {
+		return err
+	}
+	s.commit.Lock()
+	defer s.commit.Unlock()
+	var k, v []byte
+	for _, r := range u.Rows {
+		k = append(appendPointKey(k[:0], r.Key, r.Step, r.Start.Unix()), 'r')
+		old, c, err := s.db.Get(k)
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("pebble: apply: %w", err)
+		default:
+			was, err := decodeVisits(old)
+			c.Close()
+			if err != nil {
+				return fmt.Errorf("pebble: apply: %q: %w", r.Key, err)
+			}
+			if was.Human+was.Bot > r.Human+r.Bot {
+				continue // computed from fresher data than r
+			}
+		}
+		v = appendVisits(v[:0], r.Visits)
+		if err := wb.Set(k, v, nil); err != nil {
+			return fmt.Errorf("pebble: apply: %w", err)
+		}
+		if err := wb.Set(appendIndexKey(k[:0], r.Step, r.Start.Unix(), r.Key), nil, nil); err != nil {
+			return fmt.Errorf("pebble: apply: %w", err)
+		}
+	}
+	// Not synced: the worker's Advance, synced, comes after it in the log
+	// and makes it durable with itself; a crash before that redoes it.
+	if err := s.commitBatch(wb, pebble.NoSync); err != nil {
+		return fmt.Errorf("pebble: apply: commit: %w", err)
+	}
+	return nil
+}
+
+// Progress implements rollup.Store and analytics.Source.
+func (s *Store) Progress(ctx context.Context) (rollup.Progress, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: progress: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	it, err := s.db.NewIterWithContext(ctx, &pebble.IterOptions{LowerBound: []byte{'w'}, UpperBound: []byte{'w' + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("pebble: progress: %w", err)
+	}
+	p := rollup.Progress{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != 5 || len(v) != 8 {
+			it.Close()
+			return nil, fmt.Errorf("pebble: progress: bad entry %x = %x", k, v)
+		}
+		step := time.Duration(binary.BigEndian.Uint32(k[1:])) * time.Second
+		p[step] = time.Unix(int64(binary.BigEndian.Uint64(v)^1<<63), 0).UTC()
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("pebble: progress: %w", err)
+	}
+	return p, nil
+}
+
+// Advance implements rollup.Store, synced to disk (see Apply).
+func (s *Store) Advance(ctx context.Context, step time.Duration, done time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebble: advance: %w", err)
+	}
+	if err := s.checkQueue(step); err != nil {
+		return fmt.Errorf("pebble: advance: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	k := binary.BigEndian.AppendUint32([]byte{'w'}, uint32(step/time.Second))
+	s.commit.Lock()
+	defer s.commit.Unlock()
+	old, c, err := s.db.Get(k)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("pebble: advance: %w", err)
+	default:
+		was := int64(binary.BigEndian.Uint64(old) ^ 1<<63)
+		c.Close()
+		if was >= done.Unix() {
+			return nil
+		}
+	}
+	wb := s.db.NewBatch()
+	defer wb.Close()
+	if err := wb.Set(k, binary.BigEndian.AppendUint64(nil, timeBits(done.Unix())), nil); err != nil {
+		return fmt.Errorf("pebble: advance: %w", err)
+	}
+	if err := s.commitBatch(wb, pebble.Sync); err != nil {
+		return fmt.Errorf("pebble: advance: commit: %w", err)
+	}
+	return nil
 }
 
 // expireChunk is how many buckets Expire deletes per committed batch: small
 // enough that Write waits at most a few milliseconds for it.
 const expireChunk = 10_000
 
-// Expire deletes, in every tier, the buckets that ended at least the tier's
-// retention before now. Totals never expire. It is safe to call while
-// writing and reading; its work grows with the number of buckets it
-// deletes. The gateway calls it periodically (see Run).
+// Expire deletes, in every tier but the all-time one, the buckets that
+// ended at least the tier's retention before now, and the Active entries
+// and marks about data that expired. It is safe to call while writing and
+// reading; its work grows with the number of buckets it deletes (and the
+// marks pending, which are few). The gateway calls it periodically (see
+// Run).
 func (s *Store) Expire(now time.Time) error {
 	s.expiring.Lock()
 	defer s.expiring.Unlock()
@@ -473,6 +727,9 @@ func (s *Store) Expire(now time.Time) error {
 	}
 	total := 0
 	for _, t := range s.tiers {
+		if !t.Expires() {
+			continue
+		}
 		// A bucket [start, start+step) has ended by now-retention when
 		// start <= now-retention-step.
 		cut := now.Add(-t.Retention - t.Step).Unix()
@@ -493,8 +750,65 @@ func (s *Store) Expire(now time.Time) error {
 			lo = next
 		}
 	}
+	if err := s.expireRollup(now); err != nil {
+		return fmt.Errorf("pebble: expire: %w", err)
+	}
 	s.log.Debug("expired buckets", "now", now, "buckets", total)
 	return nil
+}
+
+// source returns the tier that the queue of step rolls from: the finest
+// for marks.
+func (s *Store) source(step time.Duration) (rollup.Tier, time.Duration) {
+	tiers := s.plan.Tiers()
+	if i, ok := s.plan.Level(step); ok && step != rollup.MarksQueue {
+		return tiers[i-1], s.plan.Batch(i)
+	}
+	return tiers[0], s.plan.MarkPeriod()
+}
+
+// expireRollup deletes the Active entries of periods whose source data
+// has expired (one range delete per queue) and the marks of buckets whose
+// source has (a full walk of the marks, which are few: each is deleted
+// once processed).
+func (s *Store) expireRollup(now time.Time) error {
+	s.commit.Lock()
+	defer s.commit.Unlock()
+	wb := s.db.NewBatch()
+	defer wb.Close()
+	queues := []time.Duration{rollup.MarksQueue}
+	for _, t := range s.plan.Tiers()[1:] {
+		queues = append(queues, t.Step)
+	}
+	for _, q := range queues {
+		src, span := s.source(q)
+		cut := now.Add(-src.Retention - span).Unix()
+		if err := wb.DeleteRange(appendActiveKey(nil, q, -1<<63, ""), appendActiveKey(nil, q, cut, ""), nil); err != nil {
+			return err
+		}
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'d'}, UpperBound: []byte{'d' + 1}})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		m, err := parseMark(it.Key(), it.Value())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		t := s.tiers[m.Step]
+		if src, _ := s.source(m.Step); !m.Start.Add(t.Step + src.Retention).After(now) {
+			if err := wb.Delete(it.Key(), nil); err != nil {
+				it.Close()
+				return err
+			}
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	return s.commitBatch(wb, pebble.NoSync)
 }
 
 // expireChunk deletes up to expireChunk buckets named by the index in
@@ -524,6 +838,10 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 		}
 		pk = appendPointKey(pk[:0], key, step, start)
 		if err := wb.Delete(pk, nil); err != nil {
+			it.Close()
+			return 0, nil, err
+		}
+		if err := wb.Delete(append(pk, 'r'), nil); err != nil {
 			it.Close()
 			return 0, nil, err
 		}
@@ -580,6 +898,8 @@ func (s *Store) run(ctx context.Context, now func() time.Time, tick <-chan time.
 
 // Key encoding.
 
+// appendPointKey appends the key of a bucket's flushed counts; the rolled
+// value's is the same followed by 'r'.
 func appendPointKey(b []byte, key string, step time.Duration, start int64) []byte {
 	b = append(b, 'p')
 	b = binary.AppendUvarint(b, uint64(len(key)))
@@ -604,7 +924,52 @@ func parseIndexKey(k []byte) (time.Duration, int64, string, error) {
 	return step, start, string(k[13:]), nil
 }
 
-func appendTotalKey(b []byte, key string) []byte { return append(append(b, 'T'), key...) }
+func appendActiveKey(b []byte, step time.Duration, period int64, key string) []byte {
+	b = append(b, 'a')
+	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
+	b = binary.BigEndian.AppendUint64(b, timeBits(period))
+	return append(b, key...)
+}
+
+func appendMarkKey(b []byte, key string, step time.Duration, start int64, id uint64) []byte {
+	b = append(b, 'd')
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
+	b = binary.BigEndian.AppendUint64(b, timeBits(start))
+	return binary.BigEndian.AppendUint64(b, id)
+}
+
+func parseMark(k, v []byte) (rollup.Mark, error) {
+	if len(k) < 1 || k[0] != 'd' || len(v) != 8 {
+		return rollup.Mark{}, fmt.Errorf("bad mark %x = %x", k, v)
+	}
+	n, w := binary.Uvarint(k[1:])
+	if w <= 0 || n > uint64(len(k)) || uint64(len(k)) != 1+uint64(w)+n+20 {
+		return rollup.Mark{}, fmt.Errorf("bad mark %x = %x", k, v)
+	}
+	rest := k[1+w:]
+	key, rest := string(rest[:n]), rest[n:]
+	return rollup.Mark{
+		Key:   key,
+		Step:  time.Duration(binary.BigEndian.Uint32(rest)) * time.Second,
+		Start: time.Unix(int64(binary.BigEndian.Uint64(rest[4:])^1<<63), 0).UTC(),
+		ID:    binary.BigEndian.Uint64(rest[12:]),
+		At:    time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC(),
+	}, nil
+}
+
+// prefixEnd returns the first key after every key that starts with p.
+func prefixEnd(p []byte) []byte {
+	end := slices.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // p is all 0xff: no upper bound
+}
 
 // timeBits maps unix seconds to a uint64 that sorts as they do.
 func timeBits(sec int64) uint64 { return uint64(sec) ^ 1<<63 }

@@ -3,6 +3,7 @@ package pebble_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -71,8 +72,20 @@ func TestClosed(t *testing.T) {
 	if _, err := s.Points(ctx, "a", time.Minute, time.Unix(0, 0), time.Now()); !errors.Is(err, pebble.ErrClosed) {
 		t.Errorf("Points after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.Total(ctx, "a"); !errors.Is(err, pebble.ErrClosed) {
-		t.Errorf("Total after Close: %v, want ErrClosed", err)
+	if _, err := s.Marks(ctx, "a"); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Marks after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Progress(ctx); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Progress after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Active(ctx, 5*time.Minute, time.Now(), "", 1); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Active after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Apply(ctx, rollup.Update{}); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Apply after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Advance(ctx, 5*time.Minute, time.Now()); !errors.Is(err, pebble.ErrClosed) {
+		t.Errorf("Advance after Close: %v, want ErrClosed", err)
 	}
 	if err := s.Expire(time.Now()); !errors.Is(err, pebble.ErrClosed) {
 		t.Errorf("Expire after Close: %v, want ErrClosed", err)
@@ -94,17 +107,22 @@ func TestBadCountsApplyNothing(t *testing.T) {
 		"unknown step": {Key: "a", Step: 2 * time.Hour, Start: day, Visits: analytics.Visits{Human: 1}},
 		"unaligned":    {Key: "a", Step: time.Hour, Start: day.Add(time.Minute), Visits: analytics.Visits{Human: 1}},
 	} {
-		err := s.Write(context.Background(), analytics.Batch{Counts: []analytics.Count{good, bad}, Totals: []analytics.Total{{Key: "a", Visits: analytics.Visits{Human: 1}}}})
+		err := s.Write(context.Background(), analytics.Batch{Counts: []analytics.Count{good, bad},
+			Active: []rollup.Active{{Step: time.Hour, Period: day, Key: "a"}}})
 		if err == nil {
 			t.Errorf("%s: Write succeeded", name)
 		}
+	}
+	if err := s.Write(context.Background(), analytics.Batch{Counts: []analytics.Count{good},
+		Active: []rollup.Active{{Step: time.Minute, Period: day, Key: "a"}}}); err == nil {
+		t.Error("an Active entry for the finest tier, which nothing rolls into: Write succeeded")
 	}
 	ps, err := s.Points(context.Background(), "a", rollup.Day, day, day.Add(rollup.Day))
 	if err != nil || len(ps) != 0 {
 		t.Errorf("Points after failed writes = %v, %v; want none", ps, err)
 	}
-	if v, err := s.Total(context.Background(), "a"); err != nil || v != (analytics.Visits{}) {
-		t.Errorf("Total after failed writes = %v, %v; want zero", v, err)
+	if keys, err := s.Active(context.Background(), time.Hour, day, "", 10); err != nil || len(keys) != 0 {
+		t.Errorf("Active after failed writes = %v, %v; want none", keys, err)
 	}
 	if _, err := s.Points(context.Background(), "a", 2*time.Hour, day, day.Add(rollup.Day)); err == nil {
 		t.Error("Points of a step that is not a tier succeeded")
@@ -181,8 +199,9 @@ func TestCrash(t *testing.T) {
 	if diff := cmp.Diff(want, ps); diff != "" {
 		t.Errorf("points after crash (-want +got):\n%s", diff)
 	}
-	if v, err := s.Total(context.Background(), "a"); err != nil || v.Human != crashWrites {
-		t.Errorf("Total after crash = %v, %v; want %d human", v, err, crashWrites)
+	keys, err := s.Active(context.Background(), 5*time.Minute, crashT0, "", 100)
+	if err != nil || len(keys) != crashWrites {
+		t.Errorf("Active after crash = %d keys, %v; want %d", len(keys), err, crashWrites)
 	}
 }
 
@@ -199,7 +218,7 @@ func crashChild(dir string) {
 	for i := range crashWrites {
 		err := s.Write(context.Background(), analytics.Batch{
 			Counts: []analytics.Count{{Key: "a", Step: time.Minute, Start: crashT0.Add(time.Duration(i) * time.Minute), Visits: analytics.Visits{Human: int64(i + 1)}}},
-			Totals: []analytics.Total{{Key: "a", Visits: analytics.Visits{Human: 1}}},
+			Active: []rollup.Active{{Step: 5 * time.Minute, Period: crashT0, Key: fmt.Sprint("k", i)}},
 		})
 		if err != nil {
 			panic(err)
@@ -207,4 +226,49 @@ func crashChild(dir string) {
 	}
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
+}
+
+// TestExpireRollupState: Expire drops the Active entries of periods whose
+// source data has expired and the marks of buckets whose source has,
+// keeps the others, and never expires the all-time tier.
+func TestExpireRollupState(t *testing.T) {
+	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	defer s.Close()
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	total, _ := rollup.TotalTier(rollup.DefaultTiers())
+	old := rollup.Mark{Key: "a", Step: 5 * time.Minute, Start: t0, At: t0, ID: 1} // source: minutes, 2 days
+	young := rollup.Mark{Key: "a", Step: time.Hour, Start: t0, At: t0, ID: 2}     // source: 5 minutes, 8 days
+	err := s.Write(ctx, analytics.Batch{At: t0,
+		Counts: []analytics.Count{{Key: "a", Step: total.Step, Start: rollup.Align(t0, total.Step), Visits: analytics.Visits{Human: 3}}},
+		Active: []rollup.Active{
+			{Step: 5 * time.Minute, Period: t0, Key: "a"}, // source kept 2 days
+			{Step: time.Hour, Period: t0, Key: "a"},       // source kept 8 days
+			{Step: rollup.MarksQueue, Period: t0, Key: "a"},
+		},
+		Marks: []rollup.Mark{old, young},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Expire(t0.Add(4 * rollup.Day)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		step time.Duration
+		want int
+	}{{5 * time.Minute, 0}, {time.Hour, 1}, {rollup.MarksQueue, 0}} {
+		if keys, err := s.Active(ctx, c.step, t0, "", 10); err != nil || len(keys) != c.want {
+			t.Errorf("Active(%v) after 4 days = %q, %v; want %d keys", c.step, keys, err, c.want)
+		}
+	}
+	if ms, err := s.Marks(ctx, "a"); err != nil || len(ms) != 1 || ms[0] != young {
+		t.Errorf("marks after 4 days = %+v, %v; want [%+v]", ms, err, young)
+	}
+	if err := s.Expire(t0.AddDate(30, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if ps, err := s.Points(ctx, "a", total.Step, t0.AddDate(-1, 0, 0), t0.AddDate(1, 0, 0)); err != nil || len(ps) != 1 || ps[0].Human != 3 {
+		t.Errorf("the all-time tier 30 years on = %v, %v; want the 3 visits", ps, err)
+	}
 }

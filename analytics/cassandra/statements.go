@@ -1,0 +1,107 @@
+package cassandra
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// Statements counts the CQL statements a Store sent, by kind: what the
+// cluster had to absorb. Failed statements count too (gocql's own retries
+// of one are not seen here).
+type Statements struct {
+	Points      int64 // flushed counts written (INSERT into points_*)
+	Rolled      int64 // rolled values written by the rollup worker
+	Active      int64 // rollup_active entries written
+	Marks       int64 // marks written
+	MarkDeletes int64 // marks deleted once processed
+	Progress    int64 // rollup_progress rows written
+	Leases      int64 // lease transactions (each one or two LWTs)
+	Reads       int64 // SELECTs of any table
+}
+
+// Writes returns the statements that write: all but Reads and Leases.
+func (s Statements) Writes() int64 {
+	return s.Points + s.Rolled + s.Active + s.Marks + s.MarkDeletes + s.Progress
+}
+
+// statements are the counters behind Statements.
+type statements struct {
+	points, rolled, active, marks, markDeletes, progress, leases, reads atomic.Int64
+}
+
+// Statements returns the statements sent so far. Safe for concurrent use.
+func (s *Store) Statements() Statements {
+	c := &s.stmts
+	return Statements{
+		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), Marks: c.marks.Load(),
+		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
+	}
+}
+
+// counted is a backend that counts the statements sent through it.
+type counted struct {
+	be backend
+	c  *statements
+}
+
+func (b counted) writePoint(ctx context.Context, r pointRow) error {
+	if r.writer == rollupWriter {
+		b.c.rolled.Add(1)
+	} else {
+		b.c.points.Add(1)
+	}
+	return b.be.writePoint(ctx, r)
+}
+
+func (b counted) readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error) {
+	b.c.reads.Add(1)
+	return b.be.readPoints(ctx, table, key, bucket, from, to)
+}
+
+func (b counted) writeActive(ctx context.Context, r activeRow) error {
+	b.c.active.Add(1)
+	return b.be.writeActive(ctx, r)
+}
+
+func (b counted) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {
+	b.c.reads.Add(1)
+	return b.be.readActive(ctx, step, period, shard, after, limit)
+}
+
+func (b counted) writeMark(ctx context.Context, r markRow) error {
+	b.c.marks.Add(1)
+	return b.be.writeMark(ctx, r)
+}
+
+func (b counted) deleteMark(ctx context.Context, r markRow) error {
+	b.c.markDeletes.Add(1)
+	return b.be.deleteMark(ctx, r)
+}
+
+func (b counted) readMarks(ctx context.Context, key string) ([]rollup.Mark, error) {
+	b.c.reads.Add(1)
+	return b.be.readMarks(ctx, key)
+}
+
+func (b counted) writeProgress(ctx context.Context, step int, done time.Time) error {
+	b.c.progress.Add(1)
+	return b.be.writeProgress(ctx, step, done)
+}
+
+func (b counted) readProgress(ctx context.Context) (rollup.Progress, error) {
+	b.c.reads.Add(1)
+	return b.be.readProgress(ctx)
+}
+
+func (b counted) lease(ctx context.Context, holder gocql.UUID, ttl int) (bool, error) {
+	b.c.leases.Add(1)
+	return b.be.lease(ctx, holder, ttl)
+}
+
+func (b counted) close() { b.be.close() }

@@ -1,0 +1,41 @@
+package analytics_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+func TestRollupGrace(t *testing.T) {
+	c := analytics.DefaultConfig()
+	if _, err := analytics.Compile(c); err != nil || c.RollupGrace != rollup.DefaultGrace || c.Grace() != 5*time.Minute {
+		t.Fatalf("defaults: grace %v in force %v, %v; want 5m", c.RollupGrace, c.Grace(), err)
+	}
+	// A long flush interval raises the grace in force: a flush may take
+	// three intervals to land, and is late after half the grace.
+	c.FlushInterval = time.Hour
+	if _, err := analytics.Compile(c); err != nil || c.Grace() != 6*time.Hour {
+		t.Errorf("flush_interval 1h: grace in force %v, %v; want 6h", c.Grace(), err)
+	}
+	for _, bad := range []struct {
+		name   string
+		mutate func(*analytics.Config)
+		field  string
+	}{
+		{"zero grace", func(c *analytics.Config) { c.RollupGrace = 0 }, "analytics.rollup_grace"},
+		{"grace beyond what the minutes are kept", func(c *analytics.Config) { c.RollupGrace = 2 * rollup.Day }, "analytics.retention"},
+		{"no tier to roll all-time totals from", func(c *analytics.Config) {
+			c.Retention = []rollup.Tier{{Step: time.Minute, Retention: 3 * time.Minute}}
+		}, "analytics.retention"},
+	} {
+		c := analytics.DefaultConfig()
+		bad.mutate(&c)
+		_, err := analytics.Compile(c)
+		if err == nil || !strings.HasPrefix(err.Error(), bad.field) {
+			t.Errorf("%s: Compile = %v, want an error naming %s", bad.name, err, bad.field)
+		}
+	}
+}

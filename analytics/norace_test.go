@@ -1,0 +1,5 @@
+//go:build !race
+
+package analytics_test
+
+const raceEnabled = false
