@@ -204,20 +204,3 @@ func TestNotConnected(t *testing.T) {
 		t.Errorf("Write after Close = %v, want ErrClosed", err)
 	}
 }
-
-func TestOpenRejectsBadConfig(t *testing.T) {
-	good := config([]string{"127.0.0.1:9042"})
-	for name, mutate := range map[string]func(*analytics.Cassandra){
-		"keyspace with a quote": func(c *analytics.Cassandra) { c.Keyspace = "a'b" },
-		"no hosts":              func(c *analytics.Cassandra) { c.Hosts = nil },
-		"consistency":           func(c *analytics.Cassandra) { c.Consistency = "MOST" },
-		"replication":           func(c *analytics.Cassandra) { c.ReplicationFactor = 0 },
-	} {
-		c := good
-		mutate(&c)
-		if s, err := cassandra.Open(context.Background(), c, rollup.DefaultTiers(), nil); err == nil {
-			s.Close()
-			t.Errorf("%s: Open succeeded", name)
-		}
-	}
-}

@@ -2,7 +2,6 @@ package cassandra
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -119,7 +118,6 @@ func compactionWindow(t rollup.Tier) (unit string, size int) {
 	return "DAYS", int((w + rollup.Day - 1) / rollup.Day)
 }
 
-var keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 
 // schema returns the CQL statements that create the keyspace and tables
 // when they are missing, in order; configs/cassandra.cql holds their output

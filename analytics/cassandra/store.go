@@ -219,22 +219,15 @@ type entry struct {
 // Open returns a Store for the keyspace that cfg names, with the given
 // tiers (the retention setting), and starts connecting to the cluster in
 // the background, creating the keyspace and tables when missing, retrying
-// with backoff until it succeeds or Close is called. It returns an error
-// only for a configuration it cannot use; it does not wait for the network,
-// and ctx only bounds Open itself. A nil log discards. The caller must call
-// Close.
+// with backoff until it succeeds or Close is called. It does not wait for
+// the network, and ctx only bounds Open itself. cfg and tiers are those of
+// a compiled analytics.Plan: analytics.Compile checked the keyspace name
+// (which the schema's CQL holds unquoted), the hosts, the replication
+// factor, the consistency and the tiers, so Open fails only when ctx is
+// done. A nil log discards. The caller must call Close.
 func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: open: %w", err)
-	}
-	if !keyspaceName.MatchString(cfg.Keyspace) {
-		return nil, fmt.Errorf("cassandra: keyspace %q: want a letter then up to 47 letters, digits or underscores", cfg.Keyspace)
-	}
-	if len(cfg.Hosts) == 0 {
-		return nil, fmt.Errorf("cassandra: no hosts")
-	}
-	if cfg.ReplicationFactor < 1 {
-		return nil, fmt.Errorf("cassandra: replication_factor %d: must be at least 1", cfg.ReplicationFactor)
 	}
 	cons, err := gocql.ParseConsistencyWrapper(cfg.Consistency)
 	if err != nil {
