@@ -2,16 +2,33 @@ package analytics
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
 )
 
+// ErrUnsavedOnly is matched (errors.Is) by the errors of a Flusher's Reader
+// when its store could not be read. The Points or Total returned beside
+// such an error are not nothing: they are the counts the Flusher holds and
+// has not stored yet (see Flusher.Reader), which the stats API serves as a
+// partial answer. The error also wraps the store's.
+var ErrUnsavedOnly = errors.New("analytics: store not read: unsaved counts only")
+
+// unsavedOnly is the error of a merged read whose store read failed.
+type unsavedOnly struct{ err error }
+
+func (e unsavedOnly) Error() string {
+	return "analytics: store not read, unsaved counts only: " + e.err.Error()
+}
+func (e unsavedOnly) Unwrap() error        { return e.err }
+func (e unsavedOnly) Is(target error) bool { return target == ErrUnsavedOnly }
+
 // Reader returns a Reader that answers from store exactly, as NewReader
 // does, plus the counts f has not written yet: those still in the recorder
-// and those kept from failed writes. So a visit shows up at once, not only
-// after the next flush.
+// and those kept from failed writes (Flusher.unsaved). So a visit shows up
+// at once, not only after the next flush.
 //
 // A read holds f's lock for reading while it reads the recorder, the pending
 // counts and the store; a flush holds it for writing from taking the
@@ -22,6 +39,11 @@ import (
 // show up once written back), and the part a failed Write may have applied
 // before its retry (a store can be ahead until then; the stores' idempotent
 // retries keep the stored result right).
+//
+// When the store cannot be read, Points and Total return the unsaved
+// counts alone (Points only the buckets holding some) with an error
+// matching ErrUnsavedOnly: less than the truth, but not nothing, and
+// read under the same lock, so still never a count twice.
 func (f *Flusher) Reader(store Source) Reader {
 	return mergedReader{f, newReader(store, f.plan)}
 }
@@ -37,41 +59,47 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	pts, err := r.store.Points(ctx, key, step, from, to)
+	mem := r.unsavedPoints(key, step, from, to)
 	if err != nil {
-		return nil, err
+		pts = nil
 	}
+	if len(mem) > 0 {
+		pts = mergePoints(pts, mem)
+	}
+	if err != nil {
+		return pts, unsavedOnly{err}
+	}
+	return pts, nil
+}
+
+// unsavedPoints returns key's unsaved counts by the start of their bucket
+// of step, for the buckets starting in [from, to). A count kept in a tier
+// coarser than step (from an old spill file) cannot be split into step's
+// buckets and is left out. Call it with f.mu held.
+func (r mergedReader) unsavedPoints(key string, step time.Duration, from, to time.Time) map[int64]Visits {
 	mem := make(map[int64]Visits)
-	add := func(start time.Time, v Visits) {
-		if start.Before(from) || !start.Before(to) {
+	r.f.unsaved(key, func(s time.Duration, start time.Time, v Visits) {
+		if step < s {
 			return
 		}
-		s := start.Unix()
-		old := mem[s]
-		mem[s] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
-	}
-	if lc := r.f.pending.links[key]; lc != nil {
-		// Pending counts are in the finest tier (or, from an old spill
-		// file, another): each adds to the bucket of step holding it.
-		lc.each(func(k bucketKey, v Visits) {
-			if step >= k.step {
-				add(rollup.Align(time.Unix(k.start, 0), step), v)
-			}
-		})
-	}
-	if step > 0 {
-		r.f.rec.visits(key, func(c minuteCount) {
-			add(rollup.Align(time.Unix(c.minute*60, 0), step), c.Visits)
-		})
-	}
-	if len(mem) == 0 {
-		return pts, nil
-	}
+		b := rollup.Align(start, step)
+		if b.Before(from) || !b.Before(to) {
+			return
+		}
+		mem[b.Unix()] = mem[b.Unix()].Add(v)
+	})
+	return mem
+}
+
+// mergePoints adds mem's counts to the points of their buckets in pts,
+// appending those of buckets pts lacks, and returns the points in time
+// order.
+func mergePoints(pts []Point, mem map[int64]Visits) []Point {
 	out := make([]Point, 0, len(pts)+len(mem))
 	for _, p := range pts {
 		s := p.Start.Unix()
 		if v, ok := mem[s]; ok {
-			p.Human += v.Human
-			p.Bot += v.Bot
+			p.Visits = p.Visits.Add(v)
 			delete(mem, s)
 		}
 		out = append(out, p)
@@ -80,7 +108,7 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 		out = append(out, Point{Start: time.Unix(s, 0).UTC(), Visits: v})
 	}
 	slices.SortFunc(out, func(a, b Point) int { return a.Start.Compare(b.Start) })
-	return out, nil
+	return out
 }
 
 func (r mergedReader) Total(ctx context.Context, key string) (Visits, error) {
@@ -88,14 +116,11 @@ func (r mergedReader) Total(ctx context.Context, key string) (Visits, error) {
 	defer r.f.mu.RUnlock()
 	v, err := r.store.Total(ctx, key)
 	if err != nil {
-		return Visits{}, err
+		v = Visits{}
 	}
-	if lc := r.f.pending.links[key]; lc != nil {
-		v = v.Add(lc.total())
+	r.f.unsaved(key, func(_ time.Duration, _ time.Time, c Visits) { v = v.Add(c) })
+	if err != nil {
+		return v, unsavedOnly{err}
 	}
-	r.f.rec.visits(key, func(c minuteCount) {
-		v.Human += c.Human
-		v.Bot += c.Bot
-	})
 	return v, nil
 }
