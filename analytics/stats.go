@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,26 +45,59 @@ type Stats struct {
 // or for the chart page (HTML):
 //
 //	{"short_key": "abc",   // "" for all links together
+//	 "known": true,        // see below
+//	 "partial": false,     // see below
 //	 "total": 1234,        // all-time human visits
 //	 "bot_total": 56,      // all-time visits of known bots and link-preview fetchers
-//	 "range_total": 78,    // human visits in the points below: their sum
+//	 "range_total": 78,    // human visits in the points below: the sum of those not null
 //	 "bot_range_total": 9,
 //	 "from": 1763769600,   // unix seconds: the start of the first bucket (from aligned down)
 //	 "to": 1763856000,     // unix seconds: the end of the range asked for
 //	 "step": 60,           // seconds; 0 for a stitched curve
-//	 "points": [[1763769600, 3, 0], ...]}  // [start, humans, bots], every bucket, zeros included
+//	 "expired_before": 1763600000,  // only when some points are expired: see below
+//	 "points": [[1763769600, 3, 0], [1763769660, null, null], ...]}  // [start, humans, bots], every bucket
 //
 // A stitched curve's points carry their own step: [start, humans, bots,
 // step]. The last bucket is whole: it may hold visits after "to". CSV has
 // the header "unix_seconds,count,bot_count" (",step" when stitched) and one
-// row per point.
+// row per point, a null point's counts left empty.
+//
+// A point is a number (zero included) only when the answer knows it; it is
+// null when its bucket has expired or when the store could not be read:
+//
+//   - Expired: a bucket of a tier is kept at least until its end plus the
+//     tier's retention (Cassandra's TTL counts from there; the embedded
+//     store deletes it after that, hourly), and no other tier can answer
+//     it (finer tiers keep less, coarser ones cannot be split), so a bucket
+//     of step s in a tier kept for R is null when start+s+R <= now: the
+//     store may have dropped it, and a zero would read as "no visits".
+//     "expired_before" is then the first bucket start that is kept; the
+//     store is not read before it. A stitched curve uses the finest tier
+//     that keeps each part, so only a part older than the coarsest tier's
+//     retention is expired.
+//   - Partial: when a Reader read fails (the store down, not open yet,
+//     still connecting: any error), the answer is still a 200, from what
+//     the Reader returned beside the error (ErrUnsavedOnly: the counts
+//     the gateway holds and has not stored), with "partial": true and
+//     "partial_reason": "store unreachable", and the header
+//     "Linkgate-Partial: store unreachable" (for CSV). Buckets holding such
+//     counts show them, every other bucket of the failed read is null, and
+//     the totals are those counts: lower bounds, not the truth.
+//
+// "known" says whether the key has ever been counted: true when its
+// all-time total (bots included) or the range is not zero, false when
+// both are zero in a whole answer, null in a partial answer with nothing
+// counted. The gateway has no list of the upstream's links, so false means
+// "no visit counted since counting began": a link that exists but was never
+// visited, or never existed (see the README). CSV answers carry it as the
+// header "Linkgate-Known: true|false|unknown", and "expired_before" as
+// "Linkgate-Expired-Before" (unix seconds).
 //
 // JSON and CSV answers of at least gzipMinBytes are gzip-compressed when the
 // request's Accept-Encoding allows it (a stitched year's 118 KB of JSON
 // shrinks to 19-33 KB); they carry "Vary: Accept-Encoding" either way.
 //
-// An unknown key has zeros, not an error. A bad parameter is a 400 problem
-// naming it; a Reader error is a 503 problem. When token is not empty, data
+// A bad parameter is a 400 problem naming it. When token is not empty, data
 // answers require "Authorization: Bearer <token>" (401 otherwise); the chart
 // page itself holds no data and is served to anyone: its script asks for the
 // token when the JSON answer is 401. now is the clock (nil: time.Now); log
@@ -113,21 +147,23 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := s.curve(r.Context(), key, q, now)
-	switch {
-	case err == nil:
-	case errors.As(err, new(*paramError)):
+	if err != nil {
 		writeParamError(w, err)
 		return
-	default:
-		if r.Context().Err() == nil {
-			s.log.Warn("stats: read failed", "key", key, "err", err)
-		}
-		problem.Write(w, http.StatusServiceUnavailable, "the analytics store cannot be read now; try again")
-		return
+	}
+	if c.readErr != nil && r.Context().Err() == nil {
+		s.log.Warn("stats: store not read; answering from unsaved counts", "key", key, "err", c.readErr)
 	}
 	c.shortKey = shortKey
 	h := w.Header()
 	h.Set("Cache-Control", "no-store") // counts change at every flush
+	h.Set("Linkgate-Known", c.known())
+	if c.partial() {
+		h.Set("Linkgate-Partial", partialReason)
+	}
+	if !c.expiredBefore.IsZero() {
+		h.Set("Linkgate-Expired-Before", strconv.FormatInt(c.expiredBefore.Unix(), 10))
+	}
 	if format == formatCSV {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
 		writeBody(w, r, c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
@@ -136,6 +172,11 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "application/json")
 	writeBody(w, r, c.appendJSON(make([]byte, 0, 256+len(c.points)*32)))
 }
+
+// partialReason is the "partial_reason" of a partial answer and the value
+// of its Linkgate-Partial header. A partial answer comes from any failed
+// read, whatever the store's state: the read's error decides.
+const partialReason = "store unreachable"
 
 // authorized says whether r carries the bearer token, when one is required.
 func (s *Stats) authorized(r *http.Request) bool {
@@ -163,11 +204,17 @@ func writeParamError(w http.ResponseWriter, err error) {
 type curve struct {
 	shortKey   string
 	total      Visits
-	rangeTotal Visits
+	rangeTotal Visits // of the points not null
 	from, to   time.Time
 	step       time.Duration // 0 when stitched
 	stitched   bool
 	points     []curvePoint
+	// expiredBefore is the start of the first bucket kept, when points
+	// before it are null because their tier has dropped them; zero when no
+	// point is expired.
+	expiredBefore time.Time
+	// readErr is the first Reader error: the answer is partial.
+	readErr error
 }
 
 // curvePoint is one bucket of a curve.
@@ -175,11 +222,43 @@ type curvePoint struct {
 	start int64 // unix seconds
 	step  int64 // seconds
 	Visits
+	null bool // unknown: expired, or not read
+}
+
+// partial reports whether a read failed, so that c holds only what the
+// Reader returned beside its error.
+func (c *curve) partial() bool { return c.readErr != nil }
+
+// known is "true" when c counted a visit, "false" when a whole answer
+// counted none, "unknown" when a partial one counted none.
+func (c *curve) known() string {
+	switch {
+	case c.total != Visits{} || c.rangeTotal != Visits{}:
+		return "true"
+	case c.partial():
+		return "unknown"
+	}
+	return "false"
+}
+
+// expiredBefore returns the start of the first bucket of t kept at now:
+// buckets are kept at least until their end plus the retention (see
+// NewStats), so one starting at or before now - retention - step may be
+// gone. The zero time when t never expires.
+func expiredBefore(t rollup.Tier, now time.Time) time.Time {
+	if !t.Expires() {
+		return time.Time{}
+	}
+	cut := now.Add(-t.Retention - t.Step)
+	return rollup.Align(cut, t.Step).Add(t.Step)
 }
 
 // curve reads key's totals and its curve for q at now: one Reader range per
 // tier segment (one segment unless stitched), every bucket present, zeros
-// where the store has none.
+// where the store has none, null where the bucket has expired or the read
+// failed. A failed read does not fail the curve: it is kept in readErr, and
+// what the Reader returned beside it (ErrUnsavedOnly) is used. The only
+// error returned is a *paramError.
 func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
 	var segs []rollup.Segment
 	switch {
@@ -222,17 +301,37 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 	for _, sg := range segs {
 		step := sg.Tier.Step
 		start := rollup.Align(sg.From, step)
-		pts, err := s.r.Points(ctx, key, step, start, sg.To)
-		if err != nil {
-			return nil, fmt.Errorf("analytics: stats: points of %q at %v: %w", key, step, err)
+		t0, sec := start.Unix(), int64(step/time.Second)
+		// Buckets before kept are expired: null, and not read.
+		kept := start
+		if eb := expiredBefore(sg.Tier, now); kept.Before(eb) {
+			kept = eb
+			c.expiredBefore = eb
 		}
-		// Zero-fill the segment's buckets, then add each stored point to
-		// its bucket; a store may return them unaligned or more than once
-		// (one per writer): they add up.
-		base, t0, sec := len(c.points), start.Unix(), int64(step/time.Second)
+		var pts []Point
+		failed := false
+		if kept.Before(sg.To) {
+			var err error
+			pts, err = s.r.Points(ctx, key, step, kept, sg.To)
+			if err != nil {
+				failed = true
+				if c.readErr == nil {
+					c.readErr = fmt.Errorf("analytics: stats: points of %q at %v: %w", key, step, err)
+				}
+				if !errors.Is(err, ErrUnsavedOnly) {
+					pts = nil // nothing but the error
+				}
+			}
+		}
+		// Fill the segment's buckets (zeros, or null when expired or not
+		// read), then add each point read to its bucket; a store may
+		// return them unaligned or more than once (one per writer): they
+		// add up.
+		base, keptUnix := len(c.points), kept.Unix()
 		nb := rollup.NumBuckets(sg.From, sg.To, step)
 		for i := range int64(nb) {
-			c.points = append(c.points, curvePoint{start: t0 + i*sec, step: sec})
+			t := t0 + i*sec
+			c.points = append(c.points, curvePoint{start: t, step: sec, null: failed || t < keptUnix})
 		}
 		seg := c.points[base:]
 		for _, p := range pts {
@@ -242,16 +341,25 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 			if d < 0 || d/sec >= int64(len(seg)) {
 				continue
 			}
-			i := d / sec
-			seg[i].Human += p.Human
-			seg[i].Bot += p.Bot
+			b := &seg[d/sec]
+			if b.start < keptUnix {
+				continue // a count the tier no longer keeps: not a whole bucket
+			}
+			b.null = false
+			b.Human += p.Human
+			b.Bot += p.Bot
 			c.rangeTotal.Human += p.Human
 			c.rangeTotal.Bot += p.Bot
 		}
 	}
 	total, err := s.r.Total(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("analytics: stats: total of %q: %w", key, err)
+		if c.readErr == nil {
+			c.readErr = fmt.Errorf("analytics: stats: total of %q: %w", key, err)
+		}
+		if !errors.Is(err, ErrUnsavedOnly) {
+			total = Visits{}
+		}
 	}
 	c.total = total
 	return c, nil

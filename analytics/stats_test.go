@@ -1,6 +1,7 @@
 package analytics_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -154,6 +155,9 @@ func TestStatsGolden(t *testing.T) {
 // statsAnswer is the JSON answer, decoded for checks.
 type statsAnswer struct {
 	ShortKey      *string   `json:"short_key"`
+	Known         *bool     `json:"known"`
+	Partial       bool      `json:"partial"`
+	PartialReason string    `json:"partial_reason"`
 	Total         int64     `json:"total"`
 	BotTotal      int64     `json:"bot_total"`
 	RangeTotal    int64     `json:"range_total"`
@@ -161,18 +165,45 @@ type statsAnswer struct {
 	From          int64     `json:"from"`
 	To            int64     `json:"to"`
 	Step          int64     `json:"step"`
-	Points        [][]int64 `json:"points"`
+	ExpiredBefore *int64    `json:"expired_before"`
+	Points        [][]int64 `json:"points"` // a null count decodes as 0: see nulls
+
+	nulls []bool // per point: its counts are null
 }
 
 func decodeStats(t *testing.T, w *httptest.ResponseRecorder) statsAnswer {
 	t.Helper()
 	var a statsAnswer
-	dec := json.NewDecoder(w.Body)
+	raw := w.Body.Bytes()
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&a); err != nil {
 		t.Fatalf("decode %d answer: %v", w.Code, err)
 	}
+	// Decode the points again to tell null from 0.
+	var ptrs struct{ Points [][]*int64 }
+	if err := json.Unmarshal(raw, &ptrs); err != nil {
+		t.Fatal(err)
+	}
+	a.nulls = make([]bool, len(ptrs.Points))
+	for i, p := range ptrs.Points {
+		if len(p) < 3 || p[0] == nil || (p[1] == nil) != (p[2] == nil) || len(p) == 4 && p[3] == nil {
+			t.Fatalf("point %d = %v: want a start, two counts both null or both numbers (and a step)", i, p)
+		}
+		a.nulls[i] = p[1] == nil
+	}
 	return a
+}
+
+// numNull returns how many points of a are null.
+func (a statsAnswer) numNull() int {
+	n := 0
+	for _, null := range a.nulls {
+		if null {
+			n++
+		}
+	}
+	return n
 }
 
 // TestStatsCurve checks every answer against the fake store directly: all
@@ -204,6 +235,9 @@ func TestStatsCurve(t *testing.T) {
 				t.Fatalf("GET %s: %d %s", tc.target, w.Code, w.Body)
 			}
 			a := decodeStats(t, w)
+			if a.Partial || a.ExpiredBefore != nil || a.numNull() != 0 || a.Known == nil || !*a.Known {
+				t.Errorf("partial %v, expired_before %v, %d null points, known %v; want a whole answer of a known key", a.Partial, a.ExpiredBefore, a.numNull(), a.Known)
+			}
 			if want := r.totals[tc.key]; a.Total != want.Human || a.BotTotal != want.Bot {
 				t.Errorf("totals %d, %d; want %v", a.Total, a.BotTotal, want)
 			}
@@ -318,7 +352,10 @@ func TestStatsBadRequests(t *testing.T) {
 	}
 }
 
-func TestStatsUnknownKeyIsZeros(t *testing.T) {
+// TestStatsUnknownKey: a key never counted answers zeros, not nulls (the
+// store was read: it has nothing), and says "known": false, in JSON and in
+// CSV's header; a counted key says true.
+func TestStatsUnknownKey(t *testing.T) {
 	r := newStatsReader()
 	h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
 	w := statsGet(t, h, "/never-seen?last=6h")
@@ -329,8 +366,25 @@ func TestStatsUnknownKeyIsZeros(t *testing.T) {
 	if a.Total != 0 || a.RangeTotal != 0 || len(a.Points) != 361 || a.ShortKey == nil || *a.ShortKey != "never-seen" {
 		t.Errorf("unknown key: %+v (%d points); want zeros in 361 points", a, len(a.Points))
 	}
+	if a.Known == nil || *a.Known || a.Partial || a.numNull() != 0 {
+		t.Errorf("unknown key: known %v, partial %v, %d null points; want known false, a whole answer of zeros", a.Known, a.Partial, a.numNull())
+	}
 	if r.calls[0].Key != "never-seen" {
 		t.Errorf("read key %q", r.calls[0].Key)
+	}
+	for _, tc := range []struct{ target, known string }{
+		{"/never-seen?last=6h&format=csv", "false"},
+		{"/abc?last=6h&format=csv", "true"},
+		{"/?last=6h&format=csv", "true"},
+	} {
+		if got := statsGet(t, h, tc.target).Header().Get("Linkgate-Known"); got != tc.known {
+			t.Errorf("GET %s: Linkgate-Known %q, want %q", tc.target, got, tc.known)
+		}
+	}
+	// A key with visits before the range only is known: its total says so.
+	r.totals["old"] = analytics.Visits{Bot: 1}
+	if a := decodeStats(t, statsGet(t, h, "/old?last=1h")); a.Known == nil || !*a.Known || a.RangeTotal != 0 {
+		t.Errorf("a key with one bot visit long ago: known %v, range_total %d; want true, 0", a.Known, a.RangeTotal)
 	}
 	a = decodeStats(t, statsGet(t, h, `/a%22b%3C%5C?last=1h`))
 	if a.ShortKey == nil || *a.ShortKey != `a"b<\` {
@@ -348,16 +402,35 @@ func TestStatsUnknownKeyIsZeros(t *testing.T) {
 	}
 }
 
-func TestStatsReaderError(t *testing.T) {
+// TestStatsReaderErrorIsPartial: a Reader that fails with nothing of its
+// own to offer (NewReader's, on a store that is down) gets a 200 whose
+// points are all null, not zeros, flagged partial in JSON and in a header,
+// with "known" undecided; the store's error stays in the log.
+func TestStatsReaderErrorIsPartial(t *testing.T) {
 	r := newStatsReader()
 	r.err = errors.New("store down")
 	h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
-	w := statsGet(t, h, "/abc?format=csv")
-	if w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("reader error: %d %s, want 503", w.Code, w.Body)
+	w := statsGet(t, h, "/abc?last=1h")
+	if w.Code != http.StatusOK {
+		t.Fatalf("reader error: %d %s, want 200", w.Code, w.Body)
 	}
-	if p := decodeProblem(t, w); strings.Contains(p.Detail, "store down") {
-		t.Errorf("503 detail %q leaks the store's error", p.Detail)
+	a := decodeStats(t, w)
+	if !a.Partial || a.PartialReason != "store unreachable" || w.Header().Get("Linkgate-Partial") != "store unreachable" {
+		t.Errorf("partial %v %q, header %q; want a partial answer saying store unreachable", a.Partial, a.PartialReason, w.Header().Get("Linkgate-Partial"))
+	}
+	if a.numNull() != len(a.Points) || len(a.Points) != 61 || a.Known != nil || a.Total != 0 || a.RangeTotal != 0 {
+		t.Errorf("%d of %d points null, known %v, totals %d, %d; want all 61 null, known null, zero totals", a.numNull(), len(a.Points), a.Known, a.Total, a.RangeTotal)
+	}
+	if strings.Contains(w.Body.String(), "store down") {
+		t.Errorf("the answer leaks the store's error: %s", w.Body)
+	}
+	w = statsGet(t, h, "/abc?last=3m&format=csv")
+	if w.Code != http.StatusOK || w.Header().Get("Linkgate-Partial") != "store unreachable" || w.Header().Get("Linkgate-Known") != "unknown" {
+		t.Fatalf("CSV: %d, Linkgate-Partial %q, Linkgate-Known %q", w.Code, w.Header().Get("Linkgate-Partial"), w.Header().Get("Linkgate-Known"))
+	}
+	want := "unix_seconds,count,bot_count\n1795428840,,\n1795428900,,\n1795428960,,\n1795429020,,\n"
+	if got := w.Body.String(); got != want {
+		t.Errorf("CSV body %q, want %q", got, want)
 	}
 }
 
