@@ -81,3 +81,67 @@ func TestChartPageInChromium(t *testing.T) {
 		}
 	}
 }
+
+// TestChartPageGapsInChromium: in a real headless Chromium, null points are
+// gaps in the lines (a point alone between gaps is a dot), the expired part
+// is shaded, and a partial answer, an expired range and a key never counted
+// are each said in words; a partial answer's totals are "at least".
+func TestChartPageGapsInChromium(t *testing.T) {
+	bin := chromium(t)
+	m := rollup.Align(statsNow, time.Minute)
+	held := heldReader{
+		held: []analytics.Point{
+			{Start: m.Add(-20 * time.Minute), Visits: analytics.Visits{Human: 3}},
+			{Start: m, Visits: analytics.Visits{Human: 1, Bot: 2}},
+		},
+		total: analytics.Visits{Human: 4, Bot: 2},
+	}
+	now := func() time.Time { return statsNow }
+	mux := http.NewServeMux()
+	mux.Handle("/held/", http.StripPrefix("/held", analytics.NewStats(held, rollup.DefaultTiers(), "", now, nil)))
+	mux.Handle("/stats/", http.StripPrefix("/stats", analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "", now, nil)))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	dom := func(path string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, chromiumArgs(t, "--dump-dom", srv.URL+path)...).Output()
+		if err != nil {
+			t.Fatalf("chromium --dump-dom %s: %v", path, err)
+		}
+		if !strings.Contains(string(out), `data-state="ready"`) {
+			t.Fatalf("%s: the script did not finish:\n%s", path, out)
+		}
+		return string(out)
+	}
+
+	// Partial: two lone points, drawn as dots, and no line through the gaps.
+	d := dom("/held/abc?last=1h")
+	for _, want := range []string{"Partial: store unreachable", `<b id="total">≥ 4</b>`, `<b id="range_total">≥ 4</b>`} {
+		if !strings.Contains(d, want) {
+			t.Errorf("partial: the DOM lacks %q:\n%s", want, d)
+		}
+	}
+	if n := strings.Count(d, `<circle class="h"`); n != 2 {
+		t.Errorf("partial: %d human dots, want 2 (one per lone point)", n)
+	}
+	if re := regexp.MustCompile(`<path id="humans" d="M[0-9.]+,[0-9.]+M[0-9.]+,[0-9.]+"`); !re.MatchString(d) {
+		t.Errorf("partial: the humans path should be two moves and no line:\n%s", d)
+	}
+
+	// Expired: a shaded part, then a line of every minute kept.
+	d = dom("/stats/abc?step=1m&last=3d")
+	if !strings.Contains(d, `<rect class="expired"`) || !strings.Contains(d, "no longer keeps this resolution") {
+		t.Errorf("expired: no shaded part or note:\n%.3000s", d)
+	}
+	if m := regexp.MustCompile(`<path id="humans" d="([^"]*)"`).FindStringSubmatch(d); m == nil || strings.Count(m[1], "M") != 1 || strings.Count(m[1], "L") < 2000 {
+		t.Errorf("expired: the kept minutes (2,880) are not one line of at least 2,000 segments")
+	}
+
+	// Never counted.
+	if d := dom("/stats/never?last=1h"); !strings.Contains(d, `<div id="note">No visit has ever been counted for this link.</div>`) {
+		t.Errorf("unknown key: the note is missing:\n%s", d)
+	}
+}
