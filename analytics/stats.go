@@ -249,7 +249,7 @@ func expiredBefore(t rollup.Tier, now time.Time) time.Time {
 	if !t.Expires() {
 		return time.Time{}
 	}
-	cut := now.Add(-t.Retention - t.Step)
+	cut := now.Add(-t.Retention).Add(-t.Step) // two steps: a retention of centuries must not overflow
 	return rollup.Align(cut, t.Step).Add(t.Step)
 }
 
