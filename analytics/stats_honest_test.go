@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,5 +298,56 @@ func TestReaderStoreDownUnsavedOnly(t *testing.T) {
 	v, err := r.Total(ctx, "k")
 	if !errors.Is(err, analytics.ErrUnsavedOnly) || v != (analytics.Visits{Human: 1, Bot: 1}) {
 		t.Errorf("Total = %v, %v; want {1 1} and ErrUnsavedOnly", v, err)
+	}
+}
+
+// downSource fails every read while down is set, else reads s.
+type downSource struct {
+	analytics.Source
+	down atomic.Bool
+}
+
+var errReadDown = errors.New("read refused")
+
+func (s *downSource) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
+	if s.down.Load() {
+		return nil, errReadDown
+	}
+	return s.Source.Points(ctx, key, step, from, to)
+}
+
+// TestStatsPartialThenWhole: reads of a real embedded store fail for a
+// while (the store keeps taking writes): the answers are partial, from
+// the unsaved counts only; once reads work again the same handler answers
+// whole, stored and unsaved counts added, with no null point left.
+func TestStatsPartialThenWhole(t *testing.T) {
+	ctx := t.Context()
+	st, err := pebble.Open(filepath.Join(t.TempDir(), "db"), defTiers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	src := &downSource{Source: st}
+	now := time.Now().UTC().Truncate(time.Minute)
+	rec := analytics.NewRecorder(1000, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
+	h := analytics.NewStats(f.Reader(src), defTiers, "", func() time.Time { return now.Add(30 * time.Second) }, nil)
+	for range 5 {
+		rec.Record("abc", now.Add(-3*time.Minute), false)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.Record("abc", now, false)
+
+	src.down.Store(true)
+	a := decodeStats(t, statsGet(t, h, "/abc?last=10m"))
+	if !a.Partial || a.Total != 1 || a.RangeTotal != 1 || a.numNull() != len(a.Points)-1 {
+		t.Errorf("reads down: partial %v, total %d, range %d, %d of %d null; want partial, the 1 unsaved visit, all else null", a.Partial, a.Total, a.RangeTotal, a.numNull(), len(a.Points))
+	}
+	src.down.Store(false)
+	a = decodeStats(t, statsGet(t, h, "/abc?last=10m"))
+	if a.Partial || a.Total != 6 || a.RangeTotal != 6 || a.numNull() != 0 {
+		t.Errorf("reads back: partial %v, total %d, range %d, %d null; want a whole answer of 6", a.Partial, a.Total, a.RangeTotal, a.numNull())
 	}
 }
