@@ -43,6 +43,9 @@ var (
 	keyspaceName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,47}$`)
 )
 
+// cassandraMaxTTL is the longest TTL Cassandra accepts (630,720,000 s).
+const cassandraMaxTTL = 20 * rollup.Year
+
 // Compile checks the analytics section and returns its Plan. It is pure:
 // it opens no store. Errors start with the field's path in the config file
 // (`analytics.retention: ...`). A disabled section is still checked, so
@@ -96,6 +99,13 @@ func Compile(cfg Config) (*Plan, error) {
 		for i, h := range c.Hosts {
 			if strings.TrimSpace(h) == "" {
 				return nil, fmt.Errorf("analytics.cassandra.hosts[%d]: empty", i)
+			}
+		}
+		for i, t := range cfg.Retention {
+			// Rows carry the tier's retention as their TTL, and Cassandra
+			// refuses a TTL over 20 years: such a tier would fail every write.
+			if t.Retention > cassandraMaxTTL {
+				return nil, fmt.Errorf("analytics.retention[%d]: %v: Cassandra keeps a row at most 20y (its largest TTL)", i, t)
 			}
 		}
 	}

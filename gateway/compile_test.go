@@ -56,6 +56,10 @@ func badConfigs(target string) []struct{ name, yaml, want string } {
 			fmt.Sprintf(":%d: rules[1].name:", nl+3)},
 		{"bad keyspace", strings.Replace(base, "  enabled: false\n", "  enabled: false\n  store: cassandra\n  cassandra: {keyspace: \"ks; DROP\"}\n", 1),
 			"analytics.cassandra.keyspace:"},
+		{"cassandra retention over its largest TTL", strings.Replace(base, "  enabled: false\n", "  enabled: false\n  store: cassandra\n  retention: [1m:2d, 1w:21y]\n", 1),
+			"analytics.retention[1]: 1w:21y: Cassandra keeps a row at most 20y"},
+		{"retention past time.Duration", strings.Replace(base, "  enabled: false\n", "  enabled: false\n  retention: [1m:2d, 1w:300y]\n", 1),
+			"analytics.retention"},
 		{"bad stats prefix", base + "stats:\n  prefix: stats\n", "stats.prefix:"},
 		{"unknown field", base + "limiter:\n  stroe: memory\n", "limiter.stroe:"},
 	}

@@ -178,6 +178,11 @@ func ParseDuration(s string) (time.Duration, error) {
 			if err != nil || v == 0 {
 				return 0, fmt.Errorf("bad duration %q", s)
 			}
+			if v > uint64(math.MaxInt64/u) {
+				// time.Duration ends at about 292 years: a longer one
+				// would wrap around to a negative or short duration.
+				return 0, fmt.Errorf("bad duration %q: longer than %d%c", s, math.MaxInt64/u, s[n-1])
+			}
 			return time.Duration(v) * u, nil
 		}
 	}

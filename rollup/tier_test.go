@@ -32,7 +32,7 @@ func TestParseTier(t *testing.T) {
 			t.Errorf("ParseTier(%q) = %v (%s), %v; want %v", s, got, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "1m", "1m:", ":2d", "30s:2d", "7m:2d", "2d:8d", "1h:30m", "0m:1d", "-1m:2d", "1x:2d", "1m:2q"} {
+	for _, s := range []string{"", "1m", "1m:", ":2d", "30s:2d", "7m:2d", "2d:8d", "1h:30m", "0m:1d", "-1m:2d", "1x:2d", "1m:2q", "1w:293y", "1w:4294967295y", "1d:15251w"} {
 		if got, err := rollup.ParseTier(s); err == nil {
 			t.Errorf("ParseTier(%q) = %v, want error", s, got)
 		}
