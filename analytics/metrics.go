@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,10 @@ type Metrics struct {
 	rollupMarks    prometheus.Counter
 	rollupLag      *prometheus.GaugeVec
 	rollupLastRun  prometheus.Gauge
+
+	// state returns the state of the pipeline the metrics belong to (see
+	// watch); nil before it, and without analytics.
+	state atomic.Pointer[func() string]
 }
 
 var _ rollup.Metrics = (*Metrics)(nil)
@@ -38,7 +43,7 @@ var _ rollup.Metrics = (*Metrics)(nil)
 // registers nothing.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
-	return &Metrics{
+	m := &Metrics{
 		visits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_visits_recorded_total",
 			Help: "Visits recorded in memory, by kind (human or bot). Added when the flusher takes them, every flush_interval.",
@@ -97,6 +102,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "linkgate_rollup_last_success_timestamp_seconds",
 			Help: "Unix time of the last rollup run of this gateway that succeeded (or found another gateway holding the lease).",
 		}),
+	}
+	// The state is read when scraped, so that it is never stale: one
+	// series per state, 1 for the current one.
+	for _, st := range states {
+		f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "linkgate_analytics_state",
+			Help:        "State of link analytics: 1 for the current one of ok, starting (the store is opening or connecting) and degraded (it cannot be opened or reached, has failed, or the last write failed; the reason is on the admin listener's /admin/health). All 0 without analytics.",
+			ConstLabels: prometheus.Labels{"state": st},
+		}, func() float64 {
+			if f := m.state.Load(); f != nil && (*f)() == st {
+				return 1
+			}
+			return 0
+		})
+	}
+	return m
+}
+
+// watch makes the state metric report what state returns. A Pipeline
+// calls it when it starts.
+func (m *Metrics) watch(state func() string) {
+	if m != nil {
+		m.state.Store(&state)
 	}
 }
 
