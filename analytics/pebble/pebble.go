@@ -54,10 +54,20 @@
 //
 // # Use
 //
-//	s, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, log) // expires old buckets hourly
+//	s, err := pebble.Start(cfg.Embedded.Path, cfg.Retention, log) // expires old buckets hourly
 //	// s is the flusher's analytics.Store and the rollup worker's
 //	// rollup.Store: hand it to analytics.NewPipeline, whose Close stops
-//	// the worker, makes the final flush and closes the store.
+//	// the worker, makes the final flush and closes the store. Start
+//	// opens a folder that is not usable yet in the background (State
+//	// says why it is not open); Open fails instead.
+//
+// # Disk space
+//
+// Write and Apply refuse a batch (ErrDiskFull) that would leave less free
+// than the engine takes by itself when the memtable fills (reserveFor),
+// and the memtable is sized to the volume (memTableFor), so that on a
+// small volume the log Pebble preallocates does not use up the reserve.
+// A refused batch marks nothing: writes resume once space is back.
 package pebble
 
 import (
@@ -212,17 +222,18 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// Start is Open without waiting for the database: it returns at once a
-// Store that opens it in the background, retrying with backoff (a quarter
-// of a second, doubling, at most every openRetryMax) while the folder
-// cannot be opened (read-only, not a folder, held by another process, a
-// disk not mounted yet), logging each new reason once rather than each
-// try. Until then every method but Close and State returns an error
-// wrapping ErrNotOpen with the reason, so the flusher keeps the counts and
+// Start is Open that does not fail when the folder cannot be opened: it
+// makes one attempt and, when that fails, returns a Store that keeps
+// trying in the background, with backoff (a quarter of a second,
+// doubling, at most every openRetryMax), while the folder cannot be
+// opened (read-only, not a folder, held by another process, a disk not
+// mounted yet), logging each new reason once rather than each try. Until
+// then every method but Close and State returns an error wrapping
+// ErrNotOpen with the reason, so the flusher keeps the counts and
 // retries, as with a Cassandra cluster still connecting. Once open it
-// expires old buckets as Open does. It fails at once only on what no
-// retry can mend: an empty path or tiers rollup.NewPlan refuses (both
-// checked by analytics.Compile already).
+// expires old buckets as Open does. It fails only on what no retry can
+// mend: an empty path or tiers rollup.NewPlan refuses (both checked by
+// analytics.Compile already).
 func Start(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	return start(path, vfs.Default, tiers, log, openRetryMin, openRetryMax)
 }
@@ -246,8 +257,16 @@ func start(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger, lo, hi
 	if err != nil {
 		return nil, err
 	}
+	// The first attempt is made here: a usable folder, the common case,
+	// is open before the gateway listens, so that the stats API answers
+	// from the first request. Failing to open a local folder is fast.
+	var said string
+	if s.tryOpen(1, &said, hi) {
+		s.background(s.expireLater)
+		return s, nil
+	}
 	s.background(func(ctx context.Context) {
-		if s.openLoop(ctx, lo, hi) {
+		if s.openLoop(ctx, lo, hi, said) {
 			s.expireLater(ctx)
 		}
 	})
@@ -278,39 +297,46 @@ func (s *Store) expireLater(ctx context.Context) {
 	s.Run(ctx, time.Hour)
 }
 
-// openLoop tries to open the database until it succeeds (true) or ctx is
-// done (false), waiting from lo, doubling, to hi between attempts. It logs
-// a reason when it differs from the last one logged, not every attempt.
-func (s *Store) openLoop(ctx context.Context, lo, hi time.Duration) bool {
+// tryOpen is attempt number attempt to open the database: true once it
+// is open. A failure is kept for State and logged when its reason differs
+// from *said, the last one logged, not every attempt.
+func (s *Store) tryOpen(attempt int, said *string, hi time.Duration) bool {
+	db, err := s.openDB()
+	if err == nil {
+		s.mu.Lock()
+		s.db, s.notOpen = db, nil
+		s.mu.Unlock()
+		close(s.opened)
+		return true
+	}
+	s.mu.Lock()
+	s.notOpen, s.attempts = err, attempt
+	s.mu.Unlock()
+	if msg := err.Error(); msg != *said {
+		*said = msg
+		s.log.Warn("analytics store cannot be opened yet; the gateway proxies, counts are kept in memory, opening is retried",
+			"path", s.dir, "err", err, "attempt", attempt, "retry_at_most_every", hi)
+	}
+	return false
+}
+
+// openLoop tries to open the database after a first failed attempt whose
+// reason was said, until it succeeds (true) or ctx is done (false),
+// waiting from lo, doubling, to hi between attempts.
+func (s *Store) openLoop(ctx context.Context, lo, hi time.Duration, said string) bool {
 	began := time.Now()
 	wait := lo
-	var said string
-	for attempt := 1; ; attempt++ {
-		db, err := s.openDB()
-		if err == nil {
-			s.mu.Lock()
-			s.db, s.notOpen = db, nil
-			s.mu.Unlock()
-			close(s.opened)
-			if attempt > 1 {
-				s.log.Info("analytics store open", "path", s.dir, "attempts", attempt, "after", time.Since(began).Round(time.Millisecond))
-			}
-			return true
-		}
-		s.mu.Lock()
-		s.notOpen, s.attempts = err, attempt
-		s.mu.Unlock()
-		if msg := err.Error(); msg != said {
-			said = msg
-			s.log.Warn("analytics store cannot be opened yet; the gateway proxies, counts are kept in memory, opening is retried",
-				"path", s.dir, "err", err, "attempt", attempt, "retry_at_most_every", hi)
-		}
+	for attempt := 2; ; attempt++ {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		case <-t.C:
+		}
+		if s.tryOpen(attempt, &said, hi) {
+			s.log.Info("analytics store open", "path", s.dir, "attempts", attempt, "after", time.Since(began).Round(time.Millisecond))
+			return true
 		}
 		wait = min(2*wait, hi)
 	}
