@@ -103,21 +103,35 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Unix time of the last rollup run of this gateway that succeeded (or found another gateway holding the lease).",
 		}),
 	}
-	// The state is read when scraped, so that it is never stale: one
-	// series per state, 1 for the current one.
-	for _, st := range states {
-		f.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "linkgate_analytics_state",
-			Help:        "State of link analytics: 1 for the current one of ok, starting (the store is opening or connecting) and degraded (it cannot be opened or reached, has failed, or the last write failed; the reason is on the admin listener's /admin/health). All 0 without analytics.",
-			ConstLabels: prometheus.Labels{"state": st},
-		}, func() float64 {
-			if f := m.state.Load(); f != nil && (*f)() == st {
-				return 1
-			}
-			return 0
-		})
+	if reg != nil {
+		reg.MustRegister(stateCollector{m})
 	}
 	return m
+}
+
+// stateDesc describes linkgate_analytics_state.
+var stateDesc = prometheus.NewDesc("linkgate_analytics_state",
+	"State of link analytics: 1 for the current one of ok, starting (the store is opening or connecting) and degraded (it cannot be opened or reached, has failed, or the last write failed; the reason is on the admin listener's /admin/health). All 0 without analytics.",
+	[]string{"state"}, nil)
+
+// stateCollector reports the state when scraped, so that it is never
+// stale: one series per state, 1 for the current one.
+type stateCollector struct{ m *Metrics }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stateDesc }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	cur := ""
+	if f := c.m.state.Load(); f != nil {
+		cur = (*f)()
+	}
+	for _, st := range states {
+		v := 0.0
+		if st == cur {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, st)
+	}
 }
 
 // watch makes the state metric report what state returns. A Pipeline
