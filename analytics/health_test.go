@@ -3,7 +3,9 @@ package analytics_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,4 +130,44 @@ func TestPipelineHealth(t *testing.T) {
 	if v, err := p.Reader().Total(t.Context(), "abc"); err != nil || v.Human != 1 {
 		t.Errorf("Total = %+v, %v; want the one visit, written once", v, err)
 	}
+}
+
+// BenchmarkHealth measures Health (what /admin/health serves) and a
+// gather of the state metric while 100,000 links wait for a store that
+// fails: Health scans what waits for the oldest minute; the metric reads
+// the state only.
+func BenchmarkHealth(b *testing.B) {
+	cfg := analytics.DefaultConfig()
+	cfg.FlushInterval = time.Hour
+	plan, err := analytics.Compile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := &stateStore{Memory: analyticstest.NewMemory(plan.Tiers())}
+	st.set(analytics.StoreState{Attempts: 1, Err: errors.New("read-only file system")}, errors.New("not open yet"))
+	reg := prometheus.NewRegistry()
+	m := analytics.NewMetrics(reg)
+	p := analytics.NewPipeline(plan, st, m, nil)
+	defer p.Close(context.Background())
+	h := p.Middleware(plan)(http.RedirectHandler("https://example.com/", http.StatusFound))
+	for i := range 100_000 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/k"+strconv.Itoa(i), nil))
+	}
+	p.Flush(context.Background()) // fails: the counts wait in the flusher
+	b.Run("health", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if p.Health().OldestUnsaved == nil {
+				b.Fatal("nothing waiting")
+			}
+		}
+	})
+	b.Run("metrics", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
