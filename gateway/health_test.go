@@ -181,3 +181,84 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "health ok", func() bool { return health(t, gw).Analytics.State == "ok" })
 }
+
+// TestFullDiskThenSpaceBack runs the gateway with its embedded store on a
+// tmpfs of the smallest supported size (48 MiB, see the README), fills the
+// volume while visits come in, and frees it again: the proxy serves
+// throughout, health says degraded with "disk almost full" while the
+// writes are refused, and once space is back the same process writes the
+// visits kept meanwhile, each once.
+func TestFullDiskThenSpaceBack(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED: this test needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	up := tinyURL(t)
+	gw := start(t, healthConfig(up.URL, filepath.Join(mnt, "analytics")))
+	visit := func(n int) {
+		for range n {
+			if resp, _ := do(t, "GET", gw.url("/gh"), nil); resp.StatusCode != 302 {
+				t.Fatalf("GET /gh: %d, want 302", resp.StatusCode)
+			}
+		}
+	}
+	visit(3)
+	eventually(t, 5*time.Second, "the first visits written", func() bool {
+		h := health(t, gw)
+		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
+	})
+
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			break // the volume is full
+		}
+	}
+	f.Close()
+	visit(4)
+	eventually(t, 5*time.Second, "health degraded by the full disk", func() bool {
+		return strings.Contains(health(t, gw).Analytics.Reason, "disk almost full")
+	})
+	h := health(t, gw)
+	if h.Analytics.State != "degraded" || h.Analytics.OldestUnsaved == nil || !h.Ready {
+		t.Errorf("health on a full disk = %+v %+v, want ready, analytics degraded with visits waiting", h, *h.Analytics)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "health ok once space is back", func() bool {
+		h := health(t, gw)
+		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
+	})
+	if got := stats(t, gw, "/stats/gh?last=1h"); got.Total != 7 {
+		t.Errorf("/stats/gh total %d, want the 7 visits, the 4 made on a full disk included", got.Total)
+	}
+}
+
+// TestCassandraDownAtStart: a gateway whose Cassandra cannot be reached
+// proxies at once, and says so the way it does for the embedded store.
+func TestCassandraDownAtStart(t *testing.T) {
+	up := tinyURL(t)
+	dead := strings.TrimPrefix(deadAddr(t), "http://")
+	cfg := strings.Replace(healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")),
+		"  store: embedded\n", "  store: cassandra\n  cassandra: {hosts: ["+dead+"]}\n", 1)
+	gw := start(t, cfg)
+	if resp, _ := do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
+		t.Fatalf("GET /go with Cassandra down: %d, want 302", resp.StatusCode)
+	}
+	eventually(t, 10*time.Second, "health degraded", func() bool { return health(t, gw).Analytics.State == "degraded" })
+	h := health(t, gw)
+	if !h.Ready || !strings.Contains(h.Analytics.Reason, "cassandra: not connected") {
+		t.Errorf("health = %+v %+v, want ready, and the reason", h, *h.Analytics)
+	}
+	if got := metric(t, gw, `linkgate_analytics_state{state="degraded"}`); got != 1 {
+		t.Errorf(`linkgate_analytics_state{state="degraded"} = %v, want 1`, got)
+	}
+}
