@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,8 @@ func stateMetric(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 // say each, with the reason, and the oldest visit not saved yet.
 func TestPipelineHealth(t *testing.T) {
 	cfg := analytics.DefaultConfig()
-	cfg.FlushInterval = time.Hour // only the test flushes
+	cfg.FlushInterval = time.Hour                        // only the test flushes
+	cfg.Embedded.Path = filepath.Join(t.TempDir(), "db") // a failed final flush spills beside it
 	plan := compile(t, cfg)
 	st := &stateStore{Memory: analyticstest.NewMemory(plan.Tiers())}
 	st.set(analytics.StoreState{Err: errors.New("opening")}, nil)
@@ -139,6 +141,7 @@ func TestPipelineHealth(t *testing.T) {
 func BenchmarkHealth(b *testing.B) {
 	cfg := analytics.DefaultConfig()
 	cfg.FlushInterval = time.Hour
+	cfg.Embedded.Path = filepath.Join(b.TempDir(), "db") // the final flush spills beside it
 	plan, err := analytics.Compile(cfg)
 	if err != nil {
 		b.Fatal(err)
