@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
@@ -92,6 +93,10 @@ type Flusher struct {
 	retryAt   time.Time   // Run writes no sooner than this after a failure
 	announced map[announced]struct{}
 	forgotAt  time.Time // when remember last forgot the entries of rolled periods
+
+	// writeErr is the error of the last Write, nil after a success: Health
+	// reads it without waiting for mu.
+	writeErr atomic.Pointer[error]
 }
 
 // announced is an Active entry that a successful write stored.
@@ -283,6 +288,7 @@ func (f *Flusher) writePending(ctx context.Context, p *pending) error {
 	defer cancel()
 	start := time.Now()
 	err := f.w.Write(ctx, b)
+	f.setWriteErr(err)
 	n := len(b.Counts) + len(b.Active) + len(b.Marks)
 	f.m.wrote(time.Since(start), n, err)
 	if err != nil {

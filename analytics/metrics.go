@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,10 @@ type Metrics struct {
 	rollupMarks    prometheus.Counter
 	rollupLag      *prometheus.GaugeVec
 	rollupLastRun  prometheus.Gauge
+
+	// state returns the state of the pipeline the metrics belong to (see
+	// watch); nil before it, and without analytics.
+	state atomic.Pointer[func() string]
 }
 
 var _ rollup.Metrics = (*Metrics)(nil)
@@ -38,7 +43,7 @@ var _ rollup.Metrics = (*Metrics)(nil)
 // registers nothing.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
-	return &Metrics{
+	m := &Metrics{
 		visits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_visits_recorded_total",
 			Help: "Visits recorded in memory, by kind (human or bot). Added when the flusher takes them, every flush_interval.",
@@ -97,6 +102,43 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "linkgate_rollup_last_success_timestamp_seconds",
 			Help: "Unix time of the last rollup run of this gateway that succeeded (or found another gateway holding the lease).",
 		}),
+	}
+	if reg != nil {
+		reg.MustRegister(stateCollector{m})
+	}
+	return m
+}
+
+// stateDesc describes linkgate_analytics_state.
+var stateDesc = prometheus.NewDesc("linkgate_analytics_state",
+	"State of link analytics: 1 for the current one of ok, starting (the store is opening or connecting) and degraded (it cannot be opened or reached, has failed, or the last write failed; the reason is on the admin listener's /admin/health). All 0 without analytics.",
+	[]string{"state"}, nil)
+
+// stateCollector reports the state when scraped, so that it is never
+// stale: one series per state, 1 for the current one.
+type stateCollector struct{ m *Metrics }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stateDesc }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	cur := ""
+	if f := c.m.state.Load(); f != nil {
+		cur = (*f)()
+	}
+	for _, st := range states {
+		v := 0.0
+		if st == cur {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, st)
+	}
+}
+
+// watch makes the state metric report what state returns. A Pipeline
+// calls it when it starts.
+func (m *Metrics) watch(state func() string) {
+	if m != nil {
+		m.state.Store(&state)
 	}
 }
 

@@ -63,9 +63,10 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Gauges and counters without labels are gathered even at zero.
-	if len(mfs) != 12 {
-		t.Errorf("%d metric families, want 12", len(mfs))
+	// Gauges and counters without labels are gathered even at zero, and
+	// the analytics state's three series.
+	if len(mfs) != 13 {
+		t.Errorf("%d metric families, want 13", len(mfs))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/linkgate/linkgate/rollup"
 )
@@ -51,6 +52,7 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 		rec: rec, fl: fl, store: store, reader: fl.Reader(store), tiers: plan.Tiers(),
 		stop: stop, done: make(chan struct{}),
 	}
+	m.watch(func() string { return p.state().State })
 	var wg sync.WaitGroup
 	wg.Go(func() { fl.Run(ctx) })
 	wg.Go(func() { roller.Run(ctx) })
@@ -79,6 +81,29 @@ func (p *Pipeline) Reader() Reader { return p.reader }
 
 // Tiers returns the retention tiers the pipeline writes.
 func (p *Pipeline) Tiers() []rollup.Tier { return p.tiers }
+
+// Health returns the state of analytics now: whether the store can be
+// used (from its State method, when it has one) and the last write to it
+// succeeded, and what waits for it. It never waits for a write in
+// progress, so it answers at once while the store hangs.
+func (p *Pipeline) Health() Health {
+	h := p.state()
+	var oldest time.Time
+	h.JournalBytes, oldest, h.DroppedVisits = p.fl.backlog()
+	if !oldest.IsZero() {
+		h.OldestUnsaved = &oldest
+	}
+	return h
+}
+
+// state is Health without what waits for the store, which costs a scan.
+func (p *Pipeline) state() Health {
+	var st StoreState
+	if s, ok := p.store.(stater); ok {
+		st = s.State()
+	}
+	return health(st, p.fl.lastWriteErr())
+}
 
 // Flush writes what is in memory now, without waiting for the next tick.
 func (p *Pipeline) Flush(ctx context.Context) error { return p.fl.Flush(ctx) }

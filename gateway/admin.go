@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/bearer"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/problem"
@@ -17,6 +18,13 @@ import (
 
 // AdminHandler serves the operator's listener: /healthz, /readyz and
 // /metrics open; /admin/* behind the bearer token named by admin.token_env.
+//
+// /healthz and /readyz are about the process and the proxy only: a broken
+// analytics store must not get the gateway restarted or taken out of a
+// load balancer while it proxies fine. How analytics fare is the metric
+// linkgate_analytics_state (open, for alerts) and /admin/health (the
+// detail, behind the token like /admin/config, since its reasons name
+// folders and hosts).
 func (g *Gateway) AdminHandler() http.Handler {
 	r := chi.NewRouter()
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +46,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Use(g.requireToken)
 		r.Post("/reload", g.handleReload)
 		r.Get("/config", g.handleConfig)
+		r.Get("/health", g.handleHealth)
 		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
 		})
@@ -77,6 +86,28 @@ func (g *Gateway) handleReload(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(res)
+}
+
+// HealthDetail is what GET /admin/health answers.
+type HealthDetail struct {
+	// Ready is /readyz's answer: some upstream target is healthy.
+	Ready bool `json:"ready"`
+	// Analytics is the analytics pipeline's health; nil (null) when
+	// analytics are off.
+	Analytics *analytics.Health `json:"analytics"`
+}
+
+// handleHealth answers the health detail as JSON, 200 whatever the state:
+// the state is in the body, and the request itself succeeded.
+func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
+	d := HealthDetail{Ready: g.current().proxy.Ready()}
+	if g.pipeline != nil {
+		h := g.pipeline.Health()
+		d.Analytics = &h
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(d)
 }
 
 // handleConfig shows the effective config in the file's own shape: the

@@ -118,9 +118,10 @@ type limitStore interface {
 }
 
 // New builds a Gateway from plan: the metrics, the analytics pipeline
-// (opening its store) and the first snapshot. It fails only when a
-// resource cannot be had (the embedded store's directory cannot be
-// opened, say), never on config grounds: plan was checked by Compile.
+// and the first snapshot. The analytics store, embedded or Cassandra,
+// opens in the background (see Health), so a broken store never keeps the
+// gateway from proxying. New fails only when a resource cannot be had,
+// never on config grounds: plan was checked by Compile.
 func New(plan *Plan, opts Options) (*Gateway, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -180,7 +181,12 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 		}
 		return st, nil
 	default:
-		st, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, g.log)
+		// Opens in the background too: a folder that is read-only, not a
+		// folder, or held by another process must not keep the gateway
+		// from proxying. The flusher keeps the counts until it opens, and
+		// the health detail and linkgate_analytics_state say why it has
+		// not.
+		st, err := pebble.Start(cfg.Embedded.Path, cfg.Retention, g.log)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.embedded.path: %w", err)
 		}

@@ -182,10 +182,11 @@ type Store struct {
 	now   func() time.Time // the clock Points clamps ranges with and Apply's TTLs count from
 	id    gocql.UUID       // this process, as the lease's holder
 
-	mu      sync.RWMutex
-	be      backend // nil until connected
-	connErr error   // why it is not connected yet
-	closed  bool
+	mu       sync.RWMutex
+	be       backend // nil until connected
+	connErr  error   // why it is not connected yet
+	attempts int     // failed attempts to connect
+	closed   bool
 
 	cancel    context.CancelFunc // stops connecting
 	done      chan struct{}      // closed when connecting has stopped
@@ -323,7 +324,7 @@ func (s *Store) connect(ctx context.Context, dial func(context.Context) (backend
 			return
 		}
 		s.mu.Lock()
-		s.connErr = err
+		s.connErr, s.attempts = err, attempt
 		s.mu.Unlock()
 		s.log.Warn("cassandra not reachable yet; retrying", "attempt", attempt, "retry_in", wait, "err", err)
 		select {
@@ -373,6 +374,16 @@ func (r *retryPolicy) GetRetryType(err error) gocql.RetryType {
 func (s *Store) Ready() error {
 	_, err := s.backend()
 	return err
+}
+
+// State says whether the store is connected and, when not, why, as the
+// embedded store says it: the gateway's health detail reads it. Open
+// stays set after Close.
+func (s *Store) State() analytics.StoreState {
+	_, err := s.backend()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return analytics.StoreState{Open: s.be != nil || s.closed && s.connErr == nil, Attempts: s.attempts, Err: err}
 }
 
 // backend returns the connected backend, counting the statements sent

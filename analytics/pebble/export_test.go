@@ -7,3 +7,13 @@ func Compact(s *Store) error { return s.db.Compact([]byte{0}, []byte{0xff}, true
 
 // OpenFS is Open on the file system fs, for fault injection.
 var OpenFS = open
+
+// Reserve returns the free space s's writes leave on its disk.
+func Reserve(s *Store) uint64 { return s.reserve }
+
+// StartFS is Start on the file system fs, waiting from lo to hi between
+// attempts to open.
+var StartFS = start
+
+// Opened returns a channel closed once s's database is open.
+func Opened(s *Store) <-chan struct{} { return s.opened }

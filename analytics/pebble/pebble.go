@@ -54,10 +54,20 @@
 //
 // # Use
 //
-//	s, err := pebble.Open(cfg.Embedded.Path, cfg.Retention, log) // expires old buckets hourly
+//	s, err := pebble.Start(cfg.Embedded.Path, cfg.Retention, log) // expires old buckets hourly
 //	// s is the flusher's analytics.Store and the rollup worker's
 //	// rollup.Store: hand it to analytics.NewPipeline, whose Close stops
-//	// the worker, makes the final flush and closes the store.
+//	// the worker, makes the final flush and closes the store. Start
+//	// opens a folder that is not usable yet in the background (State
+//	// says why it is not open); Open fails instead.
+//
+// # Disk space
+//
+// Write and Apply refuse a batch (ErrDiskFull) that would leave less free
+// than the engine takes by itself when the memtable fills (reserveFor),
+// and the memtable is sized to the volume (memTableFor), so that on a
+// small volume the log Pebble preallocates does not use up the reserve.
+// A refused batch marks nothing: writes resume once space is back.
 package pebble
 
 import (
@@ -68,6 +78,7 @@ import (
 	"io"
 	iofs "io/fs"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -93,47 +104,80 @@ var (
 // cacheSize is the block cache's size in bytes.
 const cacheSize = 64 << 20
 
-// memTableSize is the memtable's size in bytes. A flush of 10,000 links is
-// about 6 MB; a batch over half the memtable is flushed to its own table at
-// once, which costs a sort and an L0 file per flush.
-const memTableSize = 32 << 20
+// maxMemTable and minMemTable bound the memtable's size in bytes, which
+// Open picks from the size of the volume (memTableFor). A flush of 10,000
+// links is about 6 MB; a batch over half the memtable is flushed to its own
+// table at once, which costs a sort and an L0 file per flush, so large
+// volumes get the largest memtable.
+const (
+	maxMemTable = 32 << 20
+	minMemTable = 4 << 20
+)
 
-// minFreeBytes is the disk space Write leaves free: room for a memtable
-// flush and the compaction after it, so that a disk filling up stops the
-// writes before it fails Pebble's own.
-const minFreeBytes = 2 * memTableSize
+// memTableFor returns the memtable size for a volume of total bytes: a
+// sixteenth of it within [minMemTable, maxMemTable], whole MiB, so that
+// what the engine allocates ahead (reserveFor) stays a small part of a
+// small volume. total 0 (the file system cannot tell) gets the largest.
+func memTableFor(total uint64) uint64 {
+	if total == 0 {
+		return maxMemTable
+	}
+	return min(max(total/16>>20<<20, minMemTable), maxMemTable)
+}
+
+// reserveFor returns the disk space in bytes that Write leaves free for a
+// memtable of size mem: what the engine writes without asking when the
+// memtable fills, so that a disk filling up stops the writes before it
+// fails the engine's own (which would mark the store failed). That is the
+// next write-ahead log, which Pebble preallocates at 110% of the memtable
+// size (DB.walPreallocateSize) and fallocate takes from the volume at once;
+// the flush of the full memtable to a table (at most its size); and as much
+// again for the compaction after it, whose output exists before its inputs
+// are deleted. The current log's preallocated space is not part of it: it
+// is in use already, and the writes go into it.
+func reserveFor(mem uint64) uint64 { return mem + mem/10 + 2*mem }
 
 var (
 	// ErrClosed is returned by the methods of a closed Store.
 	ErrClosed = errors.New("pebble: store closed")
-	// ErrDiskFull is returned by a Write refused because the disk has less
-	// than minFreeBytes free. Nothing of the batch was applied; the flusher
-	// keeps it and tries again.
+	// ErrDiskFull is returned by a Write refused because the disk would
+	// keep less than the reserve free (see reserveFor). Nothing of the
+	// batch was applied; the flusher keeps it and tries again, and the
+	// store is not marked failed: writes resume once space is back.
 	ErrDiskFull = errors.New("pebble: disk almost full")
 	// ErrFailed is returned by every method once a commit failed in the
 	// engine (its log could not be written or synced): the database's state
 	// is unknown until it is opened again, by a restart.
 	ErrFailed = errors.New("pebble: store failed")
+	// ErrNotOpen is wrapped, with the reason, by the errors of a Store
+	// made by Start whose database has not opened yet.
+	ErrNotOpen = errors.New("pebble: not open yet")
 )
 
 // Store is the embedded analytics store. It is safe for concurrent use. One
 // process at a time holds a database directory (Pebble locks it). Create it
-// with Open.
+// with Open, or with Start to open it in the background.
 type Store struct {
-	db    *pebble.DB
-	fs    vfs.FS
-	dir   string
-	plan  *rollup.Plan // the tiers, the all-time one included; no grace
-	tiers map[time.Duration]rollup.Tier
-	log   *slog.Logger
+	db      *pebble.DB // nil until open; set under mu
+	fs      vfs.FS
+	dir     string
+	reserve uint64       // bytes Write leaves free on the disk: reserveFor the memtable
+	plan    *rollup.Plan // the tiers, the all-time one included; no grace
+	tiers   map[time.Duration]rollup.Tier
+	log     *slog.Logger
 
 	// failure is set, once, to the error of a commit that failed in the
 	// engine (see ErrFailed).
 	failure atomic.Pointer[error]
 
-	// mu guards closed: Close takes it to write, every other method to read.
-	mu     sync.RWMutex
-	closed bool
+	// mu guards closed, db, notOpen and attempts: Close and the opening
+	// take it to write, every other method to read.
+	mu       sync.RWMutex
+	closed   bool
+	notOpen  error // why db is nil
+	attempts int   // failed attempts to open the database
+	// opened is closed once db is set.
+	opened chan struct{}
 	// closing is set by Close before it waits for mu, so that a long
 	// Expire stops between chunks instead of holding up shutdown.
 	closing atomic.Bool
@@ -149,8 +193,9 @@ type Store struct {
 	// expiring serializes Expire calls.
 	expiring sync.Mutex
 
-	// stopExpiry ends the background expiry Open starts; expiryDone is
-	// closed when it has returned. Both nil for a store opened without it.
+	// stopExpiry ends the background opening (Start) and expiry (Open,
+	// Start); expiryDone is closed when they have returned. Both nil for a
+	// store opened without them.
 	stopExpiry context.CancelFunc
 	expiryDone chan struct{}
 }
@@ -166,26 +211,145 @@ const firstExpiry = time.Minute
 // Close. The tiers may differ from the last Open's:
 // buckets of a tier no longer given stay on disk unread until they are
 // removed by hand. log receives Pebble's messages and Expire's; nil
-// discards them.
+// discards them. Open fails when the folder cannot be opened now; Start
+// is the same without waiting for it.
 func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	s, err := open(path, vfs.Default, tiers, log)
 	if err != nil {
 		return nil, err
 	}
+	s.background(func(ctx context.Context) { s.expireLater(ctx) })
+	return s, nil
+}
+
+// Start is Open that does not fail when the folder cannot be opened: it
+// makes one attempt and, when that fails, returns a Store that keeps
+// trying in the background, with backoff (a quarter of a second,
+// doubling, at most every openRetryMax), while the folder cannot be
+// opened (read-only, not a folder, held by another process, a disk not
+// mounted yet), logging each new reason once rather than each try. Until
+// then every method but Close and State returns an error wrapping
+// ErrNotOpen with the reason, so the flusher keeps the counts and
+// retries, as with a Cassandra cluster still connecting. Once open it
+// expires old buckets as Open does. It fails only on what no retry can
+// mend: an empty path or tiers rollup.NewPlan refuses (both checked by
+// analytics.Compile already).
+func Start(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
+	return start(path, vfs.Default, tiers, log, openRetryMin, openRetryMax)
+}
+
+// openRetryMin and openRetryMax bound the wait between two attempts of
+// Start to open the database. Opening a local folder that is not usable
+// fails fast and costs little, so the wait stays short: the store opens
+// within a few seconds of the folder becoming usable.
+const (
+	openRetryMin = 250 * time.Millisecond
+	openRetryMax = 5 * time.Second
+)
+
+// start is Start on the file system fs, waiting from lo to hi between
+// attempts.
+func start(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger, lo, hi time.Duration) (*Store, error) {
+	if strings.TrimSpace(path) == "" {
+		return nil, errors.New("pebble: the folder's path is empty")
+	}
+	s, err := newStore(path, fs, tiers, log)
+	if err != nil {
+		return nil, err
+	}
+	// The first attempt is made here: a usable folder, the common case,
+	// is open before the gateway listens, so that the stats API answers
+	// from the first request. Failing to open a local folder is fast.
+	var said string
+	if s.tryOpen(1, &said, hi) {
+		s.background(s.expireLater)
+		return s, nil
+	}
+	s.background(func(ctx context.Context) {
+		if s.openLoop(ctx, lo, hi, said) {
+			s.expireLater(ctx)
+		}
+	})
+	return s, nil
+}
+
+// background runs fn in a goroutine until Close, which cancels its
+// context and waits for it.
+func (s *Store) background(fn func(context.Context)) {
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopExpiry, s.expiryDone = stop, make(chan struct{})
 	go func() {
 		defer close(s.expiryDone)
-		t := time.NewTimer(firstExpiry)
-		defer t.Stop()
+		fn(ctx)
+	}()
+}
+
+// expireLater waits firstExpiry, then runs Expire hourly until ctx is
+// done.
+func (s *Store) expireLater(ctx context.Context) {
+	t := time.NewTimer(firstExpiry)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	s.Run(ctx, time.Hour)
+}
+
+// tryOpen is attempt number attempt to open the database: true once it
+// is open. A failure is kept for State and logged when its reason differs
+// from *said, the last one logged, not every attempt.
+func (s *Store) tryOpen(attempt int, said *string, hi time.Duration) bool {
+	db, err := s.openDB()
+	if err == nil {
+		s.mu.Lock()
+		s.db, s.notOpen = db, nil
+		s.mu.Unlock()
+		close(s.opened)
+		return true
+	}
+	s.mu.Lock()
+	s.notOpen, s.attempts = err, attempt
+	s.mu.Unlock()
+	if msg := err.Error(); msg != *said {
+		*said = msg
+		s.log.Warn("analytics store cannot be opened yet; the gateway proxies, counts are kept in memory, opening is retried",
+			"path", s.dir, "err", err, "attempt", attempt, "retry_at_most_every", hi)
+	}
+	return false
+}
+
+// openLoop tries to open the database after a first failed attempt whose
+// reason was said, until it succeeds (true) or ctx is done (false),
+// waiting from lo, doubling, to hi between attempts.
+func (s *Store) openLoop(ctx context.Context, lo, hi time.Duration, said string) bool {
+	began := time.Now()
+	wait := lo
+	for attempt := 2; ; attempt++ {
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			return
+			t.Stop()
+			return false
 		case <-t.C:
 		}
-		s.Run(ctx, time.Hour)
-	}()
-	return s, nil
+		if s.tryOpen(attempt, &said, hi) {
+			s.log.Info("analytics store open", "path", s.dir, "attempts", attempt, "after", time.Since(began).Round(time.Millisecond))
+			return true
+		}
+		wait = min(2*wait, hi)
+	}
+}
+
+// State says whether the store can be used and, when not, why: the
+// gateway's health detail reads it. Attempts counts the failed attempts
+// to open the database of a Store made by Start; Open is set once it
+// opened, even if it failed later (Err then says how).
+func (s *Store) State() analytics.StoreState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return analytics.StoreState{Open: s.db != nil, Attempts: s.attempts, Err: s.usable()}
 }
 
 // ErrInUse is returned by Open when another process (or another Store in
@@ -209,6 +373,19 @@ func inUse(err error) (otherProcess, ok bool) {
 
 // open is Open on the file system fs: tests inject faults through it.
 func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
+	s, err := newStore(path, fs, tiers, log)
+	if err != nil {
+		return nil, err
+	}
+	if s.db, err = s.openDB(); err != nil {
+		return nil, err
+	}
+	close(s.opened)
+	return s, nil
+}
+
+// newStore returns a Store whose database is not open.
+func newStore(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	plan, err := rollup.NewPlan(tiers, 0)
 	if err != nil {
 		return nil, fmt.Errorf("pebble: %w", err)
@@ -217,20 +394,29 @@ func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "analytics/pebble")
-	s := &Store{fs: fs, dir: path, plan: plan, tiers: map[time.Duration]rollup.Tier{}, log: log}
+	s := &Store{fs: fs, dir: path, plan: plan, tiers: map[time.Duration]rollup.Tier{}, log: log,
+		notOpen: errors.New("opening"), opened: make(chan struct{})}
 	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
+	return s, nil
+}
+
+// openDB opens the database in s.dir, sizing its memtable, and s.reserve
+// with it, to the volume.
+func (s *Store) openDB() (*pebble.DB, error) {
+	mem := memTableFor(volumeSize(s.fs, s.dir))
+	s.reserve = reserveFor(mem)
 	// The block cache holds the index and recent blocks of every link's
 	// rows; the table cache of open files keeps Pebble's default.
 	cache := pebble.NewCache(cacheSize)
 	defer cache.Unref()
 	opts := &pebble.Options{
-		FS:                 fs,
+		FS:                 s.fs,
 		Cache:              cache,
-		MemTableSize:       memTableSize,
+		MemTableSize:       mem,
 		Merger:             merger,
-		Logger:             logger{log},
+		Logger:             logger{s.log},
 		FormatMajorVersion: pebble.FormatNewest,
 		Levels:             make([]pebble.LevelOptions, 7),
 	}
@@ -240,20 +426,32 @@ func open(path string, fs vfs.FS, tiers []rollup.Tier, log *slog.Logger) (*Store
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		opts.Levels[i].Compression = pebble.SnappyCompression
 	}
-	db, err := pebble.Open(path, opts)
+	db, err := pebble.Open(s.dir, opts)
 	if err != nil {
 		if other, ok := inUse(err); ok {
 			holder := " (this process)"
 			if other {
-				holder = lockHolder(fs, path)
+				holder = lockHolder(s.fs, s.dir)
 			}
 			return nil, fmt.Errorf("%w: %s%s; each gateway needs its own analytics.embedded.path (stop the other process or give this one another folder): %w",
-				ErrInUse, path, holder, err)
+				ErrInUse, s.dir, holder, err)
 		}
-		return nil, fmt.Errorf("pebble: open %s: %w", path, err)
+		return nil, fmt.Errorf("pebble: open %s: %w", s.dir, err)
 	}
-	s.db = db
-	return s, nil
+	return db, nil
+}
+
+// volumeSize returns the size in bytes of the volume that holds dir (or
+// would: its nearest existing parent), 0 when the file system cannot tell.
+func volumeSize(fs vfs.FS, dir string) uint64 {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if du, err := fs.GetDiskUsage(d); err == nil {
+			return du.TotalBytes
+		}
+		if d == filepath.Dir(d) {
+			return 0
+		}
+	}
 }
 
 // Close stops the background expiry, closes the database and releases its
@@ -270,6 +468,9 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	if s.db == nil {
+		return nil
+	}
 	return s.closeDB()
 }
 
@@ -293,6 +494,9 @@ func (s *Store) closeDB() (err error) {
 func (s *Store) usable() error {
 	if s.closed {
 		return ErrClosed
+	}
+	if s.db == nil {
+		return fmt.Errorf("%w: %w", ErrNotOpen, s.notOpen)
 	}
 	if f := s.failure.Load(); f != nil {
 		return *f
@@ -318,14 +522,16 @@ func (s *Store) commitBatch(wb *pebble.Batch, o *pebble.WriteOptions) (err error
 }
 
 // checkSpace returns ErrDiskFull when writing n more bytes would leave less
-// than minFreeBytes free on the store's disk.
+// than the reserve free on the store's disk. The batch goes into the log's
+// preallocated space while there is some, so this is conservative by up
+// to n.
 func (s *Store) checkSpace(n int) error {
 	du, err := s.fs.GetDiskUsage(s.dir)
 	if err != nil {
 		return nil // not every file system can tell: write, and let the engine decide
 	}
-	if du.AvailBytes < minFreeBytes+uint64(n) {
-		return fmt.Errorf("%w: %d MiB free in %s, %d MiB kept free", ErrDiskFull, du.AvailBytes>>20, s.dir, minFreeBytes>>20)
+	if du.AvailBytes < s.reserve+uint64(n) {
+		return fmt.Errorf("%w: %d MiB free in %s, %d MiB kept free", ErrDiskFull, du.AvailBytes>>20, s.dir, s.reserve>>20)
 	}
 	return nil
 }
@@ -337,7 +543,7 @@ func (s *Store) checkSpace(n int) error {
 // start, fails the whole batch, as does an Active entry or mark of an
 // unknown tier.
 //
-// A disk with less than minFreeBytes free refuses the batch (ErrDiskFull),
+// A disk with less than the reserve free refuses the batch (ErrDiskFull),
 // so a filling disk stops the writes cleanly. A commit that fails in the
 // engine anyway marks the store failed (ErrFailed): from then on every
 // method returns that error, reads included, since the failed batch may or
@@ -1089,7 +1295,7 @@ func atoiOr(s string) any {
 // (a log write or sync that failed) commitBatch recovers the panic; on
 // broken invariants or a failed write in the engine's background work (its
 // MANIFEST) nothing can, and the process stops as after a crash. Keeping
-// minFreeBytes free keeps a full disk from getting there.
+// the reserve free keeps a full disk from getting there.
 func (l logger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.l.Error(msg)
