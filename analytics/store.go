@@ -27,8 +27,8 @@ type Count struct {
 	Visits
 }
 
-// Batch is what one flush writes: the visits of every link visited since
-// the last successful flush in its finest-tier buckets (per minute), or in
+// Batch is what one flush writes: the visits of every link visited in one
+// flush interval in its finest-tier buckets (per minute), or in
 // a coarser tier for the odd count too old for the finest one to keep
 // (rollup.Plan.Place); and what the rollup worker needs to find them: an
 // Active entry for each (link, batch period) with new data, not yet
@@ -36,8 +36,17 @@ type Count struct {
 // arrives after its period may have been rolled (rollup.Plan.Late).
 // Coarser tiers and all-time totals are not written by flushes: the
 // rollup worker derives them.
+//
+// Writer and Seq are the batch's identity: every flush interval's counts
+// are one batch, and Seq increases by one per interval of a Writer (an id
+// new per process, kept with the batch in the journal). The flusher writes
+// a Writer's batches in Seq order, each with its own Write, however often
+// it has to try; a store applies each identity at most once. A Batch
+// without a Writer has no identity: a store applies it every time.
 type Batch struct {
-	At     time.Time // when the flush was made; the Cassandra store pins write timestamps to it
+	Writer string    // the flushing process's id; "" for none
+	Seq    uint64    // the interval's number in Writer's sequence, from 1
+	At     time.Time // when the batch was placed in tiers; the Cassandra store pins write timestamps to it
 	Counts []Count
 	Active []rollup.Active
 	Marks  []rollup.Mark
@@ -47,11 +56,19 @@ type Batch struct {
 type Writer interface {
 	// Write stores b and returns nil only once all of it is durable. The
 	// Active entries and Marks must be durable no later than the counts
-	// (a crash must not leave counts the worker is never told of). After
-	// an error the flusher keeps b's counts and sends them again, merged
-	// into a later batch with a later At; a store must not count twice
-	// what a failed Write applied in part, nor what a retry of an
-	// acknowledged write carries again.
+	// (a crash must not leave counts the worker is never told of).
+	//
+	// A Write of an identity (Writer, Seq) that the store applied already
+	// changes nothing, whichever process sends it: that is what makes a
+	// retry after a lost answer, and a replay of the journal after a
+	// crash, count every visit once. After a failed Write the flusher
+	// sends the same identity with the same Counts and At again (Active
+	// entries and marks may differ: storing one twice changes nothing),
+	// so a store that can apply part of a batch must make the parts it
+	// applied the same rows the retry overwrites. The flusher sends the
+	// batches of one Writer in Seq order and sends a later one only once
+	// the earlier ones were applied, so a store may keep per Writer the
+	// highest Seq applied and skip any Seq not above it.
 	Write(ctx context.Context, b Batch) error
 }
 

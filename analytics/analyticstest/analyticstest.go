@@ -392,15 +392,18 @@ func testBatchesAddUp(t *testing.T, e *env) {
 }
 
 // testFailedWriteResent follows the flusher: a Write fails (its context is
-// canceled), and its counts are sent again merged into the next batch. The
-// store must then hold them once.
+// canceled) and the same batch, same identity and counts, is sent again;
+// later it is sent once more (a replay of the journal after a crash, by
+// the store reopened when the backend can). Every batch counts once; a
+// batch without an identity counts each time.
 func testFailedWriteResent(t *testing.T, e *env) {
 	k := e.key("a")
+	writer := e.key("writer")
 	minute := rollup.Align(e.base(), time.Minute).Add(-2 * time.Minute)
 	hour := rollup.Align(e.base(), time.Hour)
-	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}})
+	write(t, e.s, analytics.Batch{Writer: writer, Seq: 1, At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}})
 
-	failed := analytics.Batch{At: e.at(),
+	failed := analytics.Batch{Writer: writer, Seq: 2, At: e.at(),
 		Counts: []analytics.Count{count(k, time.Minute, minute, 2, 1), count(k, time.Hour, hour, 2, 1)},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -408,14 +411,26 @@ func testFailedWriteResent(t *testing.T, e *env) {
 	if err := e.s.Write(ctx, failed); err == nil {
 		t.Fatal("Write with a canceled context returned nil")
 	}
-	resent := analytics.Batch{At: e.at(),
-		Counts: []analytics.Count{count(k, time.Minute, minute, 2+5, 1), count(k, time.Hour, hour, 2+5, 1),
-			count(k, time.Minute, minute.Add(time.Minute), 5, 0)},
+	write(t, e.s, failed)
+	write(t, e.s, failed)
+	later := analytics.Batch{Writer: writer, Seq: 3, At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute.Add(time.Minute), 5, 0)}}
+	write(t, e.s, later)
+	if e.h.Reopen != nil {
+		e.s = e.h.Reopen()
 	}
-	write(t, e.s, resent)
+	for _, b := range []analytics.Batch{failed, later} { // the replay
+		write(t, e.s, b)
+	}
 	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(2*time.Minute),
-		[]analytics.Point{point(minute, 1+7, 1), point(minute.Add(time.Minute), 5, 0)})
-	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 7, 1)})
+		[]analytics.Point{point(minute, 1+2, 1), point(minute.Add(time.Minute), 5, 0)})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 2, 1)})
+	anon := analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Hour, hour, 10, 0)}}
+	write(t, e.s, anon)
+	write(t, e.s, anon)
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 22, 1)})
+	// Another writer's Seq 1 is not the first writer's.
+	write(t, e.s, analytics.Batch{Writer: e.key("other"), Seq: 1, At: e.at(), Counts: []analytics.Count{count(k, time.Hour, hour, 100, 0)}})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 122, 1)})
 }
 
 func testContextCanceled(t *testing.T, e *env) {

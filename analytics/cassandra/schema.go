@@ -118,7 +118,6 @@ func compactionWindow(t rollup.Tier) (unit string, size int) {
 	return "DAYS", int((w + rollup.Day - 1) / rollup.Day)
 }
 
-
 // schema returns the CQL statements that create the keyspace and tables
 // when they are missing, in order; configs/cassandra.cql holds their output
 // for the default configuration. tiers are the retention setting; the
