@@ -43,13 +43,29 @@ type Count struct {
 // a Writer's batches in Seq order, each with its own Write, however often
 // it has to try; a store applies each identity at most once. A Batch
 // without a Writer has no identity: a store applies it every time.
+//
+// A batch that folds several intervals of a Writer that were never sent
+// (the journal at its cap folds old counts into coarser buckets) covers
+// the Seqs [First, Seq]; First is 0 (or Seq) for a batch of one interval.
+// A store applies it only when none of those Seqs was applied: the
+// flusher never folds an interval a store may have seen, so either all or
+// none were.
 type Batch struct {
 	Writer string    // the flushing process's id; "" for none
-	Seq    uint64    // the interval's number in Writer's sequence, from 1
+	First  uint64    // the first Seq a folded batch covers; 0 for one interval
+	Seq    uint64    // the interval's number in Writer's sequence, from 1 (the last one covered)
 	At     time.Time // when the batch was placed in tiers; the Cassandra store pins write timestamps to it
 	Counts []Count
 	Active []rollup.Active
 	Marks  []rollup.Mark
+}
+
+// FirstSeq returns the first Seq b covers: First, or Seq when First is 0.
+func (b Batch) FirstSeq() uint64 {
+	if b.First == 0 || b.First > b.Seq {
+		return b.Seq
+	}
+	return b.First
 }
 
 // Writer stores flushed counts. It is what the flusher needs from a store.
@@ -68,7 +84,7 @@ type Writer interface {
 	// applied the same rows the retry overwrites. The flusher sends the
 	// batches of one Writer in Seq order and sends a later one only once
 	// the earlier ones were applied, so a store may keep per Writer the
-	// highest Seq applied and skip any Seq not above it.
+	// highest Seq applied and skip any batch whose FirstSeq is not above it.
 	Write(ctx context.Context, b Batch) error
 }
 

@@ -193,13 +193,20 @@ type Store struct {
 // process derives the same id from the same batch identity.
 var writerSpace = gocql.UUID{0x6c, 0x2e, 0x93, 0x1a, 0x47, 0x0b, 0x4f, 0x8d, 0x9a, 0x51, 0x3c, 0xe2, 0x70, 0x16, 0xd8, 0x5b}
 
-// batchWriter returns the writer id of the rows of the batch (writer, seq):
-// a version 5 UUID of both, the same in every process.
-func batchWriter(writer string, seq uint64) gocql.UUID {
+// batchWriter returns the writer id of the rows of the batch (writer,
+// first, seq): a version 5 UUID of them, the same in every process. A
+// batch of one interval (first == seq) hashes (writer, seq) only; a batch
+// folding the intervals first to seq hashes first too, so that it never
+// shares rows with a batch of one of them.
+func batchWriter(writer string, first, seq uint64) gocql.UUID {
 	h := sha1.New()
 	h.Write(writerSpace[:])
+	h.Write(binary.AppendUvarint(nil, uint64(len(writer)))) // no two (writer, seq) hash the same bytes
 	h.Write([]byte(writer))
 	h.Write(binary.BigEndian.AppendUint64(nil, seq))
+	if first != seq {
+		h.Write(binary.BigEndian.AppendUint64(nil, first))
+	}
 	var u gocql.UUID
 	copy(u[:], h.Sum(nil))
 	u[6] = u[6]&0x0f | 0x50 // version 5
@@ -500,7 +507,7 @@ func ttlOf(d time.Duration) int {
 func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 	writer := gocql.MustRandomUUID()
 	if b.Writer != "" {
-		writer = batchWriter(b.Writer, b.Seq)
+		writer = batchWriter(b.Writer, b.FirstSeq(), b.Seq)
 	}
 	ts := b.At.UnixMicro()
 	at := b.At.UTC()

@@ -380,12 +380,12 @@ func TestBatchRows(t *testing.T) {
 		w string
 		s uint64
 	}{{"a", 1}, {"a", 2}, {"b", 1}} {
-		want[batchWriter(id.w, id.s)] = fakeCell{v: analytics.Visits{Human: 1, Bot: 1}, ts: clock.UnixMicro(), expires: minute.Add(time.Minute + 2*rollup.Day)}
+		want[batchWriter(id.w, id.s, id.s)] = fakeCell{v: analytics.Visits{Human: 1, Bot: 1}, ts: clock.UnixMicro(), expires: minute.Add(time.Minute + 2*rollup.Day)}
 	}
 	if diff := cmp.Diff(want, rows, cmp.AllowUnexported(fakeCell{})); diff != "" {
 		t.Errorf("rows by writer id (-want +got):\n%s", diff)
 	}
-	if u := batchWriter("a", 1); u.Version() != 5 || u == rollupWriter {
+	if u := batchWriter("a", 1, 1); u.Version() != 5 || u == rollupWriter {
 		t.Errorf("batch writer id %v: version %d, want a version 5 UUID", u, u.Version())
 	}
 }

@@ -51,8 +51,9 @@
 // per count but needs no read, and the entry is idempotent.
 //
 // A batch with an identity (analytics.Batch Writer and Seq) is applied
-// only when its Seq is above its writer's watermark ('q'), which the same
-// atomic commit raises to Seq: the flusher sends a writer's batches in Seq
+// only when its Seq (its FirstSeq, for a batch folding several intervals)
+// is above its writer's watermark ('q'), which the same atomic commit
+// raises to Seq: the flusher sends a writer's batches in Seq
 // order, so one number per writer tells every batch applied already, and a
 // resent or replayed batch changes nothing. There is one such key per
 // gateway process that ever wrote (a few bytes each); they are not
@@ -403,7 +404,7 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 		if err != nil {
 			return fmt.Errorf("pebble: write: %w", err)
 		}
-		if b.Seq <= applied {
+		if b.FirstSeq() <= applied {
 			return nil // applied already: a retry or a replay
 		}
 		if err := wb.Set(k, binary.BigEndian.AppendUint64(nil, b.Seq), nil); err != nil {
