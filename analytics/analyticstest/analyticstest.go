@@ -87,6 +87,7 @@ func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
 		{"UnknownKey", testUnknownKey},
 		{"BatchesToOneBucketAddUp", testBatchesAddUp},
 		{"FailedWriteResentOnce", testFailedWriteResent},
+		{"ReplayChangesNothing", testReplay},
 		{"ContextCanceled", testContextCanceled},
 		{"WeeksStartMonday", testWeeks},
 		{"LongRange", testLongRange},
@@ -431,6 +432,59 @@ func testFailedWriteResent(t *testing.T, e *env) {
 	// Another writer's Seq 1 is not the first writer's.
 	write(t, e.s, analytics.Batch{Writer: e.key("other"), Seq: 1, At: e.at(), Counts: []analytics.Count{count(k, time.Hour, hour, 100, 0)}})
 	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 122, 1)})
+}
+
+// testReplay follows a journal replayed after a crash: a writer's
+// batches, one of them folding three intervals (First..Seq), were all
+// applied; then every one of them is sent again, in order and in any
+// order, also through a reopened store when the backend can. Nothing
+// changes: every identity counts once. A later batch of the writer still
+// counts.
+func testReplay(t *testing.T, e *env) {
+	k := e.key("a")
+	writer := e.key("writer")
+	minute := rollup.Align(e.base(), time.Minute).Add(-3 * time.Minute)
+	hour := rollup.Align(e.base(), time.Hour)
+	var sent []analytics.Batch
+	for seq := uint64(1); seq <= 4; seq++ {
+		b := analytics.Batch{Writer: writer, Seq: seq, At: e.at(),
+			Counts: []analytics.Count{count(k, time.Minute, minute.Add(time.Duration(seq%2)*time.Minute), int64(seq), 1)}}
+		sent = append(sent, b)
+	}
+	// Seqs 5 to 7 folded into the hour at the journal's cap.
+	sent = append(sent, analytics.Batch{Writer: writer, First: 5, Seq: 7, At: e.at(),
+		Counts: []analytics.Count{count(k, time.Hour, hour, 100, 10)}})
+	sent = append(sent, analytics.Batch{Writer: writer, Seq: 8, At: e.at(),
+		Counts: []analytics.Count{count(k, time.Minute, minute, 1000, 0)}})
+	for _, b := range sent {
+		write(t, e.s, b)
+	}
+	check := func(when string) {
+		t.Helper()
+		// Minutes: seqs 2, 4 and 8 in the first (2+4+1000), 1 and 3 in
+		// the second (1+3); a bot each but 8.
+		got := points(t, e.s, k, time.Minute, minute, minute.Add(2*time.Minute))
+		want := []analytics.Point{point(minute, 1006, 2), point(minute.Add(time.Minute), 4, 2)}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: minutes (-want +got):\n%s", when, diff)
+		}
+		checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 100, 10)})
+	}
+	check("written once")
+	for _, b := range sent {
+		write(t, e.s, b)
+	}
+	check("replayed in order")
+	if e.h.Reopen != nil {
+		e.s = e.h.Reopen()
+	}
+	for _, i := range []int{4, 0, 5, 2, 1, 3} {
+		write(t, e.s, sent[i])
+	}
+	check("replayed out of order by another process")
+	write(t, e.s, analytics.Batch{Writer: writer, Seq: 9, At: e.at(),
+		Counts: []analytics.Count{count(k, time.Hour, hour, 1, 0)}})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 101, 10)})
 }
 
 func testContextCanceled(t *testing.T, e *env) {

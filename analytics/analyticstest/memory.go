@@ -130,7 +130,7 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 		}
 	}
 	if b.Writer != "" {
-		if b.Seq <= m.applied[b.Writer] {
+		if b.FirstSeq() <= m.applied[b.Writer] {
 			return nil // applied already
 		}
 		m.applied[b.Writer] = b.Seq
