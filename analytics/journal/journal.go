@@ -96,7 +96,7 @@ type piece struct {
 	// holes are damaged regions Open found, skipped by scans; set before
 	// the piece is shared and never changed.
 	holes []hole
-	to   Pos    // folds: where the folded record ends
+	to    Pos // folds: where the folded record ends
 
 	// Guarded by Journal.mu.
 	refs   int  // Scans and Folds reading it

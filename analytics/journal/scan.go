@@ -11,11 +11,11 @@ import (
 	"slices"
 )
 
-// view is a piece as a reader sees it: its frames up to end, which
-// Appends after the snapshot do not change.
+// view is a piece as a reader sees it: its frames after skip and up to
+// end, which Appends and Folds after the snapshot do not change.
 type view struct {
-	p   *piece
-	end int64
+	p         *piece
+	skip, end int64
 }
 
 // snapshot holds every piece for a reader. The caller holds j.mu and
@@ -24,7 +24,7 @@ func (j *Journal) snapshot() []view {
 	vs := make([]view, 0, len(j.pieces))
 	for _, p := range j.pieces {
 		p.refs++
-		vs = append(vs, view{p, p.end})
+		vs = append(vs, view{p, p.skip, p.end})
 	}
 	return vs
 }
@@ -65,14 +65,14 @@ func (r *reader) read(v view, after, upTo Pos, fn func(end Pos, rec []byte) erro
 		if !after.Less(p.to) || upTo.Less(p.to) {
 			return nil
 		}
-		return r.frames(f, p, foldHeader, v.end, func(int64) Pos { return p.to }, after, upTo, fn)
+		return r.frames(f, p, foldHeader, 0, v.end, func(int64) Pos { return p.to }, after, upTo, fn)
 	}
-	return r.frames(f, p, 0, v.end, func(off int64) Pos { return Pos{p.seq, off} }, after, upTo, fn)
+	return r.frames(f, p, 0, v.skip, v.end, func(off int64) Pos { return Pos{p.seq, off} }, after, upTo, fn)
 }
 
 // frames reads the frames of f from base to end; pos maps a frame's end
 // offset to its position.
-func (r *reader) frames(f *os.File, p *piece, base, end int64, pos func(int64) Pos, after, upTo Pos, fn func(Pos, []byte) error) error {
+func (r *reader) frames(f *os.File, p *piece, base, skip, end int64, pos func(int64) Pos, after, upTo Pos, fn func(Pos, []byte) error) error {
 	r.br.Reset(io.NewSectionReader(f, base, end-base))
 	holes := p.holes
 	var h [frameHeader]byte
@@ -99,7 +99,7 @@ func (r *reader) frames(f *os.File, p *piece, base, end int64, pos func(int64) P
 		if upTo.Less(at) {
 			return nil
 		}
-		if !after.Less(at) || (!p.fold && at.off <= p.skip) {
+		if !after.Less(at) || (!p.fold && at.off <= skip) {
 			if _, err := r.br.Discard(int(l)); err != nil {
 				return fmt.Errorf("journal: %s: %w", filepath.Base(p.path), err)
 			}
