@@ -51,8 +51,8 @@ func TestConcurrent(t *testing.T) {
 	var (
 		ackedLast = -1 // the last append the acker acked; only it writes
 		wg        sync.WaitGroup
-		done = make(chan struct{})
-		errs = make(chan error, 3)
+		done      = make(chan struct{})
+		errs      = make(chan error, 3)
 	)
 	wg.Add(3)
 	go func() { // scanner and acker: acks a third of what it sees

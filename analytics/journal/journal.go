@@ -70,9 +70,10 @@ type Stats struct {
 	// part of a record whose append a crash interrupted (that append had
 	// not returned, so nobody was told the record was kept).
 	TornBytes int64
-	// Corrupt is the number of records refused because their length or
-	// CRC did not check; each ends the scan of its file, and LostBytes
-	// counts the bytes from it to the end of its file, which are not read.
+	// Corrupt is the number of damaged regions found: a frame whose header
+	// or payload CRC did not check, up to the next good frame (or to the
+	// end of an older segment when there is none). They are skipped, never
+	// returned; LostBytes counts their bytes.
 	Corrupt   int64
 	LostBytes int64
 	// Removed is the number of files removed: segments wholly acked and
