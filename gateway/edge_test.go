@@ -196,3 +196,13 @@ func TestReadTimeoutAlone(t *testing.T) {
 		t.Errorf("%d after %v, want 408 at about 500ms", resp.StatusCode, time.Since(begin))
 	}
 }
+
+// TestHeaderTooLarge: headers beyond server.max_header_bytes get 431.
+func TestHeaderTooLarge(t *testing.T) {
+	up := named(t, "ok")
+	gw := start(t, baseConfig(up.URL))
+	resp, _ := do(t, "GET", gw.url("/x"), nil, "X-Big", strings.Repeat("a", 70<<10))
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("70 KiB of headers: %d, want 431", resp.StatusCode)
+	}
+}

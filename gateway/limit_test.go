@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os/exec"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -283,4 +285,27 @@ func TestMemcachedDownAppliesPolicy(t *testing.T) {
 	eventually(t, 5*time.Second, "limits apply again after memcached returns", func() bool {
 		return user("erin") == 429
 	})
+}
+
+// TestRuleCatchesPathVariants: an upstream that routes "/LOGIN", "/login/"
+// and "//login" to its login handler (many frameworks do) cannot be used
+// to step around the rule written for POST /login.
+func TestRuleCatchesPathVariants(t *testing.T) {
+	lenient := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.ToLower(path.Clean(r.URL.Path)) == "/login" && r.FormValue("password") != "demo" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	defer lenient.Close()
+	gw := start(t, limitConfig(lenient.URL, "127.0.0.1/32", memoryStore))
+	var codes []int
+	for i, p := range []string{"/LOGIN", "/login/", "//login", "/Login", "/x/../login", "/login"} {
+		form := url.Values{"email": {"victim@example.com"}, "password": {"wrong"}}.Encode()
+		resp, _ := do(t, "POST", gw.url(p), strings.NewReader(form),
+			"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", 100+i))
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[401 401 401 401 401 429]" {
+		t.Errorf("answers %v, want five 401s counted under login_email, then 429", codes)
+	}
 }

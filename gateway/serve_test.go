@@ -32,6 +32,9 @@ func TestForwardedHeaders(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s|%s|%s|%s|%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"),
 			r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Real-Ip"), r.Header.Get("X-User-Id"))
+		if f := r.Header.Get("Forwarded"); f != "" {
+			fmt.Fprintf(w, "|Forwarded: %s", f) // never expected
+		}
 	}))
 	defer up.Close()
 	tests := []struct {

@@ -59,7 +59,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		var buf [8]*rule
 		matched := buf[:0]
 		for _, ru := range l.rules {
-			if ru.match.Match(r.Method, r.URL.Path) {
+			if ru.match.MatchFolded(r.Method, r.URL.Path) {
 				matched = append(matched, ru)
 			}
 		}

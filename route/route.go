@@ -9,6 +9,7 @@ package route
 import (
 	"fmt"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -60,6 +61,65 @@ func (m Match) Compile() (mt *Matcher, err error) {
 func (mt *Matcher) Match(method, path string) bool {
 	_, ok := mt.find(method, path, "")
 	return ok
+}
+
+// MatchFolded reports whether a request with method and path matches as
+// written or once folded: the method upper-cased, the path cleaned
+// (path.Clean: no "//", "/./", "/../" or trailing slash) and its ASCII
+// letters lower-cased.
+// Web servers in front of which the gateway sits often route "/LOGIN",
+// "/login/" and "//login" to the same handler as "/login", and Go's
+// r.FormValue handlers often answer "post" as they answer "POST": a
+// limiter rule written for /login must not be stepped around by them. The
+// folded form is tried only when it differs, so the common request costs
+// one lookup. Patterns are matched as written, so write them in lower case.
+func (mt *Matcher) MatchFolded(method, p string) bool {
+	if mt.Match(method, p) {
+		return true
+	}
+	fm, fp := strings.ToUpper(method), foldPath(p)
+	if fm == method && fp == p {
+		return false
+	}
+	return mt.Match(fm, fp)
+}
+
+// foldPath cleans p and lower-cases it, allocating only when it changes.
+func foldPath(p string) string {
+	if isFolded(p) {
+		return p
+	}
+	return lowerASCII(path.Clean("/" + p))
+}
+
+// lowerASCII lower-cases the ASCII letters of s, leaving other bytes (and
+// invalid UTF-8) as they are.
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// isFolded reports whether p is already clean and lower-case: it starts
+// with "/", has no upper-case letter, no empty, "." or ".." segment and no
+// trailing slash (but for "/" itself).
+func isFolded(p string) bool {
+	if p == "" || p[0] != '/' || len(p) > 1 && p[len(p)-1] == '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case 'A' <= c && c <= 'Z':
+			return false
+		case c == '/' && i+1 < len(p) && (p[i+1] == '/' || p[i+1] == '.' && (i+2 == len(p) || p[i+2] == '/' || p[i+2] == '.')):
+			return false
+		}
+	}
+	return true
 }
 
 // Param reports whether the request matches and returns the value of the

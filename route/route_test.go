@@ -65,3 +65,44 @@ func BenchmarkParam(b *testing.B) {
 		}
 	}
 }
+
+// TestMatchFolded: a rule written for POST /login also catches the
+// variants a lenient upstream routes to the same handler.
+func TestMatchFolded(t *testing.T) {
+	m, err := route.Match{Methods: []string{"POST"}, Path: "/login"}.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, path string
+		want         bool
+	}{
+		{"POST", "/login", true},
+		{"POST", "/LOGIN", true},
+		{"POST", "/Login/", true},
+		{"POST", "//login", true},
+		{"POST", "/x/../login", true},
+		{"post", "/login", true},
+		{"GET", "/login", false},
+		{"POST", "/logout", false},
+		{"POST", "/login/x", false},
+	} {
+		if got := m.MatchFolded(tc.method, tc.path); got != tc.want {
+			t.Errorf("MatchFolded(%s %s) = %v, want %v", tc.method, tc.path, got, tc.want)
+		}
+	}
+	p, _ := route.Match{Path: "/api/*"}.Compile()
+	if !p.MatchFolded("GET", "/API/v1/Users") {
+		t.Error("a wildcard pattern misses an upper-case path")
+	}
+}
+
+func BenchmarkMatchFoldedMiss(b *testing.B) {
+	m, _ := route.Match{Methods: []string{"POST"}, Path: "/login"}.Compile()
+	b.ReportAllocs()
+	for b.Loop() {
+		if m.MatchFolded("GET", "/abc123") {
+			b.Fatal("matched")
+		}
+	}
+}
