@@ -49,20 +49,13 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 		old := mem[s]
 		mem[s] = Visits{Human: old.Human + v.Human, Bot: old.Bot + v.Bot}
 	}
-	if lc := r.f.pending.links[key]; lc != nil {
-		// Pending counts are in the finest tier (or, from an old spill
-		// file, another): each adds to the bucket of step holding it.
-		lc.each(func(k bucketKey, v Visits) {
-			if step >= k.step {
-				add(rollup.Align(time.Unix(k.start, 0), step), v)
-			}
-		})
-	}
-	if step > 0 {
-		r.f.rec.visits(key, func(c minuteCount) {
-			add(rollup.Align(time.Unix(c.minute*60, 0), step), c.Visits)
-		})
-	}
+	// Unsaved counts are in the finest tier (or, folded or too old for
+	// it, a coarser one): each adds to the bucket of step holding it.
+	r.f.unsaved(key, func(cstep time.Duration, start time.Time, v Visits) {
+		if step >= cstep {
+			add(rollup.Align(start, step), v)
+		}
+	})
 	if len(mem) == 0 {
 		return pts, nil
 	}
@@ -90,12 +83,6 @@ func (r mergedReader) Total(ctx context.Context, key string) (Visits, error) {
 	if err != nil {
 		return Visits{}, err
 	}
-	if lc := r.f.pending.links[key]; lc != nil {
-		v = v.Add(lc.total())
-	}
-	r.f.rec.visits(key, func(c minuteCount) {
-		v.Human += c.Human
-		v.Bot += c.Bot
-	})
+	r.f.unsaved(key, func(_ time.Duration, _ time.Time, c Visits) { v = v.Add(c) })
 	return v, nil
 }

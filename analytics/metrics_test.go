@@ -64,8 +64,8 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Gauges and counters without labels are gathered even at zero.
-	if len(mfs) != 12 {
-		t.Errorf("%d metric families, want 12", len(mfs))
+	if len(mfs) != 15 {
+		t.Errorf("%d metric families, want 15", len(mfs))
 	}
 }
 
