@@ -187,8 +187,8 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 // TestStoreOutageLosesNothing: a gateway whose store cannot be reached (a
 // Cassandra address nothing listens on) keeps redirecting and counting,
 // answers /stats with a problem instead of wrong numbers, and at shutdown
-// spills what it could not write. The next gateway on a store that works
-// (the embedded one, sharing the spill directory) writes the spill back:
+// journals what it could not write. The next gateway on a store that works
+// (the embedded one, sharing the journal directory) writes the journal:
 // every visit is there, once.
 func TestStoreOutageLosesNothing(t *testing.T) {
 	up := tinyURL(t)
@@ -212,7 +212,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	}
 
 	gw2 := start(t, analyticsConfig(up.URL, "  store: embedded\n"+embedded, "200ms"))
-	eventually(t, 5*time.Second, "spilled visits written back", func() bool {
+	eventually(t, 5*time.Second, "journaled visits written", func() bool {
 		return stats(t, gw2, "/stats/go?last=1h").Total == 9
 	})
 	time.Sleep(600 * time.Millisecond) // a few more flushes: nothing may be written twice

@@ -1,0 +1,241 @@
+package analytics_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/analytics"
+)
+
+// syncBuffer is a log destination safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestJournalCap fills a 1 MiB journal during an outage. Links visited in
+// every interval fold into hours and nothing is dropped; then a flood of
+// distinct links that no fold can shrink makes the journal drop its oldest
+// records, counted in the metric and logged with numbers. Once the store is
+// back, what it holds plus what was dropped is every visit, each once.
+func TestJournalCap(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	st := newMemStore()
+	st.setFail(func(int) bool { return true })
+	reg := prometheus.NewRegistry()
+	at := monday.Add(10 * time.Hour)
+	now := func() time.Time { return at }
+	rec := analytics.NewRecorder(1_000_000, nil)
+	opts := analytics.FlusherOptions{JournalPath: dir, JournalMaxBytes: 1 << 20, Now: now}
+	f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), log)
+	var sent int64
+	flush := func() {
+		t.Helper()
+		if err := f.Flush(t.Context()); err == nil {
+			t.Fatal("Flush with the store down: no error")
+		}
+		at = at.Add(10 * time.Second)
+	}
+	// Phase 1: 200 links visited every interval for 2 hours of intervals:
+	// about 3 MB of batches, folded into hours.
+	for i := range 720 {
+		for k := range 200 {
+			rec.Record(fmt.Sprintf("link%03d", k), at, i%7 == 0)
+			sent++
+		}
+		flush()
+	}
+	if got := metricValue(t, reg, "linkgate_analytics_dropped_visits_total"); got != 0 {
+		t.Errorf("phase 1: %v visits dropped; folding should have made room", got)
+	}
+	if !strings.Contains(logs.String(), "oldest counts folded into coarser buckets") {
+		t.Errorf("phase 1: no fold logged:\n%s", tail(logs.String()))
+	}
+	if b := metricValue(t, reg, "linkgate_analytics_journal_bytes"); b > 2<<20 {
+		t.Errorf("journal bytes %v, far beyond the 1 MiB cap", b)
+	}
+	// The counts read back from the journal, folded or not: every visit.
+	checkTotal(t, f.Reader(st), analytics.AllLinks, sent)
+
+	// Phase 2: 3,000 new links an interval, each once: folding cannot
+	// shrink them, the oldest records go.
+	for i := range 60 {
+		for k := range 3000 {
+			rec.Record(fmt.Sprintf("flood%02d-%04d", i, k), at, false)
+			sent++
+		}
+		flush()
+	}
+	dropped := int64(metricValue(t, reg, "linkgate_analytics_dropped_visits_total"))
+	if dropped == 0 {
+		t.Fatalf("phase 2: nothing dropped at the cap; journal %v bytes", metricValue(t, reg, "linkgate_analytics_journal_bytes"))
+	}
+	if !strings.Contains(logs.String(), "analytics: journal full: oldest counts dropped") || !strings.Contains(logs.String(), "dropped_total=") {
+		t.Errorf("no drop logged with numbers:\n%s", tail(logs.String()))
+	}
+	t.Logf("sent %d visits; dropped %d at the 1 MiB cap", sent, dropped)
+
+	// The store is back: it gets every visit not dropped, once.
+	st.setFail(nil)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	checkTotal(t, exact(st), analytics.AllLinks, sent-dropped)
+	if err := f.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkTotal(t *testing.T, r analytics.Reader, key string, want int64) {
+	t.Helper()
+	v, err := r.Total(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Human + v.Bot; got != want {
+		t.Errorf("Total(%q) = %d visits, want %d", key, got, want)
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "…" + s[len(s)-2000:]
+	}
+	return s
+}
+
+// TestJournalReplayBounded writes a journal much larger than the flusher's
+// memory bound during an outage (batches of the same 20,000 links, one
+// per interval), then has a new flusher replay it into a store that is
+// back: every visit arrives once, and the heap grows by about one batch
+// (plus the Active entries the flusher remembers), not by the journal's
+// size. It logs the replay's time and the heap's peak. 40 MB normally; set
+// LINKGATE_JOURNAL_MB for a bigger one (skipped with -short).
+func TestJournalReplayBounded(t *testing.T) {
+	mb := 8
+	if !testing.Short() {
+		mb = 40
+	}
+	if s := os.Getenv("LINKGATE_JOURNAL_MB"); s != "" {
+		fmt.Sscan(s, &mb)
+	}
+	dir := filepath.Join(t.TempDir(), "journal")
+	st := &countingWriter{}
+	st.fail.Store(true)
+	at := monday
+	now := func() time.Time { return at }
+	opts := analytics.FlusherOptions{JournalPath: dir, JournalMaxBytes: int64(mb+64) << 20, Now: now}
+	rec := analytics.NewRecorder(1_000_000, nil)
+	reg := prometheus.NewRegistry()
+	f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), nil)
+	const perInterval = 20_000
+	keys := make([]string, perInterval)
+	for k := range keys {
+		keys[k] = fmt.Sprintf("k%05d", k)
+	}
+	var sent int64
+	for i := 0; metricValue(t, reg, "linkgate_analytics_journal_bytes") < float64(mb<<20); i++ {
+		for k := range perInterval {
+			rec.Record(keys[k], at, false)
+		}
+		sent += perInterval
+		f.Flush(t.Context())
+		at = at.Add(10 * time.Second)
+	}
+	if err := f.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	bytesOnDisk := metricValue(t, reg, "linkgate_analytics_journal_bytes")
+
+	// A low GC target, so that the heap in use follows what is live
+	// rather than the garbage the pacer lets accumulate.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	st.fail.Store(false)
+	reg2 := prometheus.NewRegistry()
+	f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, defTiers, opts, analytics.NewMetrics(reg2), nil)
+	var peak uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+	began := time.Now()
+	if err := f2.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	close(stop)
+	wg.Wait()
+	if got := st.visits.Load(); got != sent {
+		t.Errorf("replay wrote %d visits, want %d", got, sent)
+	}
+	grew := int64(peak) - int64(base)
+	t.Logf("journal %.1f MB (%d visits in %d-link batches): replayed in %v (%.0f MB/s); heap in use grew by at most %.1f MB",
+		bytesOnDisk/1e6, sent, perInterval, took.Round(time.Millisecond), bytesOnDisk/1e6/took.Seconds(), float64(grew)/1e6)
+	if grew > 32<<20 {
+		t.Errorf("heap grew by %d bytes replaying a journal of %.0f: not streamed", grew, bytesOnDisk)
+	}
+	if n := metricValue(t, reg2, "linkgate_analytics_journal_records"); n != 0 {
+		t.Errorf("journal records after the replay = %v, want 0", n)
+	}
+	f2.Close(t.Context())
+}
+
+// countingWriter counts the visits of the all-links key it is given and
+// keeps nothing else.
+type countingWriter struct {
+	fail   atomic.Bool
+	visits atomic.Int64
+}
+
+func (w *countingWriter) Write(ctx context.Context, b analytics.Batch) error {
+	if w.fail.Load() {
+		return errDown
+	}
+	for _, c := range b.Counts {
+		if c.Key == analytics.AllLinks {
+			w.visits.Add(c.Human + c.Bot)
+		}
+	}
+	return nil
+}
