@@ -154,10 +154,15 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 	}
 	up := tinyURL(t)
 	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: linkgate_e2e}", hosts)
-	cfg := analyticsConfig(up.URL, store, "500ms")
-	gw1 := start(t, cfg)
-	gw2 := start(t, cfg)
-	// The stores connect in the background: wait until they answer.
+	// Each gateway has a journal of its own (a journal directory is held
+	// by one process): beside an embedded path of its own.
+	cfg := func() string {
+		return analyticsConfig(up.URL, store+"\n  embedded: {path: "+filepath.Join(t.TempDir(), "analytics")+"}", "500ms")
+	}
+	gw1 := start(t, cfg())
+	gw2 := start(t, cfg())
+	// The stores connect in the background, after "listening": wait
+	// until both answer.
 	var before int64
 	eventually(t, 60*time.Second, "Cassandra connected", func() bool {
 		resp, b := do(t, "GET", gw1.url("/stats/go?last=1h"), nil)
@@ -176,7 +181,7 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 	}
 	gw1.shutdown()
 	gw2.shutdown()
-	gw3 := start(t, cfg)
+	gw3 := start(t, cfg())
 	eventually(t, 60*time.Second, "the two gateways' visits add up", func() bool {
 		resp, b := do(t, "GET", gw3.url("/stats/go?last=1h"), nil)
 		var a statsAnswer
