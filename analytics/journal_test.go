@@ -239,3 +239,56 @@ func (w *countingWriter) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	return nil
 }
+
+// TestJournalUnopenable: a journal directory that cannot be made (its
+// parent is a file) leaves refused batches in memory, logged; once it can
+// be made, the next flush opens it and journals them, so a shutdown with
+// the store still down loses nothing and the next process writes them.
+func TestJournalUnopenable(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "blocked")
+	if err := os.WriteFile(parent, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	st := newMemStore()
+	st.setFail(func(int) bool { return true })
+	reg := prometheus.NewRegistry()
+	opts := analytics.FlusherOptions{JournalPath: filepath.Join(parent, "journal")}
+	rec := analytics.NewRecorder(10, nil)
+	f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), log)
+	rec.Record("a", monday, false)
+	rec.Record("a", monday, true)
+	if err := f.Flush(t.Context()); err == nil {
+		t.Fatal("Flush with the store down: no error")
+	}
+	if !strings.Contains(logs.String(), "journal cannot be opened") {
+		t.Errorf("the unopenable journal is not logged:\n%s", logs.String())
+	}
+	if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b == 0 {
+		t.Error("nothing buffered in memory with the journal unopenable")
+	}
+	checkTotal(t, f.Reader(st), "a", 2)
+
+	if err := os.Remove(parent); err != nil {
+		t.Fatal(err)
+	}
+	rec.Record("b", monday, false)
+	if err := f.Flush(t.Context()); err == nil {
+		t.Fatal("Flush with the store down: no error")
+	}
+	if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
+		t.Errorf("%v entries still in memory with the journal open", b)
+	}
+	checkTotal(t, f.Reader(st), analytics.AllLinks, 3)
+	if err := f.Close(t.Context()); err != nil {
+		t.Fatalf("Close with the journal open = %v, want nil", err)
+	}
+	st.setFail(nil)
+	f2 := analytics.NewFlusher(analytics.NewRecorder(10, nil), st, defTiers, opts, nil, nil)
+	if err := f2.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	checkTotal(t, exact(st), analytics.AllLinks, 3)
+	checkTotal(t, exact(st), "a", 2)
+}
