@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
@@ -111,6 +112,12 @@ type Flusher struct {
 	j         *Journal    // nil: none, or not open yet
 	jerr      error       // why the journal could not be opened
 	openMu    sync.Mutex  // serializes openJournal
+
+	// What backlog reports, kept apart from mu so that a health check
+	// never waits for a Write.
+	jopen    atomic.Pointer[Journal]
+	oldestNS atomic.Int64 // unix ns of the oldest bucket waiting; 0: none
+	droppedN atomic.Uint64
 	fails     int         // consecutive failed writes
 	retryAt   time.Time   // Run writes no sooner than this after a failure
 	dropped   uint64      // visits dropped since the start
@@ -250,7 +257,9 @@ func (f *Flusher) openJournal() bool {
 	n, oldest := j.survey()
 	f.mu.Lock()
 	f.j, f.jerr = j, nil
+	f.jopen.Store(j)
 	j.surveyed(n, oldest)
+	f.noteBacklogLocked()
 	f.mu.Unlock()
 	return true
 }
@@ -325,6 +334,7 @@ func (f *Flusher) Close(ctx context.Context) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.noteBacklogLocked()
 	var lost int64
 	var jerr error
 	if len(f.queue) > 0 {
@@ -333,6 +343,7 @@ func (f *Flusher) Close(ctx context.Context) error {
 			lost += batchVisits(&iv.b)
 		}
 		f.queue, f.queued = nil, 0
+		f.dropped += uint64(lost)
 		f.m.setBuffered(0)
 	}
 	if f.j != nil {
@@ -380,6 +391,7 @@ func (f *Flusher) takeLocked() {
 	}
 	f.boundLocked()
 	f.m.setBuffered(f.queued)
+	f.noteBacklogLocked()
 }
 
 // journalLocked appends the queue to the journal, oldest first, and
@@ -445,6 +457,7 @@ func (f *Flusher) drain(ctx context.Context, budget time.Duration) error {
 func (f *Flusher) writeNext(ctx context.Context) (more bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.noteBacklogLocked()
 	if f.j.waiting() {
 		return f.j.writeHead(func(b *Batch) error { return f.write(ctx, b) })
 	}

@@ -33,20 +33,37 @@ func (f *Flusher) unsaved(key string, each func(step time.Duration, start time.T
 // journal's bytes on disk, the oldest bucket start among the batches
 // waiting (zero when none wait: the recorder's current interval is not
 // backlog), and the visits dropped since the start. Safe for concurrent
-// use.
+// use, and it never waits for a write in progress: health checks call it.
 func (f *Flusher) backlog() (journalBytes int64, oldest time.Time, dropped uint64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	dropped = f.dropped
+	if j := f.jopen.Load(); j != nil {
+		journalBytes = j.Bytes()
+	}
+	if ns := f.oldestNS.Load(); ns != 0 {
+		oldest = time.Unix(0, ns).UTC()
+	}
+	return journalBytes, oldest, f.droppedN.Load()
+}
+
+// noteBacklogLocked updates what backlog reports. Called with f.mu held
+// for writing whenever batches move.
+func (f *Flusher) noteBacklogLocked() {
+	var oldest time.Time
 	if f.j != nil {
-		journalBytes = f.j.Bytes()
 		oldest = f.j.oldest
-		dropped += f.j.dropped
 	}
 	if len(f.queue) > 0 {
 		if t := batchOldest(&f.queue[0].b); oldest.IsZero() || t.Before(oldest) {
 			oldest = t
 		}
 	}
-	return journalBytes, oldest, dropped
+	ns := int64(0)
+	if !oldest.IsZero() {
+		ns = oldest.UnixNano()
+	}
+	f.oldestNS.Store(ns)
+	d := f.dropped
+	if f.j != nil {
+		d += f.j.dropped
+	}
+	f.droppedN.Store(d)
 }
