@@ -105,22 +105,22 @@ type Flusher struct {
 	// read holds it for reading while it reads all the places. So a read
 	// sees every count in exactly one place: it never misses a visit nor
 	// counts one twice. Record never takes mu.
-	mu        sync.RWMutex
-	seq       uint64      // the last Seq given
-	queue     []*interval // batches in memory only, oldest first; the journal's are older
-	queued    int         // entries (counts) in queue
-	j         *Journal    // nil: none, or not open yet
-	jerr      error       // why the journal could not be opened
-	openMu    sync.Mutex  // serializes openJournal
+	mu     sync.RWMutex
+	seq    uint64      // the last Seq given
+	queue  []*interval // batches in memory only, oldest first; the journal's are older
+	queued int         // entries (counts) in queue
+	j      *Journal    // nil: none, or not open yet
+	jerr   error       // why the journal could not be opened
+	openMu sync.Mutex  // serializes openJournal
 
 	// What backlog reports, kept apart from mu so that a health check
 	// never waits for a Write.
-	jopen    atomic.Pointer[Journal]
-	oldestNS atomic.Int64 // unix ns of the oldest bucket waiting; 0: none
-	droppedN atomic.Uint64
-	fails     int         // consecutive failed writes
-	retryAt   time.Time   // Run writes no sooner than this after a failure
-	dropped   uint64      // visits dropped since the start
+	jopen     atomic.Pointer[Journal]
+	oldestNS  atomic.Int64 // unix ns of the oldest bucket waiting; 0: none
+	droppedN  atomic.Uint64
+	fails     int       // consecutive failed writes
+	retryAt   time.Time // Run writes no sooner than this after a failure
+	dropped   uint64    // visits dropped since the start
 	announced map[announced]struct{}
 	forgotAt  time.Time // when remember last forgot the entries of rolled periods
 }
