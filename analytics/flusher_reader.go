@@ -13,14 +13,14 @@ import (
 // and those kept from failed writes. So a visit shows up at once, not only
 // after the next flush.
 //
-// A read holds f's lock for reading while it reads the recorder, the pending
-// counts and the store; a flush holds it for writing from taking the
+// A read holds f's lock for reading while it reads the recorder, the
+// queued batches, the journal and the store; a flush holds it for writing from taking the
 // recorder's counts until its Write returned and the written counts left
 // memory. So a read sees each count in one place only — before a flush's
 // Write or after it, never both or neither — at the price of waiting for a
-// Write in progress. What a read cannot see: counts in spill files (they
-// show up once written back), and the part a failed Write may have applied
-// before its retry (a store can be ahead until then; the stores' idempotent
+// Write in progress. What a read cannot see: a journal left by an earlier
+// run before the flush loop has opened it, and the part a failed Write may
+// have applied before its retry (a store can be ahead until then; the stores' idempotent
 // retries keep the stored result right).
 func (f *Flusher) Reader(store Source) Reader {
 	return mergedReader{f, newReader(store, f.plan)}
