@@ -358,3 +358,31 @@ func TestFullDiskSIGTERM(t *testing.T) {
 		})
 	}
 }
+
+// TestKill9StoreHealthy: kill -9 of a gateway whose embedded store takes
+// every flush loses at most the interval in memory and journals nothing.
+func TestKill9StoreHealthy(t *testing.T) {
+	up := redirector(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 13))
+	t.Logf("seed %d", seed)
+	for r := range rounds() {
+		dir := t.TempDir()
+		jdir := filepath.Join(dir, "journal")
+		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n", filepath.Join(dir, "analytics"), jdir))
+		gw, _ := startGateway(t, cfg)
+		v := visit(gw.url("gateway", ""))
+		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
+		killed := gw.kill9()
+		v.halt()
+		segs, _ := filepath.Glob(filepath.Join(jdir, "seg-*"))
+		if gw.logged("analytics: flush failed; counts kept for a retry", nil) || len(segs) > 0 {
+			t.Errorf("round %d: a healthy store, yet a failed flush or journal segments %v", r, segs)
+		}
+		gw2, _ := startGateway(t, cfg)
+		sent, _ := v.sent(time.Time{})
+		counted := settle(t, gw2, sent-sentAfter(v, killed))
+		checkLoss(t, fmt.Sprintf("store healthy, round %d", r), v, killed, counted)
+		gw2.stop()
+	}
+}
