@@ -314,3 +314,40 @@ func (emptySource) Points(context.Context, string, time.Duration, time.Time, tim
 }
 func (emptySource) Progress(context.Context) (rollup.Progress, error)    { return nil, nil }
 func (emptySource) Marks(context.Context, string) ([]rollup.Mark, error) { return nil, nil }
+
+// BenchmarkFlushIntoJournal100kLinks is an interval of an outage in which
+// 100,000 links were visited once: the batch, the failed write, and the
+// append of the batch to the journal with its fdatasync.
+func BenchmarkFlushIntoJournal100kLinks(b *testing.B) {
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%06d", i)
+	}
+	rec := analytics.NewRecorder(len(keys), nil)
+	at := monday
+	w := &countingWriter{}
+	w.fail.Store(true)
+	reg := prometheus.NewRegistry()
+	f := analytics.NewFlusher(rec, w, defTiers, analytics.FlusherOptions{
+		JournalPath: filepath.Join(b.TempDir(), "journal"), JournalMaxBytes: 1 << 40,
+		Now: func() time.Time { return at.Add(10 * time.Second) },
+	}, analytics.NewMetrics(reg), nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		at = at.Add(time.Minute)
+		for _, k := range keys {
+			rec.Record(k, at, false)
+		}
+		b.StartTimer()
+		f.Flush(context.Background())
+	}
+	b.StopTimer()
+	g, _ := reg.Gather()
+	for _, mf := range g {
+		if mf.GetName() == "linkgate_analytics_journal_bytes" {
+			b.ReportMetric(mf.GetMetric()[0].GetGauge().GetValue()/float64(b.N), "journal-bytes/op")
+		}
+	}
+	f.Close(context.Background())
+}
