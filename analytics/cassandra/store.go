@@ -33,8 +33,8 @@
 // it, the coarser tier that still keeps it: rollup.Plan.Place). Cassandra
 // counters can neither be retried safely nor carry a TTL. Instead each
 // batch is written under a writer id of its own, derived from the batch's
-// identity (analytics.Batch Writer and Seq) as a name-based UUID (version
-// 5, SHA-1, writerSpace), and each of its counts is one plain INSERT of
+// identity (analytics.Batch Writer and Seq, and First for a batch folding
+// several intervals) as a name-based UUID (version 5, SHA-1, writerSpace), and each of its counts is one plain INSERT of
 // the batch's delta into the row (link, bucket, start, that writer id).
 // Writing the same batch again, whether a gocql retry, a resend by the
 // flusher after a failed Write, or a replay of the journal by another
