@@ -257,3 +257,29 @@ func TestAckCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedFoldFile: a fold file that does not check (only a damaged
+// disk makes one: it is written by rename) is set aside and counted; the
+// originals still on disk are scanned again, so nothing is counted twice.
+func TestDamagedFoldFile(t *testing.T) {
+	dir, j, all := foldFixture(t)
+	if err := j.Fold(all[4].End, joinFold); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	fold := files(t, dir)[0]
+	fi, _ := os.Stat(dir + "/" + fold)
+	flip(t, dir+"/"+fold, fi.Size()-1)
+	j = open(t, dir, journal.Options{})
+	// r1 and r2 were in the first segment, removed by the fold: lost with
+	// it. r3 and r4 are still in the second segment.
+	if got := scanAll(t, j); !cmp.Equal(got, all[3:], cmpPos) {
+		t.Fatalf("Scan: %s", cmp.Diff(all[3:], got, cmpPos))
+	}
+	if st := j.Recovered(); st.Corrupt != 1 || st.LostBytes != fi.Size() {
+		t.Errorf("Recovered() = %+v, want 1 corrupt, %d bytes lost", st, fi.Size())
+	}
+	if _, err := os.Stat(dir + "/" + fold + ".bad"); err != nil {
+		t.Errorf("the damaged fold file is not set aside: %v", err)
+	}
+}

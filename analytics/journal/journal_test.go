@@ -67,7 +67,7 @@ func files(t *testing.T, dir string) []string {
 	}
 	var names []string
 	for _, de := range des {
-		if n := de.Name(); strings.HasPrefix(n, "seg-") || strings.HasPrefix(n, "fold-") {
+		if n := de.Name(); (strings.HasPrefix(n, "seg-") || strings.HasPrefix(n, "fold-")) && strings.HasSuffix(n, ".log") {
 			names = append(names, n)
 		}
 	}
@@ -597,3 +597,32 @@ func TestDirIsPrivate(t *testing.T) {
 }
 
 var _ io.Closer = (*journal.Journal)(nil)
+
+// TestDamagedAckFile: an ack file that does not check is reported and the
+// records still on disk are scanned again, rather than lost.
+func TestDamagedAckFile(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, dir, journal.Options{})
+	all := appendAll(t, j, "a", "b", "c")
+	if err := j.Ack(all[1].End); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	flip(t, filepath.Join(dir, "ack"), 6)
+	j = open(t, dir, journal.Options{})
+	if st := j.Recovered(); !st.AckLost {
+		t.Errorf("Recovered() = %+v, want AckLost", st)
+	}
+	if got := scanAll(t, j); !cmp.Equal(got, all, cmpPos) {
+		t.Fatalf("Scan: %s", cmp.Diff(all, got, cmpPos))
+	}
+	// The next Ack writes a good file again.
+	if err := j.Ack(all[1].End); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j = open(t, dir, journal.Options{})
+	if st := j.Recovered(); st.AckLost || j.Acked() != all[1].End {
+		t.Errorf("after a new Ack: Recovered() = %+v, Acked() = %v; want the ack file good, at %v", st, j.Acked(), all[1].End)
+	}
+}
