@@ -46,7 +46,7 @@
 //	                       offset) pairs, CRC-32C) and one frame. Its record
 //	                       ends at to = <seg>:<off>.
 //	ack                    the ack position: "LGJA", segment, offset (uint64
-//	                       each) and CRC-32C; 24 bytes.
+//	                       each) and CRC-32C; 24 bytes. Created by Open.
 //	*.tmp                  an ack or fold file being written; Open removes it.
 //	LOCK                   flock(2)ed while a Journal has the directory open.
 //
@@ -66,6 +66,11 @@
 //   - Ack and Fold write their file to a *.tmp, fdatasync it, rename it into
 //     place and fsync the directory, and only then remove the files they
 //     make obsolete (and fsync the directory again).
+//   - On a full disk (ENOSPC) Ack overwrites the ack file in place instead
+//     (Open creates it, so its block exists) and fdatasyncs it: acks are
+//     what give space back, so a full disk must not stop them. The 24 bytes
+//     sit in one sector; were they torn anyway, the CRC would refuse them
+//     (Stats.AckLost) and records would be scanned again, never skipped.
 //
 // # Crash guarantees
 //
@@ -76,7 +81,8 @@
 //     be torn (each returns after its sync): a tail of the newest segment
 //     with no good frame in it is truncated and counted
 //     (Stats.TornBytes). An Append that had not returned may or may not be
-//     kept, never partly.
+//     kept, never partly. (Damage at the very end of the newest segment
+//     cannot be told from a torn append and is cut the same way.)
 //   - Damage elsewhere (bit rot, a torn write in an older segment) never
 //     panics and never returns a damaged record: the damaged bytes are
 //     skipped, counted (Stats.Corrupt, Stats.LostBytes) and scans go on with

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // ErrFull is returned by Append when the record would take the journal
@@ -238,6 +239,11 @@ func (j *Journal) recover() error {
 		}
 	}
 	j.nextSeq = max(j.nextSeq, j.acked.seg+1)
+	if !hasAck {
+		// Created now so that an Ack on a full disk can overwrite it in
+		// place (writeAck). Not being able to is no reason to fail Open.
+		writeFileSync(j.dir, ackName, encodeAck(Pos{}), !j.noSync, nil)
+	}
 
 	br := bufio.NewReaderSize(nil, readBufSize)
 
@@ -577,7 +583,7 @@ func (j *Journal) Ack(upTo Pos) error {
 
 	// Appends go on while the ack file is written: Ack and Fold (opMu)
 	// are the only ones that change acked and remove files.
-	if err := writeFileSync(j.dir, ackName, encodeAck(upTo), !j.noSync, j.stepHook("ack")); err != nil {
+	if err := j.writeAck(upTo); err != nil {
 		return fmt.Errorf("journal: ack: %w", err)
 	}
 
@@ -597,6 +603,35 @@ func (j *Journal) Ack(upTo Pos) error {
 	now := j.doom(gone)
 	j.mu.Unlock()
 	return j.removeFiles(now, "ack")
+}
+
+// writeAck writes the ack file durably: by a temporary file and rename,
+// or, when the disk is full, over the existing file in place. A full disk
+// must not stop acks, since only acks give space back. The in-place write
+// is 24 bytes at offset 0, inside one sector, so a crash leaves the old or
+// the new position; if it did tear, the CRC would refuse it and every
+// record would be scanned again (Stats.AckLost), never one skipped.
+func (j *Journal) writeAck(p Pos) error {
+	b := encodeAck(p)
+	err := writeFileSync(j.dir, ackName, b, !j.noSync, j.stepHook("ack"))
+	if err == nil || !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	f, oerr := os.OpenFile(filepath.Join(j.dir, ackName), os.O_WRONLY, 0)
+	if oerr != nil {
+		return err
+	}
+	defer f.Close()
+	if fi, serr := f.Stat(); serr != nil || fi.Size() != ackSize {
+		return err
+	}
+	if _, werr := f.WriteAt(b, 0); werr != nil {
+		return werr
+	}
+	if !j.noSync {
+		return fdatasync(f)
+	}
+	return nil
 }
 
 // doom takes pieces out of the journal: those no Scan reads are returned
