@@ -41,10 +41,13 @@
 //	                       (20 digits) grows by one per segment; appends go
 //	                       to the highest, and a new one starts when a record
 //	                       would take the current past Options.SegmentBytes.
-//	fold-<seg>-<off>.log   a folded record: a 40-byte header ("LGJF", the
+//	fold-<seg>-<off>-<gen>.log
+//	                       a folded record: a 40-byte header ("LGJF", the
 //	                       range (from, to] it replaces as two (segment,
 //	                       offset) pairs, CRC-32C) and one frame. Its record
-//	                       ends at to = <seg>:<off>.
+//	                       ends at to = <seg>:<off>; gen grows with every
+//	                       fold, so that folding the folded record alone
+//	                       again makes a new file, not one of the same name.
 //	ack                    the ack position: "LGJA", segment, offset (uint64
 //	                       each) and CRC-32C; 24 bytes. Created by Open.
 //	*.tmp                  an ack or fold file being written; Open removes it.
@@ -105,7 +108,8 @@
 // Fold(upTo, fold) hands fold the records after Acked() that end at or
 // before upTo and replaces them with the one record fold returns, which
 // ends where the last of them ended. The fold file names the range it
-// replaces; of several fold files the one ending last wins. The segment
+// replaces; of several fold files the one ending last (then the latest
+// generation) wins. The segment
 // the range ends in is kept (its records after the range are still to
 // scan) with its folded records skipped, so the bytes Fold gives back are
 // those of the whole segments before it: with the default segment size

@@ -134,6 +134,7 @@ type Journal struct {
 	active    *piece   // the last segment, open for appending; nil: the next Append starts one
 	activeF   *os.File
 	nextSeq   uint64
+	foldGen   uint64 // the generation of the next fold file
 	acked     Pos
 	bytes     int64
 	recovered Stats
@@ -187,7 +188,7 @@ func (j *Journal) recover() error {
 	}
 	var (
 		segs    []*piece
-		folds   []string
+		folds   []foldFile
 		hasAck  bool
 		removed bool
 		st      = &j.recovered
@@ -219,8 +220,9 @@ func (j *Journal) recover() error {
 				j.nextSeq = max(j.nextSeq, seq+1)
 			}
 		case strings.HasPrefix(name, foldPrefix):
-			if _, ok := parseFoldName(name); ok {
-				folds = append(folds, name)
+			if to, gen, ok := parseFoldName(name); ok {
+				folds = append(folds, foldFile{name, to, gen})
+				j.foldGen = max(j.foldGen, gen+1)
 			}
 		}
 	}
@@ -247,13 +249,18 @@ func (j *Journal) recover() error {
 
 	br := bufio.NewReaderSize(nil, readBufSize)
 
-	// The fold with the latest end replaces every record up to it,
-	// including older folds: a crash after it was renamed into place may
-	// have left some of those.
-	slices.Sort(folds)
+	// The fold with the latest end (and of those the latest generation)
+	// replaces every record up to it, including older folds: a crash after
+	// it was renamed into place may have left some of those.
+	slices.SortFunc(folds, func(a, b foldFile) int {
+		if c := cmpPos(a.to, b.to); c != 0 {
+			return c
+		}
+		return cmpUint(a.gen, b.gen)
+	})
 	var fold *piece
 	for i := len(folds) - 1; i >= 0; i-- {
-		path := filepath.Join(j.dir, folds[i])
+		path := filepath.Join(j.dir, folds[i].name)
 		if fold != nil {
 			if err := remove(path); err != nil {
 				return err
@@ -400,7 +407,7 @@ func checkFold(br *bufio.Reader, path string) (*piece, error) {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	_, to, ok := decodeFoldHeader(h)
-	if name, _ := parseFoldName(filepath.Base(path)); !ok || name != to {
+	if name, _, _ := parseFoldName(filepath.Base(path)); !ok || name != to {
 		return nil, nil
 	}
 	c, err := checkFrames(br, f, foldHeader, fi.Size(), 0)
@@ -411,6 +418,23 @@ func checkFold(br *bufio.Reader, path string) (*piece, error) {
 		return nil, nil
 	}
 	return &piece{path: path, fold: true, seq: to.seg, disk: c.end, end: c.end, to: to}, nil
+}
+
+// foldFile is a fold file Open found.
+type foldFile struct {
+	name string
+	to   Pos
+	gen  uint64
+}
+
+func cmpPos(a, b Pos) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
 }
 
 func cmpUint(a, b uint64) int {

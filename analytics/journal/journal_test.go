@@ -239,7 +239,7 @@ func copyDir(t *testing.T, src string) string {
 func TestTornTail(t *testing.T) {
 	src := t.TempDir()
 	j := open(t, src, journal.Options{SegmentBytes: 1 << 20})
-	want := appendAll(t, j, rec(0, 50), rec(1, 70), rec(2, 90), rec(3, 300))
+	want := appendAll(t, j, rec(0, 50), rec(1, 70), rec(2, 90), rec(3, 60))
 	j.Close()
 	seg := files(t, src)
 	if len(seg) != 1 {
