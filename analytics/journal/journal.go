@@ -134,7 +134,8 @@ type Journal struct {
 	active    *piece   // the last segment, open for appending; nil: the next Append starts one
 	activeF   *os.File
 	nextSeq   uint64
-	foldGen   uint64 // the generation of the next fold file
+	foldGen   uint64            // the generation of the next fold file
+	hdr       [frameHeader]byte // Append's frame header
 	acked     Pos
 	bytes     int64
 	recovered Stats
@@ -521,8 +522,8 @@ func (j *Journal) Append(rec []byte) (Pos, error) {
 		}
 	}
 	p, f := j.active, j.activeF
-	var h [frameHeader]byte
-	putFrameHeader(&h, rec)
+	h := &j.hdr // not on the stack: it would escape to WriteAt, an allocation per record
+	putFrameHeader(h, rec)
 	off := p.end
 	_, err := f.WriteAt(h[:], off)
 	if err == nil {
