@@ -109,21 +109,24 @@
 // before upTo and replaces them with the one record fold returns, which
 // ends where the last of them ended. The fold file names the range it
 // replaces; of several fold files the one ending last (then the latest
-// generation) wins. The segment
-// the range ends in is kept (its records after the range are still to
-// scan) with its folded records skipped, so the bytes Fold gives back are
-// those of the whole segments before it: with the default segment size
-// (MaxBytes/16, from 64 KiB to 4 MiB) that is all but about a sixteenth
-// of a capped journal. Folding up to End() removes every segment. The fold file is written
-// before anything is removed, so Fold needs room for it (it may take the
-// journal past MaxBytes by that much, and fails with nothing changed when
-// the disk is full).
+// generation) wins. The segment the range ends in is kept (its records
+// after the range are still to scan) with its folded records skipped, so
+// the bytes Fold gives back are those of the whole segments before it:
+// with the default segment size (MaxBytes/16, from 64 KiB to 4 MiB) that
+// is all but about a sixteenth of a capped journal. Folding up to End()
+// removes every segment. The fold file is written before anything is
+// removed, so Fold needs room for it (it may take the journal past
+// MaxBytes by that much, and fails with nothing changed when the disk is
+// full). The same holds for Ack: it gives space back a whole segment at a
+// time, so dropping the oldest record alone may free nothing.
 //
 // # Memory
 //
-// Open checks every record's CRC and Scan reads records with 64 KiB
-// buffers; Scan holds one record at a time, so memory is bounded by the
-// largest record plus about 128 KiB, whatever the journal's size. The
+// Open checks the CRC of every record not yet acked, reading the journal
+// once with a 64 KiB buffer (about 2 GB/s from the page cache; from disk,
+// at the disk's speed). Scan reads with a 64 KiB buffer and holds one
+// record at a time, so memory is bounded by the largest record plus about
+// 128 KiB, whatever the journal's size. The
 // Journal keeps per segment file a few words, plus one pair of offsets per
 // damaged region Open found.
 //

@@ -327,3 +327,40 @@ func TestRefold(t *testing.T) {
 		t.Fatalf("Scan after reopen: %s", cmp.Diff(want, got, cmpPos))
 	}
 }
+
+// TestReclaimable: acking up to what Reclaimable says gives back exactly
+// the bytes it says, and less gives back nothing.
+func TestReclaimable(t *testing.T) {
+	dir, j, all := foldFixture(t)
+	check := func(wantUpTo journal.Pos) {
+		t.Helper()
+		upTo, n := j.Reclaimable()
+		if upTo != wantUpTo {
+			t.Fatalf("Reclaimable() = %v, want %v", upTo, wantUpTo)
+		}
+		before := j.Bytes()
+		seg, off := journal.Split(upTo)
+		if err := j.Ack(journal.MakePos(seg, off-1)); err != nil {
+			t.Fatal(err)
+		}
+		if j.Bytes() != before {
+			t.Fatalf("Ack just before %v gave back %d bytes, want none", upTo, before-j.Bytes())
+		}
+		if err := j.Ack(upTo); err != nil {
+			t.Fatal(err)
+		}
+		if got := before - j.Bytes(); got != n || n <= 0 || j.Bytes() != diskBytes(t, dir) {
+			t.Fatalf("Ack(%v) gave back %d bytes, Reclaimable said %d; Bytes() %d, disk %d", upTo, got, n, j.Bytes(), diskBytes(t, dir))
+		}
+	}
+	check(all[2].End) // the rest of the first segment
+	if err := j.Fold(all[4].End, joinFold); err != nil {
+		t.Fatal(err)
+	}
+	check(all[4].End) // the folded record's file
+	check(all[5].End) // the rest of the second segment
+	check(all[8].End) // the last segment, being appended to
+	if upTo, n := j.Reclaimable(); upTo != (journal.Pos{}) || n != 0 {
+		t.Errorf("Reclaimable() of an empty journal = %v, %d; want nothing", upTo, n)
+	}
+}

@@ -496,6 +496,23 @@ func (j *Journal) end() Pos {
 	return j.acked
 }
 
+// Reclaimable returns the smallest ack position that gives space back,
+// and how many bytes Ack(upTo) would remove: the end of the oldest file
+// (the folded record, or the oldest segment) holding a record not yet
+// acked. Since space comes back a whole file at a time, acking less than
+// upTo removes nothing. It returns the zero Pos and 0 when nothing is left
+// to ack.
+func (j *Journal) Reclaimable() (upTo Pos, bytes int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.pieces {
+		if e := p.last(); j.acked.Less(e) && (p.fold || e.off > p.skip) {
+			return e, p.disk
+		}
+	}
+	return Pos{}, 0
+}
+
 // Append writes rec as one record at the end of the journal and returns
 // the position after it. When Append returns nil the record is on disk
 // (fdatasync), and in a new segment whose creation is too (the directory
