@@ -167,7 +167,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 			opts.SegmentBytes = min(opts.SegmentBytes, max(opts.MaxBytes/16, minSegmentBytes))
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirSync(dir); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	lock, err := lockDir(filepath.Join(dir, lockName))
@@ -180,6 +180,31 @@ func Open(dir string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	return j, nil
+}
+
+// mkdirSync creates dir and its missing parents (mode 0700) and syncs the
+// parent of each directory it created: a record is only as durable as the
+// directory entries leading to its file.
+func mkdirSync(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (j *Journal) recover() error {
