@@ -3,6 +3,7 @@ package journal_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,7 +16,8 @@ type span struct{ first, last int }
 
 func parseSpan(rec []byte) (span, error) {
 	var s span
-	if _, err := fmt.Sscanf(string(rec), "%d-%d", &s.first, &s.last); err != nil {
+	head, _, _ := strings.Cut(string(rec), " ")
+	if _, err := fmt.Sscanf(head, "%d-%d", &s.first, &s.last); err != nil {
 		return s, fmt.Errorf("record %q: %w", rec, err)
 	}
 	return s, nil

@@ -41,12 +41,15 @@
 //	                       (20 digits) grows by one per segment; appends go
 //	                       to the highest, and a new one starts when a record
 //	                       would take the current past Options.SegmentBytes.
-//	fold-<seg>-<off>.log   a folded record: a 40-byte header ("LGJF", the
+//	fold-<seg>-<off>-<gen>.log
+//	                       a folded record: a 40-byte header ("LGJF", the
 //	                       range (from, to] it replaces as two (segment,
 //	                       offset) pairs, CRC-32C) and one frame. Its record
-//	                       ends at to = <seg>:<off>.
+//	                       ends at to = <seg>:<off>; gen grows with every
+//	                       fold, so that folding the folded record alone
+//	                       again makes a new file, not one of the same name.
 //	ack                    the ack position: "LGJA", segment, offset (uint64
-//	                       each) and CRC-32C; 24 bytes.
+//	                       each) and CRC-32C; 24 bytes. Created by Open.
 //	*.tmp                  an ack or fold file being written; Open removes it.
 //	LOCK                   flock(2)ed while a Journal has the directory open.
 //
@@ -66,6 +69,11 @@
 //   - Ack and Fold write their file to a *.tmp, fdatasync it, rename it into
 //     place and fsync the directory, and only then remove the files they
 //     make obsolete (and fsync the directory again).
+//   - On a full disk (ENOSPC) Ack overwrites the ack file in place instead
+//     (Open creates it, so its block exists) and fdatasyncs it: acks are
+//     what give space back, so a full disk must not stop them. The 24 bytes
+//     sit in one sector; were they torn anyway, the CRC would refuse them
+//     (Stats.AckLost) and records would be scanned again, never skipped.
 //
 // # Crash guarantees
 //
@@ -76,7 +84,8 @@
 //     be torn (each returns after its sync): a tail of the newest segment
 //     with no good frame in it is truncated and counted
 //     (Stats.TornBytes). An Append that had not returned may or may not be
-//     kept, never partly.
+//     kept, never partly. (Damage at the very end of the newest segment
+//     cannot be told from a torn append and is cut the same way.)
 //   - Damage elsewhere (bit rot, a torn write in an older segment) never
 //     panics and never returns a damaged record: the damaged bytes are
 //     skipped, counted (Stats.Corrupt, Stats.LostBytes) and scans go on with
@@ -99,21 +108,25 @@
 // Fold(upTo, fold) hands fold the records after Acked() that end at or
 // before upTo and replaces them with the one record fold returns, which
 // ends where the last of them ended. The fold file names the range it
-// replaces; of several fold files the one ending last wins. The segment
-// the range ends in is kept (its records after the range are still to
-// scan) with its folded records skipped, so the bytes Fold gives back are
-// those of the whole segments before it: with the default segment size
-// (MaxBytes/16, from 64 KiB to 4 MiB) that is all but about a sixteenth
-// of a capped journal. Folding up to End() removes every segment. The fold file is written
-// before anything is removed, so Fold needs room for it (it may take the
-// journal past MaxBytes by that much, and fails with nothing changed when
-// the disk is full).
+// replaces; of several fold files the one ending last (then the latest
+// generation) wins. The segment the range ends in is kept (its records
+// after the range are still to scan) with its folded records skipped, so
+// the bytes Fold gives back are those of the whole segments before it:
+// with the default segment size (MaxBytes/16, from 64 KiB to 4 MiB) that
+// is all but about a sixteenth of a capped journal. Folding up to End()
+// removes every segment. The fold file is written before anything is
+// removed, so Fold needs room for it (it may take the journal past
+// MaxBytes by that much, and fails with nothing changed when the disk is
+// full). The same holds for Ack: it gives space back a whole segment at a
+// time, so dropping the oldest record alone may free nothing.
 //
 // # Memory
 //
-// Open checks every record's CRC and Scan reads records with 64 KiB
-// buffers; Scan holds one record at a time, so memory is bounded by the
-// largest record plus about 128 KiB, whatever the journal's size. The
+// Open checks the CRC of every record not yet acked, reading the journal
+// once with a 64 KiB buffer (about 2 GB/s from the page cache; from disk,
+// at the disk's speed). Scan reads with a 64 KiB buffer and holds one
+// record at a time, so memory is bounded by the largest record plus about
+// 128 KiB, whatever the journal's size. The
 // Journal keeps per segment file a few words, plus one pair of offsets per
 // damaged region Open found.
 //

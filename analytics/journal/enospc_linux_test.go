@@ -125,3 +125,51 @@ func TestFoldNoSpace(t *testing.T) {
 		t.Fatalf("Append after acking two segments: %v", err)
 	}
 }
+
+// TestAckNoSpace fills the volume to the last byte: Ack still works (it
+// overwrites the ack file in place) and gives space back, and the ack
+// holds after reopening.
+func TestAckNoSpace(t *testing.T) {
+	vol := smallVolume(t)
+	dir := filepath.Join(vol, "journal")
+	opts := journal.Options{SegmentBytes: 100 << 10}
+	j := open(t, dir, opts)
+	var kept []entry
+	for i := 0; ; i++ {
+		r := rec(i, 30<<10)
+		p, err := j.Append([]byte(r))
+		if err != nil {
+			break
+		}
+		kept = append(kept, entry{p, r})
+	}
+	// Take what space is left, down to the last block.
+	f, err := os.Create(filepath.Join(vol, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err = f.Write(make([]byte, 4096)); err == nil; _, err = f.Write(make([]byte, 4096)) {
+	}
+	f.Close()
+	if err := os.WriteFile(filepath.Join(vol, "probe"), []byte("x"), 0o600); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("the volume is not full: writing a byte = %v", err)
+	}
+	before := len(files(t, dir))
+	if err := j.Ack(kept[5].End); err != nil {
+		t.Fatalf("Ack on a full volume: %v", err)
+	}
+	if got := len(files(t, dir)); got != before-2 {
+		t.Errorf("%d segments after acking the first two of %d, want %d", got, before, before-2)
+	}
+	j.Close()
+	j = open(t, dir, opts)
+	if j.Acked() != kept[5].End {
+		t.Fatalf("Acked() after reopen = %v, want %v", j.Acked(), kept[5].End)
+	}
+	if got := scanAll(t, j); !cmp.Equal(got, kept[6:], cmpPos) {
+		t.Fatalf("Scan after reopen: %s", cmp.Diff(kept[6:], got, cmpPos))
+	}
+	if _, err := j.Append([]byte(rec(100, 30<<10))); err != nil {
+		t.Errorf("Append after the ack gave space back: %v", err)
+	}
+}

@@ -176,20 +176,33 @@ func TestFoldCrash(t *testing.T) {
 		"fold: folded", "fold: written", "fold: synced", // the fold file is a *.tmp
 		"fold: renamed", "fold: dir synced", "fold: removed one", "fold: removed",
 	}
+	// wrap marks a fold's record, so that folding a folded record alone
+	// again gives a record that differs from it.
+	wrap := func(recs func(func([]byte) bool)) ([]byte, error) {
+		b, err := joinFold(recs)
+		return fmt.Appendf(nil, "[%s]", b), err
+	}
 	for i, step := range steps {
-		for _, second := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/second fold %v", step, second), func(t *testing.T) {
+		for _, mode := range []string{"first fold", "second fold", "refold"} {
+			t.Run(step+"/"+mode, func(t *testing.T) {
 				dir, j, all := foldFixture(t)
 				orig := all[1:]
 				upTo := all[4].End
-				folded := append([]entry{{all[4].End, "r1+r2+r3+r4"}}, all[5:]...)
-				if second {
-					if err := j.Fold(all[4].End, joinFold); err != nil {
+				folded := append([]entry{{all[4].End, "[r1+r2+r3+r4]"}}, all[5:]...)
+				switch mode {
+				case "second fold":
+					if err := j.Fold(all[4].End, wrap); err != nil {
 						t.Fatal(err)
 					}
 					orig = folded
 					upTo = all[7].End
-					folded = append([]entry{{all[7].End, "r1+r2+r3+r4+r5+r6+r7"}}, all[8:]...)
+					folded = append([]entry{{all[7].End, "[[r1+r2+r3+r4]+r5+r6+r7]"}}, all[8:]...)
+				case "refold":
+					if err := j.Fold(all[4].End, wrap); err != nil {
+						t.Fatal(err)
+					}
+					orig = folded
+					folded = append([]entry{{all[4].End, "[[r1+r2+r3+r4]]"}}, all[5:]...)
 				}
 				reached := false
 				journal.SetHook(j, func(s string) error {
@@ -199,7 +212,7 @@ func TestFoldCrash(t *testing.T) {
 					}
 					return nil
 				})
-				if err := j.Fold(upTo, joinFold); !errors.Is(err, journal.ErrHookStop) || !reached {
+				if err := j.Fold(upTo, wrap); !errors.Is(err, journal.ErrHookStop) || !reached {
 					t.Fatalf("Fold = %v, reached %q %v; want it stopped there", err, step, reached)
 				}
 				journal.Crash(j)
@@ -255,5 +268,99 @@ func TestAckCrash(t *testing.T) {
 				t.Errorf("files after reopen: %v, want the last segment only", files(t, dir))
 			}
 		})
+	}
+}
+
+// TestDamagedFoldFile: a fold file that does not check (only a damaged
+// disk makes one: it is written by rename) is set aside and counted; the
+// originals still on disk are scanned again, so nothing is counted twice.
+func TestDamagedFoldFile(t *testing.T) {
+	dir, j, all := foldFixture(t)
+	if err := j.Fold(all[4].End, joinFold); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	fold := files(t, dir)[0]
+	fi, _ := os.Stat(dir + "/" + fold)
+	flip(t, dir+"/"+fold, fi.Size()-1)
+	j = open(t, dir, journal.Options{})
+	// r1 and r2 were in the first segment, removed by the fold: lost with
+	// it. r3 and r4 are still in the second segment.
+	if got := scanAll(t, j); !cmp.Equal(got, all[3:], cmpPos) {
+		t.Fatalf("Scan: %s", cmp.Diff(all[3:], got, cmpPos))
+	}
+	if st := j.Recovered(); st.Corrupt != 1 || st.LostBytes != fi.Size() {
+		t.Errorf("Recovered() = %+v, want 1 corrupt, %d bytes lost", st, fi.Size())
+	}
+	if _, err := os.Stat(dir + "/" + fold + ".bad"); err != nil {
+		t.Errorf("the damaged fold file is not set aside: %v", err)
+	}
+}
+
+// TestRefold folds the folded record alone again (into a smaller one, as
+// a coarser fold does): the new record replaces it, also after reopening.
+func TestRefold(t *testing.T) {
+	dir, j, all := foldFixture(t)
+	if err := j.Fold(all[4].End, joinFold); err != nil {
+		t.Fatal(err)
+	}
+	shrink := func(recs func(func([]byte) bool)) ([]byte, error) {
+		n := 0
+		for range recs {
+			n++
+		}
+		return fmt.Appendf(nil, "%d folded", n), nil
+	}
+	if err := j.Fold(all[4].End, shrink); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]entry{{all[4].End, "1 folded"}}, all[5:]...)
+	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
+		t.Fatalf("Scan: %s", cmp.Diff(want, got, cmpPos))
+	}
+	if j.Bytes() != diskBytes(t, dir) {
+		t.Errorf("Bytes() = %d, files hold %d", j.Bytes(), diskBytes(t, dir))
+	}
+	j.Close()
+	j = open(t, dir, journal.Options{})
+	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
+		t.Fatalf("Scan after reopen: %s", cmp.Diff(want, got, cmpPos))
+	}
+}
+
+// TestReclaimable: acking up to what Reclaimable says gives back exactly
+// the bytes it says, and less gives back nothing.
+func TestReclaimable(t *testing.T) {
+	dir, j, all := foldFixture(t)
+	check := func(wantUpTo journal.Pos) {
+		t.Helper()
+		upTo, n := j.Reclaimable()
+		if upTo != wantUpTo {
+			t.Fatalf("Reclaimable() = %v, want %v", upTo, wantUpTo)
+		}
+		before := j.Bytes()
+		seg, off := journal.Split(upTo)
+		if err := j.Ack(journal.MakePos(seg, off-1)); err != nil {
+			t.Fatal(err)
+		}
+		if j.Bytes() != before {
+			t.Fatalf("Ack just before %v gave back %d bytes, want none", upTo, before-j.Bytes())
+		}
+		if err := j.Ack(upTo); err != nil {
+			t.Fatal(err)
+		}
+		if got := before - j.Bytes(); got != n || n <= 0 || j.Bytes() != diskBytes(t, dir) {
+			t.Fatalf("Ack(%v) gave back %d bytes, Reclaimable said %d; Bytes() %d, disk %d", upTo, got, n, j.Bytes(), diskBytes(t, dir))
+		}
+	}
+	check(all[2].End) // the rest of the first segment
+	if err := j.Fold(all[4].End, joinFold); err != nil {
+		t.Fatal(err)
+	}
+	check(all[4].End) // the folded record's file
+	check(all[5].End) // the rest of the second segment
+	check(all[8].End) // the last segment, being appended to
+	if upTo, n := j.Reclaimable(); upTo != (journal.Pos{}) || n != 0 {
+		t.Errorf("Reclaimable() of an empty journal = %v, %d; want nothing", upTo, n)
 	}
 }

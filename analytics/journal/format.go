@@ -54,8 +54,11 @@ const (
 
 func segName(seq uint64) string { return fmt.Sprintf("%s%020d%s", segPrefix, seq, logSuffix) }
 
-func foldName(to Pos) string {
-	return fmt.Sprintf("%s%020d-%020d%s", foldPrefix, to.seg, to.off, logSuffix)
+// foldName names a fold file by where its record ends and its generation,
+// which grows with every Fold: folding the folded record alone again
+// makes a file ending at the same place, and the two must not share a name.
+func foldName(to Pos, gen uint64) string {
+	return fmt.Sprintf("%s%020d-%020d-%020d%s", foldPrefix, to.seg, to.off, gen, logSuffix)
 }
 
 // parseSegName returns the sequence number of a segment file name.
@@ -73,19 +76,20 @@ func parseSegName(name string) (uint64, bool) {
 }
 
 // parseFoldName returns the position a fold file's name says its record
-// ends at.
-func parseFoldName(name string) (Pos, bool) {
+// ends at, and its generation.
+func parseFoldName(name string) (to Pos, gen uint64, ok bool) {
 	s, ok := strings.CutPrefix(name, foldPrefix)
 	if !ok {
-		return Pos{}, false
+		return Pos{}, 0, false
 	}
 	s, ok = strings.CutSuffix(s, logSuffix)
-	if !ok || len(s) != 41 || s[20] != '-' {
-		return Pos{}, false
+	if !ok || len(s) != 62 || s[20] != '-' || s[41] != '-' {
+		return Pos{}, 0, false
 	}
 	seg, err1 := strconv.ParseUint(s[:20], 10, 64)
-	off, err2 := strconv.ParseInt(s[21:], 10, 64)
-	return Pos{seg, off}, err1 == nil && err2 == nil
+	off, err2 := strconv.ParseInt(s[21:41], 10, 64)
+	gen, err3 := strconv.ParseUint(s[42:], 10, 64)
+	return Pos{seg, off}, gen, err1 == nil && err2 == nil && err3 == nil
 }
 
 // The ack file: magic, the position (segment, offset) and the CRC-32C of

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // ErrFull is returned by Append when the record would take the journal
@@ -133,6 +134,8 @@ type Journal struct {
 	active    *piece   // the last segment, open for appending; nil: the next Append starts one
 	activeF   *os.File
 	nextSeq   uint64
+	foldGen   uint64            // the generation of the next fold file
+	hdr       [frameHeader]byte // Append's frame header
 	acked     Pos
 	bytes     int64
 	recovered Stats
@@ -164,7 +167,7 @@ func Open(dir string, opts Options) (*Journal, error) {
 			opts.SegmentBytes = min(opts.SegmentBytes, max(opts.MaxBytes/16, minSegmentBytes))
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirSync(dir); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	lock, err := lockDir(filepath.Join(dir, lockName))
@@ -179,6 +182,31 @@ func Open(dir string, opts Options) (*Journal, error) {
 	return j, nil
 }
 
+// mkdirSync creates dir and its missing parents (mode 0700) and syncs the
+// parent of each directory it created: a record is only as durable as the
+// directory entries leading to its file.
+func mkdirSync(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (j *Journal) recover() error {
 	des, err := os.ReadDir(j.dir)
 	if err != nil {
@@ -186,7 +214,7 @@ func (j *Journal) recover() error {
 	}
 	var (
 		segs    []*piece
-		folds   []string
+		folds   []foldFile
 		hasAck  bool
 		removed bool
 		st      = &j.recovered
@@ -218,8 +246,9 @@ func (j *Journal) recover() error {
 				j.nextSeq = max(j.nextSeq, seq+1)
 			}
 		case strings.HasPrefix(name, foldPrefix):
-			if _, ok := parseFoldName(name); ok {
-				folds = append(folds, name)
+			if to, gen, ok := parseFoldName(name); ok {
+				folds = append(folds, foldFile{name, to, gen})
+				j.foldGen = max(j.foldGen, gen+1)
 			}
 		}
 	}
@@ -238,16 +267,26 @@ func (j *Journal) recover() error {
 		}
 	}
 	j.nextSeq = max(j.nextSeq, j.acked.seg+1)
+	if !hasAck {
+		// Created now so that an Ack on a full disk can overwrite it in
+		// place (writeAck). Not being able to is no reason to fail Open.
+		writeFileSync(j.dir, ackName, encodeAck(Pos{}), !j.noSync, nil)
+	}
 
 	br := bufio.NewReaderSize(nil, readBufSize)
 
-	// The fold with the latest end replaces every record up to it,
-	// including older folds: a crash after it was renamed into place may
-	// have left some of those.
-	slices.Sort(folds)
+	// The fold with the latest end (and of those the latest generation)
+	// replaces every record up to it, including older folds: a crash after
+	// it was renamed into place may have left some of those.
+	slices.SortFunc(folds, func(a, b foldFile) int {
+		if c := cmpPos(a.to, b.to); c != 0 {
+			return c
+		}
+		return cmpUint(a.gen, b.gen)
+	})
 	var fold *piece
 	for i := len(folds) - 1; i >= 0; i-- {
-		path := filepath.Join(j.dir, folds[i])
+		path := filepath.Join(j.dir, folds[i].name)
 		if fold != nil {
 			if err := remove(path); err != nil {
 				return err
@@ -394,7 +433,7 @@ func checkFold(br *bufio.Reader, path string) (*piece, error) {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	_, to, ok := decodeFoldHeader(h)
-	if name, _ := parseFoldName(filepath.Base(path)); !ok || name != to {
+	if name, _, _ := parseFoldName(filepath.Base(path)); !ok || name != to {
 		return nil, nil
 	}
 	c, err := checkFrames(br, f, foldHeader, fi.Size(), 0)
@@ -405,6 +444,23 @@ func checkFold(br *bufio.Reader, path string) (*piece, error) {
 		return nil, nil
 	}
 	return &piece{path: path, fold: true, seq: to.seg, disk: c.end, end: c.end, to: to}, nil
+}
+
+// foldFile is a fold file Open found.
+type foldFile struct {
+	name string
+	to   Pos
+	gen  uint64
+}
+
+func cmpPos(a, b Pos) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
 }
 
 func cmpUint(a, b uint64) int {
@@ -465,6 +521,23 @@ func (j *Journal) end() Pos {
 	return j.acked
 }
 
+// Reclaimable returns the smallest ack position that gives space back,
+// and how many bytes Ack(upTo) would remove: the end of the oldest file
+// (the folded record, or the oldest segment) holding a record not yet
+// acked. Since space comes back a whole file at a time, acking less than
+// upTo removes nothing. It returns the zero Pos and 0 when nothing is left
+// to ack.
+func (j *Journal) Reclaimable() (upTo Pos, bytes int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.pieces {
+		if e := p.last(); j.acked.Less(e) && (p.fold || e.off > p.skip) {
+			return e, p.disk
+		}
+	}
+	return Pos{}, 0
+}
+
 // Append writes rec as one record at the end of the journal and returns
 // the position after it. When Append returns nil the record is on disk
 // (fdatasync), and in a new segment whose creation is too (the directory
@@ -491,8 +564,8 @@ func (j *Journal) Append(rec []byte) (Pos, error) {
 		}
 	}
 	p, f := j.active, j.activeF
-	var h [frameHeader]byte
-	putFrameHeader(&h, rec)
+	h := &j.hdr // not on the stack: it would escape to WriteAt, an allocation per record
+	putFrameHeader(h, rec)
 	off := p.end
 	_, err := f.WriteAt(h[:], off)
 	if err == nil {
@@ -577,7 +650,7 @@ func (j *Journal) Ack(upTo Pos) error {
 
 	// Appends go on while the ack file is written: Ack and Fold (opMu)
 	// are the only ones that change acked and remove files.
-	if err := writeFileSync(j.dir, ackName, encodeAck(upTo), !j.noSync, j.stepHook("ack")); err != nil {
+	if err := j.writeAck(upTo); err != nil {
 		return fmt.Errorf("journal: ack: %w", err)
 	}
 
@@ -597,6 +670,35 @@ func (j *Journal) Ack(upTo Pos) error {
 	now := j.doom(gone)
 	j.mu.Unlock()
 	return j.removeFiles(now, "ack")
+}
+
+// writeAck writes the ack file durably: by a temporary file and rename,
+// or, when the disk is full, over the existing file in place. A full disk
+// must not stop acks, since only acks give space back. The in-place write
+// is 24 bytes at offset 0, inside one sector, so a crash leaves the old or
+// the new position; if it did tear, the CRC would refuse it and every
+// record would be scanned again (Stats.AckLost), never one skipped.
+func (j *Journal) writeAck(p Pos) error {
+	b := encodeAck(p)
+	err := writeFileSync(j.dir, ackName, b, !j.noSync, j.stepHook("ack"))
+	if err == nil || !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	f, oerr := os.OpenFile(filepath.Join(j.dir, ackName), os.O_WRONLY, 0)
+	if oerr != nil {
+		return err
+	}
+	defer f.Close()
+	if fi, serr := f.Stat(); serr != nil || fi.Size() != ackSize {
+		return err
+	}
+	if _, werr := f.WriteAt(b, 0); werr != nil {
+		return werr
+	}
+	if !j.noSync {
+		return fdatasync(f)
+	}
+	return nil
 }
 
 // doom takes pieces out of the journal: those no Scan reads are returned

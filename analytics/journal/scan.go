@@ -270,7 +270,9 @@ func (j *Journal) Fold(upTo Pos, fold func(recs func(yield func(rec []byte) bool
 	var h [frameHeader]byte
 	putFrameHeader(&h, out)
 	b := slices.Concat(encodeFoldHeader(from, to), h[:], out)
-	name := foldName(to)
+	// Only Fold (under opMu) reads and bumps foldGen after Open.
+	name := foldName(to, j.foldGen)
+	j.foldGen++
 	if err := writeFileSync(j.dir, name, b, !j.noSync, j.stepHook("fold")); err != nil {
 		return fmt.Errorf("journal: fold: %w", err)
 	}
