@@ -153,7 +153,7 @@ func (jr *Journal) Append(b *Batch, attempted bool) error {
 			jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
 			return nil
 		}
-		if !errors.Is(err, journal.ErrFull) || try > 64 {
+		if !errors.Is(err, journal.ErrFull) || try > 16 {
 			return fmt.Errorf("analytics: journal: %w", err)
 		}
 		if err := jr.makeRoom(int64(len(rec)), try); err != nil {
@@ -164,7 +164,8 @@ func (jr *Journal) Append(b *Batch, attempted bool) error {
 
 // makeRoom frees space for a record of n bytes: the first tries fold the
 // oldest eighth of the journal into hours, then days; after that, and
-// whenever a fold freed too little, the oldest record is dropped.
+// whenever a fold freed too little, the records of the oldest file are
+// dropped.
 func (jr *Journal) makeRoom(n int64, try int) error {
 	before := jr.j.Bytes()
 	if try < 2 {
@@ -177,7 +178,7 @@ func (jr *Journal) makeRoom(n int64, try int) error {
 			return nil
 		}
 	}
-	return jr.dropHead()
+	return jr.dropOldest()
 }
 
 // foldLevel returns the tier the try'th fold puts counts in: the first
@@ -319,42 +320,44 @@ func (r *foldRun) batch() Batch {
 	return b
 }
 
-// dropHead drops the oldest record, counting and logging its visits.
-func (jr *Journal) dropHead() error {
-	var end journal.Pos
+// dropOldest drops the records of the journal's oldest file (space comes
+// back a whole file at a time: dropping less would free nothing),
+// counting and logging their visits.
+func (jr *Journal) dropOldest() error {
+	upTo, freed := jr.j.Reclaimable()
+	if freed == 0 {
+		return errors.New("analytics: journal: full and nothing to drop: max_bytes is smaller than one interval's batch")
+	}
 	var visits int64
-	var batches int
+	records := 0
 	errDone := errors.New("done")
-	found := false
-	err := jr.j.Scan(jr.j.Acked(), func(e journal.Pos, rec []byte) error {
-		end, found = e, true
-		bs, err := decodeRecord(rec)
-		if err == nil {
+	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
+		if upTo.Less(end) {
+			return errDone
+		}
+		records++
+		if bs, err := decodeRecord(rec); err == nil {
 			for i := range bs {
 				visits += batchVisits(&bs[i].Batch)
 			}
-			batches = len(bs)
 		}
-		return errDone
+		return nil
 	})
 	if err != nil && err != errDone {
 		return fmt.Errorf("analytics: journal: %w", err)
 	}
-	if !found {
-		return errors.New("analytics: journal: full and empty: max_bytes is smaller than one interval's batch")
-	}
-	if err := jr.j.Ack(end); err != nil {
+	if err := jr.j.Ack(upTo); err != nil {
 		return fmt.Errorf("analytics: journal: %w", err)
 	}
-	if jr.records > 0 {
-		jr.records--
+	if jr.records >= 0 {
+		jr.records = max(jr.records-records, 0)
 	}
 	jr.oldest = time.Time{}
 	jr.dropped += uint64(visits)
 	jr.m.droppedVisits(visits)
 	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
-	jr.log.Error("analytics: journal full: oldest counts dropped", "visits", visits, "batches", batches,
-		"max_bytes", jr.maxBytes, "dropped_total", jr.dropped)
+	jr.log.Error("analytics: journal full: oldest counts dropped", "visits", visits, "records", records,
+		"freed_bytes", freed, "max_bytes", jr.maxBytes, "dropped_total", jr.dropped)
 	return nil
 }
 
