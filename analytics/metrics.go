@@ -57,11 +57,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		storeErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_store_errors_total",
-			Help: "Failed writes to the analytics store; their counts are kept and sent again.",
+			Help: "Failed writes to the analytics store; their batches are kept (journaled while the store fails) and sent again.",
 		}),
 		buffered: f.NewGauge(prometheus.GaugeOpts{
 			Name: "linkgate_analytics_buffered_keys",
-			Help: "Entries ((link, minute) counts) held in memory by the flusher, not yet written.",
+			Help: "Entries ((link, bucket) counts) of batches held in memory by the flusher, neither written nor journaled.",
 		}),
 		overflow: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_overflow_total",
