@@ -163,7 +163,7 @@ func (jr *Journal) Append(b *Batch, attempted bool) error {
 }
 
 // makeRoom frees space for a record of n bytes: the first tries fold the
-// oldest sixteenth of the journal into hours, then days; after that, and
+// oldest eighth of the journal into hours, then days; after that, and
 // whenever a fold freed too little, the records of the oldest file are
 // dropped.
 func (jr *Journal) makeRoom(n int64, try int) error {
@@ -200,7 +200,7 @@ func (jr *Journal) foldLevel(try int) int {
 	return last
 }
 
-// fold replaces the oldest sixteenth of the journal (at least two records;
+// fold replaces the oldest eighth of the journal (at least two records;
 // its map of buckets is what folding costs in memory)
 // by one record: the head record's batches as they are (a Write of them
 // may have been tried: a store may hold part of one, and only the same
@@ -211,7 +211,7 @@ func (jr *Journal) fold(level int) error {
 	var upTo journal.Pos
 	var seen int64
 	n := 0
-	chunk := max(jr.maxBytes/16, 1)
+	chunk := max(jr.maxBytes/8, 1) // two segments (MaxBytes/16 each, at most 4 MiB): frees one whole at least
 	errDone := errors.New("done")
 	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
 		n++
