@@ -213,6 +213,7 @@ func TestJournalReplayBounded(t *testing.T) {
 			}
 		}
 	})
+	rssBefore := resetPeakRSS()
 	began = time.Now()
 	if err := f2.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -222,6 +223,9 @@ func TestJournalReplayBounded(t *testing.T) {
 	wg.Wait()
 	if got := st.visits.Load(); got != sent {
 		t.Errorf("replay wrote %d visits, want %d", got, sent)
+	}
+	if rssBefore > 0 {
+		t.Logf("process RSS: %.1f MB before the replay, peak during it %.1f MB", float64(rssBefore)/1e6, float64(procStatus("VmHWM:"))/1e6)
 	}
 	grew := int64(peak) - int64(base)
 	t.Logf("journal %.1f MB (%d visits in %d-link batches): replayed in %v (%.0f MB/s); heap in use grew by at most %.1f MB",
@@ -351,4 +355,30 @@ func BenchmarkFlushIntoJournal100kLinks(b *testing.B) {
 		}
 	}
 	f.Close(context.Background())
+}
+
+// resetPeakRSS resets the process's peak RSS (Linux: clear_refs 5) and
+// returns the RSS now, in bytes; 0 where it cannot.
+func resetPeakRSS() int64 {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return 0
+	}
+	return procStatus("VmRSS:")
+}
+
+// procStatus returns a kB field of /proc/self/status in bytes, 0 when
+// missing.
+func procStatus(field string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, field); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
