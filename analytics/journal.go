@@ -206,7 +206,9 @@ func (jr *Journal) foldLevel(try int) int {
 // may have been tried: a store may hold part of one, and only the same
 // batch again overwrites that part), then, per run of batches of one
 // writer, one batch covering their Seqs with their counts in the buckets
-// of tier level.
+// of tier level. Such counts reach the readers once the rollup has got
+// past their bucket (NewReader reads a coarse tier only there): late, but
+// not lost.
 func (jr *Journal) fold(level int) error {
 	var upTo journal.Pos
 	var seen int64
