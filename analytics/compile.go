@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -79,6 +80,12 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("analytics.max_key_bytes: %d is not between 1 and %d", cfg.MaxKeyBytes, maxKeyBytesLimit)
 	case cfg.MaxBufferBytes <= 0:
 		return nil, fmt.Errorf("analytics.max_buffer_bytes: must be positive")
+	case cfg.Journal.MaxBytes < minJournalBytes:
+		return nil, fmt.Errorf("analytics.journal.max_bytes: %d is less than %d (1 MiB)", cfg.Journal.MaxBytes, minJournalBytes)
+	case cfg.Journal.Path != "" && strings.TrimSpace(cfg.Journal.Path) == "":
+		return nil, fmt.Errorf("analytics.journal.path: blank")
+	case cfg.Store == "embedded" && cfg.Journal.Path != "" && filepath.Clean(cfg.Journal.Path) == filepath.Clean(cfg.Embedded.Path):
+		return nil, fmt.Errorf("analytics.journal.path: %q is the embedded store's directory", cfg.Journal.Path)
 	case cfg.Store != "embedded" && cfg.Store != "cassandra":
 		return nil, fmt.Errorf("analytics.store: %q is not embedded or cassandra", cfg.Store)
 	case cfg.Store == "embedded" && strings.TrimSpace(cfg.Embedded.Path) == "":

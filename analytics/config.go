@@ -37,6 +37,20 @@ type Config struct {
 	// beyond it visits to links not yet tracked count in the all-links
 	// total only.
 	MaxBufferBytes int64 `yaml:"max_buffer_bytes"`
+	// Journal is where counts the store refused wait on local disk.
+	Journal JournalConfig `yaml:"journal"`
+}
+
+// JournalConfig configures the journal of counts not yet in the store
+// (see Journal).
+type JournalConfig struct {
+	// Path is the journal's directory; empty: "analytics-journal" beside
+	// embedded.path (DefaultJournalPath), whichever store is used.
+	Path string `yaml:"path"`
+	// MaxBytes caps the journal's bytes on disk; at the cap the oldest
+	// counts are folded into hours, then days, then dropped (counted in
+	// linkgate_analytics_dropped_visits_total).
+	MaxBytes int64 `yaml:"max_bytes"`
 }
 
 // Embedded configures the on-disk store of one machine.
@@ -84,6 +98,7 @@ func DefaultConfig() Config {
 
 		MaxKeyBytes:    DefaultMaxKeyBytes,
 		MaxBufferBytes: DefaultMaxBufferBytes,
+		Journal:        JournalConfig{MaxBytes: DefaultJournalMaxBytes},
 	}
 }
 

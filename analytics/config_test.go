@@ -39,3 +39,33 @@ func TestRollupGrace(t *testing.T) {
 		}
 	}
 }
+
+// TestJournalConfig: the journal's settings are checked by Compile, each
+// error naming its field.
+func TestJournalConfig(t *testing.T) {
+	if c := analytics.DefaultConfig(); c.Journal.MaxBytes != 256<<20 || c.Journal.Path != "" {
+		t.Errorf("journal defaults %+v, want 256 MiB beside the embedded store", c.Journal)
+	}
+	for _, bad := range []struct {
+		name   string
+		mutate func(*analytics.Config)
+		field  string
+	}{
+		{"no cap", func(c *analytics.Config) { c.Journal.MaxBytes = 0 }, "analytics.journal.max_bytes: 0 is less than"},
+		{"tiny cap", func(c *analytics.Config) { c.Journal.MaxBytes = 64 << 10 }, "analytics.journal.max_bytes"},
+		{"blank path", func(c *analytics.Config) { c.Journal.Path = "  " }, "analytics.journal.path: blank"},
+		{"the store's own folder", func(c *analytics.Config) { c.Journal.Path = c.Embedded.Path + "/" }, "analytics.journal.path"},
+	} {
+		c := analytics.DefaultConfig()
+		bad.mutate(&c)
+		_, err := analytics.Compile(c)
+		if err == nil || !strings.HasPrefix(err.Error(), bad.field) {
+			t.Errorf("%s: Compile = %v, want an error starting %q", bad.name, err, bad.field)
+		}
+	}
+	c := analytics.DefaultConfig()
+	c.Journal = analytics.JournalConfig{Path: "/var/spool/linkgate", MaxBytes: 1 << 20}
+	if _, err := analytics.Compile(c); err != nil {
+		t.Errorf("a journal of 1 MiB elsewhere: %v", err)
+	}
+}

@@ -58,16 +58,19 @@
 //
 // # Failures
 //
-// When a Write fails its counts are kept and merged into the next batch,
-// tried again after a backoff of one flush interval, doubling up to six,
-// while visits keep being taken from the recorder. What is kept is bounded
-// (FlusherOptions.MaxBuffered entries); beyond that it is spilled to a file
-// under FlusherOptions.SpillPath and written back once the store recovers,
-// by this process or, after a restart, the next one. Close, the final flush
-// at shutdown, spills what it cannot write. A store must apply a batch so
-// that a retry never counts twice (see Writer); a crash loses at most the
-// last interval while the store is healthy, and what was buffered in memory
-// during an outage.
+// Every flush interval's counts are one Batch with an identity (Writer,
+// Seq) that a store applies once. When a Write fails, the batch waits and
+// is tried again after a backoff of one flush interval, doubling up to
+// six, followed by the later intervals' batches, oldest first, each its
+// own Write, while visits keep being taken from the recorder. While the
+// store fails, every batch is appended (fsynced) to a Journal on local
+// disk (FlusherOptions.JournalPath) and acknowledged there once written:
+// by this process or, after a crash or a restart, the next one, in the
+// background. Close, the final flush at shutdown, journals what it cannot
+// write and returns a *LostError for what it can neither write nor
+// journal. So a crash loses at most the last interval, outage or not; the
+// journal's cap (folding, then dropping, counted) and the README's
+// Durability section say what else can be lost.
 //
 // # Reading
 //

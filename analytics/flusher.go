@@ -3,10 +3,12 @@ package analytics
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,9 +17,10 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// DefaultMaxBuffered is how many entries a Flusher holds in memory while the
-// store fails, when FlusherOptions.MaxBuffered is not set: on the order of
-// 100 MB (about 50 bytes an entry, plus about 300 a link).
+// DefaultMaxBuffered is how many entries a Flusher holds in memory while
+// neither the store nor the journal takes them, when
+// FlusherOptions.MaxBuffered is not set: on the order of 100 MB (about 50
+// bytes an entry, plus about 300 a link).
 const DefaultMaxBuffered = 2_000_000
 
 // maxAnnounced bounds the Active entries a Flusher remembers having stored,
@@ -35,14 +38,20 @@ type FlusherOptions struct {
 	// which counts are late (rollup.Plan.Late). Default
 	// rollup.DefaultGrace.
 	Grace time.Duration
-	// SpillPath is a directory for the counts that do not fit in memory
-	// while the store fails (MaxBuffered) or that a failed final flush
-	// could not write. Empty: no spilling; the counts stay in memory
-	// however many there are.
-	SpillPath string
-	// MaxBuffered is how many entries ((link, bucket) counts) are held in
-	// memory before they are spilled to SpillPath. Default
-	// DefaultMaxBuffered.
+	// JournalPath is the directory of the Journal that keeps the batches
+	// the store refused on local disk until it takes them, also across a
+	// crash or a restart. Run opens it in the background (and again at
+	// each tick while it cannot be opened), Close too if Run did not.
+	// Empty: no journal; refused batches stay in memory (MaxBuffered) and
+	// are lost with the process.
+	JournalPath string
+	// JournalMaxBytes caps the journal's bytes on disk. Default
+	// DefaultJournalMaxBytes.
+	JournalMaxBytes int64
+	// MaxBuffered is how many entries ((link, bucket) counts) of refused
+	// batches are held in memory when the journal cannot take them (or
+	// there is none); beyond it the oldest batches are dropped, counted in
+	// linkgate_analytics_dropped_visits_total. Default DefaultMaxBuffered.
 	MaxBuffered int
 	// WriteTimeout bounds one Write to the store. Default 3 × Interval.
 	WriteTimeout time.Duration
@@ -52,51 +61,92 @@ type FlusherOptions struct {
 }
 
 // Flusher moves the visits a Recorder counted into a store every interval:
-// it takes the recorder's counts and writes them in one Batch, each
-// (link, minute) as one count of the finest tier, with what the rollup
-// worker needs to find it: an Active entry the first time this process
-// writes a link in a batch period, or a Mark when the count comes after
-// its period may have been rolled. Writes grow with the number of distinct
-// links visited in an interval, not with the number of visits nor of tiers:
-// the coarser tiers and the all-time totals are rolled from the finest one
-// by a rollup.Worker.
+// it takes the recorder's counts and makes them one Batch, each (link,
+// minute) as one count of the finest tier, with what the rollup worker
+// needs to find it: an Active entry the first time this process writes a
+// link in a batch period, or a Mark when the count comes after its period
+// may have been rolled. Writes grow with the number of distinct links
+// visited in an interval, not with the number of visits nor of tiers: the
+// coarser tiers and the all-time totals are rolled from the finest one by a
+// rollup.Worker.
 //
-// When a write fails its counts are kept and merged into the next batch,
-// which is sent after an exponential backoff (one interval, doubling, at most
-// six) while visits keep being taken from the recorder every interval. The
-// counts kept are bounded by MaxBuffered; beyond it they go to a spill file
-// under SpillPath, written back once the store accepts writes again, also by
-// a later Flusher on the same path after a restart. So a store outage loses
-// nothing; a crash loses what was in memory, at most one interval while the
-// store is healthy.
+// Every interval's batch has an identity (Batch Writer and Seq: an id new
+// per Flusher, and the interval's number), and batches are never merged:
+// they wait in a queue, oldest first, each written with its own Write, so
+// that a store can apply each identity once however often it is sent (a
+// retry after a lost answer, a replay after a crash).
+//
+// While the store takes every write, nothing touches the disk: a crash
+// loses at most the interval in memory. When a write fails, that batch and
+// every later one are appended to the Journal (fsynced) before they are
+// tried again, written to the store oldest first after an exponential
+// backoff (one interval, doubling, at most six) while visits keep being
+// taken every interval, and acknowledged in the journal once written. A
+// later Flusher on the same journal (after a crash or a restart) writes
+// what is left, in the background. So a crash during an outage still
+// loses at most the last interval; what cannot be kept (the journal
+// unwritable and memory at MaxBuffered, or the journal at its cap after
+// folding) is dropped, counted in a metric and logged.
 //
 // A Flusher is safe for concurrent use. Use NewFlusher.
 type Flusher struct {
-	rec  *Recorder
-	w    Writer
-	plan *rollup.Plan
-	opts FlusherOptions
-	m    *Metrics
-	log  *slog.Logger
+	rec    *Recorder
+	w      Writer
+	plan   *rollup.Plan
+	opts   FlusherOptions
+	m      *Metrics
+	log    *slog.Logger
+	writer string // the Batch.Writer of this Flusher's batches
 
-	// mu orders the moves of counts between the recorder, pending, the
-	// spill files and the store against the reads that merge them (see
-	// Reader): a move holds it for writing, from taking the counts out of
-	// their old place until they are in their new one, the store's Write
-	// included; a read holds it for reading while it reads all the places.
-	// So a read sees every count in exactly one place: it never misses a
-	// visit nor counts one twice. Record never takes mu.
-	mu        sync.RWMutex
-	pending   *pending
-	spills    []spillFile // oldest first
-	fails     int         // consecutive failed flushes
-	retryAt   time.Time   // Run writes no sooner than this after a failure
+	// mu orders the moves of counts between the recorder, the queue, the
+	// journal and the store against the reads that merge them (unsaved): a
+	// move holds it for writing, from taking the counts out of their old
+	// place until they are in their new one, the store's Write included; a
+	// read holds it for reading while it reads all the places. So a read
+	// sees every count in exactly one place: it never misses a visit nor
+	// counts one twice. Record never takes mu.
+	mu     sync.RWMutex
+	seq    uint64      // the last Seq given
+	queue  []*interval // batches in memory only, oldest first; the journal's are older
+	queued int         // entries (counts) in queue
+	j      *Journal    // nil: none, or not open yet
+	jerr   error       // why the journal could not be opened
+	openMu sync.Mutex  // serializes openJournal
+
+	// What backlog reports, kept apart from mu so that a health check
+	// never waits for a Write.
+	jopen     atomic.Pointer[Journal]
+	oldestNS  atomic.Int64 // unix ns of the oldest bucket waiting; 0: none
+	droppedN  atomic.Uint64
+	fails     int       // consecutive failed writes
+	retryAt   time.Time // Run writes no sooner than this after a failure
+	dropped   uint64    // visits dropped since the start
 	announced map[announced]struct{}
 	forgotAt  time.Time // when remember last forgot the entries of rolled periods
 
 	// writeErr is the error of the last Write, nil after a success: Health
 	// reads it without waiting for mu.
 	writeErr atomic.Pointer[error]
+}
+
+// interval is one batch not yet in the store: its identity, At and
+// Counts, fixed when it was made. Active entries and marks are worked out
+// at each attempt, since which counts are late depends on when.
+type interval struct {
+	b         Batch
+	attempted bool // a Write of it was tried: a store may hold part of it
+}
+
+// visits returns the visits b holds: those of the all-links key, which
+// every visit counts in (even those beyond max_keys).
+func batchVisits(b *Batch) int64 {
+	var n int64
+	for _, c := range b.Counts {
+		if c.Key == AllLinks {
+			n += c.Human + c.Bot
+		}
+	}
+	return n
 }
 
 // announced is an Active entry that a successful write stored.
@@ -106,11 +156,24 @@ type announced struct {
 	key    string
 }
 
+// LostError is what a final flush returns when counts could be neither
+// written nor journaled: they are lost with the process.
+type LostError struct {
+	Visits int64 // visits lost (each counted once, as in the all-links total)
+	Err    error // why: the store's and the journal's errors
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("analytics: final flush: %d visits lost: %v", e.Visits, e.Err)
+}
+
+func (e *LostError) Unwrap() error { return e.Err }
+
 // NewFlusher returns a Flusher that writes what rec counts to w, in the
-// given tiers (the "retention" setting). It looks for spill files a previous
-// process left in opts.SpillPath and writes them with its first successful
-// flush. m and log may be nil. tiers and opts.Grace must pass
-// rollup.NewPlan, as Config.Validate checks; it panics otherwise.
+// given tiers (the "retention" setting). It does not read opts.Journal:
+// Run writes what a previous process left there, in the background. m and
+// log may be nil. tiers and opts.Grace must pass rollup.NewPlan, as
+// Compile checks; it panics otherwise.
 func NewFlusher(rec *Recorder, w Writer, tiers []rollup.Tier, opts FlusherOptions, m *Metrics, log *slog.Logger) *Flusher {
 	if opts.Interval <= 0 {
 		opts.Interval = 10 * time.Second
@@ -135,26 +198,29 @@ func NewFlusher(rec *Recorder, w Writer, tiers []rollup.Tier, opts FlusherOption
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &Flusher{
-		rec: rec, w: w, plan: plan, opts: opts, m: m, log: log,
-		pending: newPending(), announced: make(map[announced]struct{}),
-	}
-	if opts.SpillPath != "" {
-		spills, err := findSpills(opts.SpillPath)
-		if err != nil {
-			log.Error("analytics: spill files left unread", "path", opts.SpillPath, "err", err)
-		}
-		f.spills = spills
-		if n := spilledEntries(spills); n > 0 {
-			log.Warn("analytics: counts from an earlier run wait in spill files", "files", len(spills), "entries", n)
-		}
-		m.setSpilled(spilledEntries(spills))
+		rec: rec, w: w, plan: plan, opts: opts, m: m, log: log, writer: newWriterID(),
+		announced: make(map[announced]struct{}),
 	}
 	return f
 }
 
+// newWriterID returns a Batch.Writer for a new Flusher: 16 random bytes in
+// hex, never the same twice.
+func newWriterID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
 // Run flushes every interval until ctx is done, then returns without a final
-// flush: call Close after it (and after the servers stop) for that.
+// flush: call Close after it (and after the servers stop) for that. It
+// starts by writing what an earlier process left in the journal.
 func (f *Flusher) Run(ctx context.Context) {
+	if f.openJournal() {
+		if err := f.drain(ctx, f.opts.Interval); err != nil {
+			f.failed(err)
+		}
+	}
 	t := time.NewTicker(f.opts.Interval)
 	defer t.Stop()
 	for {
@@ -167,26 +233,73 @@ func (f *Flusher) Run(ctx context.Context) {
 	}
 }
 
+// openJournal opens the journal if there is one to open and it is not
+// open yet, and counts what an earlier process left in it. It reads the
+// journal without f.mu held (Open checks every record's CRC), under
+// openMu. It says whether the journal is open.
+func (f *Flusher) openJournal() bool {
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
+	f.mu.RLock()
+	open := f.j != nil
+	f.mu.RUnlock()
+	if open || f.opts.JournalPath == "" {
+		return open
+	}
+	j, err := OpenJournal(f.opts.JournalPath, f.opts.JournalMaxBytes)
+	if err != nil {
+		f.mu.Lock()
+		if f.jerr == nil || f.jerr.Error() != err.Error() {
+			f.log.Error("analytics: journal cannot be opened; counts the store refuses stay in memory", "err", err,
+				"max_buffered", f.opts.MaxBuffered)
+		}
+		f.jerr = err
+		f.mu.Unlock()
+		return false
+	}
+	j.setPlan(f.plan, f.m, f.log)
+	n, oldest := j.survey()
+	f.mu.Lock()
+	f.j, f.jerr = j, nil
+	f.jopen.Store(j)
+	j.surveyed(n, oldest)
+	f.noteBacklogLocked()
+	f.mu.Unlock()
+	return true
+}
+
 // tick is one round of Run: always take the recorder's counts (so that the
-// recorder stays within max_keys per interval), write them unless a backoff
-// is still running.
+// recorder stays within max_keys per interval), write them and what waits
+// before them unless a backoff is still running.
 func (f *Flusher) tick(ctx context.Context) {
+	f.openJournal() // a journal that could not be opened at start may be now
+	f.mu.Lock()
+	f.takeLocked()
+	wait := f.opts.Now().Before(f.retryAt)
+	f.mu.Unlock()
+	if wait {
+		return
+	}
+	// At most an interval of writing per tick: a long replay leaves the
+	// rest to the next ticks rather than delay taking the recorder's counts.
+	if err := f.drain(ctx, f.opts.Interval); err != nil {
+		f.failed(err)
+		return
+	}
+	f.mu.Lock()
+	f.fails, f.retryAt = 0, time.Time{}
+	f.mu.Unlock()
+}
+
+// failed notes a failed write and sets the backoff.
+func (f *Flusher) failed(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.takeLocked()
-	now := f.opts.Now()
-	if now.Before(f.retryAt) {
-		return
-	}
-	if err := f.writeLocked(ctx); err != nil {
-		f.fails++
-		wait := f.backoff()
-		f.retryAt = now.Add(wait)
-		f.log.Warn("analytics: flush failed; counts kept for a retry", "err", err,
-			"fails", f.fails, "retry_in", wait, "buffered", f.pending.n, "spilled", spilledEntries(f.spills))
-		return
-	}
-	f.fails, f.retryAt = 0, time.Time{}
+	f.fails++
+	wait := f.backoff()
+	f.retryAt = f.opts.Now().Add(wait)
+	f.log.Warn("analytics: flush failed; counts kept for a retry", "err", err,
+		"fails", f.fails, "retry_in", wait, "buffered", f.queued, "journal_bytes", f.j.Bytes())
 }
 
 // backoff is the wait after f.fails consecutive failures: one interval,
@@ -197,104 +310,197 @@ func (f *Flusher) backoff() time.Duration {
 	return min(d, 6*f.opts.Interval) - f.opts.Interval/2
 }
 
-// Flush takes the recorder's counts and writes them and everything kept
-// from failed writes now, whatever the backoff.
+// Flush takes the recorder's counts and writes them and everything waiting
+// before them now, whatever the backoff.
 func (f *Flusher) Flush(ctx context.Context) error {
+	f.openJournal()
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.takeLocked()
-	return f.writeLocked(ctx)
+	f.mu.Unlock()
+	return f.drain(ctx, 0)
 }
 
-// Close is the final flush at shutdown. If it fails, the counts are spilled
-// to SpillPath for the next process; without a SpillPath they are lost, and
-// Close says how many.
+// Close is the final flush at shutdown: it takes the recorder's counts and
+// writes everything waiting. What the store refuses stays in the journal
+// for the next process (Close then returns nil: nothing is lost, and a
+// warning is logged); what the journal cannot take either is lost, and
+// Close returns a *LostError saying how many visits. It closes the journal.
 func (f *Flusher) Close(ctx context.Context) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.takeLocked()
-	err := f.writeLocked(ctx)
-	if err == nil || f.pending.n == 0 {
-		return err
+	f.mu.Unlock()
+	werr := f.drain(ctx, 0)
+	f.mu.RLock()
+	rest := len(f.queue) > 0
+	f.mu.RUnlock()
+	if rest {
+		f.openJournal()
 	}
-	if f.opts.SpillPath == "" {
-		return fmt.Errorf("analytics: final flush: %d counts lost: %w", f.pending.n, err)
-	}
-	if serr := f.spillLocked(); serr != nil {
-		return errors.Join(fmt.Errorf("analytics: final flush: %d counts lost: %w", f.pending.n, err), serr)
-	}
-	return fmt.Errorf("analytics: final flush: counts spilled to %s: %w", f.opts.SpillPath, err)
-}
-
-// takeLocked moves the recorder's counts into pending, spilling pending
-// when it grows beyond MaxBuffered.
-func (f *Flusher) takeLocked() {
-	snap := f.rec.swap()
-	f.pending.add(snap, f.plan.Tiers()[0].Step)
-	if snap.overflow > 0 {
-		f.log.Warn("analytics: max_keys reached; visits to further links counted in the all-links total only",
-			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load())
-	}
-	if f.pending.n > f.opts.MaxBuffered && f.opts.SpillPath != "" {
-		if err := f.spillLocked(); err != nil {
-			f.log.Error("analytics: spill failed; counts stay in memory", "err", err, "buffered", f.pending.n)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.noteBacklogLocked()
+	var lost int64
+	var jerr error
+	if len(f.queue) > 0 {
+		jerr = f.journalLocked()
+		for _, iv := range f.queue {
+			lost += batchVisits(&iv.b)
 		}
-	}
-	f.m.setBuffered(f.pending.n)
-}
-
-// writeLocked writes pending, then each spill file, each as one batch. It
-// stops at the first failure, keeping what is not written.
-func (f *Flusher) writeLocked(ctx context.Context) error {
-	if f.pending.n > 0 {
-		if err := f.writePending(ctx, f.pending); err != nil {
-			return err
-		}
-		f.pending = newPending()
+		f.queue, f.queued = nil, 0
+		f.dropped += uint64(lost)
 		f.m.setBuffered(0)
 	}
-	for len(f.spills) > 0 {
-		sf := f.spills[0]
-		counts, err := readSpill(sf.path)
-		if err != nil {
-			// A file that cannot be read is set aside, not retried forever
-			// and not deleted: an operator can look at it.
-			f.log.Error("analytics: spill file unreadable, set aside", "path", sf.path, "err", err)
-			setAside(sf.path)
-		} else {
-			p := newPending()
-			p.addCounts(counts, f.plan)
-			if err := f.writePending(ctx, p); err != nil {
-				return err
-			}
-			if err := removeSpill(sf.path); err != nil {
-				// Written but not removed: the next process would write it
-				// again. Say so loudly; there is nothing better to do.
-				f.log.Error("analytics: spill file written but not removed", "path", sf.path, "err", err)
-			}
+	if f.j != nil {
+		if f.j.waiting() && werr != nil {
+			f.log.Warn("analytics: final flush refused; counts kept in the journal for the next start",
+				"records", f.j.records, "journal_bytes", f.j.Bytes(), "err", werr)
 		}
-		f.spills = f.spills[1:]
-		f.m.setSpilled(spilledEntries(f.spills))
+		if err := f.j.Close(); err != nil && lost == 0 {
+			f.log.Error("analytics: close journal", "err", err)
+		}
+	}
+	if lost > 0 {
+		f.m.droppedVisits(lost)
+		if jerr == nil {
+			jerr = f.jerr
+		}
+		if jerr == nil {
+			jerr = errors.New("no journal")
+		}
+		return &LostError{Visits: lost, Err: errors.Join(werr, jerr)}
 	}
 	return nil
 }
 
-// writePending writes p as one batch made now, and remembers the Active
-// entries it stored.
-func (f *Flusher) writePending(ctx context.Context, p *pending) error {
-	at := f.opts.Now()
-	b := p.batch(at, f.plan, f.announced)
+// takeLocked makes the recorder's counts the next interval's batch at the
+// end of the queue. While batches wait already (the store failing), it is
+// journaled at once, so that a crash loses no more than this interval.
+func (f *Flusher) takeLocked() {
+	snap := f.rec.swap()
+	if snap.overflow > 0 {
+		f.log.Warn("analytics: max_keys reached; visits to further links counted in the all-links total only",
+			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load())
+	}
+	p := newPending()
+	p.add(snap, f.plan.Tiers()[0].Step)
+	if p.n > 0 {
+		f.seq++
+		b := Batch{Writer: f.writer, Seq: f.seq, At: f.opts.Now().UTC()}
+		b.Counts = p.place(b.At, f.plan)
+		f.queue = append(f.queue, &interval{b: b})
+		f.queued += len(b.Counts)
+	}
+	if f.fails > 0 || len(f.queue) > 1 || f.j.waiting() {
+		f.journalLocked()
+	}
+	f.boundLocked()
+	f.m.setBuffered(f.queued)
+	f.noteBacklogLocked()
+}
+
+// journalLocked appends the queue to the journal, oldest first, and
+// removes what it appended from memory. It stops at the first batch the
+// journal refuses, keeping it and the later ones in memory so that the
+// journal stays in Seq order.
+func (f *Flusher) journalLocked() error {
+	if f.j == nil {
+		return nil
+	}
+	for len(f.queue) > 0 {
+		iv := f.queue[0]
+		if err := f.j.Append(&iv.b, iv.attempted); err != nil {
+			f.log.Error("analytics: journal append failed; counts stay in memory", "err", err,
+				"buffered", f.queued, "journal_bytes", f.j.Bytes())
+			return err
+		}
+		f.queue = f.queue[1:]
+		f.queued -= len(iv.b.Counts)
+	}
+	f.queue = nil // release the array
+	return nil
+}
+
+// boundLocked drops the oldest batches in memory beyond MaxBuffered
+// entries, keeping the newest.
+func (f *Flusher) boundLocked() {
+	for f.queued > f.opts.MaxBuffered && len(f.queue) > 1 {
+		iv := f.queue[0]
+		n := batchVisits(&iv.b)
+		f.queue = f.queue[1:]
+		f.queued -= len(iv.b.Counts)
+		f.dropped += uint64(n)
+		f.m.droppedVisits(n)
+		f.log.Error("analytics: counts dropped: neither the store nor the journal takes them and memory is full",
+			"visits", n, "entries", len(iv.b.Counts), "seq", iv.b.Seq, "max_buffered", f.opts.MaxBuffered, "dropped_total", f.dropped)
+	}
+}
+
+// drain writes what waits, oldest first: the journal's batches, then the
+// queue's. It returns the first failure, or nil when nothing waits any
+// more or after budget (0: no limit) with more to write. f.mu is held for
+// each batch's move, not for the whole drain, so that reads and ticks get
+// in between.
+func (f *Flusher) drain(ctx context.Context, budget time.Duration) error {
+	start := time.Now()
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("analytics: write: %w", err)
+		}
+		more, err := f.writeNext(ctx)
+		if err != nil || !more {
+			return err
+		}
+		if budget > 0 && time.Since(start) > budget {
+			return nil
+		}
+	}
+}
+
+// writeNext writes the oldest batch waiting and says whether there may be
+// more.
+func (f *Flusher) writeNext(ctx context.Context) (more bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.noteBacklogLocked()
+	if f.j.waiting() {
+		return f.j.writeHead(func(b *Batch) error { return f.write(ctx, b) })
+	}
+	if len(f.queue) == 0 {
+		return false, nil
+	}
+	iv := f.queue[0]
+	if err := f.write(ctx, &iv.b); err != nil {
+		iv.attempted = true
+		f.journalLocked()
+		f.m.setBuffered(f.queued)
+		return false, err
+	}
+	f.queue = f.queue[1:]
+	f.queued -= len(iv.b.Counts)
+	if len(f.queue) == 0 {
+		f.queue = nil
+	}
+	f.m.setBuffered(f.queued)
+	return true, nil
+}
+
+// write writes b with the Active entries and marks of its counts as of
+// now, and remembers the Active entries it stored.
+func (f *Flusher) write(ctx context.Context, b *Batch) error {
+	now := f.opts.Now()
+	wb := *b
+	wb.Active, wb.Marks = follow(wb.Counts, now, f.plan, f.announced)
 	ctx, cancel := context.WithTimeout(ctx, f.opts.WriteTimeout)
 	defer cancel()
 	start := time.Now()
-	err := f.w.Write(ctx, b)
+	err := f.w.Write(ctx, wb)
 	f.setWriteErr(err)
-	n := len(b.Counts) + len(b.Active) + len(b.Marks)
+	n := len(wb.Counts) + len(wb.Active) + len(wb.Marks)
 	f.m.wrote(time.Since(start), n, err)
 	if err != nil {
-		return fmt.Errorf("analytics: write %d counts: %w", len(b.Counts), err)
+		return fmt.Errorf("analytics: write %d counts: %w", len(wb.Counts), err)
 	}
-	f.remember(b.Active, at)
+	f.remember(wb.Active, now)
 	return nil
 }
 
@@ -326,24 +532,8 @@ func (f *Flusher) expired(a announced, at time.Time) bool {
 	return time.Unix(a.period, 0).Add(span + f.plan.Grace()).Before(at)
 }
 
-// spillLocked writes pending to a new spill file and empties it.
-func (f *Flusher) spillLocked() error {
-	sf, err := writeSpill(f.opts.SpillPath, f.pending.counts())
-	if err != nil {
-		return err
-	}
-	f.log.Warn("analytics: counts spilled to disk until the store accepts writes", "path", sf.path, "entries", sf.entries)
-	f.spills = append(f.spills, sf)
-	f.pending = newPending()
-	f.m.setBuffered(0)
-	f.m.setSpilled(spilledEntries(f.spills))
-	return nil
-}
-
-// pending is the counts taken from the recorder (or read from a spill
-// file) and not yet written, per link and bucket, in the tier they were
-// counted in: the finest, except for counts from spill files of an earlier
-// configuration.
+// pending is the counts of one interval taken from the recorder, per link
+// and bucket of the finest tier, on their way to a Batch.
 type pending struct {
 	links map[string]*linkCounts
 	n     int // entries: (link, bucket) counts
@@ -356,7 +546,7 @@ type bucketKey struct {
 
 // linkCounts is one link's pending counts. Its buckets are a short list
 // (a link visited in one interval has one minute, or two) that becomes a
-// map once long (a link visited through a long store outage).
+// map once long (a link whose visits were recorded over many minutes).
 type linkCounts struct {
 	list []bucketCount
 	m    map[bucketKey]Visits // once len(list) would exceed maxListed; list is then nil
@@ -377,13 +567,6 @@ func (lc *linkCounts) each(fn func(bucketKey, Visits)) {
 	for k, v := range lc.m {
 		fn(k, v)
 	}
-}
-
-// total returns the sum of lc's buckets.
-func (lc *linkCounts) total() Visits {
-	var v Visits
-	lc.each(func(_ bucketKey, c Visits) { v = v.Add(c) })
-	return v
 }
 
 func newPending() *pending { return &pending{links: make(map[string]*linkCounts)} }
@@ -450,107 +633,85 @@ func (p *pending) add(s snapshot, step time.Duration) {
 	}
 }
 
-// addCounts adds counts read from a spill file. A count whose step is no
-// tier's (the retention setting changed since) goes to the finest tier
-// whose step is a multiple of it, or is dropped, with the others of its
-// kind, when there is none.
-func (p *pending) addCounts(cs []Count, plan *rollup.Plan) {
-	for _, c := range cs {
-		step := c.Step
-		if _, ok := plan.Level(step); !ok {
-			step = 0
-			for _, t := range plan.Tiers() {
-				if t.Step%c.Step == 0 {
-					step = t.Step
-					break
-				}
-			}
-			if step == 0 {
-				continue
-			}
-		}
-		start := rollup.Align(c.Start, step)
-		p.addBucket(p.link(c.Key), bucketKey{step, start.Unix()}, c.Visits)
-	}
-}
-
-// counts returns p as counts, in the tier each was counted in: what a
-// spill file holds.
-func (p *pending) counts() []Count {
+// place returns p as the counts of a batch made at at: each in the finest
+// tier that keeps its bucket at at (rollup.Plan.Place), those that share a
+// bucket added up, sorted by link, then tier, then bucket start (so that
+// a link's counts are found by a binary search).
+func (p *pending) place(at time.Time, plan *rollup.Plan) []Count {
 	out := make([]Count, 0, p.n)
-	for key, lc := range p.links {
-		lc.each(func(k bucketKey, v Visits) {
-			out = append(out, Count{Key: key, Step: k.step, Start: time.Unix(k.start, 0).UTC(), Visits: v})
-		})
-	}
-	return out
-}
-
-// batch returns p as the Batch a flush at at writes (see Batch), in a
-// stable order: by link, then tier, then bucket start. Active entries in
-// done are left out: this process stored them already.
-func (p *pending) batch(at time.Time, plan *rollup.Plan, done map[announced]struct{}) Batch {
-	b := Batch{At: at, Counts: make([]Count, 0, p.n)}
 	keys := make([]string, 0, len(p.links))
 	for key := range p.links {
 		keys = append(keys, key)
 	}
 	slices.Sort(keys)
 	tiers := plan.Tiers()
-	// A link's counts fall in a few periods: its entries and marks are
-	// told apart from those already made for it by a scan of the few made
-	// since linkActive and linkMarks, cheaper than maps.
-	var linkActive, linkMarks int
-	follow := func(key string, j int, start time.Time) {
-		if j+1 >= len(tiers) {
-			return
-		}
-		var a announced
-		if plan.Late(j, start, at) {
-			up := tiers[j+1].Step
-			bucket := rollup.Align(start, up)
-			if !slices.ContainsFunc(b.Marks[linkMarks:], func(m rollup.Mark) bool { return m.Step == up && m.Start.Equal(bucket) }) {
-				b.Marks = append(b.Marks, rollup.Mark{Key: key, Step: up, Start: bucket, At: at, ID: rand.Uint64()})
-			}
-			a = announced{rollup.MarksQueue, rollup.Align(at, plan.MarkPeriod()).Unix(), key}
-		} else {
-			a = announced{tiers[j+1].Step, plan.Period(j+1, start).Unix(), key}
-		}
-		if slices.ContainsFunc(b.Active[linkActive:], func(x rollup.Active) bool { return x.Step == a.step && x.Period.Unix() == a.period }) {
-			return
-		}
-		if _, ok := done[a]; !ok {
-			b.Active = append(b.Active, rollup.Active{Step: a.step, Period: time.Unix(a.period, 0).UTC(), Key: key})
-		}
-	}
 	for _, key := range keys {
-		first := len(b.Counts)
-		linkActive, linkMarks = len(b.Active), len(b.Marks)
+		first := len(out)
 		p.links[key].each(func(k bucketKey, v Visits) {
 			from, _ := plan.Level(k.step)
 			start := time.Unix(k.start, 0).UTC()
 			j := plan.Place(from, start, at)
 			step := tiers[j].Step
-			b.Counts = append(b.Counts, Count{Key: key, Step: step, Start: rollup.Align(start, step), Visits: v})
+			out = append(out, Count{Key: key, Step: step, Start: rollup.Align(start, step), Visits: v})
 		})
-		cs := b.Counts[first:]
-		slices.SortFunc(cs, func(x, y Count) int {
-			return cmp.Or(cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
-		})
-		// Counts placed in a coarser tier may share a bucket: add them up.
-		merged := cs[:0]
-		for _, c := range cs {
-			if n := len(merged); n > 0 && merged[n-1].Step == c.Step && merged[n-1].Start.Equal(c.Start) {
-				merged[n-1].Visits = merged[n-1].Visits.Add(c.Visits)
-				continue
-			}
-			merged = append(merged, c)
+		out = append(out[:first], mergeCounts(out[first:])...)
+	}
+	return out
+}
+
+// mergeCounts sorts one link's counts by tier and bucket start and adds up
+// those of the same bucket, in place.
+func mergeCounts(cs []Count) []Count {
+	slices.SortFunc(cs, func(x, y Count) int {
+		return cmp.Or(cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
+	})
+	merged := cs[:0]
+	for _, c := range cs {
+		if n := len(merged); n > 0 && merged[n-1].Step == c.Step && merged[n-1].Start.Equal(c.Start) {
+			merged[n-1].Visits = merged[n-1].Visits.Add(c.Visits)
+			continue
 		}
-		b.Counts = b.Counts[:first+len(merged)]
-		for _, c := range merged {
-			j, _ := plan.Level(c.Step)
-			follow(key, j, c.Start)
+		merged = append(merged, c)
+	}
+	return merged
+}
+
+// follow returns what the rollup worker needs to find counts written at
+// now (see Batch): an Active entry for each (link, period of the next
+// tier) not in done, or a Mark on the coarser bucket of a count that comes
+// after its period may have been rolled. counts are sorted by link.
+func follow(counts []Count, now time.Time, plan *rollup.Plan, done map[announced]struct{}) (active []rollup.Active, marks []rollup.Mark) {
+	tiers := plan.Tiers()
+	// A link's counts fall in a few periods: its entries and marks are
+	// told apart from those already made for it by a scan of the few made
+	// since linkActive and linkMarks, cheaper than maps.
+	linkActive, linkMarks := 0, 0
+	for i, c := range counts {
+		if i == 0 || counts[i-1].Key != c.Key {
+			linkActive, linkMarks = len(active), len(marks)
+		}
+		j, ok := plan.Level(c.Step)
+		if !ok || j+1 >= len(tiers) {
+			continue
+		}
+		key := c.Key
+		var a announced
+		if plan.Late(j, c.Start, now) {
+			up := tiers[j+1].Step
+			bucket := rollup.Align(c.Start, up)
+			if !slices.ContainsFunc(marks[linkMarks:], func(m rollup.Mark) bool { return m.Step == up && m.Start.Equal(bucket) }) {
+				marks = append(marks, rollup.Mark{Key: key, Step: up, Start: bucket, At: now, ID: mrand.Uint64()})
+			}
+			a = announced{rollup.MarksQueue, rollup.Align(now, plan.MarkPeriod()).Unix(), key}
+		} else {
+			a = announced{tiers[j+1].Step, plan.Period(j+1, c.Start).Unix(), key}
+		}
+		if slices.ContainsFunc(active[linkActive:], func(x rollup.Active) bool { return x.Step == a.step && x.Period.Unix() == a.period }) {
+			continue
+		}
+		if _, ok := done[a]; !ok {
+			active = append(active, rollup.Active{Step: a.step, Period: time.Unix(a.period, 0).UTC(), Key: key})
 		}
 	}
-	return b
+	return active, marks
 }

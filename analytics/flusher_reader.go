@@ -30,14 +30,14 @@ func (e unsavedOnly) Is(target error) bool { return target == ErrUnsavedOnly }
 // and those kept from failed writes (Flusher.unsaved). So a visit shows up
 // at once, not only after the next flush.
 //
-// A read holds f's lock for reading while it reads the recorder, the pending
-// counts and the store; a flush holds it for writing from taking the
+// A read holds f's lock for reading while it reads the recorder, the
+// queued batches, the journal and the store; a flush holds it for writing from taking the
 // recorder's counts until its Write returned and the written counts left
 // memory. So a read sees each count in one place only — before a flush's
 // Write or after it, never both or neither — at the price of waiting for a
-// Write in progress. What a read cannot see: counts in spill files (they
-// show up once written back), and the part a failed Write may have applied
-// before its retry (a store can be ahead until then; the stores' idempotent
+// Write in progress. What a read cannot see: a journal left by an earlier
+// run before the flush loop has opened it, and the part a failed Write may
+// have applied before its retry (a store can be ahead until then; the stores' idempotent
 // retries keep the stored result right).
 //
 // When the store cannot be read, Points and Total return the unsaved
@@ -74,7 +74,7 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 
 // unsavedPoints returns key's unsaved counts by the start of their bucket
 // of step, for the buckets starting in [from, to). A count kept in a tier
-// coarser than step (from an old spill file) cannot be split into step's
+// coarser than step (folded at the journal's cap) cannot be split into step's
 // buckets and is left out. Call it with f.mu held.
 func (r mergedReader) unsavedPoints(key string, step time.Duration, from, to time.Time) map[int64]Visits {
 	mem := make(map[int64]Visits)

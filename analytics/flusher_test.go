@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -293,15 +292,22 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		// Memory merge: the visits show up while the store is down.
 		checkStored(t, f.Reader(st), defTiers, want)
 
-		// The store comes back; the next attempt (at 260 s) writes all.
+		// The store comes back; the next attempt (at 260 s) writes all:
+		// each interval's batch on its own, oldest first, each with its
+		// own identity.
 		st.setFail(nil)
 		for range 60 {
 			visit()
 			time.Sleep(time.Second)
 		}
 		synctest.Wait()
-		if n := len(st.batches); n != 1 {
-			t.Fatalf("%d successful writes, want 1", n)
+		if n := len(st.batches); n != 26 {
+			t.Fatalf("%d successful writes, want 26 (one per interval)", n)
+		}
+		for i, b := range st.batches {
+			if b.Writer == "" || b.Writer != st.batches[0].Writer || b.Seq != uint64(i+1) {
+				t.Fatalf("batch %d has identity (%q, %d), want the same writer and Seq %d", i, b.Writer, b.Seq, i+1)
+			}
 		}
 		if got := metricValue(t, reg, "linkgate_analytics_buffered_keys"); got != 0 {
 			t.Errorf("buffered keys = %v after recovery, want 0", got)
@@ -310,8 +316,8 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		visit()
 		time.Sleep(interval)
 		synctest.Wait()
-		if n := len(st.batches); n != 2 {
-			t.Fatalf("%d successful writes, want 2", n)
+		if n := len(st.batches); n != 27 {
+			t.Fatalf("%d successful writes, want 27", n)
 		}
 		checkStored(t, exact(st), defTiers, want)
 		checkStored(t, f.Reader(st), defTiers, want)
@@ -345,19 +351,24 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	return v
 }
 
-func TestSpillAndRecover(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "spill")
+// TestJournalAndRecover: with the store down, every interval's batch goes
+// to the journal, not memory; the final flush journals the last one and
+// loses nothing; a new process on the journal writes it all, in the
+// background, each batch once.
+func TestJournalAndRecover(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
 	synctest.Test(t, func(t *testing.T) {
 		rec := analytics.NewRecorder(1000, nil)
 		st := newMemStore()
 		st.setFail(func(int) bool { return true })
 		reg := prometheus.NewRegistry()
-		opts := analytics.FlusherOptions{Interval: 10 * time.Second, SpillPath: dir, MaxBuffered: 20}
+		opts := analytics.FlusherOptions{Interval: 10 * time.Second, JournalPath: dir}
 		f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), nil)
 		ctx, cancel := context.WithCancel(t.Context())
-		go f.Run(ctx)
+		done := make(chan struct{})
+		go func() { f.Run(ctx); close(done) }()
 		want := map[string]analytics.Visits{}
-		for i := range 50 { // 50 links over 5 intervals: 10 minutes of links + all links' minute each
+		for i := range 50 { // 50 links over 5 intervals
 			key := fmt.Sprintf("k%d", i)
 			rec.Record(key, time.Now(), false)
 			want[key] = analytics.Visits{Human: 1}
@@ -366,63 +377,47 @@ func TestSpillAndRecover(t *testing.T) {
 				time.Sleep(10 * time.Second)
 				synctest.Wait()
 			}
-			if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b > 20 {
-				t.Fatalf("buffered %v entries, more than MaxBuffered", b)
+			if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
+				t.Fatalf("%v entries in memory after a tick: the journal should hold them", b)
 			}
 		}
+		checkStored(t, f.Reader(st), defTiers, want) // read back from the journal
 		cancel()
-		files, _ := filepath.Glob(filepath.Join(dir, "spill-*.json"))
-		if len(files) == 0 {
-			t.Fatal("no spill file while the store is down and the buffer full")
+		<-done
+		if n := metricValue(t, reg, "linkgate_analytics_journal_records"); n != 5 {
+			t.Errorf("journal records = %v, want 5 (one per interval)", n)
 		}
-		if s := metricValue(t, reg, "linkgate_analytics_spilled_counts"); s == 0 {
-			t.Error("spilled counts metric is 0")
+		if b := metricValue(t, reg, "linkgate_analytics_journal_bytes"); b == 0 {
+			t.Error("journal bytes = 0 during an outage")
 		}
-		// Shutdown with the store still down: the rest is spilled too.
-		if err := f.Close(t.Context()); err == nil {
-			t.Error("Close with the store down: no error")
-		}
-		if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
-			t.Errorf("buffered %v entries after Close, want 0 (spilled)", b)
+		// Shutdown with the store still down: the rest is journaled too.
+		rec.Record("last", time.Now(), true)
+		want["last"] = analytics.Visits{Bot: 1}
+		want[analytics.AllLinks] = analytics.Visits{Human: 50, Bot: 1}
+		if err := f.Close(t.Context()); err != nil {
+			t.Errorf("Close with the store down and the journal writable = %v, want nil: nothing is lost", err)
 		}
 
-		// A new process on the same path, the store back.
+		// A new process on the same journal, the store back.
 		st.setFail(nil)
 		reg2 := prometheus.NewRegistry()
 		f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, defTiers, opts, analytics.NewMetrics(reg2), nil)
-		if s := metricValue(t, reg2, "linkgate_analytics_spilled_counts"); s == 0 {
-			t.Error("leftover spill files not counted at start")
-		}
-		if err := f2.Flush(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		ctx, cancel = context.WithCancel(t.Context())
+		defer cancel()
+		go f2.Run(ctx)
+		synctest.Wait() // the replay runs at once, before the first tick
 		checkStored(t, exact(st), defTiers, want)
-		if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
-			t.Errorf("files left after recovery: %v", files)
+		checkStored(t, f2.Reader(st), defTiers, want)
+		if n := len(st.batches); n != 6 {
+			t.Errorf("%d batches written, want 6: each interval once", n)
 		}
-		if s := metricValue(t, reg2, "linkgate_analytics_spilled_counts"); s != 0 {
-			t.Errorf("spilled counts = %v after recovery", s)
+		if n := metricValue(t, reg2, "linkgate_analytics_journal_records"); n != 0 {
+			t.Errorf("journal records = %v after the replay", n)
+		}
+		if n := metricValue(t, reg2, "linkgate_analytics_journal_written_batches_total"); n != 6 {
+			t.Errorf("batches written from the journal = %v, want 6", n)
 		}
 	})
-}
-
-func TestUnreadableSpillSetAside(t *testing.T) {
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "spill-00000000000000000001-000001.json")
-	if err := os.WriteFile(bad, []byte("{not json"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st := newMemStore()
-	rec := analytics.NewRecorder(10, nil)
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{SpillPath: dir}, nil, nil)
-	rec.Record("a", monday, false)
-	if err := f.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(bad + ".bad"); err != nil {
-		t.Errorf("unreadable spill file not set aside: %v", err)
-	}
-	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{"a": {Human: 1}})
 }
 
 func TestCloseFlushes(t *testing.T) {
@@ -444,15 +439,28 @@ func TestCloseFlushes(t *testing.T) {
 	})
 }
 
-func TestCloseWithoutSpillPathSaysLost(t *testing.T) {
+func TestCloseWithoutJournalSaysLost(t *testing.T) {
 	rec := analytics.NewRecorder(10, nil)
 	st := newMemStore()
 	st.setFail(func(int) bool { return true })
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	reg := prometheus.NewRegistry()
+	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, analytics.NewMetrics(reg), nil)
 	rec.Record("a", monday, false)
+	rec.Record("b", monday, true)
+	if err := f.Flush(t.Context()); err == nil {
+		t.Fatal("Flush with the store down: no error")
+	}
+	rec.Record("a", monday.Add(time.Minute), false)
 	err := f.Close(t.Context())
-	if err == nil || !errors.Is(err, errDown) {
-		t.Fatalf("Close = %v, want an error wrapping %v", err, errDown)
+	var lost *analytics.LostError
+	if !errors.As(err, &lost) || !errors.Is(err, errDown) {
+		t.Fatalf("Close = %v, want a *LostError wrapping %v", err, errDown)
+	}
+	if lost.Visits != 3 {
+		t.Errorf("LostError.Visits = %d, want 3", lost.Visits)
+	}
+	if got := metricValue(t, reg, "linkgate_analytics_dropped_visits_total"); got != 3 {
+		t.Errorf("dropped visits = %v, want 3", got)
 	}
 }
 
@@ -662,14 +670,18 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 	}
 }
 
-func TestDefaultSpillPath(t *testing.T) {
+func TestDefaultJournalPath(t *testing.T) {
 	cfg := analytics.DefaultConfig()
-	if got, want := analytics.DefaultSpillPath(cfg), filepath.Join("data", "analytics-spill"); got != want {
-		t.Errorf("DefaultSpillPath = %q, want %q", got, want)
+	if got, want := analytics.DefaultJournalPath(cfg), filepath.Join("data", "analytics-journal"); got != want {
+		t.Errorf("DefaultJournalPath = %q, want %q", got, want)
 	}
 	cfg.Embedded.Path = "/var/lib/linkgate/analytics/"
-	if got, want := analytics.DefaultSpillPath(cfg), "/var/lib/linkgate/analytics-spill"; got != want {
-		t.Errorf("DefaultSpillPath = %q, want %q", got, want)
+	if got, want := analytics.DefaultJournalPath(cfg), "/var/lib/linkgate/analytics-journal"; got != want {
+		t.Errorf("DefaultJournalPath = %q, want %q", got, want)
+	}
+	cfg.Journal.Path = "/spool/j"
+	if got := analytics.DefaultJournalPath(cfg); got != "/spool/j" {
+		t.Errorf("DefaultJournalPath with journal.path set = %q, want it", got)
 	}
 }
 
@@ -741,37 +753,6 @@ func TestLongOutageManyBuckets(t *testing.T) {
 	}
 	check(exact(st))
 	check(f.Reader(st))
-}
-
-// TestOldSpillFile writes back a spill file of the version that flushed
-// every tier and totals: its finest counts hold every visit, the rest is
-// left out, and nothing counts twice.
-func TestOldSpillFile(t *testing.T) {
-	dir := t.TempDir()
-	old := `{"counts":[` +
-		`{"Key":"a","Step":60000000000,"Start":"2026-11-23T00:01:00Z","Human":2,"Bot":1},` +
-		`{"Key":"a","Step":60000000000,"Start":"2026-11-23T00:02:00Z","Human":1,"Bot":0},` +
-		`{"Key":"a","Step":300000000000,"Start":"2026-11-23T00:00:00Z","Human":3,"Bot":1},` +
-		`{"Key":"a","Step":3600000000000,"Start":"2026-11-23T00:00:00Z","Human":3,"Bot":1}],` +
-		`"totals":[{"Key":"a","Human":3,"Bot":1}]}`
-	if err := os.WriteFile(filepath.Join(dir, "spill-00000000000000000001-000001.json"), []byte(old), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st := newMemStore()
-	f := analytics.NewFlusher(analytics.NewRecorder(10, nil), st, defTiers,
-		analytics.FlusherOptions{SpillPath: dir, Now: func() time.Time { return monday.Add(3 * time.Minute) }}, nil, nil)
-	if err := f.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if len(st.batches) != 1 || len(st.batches[0].Counts) != 2 {
-		t.Fatalf("batches %+v, want one with the two minutes", st.batches)
-	}
-	for _, c := range st.batches[0].Counts {
-		if c.Step != time.Minute {
-			t.Errorf("count %+v written back: only the finest counts should be", c)
-		}
-	}
-	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{"a": {Human: 3, Bot: 1}})
 }
 
 // TestLateAndOldCounts: a count whose hour may be rolled already comes with

@@ -22,7 +22,10 @@ type Metrics struct {
 	storeErrors   prometheus.Counter
 	buffered      prometheus.Gauge
 	overflow      prometheus.Counter
-	spilled       prometheus.Gauge
+	journalBytes  prometheus.Gauge
+	journalRecs   prometheus.Gauge
+	replayedN     prometheus.Counter
+	dropped       prometheus.Counter
 	tooLong       prometheus.Counter
 
 	rollupRuns     *prometheus.CounterVec
@@ -59,19 +62,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		storeErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_store_errors_total",
-			Help: "Failed writes to the analytics store; their counts are kept and sent again.",
+			Help: "Failed writes to the analytics store; their batches are kept (journaled while the store fails) and sent again.",
 		}),
 		buffered: f.NewGauge(prometheus.GaugeOpts{
 			Name: "linkgate_analytics_buffered_keys",
-			Help: "Entries ((link, minute) counts) held in memory by the flusher, not yet written.",
+			Help: "Entries ((link, bucket) counts) of batches held in memory by the flusher, neither written nor journaled.",
 		}),
 		overflow: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_overflow_total",
 			Help: "Visits to links beyond max_keys or max_buffer_bytes between two flushes: counted in the all-links total only.",
 		}),
-		spilled: f.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_analytics_spilled_counts",
-			Help: "Entries waiting in spill files on local disk for the analytics store to come back.",
+		journalBytes: f.NewGauge(prometheus.GaugeOpts{
+			Name: "linkgate_analytics_journal_bytes",
+			Help: "Bytes on disk of the analytics journal: batches the store refused, kept until it takes them (cap: analytics.journal.max_bytes).",
+		}),
+		journalRecs: f.NewGauge(prometheus.GaugeOpts{
+			Name: "linkgate_analytics_journal_records",
+			Help: "Records (flush intervals' batches, or folds of several) in the analytics journal waiting for the store.",
+		}),
+		replayedN: f.NewCounter(prometheus.CounterOpts{
+			Name: "linkgate_analytics_journal_written_batches_total",
+			Help: "Batches written from the analytics journal to the store, those an earlier run left included.",
+		}),
+		dropped: f.NewCounter(prometheus.CounterOpts{
+			Name: "linkgate_analytics_dropped_visits_total",
+			Help: "Visits dropped because neither the store nor the journal could keep them (journal at max_bytes after folding, or unwritable with memory full, or a shutdown that could save nothing). Each is logged with numbers.",
 		}),
 		tooLong: f.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_analytics_keys_too_long_total",
@@ -212,8 +227,21 @@ func (m *Metrics) setBuffered(n int) {
 	}
 }
 
-func (m *Metrics) setSpilled(n int) {
+func (m *Metrics) setJournal(bytes int64, records int) {
 	if m != nil {
-		m.spilled.Set(float64(n))
+		m.journalBytes.Set(float64(bytes))
+		m.journalRecs.Set(float64(records))
+	}
+}
+
+func (m *Metrics) replayed(batches int) {
+	if m != nil {
+		m.replayedN.Add(float64(batches))
+	}
+}
+
+func (m *Metrics) droppedVisits(n int64) {
+	if m != nil && n > 0 {
+		m.dropped.Add(float64(n))
 	}
 }

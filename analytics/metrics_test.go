@@ -65,8 +65,8 @@ func TestMetrics(t *testing.T) {
 	}
 	// Gauges and counters without labels are gathered even at zero, and
 	// the analytics state's three series.
-	if len(mfs) != 13 {
-		t.Errorf("%d metric families, want 13", len(mfs))
+	if len(mfs) != 16 {
+		t.Errorf("%d metric families, want 16", len(mfs))
 	}
 }
 

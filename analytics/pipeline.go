@@ -35,16 +35,19 @@ type Pipeline struct {
 
 // NewPipeline starts the analytics of plan over store: it takes ownership
 // of store (Close closes it) and starts flushing every flush_interval,
-// keeping what the store refuses for a retry and spilling it to
-// DefaultSpillPath beyond the memory bound. m and log may be nil.
+// keeping what the store refuses in the journal (analytics.journal) until
+// it takes it. It opens nothing itself: the flush loop opens the journal
+// and writes what an earlier run left in it in the background. m and log
+// may be nil.
 func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
 	cfg := plan.Config()
 	rec := NewRecorder(cfg.MaxKeys, m)
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
 	fl := NewFlusher(rec, store, cfg.Retention, FlusherOptions{
-		Interval:  cfg.FlushInterval,
-		Grace:     cfg.Grace(),
-		SpillPath: DefaultSpillPath(cfg),
+		Interval:        cfg.FlushInterval,
+		Grace:           cfg.Grace(),
+		JournalPath:     DefaultJournalPath(cfg),
+		JournalMaxBytes: cfg.Journal.MaxBytes,
 	}, m, log)
 	roller := rollup.NewWorker(store, plan.Rollup(), rollup.WorkerOptions{Metrics: m, Log: log})
 	ctx, stop := context.WithCancel(context.Background())
@@ -109,9 +112,11 @@ func (p *Pipeline) state() Health {
 func (p *Pipeline) Flush(ctx context.Context) error { return p.fl.Flush(ctx) }
 
 // Close stops the flush loop and the rollup worker, makes the final flush
-// (spilling what the store refuses), and closes the store. Call it once the servers have
-// stopped, so that no visit is recorded after the final flush. Later calls
-// return the first call's result.
+// (journaling what the store refuses), and closes the store. Call it once
+// the servers have stopped, so that no visit is recorded after the final
+// flush. When counts could be neither written nor journaled, the error
+// is (or wraps) a *LostError saying how many visits were lost. Later
+// calls return the first call's result.
 func (p *Pipeline) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		p.stop()

@@ -27,8 +27,8 @@ type Count struct {
 	Visits
 }
 
-// Batch is what one flush writes: the visits of every link visited since
-// the last successful flush in its finest-tier buckets (per minute), or in
+// Batch is what one flush writes: the visits of every link visited in one
+// flush interval in its finest-tier buckets (per minute), or in
 // a coarser tier for the odd count too old for the finest one to keep
 // (rollup.Plan.Place); and what the rollup worker needs to find them: an
 // Active entry for each (link, batch period) with new data, not yet
@@ -36,22 +36,55 @@ type Count struct {
 // arrives after its period may have been rolled (rollup.Plan.Late).
 // Coarser tiers and all-time totals are not written by flushes: the
 // rollup worker derives them.
+//
+// Writer and Seq are the batch's identity: every flush interval's counts
+// are one batch, and Seq increases by one per interval of a Writer (an id
+// new per process, kept with the batch in the journal). The flusher writes
+// a Writer's batches in Seq order, each with its own Write, however often
+// it has to try; a store applies each identity at most once. A Batch
+// without a Writer has no identity: a store applies it every time.
+//
+// A batch that folds several intervals of a Writer that were never sent
+// (the journal at its cap folds old counts into coarser buckets) covers
+// the Seqs [First, Seq]; First is 0 (or Seq) for a batch of one interval.
+// A store applies it only when none of those Seqs was applied: the
+// flusher never folds an interval a store may have seen, so either all or
+// none were.
 type Batch struct {
-	At     time.Time // when the flush was made; the Cassandra store pins write timestamps to it
+	Writer string    // the flushing process's id; "" for none
+	First  uint64    // the first Seq a folded batch covers; 0 for one interval
+	Seq    uint64    // the interval's number in Writer's sequence, from 1 (the last one covered)
+	At     time.Time // when the batch was placed in tiers; the Cassandra store pins write timestamps to it
 	Counts []Count
 	Active []rollup.Active
 	Marks  []rollup.Mark
+}
+
+// FirstSeq returns the first Seq b covers: First, or Seq when First is 0.
+func (b Batch) FirstSeq() uint64 {
+	if b.First == 0 || b.First > b.Seq {
+		return b.Seq
+	}
+	return b.First
 }
 
 // Writer stores flushed counts. It is what the flusher needs from a store.
 type Writer interface {
 	// Write stores b and returns nil only once all of it is durable. The
 	// Active entries and Marks must be durable no later than the counts
-	// (a crash must not leave counts the worker is never told of). After
-	// an error the flusher keeps b's counts and sends them again, merged
-	// into a later batch with a later At; a store must not count twice
-	// what a failed Write applied in part, nor what a retry of an
-	// acknowledged write carries again.
+	// (a crash must not leave counts the worker is never told of).
+	//
+	// A Write of an identity (Writer, Seq) that the store applied already
+	// changes nothing, whichever process sends it: that is what makes a
+	// retry after a lost answer, and a replay of the journal after a
+	// crash, count every visit once. After a failed Write the flusher
+	// sends the same identity with the same Counts and At again (Active
+	// entries and marks may differ: storing one twice changes nothing),
+	// so a store that can apply part of a batch must make the parts it
+	// applied the same rows the retry overwrites. The flusher sends the
+	// batches of one Writer in Seq order and sends a later one only once
+	// the earlier ones were applied, so a store may keep per Writer the
+	// highest Seq applied and skip any batch whose FirstSeq is not above it.
 	Write(ctx context.Context, b Batch) error
 }
 

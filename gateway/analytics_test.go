@@ -154,11 +154,15 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 	}
 	up := tinyURL(t)
 	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: linkgate_e2e}", hosts)
-	cfg := analyticsConfig(up.URL, store, "500ms")
-	gw1 := start(t, cfg)
-	gw2 := start(t, cfg)
-	// The stores connect in the background: wait until they answer from
-	// the store (until then the answers are partial).
+	// Each gateway has a journal of its own (a journal directory is held
+	// by one process): beside an embedded path of its own.
+	cfg := func() string {
+		return analyticsConfig(up.URL, store+"\n  embedded: {path: "+filepath.Join(t.TempDir(), "analytics")+"}", "500ms")
+	}
+	gw1 := start(t, cfg())
+	gw2 := start(t, cfg())
+	// The stores connect in the background, after "listening": wait
+	// until both answer from the store (until then answers are partial).
 	var before int64
 	eventually(t, 60*time.Second, "Cassandra connected", func() bool {
 		resp, b := do(t, "GET", gw1.url("/stats/go?last=1h"), nil)
@@ -177,7 +181,7 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 	}
 	gw1.shutdown()
 	gw2.shutdown()
-	gw3 := start(t, cfg)
+	gw3 := start(t, cfg())
 	eventually(t, 60*time.Second, "the two gateways' visits add up", func() bool {
 		resp, b := do(t, "GET", gw3.url("/stats/go?last=1h"), nil)
 		var a statsAnswer
@@ -188,8 +192,8 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 // TestStoreOutageLosesNothing: a gateway whose store cannot be reached (a
 // Cassandra address nothing listens on) keeps redirecting and counting,
 // answers /stats from what it holds, flagged partial, and at shutdown
-// spills what it could not write. The next gateway on a store that works
-// (the embedded one, sharing the spill directory) writes the spill back:
+// journals what it could not write. The next gateway on a store that works
+// (the embedded one, sharing the journal directory) writes the journal:
 // every visit is there, once.
 func TestStoreOutageLosesNothing(t *testing.T) {
 	up := tinyURL(t)
@@ -215,7 +219,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	}
 
 	gw2 := start(t, analyticsConfig(up.URL, "  store: embedded\n"+embedded, "200ms"))
-	eventually(t, 5*time.Second, "spilled visits written back", func() bool {
+	eventually(t, 5*time.Second, "journaled visits written", func() bool {
 		return stats(t, gw2, "/stats/go?last=1h").Total == 9
 	})
 	time.Sleep(600 * time.Millisecond) // a few more flushes: nothing may be written twice

@@ -412,6 +412,7 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 	keep("analytics.enabled", ra.Enabled == na.Enabled, func() { c.Analytics.Enabled = ra.Enabled })
 	keep("analytics.store", ra.Store == na.Store, func() { c.Analytics.Store = ra.Store })
 	keep("analytics.embedded.path", ra.Embedded == na.Embedded, func() { c.Analytics.Embedded = ra.Embedded })
+	keep("analytics.journal", ra.Journal == na.Journal, func() { c.Analytics.Journal = ra.Journal })
 	keep("analytics.cassandra", ra.Cassandra.ReplicationFactor == na.Cassandra.ReplicationFactor &&
 		ra.Cassandra.Keyspace == na.Cassandra.Keyspace && ra.Cassandra.Consistency == na.Cassandra.Consistency &&
 		slices.Equal(ra.Cassandra.Hosts, na.Cassandra.Hosts), func() { c.Analytics.Cassandra = ra.Cassandra })
@@ -421,7 +422,7 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 	return &c, changed
 }
 
-// Close releases a Gateway: it makes the final analytics flush (spilling
+// Close releases a Gateway: it makes the final analytics flush (journaling
 // what the store refuses), closes the stores and stops the health checks.
 // Serve calls it after draining; call it directly only for a Gateway that
 // never served. ctx bounds the final flush. Later calls return the first

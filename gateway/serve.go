@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/linkgate/linkgate/analytics"
 )
 
 // Listen binds the client listener (server.listen) and, when configured,
@@ -55,7 +57,8 @@ func addrOf(l net.Listener) net.Addr {
 // accepting and drain the requests in flight (up to
 // server.shutdown_timeout), cut off those still running, then Close (the
 // final analytics flush, the stores). It returns the error that stopped
-// it early, if any; Close's is logged.
+// it early, if any, and an *analytics.LostError when the final flush lost
+// visits; Close's other errors are logged.
 func (g *Gateway) Serve(ctx context.Context) error {
 	if err := g.Listen(); err != nil {
 		g.Close(context.Background())
@@ -114,12 +117,18 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	// must not leave the final flush none.
 	cctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := g.Close(cctx); err != nil {
-		g.log.Error("shutdown", "err", err)
+	closeErr := g.Close(cctx)
+	if closeErr != nil {
+		g.log.Error("shutdown", "err", closeErr)
 	}
 	g.log.Info("stopped")
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
+	}
+	// Visits the final flush could neither write nor journal are lost:
+	// that must not look like a clean exit (cmd/gateway exits 1).
+	if lost := (*analytics.LostError)(nil); errors.As(closeErr, &lost) {
+		return errors.Join(serveErr, lost)
 	}
 	return serveErr
 }

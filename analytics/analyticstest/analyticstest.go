@@ -87,6 +87,7 @@ func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
 		{"UnknownKey", testUnknownKey},
 		{"BatchesToOneBucketAddUp", testBatchesAddUp},
 		{"FailedWriteResentOnce", testFailedWriteResent},
+		{"ReplayChangesNothing", testReplay},
 		{"ContextCanceled", testContextCanceled},
 		{"WeeksStartMonday", testWeeks},
 		{"LongRange", testLongRange},
@@ -392,15 +393,18 @@ func testBatchesAddUp(t *testing.T, e *env) {
 }
 
 // testFailedWriteResent follows the flusher: a Write fails (its context is
-// canceled), and its counts are sent again merged into the next batch. The
-// store must then hold them once.
+// canceled) and the same batch, same identity and counts, is sent again;
+// later it is sent once more (a replay of the journal after a crash, by
+// the store reopened when the backend can). Every batch counts once; a
+// batch without an identity counts each time.
 func testFailedWriteResent(t *testing.T, e *env) {
 	k := e.key("a")
+	writer := e.key("writer")
 	minute := rollup.Align(e.base(), time.Minute).Add(-2 * time.Minute)
 	hour := rollup.Align(e.base(), time.Hour)
-	write(t, e.s, analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}})
+	write(t, e.s, analytics.Batch{Writer: writer, Seq: 1, At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute, 1, 0)}})
 
-	failed := analytics.Batch{At: e.at(),
+	failed := analytics.Batch{Writer: writer, Seq: 2, At: e.at(),
 		Counts: []analytics.Count{count(k, time.Minute, minute, 2, 1), count(k, time.Hour, hour, 2, 1)},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -408,14 +412,79 @@ func testFailedWriteResent(t *testing.T, e *env) {
 	if err := e.s.Write(ctx, failed); err == nil {
 		t.Fatal("Write with a canceled context returned nil")
 	}
-	resent := analytics.Batch{At: e.at(),
-		Counts: []analytics.Count{count(k, time.Minute, minute, 2+5, 1), count(k, time.Hour, hour, 2+5, 1),
-			count(k, time.Minute, minute.Add(time.Minute), 5, 0)},
+	write(t, e.s, failed)
+	write(t, e.s, failed)
+	later := analytics.Batch{Writer: writer, Seq: 3, At: e.at(), Counts: []analytics.Count{count(k, time.Minute, minute.Add(time.Minute), 5, 0)}}
+	write(t, e.s, later)
+	if e.h.Reopen != nil {
+		e.s = e.h.Reopen()
 	}
-	write(t, e.s, resent)
+	for _, b := range []analytics.Batch{failed, later} { // the replay
+		write(t, e.s, b)
+	}
 	checkPoints(t, e.s, k, time.Minute, minute, minute.Add(2*time.Minute),
-		[]analytics.Point{point(minute, 1+7, 1), point(minute.Add(time.Minute), 5, 0)})
-	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 7, 1)})
+		[]analytics.Point{point(minute, 1+2, 1), point(minute.Add(time.Minute), 5, 0)})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 2, 1)})
+	anon := analytics.Batch{At: e.at(), Counts: []analytics.Count{count(k, time.Hour, hour, 10, 0)}}
+	write(t, e.s, anon)
+	write(t, e.s, anon)
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 22, 1)})
+	// Another writer's Seq 1 is not the first writer's.
+	write(t, e.s, analytics.Batch{Writer: e.key("other"), Seq: 1, At: e.at(), Counts: []analytics.Count{count(k, time.Hour, hour, 100, 0)}})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 122, 1)})
+}
+
+// testReplay follows a journal replayed after a crash: a writer's
+// batches, one of them folding three intervals (First..Seq), were all
+// applied; then every one of them is sent again, in order and in any
+// order, also through a reopened store when the backend can. Nothing
+// changes: every identity counts once. A later batch of the writer still
+// counts.
+func testReplay(t *testing.T, e *env) {
+	k := e.key("a")
+	writer := e.key("writer")
+	minute := rollup.Align(e.base(), time.Minute).Add(-3 * time.Minute)
+	hour := rollup.Align(e.base(), time.Hour)
+	var sent []analytics.Batch
+	for seq := uint64(1); seq <= 4; seq++ {
+		b := analytics.Batch{Writer: writer, Seq: seq, At: e.at(),
+			Counts: []analytics.Count{count(k, time.Minute, minute.Add(time.Duration(seq%2)*time.Minute), int64(seq), 1)}}
+		sent = append(sent, b)
+	}
+	// Seqs 5 to 7 folded into the hour at the journal's cap.
+	sent = append(sent, analytics.Batch{Writer: writer, First: 5, Seq: 7, At: e.at(),
+		Counts: []analytics.Count{count(k, time.Hour, hour, 100, 10)}})
+	sent = append(sent, analytics.Batch{Writer: writer, Seq: 8, At: e.at(),
+		Counts: []analytics.Count{count(k, time.Minute, minute, 1000, 0)}})
+	for _, b := range sent {
+		write(t, e.s, b)
+	}
+	check := func(when string) {
+		t.Helper()
+		// Minutes: seqs 2, 4 and 8 in the first (2+4+1000), 1 and 3 in
+		// the second (1+3); a bot each but 8.
+		got := points(t, e.s, k, time.Minute, minute, minute.Add(2*time.Minute))
+		want := []analytics.Point{point(minute, 1006, 2), point(minute.Add(time.Minute), 4, 2)}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: minutes (-want +got):\n%s", when, diff)
+		}
+		checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 100, 10)})
+	}
+	check("written once")
+	for _, b := range sent {
+		write(t, e.s, b)
+	}
+	check("replayed in order")
+	if e.h.Reopen != nil {
+		e.s = e.h.Reopen()
+	}
+	for _, i := range []int{4, 0, 5, 2, 1, 3} {
+		write(t, e.s, sent[i])
+	}
+	check("replayed out of order by another process")
+	write(t, e.s, analytics.Batch{Writer: writer, Seq: 9, At: e.at(),
+		Counts: []analytics.Count{count(k, time.Hour, hour, 1, 0)}})
+	checkPoints(t, e.s, k, time.Hour, hour, hour.Add(time.Hour), []analytics.Point{point(hour, 101, 10)})
 }
 
 func testContextCanceled(t *testing.T, e *env) {

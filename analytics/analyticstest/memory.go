@@ -22,6 +22,7 @@ type Memory struct {
 	active   map[memQueue]*memKeys
 	marks    map[string]map[rollup.Mark]struct{} // by key
 	progress rollup.Progress
+	applied  map[string]uint64 // the last Seq applied, by Batch.Writer
 	ops      Ops
 
 	// Fail, when set, is called before every write operation ("write",
@@ -84,7 +85,7 @@ func NewMemory(tiers []rollup.Tier) *Memory {
 	}
 	return &Memory{
 		plan: p, series: map[memSeries]map[int64]*memCell{}, active: map[memQueue]*memKeys{},
-		marks: map[string]map[rollup.Mark]struct{}{}, progress: rollup.Progress{},
+		marks: map[string]map[rollup.Mark]struct{}{}, progress: rollup.Progress{}, applied: map[string]uint64{},
 	}
 }
 
@@ -112,7 +113,8 @@ func (m *Memory) checkBucket(step time.Duration, start time.Time) error {
 	return nil
 }
 
-// Write implements analytics.Writer.
+// Write implements analytics.Writer: a batch whose identity is not above
+// its writer's last applied Seq changes nothing.
 func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: write: %w", err)
@@ -126,6 +128,12 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 		if err := m.checkBucket(c.Step, c.Start); err != nil {
 			return err
 		}
+	}
+	if b.Writer != "" {
+		if b.FirstSeq() <= m.applied[b.Writer] {
+			return nil // applied already
+		}
+		m.applied[b.Writer] = b.Seq
 	}
 	for _, c := range b.Counts {
 		cell := m.cell(c.Key, c.Step, c.Start)

@@ -39,6 +39,7 @@ type fakeDB struct {
 	follow func() time.Time
 
 	partitionsRead int
+	rowsRead       int // rows returned by readPoints: what reads and the rollup pay for
 }
 
 type fault int
@@ -356,6 +357,7 @@ func (db *fakeDB) readPoints(ctx context.Context, table, key string, bucket, fro
 	slices.SortFunc(rows, func(a, b row) int {
 		return cmp.Or(cmp.Compare(a.start, b.start), slices.Compare(a.writer[:], b.writer[:]))
 	})
+	db.rowsRead += len(rows)
 	out := make([]analytics.Point, len(rows))
 	for i, r := range rows {
 		out[i] = analytics.Point{Start: time.UnixMicro(r.start).UTC(), Visits: r.v}

@@ -99,6 +99,16 @@ func TestStatementsPerVisit(t *testing.T) {
 	}
 	flushed := s.Statements()
 	flushCounts, flushActive := s.counts, s.active
+	db.mu.Lock()
+	rowsBefore := db.rowsRead
+	db.mu.Unlock()
+	if _, err := s.Points(context.Background(), keys[0], time.Minute, t0, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	db.mu.Lock()
+	t.Logf("the hour of minutes of one link: %d rows read for 60 buckets", db.rowsRead-rowsBefore)
+	rowsBefore = db.rowsRead
+	db.mu.Unlock()
 	// On, as a gateway's worker would run, to the end of each tier's
 	// first batch period and the grace: before its source expires (the
 	// model's TTLs follow the clock).
@@ -135,8 +145,11 @@ func TestStatementsPerVisit(t *testing.T) {
 	}
 	t.Logf("%d links, an hour of 2,000 visits/s: flushes sent %d statements (%d counts, %d Active), %.1f/s, %.4f per visit; the rollup %.0f writes per hour of steady traffic; all writes %.1f/s",
 		links, flushed.Points+flushed.Active, flushCounts, flushActive, flushWrites/3600, flushWrites/visits, rollupPerHour, (flushWrites+rollupPerHour)/3600)
-	t.Logf("rollup: %d jobs, %d rows; %d reads in all, empty periods' listings included (16 per queue and period); %d leases, %d progress writes",
-		s.jobs, rows, st.Reads, st.Leases, st.Progress)
+	db.mu.Lock()
+	rollupRows := db.rowsRead - rowsBefore
+	db.mu.Unlock()
+	t.Logf("rollup: %d jobs, %d rows; %d reads in all, empty periods' listings included (16 per queue and period), returning %d rows; %d leases, %d progress writes",
+		s.jobs, rows, st.Reads, rollupRows, st.Leases, st.Progress)
 	// A stats query reads the marks of its link, the progress (at most
 	// once a second) and one range per tier it goes down to.
 	r := analytics.NewReader(s, rollup.DefaultTiers())
@@ -148,6 +161,7 @@ func TestStatementsPerVisit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("a year's daily curve and the total of one link, after the rollup: %d reads", s.Statements().Reads-before)
+
 }
 
 // TestWireFlushStatements sends the flushes of 100 and 100,000 links at

@@ -27,47 +27,42 @@
 // the range. The all-time tier's table, points_total, has no TTL and one
 // partition per link. The rollup's own tables are described below.
 //
-// # Retry safety: cumulative counts per writer
+// # Retry safety: one writer id per batch
 //
 // Flushes write the finest tier only (and, for the odd count too old for
 // it, the coarser tier that still keeps it: rollup.Plan.Place). Cassandra
-// counters can neither be retried safely nor carry a TTL. Instead every
-// Store has a writer id, a random UUID new at every start, and writes its
-// own cumulative count of each bucket under it with a plain INSERT (an
-// overwrite). The store remembers, per (link, tier, bucket) still open,
-// the count its row holds after the last successful write ("committed").
-// Write sends committed + the batch's delta and, only when every statement
-// of the batch succeeded, makes that the new committed count. After a
-// failed Write nothing is committed, and the flusher sends the same counts
-// again merged into a later batch: the row is then overwritten with
-// committed + all the deltas, whether or not parts of the failed Write
-// reached the cluster. So a timeout, a retry by gocql or a resend by the
-// flusher never counts twice.
+// counters can neither be retried safely nor carry a TTL. Instead each
+// batch is written under a writer id of its own, derived from the batch's
+// identity (analytics.Batch Writer and Seq, and First for a batch folding
+// several intervals) as a name-based UUID (version 5, SHA-1, writerSpace), and each of its counts is one plain INSERT of
+// the batch's delta into the row (link, bucket, start, that writer id).
+// Writing the same batch again, whether a gocql retry, a resend by the
+// flusher after a failed Write, or a replay of the journal by another
+// process after a crash, overwrites the same rows with the same values:
+// it can never count twice, and no process keeps any state about what it
+// wrote. (The flusher resends a failed batch with the same Counts, so the
+// rows are the same; see analytics.Writer.) A batch without an identity
+// gets a random writer id: it is applied every time it is sent.
 //
-// Every such statement carries USING TIMESTAMP pinned to the batch's flush
-// time (Batch.At in microseconds, forced to increase strictly within a
-// process), so a late retry of an older flush (gocql retrying a statement
-// whose answer was lost) can never overwrite the newer count of a later
-// flush. gocql v1's retry policy does not look at Query.Idempotent (only
+// Every such statement carries USING TIMESTAMP pinned to the batch's At in
+// microseconds; the rows of one batch are written with the same values
+// whenever they are written, so the order in which copies land does not
+// matter. gocql v1's retry policy does not look at Query.Idempotent (only
 // speculative execution does); statements are marked idempotent for what
-// it is worth, but it is the overwrite design that makes retries safe.
+// it is worth, but it is the row-per-batch design that makes retries safe.
 //
 // Readers sum the rows of all writers of a bucket: counts from several
-// gateway processes, and from earlier runs of one, add up.
-//
-// The remembered state is bounded: a bucket's entry is dropped once the
-// bucket ended more than pointGrace ago (by Batch.At) and its last write
-// succeeded. Counts that come later for it (a flusher that was failing for a
-// long time) must not overwrite the row with a smaller cumulative count, so
-// whenever entries are dropped the store switches to a fresh writer id: a
-// late count starts a new row, never seen before, from zero. An entry whose
-// last write failed is never dropped, so its resend overwrites the same row.
-//
-// Exactness holds as long as the flusher resends a failed Write's counts to
-// the same Store. If a process exits while a write is unacknowledged (a
-// timeout whose outcome is unknown) and the counts are resent by the next
-// process (the flusher's spill file), they are written under a new writer
-// id and count twice if the lost write had in fact been applied.
+// gateway processes, and from every flush of each, add up. The price is
+// rows: a link visited in every flush interval gets one row per interval in
+// each of its minutes (6 with 10 s flushes, 60 with 1 s), where a
+// cumulative row per process held one. Reads of the minute tier and the
+// rollup of minutes into 5 minutes read that many more rows, in the same
+// partitions and the same statements (TestStatementsPerVisit measures
+// both); the coarser tiers, written by the rollup, have one row per bucket
+// as before. The scheme it replaces kept a cumulative row per process and
+// bucket and the row's committed value in memory, which a process
+// replaying another's journal cannot know: it counted a replayed interval
+// twice when the lost write had in fact been applied.
 //
 // # Rollup
 //
@@ -128,6 +123,8 @@ package cassandra
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -144,11 +141,6 @@ import (
 )
 
 const (
-	// pointGrace is how long after a bucket's end its entry is kept: counts
-	// for it normally arrive within a flush interval of its end.
-	pointGrace = 5 * time.Minute
-	// gcEvery spaces the scans that drop old entries (by Batch.At).
-	gcEvery = time.Minute
 	// parallel bounds the statements of one Write in flight at once.
 	parallel = 32
 	// maxTTL is Cassandra's largest TTL, 20 years, in seconds.
@@ -194,27 +186,33 @@ type Store struct {
 
 	stmts statements
 
-	wmu    sync.Mutex // serializes Write, and guards what follows
-	writer gocql.UUID // the writer id new entries use
-	lastTS int64      // the last point write timestamp used, µs
-	lastGC time.Time
-	points map[pointKey]*entry
+	wmu sync.Mutex // serializes Write
 }
 
-// pointKey names one bucket of one tier of one link.
-type pointKey struct {
-	key   string
-	step  time.Duration
-	start int64 // unix µs
-}
+// writerSpace is the namespace of the batch writer ids (the name-based
+// UUIDs of RFC 9562, section 5.5): a fixed random UUID, so that every
+// process derives the same id from the same batch identity.
+var writerSpace = gocql.UUID{0x6c, 0x2e, 0x93, 0x1a, 0x47, 0x0b, 0x4f, 0x8d, 0x9a, 0x51, 0x3c, 0xe2, 0x70, 0x16, 0xd8, 0x5b}
 
-// entry is what the store knows of one row it writes: the row's writer id
-// and the cumulative count it holds.
-type entry struct {
-	writer    gocql.UUID
-	committed analytics.Visits // what the row holds after the last successful write
-	attempt   analytics.Visits // what the Write in progress sends
-	failed    bool             // the last write failed: the row may hold any value sent since committed
+// batchWriter returns the writer id of the rows of the batch (writer,
+// first, seq): a version 5 UUID of them, the same in every process. A
+// batch of one interval (first == seq) hashes (writer, seq) only; a batch
+// folding the intervals first to seq hashes first too, so that it never
+// shares rows with a batch of one of them.
+func batchWriter(writer string, first, seq uint64) gocql.UUID {
+	h := sha1.New()
+	h.Write(writerSpace[:])
+	h.Write(binary.AppendUvarint(nil, uint64(len(writer)))) // no two (writer, seq) hash the same bytes
+	h.Write([]byte(writer))
+	h.Write(binary.BigEndian.AppendUint64(nil, seq))
+	if first != seq {
+		h.Write(binary.BigEndian.AppendUint64(nil, first))
+	}
+	var u gocql.UUID
+	copy(u[:], h.Sum(nil))
+	u[6] = u[6]&0x0f | 0x50 // version 5
+	u[8] = u[8]&0x3f | 0x80 // the RFC variant
+	return u
 }
 
 // Open returns a Store for the keyspace that cfg names, with the given
@@ -290,8 +288,6 @@ func newStore(tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 		log:    log.With("store", "cassandra"),
 		now:    time.Now,
 		id:     gocql.MustRandomUUID(),
-		writer: gocql.MustRandomUUID(),
-		points: make(map[pointKey]*entry),
 		cancel: func() {},
 		done:   make(chan struct{}),
 	}
@@ -433,33 +429,26 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if b.At.IsZero() {
 		return errors.New("cassandra: write: batch without a flush time (At)")
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if _, err := s.backend(); err != nil {
-		return err // closed while this Write waited
-	}
 	first, err := s.announce(b.Active, b.Marks, b.At)
 	if err != nil {
 		return fmt.Errorf("cassandra: write: %w", err)
 	}
-	ops, touched, err := s.prepare(b)
+	ops, err := s.prepare(b)
 	if err != nil {
 		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, err := s.backend(); err != nil {
+		return err // closed while this Write waited
 	}
 	err = runAll(ctx, len(first), func(ctx context.Context, i int) error { return first[i](ctx, be) })
 	if err == nil {
 		err = runAll(ctx, len(ops), func(ctx context.Context, i int) error { return ops[i](ctx, be) })
 	}
 	if err != nil {
-		for _, e := range touched {
-			e.failed = true
-		}
 		return fmt.Errorf("cassandra: write %d rows: %w", len(first)+len(ops), err)
 	}
-	for _, e := range touched {
-		e.committed, e.failed = e.attempt, false
-	}
-	s.collect(b.At)
 	return nil
 }
 
@@ -523,50 +512,50 @@ func ttlOf(d time.Duration) int {
 	return int(min((d+time.Second-1)/time.Second, maxTTL))
 }
 
-// prepare returns the statements that write b's counts and the entries they
-// update, whose attempt it sets; the caller commits them when all succeed.
-// It adds entries for buckets it has none for. Called with wmu held.
-func (s *Store) prepare(b analytics.Batch) ([]op, []*entry, error) {
-	ts := b.At.UnixMicro()
-	if ts <= s.lastTS {
-		ts = s.lastTS + 1
+// prepare returns the statements that write b's counts: one row per
+// bucket under the batch's writer id (counts of one bucket in the batch
+// add up).
+func (s *Store) prepare(b analytics.Batch) ([]op, error) {
+	writer := gocql.MustRandomUUID()
+	if b.Writer != "" {
+		writer = batchWriter(b.Writer, b.FirstSeq(), b.Seq)
 	}
-	s.lastTS = ts
+	ts := b.At.UnixMicro()
 	at := b.At.UTC()
-	var ops []op
-	var touched []*entry
-	seen := make(map[*entry]bool, len(b.Counts))
+	type row struct {
+		key   string
+		t     rollup.Tier
+		start time.Time
+	}
+	sums := make(map[row]analytics.Visits, len(b.Counts))
+	var order []row
 	for _, c := range b.Counts {
 		t, ok := s.tiers[c.Step]
 		if !ok {
-			return nil, nil, fmt.Errorf("cassandra: write: %q: no tier with step %v", c.Key, c.Step)
+			return nil, fmt.Errorf("cassandra: write: %q: no tier with step %v", c.Key, c.Step)
 		}
 		start := c.Start.UTC()
 		if !rollup.Align(start, t.Step).Equal(start) {
-			return nil, nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a %v bucket", c.Key, start, rollup.FormatDuration(t.Step))
+			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a %v bucket", c.Key, start, rollup.FormatDuration(t.Step))
 		}
-		ttl, keep := ttlSeconds(t, start, at)
-		if c.Visits == (analytics.Visits{}) || !keep {
+		r := row{c.Key, t, start}
+		v, seen := sums[r]
+		if !seen {
+			order = append(order, r)
+		}
+		sums[r] = v.Add(c.Visits)
+	}
+	ops := make([]op, 0, len(order))
+	for _, r := range order {
+		v := sums[r]
+		ttl, keep := ttlSeconds(r.t, r.start, at)
+		if v == (analytics.Visits{}) || !keep {
 			continue // nothing to add, or expired already
 		}
-		k := pointKey{c.Key, t.Step, start.UnixMicro()}
-		e := s.points[k]
-		if e == nil {
-			e = &entry{writer: s.writer}
-			s.points[k] = e
-		}
-		if !seen[e] {
-			seen[e] = true
-			e.attempt = e.committed
-			touched = append(touched, e)
-			key, table, bucket := c.Key, pointsTable(t), tierPartition(t, start)
-			ops = append(ops, func(ctx context.Context, be backend) error {
-				return be.writePoint(ctx, pointRow{table, key, bucket, start, e.writer, e.attempt, ttl, ts})
-			})
-		}
-		e.attempt = e.attempt.Add(c.Visits)
+		pr := pointRow{pointsTable(r.t), r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts}
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writePoint(ctx, pr) })
 	}
-	return ops, touched, nil
+	return ops, nil
 }
 
 // ttlSeconds returns the TTL of a row of the bucket of tier t that starts
@@ -579,27 +568,6 @@ func ttlSeconds(t rollup.Tier, start, at time.Time) (ttl int, keep bool) {
 	}
 	ttl = ttlOf(start.Add(t.Step + t.Retention).Sub(at))
 	return ttl, ttl > 0
-}
-
-// collect drops the entries of buckets that ended more than pointGrace ago
-// and switches to a fresh writer id when it dropped any. Entries whose last
-// write failed are kept: their resend must overwrite the same row. Called
-// with wmu held.
-func (s *Store) collect(at time.Time) {
-	if at.Sub(s.lastGC) < gcEvery {
-		return
-	}
-	s.lastGC = at
-	dropped := false
-	for k, e := range s.points {
-		if !e.failed && !time.UnixMicro(k.start).Add(k.step+pointGrace).After(at) {
-			delete(s.points, k)
-			dropped = true
-		}
-	}
-	if dropped {
-		s.writer = gocql.MustRandomUUID()
-	}
 }
 
 // runAll calls f(ctx, i) for every i in [0, n), at most parallel at a time,

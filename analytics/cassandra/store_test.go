@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
@@ -103,7 +104,6 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 	truth := map[truthKey]analytics.Visits{}
 	totals := map[string]analytics.Visits{}
 	procs := []*proc{newProc(t, db, &clock, plan), newProc(t, db, &clock, plan)}
-	writers := map[string]bool{}
 	rolled := 0
 	for round := range 500 {
 		switch r := rng.Float64(); {
@@ -143,7 +143,6 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 			if err := p.fl.Flush(context.Background()); err != nil {
 				p.failed++
 			}
-			writers[p.s.writer.String()] = true
 			if rng.IntN(3) == 0 {
 				if rep, err := p.worker.RunOnce(context.Background()); err == nil {
 					rolled += rep.Rows
@@ -161,7 +160,7 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 		if rng.IntN(5) == 0 {
 			db.applyLate(func(fs []func()) { rng.Shuffle(len(fs), func(i, j int) { fs[i], fs[j] = fs[j], fs[i] }) })
 		}
-		if round%100 < 40 { // longer than pointGrace: entries of failed writes must survive it
+		if round%100 < 40 { // outages of many intervals: batches queue up and are resent in order
 			rate = 0.5
 		} else {
 			rate = 0.01
@@ -176,12 +175,9 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 		if err := p.fl.Flush(context.Background()); err != nil {
 			t.Fatalf("process %d: final flush without faults: %v", i, err)
 		}
-		t.Logf("process %d: %d flushes, %d failed, %d restarts, %d point entries", i, p.flushes, p.failed, p.restarts, len(p.s.points))
+		t.Logf("process %d: %d flushes, %d failed, %d restarts", i, p.flushes, p.failed, p.restarts)
 		if p.failed == 0 || p.failed == p.flushes {
 			t.Errorf("process %d: %d of %d flushes failed: the faults did not exercise both paths", i, p.failed, p.flushes)
-		}
-		if n := len(p.s.points); n > 300 {
-			t.Errorf("process %d remembers %d buckets: state is not collected", i, n)
 		}
 	}
 	db.applyLate(nil)
@@ -205,10 +201,7 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 			}
 		}
 	}
-	t.Logf("%d writer ids, %d rolled rows, end at %v", len(writers), rolled, clock.Sub(t0))
-	if len(writers) < 10 {
-		t.Errorf("only %d writer ids were used: entries were never dropped", len(writers))
-	}
+	t.Logf("%d rolled rows, end at %v", rolled, clock.Sub(t0))
 
 	s := procs[0].s
 	r := analytics.NewReader(s, rollup.DefaultTiers())
@@ -265,34 +258,46 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 }
 
 // TestFailedWriteAppliedThenResent is the core case by hand: a Write fails
-// after the cluster applied it, its counts are resent merged with new ones,
-// and a gocql retry of the failed write arrives after the resend.
+// after the cluster applied it and is sent again, by the same process and
+// by another one replaying the journal; a gocql retry of an applied write
+// arrives after a later batch. Every batch counts once.
 func TestFailedWriteAppliedThenResent(t *testing.T) {
 	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
 	db := newFakeDB(clock)
 	s := onFake(t, db, &clock)
 	minute := rollup.Align(clock, time.Minute)
 	ctx := context.Background()
-	batch := func(at time.Time, h int64) analytics.Batch {
-		return analytics.Batch{At: at, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}}}
+	batch := func(seq uint64, h int64) analytics.Batch {
+		return analytics.Batch{Writer: "w1", Seq: seq, At: clock.Add(time.Duration(seq) * time.Second),
+			Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}}}
 	}
-	if err := s.Write(ctx, batch(clock, 1)); err != nil {
+	if err := s.Write(ctx, batch(1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	db.fault = func(string) fault { return dupLate } // applied, and applied again later
-	if err := s.Write(ctx, batch(clock.Add(time.Second), 2)); err != nil {
+	if err := s.Write(ctx, batch(2, 2)); err != nil {
 		t.Fatal(err)
 	}
 	db.fault = func(string) fault { return failAfter } // applied, answer lost
-	if err := s.Write(ctx, batch(clock.Add(2*time.Second), 4)); !errors.Is(err, errFault) {
+	if err := s.Write(ctx, batch(3, 4)); !errors.Is(err, errFault) {
 		t.Fatalf("Write = %v, want the injected fault", err)
 	}
 	db.fault = nil
-	// The flusher resends the 4 with 8 new visits.
-	if err := s.Write(ctx, batch(clock.Add(3*time.Second), 4+8)); err != nil {
+	if err := s.Write(ctx, batch(3, 4)); err != nil { // the flusher's resend
 		t.Fatal(err)
 	}
-	db.applyLate(nil) // the retry of the second write lands now, with its older timestamp
+	if err := s.Write(ctx, batch(4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	db.applyLate(nil) // the retry of the second write lands now
+	// Another process replays the journal of the first, which crashed
+	// before it knew the fate of batches 3 and 4.
+	other := onFake(t, db, &clock)
+	for _, b := range []analytics.Batch{batch(3, 4), batch(4, 8)} {
+		if err := other.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	got, err := s.Points(ctx, "k", time.Minute, minute, minute.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +305,18 @@ func TestFailedWriteAppliedThenResent(t *testing.T) {
 	want := []analytics.Point{{Start: minute, Visits: analytics.Visits{Human: 1 + 2 + 4 + 8}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Points (-want +got):\n%s", diff)
+	}
+	// Batches without an identity are applied every time.
+	anon := batch(0, 16)
+	anon.Writer = ""
+	for range 2 {
+		if err := s.Write(ctx, anon); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ = s.Points(ctx, "k", time.Minute, minute, minute.Add(time.Minute))
+	if len(got) != 1 || got[0].Human != 15+32 {
+		t.Errorf("after two anonymous batches of 16: %+v, want 47 visits", got)
 	}
 }
 
@@ -331,32 +348,45 @@ func TestAnnouncedBeforeCounts(t *testing.T) {
 	}
 }
 
-// TestTimestampsIncrease checks that point write timestamps are Batch.At in
-// microseconds, forced to increase when the clock goes back.
-func TestTimestampsIncrease(t *testing.T) {
+// TestBatchRows checks the rows of a batch: one per bucket under a writer
+// id derived from the batch's identity alone (the same in every process,
+// another for every Seq and Writer), written at the batch's At.
+func TestBatchRows(t *testing.T) {
 	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
 	db := newFakeDB(clock)
 	s := onFake(t, db, &clock)
 	minute := rollup.Align(clock, time.Minute)
-	write := func(at time.Time, h int64) {
+	write := func(writer string, seq uint64) {
 		t.Helper()
-		err := s.Write(context.Background(), analytics.Batch{At: at, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}}})
+		err := s.Write(context.Background(), analytics.Batch{Writer: writer, Seq: seq, At: clock, Counts: []analytics.Count{
+			{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: 1}},
+			{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Bot: 1}}, // the same bucket: one row
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(clock, 1)
-	write(clock.Add(-time.Hour), 2) // the clock stepped back
-	var ts []int64
-	var got analytics.Visits
+	write("a", 1)
+	write("a", 2)
+	write("b", 1)
+	rows := map[gocql.UUID]fakeCell{}
 	for _, p := range db.points {
-		for _, c := range p {
-			ts = append(ts, c.ts)
-			got = c.v
+		for r, c := range p {
+			rows[r.writer] = c
 		}
 	}
-	if len(ts) != 1 || ts[0] != clock.UnixMicro()+1 || got.Human != 3 {
-		t.Errorf("row timestamps %v holding %+v, want [%d] holding 3", ts, got, clock.UnixMicro()+1)
+	want := map[gocql.UUID]fakeCell{}
+	for _, id := range []struct {
+		w string
+		s uint64
+	}{{"a", 1}, {"a", 2}, {"b", 1}} {
+		want[batchWriter(id.w, id.s, id.s)] = fakeCell{v: analytics.Visits{Human: 1, Bot: 1}, ts: clock.UnixMicro(), expires: minute.Add(time.Minute + 2*rollup.Day)}
+	}
+	if diff := cmp.Diff(want, rows, cmp.AllowUnexported(fakeCell{})); diff != "" {
+		t.Errorf("rows by writer id (-want +got):\n%s", diff)
+	}
+	if u := batchWriter("a", 1, 1); u.Version() != 5 || u == rollupWriter {
+		t.Errorf("batch writer id %v: version %d, want a version 5 UUID", u, u.Version())
 	}
 }
 
@@ -525,61 +555,5 @@ func TestWriteCanceled(t *testing.T) {
 	err = runAll(ctx, 100, func(context.Context, int) error { calls++; return nil })
 	if err == nil {
 		t.Errorf("runAll with a canceled context made %d of 100 calls and returned nil", calls)
-	}
-}
-
-// TestCollect checks the state kept per writer: entries of ended buckets are
-// dropped after pointGrace, those whose write failed are kept, a fresh
-// writer id takes over, and a count that comes after its bucket's entry was
-// dropped adds up rather than overwrites.
-func TestCollect(t *testing.T) {
-	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
-	db := newFakeDB(clock)
-	s := onFake(t, db, &clock)
-	ctx := context.Background()
-	m0 := rollup.Align(clock, time.Minute)
-	one := analytics.Visits{Human: 1}
-	write := func(key string, start time.Time) error {
-		return s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: key, Step: time.Minute, Start: start, Visits: one}}})
-	}
-	if err := write("ok", m0); err != nil {
-		t.Fatal(err)
-	}
-	db.fault = func(string) fault { return failAfter }
-	if err := write("failed", m0); err == nil {
-		t.Fatal("Write succeeded despite the fault")
-	}
-	db.fault = nil
-	w0 := s.writer
-	clock = m0.Add(time.Minute + pointGrace) // m0 ended pointGrace ago
-	if err := write("other", rollup.Align(clock, time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := s.points[pointKey{"ok", time.Minute, m0.UnixMicro()}]; ok {
-		t.Error("the entry of an ended bucket was kept")
-	}
-	if e := s.points[pointKey{"failed", time.Minute, m0.UnixMicro()}]; e == nil || e.writer != w0 {
-		t.Error("the entry of a failed write was dropped or changed writer")
-	}
-	if s.writer == w0 {
-		t.Error("the writer id did not change after entries were dropped")
-	}
-	// A late count for m0: a new row under the new writer id.
-	if err := write("ok", m0); err != nil {
-		t.Fatal(err)
-	}
-	// The failed one resent with one more visit, as the flusher does: the
-	// same row, overwritten.
-	if err := s.Write(ctx, analytics.Batch{At: clock, Counts: []analytics.Count{{Key: "failed", Step: time.Minute, Start: m0, Visits: analytics.Visits{Human: 2}}}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"ok", "failed"} {
-		got, err := s.Points(ctx, k, time.Minute, m0, m0.Add(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := []analytics.Point{{Start: m0, Visits: analytics.Visits{Human: 2}}}; !cmp.Equal(got, want) {
-			t.Errorf("Points(%q) = %v, want %v", k, got, want)
-		}
 	}
 }

@@ -40,8 +40,10 @@ func openWire(t *testing.T, srv *wireServer) *Store {
 
 // TestWireFaults drives the real gocql session: a WriteTimeout or
 // Unavailable answer is retried by gocql's retry policy and then reported,
-// nothing is committed, and the resend binds the cumulative count and the
-// flush time; a request never answered ends with the context.
+// the resend of the same batch binds the same row (the writer id derived
+// from the batch's identity), its delta and its flush time, and the next
+// batch gets a row of its own; a request never answered ends with the
+// context.
 func TestWireFaults(t *testing.T) {
 	srv := newWireServer(t)
 	s := openWire(t, srv)
@@ -50,6 +52,8 @@ func TestWireFaults(t *testing.T) {
 	count := func(at time.Time, h int64) analytics.Batch {
 		return analytics.Batch{At: at, Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: h}}}}
 	}
+	first := count(at, 3)
+	first.Writer, first.Seq = "w", 1
 	ctx := context.Background()
 	const insert = "INSERT INTO ks.points_1m"
 
@@ -58,7 +62,7 @@ func TestWireFaults(t *testing.T) {
 		srv.mu.Lock()
 		srv.reply = func(q string) int { return code }
 		srv.mu.Unlock()
-		err := s.Write(ctx, count(at, 3))
+		err := s.Write(ctx, first)
 		if err == nil {
 			t.Fatalf("error %#x: Write succeeded", code)
 		}
@@ -69,20 +73,20 @@ func TestWireFaults(t *testing.T) {
 		if n := srv.count(insert) - before; n != 4 {
 			t.Errorf("error %#x: the statement was sent %d times, want 4 (gocql retries 3 times)", code, n)
 		}
-		at = at.Add(10 * time.Second)
 	}
 
-	// The flusher resends the 3 merged with 4 new visits: the row gets 7
-	// (nothing was committed), stamped with the flush time; the next
-	// write adds 1.
+	// The flusher resends the same batch: its row gets 3, stamped with
+	// its flush time; the next batch, 4 visits, a row of its own.
 	srv.mu.Lock()
 	srv.reply = nil
 	srv.bound = nil
 	srv.mu.Unlock()
-	if err := s.Write(ctx, count(at, 3+4)); err != nil {
+	if err := s.Write(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, count(at.Add(10*time.Second), 1)); err != nil {
+	second := count(at.Add(10*time.Second), 4)
+	second.Writer, second.Seq = "w", 2
+	if err := s.Write(ctx, second); err != nil {
 		t.Fatal(err)
 	}
 	srv.mu.Lock()
@@ -91,10 +95,16 @@ func TestWireFaults(t *testing.T) {
 	if len(bound) != 2 {
 		t.Fatalf("%d INSERTs executed, want 2", len(bound))
 	}
-	for i, want := range []struct{ human, ts int64 }{{7, at.UnixMicro()}, {8, at.Add(10 * time.Second).UnixMicro()}} {
+	for i, want := range []struct {
+		human, ts int64
+		writer    gocql.UUID
+	}{{3, at.UnixMicro(), batchWriter("w", 1, 1)}, {4, at.Add(10 * time.Second).UnixMicro(), batchWriter("w", 2, 2)}} {
 		v := bound[i] // short_key, bucket, start, writer, human, bot, ttl, timestamp
 		if string(v[0]) != "k" || int64(binary.BigEndian.Uint64(v[4])) != want.human || int64(binary.BigEndian.Uint64(v[7])) != want.ts {
 			t.Errorf("INSERT %d bound key %q, human %d, timestamp %d; want k, %d, %d", i, v[0], binary.BigEndian.Uint64(v[4]), binary.BigEndian.Uint64(v[7]), want.human, want.ts)
+		}
+		if string(v[3]) != string(want.writer[:]) {
+			t.Errorf("INSERT %d bound writer %x, want %v", i, v[3], want.writer)
 		}
 	}
 

@@ -4,11 +4,13 @@
 // # Why Pebble
 //
 // A flush is a few hundred to a few hundred thousand "add n to this bucket"
-// operations that must land all or nothing, since the flusher resends a
-// failed batch merged into the next one. Pebble gives exactly that: all of a
-// flush goes into one pebble.Batch committed with one fsync, and a merge
-// operator adds counts inside the engine, so a flush never reads before it
-// writes. It builds with CGO_ENABLED=0 (its cgo zstd binding is optional;
+// operations that must land all or nothing, and exactly once however often
+// the flusher sends the batch (a retry, a replay of the journal after a
+// crash). Pebble gives exactly that: all of a flush goes into one
+// pebble.Batch committed with one fsync, together with the batch's
+// sequence number as its writer's watermark, and a merge operator adds
+// counts inside the engine, so a flush reads one key (the watermark)
+// before it writes. It builds with CGO_ENABLED=0 (its cgo zstd binding is optional;
 // this store uses snappy), so the gateway stays one static binary, and it is
 // kept by Cockroach Labs as CockroachDB's engine. SQLite through a pure-Go
 // driver would let an operator poke at the data with SQL, but each flush
@@ -30,6 +32,7 @@
 //	'a' step period key                  -> empty    rollup.Active: key has work in period
 //	'd' uvarint(len(key)) key step start id -> at    rollup.Mark: the bucket may be stale
 //	'w' step                             -> done     rollup.Progress of the queue of step
+//	'q' writer                           -> seq      the last batch of writer applied
 //
 // step is the tier's step in seconds (uint32, big-endian; 0 for the marks
 // queue) and start, period and done are unix seconds (int64 with the sign
@@ -46,6 +49,15 @@
 //
 // Write sets a bucket's index entry with every count. It costs a second key
 // per count but needs no read, and the entry is idempotent.
+//
+// A batch with an identity (analytics.Batch Writer and Seq) is applied
+// only when its Seq (its FirstSeq, for a batch folding several intervals)
+// is above its writer's watermark ('q'), which the same atomic commit
+// raises to Seq: the flusher sends a writer's batches in Seq
+// order, so one number per writer tells every batch applied already, and a
+// resent or replayed batch changes nothing. There is one such key per
+// gateway process that ever wrote (a few bytes each); they are not
+// expired, since a journal can be replayed long after it was written.
 //
 // The rollup worker (rollup.Worker) reads and writes through the
 // rollup.Store methods; this store has one process, so it needs no lease.
@@ -507,14 +519,14 @@ func (s *Store) usable() error {
 // commitBatch commits wb. Pebble does not return a failed commit (a write
 // or sync of its log that the disk refused): it calls its logger's Fatalf,
 // which panics. That panic is recovered here and marks the store failed, so
-// that the gateway goes on proxying and its flusher keeps the counts (and
-// spills them at shutdown) instead of the process dying with them.
+// that the gateway goes on proxying and its flusher keeps the counts (in
+// its journal) instead of the process dying with them.
 func (s *Store) commitBatch(wb *pebble.Batch, o *pebble.WriteOptions) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v (restart once the disk is repaired)", ErrFailed, r)
 			if s.failure.CompareAndSwap(nil, &err) {
-				s.log.Error("analytics store failed; counts are kept in memory and spilled at shutdown", "err", err)
+				s.log.Error("analytics store failed; counts are kept in the journal until a restart", "err", err)
 			}
 		}
 	}()
@@ -538,7 +550,8 @@ func (s *Store) checkSpace(n int) error {
 
 // Write adds b's counts, Active entries and marks in one atomic batch and
 // returns once it is synced to disk. When it fails nothing of b was
-// applied, so the flusher's resend counts everything once. A count whose
+// applied; a batch whose identity was applied already is skipped (see the
+// package documentation), so a resend counts everything once. A count whose
 // step is not one of the store's tiers, or whose start is not a bucket
 // start, fails the whole batch, as does an Active entry or mark of an
 // unknown tier.
@@ -589,10 +602,53 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	s.commit.Lock()
 	defer s.commit.Unlock()
+	if b.Writer != "" {
+		// Read and raised under the commit lock: no other Write of the
+		// writer can slip in between.
+		k = appendWriterKey(k[:0], b.Writer)
+		applied, err := s.watermark(k)
+		if err != nil {
+			return fmt.Errorf("pebble: write: %w", err)
+		}
+		if b.FirstSeq() <= applied {
+			return nil // applied already: a retry or a replay
+		}
+		if err := wb.Set(k, binary.BigEndian.AppendUint64(nil, b.Seq), nil); err != nil {
+			return fmt.Errorf("pebble: write: %w", err)
+		}
+	}
 	if err := s.commitBatch(wb, pebble.Sync); err != nil {
 		return fmt.Errorf("pebble: write: commit: %w", err)
 	}
 	return nil
+}
+
+// watermark returns the last Seq applied of the writer whose key is k, 0
+// when none was.
+func (s *Store) watermark(k []byte) (uint64, error) {
+	v, c, err := s.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("bad watermark %x = %x", k, v)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Applied returns the last Seq of writer that a Write applied, 0 when
+// none was: for tests and for operators looking at a journal's replay.
+func (s *Store) Applied(writer string) (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	return s.watermark(appendWriterKey(nil, writer))
 }
 
 // checkBucket checks that step names a tier and start is one of its
@@ -1112,6 +1168,10 @@ func appendPointKey(b []byte, key string, step time.Duration, start int64) []byt
 	b = append(b, key...)
 	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
 	return binary.BigEndian.AppendUint64(b, timeBits(start))
+}
+
+func appendWriterKey(b []byte, writer string) []byte {
+	return append(append(b, 'q'), writer...)
 }
 
 func appendIndexKey(b []byte, step time.Duration, start int64, key string) []byte {

@@ -51,6 +51,27 @@ type process struct {
 	addr map[string]string // "gateway", "admin" → host:port from the "listening" lines
 	done chan struct{}
 	err  error
+
+	errOut lockedBuffer // stderr
+}
+
+// lockedBuffer is a buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(b)
+}
+
+// stderrText returns what the process wrote to stderr.
+func (p *process) stderrText() string {
+	p.errOut.mu.Lock()
+	defer p.errOut.mu.Unlock()
+	return p.errOut.b.String()
 }
 
 // startProcess runs a binary and waits until it has logged a listening
@@ -59,7 +80,7 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 	t.Helper()
 	p := &process{t: t, cmd: exec.Command(name, args...), addr: map[string]string{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stderr = testWriter{t}
+	p.cmd.Stderr = io.MultiWriter(testWriter{t}, &p.errOut)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

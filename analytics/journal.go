@@ -1,0 +1,636 @@
+package analytics
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// DefaultJournalMaxBytes is analytics.journal.max_bytes' default: 256 MiB,
+// about 8 million (link, minute) counts, hours of a busy outage.
+const DefaultJournalMaxBytes = 256 << 20
+
+// minJournalBytes is the smallest analytics.journal.max_bytes: a few
+// segments, so that folding and acking can free space.
+const minJournalBytes = 1 << 20
+
+// DefaultJournalPath returns where the journal of cfg is kept when
+// analytics.journal.path is empty: a directory "analytics-journal" beside
+// the embedded store's directory (by default ./data/analytics-journal),
+// whichever store is used. It is never inside the store's own directory.
+func DefaultJournalPath(cfg Config) string {
+	if cfg.Journal.Path != "" {
+		return cfg.Journal.Path
+	}
+	base := cfg.Embedded.Path
+	if base == "" {
+		base = DefaultConfig().Embedded.Path
+	}
+	return filepath.Join(filepath.Dir(filepath.Clean(base)), "analytics-journal")
+}
+
+// Journal is where a Flusher keeps the batches the store refused, on local
+// disk (package journal), until the store takes them: each interval's
+// batch is one record, written and fsynced before the flusher moves on,
+// and acknowledged once the store applied it. At max_bytes it folds its
+// oldest records into coarser buckets before it drops anything. It is
+// used by one Flusher, under the Flusher's lock; its methods are safe on a
+// nil *Journal (none).
+type Journal struct {
+	j        *journal.Journal
+	maxBytes int64
+	plan     *rollup.Plan
+	m        *Metrics
+	log      *slog.Logger
+
+	records int       // records not acked (-1 until surveyed: unknown)
+	oldest  time.Time // the oldest bucket start of the head record, zero when unknown or none
+	dropped uint64    // visits dropped at the cap since the start
+}
+
+// OpenJournal opens (creating it if needed) the journal in dir, capped at
+// maxBytes (0: DefaultJournalMaxBytes). It checks the files and cuts a
+// record torn by a crash but reads no batch: a Flusher's Run writes them
+// to the store in the background.
+func OpenJournal(dir string, maxBytes int64) (*Journal, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultJournalMaxBytes
+	}
+	j, err := journal.Open(dir, journal.Options{MaxBytes: maxBytes})
+	if err != nil {
+		return nil, fmt.Errorf("analytics: journal: %w", err)
+	}
+	jr := &Journal{j: j, maxBytes: maxBytes, records: -1, log: slog.New(slog.DiscardHandler)}
+	if st := j.Recovered(); st.TornBytes > 0 || st.Corrupt > 0 || st.AckLost {
+		// Logged by setPlan, once the Flusher's logger is known.
+		jr.records = -1
+	}
+	return jr, nil
+}
+
+// setPlan gives the journal what folding, its metrics and its logs need,
+// and logs what Open found. Called by NewFlusher.
+func (jr *Journal) setPlan(plan *rollup.Plan, m *Metrics, log *slog.Logger) {
+	jr.plan, jr.m, jr.log = plan, m, log
+	st := jr.j.Recovered()
+	if st.TornBytes > 0 || st.Corrupt > 0 || st.AckLost {
+		log.Warn("analytics: journal recovered after a crash", "dir", jr.j.Dir(),
+			"torn_bytes", st.TornBytes, "corrupt_records", st.Corrupt, "lost_bytes", st.LostBytes, "ack_lost", st.AckLost)
+	}
+	if spills, _ := filepath.Glob(filepath.Join(filepath.Dir(jr.j.Dir()), "analytics-spill", "spill-*.json")); len(spills) > 0 {
+		log.Warn("analytics: spill files of an earlier version are not read; remove them once looked at",
+			"dir", filepath.Dir(spills[0]), "files", len(spills))
+	}
+	m.setJournal(jr.Bytes(), max(jr.records, 0))
+}
+
+// waiting says whether records wait for the store.
+func (jr *Journal) waiting() bool {
+	return jr != nil && jr.j.Acked().Less(jr.j.End())
+}
+
+// Bytes returns the journal's bytes on disk, 0 for none.
+func (jr *Journal) Bytes() int64 {
+	if jr == nil {
+		return 0
+	}
+	return jr.j.Bytes()
+}
+
+// survey counts the records a previous process left, streaming, and
+// finds the oldest bucket they hold. It reads the journal only (Scan is
+// safe with the Flusher's appends): the caller sets what it found with
+// surveyed, under the Flusher's lock.
+func (jr *Journal) survey() (n int, oldest time.Time) {
+	err := jr.j.Scan(jr.j.Acked(), func(_ journal.Pos, rec []byte) error {
+		if n == 0 {
+			oldest = recordOldest(rec)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		jr.log.Error("analytics: journal: scan", "err", err)
+	}
+	return n, oldest
+}
+
+// surveyed sets what survey found, unless appends or writes since made
+// the journal's state known already.
+func (jr *Journal) surveyed(n int, oldest time.Time) {
+	if jr.records < 0 {
+		jr.records, jr.oldest = n, oldest
+	}
+	if n > 0 {
+		jr.log.Info("analytics: journal: writing the counts an earlier run left", "records", n, "bytes", jr.j.Bytes())
+	}
+	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+}
+
+// Append journals b (attempted: a Write of it was tried). At the cap it
+// folds the oldest records, then drops the oldest, counting the visits
+// dropped, until b fits.
+func (jr *Journal) Append(b *Batch, attempted bool) error {
+	rec := appendBatch(appendRecordHeader(nil, 1), b, attempted)
+	for try := 0; ; try++ {
+		_, err := jr.j.Append(rec)
+		if err == nil {
+			if jr.records == 0 {
+				jr.oldest = batchOldest(b)
+			}
+			if jr.records >= 0 { // else survey counts it
+				jr.records++
+			}
+			jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+			return nil
+		}
+		if !errors.Is(err, journal.ErrFull) || try > 16 {
+			return fmt.Errorf("analytics: journal: %w", err)
+		}
+		if err := jr.makeRoom(int64(len(rec)), try); err != nil {
+			return err
+		}
+	}
+}
+
+// makeRoom frees space for a record of n bytes: the first tries fold the
+// oldest eighth of the journal into hours, then days; after that, and
+// whenever a fold freed too little, the records of the oldest file are
+// dropped.
+func (jr *Journal) makeRoom(n int64, try int) error {
+	before := jr.j.Bytes()
+	if try < 2 {
+		level := jr.foldLevel(try)
+		if err := jr.fold(level); err != nil {
+			jr.log.Error("analytics: journal: fold failed", "err", err)
+		} else if freed := before - jr.j.Bytes(); freed >= n {
+			jr.log.Warn("analytics: journal full: oldest counts folded into coarser buckets",
+				"step", rollup.FormatDuration(jr.plan.Tiers()[level].Step), "freed_bytes", freed, "journal_bytes", jr.j.Bytes())
+			return nil
+		}
+	}
+	return jr.dropOldest()
+}
+
+// foldLevel returns the tier the try'th fold puts counts in: the first
+// whose step is at least an hour, then a day (the coarsest below the
+// all-time tier at most).
+func (jr *Journal) foldLevel(try int) int {
+	want := time.Hour
+	if try > 0 {
+		want = rollup.Day
+	}
+	tiers := jr.plan.Tiers()
+	last := max(len(tiers)-2, 0) // not the all-time tier, the last one
+
+	for i, t := range tiers[:last+1] {
+		if t.Step >= want {
+			return i
+		}
+	}
+	return last
+}
+
+// fold replaces the oldest eighth of the journal (at least two records;
+// its map of buckets is what folding costs in memory)
+// by one record: the head record's batches as they are (a Write of them
+// may have been tried: a store may hold part of one, and only the same
+// batch again overwrites that part), then, per run of batches of one
+// writer, one batch covering their Seqs with their counts in the buckets
+// of tier level. Such counts reach the readers once the rollup has got
+// past their bucket (NewReader reads a coarse tier only there): late, but
+// not lost.
+func (jr *Journal) fold(level int) error {
+	var upTo journal.Pos
+	var seen int64
+	n := 0
+	chunk := max(jr.maxBytes/8, 1) // two segments (MaxBytes/16 each, at most 4 MiB): frees one whole at least
+	errDone := errors.New("done")
+	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
+		n++
+		seen += int64(len(rec))
+		upTo = end
+		if n >= 2 && seen >= chunk {
+			return errDone
+		}
+		return nil
+	})
+	if err != nil && err != errDone {
+		return err
+	}
+	if n < 2 {
+		return errors.New("nothing to fold")
+	}
+	folded := 0
+	step := jr.plan.Tiers()[level].Step
+	err = jr.j.Fold(upTo, func(recs func(yield func(rec []byte) bool)) ([]byte, error) {
+		var head []Batch
+		var runs []*foldRun
+		var derr error
+		i := 0
+		recs(func(rec []byte) bool {
+			bs, err := decodeRecord(rec)
+			if err != nil {
+				derr = err
+				return false
+			}
+			for _, b := range bs {
+				if i == 0 || b.attempted {
+					head = append(head, b.Batch)
+					continue
+				}
+				r := (*foldRun)(nil)
+				if k := len(runs); k > 0 && runs[k-1].b.Writer == b.Writer {
+					r = runs[k-1]
+				} else {
+					r = &foldRun{b: Batch{Writer: b.Writer, First: b.FirstSeq()}, counts: map[foldKey]Visits{}}
+					runs = append(runs, r)
+				}
+				r.add(b.Batch, step)
+			}
+			i++
+			folded++
+			return true
+		})
+		if derr != nil {
+			return nil, derr
+		}
+		out := appendRecordHeader(nil, len(head)+len(runs))
+		for i := range head {
+			out = appendBatch(out, &head[i], true)
+		}
+		for _, r := range runs {
+			b := r.batch()
+			out = appendBatch(out, &b, false)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return err
+	}
+	if jr.records >= 0 {
+		jr.records = max(jr.records-folded+1, 1)
+	}
+	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	return nil
+}
+
+type foldKey struct {
+	key   string
+	step  time.Duration
+	start int64
+}
+
+// foldRun is consecutive batches of one writer folded into one.
+type foldRun struct {
+	b      Batch
+	counts map[foldKey]Visits
+	order  []foldKey
+}
+
+func (r *foldRun) add(b Batch, step time.Duration) {
+	r.b.Seq = b.Seq
+	r.b.At = b.At
+	for _, c := range b.Counts {
+		s := max(step, c.Step) // a count in a coarser tier stays there
+		k := foldKey{c.Key, s, rollup.Align(c.Start, s).Unix()}
+		v, ok := r.counts[k]
+		if !ok {
+			r.order = append(r.order, k)
+		}
+		r.counts[k] = v.Add(c.Visits)
+	}
+}
+
+func (r *foldRun) batch() Batch {
+	b := r.b
+	b.Counts = make([]Count, 0, len(r.order))
+	for _, k := range r.order {
+		b.Counts = append(b.Counts, Count{Key: k.key, Step: k.step, Start: time.Unix(k.start, 0).UTC(), Visits: r.counts[k]})
+	}
+	slices.SortFunc(b.Counts, func(x, y Count) int {
+		return cmp.Or(strings.Compare(x.Key, y.Key), cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
+	})
+	return b
+}
+
+// dropOldest drops the records of the journal's oldest file (space comes
+// back a whole file at a time: dropping less would free nothing),
+// counting and logging their visits.
+func (jr *Journal) dropOldest() error {
+	upTo, freed := jr.j.Reclaimable()
+	if freed == 0 {
+		return errors.New("analytics: journal: full and nothing to drop: max_bytes is smaller than one interval's batch")
+	}
+	var visits int64
+	records := 0
+	errDone := errors.New("done")
+	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
+		if upTo.Less(end) {
+			return errDone
+		}
+		records++
+		if bs, err := decodeRecord(rec); err == nil {
+			for i := range bs {
+				visits += batchVisits(&bs[i].Batch)
+			}
+		}
+		return nil
+	})
+	if err != nil && err != errDone {
+		return fmt.Errorf("analytics: journal: %w", err)
+	}
+	if err := jr.j.Ack(upTo); err != nil {
+		return fmt.Errorf("analytics: journal: %w", err)
+	}
+	if jr.records >= 0 {
+		jr.records = max(jr.records-records, 0)
+	}
+	jr.oldest = time.Time{}
+	jr.dropped += uint64(visits)
+	jr.m.droppedVisits(visits)
+	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	jr.log.Error("analytics: journal full: oldest counts dropped", "visits", visits, "records", records,
+		"freed_bytes", freed, "max_bytes", jr.maxBytes, "dropped_total", jr.dropped)
+	return nil
+}
+
+// writeHead writes the oldest record's batches with write and acks the
+// record once all are written.
+func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
+	var end journal.Pos
+	var bs []journaled
+	errDone := errors.New("done")
+	found := false
+	err = jr.j.Scan(jr.j.Acked(), func(e journal.Pos, rec []byte) error {
+		end, found = e, true
+		bs, err = decodeRecord(rec) // copies: rec is valid during the callback only
+		if err != nil {
+			return err
+		}
+		return errDone
+	})
+	if err != nil && err != errDone {
+		if found { // undecodable: set aside, or it would stop every later write
+			jr.log.Error("analytics: journal: record unreadable, skipped", "err", err)
+			if aerr := jr.j.Ack(end); aerr != nil {
+				return false, fmt.Errorf("analytics: journal: %w", aerr)
+			}
+			jr.records = max(jr.records-1, 0)
+			return true, nil
+		}
+		return false, fmt.Errorf("analytics: journal: %w", err)
+	}
+	if !found {
+		jr.records, jr.oldest = 0, time.Time{}
+		jr.m.setJournal(jr.Bytes(), 0)
+		return false, nil
+	}
+	if len(bs) > 0 {
+		jr.oldest = batchOldest(&bs[0].Batch)
+	}
+	for i := range bs {
+		if err := write(&bs[i].Batch); err != nil {
+			return false, err
+		}
+	}
+	if err := jr.j.Ack(end); err != nil {
+		return false, fmt.Errorf("analytics: journal: %w", err)
+	}
+	if jr.records > 0 {
+		jr.records--
+	}
+	jr.oldest = time.Time{}
+	jr.m.replayed(len(bs))
+	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	return true, nil
+}
+
+// each calls fn with every count of key in the journal, streaming.
+func (jr *Journal) each(key string, fn func(step time.Duration, start time.Time, v Visits)) error {
+	if !jr.waiting() {
+		return nil
+	}
+	return jr.j.Scan(jr.j.Acked(), func(_ journal.Pos, rec []byte) error {
+		return scanRecord(rec, key, fn)
+	})
+}
+
+// Close closes the journal's files.
+func (jr *Journal) Close() error {
+	if jr == nil {
+		return nil
+	}
+	return jr.j.Close()
+}
+
+// batchOldest returns the earliest bucket start of b's counts.
+func batchOldest(b *Batch) time.Time {
+	var t time.Time
+	for _, c := range b.Counts {
+		if t.IsZero() || c.Start.Before(t) {
+			t = c.Start
+		}
+	}
+	return t
+}
+
+// recordOldest returns the earliest bucket start of a record's counts.
+func recordOldest(rec []byte) time.Time {
+	bs, err := decodeRecord(rec)
+	if err != nil || len(bs) == 0 {
+		return time.Time{}
+	}
+	return batchOldest(&bs[0].Batch)
+}
+
+// A record is a list of batches:
+//
+//	'L' 'J' 1                       magic and version
+//	uvarint n                       batches
+//	per batch: byte flags (1: attempted), uvarint len(writer) writer,
+//	  uvarint first, uvarint seq, varint At (unix ns), uvarint counts,
+//	  per count: uvarint len(key) key, uvarint step (s), varint start (unix s),
+//	  varint human, varint bot
+//
+// Active entries and marks are not kept: they are worked out when the
+// batch is written.
+const recordVersion = 1
+
+type journaled struct {
+	Batch
+	attempted bool
+}
+
+func appendRecordHeader(b []byte, n int) []byte {
+	b = append(b, 'L', 'J', recordVersion)
+	return binary.AppendUvarint(b, uint64(n))
+}
+
+func appendBatch(out []byte, b *Batch, attempted bool) []byte {
+	flags := byte(0)
+	if attempted {
+		flags = 1
+	}
+	out = append(out, flags)
+	out = binary.AppendUvarint(out, uint64(len(b.Writer)))
+	out = append(out, b.Writer...)
+	out = binary.AppendUvarint(out, b.First)
+	out = binary.AppendUvarint(out, b.Seq)
+	out = binary.AppendVarint(out, b.At.UnixNano())
+	out = binary.AppendUvarint(out, uint64(len(b.Counts)))
+	for _, c := range b.Counts {
+		out = binary.AppendUvarint(out, uint64(len(c.Key)))
+		out = append(out, c.Key...)
+		out = binary.AppendUvarint(out, uint64(c.Step/time.Second))
+		out = binary.AppendVarint(out, c.Start.Unix())
+		out = binary.AppendVarint(out, c.Human)
+		out = binary.AppendVarint(out, c.Bot)
+	}
+	return out
+}
+
+var errRecord = errors.New("analytics: journal: bad record")
+
+// recordReader reads a record's fields.
+type recordReader struct {
+	b   []byte
+	err error
+}
+
+func (r *recordReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errRecord
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recordReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errRecord
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recordReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.err = errRecord
+		return nil
+	}
+	s := r.b[:n]
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *recordReader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.err = errRecord
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *recordReader) header() int {
+	if len(r.b) < 3 || r.b[0] != 'L' || r.b[1] != 'J' || r.b[2] != recordVersion {
+		r.err = errRecord
+		return 0
+	}
+	r.b = r.b[3:]
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errRecord
+	}
+	return int(n)
+}
+
+// batchHeader reads a batch up to its counts and returns how many.
+func (r *recordReader) batchHeader(b *journaled) int {
+	b.attempted = r.byte()&1 != 0
+	b.Writer = string(r.bytes())
+	b.First = r.uvarint()
+	b.Seq = r.uvarint()
+	b.At = time.Unix(0, r.varint()).UTC()
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errRecord
+	}
+	return int(n)
+}
+
+// decodeRecord returns the batches of rec, copied.
+func decodeRecord(rec []byte) ([]journaled, error) {
+	r := &recordReader{b: rec}
+	nb := r.header()
+	var out []journaled
+	for range nb {
+		var b journaled
+		nc := r.batchHeader(&b)
+		if r.err != nil {
+			break
+		}
+		b.Counts = make([]Count, 0, nc)
+		for range nc {
+			key := r.bytes()
+			step := time.Duration(r.uvarint()) * time.Second
+			start := time.Unix(r.varint(), 0).UTC()
+			h, bot := r.varint(), r.varint()
+			if r.err != nil {
+				break
+			}
+			b.Counts = append(b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: Visits{Human: h, Bot: bot}})
+		}
+		out = append(out, b)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return out, nil
+}
+
+// scanRecord calls fn for each count of key in rec, without copying the
+// others.
+func scanRecord(rec []byte, key string, fn func(step time.Duration, start time.Time, v Visits)) error {
+	r := &recordReader{b: rec}
+	nb := r.header()
+	var b journaled
+	for range nb {
+		nc := r.batchHeader(&b)
+		for range nc {
+			k := r.bytes()
+			step := r.uvarint()
+			start := r.varint()
+			h, bot := r.varint(), r.varint()
+			if r.err != nil {
+				return r.err
+			}
+			if string(k) == key {
+				fn(time.Duration(step)*time.Second, time.Unix(start, 0).UTC(), Visits{Human: h, Bot: bot})
+			}
+		}
+	}
+	return r.err
+}

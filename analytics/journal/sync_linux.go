@@ -1,0 +1,27 @@
+package journal
+
+import (
+	"os"
+	"runtime"
+	"syscall"
+)
+
+// fdatasync flushes f's data and the metadata needed to read it back (its
+// size) but not its times: fdatasync(2), one disk flush cheaper than fsync
+// on most file systems. It uses f.Fd (which would make a pollable file
+// blocking: a regular file always is) rather than SyscallConn, whose
+// callback allocates on every call.
+func fdatasync(f *os.File) error {
+	fd := int(f.Fd())
+	var err error
+	for {
+		if err = syscall.Fdatasync(fd); err != syscall.EINTR {
+			break
+		}
+	}
+	runtime.KeepAlive(f)
+	if err != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+	}
+	return nil
+}

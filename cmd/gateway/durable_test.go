@@ -1,0 +1,388 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests here check the durability table of the README against the
+// real binary: kill -9 at a random moment of a store outage, a full disk at
+// SIGTERM. Visits sent are counted from the upstream's 302 answers the
+// client got; visits counted are what /stats says once the next process
+// has written the journal.
+
+const durableInterval = time.Second
+
+// redirector is an upstream that answers 302 to every short key.
+func redirector(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		http.Redirect(w, r, "https://example.com/", http.StatusFound)
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// analyticsGateway is a gateway in front of up with analytics settings
+// (indented by two spaces) and flushes every durableInterval.
+func analyticsGateway(up string, settings string) string {
+	return strings.Replace(baseConfig(up), "analytics:\n  enabled: false\n",
+		fmt.Sprintf("analytics:\n  flush_interval: %v\n%s", durableInterval, settings), 1)
+}
+
+// visitor sends visits to 20 links until stopped, noting when each 302
+// arrived.
+type visitor struct {
+	mu   sync.Mutex
+	at   []time.Time
+	stop chan struct{}
+	done chan struct{}
+}
+
+func visit(url string) *visitor {
+	v := &visitor{stop: make(chan struct{}), done: make(chan struct{})}
+	c := &http.Client{Timeout: 2 * time.Second, CheckRedirect: client.CheckRedirect}
+	go func() {
+		defer close(v.done)
+		for i := 0; ; i++ {
+			select {
+			case <-v.stop:
+				return
+			default:
+			}
+			resp, err := c.Get(fmt.Sprintf("%s/link%02d", url, i%20))
+			if err != nil {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusFound {
+				v.mu.Lock()
+				v.at = append(v.at, time.Now())
+				v.mu.Unlock()
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return v
+}
+
+func (v *visitor) halt() {
+	close(v.stop)
+	<-v.done
+}
+
+// sent returns the visits answered 302, and those whose answer came after
+// since.
+func (v *visitor) sent(since time.Time) (all, after int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, at := range v.at {
+		if at.After(since) {
+			after++
+		}
+	}
+	return len(v.at), after
+}
+
+// kill9 kills the process with SIGKILL and waits for it.
+func (p *process) kill9() time.Time {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	return time.Now()
+}
+
+// statsTotal returns /stats' all-time total of all links (human + bot).
+func statsTotal(t *testing.T, gw *process) (int, bool) {
+	resp, err := client.Get(gw.url("gateway", "/stats?last=1h"))
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var a struct{ Total, BotTotal int64 }
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&a) != nil {
+		return 0, false
+	}
+	return int(a.Total + a.BotTotal), true
+}
+
+// settle waits until /stats has at least want visits and is steady for
+// three intervals (a replay writing twice would show), and returns it.
+func settle(t *testing.T, gw *process, want int) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	last, steady := -1, 0
+	for time.Now().Before(deadline) {
+		got, ok := statsTotal(t, gw)
+		if ok && got == last && got >= want {
+			steady++
+			if steady >= 3 {
+				return got
+			}
+		} else {
+			steady = 0
+		}
+		last = got
+		time.Sleep(durableInterval)
+	}
+	return last
+}
+
+// checkLoss compares what was sent with what is counted: nothing counted
+// twice, at most the visits of the interval before the kill lost. slack is
+// the time a tick takes to journal its interval (an fsync) and the ticker's
+// jitter.
+func checkLoss(t *testing.T, row string, v *visitor, killed time.Time, counted int) {
+	t.Helper()
+	const slack = 300 * time.Millisecond
+	sent, lastInterval := v.sent(killed.Add(-durableInterval - slack))
+	lost := sent - counted
+	t.Logf("%s: sent %d, counted %d, lost %d (the last interval before the kill held %d)", row, sent, counted, lost, lastInterval)
+	if counted > sent {
+		t.Errorf("%s: %d visits counted, %d sent: %d counted twice", row, counted, sent, counted-sent)
+	}
+	if lost > lastInterval {
+		t.Errorf("%s: %d visits lost, more than the %d of the last interval", row, lost, lastInterval)
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// rounds is how many random kills a test makes: one with -short, more
+// without.
+func rounds() int {
+	if testing.Short() {
+		return 1
+	}
+	return 4
+}
+
+// TestKill9DuringCassandraOutage: a gateway whose Cassandra is absent (a
+// closed loopback port) journals every interval; kill -9 at a random moment;
+// the next process, on the embedded store and the same journal, writes it
+// all. Needs no privileges.
+func TestKill9DuringCassandraOutage(t *testing.T) {
+	up := redirector(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 9))
+	t.Logf("seed %d", seed)
+	for r := range rounds() {
+		dir := t.TempDir()
+		embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}\n"
+		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", closedAddr(t), embedded)
+		gw, _ := startGateway(t, analyticsGateway(up.URL, down))
+		v := visit(gw.url("gateway", ""))
+		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
+		killed := gw.kill9()
+		v.halt()
+
+		gw2, _ := startGateway(t, analyticsGateway(up.URL, "  store: embedded\n"+embedded))
+		sent, _ := v.sent(time.Time{})
+		counted := settle(t, gw2, sent-sentAfter(v, killed))
+		checkLoss(t, fmt.Sprintf("cassandra down, round %d", r), v, killed, counted)
+		gw2.stop()
+	}
+}
+
+func sentAfter(v *visitor, killed time.Time) int {
+	_, n := v.sent(killed.Add(-durableInterval - 300*time.Millisecond))
+	return n
+}
+
+// tmpfs mounts a tmpfs of size bytes on a new directory, or skips the test
+// loudly when it cannot (not root, or no mount in the sandbox).
+func tmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		t.Skipf("*** SKIPPED: cannot mount a tmpfs (needs root): %v %s; the Cassandra-down row covers the journal without privileges ***", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Logf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fill writes a file in dir until at most free bytes are left (or the
+// disk is full when free is 0), and returns a function that removes it.
+func fill(t *testing.T, dir string, free int64) func() {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 256<<10)
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		left := int64(st.Bavail) * int64(st.Bsize)
+		if left <= free {
+			break
+		}
+		n := min(int64(len(chunk)), left-free)
+		if _, err := f.Write(chunk[:n]); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	return func() {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestKill9DuringPebbleOutage: the embedded store's disk fills up (below
+// its free-space reserve: every write refused) while visits come in; the
+// journal, on another disk, takes every interval; kill -9 at a random
+// moment; space returns; the next process writes the journal. Needs root
+// for the tmpfs (skipped loudly otherwise).
+func TestKill9DuringPebbleOutage(t *testing.T) {
+	up := redirector(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 11))
+	t.Logf("seed %d", seed)
+	for r := range rounds() {
+		disk := tmpfs(t, 256<<20)
+		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
+			filepath.Join(disk, "analytics"), filepath.Join(t.TempDir(), "journal")))
+		gw, _ := startGateway(t, cfg)
+		v := visit(gw.url("gateway", ""))
+		time.Sleep(1200 * time.Millisecond) // healthy flushes first
+		free := fill(t, disk, 16<<20)
+		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
+		killed := gw.kill9()
+		v.halt()
+		if !gw.logged("analytics: flush failed; counts kept for a retry", nil) {
+			t.Errorf("round %d: no failed flush logged: the disk did not stop the store\n%s", r, gw.logText())
+		}
+		free()
+
+		gw2, _ := startGateway(t, cfg)
+		sent, _ := v.sent(time.Time{})
+		counted := settle(t, gw2, sent-sentAfter(v, killed))
+		checkLoss(t, fmt.Sprintf("pebble disk full, round %d", r), v, killed, counted)
+		gw2.stop()
+	}
+}
+
+// TestFullDiskSIGTERM: the disk of the embedded store and of the journal
+// fills up; at SIGTERM the final flush can save nothing: the exit is not 0
+// and stderr says how many visits were lost, exactly those sent since. With
+// the journal on another disk, the same shutdown loses nothing and exits 0,
+// and the next process counts every visit.
+func TestFullDiskSIGTERM(t *testing.T) {
+	up := redirector(t)
+	for _, tc := range []struct {
+		name           string
+		journalOnOther bool
+	}{{"journal on the full disk", false}, {"journal on another disk", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			disk := tmpfs(t, 256<<20)
+			jpath := filepath.Join(disk, "journal")
+			if tc.journalOnOther {
+				jpath = filepath.Join(t.TempDir(), "journal")
+			}
+			cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
+				filepath.Join(disk, "analytics"), jpath))
+			gw, _ := startGateway(t, cfg)
+			time.Sleep(2 * durableInterval) // the store and the journal opened
+			free := fill(t, disk, 0)
+			v := visit(gw.url("gateway", ""))
+			time.Sleep(2500 * time.Millisecond)
+			v.halt()
+			sent, _ := v.sent(time.Time{})
+			err := gw.stop()
+			var exit *exec.ExitError
+			if tc.journalOnOther {
+				if err != nil {
+					t.Fatalf("exit with the journal writable: %v\n%s", err, gw.stderrText())
+				}
+			} else {
+				if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+					t.Fatalf("exit = %v, want status 1\n%s", err, gw.logText())
+				}
+				if want := fmt.Sprintf("%d visits lost", sent); !strings.Contains(gw.stderrText(), want) {
+					t.Errorf("stderr %q does not say %q", gw.stderrText(), want)
+				}
+				t.Logf("full disk, journal on it: sent %d, exit %d, stderr %q", sent, exit.ExitCode(), strings.TrimSpace(gw.stderrText()))
+			}
+			free()
+			gw2, _ := startGateway(t, cfg)
+			want := 0
+			if tc.journalOnOther {
+				want = sent
+			}
+			got := settle(t, gw2, want)
+			t.Logf("%s: sent %d, counted after restart %d", tc.name, sent, got)
+			if got != want {
+				t.Errorf("after restart /stats counts %d visits, want %d", got, want)
+			}
+			gw2.stop()
+		})
+	}
+}
+
+// TestKill9StoreHealthy: kill -9 of a gateway whose embedded store takes
+// every flush loses at most the interval in memory and journals nothing.
+func TestKill9StoreHealthy(t *testing.T) {
+	up := redirector(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 13))
+	t.Logf("seed %d", seed)
+	for r := range rounds() {
+		dir := t.TempDir()
+		jdir := filepath.Join(dir, "journal")
+		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n", filepath.Join(dir, "analytics"), jdir))
+		gw, _ := startGateway(t, cfg)
+		v := visit(gw.url("gateway", ""))
+		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
+		killed := gw.kill9()
+		v.halt()
+		segs, _ := filepath.Glob(filepath.Join(jdir, "seg-*"))
+		if gw.logged("analytics: flush failed; counts kept for a retry", nil) || len(segs) > 0 {
+			t.Errorf("round %d: a healthy store, yet a failed flush or journal segments %v", r, segs)
+		}
+		gw2, _ := startGateway(t, cfg)
+		sent, _ := v.sent(time.Time{})
+		counted := settle(t, gw2, sent-sentAfter(v, killed))
+		checkLoss(t, fmt.Sprintf("store healthy, round %d", r), v, killed, counted)
+		gw2.stop()
+	}
+}
