@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // analyticsConfig puts the gateway in front of upstream with visit counting
@@ -43,7 +45,7 @@ type statsAnswer struct {
 
 func stats(t testing.TB, gw *running, path string) statsAnswer {
 	t.Helper()
-	resp, b := do(t, "GET", gw.url(path), nil, "Accept", "application/json")
+	resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
 	}
@@ -58,7 +60,7 @@ func TestVisitsCounted(t *testing.T) {
 	up := tinyURL(t)
 	gw := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "10s"))
 	visit := func(method, path string, hdr ...string) int {
-		resp, _ := do(t, method, gw.url(path), nil, hdr...)
+		resp, _ := testkit.Do(t, method, gw.url(path), nil, hdr...)
 		return resp.StatusCode
 	}
 	for i := 0; i < 3; i++ {
@@ -93,11 +95,11 @@ func TestVisitsCounted(t *testing.T) {
 	if all := stats(t, gw, "/stats?last=1h"); all.Total != 4 || all.BotTotal != 2 {
 		t.Errorf("/stats (all links) = %+v", all)
 	}
-	resp, b := do(t, "GET", gw.url("/stats/go?format=csv&last=1h"), nil)
+	resp, b := testkit.Do(t, "GET", gw.url("/stats/go?format=csv&last=1h"), nil)
 	if resp.StatusCode != 200 || !strings.HasPrefix(b, "unix_seconds,count") {
 		t.Errorf("csv: %d %.200s", resp.StatusCode, b)
 	}
-	resp, b = do(t, "GET", gw.url("/stats/go?last=banana"), nil)
+	resp, b = testkit.Do(t, "GET", gw.url("/stats/go?last=banana"), nil)
 	assertProblem(t, resp, b, 400)
 }
 
@@ -109,7 +111,7 @@ func TestConcurrentVisitsExact(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		wg.Go(func() {
 			for i := 0; i < each; i++ {
-				if resp, _ := do(t, "GET", gw.url("/gh"), nil); resp.StatusCode != 302 {
+				if resp, _ := testkit.Do(t, "GET", gw.url("/gh"), nil); resp.StatusCode != 302 {
 					t.Errorf("status %d", resp.StatusCode)
 					return
 				}
@@ -133,7 +135,7 @@ func TestShutdownFlushesAndRestartKeeps(t *testing.T) {
 	cfg := analyticsConfig(up.URL, embeddedStore(t.TempDir()), "1h")
 	gw := start(t, cfg)
 	for i := 0; i < 7; i++ {
-		do(t, "GET", gw.url("/ex"), nil)
+		testkit.Do(t, "GET", gw.url("/ex"), nil)
 	}
 	if err := gw.shutdown(); err != nil {
 		t.Fatalf("shutdown: %v", err)
@@ -164,9 +166,9 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 	// The stores connect in the background, after "listening": wait
 	// until both answer from the store (until then answers are partial).
 	var before int64
-	eventually(t, 60*time.Second, "Cassandra connected", func() bool {
-		resp, b := do(t, "GET", gw1.url("/stats/go?last=1h"), nil)
-		resp2, b2 := do(t, "GET", gw2.url("/stats/go?last=1h"), nil)
+	testkit.Eventually(t, 60*time.Second, "Cassandra connected", func() bool {
+		resp, b := testkit.Do(t, "GET", gw1.url("/stats/go?last=1h"), nil)
+		resp2, b2 := testkit.Do(t, "GET", gw2.url("/stats/go?last=1h"), nil)
 		if resp.StatusCode == 200 && resp2.StatusCode == 200 && !strings.Contains(b+b2, `"partial":true`) {
 			var a statsAnswer
 			json.Unmarshal([]byte(b), &a)
@@ -176,14 +178,14 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 		return false
 	})
 	for i := 0; i < 25; i++ {
-		do(t, "GET", gw1.url("/go"), nil)
-		do(t, "GET", gw2.url("/go"), nil)
+		testkit.Do(t, "GET", gw1.url("/go"), nil)
+		testkit.Do(t, "GET", gw2.url("/go"), nil)
 	}
 	gw1.shutdown()
 	gw2.shutdown()
 	gw3 := start(t, cfg())
-	eventually(t, 60*time.Second, "the two gateways' visits add up", func() bool {
-		resp, b := do(t, "GET", gw3.url("/stats/go?last=1h"), nil)
+	testkit.Eventually(t, 60*time.Second, "the two gateways' visits add up", func() bool {
+		resp, b := testkit.Do(t, "GET", gw3.url("/stats/go?last=1h"), nil)
 		var a statsAnswer
 		return resp.StatusCode == 200 && !strings.Contains(b, `"partial":true`) && json.Unmarshal([]byte(b), &a) == nil && a.Total == before+50
 	})
@@ -202,16 +204,16 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", strings.TrimPrefix(deadAddr(t), "http://"), embedded)
 	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
 	for i := 0; i < 9; i++ {
-		if resp, _ := do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
+		if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
 			t.Fatalf("visit %d with the store down: %d", i, resp.StatusCode)
 		}
 	}
-	do(t, "GET", gw.url("/gh"), nil, "User-Agent", "Twitterbot/1.0")
+	testkit.Do(t, "GET", gw.url("/gh"), nil, "User-Agent", "Twitterbot/1.0")
 	// /stats answers from memory, saying so (TestStatsPartialWhileStoreDown).
-	if resp, b := do(t, "GET", gw.url("/stats/go"), nil); resp.StatusCode != 200 || !strings.Contains(b, `"partial":true`) {
+	if resp, b := testkit.Do(t, "GET", gw.url("/stats/go"), nil); resp.StatusCode != 200 || !strings.Contains(b, `"partial":true`) {
 		t.Errorf("/stats/go with the store down: %d %s, want a 200 partial answer", resp.StatusCode, b)
 	}
-	eventually(t, 5*time.Second, "failed flushes logged", func() bool {
+	testkit.Eventually(t, 5*time.Second, "failed flushes logged", func() bool {
 		return gw.logs.logged("analytics: flush failed; counts kept for a retry", nil)
 	})
 	if err := gw.shutdown(); err != nil {
@@ -219,7 +221,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	}
 
 	gw2 := start(t, analyticsConfig(up.URL, "  store: embedded\n"+embedded, "200ms"))
-	eventually(t, 5*time.Second, "journaled visits written", func() bool {
+	testkit.Eventually(t, 5*time.Second, "journaled visits written", func() bool {
 		return stats(t, gw2, "/stats/go?last=1h").Total == 9
 	})
 	time.Sleep(600 * time.Millisecond) // a few more flushes: nothing may be written twice
@@ -249,7 +251,7 @@ func TestStatsToken(t *testing.T) {
 		if tc.auth != "" {
 			hdr = []string{"Authorization", tc.auth}
 		}
-		resp, b := do(t, "GET", gw.url("/stats/go?last=1h"), nil, append(hdr, "Accept", "application/json")...)
+		resp, b := testkit.Do(t, "GET", gw.url("/stats/go?last=1h"), nil, append(hdr, "Accept", "application/json")...)
 		if resp.StatusCode != tc.status {
 			t.Errorf("Authorization %q: %d %s, want %d", tc.auth, resp.StatusCode, b, tc.status)
 		}
@@ -257,7 +259,7 @@ func TestStatsToken(t *testing.T) {
 			t.Errorf("Authorization %q: 401 without a bearer challenge", tc.auth)
 		}
 	}
-	if resp, _ := do(t, "GET", gw.url("/stats/go"), nil, "Accept", "text/html"); resp.StatusCode != 200 {
+	if resp, _ := testkit.Do(t, "GET", gw.url("/stats/go"), nil, "Accept", "text/html"); resp.StatusCode != 200 {
 		t.Errorf("the chart page without a token: %d, want 200", resp.StatusCode)
 	}
 }

@@ -10,12 +10,13 @@ import (
 
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // withRules is a valid gateway config in front of target with the given
 // YAML appended (a rules section, or sections to override).
 func withRules(target, extra string) string {
-	return baseConfig(target) + extra
+	return testkit.BaseConfig(target) + extra
 }
 
 // badConfigs are configs check-config must refuse, each with the field
@@ -24,7 +25,7 @@ func withRules(target, extra string) string {
 // name with a space, strict with count_status, a bad allow entry, a
 // memcached server listed twice), a listener clash and a bad trusted proxy.
 func badConfigs(target string) []struct{ name, yaml, want string } {
-	base := baseConfig(target)
+	base := testkit.BaseConfig(target)
 	rule := func(fields string) string {
 		return base + "rules:\n  - name: r\n    match: {path: /login}\n    key: ip\n    limits: [5/m]\n" + fields
 	}
@@ -69,7 +70,7 @@ func TestCheckConfigRefuses(t *testing.T) {
 	for _, tc := range badConfigs("http://127.0.0.1:1") {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "gw.yaml")
-			writeFile(t, path, tc.yaml)
+			testkit.WriteFile(t, path, tc.yaml)
 			_, err := gateway.Load(path, getenv)
 			if err == nil {
 				t.Fatalf("accepted:\n%s", tc.yaml)
@@ -84,7 +85,7 @@ func TestCheckConfigRefuses(t *testing.T) {
 // goodConfigs are valid configs that stress the edges of what is accepted;
 // every one must build and serve.
 func goodConfigs(target, dir string) []struct{ name, yaml string } {
-	base := baseConfig(target)
+	base := testkit.BaseConfig(target)
 	return []struct{ name, yaml string }{
 		{"minimal", "upstream:\n  targets: [" + target + "]\nserver: {listen: 127.0.0.1:0}\nadmin: {listen: 127.0.0.1:0}\nanalytics: {embedded: {path: " + dir + "/a}}\n"},
 		{"ipv4-mapped trusted prefix", strings.Replace(base, "trusted_proxies: [127.0.0.1/32]", `trusted_proxies: ["::ffff:127.0.0.0/104"]`, 1)},
@@ -118,11 +119,11 @@ func goodConfigs(target, dir string) []struct{ name, yaml string } {
 
 // TestAcceptedConfigsServe: what check-config accepts, the gateway runs.
 func TestAcceptedConfigsServe(t *testing.T) {
-	up := named(t, "upstream")
+	up := testkit.Named(t, "upstream")
 	for _, tc := range goodConfigs(up.URL, t.TempDir()) {
 		t.Run(tc.name, func(t *testing.T) {
 			gw := start(t, tc.yaml)
-			resp, b := do(t, "GET", gw.url("/x"), nil)
+			resp, b := testkit.Do(t, "GET", gw.url("/x"), nil)
 			if resp.StatusCode != 200 || b != "upstream" {
 				t.Errorf("GET /x = %d %q, want the upstream's answer", resp.StatusCode, b)
 			}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // rawExchange sends raw bytes on a new connection to addr and returns
@@ -42,7 +44,7 @@ func TestContentLengthWithTransferEncoding(t *testing.T) {
 		seen.Store(r.URL.Path, true)
 	}))
 	defer up.Close()
-	gw := start(t, baseConfig(up.URL))
+	gw := start(t, testkit.BaseConfig(up.URL))
 	addr := gw.g.Addr().String()
 	for _, tc := range []struct{ name, raw string }{
 		{"CL then TE", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 44\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
@@ -83,7 +85,7 @@ func TestTraceAndConnectRefused(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	gw := start(t, baseConfig(up.URL))
+	gw := start(t, testkit.BaseConfig(up.URL))
 	for _, m := range []string{"TRACE", "CONNECT"} {
 		raw := m + " /x HTTP/1.1\r\nHost: x\r\nCookie: secret\r\n\r\n"
 		if m == "CONNECT" {
@@ -97,8 +99,8 @@ func TestTraceAndConnectRefused(t *testing.T) {
 	if reached.Load() != 0 {
 		t.Errorf("%d refused requests reached the upstream", reached.Load())
 	}
-	gw2 := start(t, strings.Replace(baseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  allow_methods: [TRACE]\n", 1))
-	if resp, _ := do(t, "TRACE", gw2.url("/x"), nil); resp.StatusCode != 200 || reached.Load() != 1 {
+	gw2 := start(t, strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  allow_methods: [TRACE]\n", 1))
+	if resp, _ := testkit.Do(t, "TRACE", gw2.url("/x"), nil); resp.StatusCode != 200 || reached.Load() != 1 {
 		t.Errorf("TRACE with allow_methods [TRACE]: %d, upstream reached %d times", resp.StatusCode, reached.Load())
 	}
 }
@@ -116,7 +118,7 @@ func TestSlowBodyCutOff(t *testing.T) {
 		got <- fmt.Sprintf("%d %v", len(b), err)
 	}))
 	defer up.Close()
-	cfg := strings.Replace(baseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  body_timeout: 300ms\n  read_timeout: 2s\n", 1)
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  body_timeout: 300ms\n  read_timeout: 2s\n", 1)
 	gw := start(t, cfg)
 	addr := gw.g.Addr().String()
 
@@ -177,8 +179,8 @@ func TestSlowBodyCutOff(t *testing.T) {
 // TestReadTimeoutAlone: with body_timeout off, read_timeout still bounds
 // the whole body.
 func TestReadTimeoutAlone(t *testing.T) {
-	up := named(t, "ok")
-	cfg := strings.Replace(baseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  body_timeout: 0s\n  read_timeout: 500ms\n", 1)
+	up := testkit.Named(t, "ok")
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  body_timeout: 0s\n  read_timeout: 500ms\n", 1)
 	gw := start(t, cfg)
 	c, err := net.Dial("tcp", gw.g.Addr().String())
 	if err != nil {
@@ -199,9 +201,9 @@ func TestReadTimeoutAlone(t *testing.T) {
 
 // TestHeaderTooLarge: headers beyond server.max_header_bytes get 431.
 func TestHeaderTooLarge(t *testing.T) {
-	up := named(t, "ok")
-	gw := start(t, baseConfig(up.URL))
-	resp, _ := do(t, "GET", gw.url("/x"), nil, "X-Big", strings.Repeat("a", 70<<10))
+	up := testkit.Named(t, "ok")
+	gw := start(t, testkit.BaseConfig(up.URL))
+	resp, _ := testkit.Do(t, "GET", gw.url("/x"), nil, "X-Big", strings.Repeat("a", 70<<10))
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("70 KiB of headers: %d, want 431", resp.StatusCode)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // The tests here run the whole gateway in-process: a real Gateway, its
@@ -23,13 +24,11 @@ import (
 // servers), real stores. cmd/gateway keeps the few tests that need a
 // separate process (signals, exit codes).
 
-const adminToken = "s3cret-admin"
-
 // env is the environment the gateways under test see; setenv changes it
 // for the rest of a test.
 var (
 	envMu sync.Mutex
-	env   = map[string]string{"LG_TEST_ADMIN_TOKEN": adminToken}
+	env   = map[string]string{"LG_TEST_ADMIN_TOKEN": testkit.AdminToken}
 )
 
 func getenv(k string) string {
@@ -47,26 +46,6 @@ func setenv(t *testing.T, k, v string) {
 		delete(env, k)
 		envMu.Unlock()
 	})
-}
-
-// baseConfig is a gateway on free ports in front of targets, with the
-// limiter and analytics at rest.
-func baseConfig(targets ...string) string {
-	return fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  trusted_proxies: [127.0.0.1/32]
-  shutdown_timeout: 10s
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  dial_timeout: 500ms
-  response_header_timeout: 1s
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  enabled: false
-`, strings.Join(targets, ", "))
 }
 
 // logSink keeps every log record as a map of its attributes, "msg" and
@@ -157,7 +136,7 @@ type running struct {
 func start(t *testing.T, cfg string) *running {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	writeFile(t, path, cfg)
+	testkit.WriteFile(t, path, cfg)
 	return startFile(t, path, true)
 }
 
@@ -210,84 +189,6 @@ func (r *running) url(path string) string { return "http://" + r.g.Addr().String
 // admin returns the URL of path on the admin listener.
 func (r *running) admin(path string) string { return "http://" + r.g.AdminAddr().String() + path }
 
-func writeFile(t testing.TB, path, s string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// client does not follow redirects: the tests look at them.
-var client = &http.Client{
-	Timeout:       20 * time.Second,
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-}
-
-func do(t testing.TB, method, url string, body io.Reader, hdr ...string) (*http.Response, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp, string(b)
-}
-
-// body GETs url and returns the answer's body.
-func body(t testing.TB, url string) string {
-	t.Helper()
-	_, b := do(t, "GET", url, nil)
-	return b
-}
-
-// result is the answer to a request sent by inFlight.
-type result struct {
-	status int
-	body   string
-	err    error
-}
-
-// inFlight sends GET url in the background; its answer arrives on the
-// channel.
-func inFlight(url string) <-chan result {
-	res := make(chan result, 1)
-	go func() {
-		resp, err := client.Get(url)
-		if err != nil {
-			res <- result{err: err}
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		res <- result{resp.StatusCode, string(b), err}
-	}()
-	return res
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func assertProblem(t testing.TB, resp *http.Response, body string, status int) map[string]any {
 	t.Helper()
 	if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/problem+json" {
@@ -298,15 +199,6 @@ func assertProblem(t testing.TB, resp *http.Response, body string, status int) m
 		t.Fatalf("problem body %q: %v", body, err)
 	}
 	return p
-}
-
-// named answers "name" on every path, healthz included.
-func named(t *testing.T, name string) *httptest.Server {
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(name))
-	}))
-	t.Cleanup(s.Close)
-	return s
 }
 
 // deadAddr is an address nothing listens on.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -28,7 +29,7 @@ type healthDetail struct {
 
 func health(t testing.TB, gw *running) healthDetail {
 	t.Helper()
-	resp, b := do(t, "GET", gw.admin("/admin/health"), nil, "Authorization", "Bearer "+adminToken)
+	resp, b := testkit.Do(t, "GET", gw.admin("/admin/health"), nil, "Authorization", "Bearer "+testkit.AdminToken)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /admin/health: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
@@ -121,16 +122,16 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 			// Proxying does not wait for the store.
 			const visits = 7
 			for range visits {
-				if resp, _ := do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
+				if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
 					t.Fatalf("GET /go with the store broken: %d, want the upstream's 302", resp.StatusCode)
 				}
 			}
 			t.Logf("gateway up and %d visits proxied %v after start", visits, time.Since(began).Round(time.Millisecond))
-			eventually(t, 5*time.Second, "/readyz ready", func() bool {
-				resp, _ := do(t, "GET", gw.admin("/readyz"), nil)
+			testkit.Eventually(t, 5*time.Second, "/readyz ready", func() bool {
+				resp, _ := testkit.Do(t, "GET", gw.admin("/readyz"), nil)
 				return resp.StatusCode == 200
 			})
-			eventually(t, 5*time.Second, "health degraded", func() bool {
+			testkit.Eventually(t, 5*time.Second, "health degraded", func() bool {
 				h := health(t, gw)
 				return h.Analytics != nil && h.Analytics.State == "degraded"
 			})
@@ -148,11 +149,11 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 				t.Errorf("no warning that the store cannot be opened; logs:\n%s", gw.logs)
 			}
 			// A few failed flushes pass before the folder is mended.
-			eventually(t, 5*time.Second, "a failed flush", func() bool { return metric(t, gw, "linkgate_analytics_store_errors_total") >= 1 })
+			testkit.Eventually(t, 5*time.Second, "a failed flush", func() bool { return metric(t, gw, "linkgate_analytics_store_errors_total") >= 1 })
 
 			mend()
 			mended := time.Now()
-			eventually(t, 15*time.Second, "health ok once the folder is usable", func() bool {
+			testkit.Eventually(t, 15*time.Second, "health ok once the folder is usable", func() bool {
 				return health(t, gw).Analytics.State == "ok"
 			})
 			t.Logf("analytics ok %v after the folder was mended", time.Since(mended).Round(time.Millisecond))
@@ -174,12 +175,12 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 func TestHealthDetailNeedsTheToken(t *testing.T) {
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")))
-	resp, b := do(t, "GET", gw.admin("/admin/health"), nil)
+	resp, b := testkit.Do(t, "GET", gw.admin("/admin/health"), nil)
 	assertProblem(t, resp, b, 401)
-	if resp, b := do(t, "GET", gw.admin("/healthz"), nil); resp.StatusCode != 200 || b != "ok\n" {
+	if resp, b := testkit.Do(t, "GET", gw.admin("/healthz"), nil); resp.StatusCode != 200 || b != "ok\n" {
 		t.Errorf("/healthz = %d %q", resp.StatusCode, b)
 	}
-	eventually(t, 5*time.Second, "health ok", func() bool { return health(t, gw).Analytics.State == "ok" })
+	testkit.Eventually(t, 5*time.Second, "health ok", func() bool { return health(t, gw).Analytics.State == "ok" })
 }
 
 // TestFullDiskThenSpaceBack runs the gateway with its embedded store on a
@@ -189,22 +190,18 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 // writes are refused, and once space is back the same process writes the
 // visits kept meanwhile, each once.
 func TestFullDiskThenSpaceBack(t *testing.T) {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED: this test needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	mnt := testkit.Tmpfs(t, 48<<20, "TestReserveOnSmallDisk (analytics/pebble) covers the reserve without privileges")
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(mnt, "analytics")))
 	visit := func(n int) {
 		for range n {
-			if resp, _ := do(t, "GET", gw.url("/gh"), nil); resp.StatusCode != 302 {
+			if resp, _ := testkit.Do(t, "GET", gw.url("/gh"), nil); resp.StatusCode != 302 {
 				t.Fatalf("GET /gh: %d, want 302", resp.StatusCode)
 			}
 		}
 	}
 	visit(3)
-	eventually(t, 5*time.Second, "the first visits written", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the first visits written", func() bool {
 		h := health(t, gw)
 		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
 	})
@@ -222,7 +219,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 	}
 	f.Close()
 	visit(4)
-	eventually(t, 5*time.Second, "health degraded by the full disk", func() bool {
+	testkit.Eventually(t, 5*time.Second, "health degraded by the full disk", func() bool {
 		return strings.Contains(health(t, gw).Analytics.Reason, "disk almost full")
 	})
 	h := health(t, gw)
@@ -233,7 +230,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "health ok once space is back", func() bool {
+	testkit.Eventually(t, 15*time.Second, "health ok once space is back", func() bool {
 		h := health(t, gw)
 		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
 	})
@@ -250,10 +247,10 @@ func TestCassandraDownAtStart(t *testing.T) {
 	cfg := strings.Replace(healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")),
 		"  store: embedded\n", "  store: cassandra\n  cassandra: {hosts: ["+dead+"]}\n", 1)
 	gw := start(t, cfg)
-	if resp, _ := do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
+	if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {
 		t.Fatalf("GET /go with Cassandra down: %d, want 302", resp.StatusCode)
 	}
-	eventually(t, 10*time.Second, "health degraded", func() bool { return health(t, gw).Analytics.State == "degraded" })
+	testkit.Eventually(t, 10*time.Second, "health degraded", func() bool { return health(t, gw).Analytics.State == "degraded" })
 	h := health(t, gw)
 	if !h.Ready || !strings.Contains(h.Analytics.Reason, "cassandra: not connected") {
 		t.Errorf("health = %+v %+v, want ready, and the reason", h, *h.Analytics)

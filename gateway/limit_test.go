@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // limitConfig puts the gateway in front of upstream with login and API
@@ -59,7 +61,7 @@ func login(t *testing.T, gw *running, email, password string) (*http.Response, s
 	t.Helper()
 	ipSeq++
 	form := url.Values{"email": {email}, "password": {password}}.Encode()
-	return do(t, "POST", gw.url("/login"), strings.NewReader(form),
+	return testkit.Do(t, "POST", gw.url("/login"), strings.NewReader(form),
 		"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", ipSeq%250+1))
 }
 
@@ -77,7 +79,7 @@ func TestLoginEmailCountsOnlyFailures(t *testing.T) {
 	for i, e := range variants {
 		var resp *http.Response
 		if e == "json" {
-			resp, _ = do(t, "POST", gw.url("/login"), strings.NewReader(`{"email":" Victim@EXAMPLE.com","password":"nope"}`),
+			resp, _ = testkit.Do(t, "POST", gw.url("/login"), strings.NewReader(`{"email":" Victim@EXAMPLE.com","password":"nope"}`),
 				"Content-Type", "application/json", "X-Forwarded-For", "203.0.113.99")
 		} else {
 			resp, _ = login(t, gw, e, "wrong")
@@ -103,7 +105,7 @@ func TestLoginEmailCountsOnlyFailures(t *testing.T) {
 
 	// The operator unblocks the victim, naming the email as a client sends it.
 	admin := gw.admin("/admin/limits/login_email/" + url.PathEscape(" VICTIM@example.com"))
-	resp, b = do(t, "GET", admin, nil, "Authorization", "Bearer "+adminToken)
+	resp, b = testkit.Do(t, "GET", admin, nil, "Authorization", "Bearer "+testkit.AdminToken)
 	var shown struct {
 		Limited bool
 		Limits  []struct {
@@ -115,7 +117,7 @@ func TestLoginEmailCountsOnlyFailures(t *testing.T) {
 		shown.Limits[0].Limit != "5/m" || shown.Limits[0].Count != 5 {
 		t.Errorf("inspect: %d %s", resp.StatusCode, b)
 	}
-	resp, b = do(t, "DELETE", admin, nil, "Authorization", "Bearer "+adminToken)
+	resp, b = testkit.Do(t, "DELETE", admin, nil, "Authorization", "Bearer "+testkit.AdminToken)
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("reset: %d %s", resp.StatusCode, b)
 	}
@@ -132,7 +134,7 @@ func TestIPLimitAndHeaders(t *testing.T) {
 	var limited, allowed int
 	for i := 0; i < 5; i++ {
 		form := url.Values{"email": {fmt.Sprintf("u%d@example.com", i)}, "password": {"demo"}}.Encode()
-		resp, b := do(t, "POST", gw.url("/login"), strings.NewReader(form),
+		resp, b := testkit.Do(t, "POST", gw.url("/login"), strings.NewReader(form),
 			"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", "192.0.2.10")
 		switch resp.StatusCode {
 		case 200:
@@ -155,7 +157,7 @@ func TestIPLimitAndHeaders(t *testing.T) {
 	}
 	// Another address is not affected.
 	form := url.Values{"email": {"x@example.com"}, "password": {"demo"}}.Encode()
-	if resp, _ := do(t, "POST", gw.url("/login"), strings.NewReader(form),
+	if resp, _ := testkit.Do(t, "POST", gw.url("/login"), strings.NewReader(form),
 		"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", "192.0.2.11"); resp.StatusCode != 200 {
 		t.Errorf("other address: %d", resp.StatusCode)
 	}
@@ -174,7 +176,7 @@ func TestUserIdentityOnlyFromTrustedPeer(t *testing.T) {
 			gw := start(t, limitConfig(up.URL, tt.trusted, memoryStore))
 			limited := false
 			for i := 0; i < 5; i++ {
-				resp, b := do(t, "GET", gw.url("/api/me"), nil, "X-User-ID", "admin")
+				resp, b := testkit.Do(t, "GET", gw.url("/api/me"), nil, "X-User-ID", "admin")
 				limited = limited || resp.StatusCode == 429
 				if resp.StatusCode == 200 && strings.Contains(b, `"user_id":"admin"`) != tt.trust {
 					t.Errorf("the upstream saw %s from a peer trusted=%v", b, tt.trust)
@@ -217,7 +219,7 @@ func (m *memcachedServer) start() {
 	if err := m.cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
-	eventually(m.t, 5*time.Second, "memcached accepts connections", func() bool {
+	testkit.Eventually(m.t, 5*time.Second, "memcached accepts connections", func() bool {
 		c, err := net.Dial("tcp", m.addr)
 		if err == nil {
 			c.Close()
@@ -244,13 +246,13 @@ func TestTwoGatewaysShareMemcached(t *testing.T) {
 	gw1 := start(t, limitConfig(up.URL, "127.0.0.1/32", memcachedStore(mc.addr, "allow")))
 	gw2 := start(t, limitConfig(up.URL, "127.0.0.1/32", memcachedStore(mc.addr, "allow")))
 	for i := 0; i < 3; i++ {
-		if resp, _ := do(t, "GET", gw1.url("/api/me"), nil, "X-User-ID", "bob"); resp.StatusCode != 200 {
+		if resp, _ := testkit.Do(t, "GET", gw1.url("/api/me"), nil, "X-User-ID", "bob"); resp.StatusCode != 200 {
 			t.Fatalf("gw1 request %d: %d", i, resp.StatusCode)
 		}
 	}
 	// gw1 sends its increments asynchronously: gw2 sees them within moments.
-	eventually(t, 3*time.Second, "gw2 refuses bob's 4th request", func() bool {
-		resp, _ := do(t, "GET", gw2.url("/api/me"), nil, "X-User-ID", "bob")
+	testkit.Eventually(t, 3*time.Second, "gw2 refuses bob's 4th request", func() bool {
+		resp, _ := testkit.Do(t, "GET", gw2.url("/api/me"), nil, "X-User-ID", "bob")
 		return resp.StatusCode == 429
 	})
 }
@@ -260,7 +262,7 @@ func TestMemcachedDownAppliesPolicy(t *testing.T) {
 	up := tinyURL(t)
 	gw := start(t, limitConfig(up.URL, "127.0.0.1/32", memcachedStore(mc.addr, "allow")))
 	user := func(u string) int {
-		resp, _ := do(t, "GET", gw.url("/api/me"), nil, "X-User-ID", u)
+		resp, _ := testkit.Do(t, "GET", gw.url("/api/me"), nil, "X-User-ID", u)
 		return resp.StatusCode
 	}
 	for i := 0; i < 3; i++ {
@@ -282,7 +284,7 @@ func TestMemcachedDownAppliesPolicy(t *testing.T) {
 		}
 	}
 	mc.start()
-	eventually(t, 5*time.Second, "limits apply again after memcached returns", func() bool {
+	testkit.Eventually(t, 5*time.Second, "limits apply again after memcached returns", func() bool {
 		return user("erin") == 429
 	})
 }
@@ -301,7 +303,7 @@ func TestRuleCatchesPathVariants(t *testing.T) {
 	var codes []int
 	for i, p := range []string{"/LOGIN", "/login/", "//login", "/Login", "/x/../login", "/login"} {
 		form := url.Values{"email": {"victim@example.com"}, "password": {"wrong"}}.Encode()
-		resp, _ := do(t, "POST", gw.url(p), strings.NewReader(form),
+		resp, _ := testkit.Do(t, "POST", gw.url(p), strings.NewReader(form),
 			"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", 100+i))
 		codes = append(codes, resp.StatusCode)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // The README's metrics table is checked here against the registry of a
@@ -163,14 +165,14 @@ analytics:
   embedded: {path: %s}
 `, up, limiter, t.TempDir()))
 	for _, ua := range []string{"curl/8.5.0", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)"} {
-		if resp, _ := do(t, "GET", gw.url("/go"), nil, "User-Agent", ua); resp.StatusCode != http.StatusFound {
+		if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil, "User-Agent", ua); resp.StatusCode != http.StatusFound {
 			t.Fatalf("GET /go as %s: %d, want 302", ua, resp.StatusCode)
 		}
 	}
 	if then != nil {
 		then()
 	}
-	if resp, _ := do(t, "GET", gw.url("/nope"), nil); resp.StatusCode != http.StatusNotFound {
+	if resp, _ := testkit.Do(t, "GET", gw.url("/nope"), nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET /nope: %d, want the upstream's 404", resp.StatusCode)
 	}
 	running = gather(t, gw.g.Registry())

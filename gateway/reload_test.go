@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // metric returns the value of the sample of the admin /metrics page whose
 // line starts with series, or -1.
 func metric(t testing.TB, gw *running, series string) float64 {
 	t.Helper()
-	_, page := do(t, "GET", gw.admin("/metrics"), nil)
+	_, page := testkit.Do(t, "GET", gw.admin("/metrics"), nil)
 	for _, l := range strings.Split(page, "\n") {
 		if v, ok := strings.CutPrefix(l, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -35,31 +36,31 @@ func metric(t testing.TB, gw *running, series string) float64 {
 
 func reloadEndpoint(t testing.TB, gw *running) (*http.Response, string) {
 	t.Helper()
-	return do(t, "POST", gw.admin("/admin/reload"), nil, "Authorization", "Bearer "+adminToken)
+	return testkit.Do(t, "POST", gw.admin("/admin/reload"), nil, "Authorization", "Bearer "+testkit.AdminToken)
 }
 
 // TestReload changes the upstream by each trigger in turn.
 func TestReload(t *testing.T) {
-	a, b, c, d := named(t, "A"), named(t, "B"), named(t, "C"), named(t, "D")
-	gw := start(t, baseConfig(a.URL))
-	get := func() string { return body(t, gw.url("/x")) }
+	a, b, c, d := testkit.Named(t, "A"), testkit.Named(t, "B"), testkit.Named(t, "C"), testkit.Named(t, "D")
+	gw := start(t, testkit.BaseConfig(a.URL))
+	get := func() string { return testkit.Body(t, gw.url("/x")) }
 	if got := get(); got != "A" {
 		t.Fatalf("before reload: %q", got)
 	}
-	writeFile(t, gw.path, baseConfig(b.URL))
-	eventually(t, 5*time.Second, "file change reloads", func() bool { return get() == "B" })
+	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
+	testkit.Eventually(t, 5*time.Second, "file change reloads", func() bool { return get() == "B" })
 	if !gw.logs.logged("config reloaded", map[string]string{"source": "file change", "generation": "2"}) {
 		t.Errorf("no reload log line for the file change:\n%s", gw.logs)
 	}
 
 	gw.hup <- syscall.SIGHUP // the file did not change: SIGHUP reloads anyway
-	eventually(t, 5*time.Second, "SIGHUP reloads", func() bool {
+	testkit.Eventually(t, 5*time.Second, "SIGHUP reloads", func() bool {
 		return gw.logs.logged("config reloaded", map[string]string{"source": "SIGHUP", "generation": "3"})
 	})
 
 	// The endpoint: restart-only fields are named, keep their running
 	// values, and the rest applies.
-	writeFile(t, gw.path, strings.Replace(baseConfig(c.URL), "listen: 127.0.0.1:0\n  trusted", "listen: 127.0.0.1:1\n  trusted", 1))
+	testkit.WriteFile(t, gw.path, strings.Replace(testkit.BaseConfig(c.URL), "listen: 127.0.0.1:0\n  trusted", "listen: 127.0.0.1:1\n  trusted", 1))
 	resp, msg := reloadEndpoint(t, gw)
 	if resp.StatusCode != 200 || !strings.Contains(msg, `"restart_required":["server.listen"]`) {
 		t.Fatalf("reload endpoint: %d %s (want server.listen named as restart-only)", resp.StatusCode, msg)
@@ -67,16 +68,16 @@ func TestReload(t *testing.T) {
 	if got := get(); got != "C" {
 		t.Errorf("after the endpoint's reload: %q, want C", got)
 	}
-	_, cfg := do(t, "GET", gw.admin("/admin/config"), nil, "Authorization", "Bearer "+adminToken)
+	_, cfg := testkit.Do(t, "GET", gw.admin("/admin/config"), nil, "Authorization", "Bearer "+testkit.AdminToken)
 	if !strings.Contains(cfg, "listen: 127.0.0.1:0") || !strings.Contains(cfg, c.URL) {
 		t.Errorf("/admin/config does not show the running listen address and the new upstream:\n%s", cfg)
 	}
 
 	// With the watch off only the triggers reload.
 	gw2 := startFile(t, gw.path, false)
-	writeFile(t, gw.path, baseConfig(d.URL))
+	testkit.WriteFile(t, gw.path, testkit.BaseConfig(d.URL))
 	time.Sleep(400 * time.Millisecond)
-	if got := body(t, gw2.url("/x")); got != "C" {
+	if got := testkit.Body(t, gw2.url("/x")); got != "C" {
 		t.Errorf("with the watch off a file change reloaded: %q", got)
 	}
 }
@@ -86,34 +87,34 @@ func TestReload(t *testing.T) {
 // config, the endpoint answers 400 naming the field, each failure is
 // logged and counted, and nothing leaks.
 func TestBadReloadKeepsServing(t *testing.T) {
-	a := named(t, "A")
-	gw := start(t, baseConfig(a.URL))
-	good := baseConfig(a.URL)
+	a := testkit.Named(t, "A")
+	gw := start(t, testkit.BaseConfig(a.URL))
+	good := testkit.BaseConfig(a.URL)
 	failed := func() float64 { return metric(t, gw, `linkgate_config_reloads_total{result="failed"}`) }
 	for _, tc := range badConfigs(a.URL) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := failed()
-			writeFile(t, gw.path, tc.yaml)
+			testkit.WriteFile(t, gw.path, tc.yaml)
 			resp, msg := reloadEndpoint(t, gw)
 			p := assertProblem(t, resp, msg, http.StatusBadRequest)
 			field := strings.TrimSuffix(tc.want[strings.LastIndex(tc.want, " ")+1:], ":")
 			if !strings.Contains(msg, tc.want) && !strings.Contains(fmt.Sprint(p["field"]), field) {
 				t.Errorf("reload answer %s does not name %q", msg, tc.want)
 			}
-			eventually(t, 5*time.Second, "the endpoint's and the watch's failures counted", func() bool {
+			testkit.Eventually(t, 5*time.Second, "the endpoint's and the watch's failures counted", func() bool {
 				return failed() >= before+2
 			})
 			gw.hup <- syscall.SIGHUP
-			eventually(t, 5*time.Second, "SIGHUP's failure counted", func() bool { return failed() >= before+3 })
-			if got := body(t, gw.url("/x")); got != "A" {
+			testkit.Eventually(t, 5*time.Second, "SIGHUP's failure counted", func() bool { return failed() >= before+3 })
+			if got := testkit.Body(t, gw.url("/x")); got != "A" {
 				t.Errorf("after a bad reload: %q, want A", got)
 			}
-			eventually(t, 5*time.Second, "SIGHUP's failure logged", func() bool {
+			testkit.Eventually(t, 5*time.Second, "SIGHUP's failure logged", func() bool {
 				return gw.logs.logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
 			})
 		})
 	}
-	writeFile(t, gw.path, good)
+	testkit.WriteFile(t, gw.path, good)
 	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
 		t.Fatalf("a good file after the bad ones: %d %s", resp.StatusCode, msg)
 	}
@@ -123,14 +124,14 @@ func TestBadReloadKeepsServing(t *testing.T) {
 // (a proxy with its health loop, a memcached store with its flushers)
 // releases them, and one that panics in a constructor answers 400 too.
 func TestFailedReloadsLeakNothing(t *testing.T) {
-	a, b := named(t, "A"), named(t, "B")
-	gw := start(t, baseConfig(a.URL))
+	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
+	gw := start(t, testkit.BaseConfig(a.URL))
 	// Every reload builds a new proxy (the target changes) and memcached
 	// store (the servers do), then panics: both must be released.
 	restore := gateway.SetBuildHook(func() { panic("constructor exploded") })
 	defer restore()
-	next := baseConfig(b.URL) + "limiter:\n  store: memcached\n  memcached: {servers: [127.0.0.1:1]}\n"
-	writeFile(t, gw.path, next)
+	next := testkit.BaseConfig(b.URL) + "limiter:\n  store: memcached\n  memcached: {servers: [127.0.0.1:1]}\n"
+	testkit.WriteFile(t, gw.path, next)
 	time.Sleep(300 * time.Millisecond) // let the watch's own attempt pass
 	reloadEndpoint(t, gw)
 	base := runtime.NumGoroutine()
@@ -146,14 +147,14 @@ func TestFailedReloadsLeakNothing(t *testing.T) {
 	if got := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`); got != before+tries {
 		t.Errorf("failed reloads counted %v, want %v", got, before+tries)
 	}
-	eventually(t, 5*time.Second, fmt.Sprintf("goroutines back to %d", base), func() bool {
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("goroutines back to %d", base), func() bool {
 		return runtime.NumGoroutine() <= base+2
 	})
-	if got := body(t, gw.url("/x")); got != "A" {
+	if got := testkit.Body(t, gw.url("/x")); got != "A" {
 		t.Errorf("after panicking reloads: %q, want A", got)
 	}
 	restore()
-	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 || body(t, gw.url("/x")) != "B" {
+	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 || testkit.Body(t, gw.url("/x")) != "B" {
 		t.Errorf("reload once the constructor works: %d %s", resp.StatusCode, msg)
 	}
 }
@@ -164,7 +165,7 @@ func TestFailedReloadsLeakNothing(t *testing.T) {
 func TestBadConfigAtStart(t *testing.T) {
 	for _, tc := range badConfigs("http://127.0.0.1:1") {
 		path := t.TempDir() + "/gw.yaml"
-		writeFile(t, path, tc.yaml)
+		testkit.WriteFile(t, path, tc.yaml)
 		if _, err := gateway.Load(path, getenv); err == nil {
 			t.Errorf("%s: start-up's compile accepted it", tc.name)
 		}
@@ -185,20 +186,20 @@ func TestReloadKeepsInFlight(t *testing.T) {
 		w.Write([]byte("A"))
 	}))
 	defer a.Close()
-	b := named(t, "B")
-	gw := start(t, baseConfig(a.URL))
-	res := inFlight(gw.url("/slow"))
-	eventually(t, 5*time.Second, "request reached upstream A", started.Load)
-	writeFile(t, gw.path, baseConfig(b.URL))
+	b := testkit.Named(t, "B")
+	gw := start(t, testkit.BaseConfig(a.URL))
+	res := testkit.InFlight(gw.url("/slow"))
+	testkit.Eventually(t, 5*time.Second, "request reached upstream A", started.Load)
+	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
 	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
 		t.Fatalf("reload: %d %s", resp.StatusCode, msg)
 	}
-	if got := body(t, gw.url("/x")); got != "B" {
+	if got := testkit.Body(t, gw.url("/x")); got != "B" {
 		t.Errorf("a request after the reload went to %q, want B", got)
 	}
 	close(release)
-	if r := <-res; r.err != nil || r.status != 200 || r.body != "A" {
-		t.Errorf("the request in flight across the reload got %d %q (%v), want 200 A", r.status, r.body, r.err)
+	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "A" {
+		t.Errorf("the request in flight across the reload got %d %q (%v), want 200 A", r.Status, r.Body, r.Err)
 	}
 }
 
@@ -206,24 +207,24 @@ func TestReloadKeepsInFlight(t *testing.T) {
 // the limiter store alone keeps them: the counters carry over and the
 // upstream connections are not opened again.
 func TestReloadReusesUnchangedParts(t *testing.T) {
-	up := named(t, "ok")
-	cfg := baseConfig(up.URL) + "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [3/m]}\n"
+	up := testkit.Named(t, "ok")
+	cfg := testkit.BaseConfig(up.URL) + "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [3/m]}\n"
 	gw := start(t, cfg)
 	for i := range 3 {
-		if resp, _ := do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 200 {
+		if resp, _ := testkit.Do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d", i, resp.StatusCode)
 		}
 	}
 	opened := metric(t, gw, "linkgate_upstream_connections_opened_total")
 	// Same rule name, a higher limit: counts survive, the 4th request
 	// passes under 4/m and the 5th does not.
-	writeFile(t, gw.path, strings.Replace(cfg, "[3/m]", "[4/m]", 1))
+	testkit.WriteFile(t, gw.path, strings.Replace(cfg, "[3/m]", "[4/m]", 1))
 	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
 		t.Fatalf("reload: %d %s", resp.StatusCode, msg)
 	}
 	codes := []int{}
 	for range 2 {
-		resp, _ := do(t, "GET", gw.url("/limited"), nil)
+		resp, _ := testkit.Do(t, "GET", gw.url("/limited"), nil)
 		codes = append(codes, resp.StatusCode)
 	}
 	if codes[0] != 200 || codes[1] != 429 {
@@ -239,10 +240,10 @@ func TestReloadReusesUnchangedParts(t *testing.T) {
 // (which here compiles: the rules are cut off). The watch reloads once,
 // on the whole file, and never the empty or the partial one.
 func TestWatchWaitsForAWholeFile(t *testing.T) {
-	a, b := named(t, "A"), named(t, "B")
+	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
 	rules := "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [1/m]}\n"
-	gw := start(t, baseConfig(a.URL)+rules)
-	next := baseConfig(b.URL) + rules
+	gw := start(t, testkit.BaseConfig(a.URL)+rules)
+	next := testkit.BaseConfig(b.URL) + rules
 	cut := strings.Index(next, "rules:")
 	f, err := os.OpenFile(gw.path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
@@ -253,7 +254,7 @@ func TestWatchWaitsForAWholeFile(t *testing.T) {
 	time.Sleep(settleWait) // the rules cut off as long
 	f.WriteString(next[cut:])
 	f.Close()
-	eventually(t, 5*time.Second, "the whole file reloaded", func() bool { return body(t, gw.url("/x")) == "B" })
+	testkit.Eventually(t, 5*time.Second, "the whole file reloaded", func() bool { return testkit.Body(t, gw.url("/x")) == "B" })
 	time.Sleep(2 * settleWait)
 	if got := metric(t, gw, `linkgate_config_reloads_total{result="ok"}`); got != 1 {
 		t.Errorf("%v reloads, want 1: the partial states were reloaded", got)
@@ -262,8 +263,8 @@ func TestWatchWaitsForAWholeFile(t *testing.T) {
 		t.Errorf("%v failed reloads: the empty state was read", got)
 	}
 	// The rules survived: the second request is limited.
-	do(t, "GET", gw.url("/limited"), nil)
-	if resp, _ := do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 429 {
+	testkit.Do(t, "GET", gw.url("/limited"), nil)
+	if resp, _ := testkit.Do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 429 {
 		t.Errorf("the rule of the whole file does not apply: %d", resp.StatusCode)
 	}
 }

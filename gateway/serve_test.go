@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 func TestRedirectPassesThrough(t *testing.T) {
@@ -18,8 +20,8 @@ func TestRedirectPassesThrough(t *testing.T) {
 		http.Redirect(w, r, "https://example.com/long/path?q=1&r=%C3%A9", http.StatusFound)
 	}))
 	defer up.Close()
-	gw := start(t, baseConfig(up.URL))
-	resp, _ := do(t, "GET", gw.url("/abc123"), nil)
+	gw := start(t, testkit.BaseConfig(up.URL))
+	resp, _ := testkit.Do(t, "GET", gw.url("/abc123"), nil)
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "https://example.com/long/path?q=1&r=%C3%A9" {
 		t.Errorf("got %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
@@ -48,10 +50,10 @@ func TestForwardedHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := strings.Replace(baseConfig(up.URL), "[127.0.0.1/32]", tt.trusted, 1) +
+			cfg := strings.Replace(testkit.BaseConfig(up.URL), "[127.0.0.1/32]", tt.trusted, 1) +
 				"rules:\n  - {name: per_ip, match: {path: /limited}, key: ip, limits: [1/m]}\n"
 			gw := start(t, cfg)
-			_, got := do(t, "GET", gw.url("/x"), nil,
+			_, got := testkit.Do(t, "GET", gw.url("/x"), nil,
 				"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Host", "short.example",
 				"X-Real-IP", "198.51.100.1", "X-User-ID", "mallory", "Forwarded", "for=198.51.100.2")
 			want := tt.want(strings.TrimPrefix(gw.url(""), "http://"))
@@ -61,8 +63,8 @@ func TestForwardedHeaders(t *testing.T) {
 			// The limiter keys on the same client the upstream was told of:
 			// two forwarded clients are limited apart only if the peer is
 			// trusted.
-			first, _ := do(t, "GET", gw.url("/limited"), nil, "X-Forwarded-For", "203.0.113.7")
-			second, _ := do(t, "GET", gw.url("/limited"), nil, "X-Forwarded-For", "203.0.113.8")
+			first, _ := testkit.Do(t, "GET", gw.url("/limited"), nil, "X-Forwarded-For", "203.0.113.7")
+			second, _ := testkit.Do(t, "GET", gw.url("/limited"), nil, "X-Forwarded-For", "203.0.113.8")
 			trusted := strings.HasPrefix(want, "203.0.113.7")
 			if first.StatusCode != 200 || (second.StatusCode == 200) != trusted {
 				t.Errorf("limiter: %d then %d for two forwarded clients; trusted peer %v", first.StatusCode, second.StatusCode, trusted)
@@ -72,25 +74,25 @@ func TestForwardedHeaders(t *testing.T) {
 }
 
 func TestFailoverToLiveTarget(t *testing.T) {
-	live := named(t, "live")
-	gw := start(t, baseConfig(deadAddr(t), live.URL))
+	live := testkit.Named(t, "live")
+	gw := start(t, testkit.BaseConfig(deadAddr(t), live.URL))
 	for i := 0; i < 20; i++ {
-		resp, b := do(t, "GET", gw.url("/k"), nil)
+		resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
 		if resp.StatusCode != 200 || b != "live" {
 			t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
 		}
 	}
-	if resp, _ := do(t, "GET", gw.admin("/readyz"), nil); resp.StatusCode != 200 {
+	if resp, _ := testkit.Do(t, "GET", gw.admin("/readyz"), nil); resp.StatusCode != 200 {
 		t.Errorf("readyz with one live target: %d", resp.StatusCode)
 	}
 }
 
 func TestAllTargetsDeadIs502(t *testing.T) {
-	gw := start(t, baseConfig(deadAddr(t), deadAddr(t)))
-	resp, b := do(t, "GET", gw.url("/k"), nil)
+	gw := start(t, testkit.BaseConfig(deadAddr(t), deadAddr(t)))
+	resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
 	assertProblem(t, resp, b, http.StatusBadGateway)
-	eventually(t, 5*time.Second, "readyz answers 503", func() bool {
-		resp, _ := do(t, "GET", gw.admin("/readyz"), nil)
+	testkit.Eventually(t, 5*time.Second, "readyz answers 503", func() bool {
+		resp, _ := testkit.Do(t, "GET", gw.admin("/readyz"), nil)
 		return resp.StatusCode == http.StatusServiceUnavailable
 	})
 }
@@ -108,9 +110,9 @@ func TestSlowUpstreamIs504(t *testing.T) {
 	}))
 	defer up.Close()
 	defer close(release)
-	gw := start(t, baseConfig(up.URL))
+	gw := start(t, testkit.BaseConfig(up.URL))
 	begin := time.Now()
-	resp, b := do(t, "GET", gw.url("/slow"), nil)
+	resp, b := testkit.Do(t, "GET", gw.url("/slow"), nil)
 	assertProblem(t, resp, b, http.StatusGatewayTimeout)
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Errorf("504 took %v; response_header_timeout is 1s", d)
@@ -129,14 +131,14 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	gw := start(t, baseConfig(up.URL))
-	res := inFlight(gw.url("/slow"))
-	eventually(t, 5*time.Second, "request reached upstream", started.Load)
+	gw := start(t, testkit.BaseConfig(up.URL))
+	res := testkit.InFlight(gw.url("/slow"))
+	testkit.Eventually(t, 5*time.Second, "request reached upstream", started.Load)
 	if err := gw.shutdown(); err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	if r := <-res; r.err != nil || r.status != 200 || r.body != "finished" {
-		t.Errorf("in-flight request got %d %q (%v)", r.status, r.body, r.err)
+	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "finished" {
+		t.Errorf("in-flight request got %d %q (%v)", r.Status, r.Body, r.Err)
 	}
 	if !gw.logs.logged("stopped", nil) {
 		t.Errorf("no clean stop logged:\n%s", gw.logs)
@@ -144,9 +146,9 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 }
 
 func TestAdminEndpoints(t *testing.T) {
-	up := named(t, "ok")
-	gw := start(t, baseConfig(up.URL))
-	do(t, "GET", gw.url("/x"), nil)
+	up := testkit.Named(t, "ok")
+	gw := start(t, testkit.BaseConfig(up.URL))
+	testkit.Do(t, "GET", gw.url("/x"), nil)
 	tests := []struct {
 		method, path, token string
 		status              int
@@ -159,31 +161,31 @@ func TestAdminEndpoints(t *testing.T) {
 		{"GET", "/metrics", "", 200, "linkgate_upstream_healthy"},
 		{"GET", "/admin/config", "", 401, "bearer"},
 		{"GET", "/admin/config", "wrong", 401, "bearer"},
-		{"GET", "/admin/config", adminToken, 200, up.URL},
+		{"GET", "/admin/config", testkit.AdminToken, 200, up.URL},
 		{"GET", "/nope", "", 404, "no admin endpoint"},
-		{"GET", "/admin/limits", adminToken, 404, `"rules":[`},
-		{"GET", "/admin/limits/", adminToken, 404, "/admin/limits/{rule}/{value}"},
-		{"GET", "/admin/limits/no-such-rule/1.2.3.4", adminToken, 404, "/admin/limits/{rule}/{value}"},
+		{"GET", "/admin/limits", testkit.AdminToken, 404, `"rules":[`},
+		{"GET", "/admin/limits/", testkit.AdminToken, 404, "/admin/limits/{rule}/{value}"},
+		{"GET", "/admin/limits/no-such-rule/1.2.3.4", testkit.AdminToken, 404, "/admin/limits/{rule}/{value}"},
 		{"GET", "/admin/config", "lowercase", 200, up.URL},
-		{"PUT", "/admin/reload", adminToken, 405, "not allowed"},
+		{"PUT", "/admin/reload", testkit.AdminToken, 405, "not allowed"},
 	}
 	for _, tt := range tests {
 		var hdr []string
 		switch tt.token {
 		case "":
 		case "lowercase": // RFC 9110 §11.1: the scheme is case-insensitive
-			hdr = []string{"Authorization", "bearer " + adminToken}
+			hdr = []string{"Authorization", "bearer " + testkit.AdminToken}
 		default:
 			hdr = []string{"Authorization", "Bearer " + tt.token}
 		}
-		resp, b := do(t, tt.method, gw.admin(tt.path), nil, hdr...)
+		resp, b := testkit.Do(t, tt.method, gw.admin(tt.path), nil, hdr...)
 		if resp.StatusCode != tt.status || !strings.Contains(b, tt.contains) {
 			t.Errorf("%s %s (token %q) = %d, want %d containing %q:\n%.600s", tt.method, tt.path, tt.token, resp.StatusCode, tt.status, tt.contains, b)
 		}
 	}
 	// With no token configured, /admin/* is off.
-	gw2 := start(t, strings.Replace(baseConfig(up.URL), "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NO_SUCH_TOKEN", 1))
-	resp, b := do(t, "POST", gw2.admin("/admin/reload"), nil, "Authorization", "Bearer anything")
+	gw2 := start(t, strings.Replace(testkit.BaseConfig(up.URL), "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NO_SUCH_TOKEN", 1))
+	resp, b := testkit.Do(t, "POST", gw2.admin("/admin/reload"), nil, "Authorization", "Bearer anything")
 	assertProblem(t, resp, b, http.StatusForbidden)
 	if !gw2.logs.logged("the admin API is off: /admin/* answers 403", nil) {
 		t.Error("an admin API left off is not logged at start")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // partialAnswer is a /stats JSON answer with the fields that say how much
@@ -34,7 +36,7 @@ func TestStatsPartialWhileStoreDown(t *testing.T) {
 	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
 	get := func(path string) partialAnswer {
 		t.Helper()
-		resp, b := do(t, "GET", gw.url(path), nil, "Accept", "application/json")
+		resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
 		if resp.StatusCode != 200 {
 			t.Fatalf("GET %s with the store down: %d %s, want 200", path, resp.StatusCode, b)
 		}
@@ -47,14 +49,14 @@ func TestStatsPartialWhileStoreDown(t *testing.T) {
 	visit := func(n int, key string, hdr ...string) {
 		t.Helper()
 		for range n {
-			if resp, _ := do(t, "GET", gw.url("/"+key), nil, hdr...); resp.StatusCode != 302 {
+			if resp, _ := testkit.Do(t, "GET", gw.url("/"+key), nil, hdr...); resp.StatusCode != 302 {
 				t.Fatalf("visit /%s with the store down: %d", key, resp.StatusCode)
 			}
 		}
 	}
 	visit(6, "go")
 	// Let flushes fail: those visits now wait in the retry queue.
-	eventually(t, 5*time.Second, "a failed flush logged", func() bool {
+	testkit.Eventually(t, 5*time.Second, "a failed flush logged", func() bool {
 		return gw.logs.logged("analytics: flush failed; counts kept for a retry", nil)
 	})
 	visit(3, "go")
@@ -89,7 +91,7 @@ func TestStatsPartialWhileStoreDown(t *testing.T) {
 	if all := get("/stats?last=1h"); !all.Partial || all.Total != 9 || all.BotTotal != 1 {
 		t.Errorf("/stats: partial %v, totals %d, %d; want partial, 9 and 1", all.Partial, all.Total, all.BotTotal)
 	}
-	resp, b := do(t, "GET", gw.url("/stats/go?last=1h&format=csv"), nil)
+	resp, b := testkit.Do(t, "GET", gw.url("/stats/go?last=1h&format=csv"), nil)
 	if resp.StatusCode != 200 || resp.Header.Get("Linkgate-Partial") != "store unreachable" || resp.Header.Get("Linkgate-Known") != "true" {
 		t.Errorf("CSV: %d, Linkgate-Partial %q, Linkgate-Known %q", resp.StatusCode, resp.Header.Get("Linkgate-Partial"), resp.Header.Get("Linkgate-Known"))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -25,7 +26,7 @@ func TestMeasureVolumes(t *testing.T) {
 		t.Skip("a measurement: set LINKGATE_MEASURE_VOLUMES=1 to run it")
 	}
 	for _, mib := range []int{16, 24, 32, 40, 48, 80} {
-		dir := mountTmpfs(t, mib)
+		dir := testkit.Tmpfs(t, int64(mib)<<20, "a measurement only")
 		s, err := pebble.Open(filepath.Join(dir, "analytics"), rollup.DefaultTiers(), nil)
 		if err != nil {
 			t.Fatal(err)

@@ -2,12 +2,9 @@ package pebble_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -17,26 +14,9 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
-
-// mountTmpfs mounts a tmpfs of size MiB on a new folder and unmounts it
-// at the end of the test. It skips the test, loudly, where mounting is
-// not permitted (not root, or a container without CAP_SYS_ADMIN).
-func mountTmpfs(t *testing.T, mib int) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm", mib), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("SKIPPED: this test needs to mount a tmpfs (root with CAP_SYS_ADMIN): mount: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // flushOf returns a batch like a flush of links distinct links makes,
 // for the minute at.
@@ -83,7 +63,7 @@ const minVolumeMiB = 48
 // once space is back the same process writes again, and the counts
 // written are all there.
 func TestSmallVolume(t *testing.T) {
-	dir := mountTmpfs(t, minVolumeMiB)
+	dir := testkit.Tmpfs(t, minVolumeMiB<<20, "TestReserveOnSmallDisk covers the reserve without privileges")
 	s, err := pebble.Open(filepath.Join(dir, "analytics"), rollup.DefaultTiers(), nil)
 	if err != nil {
 		t.Fatal(err)

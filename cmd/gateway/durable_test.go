@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // The tests here check the durability table of the README against the
@@ -41,7 +43,7 @@ func redirector(t *testing.T) *httptest.Server {
 // analyticsGateway is a gateway in front of up with analytics settings
 // (indented by two spaces) and flushes every durableInterval.
 func analyticsGateway(up string, settings string) string {
-	return strings.Replace(baseConfig(up), "analytics:\n  enabled: false\n",
+	return strings.Replace(testkit.BaseConfig(up), "analytics:\n  enabled: false\n",
 		fmt.Sprintf("analytics:\n  flush_interval: %v\n%s", durableInterval, settings), 1)
 }
 
@@ -56,7 +58,7 @@ type visitor struct {
 
 func visit(url string) *visitor {
 	v := &visitor{stop: make(chan struct{}), done: make(chan struct{})}
-	c := &http.Client{Timeout: 2 * time.Second, CheckRedirect: client.CheckRedirect}
+	c := &http.Client{Timeout: 2 * time.Second, CheckRedirect: testkit.Client.CheckRedirect}
 	go func() {
 		defer close(v.done)
 		for i := 0; ; i++ {
@@ -109,7 +111,7 @@ func (p *process) kill9() time.Time {
 
 // statsTotal returns /stats' all-time total of all links (human + bot).
 func statsTotal(t *testing.T, gw *process) (int, bool) {
-	resp, err := client.Get(gw.url("gateway", "/stats?last=1h"))
+	resp, err := testkit.Client.Get(gw.url("gateway", "/stats?last=1h"))
 	if err != nil {
 		return 0, false
 	}
@@ -213,26 +215,6 @@ func sentAfter(v *visitor, killed time.Time) int {
 	return n
 }
 
-// tmpfs mounts a tmpfs of size bytes on a new directory, or skips the test
-// loudly when it cannot (not root, or no mount in the sandbox).
-func tmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("*** SKIPPED: cannot mount a tmpfs (needs root): %v %s; the Cassandra-down row covers the journal without privileges ***", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Logf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
 // fill writes a file in dir until at most free bytes are left (or the
 // disk is full when free is 0), and returns a function that removes it.
 func fill(t *testing.T, dir string, free int64) func() {
@@ -279,7 +261,7 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	t.Logf("seed %d", seed)
 	for r := range rounds() {
-		disk := tmpfs(t, 256<<20)
+		disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
 			filepath.Join(disk, "analytics"), filepath.Join(t.TempDir(), "journal")))
 		gw, _ := startGateway(t, cfg)
@@ -314,7 +296,7 @@ func TestFullDiskSIGTERM(t *testing.T) {
 		journalOnOther bool
 	}{{"journal on the full disk", false}, {"journal on another disk", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			disk := tmpfs(t, 256<<20)
+			disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 			jpath := filepath.Join(disk, "journal")
 			if tc.journalOnOther {
 				jpath = filepath.Join(t.TempDir(), "journal")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // These tests run the real binary as a process, so that signals are real
@@ -230,78 +231,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 func startGateway(t *testing.T, cfg string, env ...string) (*process, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	writeFile(t, path, cfg)
+	testkit.WriteFile(t, path, cfg)
 	p := startProcess(t, env, []string{"gateway", "admin"}, bin.gateway, "-config", path, "-log-format", "json")
 	return p, path
-}
-
-func writeFile(t *testing.T, path, s string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// client does not follow redirects: the tests look at them.
-var client = &http.Client{
-	Timeout:       20 * time.Second,
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-}
-
-func do(t *testing.T, method, url string, body io.Reader, hdr ...string) (*http.Response, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp, string(b)
-}
-
-// result is the answer to a request sent by inFlight.
-type result struct {
-	status int
-	body   string
-	err    error
-}
-
-// inFlight sends GET url in the background; its answer arrives on the
-// channel.
-func inFlight(url string) <-chan result {
-	res := make(chan result, 1)
-	go func() {
-		resp, err := client.Get(url)
-		if err != nil {
-			res <- result{err: err}
-			return
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		res <- result{resp.StatusCode, string(b), err}
-	}()
-	return res
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -12,40 +12,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-const adminToken = "s3cret-admin"
-
-// baseConfig is a gateway on free ports in front of targets, with the
-// limiter and analytics left at rest.
-func baseConfig(targets ...string) string {
-	return fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  trusted_proxies: [127.0.0.1/32]
-  shutdown_timeout: 10s
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  dial_timeout: 500ms
-  response_header_timeout: 1s
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  enabled: false
-`, strings.Join(targets, ", "))
-}
-
-var tokenEnv = "LG_TEST_ADMIN_TOKEN=" + adminToken
-
-// named answers "name" on every path, healthz included.
-func named(t *testing.T, name string) *httptest.Server {
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(name))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
+var tokenEnv = "LG_TEST_ADMIN_TOKEN=" + testkit.AdminToken
 
 // The tests here need a separate process: real signals, exit codes, the
 // command line. Everything else is tested in-process in package gateway.
@@ -53,32 +24,32 @@ func named(t *testing.T, name string) *httptest.Server {
 // TestSIGHUPReloads: SIGHUP reloads a good file and keeps the running
 // config on a bad one, with the watch off.
 func TestSIGHUPReloads(t *testing.T) {
-	a, b := named(t, "A"), named(t, "B")
+	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
 	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	writeFile(t, path, baseConfig(a.URL))
+	testkit.WriteFile(t, path, testkit.BaseConfig(a.URL))
 	gw := startProcess(t, []string{tokenEnv}, []string{"gateway", "admin"}, bin.gateway, "-config", path, "-log-format", "json", "-watch=false")
-	body := func() string { _, s := do(t, "GET", gw.url("gateway", "/x"), nil); return s }
+	body := func() string { _, s := testkit.Do(t, "GET", gw.url("gateway", "/x"), nil); return s }
 
-	writeFile(t, path, baseConfig(b.URL))
+	testkit.WriteFile(t, path, testkit.BaseConfig(b.URL))
 	time.Sleep(300 * time.Millisecond) // the watcher is off: nothing may change by itself
 	if got := body(); got != "A" {
 		t.Fatalf("changed without a trigger: %q", got)
 	}
 	gw.cmd.Process.Signal(syscall.SIGHUP)
-	eventually(t, 5*time.Second, "SIGHUP reloads", func() bool { return body() == "B" })
+	testkit.Eventually(t, 5*time.Second, "SIGHUP reloads", func() bool { return body() == "B" })
 
 	// The once-fatal configs: the process must live on, serving B.
 	for _, bad := range []string{
-		baseConfig(a.URL) + "rules:\n  - {name: login ip, match: {path: /x}, key: ip, limits: [1/s]}\n",
-		baseConfig(a.URL) + "rules:\n  - {name: r, match: {path: /x}, key: ip, limits: [1/s], strict: true, count_status: [401]}\n",
-		baseConfig(a.URL) + "rules:\n  - {name: r, match: {path: /x}, key: ip, limits: [1/s], allow: [10.0.0.0/33]}\n",
-		baseConfig(a.URL) + "limiter:\n  store: memcached\n  memcached: {servers: [127.0.0.1:11211, 127.0.0.1:11211]}\n",
+		testkit.BaseConfig(a.URL) + "rules:\n  - {name: login ip, match: {path: /x}, key: ip, limits: [1/s]}\n",
+		testkit.BaseConfig(a.URL) + "rules:\n  - {name: r, match: {path: /x}, key: ip, limits: [1/s], strict: true, count_status: [401]}\n",
+		testkit.BaseConfig(a.URL) + "rules:\n  - {name: r, match: {path: /x}, key: ip, limits: [1/s], allow: [10.0.0.0/33]}\n",
+		testkit.BaseConfig(a.URL) + "limiter:\n  store: memcached\n  memcached: {servers: [127.0.0.1:11211, 127.0.0.1:11211]}\n",
 		"upstream: [\n",
 		"",
 	} {
-		writeFile(t, path, bad)
+		testkit.WriteFile(t, path, bad)
 		gw.cmd.Process.Signal(syscall.SIGHUP)
-		eventually(t, 5*time.Second, "failed SIGHUP reload logged", func() bool {
+		testkit.Eventually(t, 5*time.Second, "failed SIGHUP reload logged", func() bool {
 			return gw.logCount("config reload failed, running config kept", map[string]string{"source": "SIGHUP"}) > 0
 		})
 		gw.clearLogs()
@@ -106,27 +77,27 @@ func TestSIGTERMDrainsAndFlushes(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	cfg := strings.Replace(baseConfig(up.URL), "analytics:\n  enabled: false\n",
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "analytics:\n  enabled: false\n",
 		"analytics:\n  flush_interval: 1h\n  embedded: {path: "+t.TempDir()+"}\n", 1)
 	gw, _ := startGateway(t, cfg)
 	for range 7 {
-		if resp, _ := do(t, "GET", gw.url("gateway", "/ex"), nil); resp.StatusCode != 302 {
+		if resp, _ := testkit.Do(t, "GET", gw.url("gateway", "/ex"), nil); resp.StatusCode != 302 {
 			t.Fatalf("visit: %d", resp.StatusCode)
 		}
 	}
-	res := inFlight(gw.url("gateway", "/slow"))
-	eventually(t, 5*time.Second, "request reached upstream", started.Load)
+	res := testkit.InFlight(gw.url("gateway", "/slow"))
+	testkit.Eventually(t, 5*time.Second, "request reached upstream", started.Load)
 	if err := gw.stop(); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
-	if r := <-res; r.err != nil || r.status != 200 || r.body != "finished" {
-		t.Errorf("in-flight request got %d %q (%v)", r.status, r.body, r.err)
+	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "finished" {
+		t.Errorf("in-flight request got %d %q (%v)", r.Status, r.Body, r.Err)
 	}
 	if !gw.logged("stopped", nil) {
 		t.Errorf("no clean stop logged:\n%s", gw.logText())
 	}
 	gw2, _ := startGateway(t, cfg)
-	_, b := do(t, "GET", gw2.url("gateway", "/stats/ex?last=1h"), nil)
+	_, b := testkit.Do(t, "GET", gw2.url("gateway", "/stats/ex?last=1h"), nil)
 	var got struct{ Total int64 }
 	if err := json.Unmarshal([]byte(b), &got); err != nil || got.Total != 7 {
 		t.Errorf("after a restart /stats/ex answers %s, want a total of 7", b)
@@ -136,14 +107,14 @@ func TestSIGTERMDrainsAndFlushes(t *testing.T) {
 func TestCheckConfigAndVersion(t *testing.T) {
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
-	writeFile(t, good, baseConfig("http://127.0.0.1:1"))
-	writeFile(t, bad, baseConfig("http://127.0.0.1:1")+"limiter:\n  on_store_error: maybe\n")
+	testkit.WriteFile(t, good, testkit.BaseConfig("http://127.0.0.1:1"))
+	testkit.WriteFile(t, bad, testkit.BaseConfig("http://127.0.0.1:1")+"limiter:\n  on_store_error: maybe\n")
 	out, err := exec.Command(bin.gateway, "check-config", good).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ok") {
 		t.Errorf("check-config good: %v %s", err, out)
 	}
 	out, err = exec.Command(bin.gateway, "check-config", bad).CombinedOutput()
-	want := fmt.Sprintf("bad.yaml:%d: limiter.on_store_error", strings.Count(baseConfig("x"), "\n")+2)
+	want := fmt.Sprintf("bad.yaml:%d: limiter.on_store_error", strings.Count(testkit.BaseConfig("x"), "\n")+2)
 	if err == nil || !strings.Contains(string(out), want) {
 		t.Errorf("check-config bad: %v %s", err, out)
 	}
