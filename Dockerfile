@@ -14,12 +14,17 @@ ARG VERSION=dev
 # pure-Go compression without cgo).
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/gateway ./cmd/gateway && \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/tinyurl ./cmd/tinyurl
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/tinyurl ./cmd/tinyurl && \
+    mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /out/tinyurl /usr/local/bin/
 COPY configs/gateway.compose.yaml /etc/linkgate/gateway.yaml
-# The embedded analytics store (./data/analytics) lands in the user's home.
+# The embedded analytics store (./data/analytics) and the journal of counts
+# not stored yet (./data/analytics-journal) land in the user's home. The data
+# folder exists in the image, owned by nonroot, so that a named volume mounted
+# there (docker-compose.yml) starts with that owner and the gateway can write.
+COPY --from=build --chown=nonroot:nonroot /out/data /home/nonroot/data
 WORKDIR /home/nonroot
 USER nonroot:nonroot
 EXPOSE 8080 9090

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/gateway"
@@ -410,6 +411,8 @@ type image struct {
 	user       string
 	entrypoint []string
 	expose     []string
+	workdir    string
+	owner      map[string]string // COPY destination → its --chown owner
 }
 
 func dockerfile(t *testing.T) image {
@@ -436,7 +439,7 @@ func dockerfile(t *testing.T) image {
 	if len(stages) < 2 {
 		t.Fatalf("Dockerfile: %d stages, want a build stage and a final one", len(stages))
 	}
-	im := image{built: map[string]string{}}
+	im := image{built: map[string]string{}, owner: map[string]string{}}
 	goBuild := regexp.MustCompile(`go build [^&;]*?-o (\S+) (\./cmd/\S+)`)
 	for _, st := range stages[:len(stages)-1] {
 		for _, line := range st {
@@ -454,6 +457,11 @@ func dockerfile(t *testing.T) image {
 				continue
 			}
 			dest := fields[len(fields)-1]
+			for _, f := range fields {
+				if o, ok := strings.CutPrefix(f, "--chown="); ok {
+					im.owner[dest] = o
+				}
+			}
 			for _, src := range fields[1 : len(fields)-1] {
 				if _, ok := im.built[src]; ok {
 					if strings.HasSuffix(dest, "/") {
@@ -465,6 +473,8 @@ func dockerfile(t *testing.T) image {
 			}
 		case "USER":
 			im.user = rest
+		case "WORKDIR":
+			im.workdir = rest
 		case "ENTRYPOINT":
 			if err := json.Unmarshal([]byte(rest), &im.entrypoint); err != nil {
 				t.Fatalf("Dockerfile ENTRYPOINT %s: want the exec (JSON) form: %v", rest, err)
@@ -516,6 +526,38 @@ func TestDockerfile(t *testing.T) {
 		if len(ep) == 0 || !slices.Contains(im.installed, ep[0]) {
 			t.Errorf("services.%s: entrypoint %q is not a binary the Dockerfile installs (%q)", name, ep, im.installed)
 		}
+	}
+}
+
+// TestComposeKeepsTheJournal: in the compose deployment, the journal of
+// counts Cassandra has not taken yet lies on a named volume of the gateway
+// service, so that it outlives a recreated container, and the image makes
+// that folder its user's, so that a new volume starts writable for the
+// gateway (Docker copies the image folder's owner into an empty volume).
+func TestComposeKeepsTheJournal(t *testing.T) {
+	c := loadCompose(t)
+	im := dockerfile(t)
+	dir := analytics.DefaultJournalPath(gatewayConfig(t, c).Analytics)
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(im.workdir, dir)
+	}
+	var vol, target string
+	for _, v := range c.Services["gateway"].Volumes {
+		parts := strings.Split(v, ":")
+		named := len(parts) >= 2 && !strings.HasPrefix(parts[0], ".") && !strings.HasPrefix(parts[0], "/")
+		if named && (dir == parts[1] || strings.HasPrefix(dir, parts[1]+"/")) {
+			vol, target = parts[0], parts[1]
+		}
+	}
+	if vol == "" {
+		t.Fatalf("the gateway's journal %s is on no named volume of services.gateway (%q): it dies with the container", dir, c.Services["gateway"].Volumes)
+	}
+	if _, ok := c.Volumes[vol]; !ok {
+		t.Errorf("volume %q is not declared at the top level", vol)
+	}
+	user, _, _ := strings.Cut(im.user, ":")
+	if owner, _, _ := strings.Cut(im.owner[target], ":"); owner != user {
+		t.Errorf("the image's %s is owned by %q, want the gateway's user %q: a new volume there would not be writable", target, owner, user)
 	}
 }
 
