@@ -1,7 +1,6 @@
 package analytics_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,26 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
-
-// syncBuffer is a log destination safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestJournalCap fills a 1 MiB journal during an outage. Links visited in
 // every interval fold into hours and nothing is dropped; then a flood of
@@ -46,7 +28,7 @@ func (s *syncBuffer) String() string {
 // back, what it holds plus what was dropped is every visit, each once.
 func TestJournalCap(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "journal")
-	var logs syncBuffer
+	var logs testkit.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	st := newMemStore()
 	st.setFail(func(int) bool { return true })
@@ -267,7 +249,7 @@ func TestJournalUnopenable(t *testing.T) {
 	if err := os.WriteFile(parent, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testkit.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	st := newMemStore()
 	st.setFail(func(int) bool { return true })

@@ -214,7 +214,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 		t.Errorf("/stats/go with the store down: %d %s, want a 200 partial answer", resp.StatusCode, b)
 	}
 	testkit.Eventually(t, 5*time.Second, "failed flushes logged", func() bool {
-		return gw.logs.logged("analytics: flush failed; counts kept for a retry", nil)
+		return gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil)
 	})
 	if err := gw.shutdown(); err != nil {
 		t.Fatalf("shutdown with the store down: %v", err)

@@ -48,12 +48,10 @@ func setenv(t *testing.T, k, v string) {
 	})
 }
 
-// logSink keeps every log record as a map of its attributes, "msg" and
-// "level" included.
+// logSink is the slog handler of an in-process gateway: it keeps every
+// record in Logs, its attributes as strings.
 type logSink struct {
-	mu    sync.Mutex
-	lines []map[string]string
-	attrs []slog.Attr
+	testkit.Logs
 }
 
 func (s *logSink) Enabled(context.Context, slog.Level) bool { return true }
@@ -72,9 +70,7 @@ func (s *logSink) add(r slog.Record, extra []slog.Attr) error {
 		l[a.Key] = a.Value.String()
 		return true
 	})
-	s.mu.Lock()
-	s.lines = append(s.lines, l)
-	s.mu.Unlock()
+	s.Add(l)
 	return nil
 }
 
@@ -89,37 +85,6 @@ func (c *logChild) WithAttrs(as []slog.Attr) slog.Handler {
 	return &logChild{c.s, append(append([]slog.Attr{}, c.as...), as...)}
 }
 func (c *logChild) Handle(_ context.Context, r slog.Record) error { return c.s.add(r, c.as) }
-
-// logged reports whether a record has msg and every given attribute.
-func (s *logSink) logged(msg string, fields map[string]string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, l := range s.lines {
-		if l["msg"] != msg {
-			continue
-		}
-		ok := true
-		for k, v := range fields {
-			ok = ok && l[k] == v
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *logSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var b strings.Builder
-	for _, l := range s.lines {
-		j, _ := json.Marshal(l)
-		b.Write(j)
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
 
 // running is a Gateway serving on loopback.
 type running struct {

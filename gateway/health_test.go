@@ -145,7 +145,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 			if got := metric(t, gw, `linkgate_analytics_state{state="ok"}`); got != 0 {
 				t.Errorf(`linkgate_analytics_state{state="ok"} = %v, want 0`, got)
 			}
-			if !gw.logs.logged("analytics store cannot be opened yet; the gateway proxies, counts are kept in memory, opening is retried", nil) {
+			if !gw.logs.Logged("analytics store cannot be opened yet; the gateway proxies, counts are kept in memory, opening is retried", nil) {
 				t.Errorf("no warning that the store cannot be opened; logs:\n%s", gw.logs)
 			}
 			// A few failed flushes pass before the folder is mended.

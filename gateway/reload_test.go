@@ -49,13 +49,13 @@ func TestReload(t *testing.T) {
 	}
 	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
 	testkit.Eventually(t, 5*time.Second, "file change reloads", func() bool { return get() == "B" })
-	if !gw.logs.logged("config reloaded", map[string]string{"source": "file change", "generation": "2"}) {
+	if !gw.logs.Logged("config reloaded", map[string]string{"source": "file change", "generation": "2"}) {
 		t.Errorf("no reload log line for the file change:\n%s", gw.logs)
 	}
 
 	gw.hup <- syscall.SIGHUP // the file did not change: SIGHUP reloads anyway
 	testkit.Eventually(t, 5*time.Second, "SIGHUP reloads", func() bool {
-		return gw.logs.logged("config reloaded", map[string]string{"source": "SIGHUP", "generation": "3"})
+		return gw.logs.Logged("config reloaded", map[string]string{"source": "SIGHUP", "generation": "3"})
 	})
 
 	// The endpoint: restart-only fields are named, keep their running
@@ -110,7 +110,7 @@ func TestBadReloadKeepsServing(t *testing.T) {
 				t.Errorf("after a bad reload: %q, want A", got)
 			}
 			testkit.Eventually(t, 5*time.Second, "SIGHUP's failure logged", func() bool {
-				return gw.logs.logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
+				return gw.logs.Logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
 			})
 		})
 	}

@@ -140,7 +140,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "finished" {
 		t.Errorf("in-flight request got %d %q (%v)", r.Status, r.Body, r.Err)
 	}
-	if !gw.logs.logged("stopped", nil) {
+	if !gw.logs.Logged("stopped", nil) {
 		t.Errorf("no clean stop logged:\n%s", gw.logs)
 	}
 }
@@ -187,7 +187,7 @@ func TestAdminEndpoints(t *testing.T) {
 	gw2 := start(t, strings.Replace(testkit.BaseConfig(up.URL), "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NO_SUCH_TOKEN", 1))
 	resp, b := testkit.Do(t, "POST", gw2.admin("/admin/reload"), nil, "Authorization", "Bearer anything")
 	assertProblem(t, resp, b, http.StatusForbidden)
-	if !gw2.logs.logged("the admin API is off: /admin/* answers 403", nil) {
+	if !gw2.logs.Logged("the admin API is off: /admin/* answers 403", nil) {
 		t.Error("an admin API left off is not logged at start")
 	}
 }

@@ -57,7 +57,7 @@ func TestStatsPartialWhileStoreDown(t *testing.T) {
 	visit(6, "go")
 	// Let flushes fail: those visits now wait in the retry queue.
 	testkit.Eventually(t, 5*time.Second, "a failed flush logged", func() bool {
-		return gw.logs.logged("analytics: flush failed; counts kept for a retry", nil)
+		return gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil)
 	})
 	visit(3, "go")
 	visit(1, "go", "User-Agent", "Twitterbot/1.0")
@@ -98,7 +98,7 @@ func TestStatsPartialWhileStoreDown(t *testing.T) {
 	if n := strings.Count(b, ",,\n"); n < 59 {
 		t.Errorf("CSV: %d rows with empty cells, want 59 or more of 61:\n%s", n, b)
 	}
-	if !gw.logs.logged("stats: store not read; answering from unsaved counts", map[string]string{"key": "go"}) {
+	if !gw.logs.Logged("stats: store not read; answering from unsaved counts", map[string]string{"key": "go"}) {
 		t.Error("the failed store read was not logged")
 	}
 }

@@ -271,8 +271,8 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
 		killed := gw.kill9()
 		v.halt()
-		if !gw.logged("analytics: flush failed; counts kept for a retry", nil) {
-			t.Errorf("round %d: no failed flush logged: the disk did not stop the store\n%s", r, gw.logText())
+		if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
+			t.Errorf("round %d: no failed flush logged: the disk did not stop the store\n%s", r, gw.logs.String())
 		}
 		free()
 
@@ -318,7 +318,7 @@ func TestFullDiskSIGTERM(t *testing.T) {
 				}
 			} else {
 				if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-					t.Fatalf("exit = %v, want status 1\n%s", err, gw.logText())
+					t.Fatalf("exit = %v, want status 1\n%s", err, gw.logs.String())
 				}
 				if want := fmt.Sprintf("%d visits lost", sent); !strings.Contains(gw.stderrText(), want) {
 					t.Errorf("stderr %q does not say %q", gw.stderrText(), want)
@@ -358,7 +358,7 @@ func TestKill9StoreHealthy(t *testing.T) {
 		killed := gw.kill9()
 		v.halt()
 		segs, _ := filepath.Glob(filepath.Join(jdir, "seg-*"))
-		if gw.logged("analytics: flush failed; counts kept for a retry", nil) || len(segs) > 0 {
+		if gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) || len(segs) > 0 {
 			t.Errorf("round %d: a healthy store, yet a failed flush or journal segments %v", r, segs)
 		}
 		gw2, _ := startGateway(t, cfg)

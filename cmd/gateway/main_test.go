@@ -47,33 +47,17 @@ func TestMain(m *testing.M) {
 type process struct {
 	t    *testing.T
 	cmd  *exec.Cmd
+	logs testkit.Logs
 	mu   sync.Mutex
-	logs []map[string]any
 	addr map[string]string // "gateway", "admin" → host:port from the "listening" lines
 	done chan struct{}
 	err  error
 
-	errOut lockedBuffer // stderr
-}
-
-// lockedBuffer is a buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(b)
+	errOut testkit.Buffer // stderr
 }
 
 // stderrText returns what the process wrote to stderr.
-func (p *process) stderrText() string {
-	p.errOut.mu.Lock()
-	defer p.errOut.mu.Unlock()
-	return p.errOut.b.String()
-}
+func (p *process) stderrText() string { return p.errOut.String() }
 
 // startProcess runs a binary and waits until it has logged a listening
 // address for every name in wait.
@@ -98,7 +82,7 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 			var line map[string]any
 			p.mu.Lock()
 			if json.Unmarshal(sc.Bytes(), &line) == nil {
-				p.logs = append(p.logs, line)
+				p.logs.Add(textOf(line))
 				if line["msg"] == "listening" {
 					p.addr[fmt.Sprint(line["server"])] = fmt.Sprint(line["addr"])
 				}
@@ -125,10 +109,10 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 	select {
 	case <-ready:
 	case <-p.done:
-		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.logText())
+		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.logs.String())
 	case <-time.After(60 * time.Second):
 		p.cmd.Process.Kill()
-		t.Fatalf("%s did not start listening\n%s", name, p.logText())
+		t.Fatalf("%s did not start listening\n%s", name, p.logs.String())
 	}
 	t.Cleanup(func() {
 		p.cmd.Process.Signal(syscall.SIGTERM)
@@ -148,62 +132,14 @@ func (p *process) url(name, path string) string {
 	return "http://" + p.addr[name] + path
 }
 
-// logged reports whether a log line has msg and every given field value.
-func (p *process) logged(msg string, fields map[string]string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.logs {
-		if l["msg"] != msg {
-			continue
-		}
-		ok := true
-		for k, v := range fields {
-			ok = ok && fmt.Sprint(l[k]) == v
-		}
-		if ok {
-			return true
-		}
+// textOf is a JSON log line with its values as text, as the in-process
+// tests see them.
+func textOf(line map[string]any) map[string]string {
+	m := make(map[string]string, len(line))
+	for k, v := range line {
+		m[k] = fmt.Sprint(v)
 	}
-	return false
-}
-
-// logCount is how many log lines have msg and every given field value.
-func (p *process) logCount(msg string, fields map[string]string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, l := range p.logs {
-		if l["msg"] != msg {
-			continue
-		}
-		ok := true
-		for k, v := range fields {
-			ok = ok && fmt.Sprint(l[k]) == v
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
-}
-
-// clearLogs forgets the log lines read so far.
-func (p *process) clearLogs() {
-	p.mu.Lock()
-	p.logs = nil
-	p.mu.Unlock()
-}
-
-func (p *process) logText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var b strings.Builder
-	for _, l := range p.logs {
-		j, _ := json.Marshal(l)
-		b.Write(j)
-		b.WriteByte('\n')
-	}
-	return b.String()
+	return m
 }
 
 // stop sends SIGTERM and waits for the exit.

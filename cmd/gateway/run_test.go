@@ -50,9 +50,9 @@ func TestSIGHUPReloads(t *testing.T) {
 		testkit.WriteFile(t, path, bad)
 		gw.cmd.Process.Signal(syscall.SIGHUP)
 		testkit.Eventually(t, 5*time.Second, "failed SIGHUP reload logged", func() bool {
-			return gw.logCount("config reload failed, running config kept", map[string]string{"source": "SIGHUP"}) > 0
+			return gw.logs.Logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
 		})
-		gw.clearLogs()
+		gw.logs.Clear()
 		if got := body(); got != "B" {
 			t.Fatalf("after a bad file:\n%s\nthe gateway answers %q, want B", bad, got)
 		}
@@ -93,8 +93,8 @@ func TestSIGTERMDrainsAndFlushes(t *testing.T) {
 	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "finished" {
 		t.Errorf("in-flight request got %d %q (%v)", r.Status, r.Body, r.Err)
 	}
-	if !gw.logged("stopped", nil) {
-		t.Errorf("no clean stop logged:\n%s", gw.logText())
+	if !gw.logs.Logged("stopped", nil) {
+		t.Errorf("no clean stop logged:\n%s", gw.logs.String())
 	}
 	gw2, _ := startGateway(t, cfg)
 	_, b := testkit.Do(t, "GET", gw2.url("gateway", "/stats/ex?last=1h"), nil)

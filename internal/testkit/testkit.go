@@ -1,7 +1,8 @@
 // Package testkit holds the helpers that the end-to-end tests of several
 // packages share: an HTTP client that shows redirects, polling, small
 // upstreams, config files written atomically, a gateway config on free
-// ports, and tmpfs volumes for disk faults. It is imported by tests only.
+// ports, the log records a test matches, and tmpfs volumes for disk faults.
+// It is imported by tests only.
 package testkit
 
 import (
