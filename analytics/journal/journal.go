@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -282,7 +283,7 @@ func (j *Journal) recover() error {
 		if c := cmpPos(a.to, b.to); c != 0 {
 			return c
 		}
-		return cmpUint(a.gen, b.gen)
+		return cmp.Compare(a.gen, b.gen)
 	})
 	var fold *piece
 	for i := len(folds) - 1; i >= 0; i-- {
@@ -327,7 +328,7 @@ func (j *Journal) recover() error {
 		}
 	}
 
-	slices.SortFunc(segs, func(a, b *piece) int { return cmpUint(a.seq, b.seq) })
+	slices.SortFunc(segs, func(a, b *piece) int { return cmp.Compare(a.seq, b.seq) })
 	for i, p := range segs {
 		newest := i == len(segs)-1
 		fi, err := os.Stat(p.path)
@@ -458,16 +459,6 @@ func cmpPos(a, b Pos) int {
 	case a.Less(b):
 		return -1
 	case b.Less(a):
-		return 1
-	}
-	return 0
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
 		return 1
 	}
 	return 0
