@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of linkgate, installing what the tests need when it is missing:
-# memcached (limiter store tests) and Chromium (the stats chart page test).
+# memcached (limiter store tests), Chromium (the stats chart page test) and a C
+# compiler (go test -race needs cgo).
 # Cassandra tests run only when CASSANDRA_HOSTS is set (docker compose up -d cassandra).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -8,6 +9,7 @@ cd "$(dirname "$0")"
 need=()
 command -v memcached >/dev/null || need+=(memcached)
 command -v chromium >/dev/null || need+=(chromium)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if ((${#need[@]})); then
   echo "test.sh: installing ${need[*]}"
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
