@@ -236,7 +236,11 @@ func (t *Trust) SetHeaders(out http.Header, in *http.Request, identity []string)
 		out.Set("X-Forwarded-For", peer)
 	}
 	if ok {
-		out.Set("X-Real-Ip", c.Addr.String())
+		real := peer
+		if c.Addr != c.Peer {
+			real = c.Addr.String()
+		}
+		out.Set("X-Real-Ip", real)
 	} else {
 		out.Del("X-Real-Ip")
 	}

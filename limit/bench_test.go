@@ -115,6 +115,24 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
+// BenchmarkMiddlewareMiss is the middleware for a redirect that no rule
+// matches (GET of a short key with upper-case letters) under three POST
+// rules: what every visit to a link pays.
+func BenchmarkMiddlewareMiss(b *testing.B) {
+	var rules []Rule
+	for _, p := range []string{"/login", "/api/login", "/shorten"} {
+		rules = append(rules, Rule{Name: "r" + strconv.Itoa(len(rules)), Match: route.Match{Methods: []string{"POST"}, Path: p}, Key: IP, Limits: mustLimits(b, "5/m")})
+	}
+	l := New(compileT(b, rules, DefaultConfig()), NewMemory(), NewMetrics(nil), nil)
+	h := l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	req := httptest.NewRequest("GET", "/aB3xY9", nil)
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, req)
+	}
+}
+
 type discardWriter struct{ h http.Header }
 
 func (w *discardWriter) Header() http.Header         { return w.h }

@@ -43,7 +43,7 @@ func Compile(rules []Rule, id Identity, cfg Config, trust *forwarded.Trust) (*Pl
 		trust:      trust,
 		ipv6Prefix: id.IPv6Prefix,
 		user:       HeaderUser(id.UserHeader),
-		emails:     newEmailReader(slices.Clone(id.EmailFields), id.MaxBodyBytes, slices.Clone(id.EmailFold)),
+		emails:     newEmailReader(id.EmailFields, id.MaxBodyBytes, id.EmailFold),
 	}
 	seen := make(map[string]int, len(rules))
 	for i, r := range rules {

@@ -71,15 +71,14 @@ const (
 // emailReader is how an identifier reads emails: the configured fields and
 // folds, compiled. It is immutable.
 type emailReader struct {
-	fields    []string // identity.email_fields, as configured
-	keys      []string // the same, folded as encoding/json folds object keys
+	keys      []string // identity.email_fields, folded as encoding/json folds object keys
 	maxBody   int64
 	plusTag   bool
 	gmailDots bool
 }
 
 func newEmailReader(fields []string, maxBody int64, folds []string) emailReader {
-	er := emailReader{fields: fields, maxBody: maxBody}
+	er := emailReader{maxBody: maxBody}
 	for _, f := range fields {
 		er.keys = append(er.keys, foldKey(f))
 	}

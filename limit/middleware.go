@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/linkgate/linkgate/problem"
+	"github.com/linkgate/linkgate/route"
 )
 
 // Middleware limits the requests to next by l's rules:
@@ -58,8 +59,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [8]*rule
 		matched := buf[:0]
+		q := route.Folding{Method: r.Method, Path: r.URL.Path}
 		for _, ru := range l.rules {
-			if ru.match.MatchFolded(r.Method, r.URL.Path) {
+			if q.Match(ru.match) {
 				matched = append(matched, ru)
 			}
 		}
@@ -228,7 +230,6 @@ type features struct {
 	trusted, addrDone bool
 	ip, user, email   string
 	ipOK, userOK      bool
-	emailOK           bool
 	emailErr          *unreadable // the email cannot be told
 	userDone          bool
 	emailDone         bool
@@ -258,13 +259,11 @@ func (f *features) get(k Feature) (string, bool) {
 		}
 		return f.user, f.userOK
 	case Email:
-		f.client() // for the allowlist's sake, no cost to speak of
 		if !f.emailDone {
 			f.emailDone = true
 			f.email, f.emailErr = f.l.id.emails.email(f.r)
-			f.emailOK = f.email != ""
 		}
-		return f.email, f.emailOK
+		return f.email, f.email != ""
 	}
 	return "", false
 }

@@ -70,18 +70,35 @@ func (mt *Matcher) Match(method, path string) bool {
 // Web servers in front of which the gateway sits often route "/LOGIN",
 // "/login/" and "//login" to the same handler as "/login", and Go's
 // r.FormValue handlers often answer "post" as they answer "POST": a
-// limiter rule written for /login must not be stepped around by them. The
-// folded form is tried only when it differs, so the common request costs
-// one lookup. Patterns are matched as written, so write them in lower case.
+// limiter rule written for /login must not be stepped around by them.
+// Patterns are matched as written, so write them in lower case. To try
+// one request against several matchers, use a Folding.
 func (mt *Matcher) MatchFolded(method, p string) bool {
-	if mt.Match(method, p) {
+	return (&Folding{Method: method, Path: p}).Match(mt)
+}
+
+// Folding is a request's method and path tried against matchers as
+// MatchFolded does, folded at most once (on the first miss) however many
+// matchers it is tried against; the folded form is tried only when it
+// differs, so a request already in that form costs one lookup per matcher.
+type Folding struct {
+	Method, Path string
+
+	folded  bool   // fm and fp are set
+	differs bool   // fm, fp differ from Method, Path
+	fm, fp  string // the folded method and path
+}
+
+// Match reports whether q matches mt, as written or folded.
+func (q *Folding) Match(mt *Matcher) bool {
+	if mt.Match(q.Method, q.Path) {
 		return true
 	}
-	fm, fp := strings.ToUpper(method), foldPath(p)
-	if fm == method && fp == p {
-		return false
+	if !q.folded {
+		q.fm, q.fp = strings.ToUpper(q.Method), foldPath(q.Path)
+		q.folded, q.differs = true, q.fm != q.Method || q.fp != q.Path
 	}
-	return mt.Match(fm, fp)
+	return q.differs && mt.Match(q.fm, q.fp)
 }
 
 // foldPath cleans p and lower-cases it, allocating only when it changes.
