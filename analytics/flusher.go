@@ -378,8 +378,8 @@ func (f *Flusher) Close(ctx context.Context) error {
 func (f *Flusher) takeLocked() {
 	snap := f.rec.swap()
 	if snap.overflow > 0 {
-		f.log.Warn("analytics: max_keys reached; visits to further links counted in the all-links total only",
-			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load())
+		f.log.Warn("analytics: max_keys or max_buffer_bytes reached; visits to further links counted in the all-links total only",
+			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load(), "max_buffer_bytes", f.rec.maxBytes.Load())
 	}
 	p := newPending()
 	p.add(snap, f.plan.Tiers()[0].Step)

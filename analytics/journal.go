@@ -38,6 +38,9 @@ func DefaultJournalPath(cfg Config) string {
 	return filepath.Join(filepath.Dir(filepath.Clean(base)), "analytics-journal")
 }
 
+// errStopScan ends a Scan of the journal early, without an error.
+var errStopScan = errors.New("analytics: journal: stop scanning")
+
 // Journal is where a Flusher keeps the batches the store refused, on local
 // disk (package journal), until the store takes them: each interval's
 // batch is one record, written and fsynced before the flusher moves on,
@@ -69,16 +72,13 @@ func OpenJournal(dir string, maxBytes int64) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("analytics: journal: %w", err)
 	}
-	jr := &Journal{j: j, maxBytes: maxBytes, records: -1, log: slog.New(slog.DiscardHandler)}
-	if st := j.Recovered(); st.TornBytes > 0 || st.Corrupt > 0 || st.AckLost {
-		// Logged by setPlan, once the Flusher's logger is known.
-		jr.records = -1
-	}
-	return jr, nil
+	// What Open recovered is logged by setPlan, once the Flusher's logger
+	// is known.
+	return &Journal{j: j, maxBytes: maxBytes, records: -1, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // setPlan gives the journal what folding, its metrics and its logs need,
-// and logs what Open found. Called by NewFlusher.
+// and logs what Open found. Called when the Flusher opens it.
 func (jr *Journal) setPlan(plan *rollup.Plan, m *Metrics, log *slog.Logger) {
 	jr.plan, jr.m, jr.log = plan, m, log
 	st := jr.j.Recovered()
@@ -90,7 +90,12 @@ func (jr *Journal) setPlan(plan *rollup.Plan, m *Metrics, log *slog.Logger) {
 		log.Warn("analytics: spill files of an earlier version are not read; remove them once looked at",
 			"dir", filepath.Dir(spills[0]), "files", len(spills))
 	}
-	m.setJournal(jr.Bytes(), max(jr.records, 0))
+	jr.report()
+}
+
+// report sets the journal's metrics to its bytes and records.
+func (jr *Journal) report() {
+	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
 }
 
 // waiting says whether records wait for the store.
@@ -133,7 +138,7 @@ func (jr *Journal) surveyed(n int, oldest time.Time) {
 	if n > 0 {
 		jr.log.Info("analytics: journal: writing the counts an earlier run left", "records", n, "bytes", jr.j.Bytes())
 	}
-	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	jr.report()
 }
 
 // Append journals b (attempted: a Write of it was tried). At the cap it
@@ -150,7 +155,7 @@ func (jr *Journal) Append(b *Batch, attempted bool) error {
 			if jr.records >= 0 { // else survey counts it
 				jr.records++
 			}
-			jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+			jr.report()
 			return nil
 		}
 		if !errors.Is(err, journal.ErrFull) || try > 16 {
@@ -214,17 +219,16 @@ func (jr *Journal) fold(level int) error {
 	var seen int64
 	n := 0
 	chunk := max(jr.maxBytes/8, 1) // two segments (MaxBytes/16 each, at most 4 MiB): frees one whole at least
-	errDone := errors.New("done")
 	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
 		n++
 		seen += int64(len(rec))
 		upTo = end
 		if n >= 2 && seen >= chunk {
-			return errDone
+			return errStopScan
 		}
 		return nil
 	})
-	if err != nil && err != errDone {
+	if err != nil && err != errStopScan {
 		return err
 	}
 	if n < 2 {
@@ -245,17 +249,17 @@ func (jr *Journal) fold(level int) error {
 			}
 			for _, b := range bs {
 				if i == 0 || b.attempted {
-					head = append(head, b.Batch)
+					head = append(head, b.b)
 					continue
 				}
 				r := (*foldRun)(nil)
-				if k := len(runs); k > 0 && runs[k-1].b.Writer == b.Writer {
+				if k := len(runs); k > 0 && runs[k-1].b.Writer == b.b.Writer {
 					r = runs[k-1]
 				} else {
-					r = &foldRun{b: Batch{Writer: b.Writer, First: b.FirstSeq()}, counts: map[foldKey]Visits{}}
+					r = &foldRun{b: Batch{Writer: b.b.Writer, First: b.b.FirstSeq()}, counts: map[foldKey]Visits{}}
 					runs = append(runs, r)
 				}
-				r.add(b.Batch, step)
+				r.add(b.b, step)
 			}
 			i++
 			folded++
@@ -280,7 +284,7 @@ func (jr *Journal) fold(level int) error {
 	if jr.records >= 0 {
 		jr.records = max(jr.records-folded+1, 1)
 	}
-	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	jr.report()
 	return nil
 }
 
@@ -333,20 +337,18 @@ func (jr *Journal) dropOldest() error {
 	}
 	var visits int64
 	records := 0
-	errDone := errors.New("done")
 	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
 		if upTo.Less(end) {
-			return errDone
+			return errStopScan
 		}
 		records++
-		if bs, err := decodeRecord(rec); err == nil {
-			for i := range bs {
-				visits += batchVisits(&bs[i].Batch)
-			}
+		var n int64
+		if scanRecord(rec, AllLinks, func(_ time.Duration, _ time.Time, v Visits) { n += v.Human + v.Bot }) == nil {
+			visits += n
 		}
 		return nil
 	})
-	if err != nil && err != errDone {
+	if err != nil && err != errStopScan {
 		return fmt.Errorf("analytics: journal: %w", err)
 	}
 	if err := jr.j.Ack(upTo); err != nil {
@@ -358,7 +360,7 @@ func (jr *Journal) dropOldest() error {
 	jr.oldest = time.Time{}
 	jr.dropped += uint64(visits)
 	jr.m.droppedVisits(visits)
-	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	jr.report()
 	jr.log.Error("analytics: journal full: oldest counts dropped", "visits", visits, "records", records,
 		"freed_bytes", freed, "max_bytes", jr.maxBytes, "dropped_total", jr.dropped)
 	return nil
@@ -368,8 +370,7 @@ func (jr *Journal) dropOldest() error {
 // record once all are written.
 func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
 	var end journal.Pos
-	var bs []journaled
-	errDone := errors.New("done")
+	var bs []interval
 	found := false
 	err = jr.j.Scan(jr.j.Acked(), func(e journal.Pos, rec []byte) error {
 		end, found = e, true
@@ -377,9 +378,9 @@ func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
 		if err != nil {
 			return err
 		}
-		return errDone
+		return errStopScan
 	})
-	if err != nil && err != errDone {
+	if err != nil && err != errStopScan {
 		if found { // undecodable: set aside, or it would stop every later write
 			jr.log.Error("analytics: journal: record unreadable, skipped", "err", err)
 			if aerr := jr.j.Ack(end); aerr != nil {
@@ -392,14 +393,14 @@ func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
 	}
 	if !found {
 		jr.records, jr.oldest = 0, time.Time{}
-		jr.m.setJournal(jr.Bytes(), 0)
+		jr.report()
 		return false, nil
 	}
 	if len(bs) > 0 {
-		jr.oldest = batchOldest(&bs[0].Batch)
+		jr.oldest = batchOldest(&bs[0].b)
 	}
 	for i := range bs {
-		if err := write(&bs[i].Batch); err != nil {
+		if err := write(&bs[i].b); err != nil {
 			return false, err
 		}
 	}
@@ -411,7 +412,7 @@ func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
 	}
 	jr.oldest = time.Time{}
 	jr.m.replayed(len(bs))
-	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+	jr.report()
 	return true, nil
 }
 
@@ -450,7 +451,7 @@ func recordOldest(rec []byte) time.Time {
 	if err != nil || len(bs) == 0 {
 		return time.Time{}
 	}
-	return batchOldest(&bs[0].Batch)
+	return batchOldest(&bs[0].b)
 }
 
 // A record is a list of batches:
@@ -465,11 +466,6 @@ func recordOldest(rec []byte) time.Time {
 // Active entries and marks are not kept: they are worked out when the
 // batch is written.
 const recordVersion = 1
-
-type journaled struct {
-	Batch
-	attempted bool
-}
 
 func appendRecordHeader(b []byte, n int) []byte {
 	b = append(b, 'L', 'J', recordVersion)
@@ -568,12 +564,12 @@ func (r *recordReader) header() int {
 }
 
 // batchHeader reads a batch up to its counts and returns how many.
-func (r *recordReader) batchHeader(b *journaled) int {
-	b.attempted = r.byte()&1 != 0
-	b.Writer = string(r.bytes())
-	b.First = r.uvarint()
-	b.Seq = r.uvarint()
-	b.At = time.Unix(0, r.varint()).UTC()
+func (r *recordReader) batchHeader(iv *interval) int {
+	iv.attempted = r.byte()&1 != 0
+	iv.b.Writer = string(r.bytes())
+	iv.b.First = r.uvarint()
+	iv.b.Seq = r.uvarint()
+	iv.b.At = time.Unix(0, r.varint()).UTC()
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
 		r.err = errRecord
@@ -582,17 +578,17 @@ func (r *recordReader) batchHeader(b *journaled) int {
 }
 
 // decodeRecord returns the batches of rec, copied.
-func decodeRecord(rec []byte) ([]journaled, error) {
+func decodeRecord(rec []byte) ([]interval, error) {
 	r := &recordReader{b: rec}
 	nb := r.header()
-	var out []journaled
+	var out []interval
 	for range nb {
-		var b journaled
+		var b interval
 		nc := r.batchHeader(&b)
 		if r.err != nil {
 			break
 		}
-		b.Counts = make([]Count, 0, nc)
+		b.b.Counts = make([]Count, 0, nc)
 		for range nc {
 			key := r.bytes()
 			step := time.Duration(r.uvarint()) * time.Second
@@ -601,7 +597,7 @@ func decodeRecord(rec []byte) ([]journaled, error) {
 			if r.err != nil {
 				break
 			}
-			b.Counts = append(b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: Visits{Human: h, Bot: bot}})
+			b.b.Counts = append(b.b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: Visits{Human: h, Bot: bot}})
 		}
 		out = append(out, b)
 	}
@@ -616,7 +612,7 @@ func decodeRecord(rec []byte) ([]journaled, error) {
 func scanRecord(rec []byte, key string, fn func(step time.Duration, start time.Time, v Visits)) error {
 	r := &recordReader{b: rec}
 	nb := r.header()
-	var b journaled
+	var b interval
 	for range nb {
 		nc := r.batchHeader(&b)
 		for range nc {

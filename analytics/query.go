@@ -227,12 +227,7 @@ func editDistance(a, b string) int {
 // every tier's step divides the coarsest one, it is a bucket start of every
 // tier.
 func epochStart(step time.Duration) time.Time {
-	epoch := time.Unix(0, 0).UTC()
-	a := rollup.Align(epoch, step)
-	if a.Before(epoch) {
-		a = a.Add(step)
-	}
-	return a
+	return rollup.AlignUp(time.Unix(0, 0).UTC(), step)
 }
 
 // parseLast returns the start of the range "last" ending at now.

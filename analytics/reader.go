@@ -155,7 +155,7 @@ func (r *rolledReader) points(ctx context.Context, key string, i int, from, to t
 		return pts, nil
 	}
 	// The buckets asked for start in [lo, hi), both bucket boundaries.
-	lo, hi := alignUp(from, step), alignUp(to, step)
+	lo, hi := rollup.AlignUp(from, step), rollup.AlignUp(to, step)
 	if !lo.Before(hi) {
 		return nil, nil
 	}
@@ -223,13 +223,4 @@ func (r *rolledReader) points(ctx context.Context, key string, i int, from, to t
 		}
 	}
 	return out, nil
-}
-
-// alignUp returns the first bucket boundary of step at or after t.
-func alignUp(t time.Time, step time.Duration) time.Time {
-	a := rollup.Align(t, step)
-	if a.Before(t) {
-		a = a.Add(step)
-	}
-	return a
 }

@@ -221,6 +221,11 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 // caller adds the entry's cost to its shard's bytes.
 func (r *Recorder) admit(key string) (string, bool) {
 	cost := int64(len(key)) + linkOverhead
+	// A plain read first: in a flood of new keys past the cap, rejecting
+	// writes nothing to the counter every core shares.
+	if r.bytes.Load()+cost > r.maxBytes.Load() {
+		return "", false
+	}
 	if r.bytes.Add(cost) > r.maxBytes.Load() {
 		r.bytes.Add(-cost)
 		return "", false

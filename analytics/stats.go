@@ -346,10 +346,8 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 				continue // a count the tier no longer keeps: not a whole bucket
 			}
 			b.null = false
-			b.Human += p.Human
-			b.Bot += p.Bot
-			c.rangeTotal.Human += p.Human
-			c.rangeTotal.Bot += p.Bot
+			b.Visits = b.Visits.Add(p.Visits)
+			c.rangeTotal = c.rangeTotal.Add(p.Visits)
 		}
 	}
 	total, err := s.r.Total(ctx, key)

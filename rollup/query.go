@@ -133,7 +133,7 @@ func Stitch(tiers []Tier, from, to, now time.Time) ([]Segment, error) {
 		}
 		// The first bucket boundary of this tier at which the next finer
 		// tier covers what follows: switching earlier would split a bucket.
-		b := alignUp(now.Add(-tiers[i-1].Retention), tiers[i].Step)
+		b := AlignUp(now.Add(-tiers[i-1].Retention), tiers[i].Step)
 		if !b.Before(to) {
 			break
 		}
@@ -143,8 +143,8 @@ func Stitch(tiers []Tier, from, to, now time.Time) ([]Segment, error) {
 	return append(segs, Segment{tiers[i], cur, to}), nil
 }
 
-// alignUp returns the first bucket boundary of the given step at or after t.
-func alignUp(t time.Time, step time.Duration) time.Time {
+// AlignUp returns the first bucket boundary of the given step at or after t.
+func AlignUp(t time.Time, step time.Duration) time.Time {
 	a := Align(t, step)
 	if a.Before(t) {
 		a = a.Add(step)

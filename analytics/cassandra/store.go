@@ -376,10 +376,9 @@ func (s *Store) Ready() error {
 // embedded store says it: the gateway's health detail reads it. Open
 // stays set after Close.
 func (s *Store) State() analytics.StoreState {
-	_, err := s.backend()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return analytics.StoreState{Open: s.be != nil || s.closed && s.connErr == nil, Attempts: s.attempts, Err: err}
+	return analytics.StoreState{Open: s.be != nil || s.closed && s.connErr == nil, Attempts: s.attempts, Err: s.notReady()}
 }
 
 // backend returns the connected backend, counting the statements sent
@@ -387,13 +386,22 @@ func (s *Store) State() analytics.StoreState {
 func (s *Store) backend() (backend, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	switch {
-	case s.closed:
-		return nil, ErrClosed
-	case s.be == nil:
-		return nil, fmt.Errorf("%w: %v", ErrNotConnected, s.connErr)
+	if err := s.notReady(); err != nil {
+		return nil, err
 	}
 	return counted{s.be, &s.stmts}, nil
+}
+
+// notReady is why no statement can be sent now, nil when one can. The
+// caller holds mu.
+func (s *Store) notReady() error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.be == nil:
+		return fmt.Errorf("%w: %v", ErrNotConnected, s.connErr)
+	}
+	return nil
 }
 
 // Close stops connecting and closes the session. It reports no error.
@@ -439,7 +447,7 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if _, err := s.backend(); err != nil {
+	if be, err = s.backend(); err != nil {
 		return err // closed while this Write waited
 	}
 	err = runAll(ctx, len(first), func(ctx context.Context, i int) error { return first[i](ctx, be) })

@@ -280,10 +280,7 @@ func (j *Journal) recover() error {
 	// replaces every record up to it, including older folds: a crash after
 	// it was renamed into place may have left some of those.
 	slices.SortFunc(folds, func(a, b foldFile) int {
-		if c := cmpPos(a.to, b.to); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.gen, b.gen)
+		return cmp.Or(cmp.Compare(a.to.seg, b.to.seg), cmp.Compare(a.to.off, b.to.off), cmp.Compare(a.gen, b.gen))
 	})
 	var fold *piece
 	for i := len(folds) - 1; i >= 0; i-- {
@@ -454,16 +451,6 @@ type foldFile struct {
 	gen  uint64
 }
 
-func cmpPos(a, b Pos) int {
-	switch {
-	case a.Less(b):
-		return -1
-	case b.Less(a):
-		return 1
-	}
-	return 0
-}
-
 // Recovered returns what Open found and did.
 func (j *Journal) Recovered() Stats {
 	j.mu.Lock()
@@ -505,11 +492,18 @@ func (j *Journal) End() Pos {
 
 func (j *Journal) end() Pos {
 	for _, p := range slices.Backward(j.pieces) {
-		if e := p.last(); j.acked.Less(e) && (p.fold || e.off > p.skip) {
+		if e, ok := j.unacked(p); ok {
 			return e
 		}
 	}
 	return j.acked
+}
+
+// unacked returns p's end and whether p holds a record not acked yet. The
+// caller holds mu.
+func (j *Journal) unacked(p *piece) (Pos, bool) {
+	e := p.last()
+	return e, j.acked.Less(e) && (p.fold || e.off > p.skip)
 }
 
 // Reclaimable returns the smallest ack position that gives space back,
@@ -522,7 +516,7 @@ func (j *Journal) Reclaimable() (upTo Pos, bytes int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, p := range j.pieces {
-		if e := p.last(); j.acked.Less(e) && (p.fold || e.off > p.skip) {
+		if e, ok := j.unacked(p); ok {
 			return e, p.disk
 		}
 	}

@@ -53,7 +53,7 @@ func (r *reader) read(v view, after, upTo Pos, fn func(end Pos, rec []byte) erro
 	if !p.fold {
 		last = Pos{p.seq, v.end}
 	}
-	if !after.Less(last) {
+	if !after.Less(last) || p.fold && upTo.Less(p.to) {
 		return nil
 	}
 	f, err := os.Open(p.path)
@@ -62,9 +62,6 @@ func (r *reader) read(v view, after, upTo Pos, fn func(end Pos, rec []byte) erro
 	}
 	defer f.Close()
 	if p.fold {
-		if !after.Less(p.to) || upTo.Less(p.to) {
-			return nil
-		}
 		return r.frames(f, p, foldHeader, 0, v.end, func(int64) Pos { return p.to }, after, upTo, fn)
 	}
 	return r.frames(f, p, 0, v.skip, v.end, func(off int64) Pos { return Pos{p.seq, off} }, after, upTo, fn)

@@ -230,7 +230,7 @@ func Open(path string, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.background(func(ctx context.Context) { s.expireLater(ctx) })
+	s.background(s.expireLater)
 	return s, nil
 }
 
@@ -296,8 +296,8 @@ func (s *Store) background(fn func(context.Context)) {
 	}()
 }
 
-// expireLater waits firstExpiry, then runs Expire hourly until ctx is
-// done.
+// expireLater waits firstExpiry, then runs Expire at once and hourly
+// until ctx is done or the store is closed.
 func (s *Store) expireLater(ctx context.Context) {
 	t := time.NewTimer(firstExpiry)
 	defer t.Stop()
@@ -306,7 +306,9 @@ func (s *Store) expireLater(ctx context.Context) {
 		return
 	case <-t.C:
 	}
-	s.Run(ctx, time.Hour)
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+	s.run(ctx, time.Now, tick.C)
 }
 
 // tryOpen is attempt number attempt to open the database: true once it
@@ -638,17 +640,6 @@ func (s *Store) watermark(k []byte) (uint64, error) {
 		return 0, fmt.Errorf("bad watermark %x = %x", k, v)
 	}
 	return binary.BigEndian.Uint64(v), nil
-}
-
-// Applied returns the last Seq of writer that a Write applied, 0 when
-// none was: for tests and for operators looking at a journal's replay.
-func (s *Store) Applied(writer string) (uint64, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usable(); err != nil {
-		return 0, err
-	}
-	return s.watermark(appendWriterKey(nil, writer))
 }
 
 // checkBucket checks that step names a tier and start is one of its
@@ -1129,19 +1120,8 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 	return n, next, nil
 }
 
-// Run calls Expire with the wall clock at once and then every interval
-// until ctx is done or the store is closed, logging failures; an hour, the
-// interval used when every is not positive, is fine. Open runs it in the
-// background already.
-func (s *Store) Run(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = time.Hour
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	s.run(ctx, time.Now, t.C)
-}
-
+// run calls Expire with now at once and then at every tick until ctx is
+// done or the store is closed, logging failures.
 func (s *Store) run(ctx context.Context, now func() time.Time, tick <-chan time.Time) {
 	for {
 		if err := s.Expire(now()); err != nil {
