@@ -195,13 +195,13 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 }
 
 // newLimitStore is the one place that picks the limiter's backend.
-func (g *Gateway) newLimitStore(p *limit.Plan) (limitStore, error) {
+func (g *Gateway) newLimitStore(p *limit.Plan) limitStore {
 	cfg := p.Store()
 	switch cfg.Store {
 	case "memcached":
-		return memcached.New(cfg.Memcached, g.mcM, g.log), nil
+		return memcached.New(cfg.Memcached, g.mcM, g.log)
 	default:
-		return limit.NewMemory(), nil
+		return limit.NewMemory()
 	}
 }
 
@@ -244,8 +244,8 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	}
 	if old != nil && old.plan.limit.SameStore(plan.limit) {
 		s.limitStore = old.limitStore
-	} else if s.limitStore, err = g.newLimitStore(plan.limit); err != nil {
-		return nil, err
+	} else {
+		s.limitStore = g.newLimitStore(plan.limit)
 	}
 	if h := buildHook.Load(); h != nil {
 		(*h)(s)

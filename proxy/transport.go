@@ -19,8 +19,8 @@ var ErrNoHealthyTarget = errors.New("proxy: no healthy upstream target")
 // host makes a loaded proxy open thousands of connections a second), the
 // plan's dial and response-header timeouts, no environment proxy, and no
 // transparent gzip (the body is passed on exactly as the upstream sent it).
-// The bare benchmark proxy (bench/floor) uses it as the floor to compare
-// against.
+// BenchmarkBareReverseProxy uses it for the bare httputil.ReverseProxy the
+// proxy is compared with.
 func NewTransport(p *Plan) *http.Transport {
 	d := &net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	return newTransport(p.cfg, d.DialContext)
