@@ -142,8 +142,11 @@ func checkStored(t *testing.T, r analytics.Reader, defTiers []rollup.Tier, want 
 
 var defTiers = rollup.DefaultTiers()
 
-// monday is a Monday 00:00 UTC, so the buckets of every tier start there.
-var monday = time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+// monday is a Monday 00:00 UTC, so the buckets of every tier start there:
+// the coming one, so that tests that read with the real clock never find
+// its minutes past the finest tier's retention (a fixed date would expire
+// two days after it was written).
+var monday = rollup.Align(time.Now(), rollup.Week).Add(rollup.Week)
 
 func TestFlushAfterOneInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
