@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 	"github.com/linkgate/linkgate/rollup"
 )
 

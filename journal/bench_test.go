@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 // BenchmarkAppend appends records of 4 KiB and 256 KiB, each fdatasynced

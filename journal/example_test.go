@@ -6,7 +6,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 func Example() {

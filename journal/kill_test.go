@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 // TestKill kills a process that appends, acks and folds (with every sync)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 // smallVolume mounts a 1 MiB tmpfs for the test, or skips it loudly where

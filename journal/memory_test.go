@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 // TestScanMemory builds a journal much larger than the memory it may use

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 // entry is a record as Scan yields it.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/linkgate/linkgate/analytics/journal"
+	"github.com/linkgate/linkgate/journal"
 )
 
 // span is what a record of the concurrency test stands for: the appends
