@@ -78,7 +78,7 @@ type FlusherOptions struct {
 //
 // While the store takes every write, nothing touches the disk: a crash
 // loses at most the interval in memory. When a write fails, that batch and
-// every later one are appended to the Journal (fsynced) before they are
+// every later one are appended to the journal (fsynced) before they are
 // tried again, written to the store oldest first after an exponential
 // backoff (one interval, doubling, at most six) while visits keep being
 // taken every interval, and acknowledged in the journal once written. A
@@ -109,13 +109,13 @@ type Flusher struct {
 	seq    uint64      // the last Seq given
 	queue  []*interval // batches in memory only, oldest first; the journal's are older
 	queued int         // entries (counts) in queue
-	j      *Journal    // nil: none, or not open yet
+	j      *spool      // nil: none, or not open yet
 	jerr   error       // why the journal could not be opened
 	openMu sync.Mutex  // serializes openJournal
 
 	// What backlog reports, kept apart from mu so that a health check
 	// never waits for a Write.
-	jopen     atomic.Pointer[Journal]
+	jopen     atomic.Pointer[spool]
 	oldestNS  atomic.Int64 // unix ns of the oldest bucket waiting; 0: none
 	droppedN  atomic.Uint64
 	fails     int       // consecutive failed writes
@@ -170,7 +170,7 @@ func (e *LostError) Error() string {
 func (e *LostError) Unwrap() error { return e.Err }
 
 // NewFlusher returns a Flusher that writes what rec counts to w, in the
-// given tiers (the "retention" setting). It does not read opts.Journal:
+// given tiers (the "retention" setting). It does not read the journal:
 // Run writes what a previous process left there, in the background. m and
 // log may be nil. tiers and opts.Grace must pass rollup.NewPlan, as
 // Compile checks; it panics otherwise.
@@ -246,7 +246,7 @@ func (f *Flusher) openJournal() bool {
 	if open || f.opts.JournalPath == "" {
 		return open
 	}
-	j, err := OpenJournal(f.opts.JournalPath, f.opts.JournalMaxBytes)
+	j, err := openSpool(f.opts.JournalPath, f.opts.JournalMaxBytes)
 	if err != nil {
 		f.mu.Lock()
 		if f.jerr == nil || f.jerr.Error() != err.Error() {

@@ -41,14 +41,14 @@ func DefaultJournalPath(cfg Config) string {
 // errStopScan ends a Scan of the journal early, without an error.
 var errStopScan = errors.New("analytics: journal: stop scanning")
 
-// Journal is where a Flusher keeps the batches the store refused, on local
-// disk (package journal), until the store takes them: each interval's
-// batch is one record, written and fsynced before the flusher moves on,
-// and acknowledged once the store applied it. At max_bytes it folds its
+// spool is the Flusher's journal of batches: where it keeps the batches
+// the store refused, on local disk (package journal), until the store
+// takes them. Each interval's batch is one record, written and fsynced
+// before the flusher moves on, and acknowledged once the store applied it. At max_bytes it folds its
 // oldest records into coarser buckets before it drops anything. It is
 // used by one Flusher, under the Flusher's lock; its methods are safe on a
-// nil *Journal (none).
-type Journal struct {
+// nil *spool (none).
+type spool struct {
 	j        *journal.Journal
 	maxBytes int64
 	plan     *rollup.Plan
@@ -60,11 +60,11 @@ type Journal struct {
 	dropped uint64    // visits dropped at the cap since the start
 }
 
-// OpenJournal opens (creating it if needed) the journal in dir, capped at
-// maxBytes (0: DefaultJournalMaxBytes). It checks the files and cuts a
+// openSpool opens (creating it if needed) the spool's journal in dir,
+// capped at maxBytes (0: DefaultJournalMaxBytes). It checks the files and cuts a
 // record torn by a crash but reads no batch: a Flusher's Run writes them
 // to the store in the background.
-func OpenJournal(dir string, maxBytes int64) (*Journal, error) {
+func openSpool(dir string, maxBytes int64) (*spool, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultJournalMaxBytes
 	}
@@ -74,49 +74,49 @@ func OpenJournal(dir string, maxBytes int64) (*Journal, error) {
 	}
 	// What Open recovered is logged by setPlan, once the Flusher's logger
 	// is known.
-	return &Journal{j: j, maxBytes: maxBytes, records: -1, log: slog.New(slog.DiscardHandler)}, nil
+	return &spool{j: j, maxBytes: maxBytes, records: -1, log: slog.New(slog.DiscardHandler)}, nil
 }
 
 // setPlan gives the journal what folding, its metrics and its logs need,
 // and logs what Open found. Called when the Flusher opens it.
-func (jr *Journal) setPlan(plan *rollup.Plan, m *Metrics, log *slog.Logger) {
-	jr.plan, jr.m, jr.log = plan, m, log
-	st := jr.j.Recovered()
+func (sp *spool) setPlan(plan *rollup.Plan, m *Metrics, log *slog.Logger) {
+	sp.plan, sp.m, sp.log = plan, m, log
+	st := sp.j.Recovered()
 	if st.TornBytes > 0 || st.Corrupt > 0 || st.AckLost {
-		log.Warn("analytics: journal recovered after a crash", "dir", jr.j.Dir(),
+		log.Warn("analytics: journal recovered after a crash", "dir", sp.j.Dir(),
 			"torn_bytes", st.TornBytes, "corrupt_records", st.Corrupt, "lost_bytes", st.LostBytes, "ack_lost", st.AckLost)
 	}
-	if spills, _ := filepath.Glob(filepath.Join(filepath.Dir(jr.j.Dir()), "analytics-spill", "spill-*.json")); len(spills) > 0 {
+	if spills, _ := filepath.Glob(filepath.Join(filepath.Dir(sp.j.Dir()), "analytics-spill", "spill-*.json")); len(spills) > 0 {
 		log.Warn("analytics: spill files of an earlier version are not read; remove them once looked at",
 			"dir", filepath.Dir(spills[0]), "files", len(spills))
 	}
-	jr.report()
+	sp.report()
 }
 
 // report sets the journal's metrics to its bytes and records.
-func (jr *Journal) report() {
-	jr.m.setJournal(jr.Bytes(), max(jr.records, 0))
+func (sp *spool) report() {
+	sp.m.setJournal(sp.Bytes(), max(sp.records, 0))
 }
 
 // waiting says whether records wait for the store.
-func (jr *Journal) waiting() bool {
-	return jr != nil && jr.j.Acked().Less(jr.j.End())
+func (sp *spool) waiting() bool {
+	return sp != nil && sp.j.Acked().Less(sp.j.End())
 }
 
 // Bytes returns the journal's bytes on disk, 0 for none.
-func (jr *Journal) Bytes() int64 {
-	if jr == nil {
+func (sp *spool) Bytes() int64 {
+	if sp == nil {
 		return 0
 	}
-	return jr.j.Bytes()
+	return sp.j.Bytes()
 }
 
 // survey counts the records a previous process left, streaming, and
 // finds the oldest bucket they hold. It reads the journal only (Scan is
 // safe with the Flusher's appends): the caller sets what it found with
 // surveyed, under the Flusher's lock.
-func (jr *Journal) survey() (n int, oldest time.Time) {
-	err := jr.j.Scan(jr.j.Acked(), func(_ journal.Pos, rec []byte) error {
+func (sp *spool) survey() (n int, oldest time.Time) {
+	err := sp.j.Scan(sp.j.Acked(), func(_ journal.Pos, rec []byte) error {
 		if n == 0 {
 			oldest = recordOldest(rec)
 		}
@@ -124,44 +124,44 @@ func (jr *Journal) survey() (n int, oldest time.Time) {
 		return nil
 	})
 	if err != nil {
-		jr.log.Error("analytics: journal: scan", "err", err)
+		sp.log.Error("analytics: journal: scan", "err", err)
 	}
 	return n, oldest
 }
 
 // surveyed sets what survey found, unless appends or writes since made
 // the journal's state known already.
-func (jr *Journal) surveyed(n int, oldest time.Time) {
-	if jr.records < 0 {
-		jr.records, jr.oldest = n, oldest
+func (sp *spool) surveyed(n int, oldest time.Time) {
+	if sp.records < 0 {
+		sp.records, sp.oldest = n, oldest
 	}
 	if n > 0 {
-		jr.log.Info("analytics: journal: writing the counts an earlier run left", "records", n, "bytes", jr.j.Bytes())
+		sp.log.Info("analytics: journal: writing the counts an earlier run left", "records", n, "bytes", sp.j.Bytes())
 	}
-	jr.report()
+	sp.report()
 }
 
 // Append journals b (attempted: a Write of it was tried). At the cap it
 // folds the oldest records, then drops the oldest, counting the visits
 // dropped, until b fits.
-func (jr *Journal) Append(b *Batch, attempted bool) error {
+func (sp *spool) Append(b *Batch, attempted bool) error {
 	rec := appendBatch(appendRecordHeader(nil, 1), b, attempted)
 	for try := 0; ; try++ {
-		_, err := jr.j.Append(rec)
+		_, err := sp.j.Append(rec)
 		if err == nil {
-			if jr.records == 0 {
-				jr.oldest = batchOldest(b)
+			if sp.records == 0 {
+				sp.oldest = batchOldest(b)
 			}
-			if jr.records >= 0 { // else survey counts it
-				jr.records++
+			if sp.records >= 0 { // else survey counts it
+				sp.records++
 			}
-			jr.report()
+			sp.report()
 			return nil
 		}
 		if !errors.Is(err, journal.ErrFull) || try > 16 {
 			return fmt.Errorf("analytics: journal: %w", err)
 		}
-		if err := jr.makeRoom(int64(len(rec)), try); err != nil {
+		if err := sp.makeRoom(int64(len(rec)), try); err != nil {
 			return err
 		}
 	}
@@ -171,30 +171,30 @@ func (jr *Journal) Append(b *Batch, attempted bool) error {
 // oldest eighth of the journal into hours, then days; after that, and
 // whenever a fold freed too little, the records of the oldest file are
 // dropped.
-func (jr *Journal) makeRoom(n int64, try int) error {
-	before := jr.j.Bytes()
+func (sp *spool) makeRoom(n int64, try int) error {
+	before := sp.j.Bytes()
 	if try < 2 {
-		level := jr.foldLevel(try)
-		if err := jr.fold(level); err != nil {
-			jr.log.Error("analytics: journal: fold failed", "err", err)
-		} else if freed := before - jr.j.Bytes(); freed >= n {
-			jr.log.Warn("analytics: journal full: oldest counts folded into coarser buckets",
-				"step", rollup.FormatDuration(jr.plan.Tiers()[level].Step), "freed_bytes", freed, "journal_bytes", jr.j.Bytes())
+		level := sp.foldLevel(try)
+		if err := sp.fold(level); err != nil {
+			sp.log.Error("analytics: journal: fold failed", "err", err)
+		} else if freed := before - sp.j.Bytes(); freed >= n {
+			sp.log.Warn("analytics: journal full: oldest counts folded into coarser buckets",
+				"step", rollup.FormatDuration(sp.plan.Tiers()[level].Step), "freed_bytes", freed, "journal_bytes", sp.j.Bytes())
 			return nil
 		}
 	}
-	return jr.dropOldest()
+	return sp.dropOldest()
 }
 
 // foldLevel returns the tier the try'th fold puts counts in: the first
 // whose step is at least an hour, then a day (the coarsest below the
 // all-time tier at most).
-func (jr *Journal) foldLevel(try int) int {
+func (sp *spool) foldLevel(try int) int {
 	want := time.Hour
 	if try > 0 {
 		want = rollup.Day
 	}
-	tiers := jr.plan.Tiers()
+	tiers := sp.plan.Tiers()
 	last := max(len(tiers)-2, 0) // not the all-time tier, the last one
 
 	for i, t := range tiers[:last+1] {
@@ -214,12 +214,12 @@ func (jr *Journal) foldLevel(try int) int {
 // of tier level. Such counts reach the readers once the rollup has got
 // past their bucket (NewReader reads a coarse tier only there): late, but
 // not lost.
-func (jr *Journal) fold(level int) error {
+func (sp *spool) fold(level int) error {
 	var upTo journal.Pos
 	var seen int64
 	n := 0
-	chunk := max(jr.maxBytes/8, 1) // two segments (MaxBytes/16 each, at most 4 MiB): frees one whole at least
-	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
+	chunk := max(sp.maxBytes/8, 1) // two segments (MaxBytes/16 each, at most 4 MiB): frees one whole at least
+	err := sp.j.Scan(sp.j.Acked(), func(end journal.Pos, rec []byte) error {
 		n++
 		seen += int64(len(rec))
 		upTo = end
@@ -235,8 +235,8 @@ func (jr *Journal) fold(level int) error {
 		return errors.New("nothing to fold")
 	}
 	folded := 0
-	step := jr.plan.Tiers()[level].Step
-	err = jr.j.Fold(upTo, func(recs func(yield func(rec []byte) bool)) ([]byte, error) {
+	step := sp.plan.Tiers()[level].Step
+	err = sp.j.Fold(upTo, func(recs func(yield func(rec []byte) bool)) ([]byte, error) {
 		var head []Batch
 		var runs []*foldRun
 		var derr error
@@ -281,10 +281,10 @@ func (jr *Journal) fold(level int) error {
 	if err != nil {
 		return err
 	}
-	if jr.records >= 0 {
-		jr.records = max(jr.records-folded+1, 1)
+	if sp.records >= 0 {
+		sp.records = max(sp.records-folded+1, 1)
 	}
-	jr.report()
+	sp.report()
 	return nil
 }
 
@@ -330,14 +330,14 @@ func (r *foldRun) batch() Batch {
 // dropOldest drops the records of the journal's oldest file (space comes
 // back a whole file at a time: dropping less would free nothing),
 // counting and logging their visits.
-func (jr *Journal) dropOldest() error {
-	upTo, freed := jr.j.Reclaimable()
+func (sp *spool) dropOldest() error {
+	upTo, freed := sp.j.Reclaimable()
 	if freed == 0 {
 		return errors.New("analytics: journal: full and nothing to drop: max_bytes is smaller than one interval's batch")
 	}
 	var visits int64
 	records := 0
-	err := jr.j.Scan(jr.j.Acked(), func(end journal.Pos, rec []byte) error {
+	err := sp.j.Scan(sp.j.Acked(), func(end journal.Pos, rec []byte) error {
 		if upTo.Less(end) {
 			return errStopScan
 		}
@@ -351,28 +351,28 @@ func (jr *Journal) dropOldest() error {
 	if err != nil && err != errStopScan {
 		return fmt.Errorf("analytics: journal: %w", err)
 	}
-	if err := jr.j.Ack(upTo); err != nil {
+	if err := sp.j.Ack(upTo); err != nil {
 		return fmt.Errorf("analytics: journal: %w", err)
 	}
-	if jr.records >= 0 {
-		jr.records = max(jr.records-records, 0)
+	if sp.records >= 0 {
+		sp.records = max(sp.records-records, 0)
 	}
-	jr.oldest = time.Time{}
-	jr.dropped += uint64(visits)
-	jr.m.droppedVisits(visits)
-	jr.report()
-	jr.log.Error("analytics: journal full: oldest counts dropped", "visits", visits, "records", records,
-		"freed_bytes", freed, "max_bytes", jr.maxBytes, "dropped_total", jr.dropped)
+	sp.oldest = time.Time{}
+	sp.dropped += uint64(visits)
+	sp.m.droppedVisits(visits)
+	sp.report()
+	sp.log.Error("analytics: journal full: oldest counts dropped", "visits", visits, "records", records,
+		"freed_bytes", freed, "max_bytes", sp.maxBytes, "dropped_total", sp.dropped)
 	return nil
 }
 
 // writeHead writes the oldest record's batches with write and acks the
 // record once all are written.
-func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
+func (sp *spool) writeHead(write func(*Batch) error) (more bool, err error) {
 	var end journal.Pos
 	var bs []interval
 	found := false
-	err = jr.j.Scan(jr.j.Acked(), func(e journal.Pos, rec []byte) error {
+	err = sp.j.Scan(sp.j.Acked(), func(e journal.Pos, rec []byte) error {
 		end, found = e, true
 		bs, err = decodeRecord(rec) // copies: rec is valid during the callback only
 		if err != nil {
@@ -382,56 +382,56 @@ func (jr *Journal) writeHead(write func(*Batch) error) (more bool, err error) {
 	})
 	if err != nil && err != errStopScan {
 		if found { // undecodable: set aside, or it would stop every later write
-			jr.log.Error("analytics: journal: record unreadable, skipped", "err", err)
-			if aerr := jr.j.Ack(end); aerr != nil {
+			sp.log.Error("analytics: journal: record unreadable, skipped", "err", err)
+			if aerr := sp.j.Ack(end); aerr != nil {
 				return false, fmt.Errorf("analytics: journal: %w", aerr)
 			}
-			jr.records = max(jr.records-1, 0)
+			sp.records = max(sp.records-1, 0)
 			return true, nil
 		}
 		return false, fmt.Errorf("analytics: journal: %w", err)
 	}
 	if !found {
-		jr.records, jr.oldest = 0, time.Time{}
-		jr.report()
+		sp.records, sp.oldest = 0, time.Time{}
+		sp.report()
 		return false, nil
 	}
 	if len(bs) > 0 {
-		jr.oldest = batchOldest(&bs[0].b)
+		sp.oldest = batchOldest(&bs[0].b)
 	}
 	for i := range bs {
 		if err := write(&bs[i].b); err != nil {
 			return false, err
 		}
 	}
-	if err := jr.j.Ack(end); err != nil {
+	if err := sp.j.Ack(end); err != nil {
 		return false, fmt.Errorf("analytics: journal: %w", err)
 	}
-	if jr.records > 0 {
-		jr.records--
+	if sp.records > 0 {
+		sp.records--
 	}
-	jr.oldest = time.Time{}
-	jr.m.replayed(len(bs))
-	jr.report()
+	sp.oldest = time.Time{}
+	sp.m.replayed(len(bs))
+	sp.report()
 	return true, nil
 }
 
 // each calls fn with every count of key in the journal, streaming.
-func (jr *Journal) each(key string, fn func(step time.Duration, start time.Time, v Visits)) error {
-	if !jr.waiting() {
+func (sp *spool) each(key string, fn func(step time.Duration, start time.Time, v Visits)) error {
+	if !sp.waiting() {
 		return nil
 	}
-	return jr.j.Scan(jr.j.Acked(), func(_ journal.Pos, rec []byte) error {
+	return sp.j.Scan(sp.j.Acked(), func(_ journal.Pos, rec []byte) error {
 		return scanRecord(rec, key, fn)
 	})
 }
 
 // Close closes the journal's files.
-func (jr *Journal) Close() error {
-	if jr == nil {
+func (sp *spool) Close() error {
+	if sp == nil {
 		return nil
 	}
-	return jr.j.Close()
+	return sp.j.Close()
 }
 
 // batchOldest returns the earliest bucket start of b's counts.
