@@ -34,9 +34,6 @@ func (p *Plan) Config() Config { return p.cfg }
 // Rollup returns the rollup plan of the retention tiers.
 func (p *Plan) Rollup() *rollup.Plan { return p.rollup }
 
-// Tiers returns the retention tiers, finest first, validated.
-func (p *Plan) Tiers() []rollup.Tier { return slices.Clone(p.cfg.Retention) }
-
 var (
 	consistencies = []string{"ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"}
 	// keyspaceName is what Cassandra accepts unquoted; the store writes it
@@ -126,13 +123,4 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("analytics.retention: with rollup_grace %v: %w", cfg.Grace(), err)
 	}
 	return p, nil
-}
-
-// CompileStats checks the stats section. Errors start with the field's
-// path in the config file.
-func CompileStats(c StatsConfig) error {
-	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
-		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
-	}
-	return nil
 }

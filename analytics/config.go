@@ -108,12 +108,3 @@ func DefaultConfig() Config {
 // grace count as late, so a shorter grace would let the worker roll a
 // period before an on-time flush of it has landed.
 func (c Config) Grace() time.Duration { return max(c.RollupGrace, 6*c.FlushInterval) }
-
-// StatsConfig is the "stats" section: where the gateway serves /stats.
-type StatsConfig struct {
-	Prefix   string `yaml:"prefix"`    // served by the gateway, never proxied
-	TokenEnv string `yaml:"token_env"` // env var with a bearer token for the stats API; empty: open
-}
-
-// DefaultStatsConfig returns the defaults of the stats section.
-func DefaultStatsConfig() StatsConfig { return StatsConfig{Prefix: "/stats"} }

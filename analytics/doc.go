@@ -1,4 +1,9 @@
-// Package analytics counts visits to short links and serves their curves.
+// Package analytics is the write path of link analytics: it counts visits
+// to short links in memory and moves the counts to a store every flush
+// interval, through outages, with a journal on local disk. The read side
+// (the /stats API, its parameters, encoders and chart page) is package
+// stats; the tiers, the rollup worker and the tier-correct reader are
+// package rollup.
 //
 // # Visits
 //
@@ -63,8 +68,8 @@
 // is tried again after a backoff of one flush interval, doubling up to
 // six, followed by the later intervals' batches, oldest first, each its
 // own Write, while visits keep being taken from the recorder. While the
-// store fails, every batch is appended (fsynced) to a Journal on local
-// disk (FlusherOptions.JournalPath) and acknowledged there once written:
+// store fails, every batch is appended (fsynced) to a journal on local
+// disk (FlusherOptions.JournalPath, package journal) and acknowledged there once written:
 // by this process or, after a crash or a restart, the next one, in the
 // background. Close, the final flush at shutdown, journals what it cannot
 // write and returns a *LostError for what it can neither write nor
@@ -74,13 +79,13 @@
 //
 // # Reading
 //
-// NewReader answers every tier exactly whatever the rollup has done: a
-// coarse bucket is read from its tier where the rollup has got past it and
-// no mark says it is stale, and summed from the finer tiers elsewhere; an
-// all-time total is the sum of the all-time tier read the same way. So a
-// curve never waits for the worker, and a late flush shows at once.
-// Flusher.Reader wraps it so that answers also include the counts not
-// written yet (still in the recorder, or kept from failed writes): a visit
+// A rollup.Reader answers every tier of a store exactly whatever the
+// rollup has done: a coarse bucket is read from its tier where the rollup
+// has got past it and no mark says it is stale, and summed from the finer
+// tiers elsewhere; an all-time total is the sum of the all-time tier read
+// the same way. So a curve never waits for the worker, and a late flush
+// shows at once. Flusher.Reader (the Reader the stats API reads) adds the
+// counts not written yet (still in the recorder, or kept from failed writes): a visit
 // shows up at once. A read and a flush exclude each other, so a read sees
 // each count either in memory or in the store, never in both or neither.
 //

@@ -32,12 +32,8 @@ const maxAnnounced = 2_000_000
 // default.
 type FlusherOptions struct {
 	// Interval is the time between two flushes: the "flush_interval"
-	// setting. Default 10s.
+	// setting. Default: that of DefaultConfig.
 	Interval time.Duration
-	// Grace is the rollup grace: the "rollup_grace" setting, which decides
-	// which counts are late (rollup.Plan.Late). Default
-	// rollup.DefaultGrace.
-	Grace time.Duration
 	// JournalPath is the directory of the Journal that keeps the batches
 	// the store refused on local disk until it takes them, also across a
 	// crash or a restart. Run opens it in the background (and again at
@@ -170,20 +166,13 @@ func (e *LostError) Error() string {
 func (e *LostError) Unwrap() error { return e.Err }
 
 // NewFlusher returns a Flusher that writes what rec counts to w, in the
-// given tiers (the "retention" setting). It does not read the journal:
-// Run writes what a previous process left there, in the background. m and
-// log may be nil. tiers and opts.Grace must pass rollup.NewPlan, as
-// Compile checks; it panics otherwise.
-func NewFlusher(rec *Recorder, w Writer, tiers []rollup.Tier, opts FlusherOptions, m *Metrics, log *slog.Logger) *Flusher {
+// tiers of plan (Plan.Rollup of the compiled analytics section), whose
+// grace decides which counts are late (rollup.Plan.Late). It does not read
+// the journal: Run writes what a previous process left there, in the
+// background. m and log may be nil.
+func NewFlusher(rec *Recorder, w Writer, plan *rollup.Plan, opts FlusherOptions, m *Metrics, log *slog.Logger) *Flusher {
 	if opts.Interval <= 0 {
-		opts.Interval = 10 * time.Second
-	}
-	if opts.Grace <= 0 {
-		opts.Grace = rollup.DefaultGrace
-	}
-	plan, err := rollup.NewPlan(tiers, opts.Grace)
-	if err != nil {
-		panic("analytics: NewFlusher: " + err.Error())
+		opts.Interval = DefaultConfig().FlushInterval
 	}
 	if opts.MaxBuffered <= 0 {
 		opts.MaxBuffered = DefaultMaxBuffered

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -30,7 +31,7 @@ func ExampleFlusher() {
 	rec := analytics.NewRecorder(1_000_000, nil)
 	t0 := time.Date(2026, 11, 23, 9, 59, 30, 0, time.UTC)
 	flushAt := func() time.Time { return t0.Add(45 * time.Second) }
-	f := analytics.NewFlusher(rec, printWriter{}, tiers, analytics.FlusherOptions{Now: flushAt}, nil, nil)
+	f := analytics.NewFlusher(rec, printWriter{}, analyticstest.Plan(tiers, rollup.DefaultGrace), analytics.FlusherOptions{Now: flushAt}, nil, nil)
 
 	rec.Record("abc", t0, false)
 	rec.Record("abc", t0.Add(35*time.Second), false) // the next minute

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 )
 
 // downWriter fails every Write while down is set, else passes it on.
@@ -37,13 +38,13 @@ func TestFlusherWithPebble(t *testing.T) {
 	ctx := t.Context()
 
 	// Run 1: two flushes with visits around them.
-	st, err := pebble.Open(dbPath, defTiers, nil)
+	st, err := pebblestore.Open(dbPath, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := analytics.NewRecorder(1000, nil)
 	opts := analytics.FlusherOptions{JournalPath: journalPath, Now: func() time.Time { return now }}
-	f := analytics.NewFlusher(rec, st, defTiers, opts, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, nil, nil)
 	r := f.Reader(st)
 	want := map[string]analytics.Visits{}
 	visit := func(key string, at time.Time, bot bool) {
@@ -78,7 +79,7 @@ func TestFlusherWithPebble(t *testing.T) {
 
 	// Run 2: the store reopened keeps everything; then it fails, and the
 	// process stops during the outage.
-	st, err = pebble.Open(dbPath, defTiers, nil)
+	st, err = pebblestore.Open(dbPath, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestFlusherWithPebble(t *testing.T) {
 	dw := &downWriter{Writer: st}
 	dw.down.Store(true)
 	rec = analytics.NewRecorder(1000, nil)
-	f = analytics.NewFlusher(rec, dw, defTiers, opts, nil, nil)
+	f = analytics.NewFlusher(rec, dw, analyticstest.DefaultPlan, opts, nil, nil)
 	visit("abc", now, false)
 	visit("new", now, true)
 	if err := f.Flush(ctx); err == nil {
@@ -100,7 +101,7 @@ func TestFlusherWithPebble(t *testing.T) {
 
 	// Run 3: the store is back; the journal is written once.
 	rec = analytics.NewRecorder(1000, nil)
-	f = analytics.NewFlusher(rec, st, defTiers, opts, nil, nil)
+	f = analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, nil, nil)
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,17 @@ func (e unsavedOnly) Error() string {
 func (e unsavedOnly) Unwrap() error        { return e.err }
 func (e unsavedOnly) Is(target error) bool { return target == ErrUnsavedOnly }
 
-// Reader returns a Reader that answers from store exactly, as NewReader
-// does, plus the counts f has not written yet: those still in the recorder
+// Reader reads link analytics as the stats API serves them: every tier of
+// the store complete, whatever the rollup has done so far (a
+// rollup.Reader), plus the counts a Flusher has not written yet. Get one
+// from Flusher.Reader or Pipeline.Reader; it is safe for concurrent use.
+type Reader struct {
+	f     *Flusher
+	store *rollup.Reader
+}
+
+// Reader returns a Reader that answers from store exactly, as a
+// rollup.Reader does, plus the counts f has not written yet: those still in the recorder
 // and those kept from failed writes (Flusher.unsaved). So a visit shows up
 // at once, not only after the next flush.
 //
@@ -44,18 +53,14 @@ func (e unsavedOnly) Is(target error) bool { return target == ErrUnsavedOnly }
 // counts alone (Points only the buckets holding some) with an error
 // matching ErrUnsavedOnly: less than the truth, but not nothing, and
 // read under the same lock, so still never a count twice.
-func (f *Flusher) Reader(store Source) Reader {
-	return mergedReader{f, newReader(store, f.plan)}
+func (f *Flusher) Reader(store rollup.Source) *Reader {
+	return &Reader{f, rollup.NewReader(store, f.plan)}
 }
 
-type mergedReader struct {
-	f     *Flusher
-	store Reader
-}
-
-var _ Reader = mergedReader{}
-
-func (r mergedReader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error) {
+// Points returns the buckets of key in the tier of the given step whose
+// Start lies in [from, to), in time order; buckets without visits may be
+// left out. See Flusher.Reader for its errors.
+func (r *Reader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error) {
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	pts, err := r.store.Points(ctx, key, step, from, to)
@@ -76,7 +81,7 @@ func (r mergedReader) Points(ctx context.Context, key string, step time.Duration
 // of step, for the buckets starting in [from, to). A count kept in a tier
 // coarser than step (folded at the journal's cap) cannot be split into step's
 // buckets and is left out. Call it with f.mu held.
-func (r mergedReader) unsavedPoints(key string, step time.Duration, from, to time.Time) map[int64]Visits {
+func (r *Reader) unsavedPoints(key string, step time.Duration, from, to time.Time) map[int64]Visits {
 	mem := make(map[int64]Visits)
 	r.f.unsaved(key, func(s time.Duration, start time.Time, v Visits) {
 		if step < s {
@@ -111,7 +116,8 @@ func mergePoints(pts []Point, mem map[int64]Visits) []Point {
 	return out
 }
 
-func (r mergedReader) Total(ctx context.Context, key string) (Visits, error) {
+// Total returns key's all-time visits. See Flusher.Reader for its errors.
+func (r *Reader) Total(ctx context.Context, key string) (Visits, error) {
 	r.f.mu.RLock()
 	defer r.f.mu.RUnlock()
 	v, err := r.store.Total(ctx, key)

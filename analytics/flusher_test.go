@@ -91,8 +91,15 @@ func (s *memStore) Progress(context.Context) (rollup.Progress, error) { return n
 
 func (s *memStore) Marks(context.Context, string) ([]rollup.Mark, error) { return nil, nil }
 
-// exact returns the Reader the stats API would use on s.
-func exact(s analytics.Source) analytics.Reader { return analytics.NewReader(s, defTiers) }
+// reader is what the stats API reads (stats.Reader): a rollup.Reader on a
+// store, or a Flusher's Reader.
+type reader interface {
+	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error)
+	Total(ctx context.Context, key string) (analytics.Visits, error)
+}
+
+// exact returns the Reader that answers exactly from s alone.
+func exact(s rollup.Source) *rollup.Reader { return rollup.NewReader(s, analyticstest.DefaultPlan) }
 
 func (s *memStore) numTries() int {
 	s.mu.Lock()
@@ -106,7 +113,7 @@ func sumVisits(a, b analytics.Visits) analytics.Visits {
 
 // checkStored checks that r holds exactly want for every tier of every key:
 // each tier's buckets over all time add up to the key's total.
-func checkStored(t *testing.T, r analytics.Reader, defTiers []rollup.Tier, want map[string]analytics.Visits) {
+func checkStored(t *testing.T, r reader, defTiers []rollup.Tier, want map[string]analytics.Visits) {
 	t.Helper()
 	ctx := context.Background()
 	from, to := time.Unix(0, 0), time.Now().Add(rollup.Year)
@@ -152,7 +159,7 @@ func TestFlushAfterOneInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := analytics.NewRecorder(100, nil)
 		st := newMemStore()
-		f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Interval: 10 * time.Second}, nil, nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Interval: 10 * time.Second}, nil, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		go f.Run(ctx)
 
@@ -205,7 +212,7 @@ func TestFlushAfterOneInterval(t *testing.T) {
 func TestBatchCoalesces(t *testing.T) {
 	rec := analytics.NewRecorder(100, nil)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(2 * time.Minute) }}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(2 * time.Minute) }}, nil, nil)
 	t0 := monday.Add(30 * time.Second)
 	for i := range 1000 {
 		rec.Record("k", t0.Add(time.Duration(i)*40*time.Millisecond), i%10 == 0) // 40 s: two minutes
@@ -250,7 +257,7 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		m := analytics.NewMetrics(reg)
 		const interval = 10 * time.Second
-		f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Interval: interval}, m, nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Interval: interval}, m, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		go f.Run(ctx)
 		start := time.Now()
@@ -366,7 +373,7 @@ func TestJournalAndRecover(t *testing.T) {
 		st.setFail(func(int) bool { return true })
 		reg := prometheus.NewRegistry()
 		opts := analytics.FlusherOptions{Interval: 10 * time.Second, JournalPath: dir}
-		f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, analytics.NewMetrics(reg), nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { f.Run(ctx); close(done) }()
@@ -404,7 +411,7 @@ func TestJournalAndRecover(t *testing.T) {
 		// A new process on the same journal, the store back.
 		st.setFail(nil)
 		reg2 := prometheus.NewRegistry()
-		f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, defTiers, opts, analytics.NewMetrics(reg2), nil)
+		f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, analyticstest.DefaultPlan, opts, analytics.NewMetrics(reg2), nil)
 		ctx, cancel = context.WithCancel(t.Context())
 		defer cancel()
 		go f2.Run(ctx)
@@ -427,7 +434,7 @@ func TestCloseFlushes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := analytics.NewRecorder(10, nil)
 		st := newMemStore()
-		f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Interval: time.Minute}, nil, nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Interval: time.Minute}, nil, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { f.Run(ctx); close(done) }()
@@ -447,7 +454,7 @@ func TestCloseWithoutJournalSaysLost(t *testing.T) {
 	st := newMemStore()
 	st.setFail(func(int) bool { return true })
 	reg := prometheus.NewRegistry()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, analytics.NewMetrics(reg), nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, analytics.NewMetrics(reg), nil)
 	rec.Record("a", monday, false)
 	rec.Record("b", monday, true)
 	if err := f.Flush(t.Context()); err == nil {
@@ -471,7 +478,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	rec := analytics.NewRecorder(2, analytics.NewMetrics(reg))
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 	for _, k := range []string{"a", "b", "c", "a", "d", "b", "e"} {
 		rec.Record(k, monday, false)
 	}
@@ -514,7 +521,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 func TestMaxKeysCountsLinksNotCores(t *testing.T) {
 	rec := analytics.NewRecorder(1, nil)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 	const workers, per = 8, 500
 	var wg sync.WaitGroup
 	for range workers {
@@ -540,7 +547,7 @@ func TestMaxKeysCountsLinksNotCores(t *testing.T) {
 func TestConcurrentRecordExact(t *testing.T) {
 	rec := analytics.NewRecorder(1000, nil)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 	const workers, per, keys = 8, 2000, 37
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -605,7 +612,7 @@ func TestReaderNeverMissesNorDoubleCounts(t *testing.T) {
 	st.setFail(func(try int) bool { return flaky.Load() && try%3 == 0 })
 	flaky.Store(true)
 	st.applied = func() { time.Sleep(50 * time.Microsecond) } // widen the window a read could fall into
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 	r := f.Reader(st)
 	var begun, done, flushes atomic.Int64
 	stop := make(chan struct{})
@@ -703,7 +710,7 @@ func BenchmarkFlush100kLinks(b *testing.B) {
 	}
 	rec := analytics.NewRecorder(len(keys), nil)
 	at := monday
-	f := analytics.NewFlusher(rec, discardWriter{}, defTiers, analytics.FlusherOptions{Now: func() time.Time { return at.Add(10 * time.Second) }}, nil, nil)
+	f := analytics.NewFlusher(rec, discardWriter{}, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return at.Add(10 * time.Second) }}, nil, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
@@ -724,7 +731,7 @@ func TestLongOutageManyBuckets(t *testing.T) {
 	rec := analytics.NewRecorder(10, nil)
 	st := newMemStore()
 	st.setFail(func(int) bool { return true })
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 	const minutes = 100
 	for m := range minutes {
 		rec.Record("a", monday.Add(time.Duration(m)*time.Minute), m%2 == 0)
@@ -733,7 +740,7 @@ func TestLongOutageManyBuckets(t *testing.T) {
 		}
 	}
 	want := map[string]analytics.Visits{"a": {Human: minutes / 2, Bot: minutes / 2}, analytics.AllLinks: {Human: minutes / 2, Bot: minutes / 2}}
-	check := func(r analytics.Reader) {
+	check := func(r reader) {
 		t.Helper()
 		checkStored(t, r, defTiers, want)
 		pts, err := r.Points(t.Context(), "a", time.Minute, monday, monday.Add(rollup.Day))
@@ -766,7 +773,7 @@ func TestLongOutageManyBuckets(t *testing.T) {
 // expired minutes, answers for three days ago).
 func TestLateAndOldCounts(t *testing.T) {
 	rec := analytics.NewRecorder(10, nil)
-	mem := analyticstest.NewMemory(defTiers)
+	mem := analyticstest.NewMemory(analyticstest.DefaultPlan)
 	st := &recording{Memory: mem}
 	at := monday.Add(3 * time.Hour)
 	now := func() time.Time { return at }
@@ -777,7 +784,7 @@ func TestLateAndOldCounts(t *testing.T) {
 	if _, err := rollup.NewWorker(mem, plan, rollup.WorkerOptions{Now: now}).RunOnce(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: now}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: now}, nil, nil)
 	rec.Record("now", at.Add(-30*time.Second), false)
 	rec.Record("late", monday.Add(time.Hour+7*time.Minute), false)
 	rec.Record("old", monday.Add(-3*rollup.Day+7*time.Minute), false)

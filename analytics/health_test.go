@@ -76,7 +76,7 @@ func TestPipelineHealth(t *testing.T) {
 	cfg.FlushInterval = time.Hour                        // only the test flushes
 	cfg.Embedded.Path = filepath.Join(t.TempDir(), "db") // a failed final flush spills beside it
 	plan := compile(t, cfg)
-	st := &stateStore{Memory: analyticstest.NewMemory(plan.Tiers())}
+	st := &stateStore{Memory: analyticstest.NewMemory(plan.Rollup())}
 	st.set(analytics.StoreState{Err: errors.New("opening")}, nil)
 	reg := prometheus.NewRegistry()
 	if got := stateMetric(t, reg); len(got) != 0 {
@@ -146,7 +146,7 @@ func BenchmarkHealth(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := &stateStore{Memory: analyticstest.NewMemory(plan.Tiers())}
+	st := &stateStore{Memory: analyticstest.NewMemory(plan.Rollup())}
 	st.set(analytics.StoreState{Attempts: 1, Err: errors.New("read-only file system")}, errors.New("not open yet"))
 	reg := prometheus.NewRegistry()
 	m := analytics.NewMetrics(reg)

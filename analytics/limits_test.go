@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 )
 
 // TestMaxKeyBytes: over real HTTP, a short key of max_key_bytes is counted,
@@ -51,7 +52,7 @@ func TestMaxKeyBytes(t *testing.T) {
 					t.Errorf("key of %d bytes: status %d, want the upstream's 302", len(k), s)
 				}
 			}
-			f := analytics.NewFlusher(rec, newMemStore(), defTiers, analytics.FlusherOptions{}, nil, nil)
+			f := analytics.NewFlusher(rec, newMemStore(), analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 			rd := f.Reader(newMemStore())
 			for k, want := range map[string]int64{atMax: 1, wideAtMax: 1, over: 0, wideOver: 0, analytics.AllLinks: 2} {
 				got, err := rd.Total(t.Context(), k)
@@ -89,7 +90,7 @@ func TestMaxBufferBytes(t *testing.T) {
 		t.Errorf("%d links in %d bytes tracked, want the cap of %d bytes filled with at most %d", rec.Keys(), rec.Bytes(), fit*(keyLen+128), fit)
 	}
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{}, m, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, m, nil)
 	rd := f.Reader(st)
 	var perLink int64
 	for i := range 2 * fit {

@@ -39,7 +39,7 @@ func TestMetrics(t *testing.T) {
 	m := analytics.NewMetrics(reg)
 	rec := analytics.NewRecorder(10, m)
 	st := newMemStore()
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(time.Second) }}, m, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(time.Second) }}, m, nil)
 	rec.Record("a", monday, false)
 	rec.Record("a", monday, true)
 	rec.Record("b", monday, false)
@@ -75,11 +75,11 @@ func TestMetrics(t *testing.T) {
 func TestRollupMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := analytics.NewMetrics(reg)
-	st := analyticstest.NewMemory(defTiers)
+	st := analyticstest.NewMemory(analyticstest.DefaultPlan)
 	rec := analytics.NewRecorder(10, m)
 	now := monday.Add(31 * time.Minute) // the flush just after the visit
 	clock := func() time.Time { return now }
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: clock}, m, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: clock}, m, nil)
 	rec.Record("a", monday.Add(30*time.Minute), false)
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func gaugeLabel(t *testing.T, g prometheus.Gatherer, name, label, value string) 
 
 func TestNilMetrics(t *testing.T) {
 	rec := analytics.NewRecorder(1, nil)
-	f := analytics.NewFlusher(rec, newMemStore(), defTiers, analytics.FlusherOptions{}, nil, nil)
+	f := analytics.NewFlusher(rec, newMemStore(), analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 	rec.Record("a", monday, false)
 	rec.Record("b", monday, false) // overflow, no metric to count it in
 	if err := f.Flush(t.Context()); err != nil {

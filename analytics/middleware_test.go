@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 )
 
 // shortener answers like the demo shortener: a redirect for a known key,
@@ -71,7 +72,7 @@ func TestMiddleware(t *testing.T) {
 					t.Fatalf("%s %s: no answer", r.method, r.path)
 				}
 			}
-			f := analytics.NewFlusher(rec, newMemStore(), defTiers, analytics.FlusherOptions{}, nil, nil)
+			f := analytics.NewFlusher(rec, newMemStore(), analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
 			// The memory merge sees the visits before any flush.
 			for key, want := range tt.want {
 				got, err := f.Reader(newMemStore()).Total(t.Context(), key)

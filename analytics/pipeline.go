@@ -24,7 +24,7 @@ type Pipeline struct {
 	rec    *Recorder
 	fl     *Flusher
 	store  Store
-	reader Reader
+	reader *Reader
 	tiers  []rollup.Tier
 
 	stop      context.CancelFunc
@@ -43,16 +43,15 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 	cfg := plan.Config()
 	rec := NewRecorder(cfg.MaxKeys, m)
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
-	fl := NewFlusher(rec, store, cfg.Retention, FlusherOptions{
+	fl := NewFlusher(rec, store, plan.Rollup(), FlusherOptions{
 		Interval:        cfg.FlushInterval,
-		Grace:           cfg.Grace(),
 		JournalPath:     DefaultJournalPath(cfg),
 		JournalMaxBytes: cfg.Journal.MaxBytes,
 	}, m, log)
 	roller := rollup.NewWorker(store, plan.Rollup(), rollup.WorkerOptions{Metrics: m, Log: log})
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Pipeline{
-		rec: rec, fl: fl, store: store, reader: fl.Reader(store), tiers: plan.Tiers(),
+		rec: rec, fl: fl, store: store, reader: fl.Reader(store), tiers: plan.Rollup().Retention(),
 		stop: stop, done: make(chan struct{}),
 	}
 	m.watch(func() string { return p.state().State })
@@ -80,7 +79,7 @@ func (p *Pipeline) Apply(plan *Plan) {
 
 // Reader returns the Reader the stats API uses: the store's counts plus
 // those not written yet.
-func (p *Pipeline) Reader() Reader { return p.reader }
+func (p *Pipeline) Reader() *Reader { return p.reader }
 
 // Tiers returns the retention tiers the pipeline writes.
 func (p *Pipeline) Tiers() []rollup.Tier { return p.tiers }

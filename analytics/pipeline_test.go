@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
+	"github.com/linkgate/linkgate/rollup"
 )
 
 // TestPipelineLifecycle: a Pipeline records what its middleware counts,
@@ -22,7 +23,7 @@ func TestPipelineLifecycle(t *testing.T) {
 	cfg.Embedded.Path = filepath.Join(dir, "db")
 	cfg.FlushInterval = time.Hour // only Close flushes
 	plan := compile(t, cfg)
-	st, err := pebble.Open(cfg.Embedded.Path, plan.Tiers(), nil)
+	st, err := pebblestore.Open(cfg.Embedded.Path, plan.Rollup(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,15 +43,15 @@ func TestPipelineLifecycle(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := st.Write(ctx, analytics.Batch{At: time.Now()}); !errors.Is(err, pebble.ErrClosed) {
+	if err := st.Write(ctx, analytics.Batch{At: time.Now()}); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("the store is still open after Close: Write = %v", err)
 	}
-	st2, err := pebble.Open(cfg.Embedded.Path, plan.Tiers(), nil)
+	st2, err := pebblestore.Open(cfg.Embedded.Path, plan.Rollup(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	r := analytics.NewReader(st2, plan.Tiers())
+	r := rollup.NewReader(st2, plan.Rollup())
 	if v, err := r.Total(ctx, "abc"); err != nil || v.Human != 5 {
 		t.Errorf("after Close, the store holds %+v (%v), want 5 human visits", v, err)
 	}
@@ -65,7 +66,7 @@ func TestPipelineApply(t *testing.T) {
 	cfg.Embedded.Path = filepath.Join(t.TempDir(), "db")
 	cfg.MaxKeys = 1
 	plan := compile(t, cfg)
-	st, err := pebble.Open(cfg.Embedded.Path, plan.Tiers(), nil)
+	st, err := pebblestore.Open(cfg.Embedded.Path, plan.Rollup(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestStoreWritesPerVisit(t *testing.T) {
 			rec := analytics.NewRecorder(1_000_000, nil)
 			st := newMemStore()
 			flushAt := tt.start
-			f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return flushAt }}, nil, nil)
+			f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return flushAt }}, nil, nil)
 			rng := rand.New(rand.NewPCG(7, uint64(tt.links)))
 			keys := make([]string, tt.links)
 			for i := range keys {
@@ -196,7 +196,7 @@ type countingStore struct {
 }
 
 func newCountingStore() *countingStore {
-	return &countingStore{Memory: analyticstest.NewMemory(defTiers), rows: map[time.Duration]int64{}, active: map[time.Duration]int64{}}
+	return &countingStore{Memory: analyticstest.NewMemory(analyticstest.DefaultPlan), rows: map[time.Duration]int64{}, active: map[time.Duration]int64{}}
 }
 
 func (s *countingStore) Write(ctx context.Context, b analytics.Batch) error {
@@ -267,7 +267,7 @@ func TestWritesPerVisitWithRollup(t *testing.T) {
 			}
 			run()
 			rec := analytics.NewRecorder(1_000_000, nil)
-			f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: now}, nil, nil)
+			f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: now}, nil, nil)
 			rng := rand.New(rand.NewPCG(9, uint64(links)))
 			keys := make([]string, links)
 			for i := range keys {
@@ -327,7 +327,7 @@ func TestWritesPerVisitWithRollup(t *testing.T) {
 				t.Errorf("%.4f store writes per visit, more than the goal of %v", steady/visits, limit)
 			}
 			// And the rollup is right: the hour's total in every tier.
-			r := analytics.NewReader(st, defTiers)
+			r := rollup.NewReader(st, analyticstest.DefaultPlan)
 			v, err := r.Total(t.Context(), analytics.AllLinks)
 			if err != nil || v.Human != int64(visits) {
 				t.Errorf("Total(AllLinks) = %+v, %v; want %v visits", v, err, visits)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
@@ -37,7 +38,7 @@ func TestJournalCap(t *testing.T) {
 	now := func() time.Time { return at }
 	rec := analytics.NewRecorder(1_000_000, nil)
 	opts := analytics.FlusherOptions{JournalPath: dir, JournalMaxBytes: 1 << 20, Now: now}
-	f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), log)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, analytics.NewMetrics(reg), log)
 	var sent int64
 	flush := func() {
 		t.Helper()
@@ -97,7 +98,7 @@ func TestJournalCap(t *testing.T) {
 	}
 }
 
-func checkTotal(t *testing.T, r analytics.Reader, key string, want int64) {
+func checkTotal(t *testing.T, r reader, key string, want int64) {
 	t.Helper()
 	v, err := r.Total(context.Background(), key)
 	if err != nil {
@@ -138,7 +139,7 @@ func TestJournalReplayBounded(t *testing.T) {
 	opts := analytics.FlusherOptions{JournalPath: dir, JournalMaxBytes: int64(mb+64) << 20, Now: now}
 	rec := analytics.NewRecorder(1_000_000, nil)
 	reg := prometheus.NewRegistry()
-	f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, analytics.NewMetrics(reg), nil)
 	const perInterval = 20_000
 	keys := make([]string, perInterval)
 	for k := range keys {
@@ -179,7 +180,7 @@ func TestJournalReplayBounded(t *testing.T) {
 	base := ms.HeapInuse
 	st.fail.Store(false)
 	reg2 := prometheus.NewRegistry()
-	f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, defTiers, opts, analytics.NewMetrics(reg2), nil)
+	f2 := analytics.NewFlusher(analytics.NewRecorder(1000, nil), st, analyticstest.DefaultPlan, opts, analytics.NewMetrics(reg2), nil)
 	var peak uint64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -256,7 +257,7 @@ func TestJournalUnopenable(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	opts := analytics.FlusherOptions{JournalPath: filepath.Join(parent, "journal")}
 	rec := analytics.NewRecorder(10, nil)
-	f := analytics.NewFlusher(rec, st, defTiers, opts, analytics.NewMetrics(reg), log)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, analytics.NewMetrics(reg), log)
 	rec.Record("a", monday, false)
 	rec.Record("a", monday, true)
 	if err := f.Flush(t.Context()); err == nil {
@@ -285,7 +286,7 @@ func TestJournalUnopenable(t *testing.T) {
 		t.Fatalf("Close with the journal open = %v, want nil", err)
 	}
 	st.setFail(nil)
-	f2 := analytics.NewFlusher(analytics.NewRecorder(10, nil), st, defTiers, opts, nil, nil)
+	f2 := analytics.NewFlusher(analytics.NewRecorder(10, nil), st, analyticstest.DefaultPlan, opts, nil, nil)
 	if err := f2.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ func BenchmarkFlushIntoJournal100kLinks(b *testing.B) {
 	w := &countingWriter{}
 	w.fail.Store(true)
 	reg := prometheus.NewRegistry()
-	f := analytics.NewFlusher(rec, w, defTiers, analytics.FlusherOptions{
+	f := analytics.NewFlusher(rec, w, analyticstest.DefaultPlan, analytics.FlusherOptions{
 		JournalPath: filepath.Join(b.TempDir(), "journal"), JournalMaxBytes: 1 << 40,
 		Now: func() time.Time { return at.Add(10 * time.Second) },
 	}, analytics.NewMetrics(reg), nil)

@@ -88,44 +88,14 @@ type Writer interface {
 	Write(ctx context.Context, b Batch) error
 }
 
-// Reader reads link analytics as the stats API serves them: every tier
-// complete, whatever the rollup has done so far. NewReader makes one from
-// a store's Source; Flusher.Reader adds the counts not flushed yet.
-type Reader interface {
-	// Points returns the buckets of key in the tier of the given step whose
-	// Start lies in [from, to), in time order. Buckets without visits may be
-	// left out. It reads a bounded number of partitions or iterator ranges
-	// however long the range.
-	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error)
-	// Total returns key's all-time visits.
-	Total(ctx context.Context, key string) (Visits, error)
-}
-
-// Source is what a store offers for reading: what each tier holds now, how
-// far the rollup has got and which rolled buckets are stale. NewReader
-// turns it into a Reader.
-type Source interface {
-	// Points returns the stored buckets of key in the tier of the given
-	// step whose start lies in [from, to), in time order, each the sum of
-	// all that is stored for it: those of a coarse tier are complete only
-	// where the rollup has got to (Progress) and no Mark says otherwise.
-	// The all-time tier (rollup.TotalTier) is one of the tiers.
-	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error)
-	// Progress returns how far the rollup has got.
-	Progress(ctx context.Context) (rollup.Progress, error)
-	// Marks returns key's marks.
-	Marks(ctx context.Context, key string) ([]rollup.Mark, error)
-}
-
 // Store is an analytics backend as the gateway holds it: the flusher
-// writes to it, the stats API reads from it (through NewReader), the
-// rollup worker rolls it (it is a rollup.Store too), and the Pipeline that
-// owns it closes it last. A Store starts its own background work
+// writes to it, the stats API reads from it (through a rollup.Reader and
+// the flusher's Reader), the rollup worker rolls it (it is a rollup.Store),
+// and the Pipeline that owns it closes it last. A Store starts its own background work
 // (connecting, expiring old buckets) when it is opened and stops it in
 // Close. The embedded and Cassandra stores implement it.
 type Store interface {
 	Writer
-	Source
 	rollup.Store
 	// Close stops the store's background work and releases it. The
 	// Pipeline calls it once, after the final flush.

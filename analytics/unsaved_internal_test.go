@@ -28,7 +28,7 @@ func TestBacklog(t *testing.T) {
 	w := &switchWriter{}
 	w.down.Store(true)
 	rec := NewRecorder(10, nil)
-	f := NewFlusher(rec, w, rollup.DefaultTiers(), FlusherOptions{
+	f := NewFlusher(rec, w, testPlan, FlusherOptions{
 		JournalPath: filepath.Join(t.TempDir(), "j"), Now: func() time.Time { return t0 },
 	}, nil, nil)
 	if b, o, d := f.backlog(); b != 0 || !o.IsZero() || d != 0 {
@@ -54,7 +54,7 @@ func TestBacklog(t *testing.T) {
 
 	// Without a journal and with room for one entry, the older batch goes.
 	w.down.Store(true)
-	f2 := NewFlusher(rec, w, rollup.DefaultTiers(), FlusherOptions{MaxBuffered: 1, Now: func() time.Time { return t0 }}, nil, nil)
+	f2 := NewFlusher(rec, w, testPlan, FlusherOptions{MaxBuffered: 1, Now: func() time.Time { return t0 }}, nil, nil)
 	for range 3 {
 		rec.Record("c", t0, true)
 	}
@@ -65,3 +65,13 @@ func TestBacklog(t *testing.T) {
 		t.Errorf("dropped = %d, want the 3 visits of the older batch", d)
 	}
 }
+
+// testPlan is the plan of the default tiers and grace (this package's own
+// tests cannot import analyticstest, which imports it).
+var testPlan = func() *rollup.Plan {
+	p, err := rollup.NewPlan(rollup.DefaultTiers(), rollup.DefaultGrace)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()

@@ -24,6 +24,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/stats"
 )
 
 // Config is the whole configuration file, decoded and with defaults filled
@@ -31,14 +32,14 @@ import (
 // A Config returned by Load or Parse is never modified afterwards: a reload
 // reads a new one.
 type Config struct {
-	Server    Server                `yaml:"server"`
-	Admin     Admin                 `yaml:"admin"`
-	Upstream  proxy.Config          `yaml:"upstream"`
-	Identity  limit.Identity        `yaml:"identity"`
-	Limiter   limit.Config          `yaml:"limiter"`
-	Rules     []limit.Rule          `yaml:"rules"`
-	Analytics analytics.Config      `yaml:"analytics"`
-	Stats     analytics.StatsConfig `yaml:"stats"`
+	Server    Server           `yaml:"server"`
+	Admin     Admin            `yaml:"admin"`
+	Upstream  proxy.Config     `yaml:"upstream"`
+	Identity  limit.Identity   `yaml:"identity"`
+	Limiter   limit.Config     `yaml:"limiter"`
+	Rules     []limit.Rule     `yaml:"rules"`
+	Analytics analytics.Config `yaml:"analytics"`
+	Stats     stats.Config     `yaml:"stats"`
 
 	src source // where the fields are in the file, for Locate
 }
@@ -88,7 +89,7 @@ func Default() *Config {
 		Identity:  limit.DefaultIdentity(),
 		Limiter:   limit.DefaultConfig(),
 		Analytics: analytics.DefaultConfig(),
-		Stats:     analytics.DefaultStatsConfig(),
+		Stats:     stats.DefaultConfig(),
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/stats"
 )
 
 // Plan is a config file compiled: every value checked, every pattern,
@@ -86,7 +87,7 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if p.analytics, err = analytics.Compile(cfg.Analytics); err != nil {
 		return nil, err
 	}
-	if err := analytics.CompileStats(cfg.Stats); err != nil {
+	if err := stats.Compile(cfg.Stats); err != nil {
 		return nil, err
 	}
 	if name := cfg.Admin.TokenEnv; name != "" {

@@ -46,12 +46,13 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/cassandra"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/stats"
 )
 
 // Options are what a Gateway needs besides its Plan.
@@ -175,7 +176,7 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 	case "cassandra":
 		// Connects in the background: the gateway serves while Cassandra
 		// boots, and the flusher keeps counts until it answers.
-		st, err := cassandra.Open(context.Background(), cfg.Cassandra, cfg.Retention, g.log)
+		st, err := cassandra.Open(context.Background(), cfg.Cassandra, p.Rollup(), g.log)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.cassandra: %w", err)
 		}
@@ -186,7 +187,7 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 		// from proxying. The flusher keeps the counts until it opens, and
 		// the health detail and linkgate_analytics_state say why it has
 		// not.
-		st, err := pebble.Start(cfg.Embedded.Path, cfg.Retention, g.log)
+		st, err := pebblestore.Start(cfg.Embedded.Path, p.Rollup(), g.log)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.embedded.path: %w", err)
 		}
@@ -279,7 +280,7 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 			problem.Write(w, http.StatusNotFound, "analytics are disabled on this gateway")
 		})
 	}
-	h := analytics.NewStats(g.pipeline.Reader(), g.pipeline.Tiers(), plan.statsToken, time.Now, g.log)
+	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), plan.statsToken, time.Now, g.log)
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/internal/testkit"
-	"github.com/linkgate/linkgate/rollup"
 )
 
 // healthDetail is GET /admin/health's answer.
@@ -81,7 +81,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 			}
 		}},
 		{"held by another store", "in use", func(t *testing.T, path string) func() {
-			s, err := pebble.Open(path, rollup.DefaultTiers(), nil)
+			s, err := pebblestore.Open(path, analyticstest.DefaultPlan, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +190,7 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 // writes are refused, and once space is back the same process writes the
 // visits kept meanwhile, each once.
 func TestFullDiskThenSpaceBack(t *testing.T) {
-	mnt := testkit.Tmpfs(t, 48<<20, "TestReserveOnSmallDisk (analytics/pebble) covers the reserve without privileges")
+	mnt := testkit.Tmpfs(t, 48<<20, "TestReserveOnSmallDisk (analytics/pebblestore) covers the reserve without privileges")
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(mnt, "analytics")))
 	visit := func(n int) {

@@ -46,16 +46,15 @@ func ExampleWithStep() {
 //	w := rollup.NewWorker(store, plan, rollup.WorkerOptions{Metrics: m, Log: log})
 //	go w.Run(ctx) // cancel ctx, and wait for Run to return, before closing the store
 func ExampleWorker() {
-	tiers := rollup.DefaultTiers()
-	plan, _ := rollup.NewPlan(tiers, rollup.DefaultGrace)
-	store := analyticstest.NewMemory(tiers)
+	plan, _ := rollup.NewPlan(rollup.DefaultTiers(), rollup.DefaultGrace)
+	store := analyticstest.NewMemory(plan)
 	now := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	w := rollup.NewWorker(store, plan, rollup.WorkerOptions{Now: clock})
 	w.RunOnce(context.Background()) // the gateway starts
 
 	rec := analytics.NewRecorder(100, nil)
-	fl := analytics.NewFlusher(rec, store, tiers, analytics.FlusherOptions{Now: clock}, nil, nil)
+	fl := analytics.NewFlusher(rec, store, plan, analytics.FlusherOptions{Now: clock}, nil, nil)
 	for _, m := range []int{2, 3, 17, 59} {
 		rec.Record("abc", now.Add(time.Duration(m)*time.Minute), false)
 	}

@@ -99,6 +99,11 @@ func NewPlan(tiers []Tier, grace time.Duration) (*Plan, error) {
 // caller must not modify them.
 func (p *Plan) Tiers() []Tier { return p.tiers }
 
+// Retention returns the tiers the plan was made for (the retention
+// setting), finest first, without the all-time tier. The caller must not
+// modify them.
+func (p *Plan) Retention() []Tier { return p.tiers[: len(p.tiers)-1 : len(p.tiers)-1] }
+
 // Total returns the all-time tier.
 func (p *Plan) Total() Tier { return p.tiers[len(p.tiers)-1] }
 

@@ -89,16 +89,14 @@ type Update struct {
 // called from one goroutine per worker, with several Points calls in
 // flight at once.
 type Store interface {
-	// Points returns the stored buckets of key in the tier of the given
-	// step whose start lies in [from, to), in time order: each one the sum
-	// of everything stored for it (flushed counts and the rolled value).
-	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error)
+	// Points, Progress and Marks: the worker reads what a Reader reads.
+	// A Point is the sum of everything stored for its bucket (flushed
+	// counts and the rolled value).
+	Source
 	// Active returns up to limit keys that have an Active entry for (step,
 	// period), in an order of the store's choosing that does not change
 	// between calls; after is the last key of the previous page, or "".
 	Active(ctx context.Context, step time.Duration, period time.Time, after string, limit int) ([]string, error)
-	// Marks returns key's marks, in any order.
-	Marks(ctx context.Context, key string) ([]Mark, error)
 	// Apply stores u. Rows, Active and Marks must be durable before any
 	// mark of Done is deleted: a crash in between leaves the done marks,
 	// which are then processed again. A Row replaces the bucket's rolled
@@ -109,8 +107,6 @@ type Store interface {
 	// counts are flushed into a coarse tier directly), and Points returns
 	// their sum.
 	Apply(ctx context.Context, u Update) error
-	// Progress returns how far the rollup has got.
-	Progress(ctx context.Context) (Progress, error)
 	// Advance records that the queue of step has got to done. A store
 	// never moves a queue back: an older done than the stored one is
 	// ignored.

@@ -2,14 +2,18 @@
 // that derives coarse data from fine: the tiers of resolution that visits
 // are stored in (Graphite-style "precision:retention", e.g. "1m:2d"),
 // bucket alignment, the choice and stitching of tiers for a query, the Plan
-// of how visits move up the tiers, and the Worker that moves them.
+// of how visits move up the tiers, the Worker that moves them, and the
+// Reader that reads every tier exactly whatever the Worker has done. Both
+// halves of the rule "a coarse bucket is complete once the worker has got
+// past its period and no mark says it is stale" live here: the Worker makes
+// it true (worker.go), the Reader relies on it (reader.go).
 //
 // As the seeds put it, event data is aggregated into the finest required
 // granularity, and each coarser level is generated from the next finer one:
 // flushes write the finest tier only, and a Worker rolls each closed batch
 // period of every coarser tier from the tier below, up to an all-time tier
-// that never expires (TotalTier). The Worker talks to stores through the
-// small interfaces of store.go, which the embedded and Cassandra stores
+// that never expires (TotalTier). The Worker and the Reader talk to stores
+// through the small interfaces of store.go and reader.go, which the embedded and Cassandra stores
 // implement; everything else here is a pure function of its arguments, time
 // is always passed in, and all bucket times are UTC.
 //

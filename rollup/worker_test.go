@@ -46,7 +46,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{st: analyticstest.NewMemory(smallTiers), plan: plan, truth: map[string][]time.Time{}}
+	f := &fixture{st: analyticstest.NewMemory(plan), plan: plan, truth: map[string][]time.Time{}}
 	rng := rand.New(rand.NewPCG(3, 4))
 	clock := t0
 	// The gateway starts: its worker's first run starts the progress.
@@ -55,7 +55,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.start, _ = f.st.Progress(context.Background())
 	rec := analytics.NewRecorder(100, nil)
-	fl := analytics.NewFlusher(rec, f.st, smallTiers, analytics.FlusherOptions{Grace: grace, Now: func() time.Time { return clock }}, nil, nil)
+	fl := analytics.NewFlusher(rec, f.st, plan, analytics.FlusherOptions{Now: func() time.Time { return clock }}, nil, nil)
 	keys := []string{"a", "b", "c", "d", "e"}
 	for clock.Before(t0.Add(rollup.Day)) {
 		next := clock.Add(time.Duration(1+rng.IntN(20)) * time.Minute)

@@ -69,10 +69,25 @@ type Harness struct {
 	Expire func(now time.Time) error
 }
 
+// Plan returns the rollup plan of tiers with the given grace: what the
+// gateway's compile step (analytics.Compile) passes to the flusher, the
+// readers and the stores, made here for tests that have no config. It
+// panics when the tiers are not valid: a test's own mistake.
+func Plan(tiers []rollup.Tier, grace time.Duration) *rollup.Plan {
+	p, err := rollup.NewPlan(tiers, grace)
+	if err != nil {
+		panic("analyticstest: " + err.Error())
+	}
+	return p
+}
+
+// DefaultPlan is the plan of the default tiers and grace.
+var DefaultPlan = Plan(rollup.DefaultTiers(), rollup.DefaultGrace)
+
 // Run runs the conformance subtests. open is called once per subtest with
-// the tiers to use: rollup.DefaultTiers(), except for RollupExact, whose
-// tiers are short enough for its simulated days to roll every one of them.
-func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
+// the plan to use: DefaultPlan, except for RollupExact, whose tiers are
+// short enough for its simulated days to roll every one of them.
+func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 	run := token()
 	for _, tc := range []struct {
 		name string
@@ -104,11 +119,11 @@ func Run(t *testing.T, open func(t *testing.T, tiers []rollup.Tier) Harness) {
 		{"RollupExact", testRollupExact},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tiers := rollup.DefaultTiers()
+			plan := DefaultPlan
 			if tc.name == "RollupExact" {
-				tiers = exactTiers
+				plan = exactPlan
 			}
-			h := open(t, tiers)
+			h := open(t, plan)
 			if h.Store == nil {
 				t.Fatal("open returned a Harness without a Store")
 			}

@@ -37,8 +37,8 @@ func (h handle) Points(ctx context.Context, key string, step time.Duration, from
 // TestRun runs the suite against the in-memory store to show that a
 // correct store passes.
 func TestRun(t *testing.T) {
-	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
-		m := analyticstest.NewMemory(tiers)
+	analyticstest.Run(t, func(t *testing.T, plan *rollup.Plan) analyticstest.Harness {
+		m := analyticstest.NewMemory(plan)
 		closed := new(bool)
 		cur := handle{m, closed}
 		return analyticstest.Harness{

@@ -68,7 +68,6 @@ var (
 	_ Store                  = (*Memory)(nil)
 	_ analytics.Store        = (*Memory)(nil)
 	_ rollup.Store           = (*Memory)(nil)
-	_ analytics.Source       = (*Memory)(nil)
 	_ analytics.Writer       = (*Memory)(nil)
 	_ interface{ Ops() Ops } = (*Memory)(nil)
 )
@@ -76,15 +75,10 @@ var (
 // Close does nothing: a Memory has no background work.
 func (m *Memory) Close() error { return nil }
 
-// NewMemory returns an empty Memory for tiers (which must pass
-// rollup.NewPlan).
-func NewMemory(tiers []rollup.Tier) *Memory {
-	p, err := rollup.NewPlan(tiers, 0)
-	if err != nil {
-		panic("analyticstest: NewMemory: " + err.Error())
-	}
+// NewMemory returns an empty Memory for the tiers of plan.
+func NewMemory(plan *rollup.Plan) *Memory {
 	return &Memory{
-		plan: p, series: map[memSeries]map[int64]*memCell{}, active: map[memQueue]*memKeys{},
+		plan: plan, series: map[memSeries]map[int64]*memCell{}, active: map[memQueue]*memKeys{},
 		marks: map[string]map[rollup.Mark]struct{}{}, progress: rollup.Progress{}, applied: map[string]uint64{},
 	}
 }

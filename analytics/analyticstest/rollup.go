@@ -288,6 +288,9 @@ var exactTiers = []rollup.Tier{
 // exactGrace is RollupExact's rollup grace: 6 flush intervals of 10 s.
 const exactGrace = time.Minute
 
+// exactPlan is RollupExact's plan.
+var exactPlan = Plan(exactTiers, exactGrace)
+
 // visit is one visit of the brute-force reference.
 type visit struct {
 	key string
@@ -351,17 +354,14 @@ func testRollupExact(t *testing.T, e *env) {
 	clock := start
 	now := func() time.Time { return clock }
 	keys := []string{e.key("a"), e.key("b"), e.key("ключ"), e.key("rare")}
-	plan, err := rollup.NewPlan(exactTiers, exactGrace)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := exactPlan
 	var stored []visit
 	reports := map[string]int{}
 	newGateway := func(g *gateway, s Store, work bool) {
 		g.store = s
 		g.rec = analytics.NewRecorder(1000, nil)
-		g.fl = analytics.NewFlusher(g.rec, flaky{s, &g.down}, exactTiers,
-			analytics.FlusherOptions{Grace: exactGrace, Now: now}, nil, nil)
+		g.fl = analytics.NewFlusher(g.rec, flaky{s, &g.down}, plan,
+			analytics.FlusherOptions{Now: now}, nil, nil)
 		g.worker = nil
 		if work {
 			g.worker = rollup.NewWorker(s, plan, rollup.WorkerOptions{

@@ -9,6 +9,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -38,10 +39,7 @@ func (nopBackend) close()                                                   {}
 func BenchmarkWrite(b *testing.B) {
 	for _, links := range []int{100, 1000} {
 		b.Run(fmt.Sprint(links, "links"), func(b *testing.B) {
-			s, err := newStore(rollup.DefaultTiers(), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+			s := newStore(analyticstest.DefaultPlan, nil)
 			s.be, s.connErr = nopBackend{}, nil
 			at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 			keys := make([]string, links)

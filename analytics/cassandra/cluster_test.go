@@ -49,13 +49,13 @@ func config(hosts []string) analytics.Cassandra {
 // open opens a store on the cluster and waits until it is connected (the
 // schema created), failing the test after a minute.
 func open(t *testing.T, hosts []string) *cassandra.Store {
-	return openIn(t, config(hosts), rollup.DefaultTiers())
+	return openIn(t, config(hosts), analyticstest.DefaultPlan)
 }
 
-// openIn opens a store with cfg and tiers and waits until it is connected.
-func openIn(t *testing.T, cfg analytics.Cassandra, tiers []rollup.Tier) *cassandra.Store {
+// openIn opens a store with cfg and plan and waits until it is connected.
+func openIn(t *testing.T, cfg analytics.Cassandra, plan *rollup.Plan) *cassandra.Store {
 	t.Helper()
-	s, err := cassandra.Open(context.Background(), cfg, tiers, nil)
+	s, err := cassandra.Open(context.Background(), cfg, plan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +77,12 @@ func TestConformance(t *testing.T) {
 	hs := hosts(t)
 	run := time.Now().UnixNano()
 	n := 0
-	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+	analyticstest.Run(t, func(t *testing.T, plan *rollup.Plan) analyticstest.Harness {
 		n++
 		cfg := config(hs)
 		cfg.Keyspace = fmt.Sprintf("linkgate_test_%x_%d", run%(1<<32), n)
 		t.Cleanup(func() { dropKeyspace(t, hs, cfg.Keyspace) })
-		open := func(*testing.T, []string) *cassandra.Store { return openIn(t, cfg, tiers) }
+		open := func(*testing.T, []string) *cassandra.Store { return openIn(t, cfg, plan) }
 		var mu sync.Mutex
 		var stores []*cassandra.Store
 		track := func(s *cassandra.Store) *cassandra.Store {
@@ -155,7 +155,7 @@ func TestTwoWritersAndRestart(t *testing.T) {
 	if want := (analytics.Visits{Human: 20, Bot: 10}); len(ps) != 1 || ps[0].Visits != want {
 		t.Errorf("Points = %v, want one point of %+v", ps, want)
 	}
-	if v, err := analytics.NewReader(c, rollup.DefaultTiers()).Total(context.Background(), key); err != nil || v != (analytics.Visits{Human: 20, Bot: 10}) {
+	if v, err := rollup.NewReader(c, analyticstest.DefaultPlan).Total(context.Background(), key); err != nil || v != (analytics.Visits{Human: 20, Bot: 10}) {
 		t.Errorf("Total = %+v, %v; want {20 10}", v, err)
 	}
 }
@@ -172,7 +172,7 @@ func TestNotConnected(t *testing.T) {
 	l.Close() // nothing listens there now: connections are refused
 
 	start := time.Now()
-	s, err := cassandra.Open(context.Background(), config([]string{addr}), rollup.DefaultTiers(), nil)
+	s, err := cassandra.Open(context.Background(), config([]string{addr}), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

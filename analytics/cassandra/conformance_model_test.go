@@ -16,7 +16,7 @@ import (
 // stores' clock, which clamps read ranges) forward, so the Expiry subtest
 // checks the TTLs the Store sets, and a lease expires as on a cluster.
 func TestConformanceOnModel(t *testing.T) {
-	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+	analyticstest.Run(t, func(t *testing.T, plan *rollup.Plan) analyticstest.Harness {
 		var mu sync.Mutex
 		var ahead time.Duration // how far Expire moved the clock past the wall clock
 		now := func() time.Time {
@@ -27,10 +27,7 @@ func TestConformanceOnModel(t *testing.T) {
 		db := newFakeDB(time.Now())
 		db.follow = now
 		open := func() *Store {
-			s, err := newStore(tiers, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newStore(plan, nil)
 			s.be, s.connErr = db, nil
 			s.now = now
 			t.Cleanup(func() { s.Close() })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -76,7 +77,7 @@ func TestStatementsPerVisit(t *testing.T) {
 	}
 	run()
 	rec := analytics.NewRecorder(1000, nil)
-	f := analytics.NewFlusher(rec, s, rollup.DefaultTiers(), analytics.FlusherOptions{Now: now}, nil, nil)
+	f := analytics.NewFlusher(rec, s, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: now}, nil, nil)
 	rng := rand.New(rand.NewPCG(9, links))
 	keys := make([]string, links)
 	for i := range keys {
@@ -152,7 +153,7 @@ func TestStatementsPerVisit(t *testing.T) {
 		s.jobs, rows, st.Reads, rollupRows, st.Leases, st.Progress)
 	// A stats query reads the marks of its link, the progress (at most
 	// once a second) and one range per tier it goes down to.
-	r := analytics.NewReader(s, rollup.DefaultTiers())
+	r := rollup.NewReader(s, analyticstest.DefaultPlan)
 	before := s.Statements().Reads
 	if _, err := r.Points(context.Background(), keys[0], rollup.Day, clock.AddDate(-1, 0, 0), clock); err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestWireFlushStatements(t *testing.T) {
 			clock := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 			s.now = func() time.Time { return clock }
 			rec := analytics.NewRecorder(1_000_000, nil)
-			f := analytics.NewFlusher(rec, s, rollup.DefaultTiers(), analytics.FlusherOptions{Now: func() time.Time { return clock }}, nil, nil)
+			f := analytics.NewFlusher(rec, s, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return clock }}, nil, nil)
 			rng := rand.New(rand.NewPCG(9, uint64(links)))
 			per := int(rate * interval.Seconds())
 			for i := range 3 {

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 )
 
 // TestStateWhileConnecting: State says starting (no failed attempt), then
@@ -16,10 +16,7 @@ import (
 // connected; after Close, closed.
 func TestStateWhileConnecting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s, err := newStore(rollup.DefaultTiers(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newStore(analyticstest.DefaultPlan, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		s.cancel, s.done, s.connErr = cancel, make(chan struct{}), errors.New("connecting")
 		db := newFakeDB(time.Now())

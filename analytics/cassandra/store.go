@@ -168,7 +168,7 @@ var rollupWriter = gocql.UUID{'l', 'i', 'n', 'k', 'g', 'a', 't', 'e', 'r', 'o', 
 // Store is the analytics store on Cassandra. It is safe for concurrent use;
 // Writes are serialized (the flusher makes one at a time anyway). Use Open.
 type Store struct {
-	plan  *rollup.Plan // the tiers, the all-time one included; no grace
+	plan  *rollup.Plan // the tiers, the all-time one included
 	tiers map[time.Duration]rollup.Tier
 	log   *slog.Logger
 	now   func() time.Time // the clock Points clamps ranges with and Apply's TTLs count from
@@ -215,16 +215,16 @@ func batchWriter(writer string, first, seq uint64) gocql.UUID {
 	return u
 }
 
-// Open returns a Store for the keyspace that cfg names, with the given
-// tiers (the retention setting), and starts connecting to the cluster in
+// Open returns a Store for the keyspace that cfg names, with the tiers of
+// plan, and starts connecting to the cluster in
 // the background, creating the keyspace and tables when missing, retrying
 // with backoff until it succeeds or Close is called. It does not wait for
-// the network, and ctx only bounds Open itself. cfg and tiers are those of
+// the network, and ctx only bounds Open itself. cfg and plan are those of
 // a compiled analytics.Plan: analytics.Compile checked the keyspace name
 // (which the schema's CQL holds unquoted), the hosts, the replication
 // factor, the consistency and the tiers, so Open fails only when ctx is
 // done. A nil log discards. The caller must call Close.
-func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, cfg analytics.Cassandra, plan *rollup.Plan, log *slog.Logger) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: open: %w", err)
 	}
@@ -232,10 +232,7 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: consistency: %w", err)
 	}
-	s, err := newStore(tiers, log)
-	if err != nil {
-		return nil, err
-	}
+	s := newStore(plan, log)
 	serial := gocql.Serial
 	if cons == gocql.LocalQuorum || cons == gocql.LocalOne {
 		serial = gocql.LocalSerial
@@ -248,7 +245,7 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 	c.ConnectTimeout = 5 * time.Second
 	c.RetryPolicy = &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}}
 	c.Logger = gocqlLogger{s.log}
-	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, tiers)
+	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, plan.Retention())
 
 	cctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -274,17 +271,13 @@ func Open(ctx context.Context, cfg analytics.Cassandra, tiers []rollup.Tier, log
 }
 
 // newStore returns a Store that is not connected, with no connect loop.
-func newStore(tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
-	plan, err := rollup.NewPlan(tiers, 0)
-	if err != nil {
-		return nil, fmt.Errorf("cassandra: %w", err)
-	}
+func newStore(plan *rollup.Plan, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Store{
 		plan:   plan,
-		tiers:  make(map[time.Duration]rollup.Tier, len(tiers)+1),
+		tiers:  make(map[time.Duration]rollup.Tier, len(plan.Tiers())),
 		log:    log.With("store", "cassandra"),
 		now:    time.Now,
 		id:     gocql.MustRandomUUID(),
@@ -295,7 +288,7 @@ func newStore(tiers []rollup.Tier, log *slog.Logger) (*Store, error) {
 	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
-	return s, nil
+	return s
 }
 
 // connect calls dial until it succeeds or ctx is done, backing off from

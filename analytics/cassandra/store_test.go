@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -20,10 +21,7 @@ import (
 // rolled rows) is *clock.
 func onFake(t *testing.T, db *fakeDB, clock *time.Time) *Store {
 	t.Helper()
-	s, err := newStore(rollup.DefaultTiers(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(analyticstest.DefaultPlan, nil)
 	s.be, s.connErr = db, nil
 	s.now = func() time.Time { return *clock }
 	return s
@@ -49,7 +47,7 @@ func (p *proc) start(t *testing.T, db *fakeDB, clock *time.Time, plan *rollup.Pl
 	p.s = onFake(t, db, clock)
 	now := func() time.Time { return *clock }
 	p.rec = analytics.NewRecorder(1000, nil)
-	p.fl = analytics.NewFlusher(p.rec, p.s, rollup.DefaultTiers(), analytics.FlusherOptions{Grace: plan.Grace(), Now: now}, nil, nil)
+	p.fl = analytics.NewFlusher(p.rec, p.s, plan, analytics.FlusherOptions{Now: now}, nil, nil)
 	p.worker = rollup.NewWorker(p.s, plan, rollup.WorkerOptions{Now: now, MaxJobs: 40, Page: 8, Parallel: 4, LeaseTTL: 2 * time.Minute})
 }
 
@@ -204,7 +202,7 @@ func modelFaults(t *testing.T, seed uint64, skew time.Duration) {
 	t.Logf("%d rolled rows, end at %v", rolled, clock.Sub(t0))
 
 	s := procs[0].s
-	r := analytics.NewReader(s, rollup.DefaultTiers())
+	r := rollup.NewReader(s, analyticstest.DefaultPlan)
 	ctx := context.Background()
 	prog, err := s.Progress(ctx)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -23,7 +24,7 @@ import (
 func openWire(t *testing.T, srv *wireServer) *Store {
 	t.Helper()
 	cfg := analytics.Cassandra{Hosts: []string{srv.addr()}, Keyspace: "ks", Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
-	s, err := Open(context.Background(), cfg, rollup.DefaultTiers(), nil)
+	s, err := Open(context.Background(), cfg, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +331,7 @@ func TestWireConnectsLate(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cfg := analytics.Cassandra{Hosts: []string{addr}, Keyspace: "ks", Consistency: "ONE", ReplicationFactor: 3}
-	s, err := Open(context.Background(), cfg, rollup.DefaultTiers(), nil)
+	s, err := Open(context.Background(), cfg, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"errors"
@@ -13,9 +13,9 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/internal/testkit"
-	"github.com/linkgate/linkgate/rollup"
 )
 
 // flushOf returns a batch like a flush of links distinct links makes,
@@ -64,7 +64,7 @@ const minVolumeMiB = 48
 // written are all there.
 func TestSmallVolume(t *testing.T) {
 	dir := testkit.Tmpfs(t, minVolumeMiB<<20, "TestReserveOnSmallDisk covers the reserve without privileges")
-	s, err := pebble.Open(filepath.Join(dir, "analytics"), rollup.DefaultTiers(), nil)
+	s, err := pebblestore.Open(filepath.Join(dir, "analytics"), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestSmallVolume(t *testing.T) {
 
 	filler := fill(t, dir)
 	err = s.Write(ctx, flushOf(t0, links, flushes))
-	if !errors.Is(err, pebble.ErrDiskFull) {
+	if !errors.Is(err, pebblestore.ErrDiskFull) {
 		t.Fatalf("Write on a full volume = %v, want ErrDiskFull", err)
 	}
 	if st := s.State(); st.Err != nil || !st.Open {
@@ -119,12 +119,12 @@ func TestSmallVolume(t *testing.T) {
 func TestReserveOnSmallDisk(t *testing.T) {
 	disk := &sizedDisk{FS: vfs.Default, total: 80 << 20}
 	disk.avail.Store(80 << 20)
-	s, err := pebble.OpenFS(t.TempDir(), disk, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.OpenFS(t.TempDir(), disk, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	reserve := pebble.Reserve(s)
+	reserve := pebblestore.Reserve(s)
 	// An 80 MiB volume gets a 5 MiB memtable: a 5.5 MiB log, 15.5 MiB
 	// kept free (the fixed 64 MiB of before left none after the log).
 	if want := uint64(5<<20 + 5<<20/10 + 10<<20); reserve != want {
@@ -138,7 +138,7 @@ func TestReserveOnSmallDisk(t *testing.T) {
 		t.Fatalf("Write with 44 MiB free on 80 MiB: %v", err)
 	}
 	disk.avail.Store(reserve + 10) // less than the reserve plus the batch
-	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrDiskFull) {
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebblestore.ErrDiskFull) {
 		t.Fatalf("Write eating into the reserve = %v, want ErrDiskFull", err)
 	}
 	if st := s.State(); st.Err != nil {
@@ -168,11 +168,11 @@ func TestReserveFollowsVolume(t *testing.T) {
 	} {
 		disk := &sizedDisk{FS: vfs.Default, total: c.volume}
 		disk.avail.Store(1 << 40)
-		s, err := pebble.OpenFS(t.TempDir(), disk, rollup.DefaultTiers(), nil)
+		s, err := pebblestore.OpenFS(t.TempDir(), disk, analyticstest.DefaultPlan, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := pebble.Reserve(s); got != c.reserve {
+		if got := pebblestore.Reserve(s); got != c.reserve {
 			t.Errorf("volume of %d MiB: reserve %d MiB, want %d MiB", c.volume>>20, got>>20, c.reserve>>20)
 		}
 		s.Close()

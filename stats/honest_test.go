@@ -1,4 +1,4 @@
-package analytics_test
+package stats_test
 
 import (
 	"context"
@@ -11,15 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/stats"
+
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/rollup"
 )
 
 // TestStatsExpired: the buckets a tier may have dropped are null, never
 // zeros, with "expired_before" the first one kept, and the store is not
 // read for them. Every point is checked against the rule stated on
-// NewStats (a bucket of step s in a tier kept for R is expired when
+// New (a bucket of step s in a tier kept for R is expired when
 // start+s+R <= now), and two boundaries are worked out by hand.
 func TestStatsExpired(t *testing.T) {
 	tiers := rollup.DefaultTiers()
@@ -50,7 +53,7 @@ func TestStatsExpired(t *testing.T) {
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			r := newStatsReader()
-			h := analytics.NewStats(r, tiers, "", func() time.Time { return statsNow }, nil)
+			h := stats.New(r, tiers, "", func() time.Time { return statsNow }, nil)
 			w := statsGet(t, h, tc.target)
 			if w.Code != http.StatusOK {
 				t.Fatalf("%d %s", w.Code, w.Body)
@@ -110,7 +113,7 @@ func TestStatsExpired(t *testing.T) {
 	}
 
 	// CSV: empty cells for the same points, and the header.
-	h := analytics.NewStats(newStatsReader(), tiers, "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), tiers, "", func() time.Time { return statsNow }, nil)
 	a := decodeStats(t, statsGet(t, h, "/abc?step=1m&last=3d"))
 	w := statsGet(t, h, "/abc?step=1m&last=3d&format=csv")
 	if got := w.Header().Get("Linkgate-Expired-Before"); got != fmt.Sprint(*a.ExpiredBefore) {
@@ -123,7 +126,7 @@ func TestStatsExpired(t *testing.T) {
 		t.Errorf("a year of days: Linkgate-Expired-Before %q; want no header, no empty cells", w.Header().Get("Linkgate-Expired-Before"))
 	}
 	// Goldens, with tiers short enough to show every point.
-	h = analytics.NewStats(newStatsReader(), smallTiers, "", func() time.Time { return statsNow }, nil)
+	h = stats.New(newStatsReader(), smallTiers, "", func() time.Time { return statsNow }, nil)
 	checkGolden(t, "link_3h_1m_expired.csv", statsGet(t, h, "/abc?last=3h&step=1m&format=csv").Body.Bytes())
 	checkGolden(t, "all_2y_stitched_expired.json", statsGet(t, h, "/?last=2y&stitch=true").Body.Bytes())
 }
@@ -162,7 +165,7 @@ func TestStatsPartialHeld(t *testing.T) {
 		},
 		total: analytics.Visits{Human: 4, Bot: 2},
 	}
-	h := analytics.NewStats(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
 	w := statsGet(t, h, "/abc?last=5m")
 	checkGolden(t, "link_5m_partial.json", w.Body.Bytes())
 	a := decodeStats(t, w)
@@ -185,14 +188,14 @@ func TestStatsPartialHeld(t *testing.T) {
 // told known or unknown.
 func TestStatsPartialWhenStoreClosed(t *testing.T) {
 	ctx := t.Context()
-	st, err := pebble.Open(filepath.Join(t.TempDir(), "db"), defTiers, nil)
+	st, err := pebblestore.Open(filepath.Join(t.TempDir(), "db"), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Minute)
 	rec := analytics.NewRecorder(1000, nil)
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
-	h := analytics.NewStats(f.Reader(st), defTiers, "", func() time.Time { return now.Add(30 * time.Second) }, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
+	h := stats.New(f.Reader(st), rollup.DefaultTiers(), "", func() time.Time { return now.Add(30 * time.Second) }, nil)
 	get := func(target string) (*statsAnswer, http.Header) {
 		t.Helper()
 		w := statsGet(t, h, target)
@@ -265,13 +268,13 @@ func TestStatsPartialWhenStoreClosed(t *testing.T) {
 // error.
 func TestReaderStoreDownUnsavedOnly(t *testing.T) {
 	ctx := t.Context()
-	st, err := pebble.Open(filepath.Join(t.TempDir(), "db"), defTiers, nil)
+	st, err := pebblestore.Open(filepath.Join(t.TempDir(), "db"), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC().Truncate(time.Hour)
 	rec := analytics.NewRecorder(1000, nil)
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
 	r := f.Reader(st)
 	rec.Record("k", now.Add(time.Minute), false)
 	if err := f.Flush(ctx); err != nil {
@@ -285,8 +288,8 @@ func TestReaderStoreDownUnsavedOnly(t *testing.T) {
 	rec.Record("k", now.Add(7*time.Minute), false)
 
 	pts, err := r.Points(ctx, "k", 5*time.Minute, now, now.Add(time.Hour))
-	if !errors.Is(err, analytics.ErrUnsavedOnly) || !errors.Is(err, pebble.ErrClosed) {
-		t.Fatalf("Points: %v; want ErrUnsavedOnly wrapping pebble.ErrClosed", err)
+	if !errors.Is(err, analytics.ErrUnsavedOnly) || !errors.Is(err, pebblestore.ErrClosed) {
+		t.Fatalf("Points: %v; want ErrUnsavedOnly wrapping pebblestore.ErrClosed", err)
 	}
 	want := []analytics.Point{
 		{Start: now, Visits: analytics.Visits{Bot: 1}},
@@ -303,7 +306,7 @@ func TestReaderStoreDownUnsavedOnly(t *testing.T) {
 
 // downSource fails every read while down is set, else reads s.
 type downSource struct {
-	analytics.Source
+	rollup.Source
 	down atomic.Bool
 }
 
@@ -322,7 +325,7 @@ func (s *downSource) Points(ctx context.Context, key string, step time.Duration,
 // whole, stored and unsaved counts added, with no null point left.
 func TestStatsPartialThenWhole(t *testing.T) {
 	ctx := t.Context()
-	st, err := pebble.Open(filepath.Join(t.TempDir(), "db"), defTiers, nil)
+	st, err := pebblestore.Open(filepath.Join(t.TempDir(), "db"), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,8 +333,8 @@ func TestStatsPartialThenWhole(t *testing.T) {
 	src := &downSource{Source: st}
 	now := time.Now().UTC().Truncate(time.Minute)
 	rec := analytics.NewRecorder(1000, nil)
-	f := analytics.NewFlusher(rec, st, defTiers, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
-	h := analytics.NewStats(f.Reader(src), defTiers, "", func() time.Time { return now.Add(30 * time.Second) }, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
+	h := stats.New(f.Reader(src), rollup.DefaultTiers(), "", func() time.Time { return now.Add(30 * time.Second) }, nil)
 	for range 5 {
 		rec.Record("abc", now.Add(-3*time.Minute), false)
 	}

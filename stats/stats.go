@@ -1,4 +1,11 @@
-package analytics
+// Package stats is the read side of link analytics: the /stats API (one
+// link's totals and curve, or all links'), its query parameters, the JSON
+// and CSV encoders, compression and the chart page. It reads through a
+// Reader (analytics.Reader: the store, read tier-correctly by a
+// rollup.Reader, plus the counts the gateway has not written yet) and
+// chooses and stitches tiers with package rollup. The gateway mounts it
+// under stats.prefix.
+package stats
 
 import (
 	"context"
@@ -10,15 +17,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/bearer"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// Stats is the stats API: one link's all-time totals and its curve over a
-// range, or those of all links together. Build it with NewStats; it is safe
-// for concurrent use and holds no state between requests.
-type Stats struct {
+// Reader is what the API reads: every tier of a link complete, and its
+// all-time total. analytics.Reader, the store's counts plus those not
+// written yet, is one.
+type Reader interface {
+	// Points returns the buckets of key in the tier of the given step whose
+	// Start lies in [from, to), in time order; buckets without visits may be
+	// left out. On an error matching analytics.ErrUnsavedOnly the points
+	// returned beside it are what the gateway holds unsaved: the answer is
+	// partial, not empty.
+	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]rollup.Point, error)
+	// Total returns key's all-time visits, with the same errors as Points.
+	Total(ctx context.Context, key string) (rollup.Visits, error)
+}
+
+// API is the stats API: one link's all-time totals and its curve over a
+// range, or those of all links together. Build it with New; it is safe for
+// concurrent use and holds no state between requests.
+type API struct {
 	r        Reader
 	tiers    []rollup.Tier
 	earliest time.Time // where curves begin: the coarsest tier's first bucket from 1970
@@ -27,11 +49,11 @@ type Stats struct {
 	log      *slog.Logger
 }
 
-// NewStats returns the stats API reading from r, whose tiers are tiers (the
+// New returns the stats API reading from r, whose tiers are tiers (the
 // analytics retention, as a compiled Plan holds it: valid, finest first). The gateway mounts it at the stats prefix with the
 // prefix stripped:
 //
-//	mux.Handle("/stats/", http.StripPrefix("/stats", analytics.NewStats(...)))
+//	mux.Handle("/stats/", http.StripPrefix("/stats", stats.New(...)))
 //	mux.Handle("/stats", http.StripPrefix("/stats", ...))
 //
 // so it serves "/" (or "") for all links together (the AllLinks key) and
@@ -77,7 +99,7 @@ type Stats struct {
 //     retention is expired.
 //   - Partial: when a Reader read fails (the store down, not open yet,
 //     still connecting: any error), the answer is still a 200, from what
-//     the Reader returned beside the error (ErrUnsavedOnly: the counts
+//     the Reader returned beside the error (analytics.ErrUnsavedOnly: the counts
 //     the gateway holds and has not stored), with "partial": true and
 //     "partial_reason": "store unreachable", and the header
 //     "Linkgate-Partial: store unreachable" (for CSV). Buckets holding such
@@ -102,24 +124,24 @@ type Stats struct {
 // page itself holds no data and is served to anyone: its script asks for the
 // token when the JSON answer is 401. now is the clock (nil: time.Now); log
 // receives Reader errors (nil: discarded).
-func NewStats(r Reader, tiers []rollup.Tier, token string, now func() time.Time, log *slog.Logger) http.Handler {
+func New(r Reader, tiers []rollup.Tier, token string, now func() time.Time, log *slog.Logger) http.Handler {
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Stats{r: r, tiers: tiers, earliest: epochStart(tiers[len(tiers)-1].Step), token: token, now: now, log: log}
+	return &API{r: r, tiers: tiers, earliest: epochStart(tiers[len(tiers)-1].Step), token: token, now: now, log: log}
 }
 
 // ServeHTTP answers one stats request.
-func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		problem.Write(w, http.StatusMethodNotAllowed, "the stats API is read-only: use GET or HEAD")
 		return
 	}
-	key, shortKey := AllLinks, strings.TrimPrefix(r.URL.Path, "/")
+	key, shortKey := analytics.AllLinks, strings.TrimPrefix(r.URL.Path, "/")
 	if shortKey != "" {
 		key = shortKey
 	}
@@ -179,7 +201,7 @@ func (s *Stats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 const partialReason = "store unreachable"
 
 // authorized says whether r carries the bearer token, when one is required.
-func (s *Stats) authorized(r *http.Request) bool {
+func (s *API) authorized(r *http.Request) bool {
 	return s.token == "" || bearer.Match(r, s.token)
 }
 
@@ -203,8 +225,8 @@ func writeParamError(w http.ResponseWriter, err error) {
 // curve is the answer to one stats query.
 type curve struct {
 	shortKey   string
-	total      Visits
-	rangeTotal Visits // of the points not null
+	total      rollup.Visits
+	rangeTotal rollup.Visits // of the points not null
 	from, to   time.Time
 	step       time.Duration // 0 when stitched
 	stitched   bool
@@ -221,7 +243,7 @@ type curve struct {
 type curvePoint struct {
 	start int64 // unix seconds
 	step  int64 // seconds
-	Visits
+	rollup.Visits
 	null bool // unknown: expired, or not read
 }
 
@@ -233,7 +255,7 @@ func (c *curve) partial() bool { return c.readErr != nil }
 // counted none, "unknown" when a partial one counted none.
 func (c *curve) known() string {
 	switch {
-	case c.total != Visits{} || c.rangeTotal != Visits{}:
+	case c.total != rollup.Visits{} || c.rangeTotal != rollup.Visits{}:
 		return "true"
 	case c.partial():
 		return "unknown"
@@ -243,7 +265,7 @@ func (c *curve) known() string {
 
 // expiredBefore returns the start of the first bucket of t kept at now:
 // buckets are kept at least until their end plus the retention (see
-// NewStats), so one starting at or before now - retention - step may be
+// New), so one starting at or before now - retention - step may be
 // gone. The zero time when t never expires.
 func expiredBefore(t rollup.Tier, now time.Time) time.Time {
 	if !t.Expires() {
@@ -259,7 +281,7 @@ func expiredBefore(t rollup.Tier, now time.Time) time.Time {
 // failed. A failed read does not fail the curve: it is kept in readErr, and
 // what the Reader returned beside it (ErrUnsavedOnly) is used. The only
 // error returned is a *paramError.
-func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
+func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
 	var segs []rollup.Segment
 	switch {
 	case q.stitch:
@@ -308,7 +330,7 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 			kept = eb
 			c.expiredBefore = eb
 		}
-		var pts []Point
+		var pts []rollup.Point
 		failed := false
 		if kept.Before(sg.To) {
 			var err error
@@ -316,9 +338,9 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 			if err != nil {
 				failed = true
 				if c.readErr == nil {
-					c.readErr = fmt.Errorf("analytics: stats: points of %q at %v: %w", key, step, err)
+					c.readErr = fmt.Errorf("stats: points of %q at %v: %w", key, step, err)
 				}
-				if !errors.Is(err, ErrUnsavedOnly) {
+				if !errors.Is(err, analytics.ErrUnsavedOnly) {
 					pts = nil // nothing but the error
 				}
 			}
@@ -353,10 +375,10 @@ func (s *Stats) curve(ctx context.Context, key string, q query, now time.Time) (
 	total, err := s.r.Total(ctx, key)
 	if err != nil {
 		if c.readErr == nil {
-			c.readErr = fmt.Errorf("analytics: stats: total of %q: %w", key, err)
+			c.readErr = fmt.Errorf("stats: total of %q: %w", key, err)
 		}
-		if !errors.Is(err, ErrUnsavedOnly) {
-			total = Visits{}
+		if !errors.Is(err, analytics.ErrUnsavedOnly) {
+			total = rollup.Visits{}
 		}
 	}
 	c.total = total

@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/internal/testkit"
-	"github.com/linkgate/linkgate/rollup"
 )
 
 // TestMeasureVolumes measures, it asserts nothing but errors other than
@@ -27,7 +27,7 @@ func TestMeasureVolumes(t *testing.T) {
 	}
 	for _, mib := range []int{16, 24, 32, 40, 48, 80} {
 		dir := testkit.Tmpfs(t, int64(mib)<<20, "a measurement only")
-		s, err := pebble.Open(filepath.Join(dir, "analytics"), rollup.DefaultTiers(), nil)
+		s, err := pebblestore.Open(filepath.Join(dir, "analytics"), analyticstest.DefaultPlan, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +35,7 @@ func TestMeasureVolumes(t *testing.T) {
 		n := 0
 		for ; n < 800; n++ {
 			if err := s.Write(t.Context(), flushOf(t0, 1000, n)); err != nil {
-				if !errors.Is(err, pebble.ErrDiskFull) {
+				if !errors.Is(err, pebblestore.ErrDiskFull) {
 					t.Errorf("%d MiB: %v", mib, err)
 				}
 				break
@@ -59,7 +59,7 @@ func TestMeasureVolumes(t *testing.T) {
 		var st syscall.Statfs_t
 		syscall.Statfs(dir, &st)
 		t.Logf("%3d MiB: reserve %d MiB, %d flushes of 1000 links accepted, logs %.1f MiB, tables %.1f MiB, other %.1f MiB, free %.1f MiB, state %+v",
-			mib, pebble.Reserve(s)>>20, n, float64(logs)/(1<<20), float64(ssts)/(1<<20), float64(other)/(1<<20), float64(st.Bavail*uint64(st.Bsize))/(1<<20), s.State())
+			mib, pebblestore.Reserve(s)>>20, n, float64(logs)/(1<<20), float64(ssts)/(1<<20), float64(other)/(1<<20), float64(st.Bavail*uint64(st.Bsize))/(1<<20), s.State())
 		s.Close()
 	}
 }

@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"bufio"
@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
-	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 )
 
 // TestOpenInUseByAnotherProcess opens a folder that a second process holds
@@ -49,8 +49,8 @@ func TestOpenInUseByAnotherProcess(t *testing.T) {
 		t.Fatalf("child: %q, %v; want it to say it opened the store", line, err)
 	}
 
-	_, err = pebble.Open(dir, rollup.DefaultTiers(), nil)
-	if !errors.Is(err, pebble.ErrInUse) {
+	_, err = pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
+	if !errors.Is(err, pebblestore.ErrInUse) {
 		t.Fatalf("Open of a folder another process has open = %v, want ErrInUse", err)
 	}
 	t.Log(err)
@@ -65,7 +65,7 @@ func TestOpenInUseByAnotherProcess(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	s, err := pebble.Open(dir, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatalf("Open after the other process closed the folder: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestOpenInUseByAnotherProcess(t *testing.T) {
 // holdChild opens the store in dir, says so, and holds it until its
 // standard input closes.
 func holdChild(dir string) {
-	s, err := pebble.Open(dir, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -92,11 +92,11 @@ func holdChild(dir string) {
 // working and still holding the folder.
 func TestOpenTwiceInProcess(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir, rollup.DefaultTiers())
+	s := open(t, dir, analyticstest.DefaultPlan)
 	defer s.Close()
 	for range 2 {
-		_, err := pebble.Open(dir, rollup.DefaultTiers(), nil)
-		if !errors.Is(err, pebble.ErrInUse) || !strings.Contains(err.Error(), "(this process)") {
+		_, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
+		if !errors.Is(err, pebblestore.ErrInUse) || !strings.Contains(err.Error(), "(this process)") {
 			t.Fatalf("second Open = %v, want ErrInUse naming this process", err)
 		}
 	}
@@ -116,8 +116,8 @@ func TestOpenOtherErrorsAreNotInUse(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := pebble.Open(file, rollup.DefaultTiers(), nil)
-	if err == nil || errors.Is(err, pebble.ErrInUse) || !strings.Contains(err.Error(), file) {
+	_, err := pebblestore.Open(file, analyticstest.DefaultPlan, nil)
+	if err == nil || errors.Is(err, pebblestore.ErrInUse) || !strings.Contains(err.Error(), file) {
 		t.Errorf("Open of a regular file = %v, want an error naming it, not ErrInUse", err)
 	}
 }
@@ -145,7 +145,7 @@ func (h *records) WithGroup(string) slog.Handler      { return h }
 func TestWALReplayIsLoggedPlainly(t *testing.T) {
 	dir := t.TempDir()
 	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
-	s := open(t, dir, rollup.DefaultTiers())
+	s := open(t, dir, analyticstest.DefaultPlan)
 	err := s.Write(context.Background(), analytics.Batch{
 		Counts: []analytics.Count{{Key: "a", Step: time.Minute, Start: t0, Visits: analytics.Visits{Human: 1}}},
 	})
@@ -157,7 +157,7 @@ func TestWALReplayIsLoggedPlainly(t *testing.T) {
 	}
 
 	h := &records{}
-	s, err = pebble.Open(dir, rollup.DefaultTiers(), slog.New(h))
+	s, err = pebblestore.Open(dir, analyticstest.DefaultPlan, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package analytics
+package rollup
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/linkgate/linkgate/rollup"
 )
 
 // progressTTL is how long a Reader reuses the rollup progress it read. A
@@ -22,10 +20,27 @@ var (
 	endOfTime = time.Unix(1<<37, 0).UTC() // about the year 6325
 )
 
-// NewReader returns a Reader that answers from s exactly, whatever the
-// rollup worker has done so far. tiers is the retention setting, which
-// must pass rollup.NewPlan (Config.Validate checks it); it panics
-// otherwise.
+// Source is what a Reader reads from a store: what each tier holds now,
+// how far the rollup has got and which rolled buckets are stale. Every
+// Store is one.
+type Source interface {
+	// Points returns the stored buckets of key in the tier of the given
+	// step whose start lies in [from, to), in time order, each the sum of
+	// all that is stored for it: those of a coarse tier are complete only
+	// where the rollup has got to (Progress) and no Mark says otherwise.
+	// The all-time tier (TotalTier) is one of the tiers.
+	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error)
+	// Progress returns how far the rollup has got.
+	Progress(ctx context.Context) (Progress, error)
+	// Marks returns key's marks, in any order.
+	Marks(ctx context.Context, key string) ([]Mark, error)
+}
+
+// Reader reads every tier of a Source exactly, whatever the Worker has
+// done so far: it is the read half of the rule the Worker keeps, "a
+// bucket of a coarse tier is complete once the worker has got past its
+// period and no mark says it is stale". It is safe for concurrent use.
+// Build one with NewReader.
 //
 // A bucket of a coarse tier is read from that tier when the rollup has got
 // past it (Source.Progress) and no mark on it or on a finer bucket inside
@@ -37,38 +52,28 @@ var (
 // default tiers and a worker keeping up, a year's daily curve reads the day
 // tier, the last week or less of hours, the last day or less of 5 minutes
 // and the last hour or less of minutes. Total is the sum of the all-time
-// tier (rollup.TotalTier) over all time, read the same way. Both also read
-// the key's marks (one small read) and the progress (at most once a
-// second). The Reader is safe for concurrent use.
+// tier (TotalTier) over all time, read the same way. Both also read the
+// key's marks (one small read) and the progress (at most once a second).
 //
 // One limit: a count flushed too late for the finest tier to keep it
-// (rollup.Plan.Place, days after its visit) is stored in a coarser tier
-// only, so it is read only where the rollup has got past its bucket. That
-// is always so while the worker keeps up; a worker behind by the finest
-// tier's retention loses data to the coarser tiers anyway, and shows it
-// (see rollup.Worker).
-func NewReader(s Source, tiers []rollup.Tier) Reader {
-	p, err := rollup.NewPlan(tiers, 0)
-	if err != nil {
-		panic("analytics: NewReader: " + err.Error())
-	}
-	return newReader(s, p)
-}
-
-func newReader(s Source, p *rollup.Plan) *rolledReader { return &rolledReader{s: s, plan: p} }
-
-type rolledReader struct {
+// (Plan.Place, days after its visit) is stored in a coarser tier only, so
+// it is read only where the rollup has got past its bucket. That is always
+// so while the worker keeps up; a worker behind by the finest tier's
+// retention loses data to the coarser tiers anyway, and shows it (see
+// Worker).
+type Reader struct {
 	s    Source
-	plan *rollup.Plan
+	plan *Plan
 
 	mu     sync.Mutex
-	prog   rollup.Progress
+	prog   Progress
 	progAt time.Time // when prog was read, by the wall clock
 }
 
-var _ Reader = (*rolledReader)(nil)
+// NewReader returns the Reader of s, whose tiers are plan's.
+func NewReader(s Source, plan *Plan) *Reader { return &Reader{s: s, plan: plan} }
 
-func (r *rolledReader) progress(ctx context.Context) (rollup.Progress, error) {
+func (r *Reader) progress(ctx context.Context) (Progress, error) {
 	r.mu.Lock()
 	if r.prog != nil && time.Since(r.progAt) < progressTTL {
 		p := r.prog
@@ -79,10 +84,10 @@ func (r *rolledReader) progress(ctx context.Context) (rollup.Progress, error) {
 	at := time.Now()
 	p, err := r.s.Progress(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("analytics: read rollup progress: %w", err)
+		return nil, fmt.Errorf("rollup: read progress: %w", err)
 	}
 	if p == nil {
-		p = rollup.Progress{}
+		p = Progress{}
 	}
 	r.mu.Lock()
 	if at.After(r.progAt) {
@@ -93,22 +98,25 @@ func (r *rolledReader) progress(ctx context.Context) (rollup.Progress, error) {
 }
 
 // state returns what a read of key needs besides the points.
-func (r *rolledReader) state(ctx context.Context, key string) (rollup.Progress, []rollup.Mark, error) {
+func (r *Reader) state(ctx context.Context, key string) (Progress, []Mark, error) {
 	prog, err := r.progress(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	marks, err := r.s.Marks(ctx, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("analytics: read marks of %q: %w", key, err)
+		return nil, nil, fmt.Errorf("rollup: read marks of %q: %w", key, err)
 	}
 	return prog, marks, nil
 }
 
-func (r *rolledReader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error) {
+// Points returns the buckets of key in the tier of the given step whose
+// Start lies in [from, to), in time order, each complete. Buckets without
+// visits may be left out.
+func (r *Reader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error) {
 	i, ok := r.plan.Level(step)
 	if !ok {
-		return nil, fmt.Errorf("analytics: points: step %v is not a tier", step)
+		return nil, fmt.Errorf("rollup: points: step %v is not a tier", step)
 	}
 	if !from.Before(to) {
 		return nil, nil
@@ -120,7 +128,8 @@ func (r *rolledReader) Points(ctx context.Context, key string, step time.Duratio
 	return r.points(ctx, key, i, from, to, prog, marks)
 }
 
-func (r *rolledReader) Total(ctx context.Context, key string) (Visits, error) {
+// Total returns key's all-time visits.
+func (r *Reader) Total(ctx context.Context, key string) (Visits, error) {
 	prog, marks, err := r.state(ctx, key)
 	if err != nil {
 		return Visits{}, err
@@ -144,18 +153,18 @@ type segment struct {
 }
 
 // points returns the buckets of tier i whose start lies in [from, to).
-func (r *rolledReader) points(ctx context.Context, key string, i int, from, to time.Time, prog rollup.Progress, marks []rollup.Mark) ([]Point, error) {
+func (r *Reader) points(ctx context.Context, key string, i int, from, to time.Time, prog Progress, marks []Mark) ([]Point, error) {
 	tiers := r.plan.Tiers()
 	step := tiers[i].Step
 	if i == 0 {
 		pts, err := r.s.Points(ctx, key, step, from, to)
 		if err != nil {
-			return nil, fmt.Errorf("analytics: points of %q at %v: %w", key, step, err)
+			return nil, fmt.Errorf("rollup: points of %q at %v: %w", key, step, err)
 		}
 		return pts, nil
 	}
 	// The buckets asked for start in [lo, hi), both bucket boundaries.
-	lo, hi := rollup.AlignUp(from, step), rollup.AlignUp(to, step)
+	lo, hi := AlignUp(from, step), AlignUp(to, step)
 	if !lo.Before(hi) {
 		return nil, nil
 	}
@@ -168,7 +177,7 @@ func (r *rolledReader) points(ctx context.Context, key string, i int, from, to t
 	var stale []time.Time
 	for _, m := range marks {
 		if j, ok := r.plan.Level(m.Step); ok && j >= 1 && j <= i {
-			if s := rollup.Align(m.Start, step); !s.Before(lo) && s.Before(rolled) {
+			if s := Align(m.Start, step); !s.Before(lo) && s.Before(rolled) {
 				stale = append(stale, s)
 			}
 		}
@@ -204,7 +213,7 @@ func (r *rolledReader) points(ctx context.Context, key string, i int, from, to t
 		if sg.fresh {
 			pts, err := r.s.Points(ctx, key, step, sg.from, sg.to)
 			if err != nil {
-				return nil, fmt.Errorf("analytics: points of %q at %v: %w", key, step, err)
+				return nil, fmt.Errorf("rollup: points of %q at %v: %w", key, step, err)
 			}
 			out = append(out, pts...)
 			continue
@@ -214,7 +223,7 @@ func (r *rolledReader) points(ctx context.Context, key string, i int, from, to t
 			return nil, err
 		}
 		for _, p := range pts {
-			start := rollup.Align(p.Start, step)
+			start := Align(p.Start, step)
 			if n := len(out); n > 0 && out[n-1].Start.Equal(start) {
 				out[n-1].Visits = out[n-1].Visits.Add(p.Visits)
 				continue

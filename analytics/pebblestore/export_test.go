@@ -1,4 +1,4 @@
-package pebble
+package pebblestore
 
 // Compact compacts all of s's data, as a store that has run for weeks is
 // mostly compacted: the read benchmark measures that state rather than the

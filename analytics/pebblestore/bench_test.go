@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -22,7 +23,7 @@ import (
 func BenchmarkWrite(b *testing.B) {
 	for _, links := range []int{100, 10_000} {
 		b.Run(fmt.Sprintf("links=%d", links), func(b *testing.B) {
-			s := open(b, b.TempDir(), rollup.DefaultTiers())
+			s := open(b, b.TempDir(), analyticstest.DefaultPlan)
 			defer s.Close()
 			t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 			b.ReportAllocs()
@@ -82,7 +83,7 @@ var benchEnd = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC) // a Monday
 // benchStore returns the read benchmark's store, built once (about a
 // minute) under the temporary directory and kept there for later runs.
 // Change the directory's name when the layout changes.
-func benchStore(b *testing.B) *pebble.Store {
+func benchStore(b *testing.B) *pebblestore.Store {
 	dir := filepath.Join(os.TempDir(), "linkgate-pebble-bench-v1")
 	done := filepath.Join(dir, "COMPLETE")
 	if _, err := os.Stat(done); err != nil {
@@ -91,7 +92,7 @@ func benchStore(b *testing.B) *pebble.Store {
 		if err := os.RemoveAll(dir); err != nil {
 			b.Fatal(err)
 		}
-		s := open(b, dir, rollup.DefaultTiers())
+		s := open(b, dir, analyticstest.DefaultPlan)
 		rows := 0
 		// One batch per day, as the flushes of that day would have
 		// written it, oldest first.
@@ -119,7 +120,7 @@ func benchStore(b *testing.B) *pebble.Store {
 				b.Fatal(err)
 			}
 		}
-		if err := pebble.Compact(s); err != nil {
+		if err := pebblestore.Compact(s); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -130,7 +131,7 @@ func benchStore(b *testing.B) *pebble.Store {
 		}
 		b.Logf("built in %v: %d counts written", time.Since(start).Round(time.Second), rows)
 	}
-	return open(b, dir, rollup.DefaultTiers())
+	return open(b, dir, analyticstest.DefaultPlan)
 }
 
 // BenchmarkPointsYear reads one link's daily curve over a year (366
@@ -184,7 +185,7 @@ func BenchmarkReaderYear(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	r := analytics.NewReader(s, rollup.DefaultTiers())
+	r := rollup.NewReader(s, analyticstest.DefaultPlan)
 	rng := rand.New(rand.NewPCG(1, 2))
 	from, to := benchEnd.Add(-365*rollup.Day), benchEnd.Add(rollup.Day)
 	lat := make([]time.Duration, 0, b.N)

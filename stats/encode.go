@@ -1,4 +1,4 @@
-package analytics
+package stats
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 )
 
 // appendJSON appends c as the stats API's JSON object (documented on
-// NewStats), written by hand: a year of minutes is half a million numbers,
+// New), written by hand: a year of minutes is half a million numbers,
 // and encoding/json would allocate for each point.
 func (c *curve) appendJSON(b []byte) []byte {
 	key, _ := json.Marshal(c.shortKey) // a string always marshals

@@ -1,4 +1,4 @@
-package pebble
+package pebblestore
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 )
 
 // TestRunExpires drives the expiry loop with its own ticks and clock: a
 // tick is taken only once the Expire before it has returned.
 func TestRunExpires(t *testing.T) {
-	s, err := Open(t.TempDir(), rollup.DefaultTiers(), nil)
+	s, err := Open(t.TempDir(), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestRunExpires(t *testing.T) {
 // which an index entry written between Expire's walk and its range delete
 // would break.
 func TestExpireWhileWriting(t *testing.T) {
-	s, err := Open(t.TempDir(), rollup.DefaultTiers(), nil)
+	s, err := Open(t.TempDir(), analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

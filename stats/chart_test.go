@@ -1,4 +1,4 @@
-package analytics_test
+package stats_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/stats"
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/rollup"
@@ -39,7 +41,7 @@ func chromiumArgs(t *testing.T, extra ...string) []string {
 // from the JSON answer the page fetched, the way the gateway mounts it.
 func TestChartPageInChromium(t *testing.T) {
 	bin := chromium(t)
-	h := analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
 	mux := http.NewServeMux()
 	mux.Handle("/stats/", http.StripPrefix("/stats", h))
 	mux.Handle("/stats", http.StripPrefix("/stats", h))
@@ -98,8 +100,8 @@ func TestChartPageGapsInChromium(t *testing.T) {
 	}
 	now := func() time.Time { return statsNow }
 	mux := http.NewServeMux()
-	mux.Handle("/held/", http.StripPrefix("/held", analytics.NewStats(held, rollup.DefaultTiers(), "", now, nil)))
-	mux.Handle("/stats/", http.StripPrefix("/stats", analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "", now, nil)))
+	mux.Handle("/held/", http.StripPrefix("/held", stats.New(held, rollup.DefaultTiers(), "", now, nil)))
+	mux.Handle("/stats/", http.StripPrefix("/stats", stats.New(newStatsReader(), rollup.DefaultTiers(), "", now, nil)))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

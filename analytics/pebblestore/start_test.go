@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"errors"
@@ -11,12 +11,12 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
-	"github.com/linkgate/linkgate/analytics/pebble"
-	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 )
 
 // waitAttempts waits until s has failed to open n times.
-func waitAttempts(t *testing.T, s *pebble.Store, n int) {
+func waitAttempts(t *testing.T, s *pebblestore.Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.State().Attempts < n {
@@ -28,10 +28,10 @@ func waitAttempts(t *testing.T, s *pebble.Store, n int) {
 }
 
 // waitOpen waits until s's database is open.
-func waitOpen(t *testing.T, s *pebble.Store) {
+func waitOpen(t *testing.T, s *pebblestore.Store) {
 	t.Helper()
 	select {
-	case <-pebble.Opened(s):
+	case <-pebblestore.Opened(s):
 	case <-time.After(10 * time.Second):
 		t.Fatalf("not open within 10s: %+v", s.State())
 	}
@@ -47,7 +47,7 @@ func TestStartWhileTheFolderIsUnusable(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &records{}
-	s, err := pebble.StartFS(path, vfs.Default, rollup.DefaultTiers(), slog.New(h), time.Millisecond, 2*time.Millisecond)
+	s, err := pebblestore.StartFS(path, vfs.Default, analyticstest.DefaultPlan, slog.New(h), time.Millisecond, 2*time.Millisecond)
 	if err != nil {
 		t.Fatalf("Start on a regular file = %v, want a store that opens later", err)
 	}
@@ -55,15 +55,15 @@ func TestStartWhileTheFolderIsUnusable(t *testing.T) {
 	waitAttempts(t, s, 5)
 
 	st := s.State()
-	if st.Open || !errors.Is(st.Err, pebble.ErrNotOpen) || !strings.Contains(st.Err.Error(), path) {
+	if st.Open || !errors.Is(st.Err, pebblestore.ErrNotOpen) || !strings.Contains(st.Err.Error(), path) {
 		t.Errorf("State = %+v, want not open, ErrNotOpen naming %s", st, path)
 	}
 	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 	err = s.Write(t.Context(), oneVisit(at))
-	if !errors.Is(err, pebble.ErrNotOpen) || !strings.HasPrefix(err.Error(), "pebble: not open yet: ") {
+	if !errors.Is(err, pebblestore.ErrNotOpen) || !strings.HasPrefix(err.Error(), "pebble: not open yet: ") {
 		t.Errorf("Write before open = %v, want %q and the reason", err, "pebble: not open yet: ")
 	}
-	if _, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); !errors.Is(err, pebble.ErrNotOpen) {
+	if _, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); !errors.Is(err, pebblestore.ErrNotOpen) {
 		t.Errorf("Points before open = %v, want ErrNotOpen", err)
 	}
 	h.mu.Lock()
@@ -98,14 +98,14 @@ func TestStartWhileTheFolderIsUnusable(t *testing.T) {
 // store is a reason like any other; the store opens once it is released.
 func TestStartWhileAnotherStoreHoldsTheFolder(t *testing.T) {
 	dir := t.TempDir()
-	holder := open(t, dir, rollup.DefaultTiers())
-	s, err := pebble.StartFS(dir, vfs.Default, rollup.DefaultTiers(), nil, time.Millisecond, 2*time.Millisecond)
+	holder := open(t, dir, analyticstest.DefaultPlan)
+	s, err := pebblestore.StartFS(dir, vfs.Default, analyticstest.DefaultPlan, nil, time.Millisecond, 2*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	waitAttempts(t, s, 2)
-	if st := s.State(); !errors.Is(st.Err, pebble.ErrInUse) || !errors.Is(st.Err, pebble.ErrNotOpen) {
+	if st := s.State(); !errors.Is(st.Err, pebblestore.ErrInUse) || !errors.Is(st.Err, pebblestore.ErrNotOpen) {
 		t.Errorf("State while held = %+v, want ErrNotOpen and ErrInUse", st)
 	}
 	if err := holder.Close(); err != nil {
@@ -124,7 +124,7 @@ func TestStartClosedBeforeOpen(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, err := pebble.Start(path, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.Start(path, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +132,10 @@ func TestStartClosedBeforeOpen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("Close of a store never opened = %v, want nil", err)
 	}
-	if err := s.Write(t.Context(), oneVisit(time.Now())); !errors.Is(err, pebble.ErrClosed) {
+	if err := s.Write(t.Context(), oneVisit(time.Now())); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Write after Close = %v, want ErrClosed", err)
 	}
-	if _, err := pebble.Start(" ", rollup.DefaultTiers(), nil); err == nil {
+	if _, err := pebblestore.Start(" ", analyticstest.DefaultPlan, nil); err == nil {
 		t.Error("Start with an empty path succeeded, want an error")
 	}
 }

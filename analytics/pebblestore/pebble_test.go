@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/rollup"
 )
 
-func open(t testing.TB, dir string, tiers []rollup.Tier) *pebble.Store {
+func open(t testing.TB, dir string, plan *rollup.Plan) *pebblestore.Store {
 	t.Helper()
-	s, err := pebble.Open(dir, tiers, nil)
+	s, err := pebblestore.Open(dir, plan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,9 +28,9 @@ func open(t testing.TB, dir string, tiers []rollup.Tier) *pebble.Store {
 }
 
 func TestConformance(t *testing.T) {
-	analyticstest.Run(t, func(t *testing.T, tiers []rollup.Tier) analyticstest.Harness {
+	analyticstest.Run(t, func(t *testing.T, plan *rollup.Plan) analyticstest.Harness {
 		dir := t.TempDir()
-		cur := open(t, dir, tiers)
+		cur := open(t, dir, plan)
 		t.Cleanup(func() {
 			if err := cur.Close(); err != nil {
 				t.Errorf("Close: %v", err)
@@ -42,7 +42,7 @@ func TestConformance(t *testing.T) {
 				if err := cur.Close(); err != nil {
 					t.Fatalf("Close: %v", err)
 				}
-				cur = open(t, dir, tiers)
+				cur = open(t, dir, plan)
 				return cur
 			},
 			Expire: func(now time.Time) error { return cur.Expire(now) },
@@ -52,45 +52,45 @@ func TestConformance(t *testing.T) {
 
 func TestOneProcessHoldsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir, rollup.DefaultTiers())
+	s := open(t, dir, analyticstest.DefaultPlan)
 	defer s.Close()
-	if s2, err := pebble.Open(dir, rollup.DefaultTiers(), nil); err == nil {
+	if s2, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil); err == nil {
 		s2.Close()
 		t.Fatal("a second Open of a held directory succeeded")
 	}
 }
 
 func TestClosed(t *testing.T) {
-	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	s := open(t, t.TempDir(), analyticstest.DefaultPlan)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := s.Write(ctx, analytics.Batch{}); !errors.Is(err, pebble.ErrClosed) {
+	if err := s.Write(ctx, analytics.Batch{}); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Write after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.Points(ctx, "a", time.Minute, time.Unix(0, 0), time.Now()); !errors.Is(err, pebble.ErrClosed) {
+	if _, err := s.Points(ctx, "a", time.Minute, time.Unix(0, 0), time.Now()); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Points after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.Marks(ctx, "a"); !errors.Is(err, pebble.ErrClosed) {
+	if _, err := s.Marks(ctx, "a"); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Marks after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.Progress(ctx); !errors.Is(err, pebble.ErrClosed) {
+	if _, err := s.Progress(ctx); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Progress after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.Active(ctx, 5*time.Minute, time.Now(), "", 1); !errors.Is(err, pebble.ErrClosed) {
+	if _, err := s.Active(ctx, 5*time.Minute, time.Now(), "", 1); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Active after Close: %v, want ErrClosed", err)
 	}
-	if err := s.Apply(ctx, rollup.Update{}); !errors.Is(err, pebble.ErrClosed) {
+	if err := s.Apply(ctx, rollup.Update{}); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Apply after Close: %v, want ErrClosed", err)
 	}
-	if err := s.Advance(ctx, 5*time.Minute, time.Now()); !errors.Is(err, pebble.ErrClosed) {
+	if err := s.Advance(ctx, 5*time.Minute, time.Now()); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Advance after Close: %v, want ErrClosed", err)
 	}
-	if err := s.Expire(time.Now()); !errors.Is(err, pebble.ErrClosed) {
+	if err := s.Expire(time.Now()); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("Expire after Close: %v, want ErrClosed", err)
 	}
-	if err := s.Close(); !errors.Is(err, pebble.ErrClosed) {
+	if err := s.Close(); !errors.Is(err, pebblestore.ErrClosed) {
 		t.Errorf("second Close: %v, want ErrClosed", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestClosed(t *testing.T) {
 // whole: the flusher resends it, and what came before the bad count must
 // not be counted twice.
 func TestBadCountsApplyNothing(t *testing.T) {
-	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	s := open(t, t.TempDir(), analyticstest.DefaultPlan)
 	defer s.Close()
 	day := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 	good := analytics.Count{Key: "a", Step: rollup.Day, Start: day, Visits: analytics.Visits{Human: 1}}
@@ -133,7 +133,7 @@ func TestBadCountsApplyNothing(t *testing.T) {
 // more buckets than one chunk deletes expire, and a second Expire finds
 // nothing left.
 func TestExpiryAcrossChunks(t *testing.T) {
-	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	s := open(t, t.TempDir(), analyticstest.DefaultPlan)
 	defer s.Close()
 	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 	var b analytics.Batch
@@ -186,7 +186,7 @@ func TestCrash(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("child: %v, want killed; output:\n%s", err, out)
 	}
-	s := open(t, dir, rollup.DefaultTiers())
+	s := open(t, dir, analyticstest.DefaultPlan)
 	defer s.Close()
 	ps, err := s.Points(context.Background(), "a", time.Minute, crashT0, crashT0.Add(time.Hour))
 	if err != nil {
@@ -211,7 +211,7 @@ const crashWrites = 20
 
 // crashChild writes and kills itself without closing the store.
 func crashChild(dir string) {
-	s, err := pebble.Open(dir, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -232,7 +232,7 @@ func crashChild(dir string) {
 // source data has expired and the marks of buckets whose source has,
 // keeps the others, and never expires the all-time tier.
 func TestExpireRollupState(t *testing.T) {
-	s := open(t, t.TempDir(), rollup.DefaultTiers())
+	s := open(t, t.TempDir(), analyticstest.DefaultPlan)
 	defer s.Close()
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)

@@ -1,4 +1,4 @@
-package pebble_test
+package pebblestore_test
 
 import (
 	"errors"
@@ -11,7 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/pebble"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -40,13 +41,13 @@ func oneVisit(at time.Time) analytics.Batch {
 func TestDiskAlmostFull(t *testing.T) {
 	disk := &smallDisk{FS: vfs.Default}
 	disk.avail.Store(10 << 20)
-	s, err := pebble.OpenFS(t.TempDir(), disk, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.OpenFS(t.TempDir(), disk, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
-	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrDiskFull) {
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebblestore.ErrDiskFull) {
 		t.Fatalf("Write on a nearly full disk = %v, want ErrDiskFull", err)
 	}
 	if ps, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); err != nil || len(ps) != 0 {
@@ -74,7 +75,7 @@ func TestFailedCommitDoesNotCrash(t *testing.T) {
 		}
 		return nil
 	}))
-	s, err := pebble.OpenFS(t.TempDir(), fs, rollup.DefaultTiers(), nil)
+	s, err := pebblestore.OpenFS(t.TempDir(), fs, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,22 +84,22 @@ func TestFailedCommitDoesNotCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken.Store(true)
-	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrFailed) {
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebblestore.ErrFailed) {
 		t.Fatalf("Write with the log refused = %v, want ErrFailed", err)
 	}
-	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebble.ErrFailed) {
+	if err := s.Write(t.Context(), oneVisit(at)); !errors.Is(err, pebblestore.ErrFailed) {
 		t.Errorf("later Write = %v, want ErrFailed", err)
 	}
-	if _, err := s.Marks(t.Context(), "abc"); !errors.Is(err, pebble.ErrFailed) {
+	if _, err := s.Marks(t.Context(), "abc"); !errors.Is(err, pebblestore.ErrFailed) {
 		t.Errorf("Marks after the failure = %v, want ErrFailed", err)
 	}
-	if err := s.Apply(t.Context(), rollup.Update{}); !errors.Is(err, pebble.ErrFailed) {
+	if err := s.Apply(t.Context(), rollup.Update{}); !errors.Is(err, pebblestore.ErrFailed) {
 		t.Errorf("Apply after the failure = %v, want ErrFailed", err)
 	}
-	if _, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); !errors.Is(err, pebble.ErrFailed) {
+	if _, err := s.Points(t.Context(), "abc", time.Minute, at, at.Add(time.Minute)); !errors.Is(err, pebblestore.ErrFailed) {
 		t.Errorf("Points after the failure = %v, want ErrFailed", err)
 	}
-	if err := s.Expire(at); !errors.Is(err, pebble.ErrFailed) {
+	if err := s.Expire(at); !errors.Is(err, pebblestore.ErrFailed) {
 		t.Errorf("Expire after the failure = %v, want ErrFailed", err)
 	}
 	closed := make(chan error, 1)

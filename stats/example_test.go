@@ -1,4 +1,4 @@
-package analytics_test
+package stats_test
 
 import (
 	"fmt"
@@ -7,14 +7,15 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/stats"
+
 	"github.com/linkgate/linkgate/rollup"
 )
 
 // The gateway mounts the stats API at its prefix with the prefix stripped.
-func ExampleNewStats() {
+func ExampleNew() {
 	now := func() time.Time { return time.Date(2026, 11, 23, 10, 17, 42, 0, time.UTC) }
-	stats := analytics.NewStats(newStatsReader(), rollup.DefaultTiers(), "", now, nil)
+	stats := stats.New(newStatsReader(), rollup.DefaultTiers(), "", now, nil)
 	mux := http.NewServeMux()
 	mux.Handle("/stats/", http.StripPrefix("/stats", stats))
 	mux.Handle("/stats", http.StripPrefix("/stats", stats))

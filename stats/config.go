@@ -1,0 +1,24 @@
+package stats
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Config is the "stats" section: where the gateway serves /stats.
+type Config struct {
+	Prefix   string `yaml:"prefix"`    // served by the gateway, never proxied
+	TokenEnv string `yaml:"token_env"` // env var with a bearer token for the stats API; empty: open
+}
+
+// DefaultConfig returns the defaults of the stats section.
+func DefaultConfig() Config { return Config{Prefix: "/stats"} }
+
+// Compile checks the stats section. Errors start with the field's
+// path in the config file.
+func Compile(c Config) error {
+	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
+		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	}
+	return nil
+}
