@@ -1,5 +1,0 @@
-//go:build race
-
-package analytics_test
-
-const raceEnabled = true
