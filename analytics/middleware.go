@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-chi/chi/v5/middleware"
+	"github.com/linkgate/linkgate/proxy"
 )
 
 // NewMiddleware returns the middleware that counts visits: a request that
@@ -35,7 +35,7 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			ww := proxy.StatusWriter(w, r) // the gateway's, when there is one
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 { // nothing written: net/http answers 200

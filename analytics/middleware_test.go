@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5/middleware"
+
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 )
@@ -107,6 +109,28 @@ func TestMiddlewarePassesThrough(t *testing.T) {
 	}
 	if rec.Keys() != 1 {
 		t.Errorf("%d links recorded, want 1", rec.Keys())
+	}
+}
+
+// TestMiddlewareReusesTheWrap: the visit counter passes on the
+// middleware.WrapResponseWriter it is given (the gateway makes one per
+// request) and counts by the status written through it: a handler that
+// writes nothing answers 200.
+func TestMiddlewareReusesTheWrap(t *testing.T) {
+	cfg := analytics.DefaultConfig()
+	cfg.CountStatus = []int{200}
+	rec := analytics.NewRecorder(10, nil)
+	var got http.ResponseWriter
+	h := analytics.NewMiddleware(compile(t, cfg), rec)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = w
+	}))
+	ww := middleware.NewWrapResponseWriter(httptest.NewRecorder(), 1)
+	h.ServeHTTP(ww, httptest.NewRequest("GET", "/abc", nil))
+	if got != ww {
+		t.Errorf("the handler got %T, a wrap of the counter's own, want the wrap it was given", got)
+	}
+	if rec.Keys() != 1 {
+		t.Errorf("%d links recorded, want 1: a handler that writes nothing answers 200", rec.Keys())
 	}
 }
 

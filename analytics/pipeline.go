@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,12 +70,48 @@ func (p *Pipeline) Middleware(plan *Plan) func(http.Handler) http.Handler {
 	return NewMiddleware(plan, p.rec)
 }
 
-// Apply takes the settings of a new config that change without a restart:
-// max_keys and max_buffer_bytes. The others (store, retention,
-// flush_interval) are fixed for the pipeline's life.
+// Apply takes the settings of a new config that the pipeline holds and a
+// reload changes: max_keys and max_buffer_bytes. Which analytics fields a
+// reload applies and which wait for a restart is RestartOnly's to decide.
 func (p *Pipeline) Apply(plan *Plan) {
 	p.rec.SetMaxKeys(plan.Config().MaxKeys)
 	p.rec.SetMaxBytes(plan.Config().MaxBufferBytes)
+}
+
+// RestartOnly returns the analytics section a reload from run to next runs
+// with, eff, and the names of the fields that differ but change only on
+// restart, as the config file names them ("analytics.store"). It is the one
+// place that decides which is which:
+//
+//   - kept at run's values until a restart: enabled (whether there is a
+//     pipeline at all), store, embedded, journal, cassandra, retention,
+//     flush_interval and rollup_grace, which NewPipeline reads once, since
+//     the pipeline lives as long as the process so that counts in memory
+//     survive reloads;
+//   - taken from next: match, count_status, bots and max_key_bytes, read by
+//     each snapshot's Middleware, and max_keys and max_buffer_bytes, which
+//     Apply hands to the running pipeline.
+//
+// next is not modified.
+func RestartOnly(run, next Config) (eff Config, changed []string) {
+	eff = next
+	keep := func(name string, same bool, restore func()) {
+		if !same {
+			changed = append(changed, name)
+			restore()
+		}
+	}
+	keep("analytics.enabled", run.Enabled == next.Enabled, func() { eff.Enabled = run.Enabled })
+	keep("analytics.store", run.Store == next.Store, func() { eff.Store = run.Store })
+	keep("analytics.embedded.path", run.Embedded == next.Embedded, func() { eff.Embedded = run.Embedded })
+	keep("analytics.journal", run.Journal == next.Journal, func() { eff.Journal = run.Journal })
+	rc, nc := run.Cassandra, next.Cassandra
+	keep("analytics.cassandra", rc.ReplicationFactor == nc.ReplicationFactor && rc.Keyspace == nc.Keyspace &&
+		rc.Consistency == nc.Consistency && slices.Equal(rc.Hosts, nc.Hosts), func() { eff.Cassandra = run.Cassandra })
+	keep("analytics.retention", slices.Equal(run.Retention, next.Retention), func() { eff.Retention = run.Retention })
+	keep("analytics.flush_interval", run.FlushInterval == next.FlushInterval, func() { eff.FlushInterval = run.FlushInterval })
+	keep("analytics.rollup_grace", run.RollupGrace == next.RollupGrace, func() { eff.RollupGrace = run.RollupGrace })
+	return eff, changed
 }
 
 // Reader returns the Reader the stats API uses: the store's counts plus

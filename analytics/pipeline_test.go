@@ -5,6 +5,9 @@ import (
 	"errors"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +89,85 @@ func TestPipelineApply(t *testing.T) {
 	all, _ := p.Reader().Total(ctx, analytics.AllLinks)
 	if xyz.Human != 1 || all.Human != 3 {
 		t.Errorf("xyz %+v, all links %+v; want 1 (the visit after max_keys went up) and 3", xyz, all)
+	}
+}
+
+// TestRestartOnlyDecidesEveryField: every field of analytics.Config, by its
+// path in the file, is either applied by a reload (the list below: what
+// each snapshot's Middleware and Pipeline.Apply read) or kept at its running
+// value and named by RestartOnly. A new field fails here until it is put on
+// one side.
+func TestRestartOnlyDecidesEveryField(t *testing.T) {
+	reloadable := []string{"match.methods", "match.path", "count_status", "bots", "max_key_bytes", "max_keys", "max_buffer_bytes"}
+	fields := yamlLeaves(reflect.TypeFor[analytics.Config](), "")
+	for _, f := range reloadable {
+		if !slices.Contains(fields, f) {
+			t.Errorf("reloadable lists %s, which analytics.Config does not have", f)
+		}
+	}
+	for _, f := range fields {
+		t.Run(f, func(t *testing.T) {
+			run, next := analytics.DefaultConfig(), analytics.DefaultConfig()
+			changeField(t, reflect.ValueOf(&next).Elem(), f)
+			eff, restart := analytics.RestartOnly(run, next)
+			if slices.Contains(reloadable, f) {
+				if len(restart) != 0 || !reflect.DeepEqual(eff, next) {
+					t.Errorf("a reload that changes %s: restart %q, eff %+v; want no restart and the new value", f, restart, eff)
+				}
+				return
+			}
+			name := "analytics." + f
+			if len(restart) != 1 || name != restart[0] && !strings.HasPrefix(name, restart[0]+".") {
+				t.Fatalf("a reload that changes %s: restart %q; want it named (or its section), or %s listed as reloadable", f, restart, f)
+			}
+			if !reflect.DeepEqual(eff, run) {
+				t.Errorf("a reload that changes %s: eff %+v, want the running value kept", f, eff)
+			}
+		})
+	}
+}
+
+// yamlLeaves returns the paths of the fields of struct type t by their YAML
+// names ("embedded.path"), down to the fields that are not structs.
+func yamlLeaves(t reflect.Type, prefix string) []string {
+	var out []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || name == "" || name == "-" {
+			continue
+		}
+		if f.Type.Kind() == reflect.Struct {
+			out = append(out, yamlLeaves(f.Type, prefix+name+".")...)
+		} else {
+			out = append(out, prefix+name)
+		}
+	}
+	return out
+}
+
+// changeField gives the field at path f of v (a struct) a different value.
+func changeField(t *testing.T, v reflect.Value, f string) {
+	t.Helper()
+	for _, name := range strings.Split(f, ".") {
+		i := slices.IndexFunc(slices.Collect(v.Type().Fields()), func(sf reflect.StructField) bool {
+			n, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+			return n == name
+		})
+		if i < 0 {
+			t.Fatalf("no field %s in %s", name, v.Type())
+		}
+		v = v.Field(i)
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
+	case reflect.String:
+		v.SetString(v.String() + "x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Slice:
+		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+	default:
+		t.Fatalf("%s: cannot change a %s", f, v.Type())
 	}
 }

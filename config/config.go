@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -151,7 +152,7 @@ func Parse(data []byte) (*Config, error) {
 	var doc yaml.Node
 	lines, fields := map[string]int{}, map[int][]string{}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, decodeError(err, fields)
+		return nil, decodeError(err, nil, fields)
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
 		return nil, &Error{Err: ErrEmpty}
@@ -161,7 +162,7 @@ func Parse(data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && err != io.EOF {
-		return nil, decodeError(err, fields)
+		return nil, decodeError(err, data, fields)
 	}
 	c.src.lines = lines
 	return c, nil
@@ -210,6 +211,8 @@ func (c *Config) Locate(err error) error {
 	return e
 }
 
+// lineMsg matches the yaml library's own errors, which start with their
+// line.
 var lineMsg = regexp.MustCompile(`^line (\d+): (.*)$`)
 
 // fieldAt names the field of a line: the one field on it, or the field
@@ -231,21 +234,125 @@ func fieldAt(paths []string) string {
 	return common
 }
 
-// decodeError turns an error of the yaml library into an Error. Its
-// messages start with their line ("line 7: ..."): the line and the field
-// there (fields, by line) become the Error's.
-func decodeError(err error, fields map[int][]string) *Error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+// decodeError turns an error of decoding data into an Error naming the
+// line of the first problem and the field there (fields, by line); any
+// others follow in its message, each with its line. It is the one place
+// that finds where a decoding error is in the file. The yaml library's own
+// errors start with their line ("line 7: ..."); those of a value's own
+// decoding (a limit.Limit or a rollup.Tier refusing "5/fortnight") carry
+// none, and refused finds them in data (nil: not looked for).
+func decodeError(err error, data []byte, fields map[int][]string) *Error {
+	msgs := []string{strings.TrimPrefix(err.Error(), "yaml: ")}
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		msg = strings.Join(te.Errors, "; ")
+		msgs = te.Errors
 	}
-	m := lineMsg.FindStringSubmatch(msg)
-	if m == nil {
-		return &Error{Err: errors.New(msg)}
+	e := &Error{}
+	seen := map[string]int{}
+	for i, msg := range msgs {
+		line := 0
+		if m := lineMsg.FindStringSubmatch(msg); m != nil {
+			line, _ = strconv.Atoi(m[1])
+			msg = m[2]
+		} else if te != nil && data != nil {
+			seen[msg]++
+			if n := refused(data, msg, seen[msg]); n != nil {
+				line = n.Line
+			}
+		}
+		switch {
+		case i == 0:
+			e.Line, e.Path = line, fieldAt(fields[line])
+		case line > 0:
+			msg = fmt.Sprintf("line %d: %s", line, msg)
+		}
+		msgs[i] = msg
 	}
-	line, _ := strconv.Atoi(m[1])
-	return &Error{Line: line, Path: fieldAt(fields[line]), Err: errors.New(m[2])}
+	e.Err = errors.New(strings.Join(msgs, "; "))
+	return e
+}
+
+// refused returns the value of data that its type refused with msg the
+// n-th time in the document, or nil when there is none. A type's own
+// decoding knows no line, but yaml decodes in document order, so the value
+// is the last of the shortest beginning of the document (see cut) whose
+// decoding refuses msg n times: found by bisection, a few decodings.
+func refused(data []byte, msg string, n int) *yaml.Node {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return nil
+	}
+	vs := values(&doc, nil)
+	k := sort.Search(len(vs)+1, func(k int) bool {
+		var d yaml.Node
+		yaml.Unmarshal(data, &d) // it parsed above
+		cut(&d, k)
+		var te *yaml.TypeError
+		if !errors.As(d.Decode(Default()), &te) {
+			return false
+		}
+		count := 0
+		for _, e := range te.Errors {
+			if e == msg {
+				count++
+			}
+		}
+		return count >= n
+	})
+	if k == 0 || k > len(vs) {
+		return nil
+	}
+	return vs[k-1]
+}
+
+// values appends to vs the values under n, each mapping value and sequence
+// item, in document order: a value before those inside it.
+func values(n *yaml.Node, vs []*yaml.Node) []*yaml.Node {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			vs = values(c, vs)
+		}
+	case yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			vs = values(n.Content[i], append(vs, n.Content[i]))
+		}
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			vs = values(c, append(vs, c))
+		}
+	}
+	return vs
+}
+
+// cut keeps the first k values under n, in the order of values, and removes
+// the others with their keys; it returns how many of the k are left for
+// what follows n. A map or list keeps what comes before the cut, so what
+// is decoded before it is decoded as in the whole document.
+func cut(n *yaml.Node, k int) int {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			k = cut(c, k)
+		}
+	case yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			if k == 0 {
+				n.Content = n.Content[:i-1]
+				return 0
+			}
+			k = cut(n.Content[i], k-1)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if k == 0 {
+				n.Content = n.Content[:i]
+				return 0
+			}
+			k = cut(c, k-1)
+		}
+	}
+	return k
 }
 
 // index records the line of every field path in the document, and the

@@ -103,6 +103,21 @@ func TestLocate(t *testing.T) {
 	}
 }
 
+// TestBadLimitMessage is the README's example of check-config: the file,
+// the line and the field, then the limit's own error.
+func TestBadLimitMessage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	data := "upstream:\n  targets: [http://127.0.0.1:1]\nrules:\n  - name: login_ip\n    match: {methods: [POST], path: /login}\n    key: ip\n    limits: [2/s, 5/fortnight]\n"
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.Load(path)
+	want := "config: " + path + `:7: rules[0].limits: limit "5/fortnight": unit "fortnight" is not s, m, h or d, with an optional multiplier like 15m`
+	if err == nil || err.Error() != want {
+		t.Errorf("Load error\n%v\nwant\n%s", err, want)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -117,6 +132,14 @@ func TestErrors(t *testing.T) {
 		{"wrong type", "server:\n  max_header_bytes: lots\n", []string{":2: server.max_header_bytes:", "lots"}},
 		{"bad duration", "upstream:\n  dial_timeout: fast\n", []string{":2: upstream.dial_timeout:", "fast"}},
 		{"bad retention", "analytics:\n  retention: [1m:2x]\n", []string{":2: analytics.retention:", "1m:2x"}},
+		{"bad limit in a block list", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits:\n      - 5/m\n      - 5/x\n",
+			[]string{":7: rules[0].limits[1]: limit \"5/x\""}},
+		{"limit as a map", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits:\n      - {n: 5, window: 60000000000}\n",
+			[]string{":6: rules[0].limits[0]:", "want N/unit"}},
+		{"every bad value with its line", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits:\n      - 5/x\n      - 5/m\n      - 5/x\nanalytics:\n  retention: [1m:2x]\n  max_keys: many\n",
+			[]string{":6: rules[0].limits[0]: limit \"5/x\"", "; line 8: limit \"5/x\"", "; line 10: rollup: tier \"1m:2x\"", "; line 11: cannot unmarshal"}},
+		{"bad limit through an alias", "x: &l [5/x]\nrules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: *l\n",
+			[]string{":1: x:", "; line 6: limit \"5/x\""}}, // where it is a limit
 		{"list for a map", "server: [1, 2]\n", []string{":1: server:"}},
 	}
 	for _, tt := range tests {

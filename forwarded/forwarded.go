@@ -74,12 +74,19 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
-// Contains reports whether a, unmapped, lies in one of t's prefixes.
+// Normalize returns a as every address this package returns is: unmapped
+// (an IPv4-mapped IPv6 address is the IPv4 one) and without a zone. It is
+// the one normalization of client addresses: code that takes an address
+// from elsewhere (an operator's input) passes it through Normalize before
+// comparing it with one from Client.
+func Normalize(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
+// Contains reports whether a, normalized, lies in one of t's prefixes.
 func (t *Trust) Contains(a netip.Addr) bool {
 	if t == nil {
 		return false
 	}
-	a = a.Unmap().WithZone("")
+	a = Normalize(a)
 	for _, p := range t.prefixes {
 		if p.Contains(a) {
 			return true
@@ -100,19 +107,20 @@ func (t *Trust) Equal(u *Trust) bool {
 	return slices.Equal(a, b)
 }
 
-// Peer returns the address of the connection's other end, unmapped and
-// without a zone; false when RemoteAddr holds none (a unix socket).
+// Peer returns the address of the connection's other end, normalized;
+// false when RemoteAddr holds none (a unix socket).
 func Peer(r *http.Request) (netip.Addr, bool) {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap().WithZone(""), true
+		return Normalize(ap.Addr()), true
 	}
 	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
-		return a.Unmap().WithZone(""), true
+		return Normalize(a), true
 	}
 	return netip.Addr{}, false
 }
 
-// Client is who sent a request, as a Trust sees it.
+// Client is who sent a request, as a Trust sees it. Both addresses are
+// normalized (see Normalize).
 type Client struct {
 	// Addr is the client's address: the peer, or, when the peer is a
 	// trusted proxy, the address the proxies' headers name.
@@ -185,14 +193,14 @@ var errBadEntry = errors.New("forwarded: not an address")
 func parseEntry(s string) (netip.Addr, error) {
 	s = strings.TrimSpace(s)
 	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap().WithZone(""), nil
+		return Normalize(a), nil
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), nil
+		return Normalize(ap.Addr()), nil
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return a.Unmap().WithZone(""), nil
+			return Normalize(a), nil
 		}
 	}
 	return netip.Addr{}, errBadEntry

@@ -54,6 +54,26 @@ func TestParsePrefix(t *testing.T) {
 	}
 }
 
+// TestNormalize: an address is compared and returned unmapped and without
+// a zone, and a normalized one is left alone.
+func TestNormalize(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.7":             "192.0.2.7",
+		"::ffff:192.0.2.7":      "192.0.2.7",
+		"fe80::1%eth0":          "fe80::1",
+		"::ffff:192.0.2.7%eth0": "192.0.2.7",
+		"2001:db8::1":           "2001:db8::1",
+	} {
+		got := forwarded.Normalize(netip.MustParseAddr(in))
+		if got.String() != want {
+			t.Errorf("Normalize(%s) = %v, want %s", in, got, want)
+		}
+		if again := forwarded.Normalize(got); again != got {
+			t.Errorf("Normalize(%v) = %v: not idempotent", got, again)
+		}
+	}
+}
+
 func TestParseNamesTheEntry(t *testing.T) {
 	_, err := forwarded.Parse([]string{"127.0.0.1/32", "10.0.0.0/33"})
 	if err == nil || !strings.HasPrefix(err.Error(), `[1]: "10.0.0.0/33"`) {

@@ -390,8 +390,8 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 // restart, and the names of those that differed. They are, explicitly:
 // the listeners and the settings of their http.Server (which it reads on
 // every connection, so they cannot change under it), and the analytics
-// pipeline's store, retention and interval (it lives as long as the
-// process, so that counts in memory survive reloads). Everything else,
+// fields that analytics.RestartOnly names (the pipeline lives as long as
+// the process, so that counts in memory survive reloads). Everything else,
 // the trusted proxies and the rules above all, takes effect on reload.
 // next is not modified.
 func restartOnly(run, next *config.Config) (eff *config.Config, changed []string) {
@@ -409,18 +409,9 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 	keep("server.idle_timeout", rs.IdleTimeout == rn.IdleTimeout, func() { c.Server.IdleTimeout = rs.IdleTimeout })
 	keep("server.max_header_bytes", rs.MaxHeaderBytes == rn.MaxHeaderBytes, func() { c.Server.MaxHeaderBytes = rs.MaxHeaderBytes })
 	keep("admin.listen", run.Admin.Listen == next.Admin.Listen, func() { c.Admin.Listen = run.Admin.Listen })
-	ra, na := run.Analytics, next.Analytics
-	keep("analytics.enabled", ra.Enabled == na.Enabled, func() { c.Analytics.Enabled = ra.Enabled })
-	keep("analytics.store", ra.Store == na.Store, func() { c.Analytics.Store = ra.Store })
-	keep("analytics.embedded.path", ra.Embedded == na.Embedded, func() { c.Analytics.Embedded = ra.Embedded })
-	keep("analytics.journal", ra.Journal == na.Journal, func() { c.Analytics.Journal = ra.Journal })
-	keep("analytics.cassandra", ra.Cassandra.ReplicationFactor == na.Cassandra.ReplicationFactor &&
-		ra.Cassandra.Keyspace == na.Cassandra.Keyspace && ra.Cassandra.Consistency == na.Cassandra.Consistency &&
-		slices.Equal(ra.Cassandra.Hosts, na.Cassandra.Hosts), func() { c.Analytics.Cassandra = ra.Cassandra })
-	keep("analytics.retention", slices.Equal(ra.Retention, na.Retention), func() { c.Analytics.Retention = ra.Retention })
-	keep("analytics.flush_interval", ra.FlushInterval == na.FlushInterval, func() { c.Analytics.FlushInterval = ra.FlushInterval })
-	keep("analytics.rollup_grace", ra.RollupGrace == na.RollupGrace, func() { c.Analytics.RollupGrace = ra.RollupGrace })
-	return &c, changed
+	var fixed []string
+	c.Analytics, fixed = analytics.RestartOnly(run.Analytics, next.Analytics)
+	return &c, append(changed, fixed...)
 }
 
 // Close releases a Gateway: it makes the final analytics flush (journaling

@@ -5,8 +5,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/proxy"
 )
 
 // metrics are the gateway's own: requests, reloads, config generation.
@@ -45,7 +46,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 var classes = [...]string{"1xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
 // middleware counts every answer by status class and, when accessLog is
-// set, logs it.
+// set, logs it. It is the outermost middleware: it makes the request's one
+// proxy.StatusWriter, which the limiter and the visit counter reuse.
 func (m *metrics) middleware(log *slog.Logger, accessLog bool) func(http.Handler) http.Handler {
 	counters := [len(classes)]prometheus.Counter{}
 	for i, c := range classes {
@@ -54,7 +56,7 @@ func (m *metrics) middleware(log *slog.Logger, accessLog bool) func(http.Handler
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			ww := proxy.StatusWriter(w, r)
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 {

@@ -1,7 +1,10 @@
 package gateway_test
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,6 +27,93 @@ func TestRedirectPassesThrough(t *testing.T) {
 	resp, _ := testkit.Do(t, "GET", gw.url("/abc123"), nil)
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "https://example.com/long/path?q=1&r=%C3%A9" {
 		t.Errorf("got %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestStreamAndUpgradeThroughEveryMiddleware: behind the metrics, a
+// count_status rule and the visit counter, which share one wrap of the
+// response, a stream reaches the client event by event (Flush) and a
+// protocol upgrade takes the connection over (Hijack).
+func TestStreamAndUpgradeThroughEveryMiddleware(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			select { // the rest only once the client has seen the first event
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			io.WriteString(w, "data: second\n\n")
+		case "/echo":
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			brw.Flush()
+			line, _ := brw.ReadString('\n')
+			brw.WriteString("echo: " + line)
+			brw.Flush()
+		}
+	}))
+	defer up.Close()
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  enabled: false\n", "  embedded: {path: "+t.TempDir()+"}\n", 1) +
+		"rules:\n  - {name: r, match: {path: \"/{short_key}\"}, key: ip, limits: [1000/m], count_status: [200]}\n"
+	gw := start(t, cfg)
+
+	resp, err := testkit.Client.Get(gw.url("/events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line := make(chan string, 1)
+	go func() {
+		s, _ := br.ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if s != "data: first\n" {
+			t.Fatalf("first line %q", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first event did not arrive before the response ended: a flush was lost")
+	}
+	close(release)
+	if rest, _ := io.ReadAll(br); string(rest) != "\ndata: second\n\n" {
+		t.Errorf("rest of the stream %q", rest)
+	}
+
+	c, err := net.Dial("tcp", gw.g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	cr := bufio.NewReader(c)
+	if status, err := cr.ReadString('\n'); err != nil || !strings.HasPrefix(status, "HTTP/1.1 101 ") {
+		t.Fatalf("status line %q (%v), want 101", status, err)
+	}
+	for {
+		h, err := cr.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h == "\r\n" {
+			break
+		}
+	}
+	io.WriteString(c, "hello\n")
+	if got, err := cr.ReadString('\n'); got != "echo: hello\n" {
+		t.Errorf("through the upgraded connection: %q (%v), want the upstream's echo", got, err)
 	}
 }
 

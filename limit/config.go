@@ -188,10 +188,14 @@ func (l *Limit) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// UnmarshalYAML reports a bad limit with its line in the file.
+// UnmarshalYAML reads a limit from its node's text as UnmarshalText does,
+// so that a mapping is refused rather than decoded into N and Window. A bad
+// limit is a *yaml.TypeError, as yaml reports a value of the wrong type, so
+// that decoding goes on and a file's other errors are reported with it;
+// the config package finds its line.
 func (l *Limit) UnmarshalYAML(n *yaml.Node) error {
 	if err := l.UnmarshalText([]byte(n.Value)); err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+		return &yaml.TypeError{Errors: []string{err.Error()}}
 	}
 	return nil
 }

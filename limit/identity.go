@@ -35,10 +35,10 @@ type identifier struct {
 	emails     emailReader
 }
 
-// ipValue is the counter value of a client address: an IPv4 address, or the
-// IPv6 prefix it belongs to ("2001:db8:1:2::/64").
+// ipValue is the counter value of a client address, normalized as
+// forwarded returns it (forwarded.Normalize): an IPv4 address, or the IPv6
+// prefix it belongs to ("2001:db8:1:2::/64").
 func (id *identifier) ipValue(a netip.Addr) string {
-	a = a.Unmap().WithZone("")
 	if a.Is4() {
 		return a.String()
 	}
@@ -54,7 +54,7 @@ func (id *identifier) ipValue(a netip.Addr) string {
 func (id *identifier) normalizeIP(v string) (string, bool) {
 	v = strings.TrimSpace(v)
 	if a, err := netip.ParseAddr(v); err == nil {
-		return id.ipValue(a), true
+		return id.ipValue(forwarded.Normalize(a)), true
 	}
 	if p, err := netip.ParsePrefix(v); err == nil && p.Addr().Is6() && !p.Addr().Is4In6() {
 		return id.ipValue(p.Addr()), true

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5/middleware"
-
 	"github.com/linkgate/linkgate/problem"
+	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/route"
 )
 
@@ -146,7 +145,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		ww := proxy.StatusWriter(w, r) // the gateway's, when there is one
 		returned := false
 		// Deferred, so that a handler that aborts is counted too:
 		// httputil.ReverseProxy panics with http.ErrAbortHandler when the

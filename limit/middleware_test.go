@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/forwarded"
@@ -201,6 +202,39 @@ func TestOnlyListedStatusesCount(t *testing.T) {
 	e.clk.Advance(time.Minute)
 	if r := e.loginForm("alice@example.com", 401); r.StatusCode != 401 {
 		t.Errorf("a minute later: status %d, want 401", r.StatusCode)
+	}
+}
+
+// TestCountStatusReusesTheWrap: behind a count_status rule the next
+// handler gets the very middleware.WrapResponseWriter the limiter was
+// given (the gateway makes one per request), and the rule counts by the
+// status written through it: a handler that writes nothing answers 200.
+func TestCountStatusReusesTheWrap(t *testing.T) {
+	rule := limit.Rule{Name: "ok_ip", Match: loginPost, Key: limit.IP, Limits: limits(t, "2/m"), CountStatus: []int{200}}
+	l := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), limit.NewMemory(), nil, nil)
+	var status int // 0: the handler writes nothing
+	var got http.ResponseWriter
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = w
+		if status != 0 {
+			w.WriteHeader(status)
+		}
+	}))
+	for i, tc := range []struct{ status, want int }{
+		{401, 401}, {401, 401}, {401, 401}, // not counted
+		{0, 200}, {0, 200}, // counted
+		{0, 429},
+	} {
+		status, got = tc.status, nil
+		rec := httptest.NewRecorder()
+		ww := middleware.NewWrapResponseWriter(rec, 1)
+		h.ServeHTTP(ww, httptest.NewRequest("POST", "/login", nil))
+		if rec.Code != tc.want {
+			t.Errorf("request %d: status %d, want %d", i+1, rec.Code, tc.want)
+		}
+		if got != nil && got != ww {
+			t.Errorf("request %d: the handler got %T, a wrap of the limiter's own, want the wrap it was given", i+1, got)
+		}
 	}
 }
 

@@ -139,10 +139,14 @@ func (t *Tier) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// UnmarshalYAML reports a bad tier with its line in the file.
+// UnmarshalYAML reads a tier from its node's text as UnmarshalText does,
+// so that a mapping is refused rather than decoded into Step and
+// Retention. A bad tier is a *yaml.TypeError, as yaml reports a value of
+// the wrong type, so that decoding goes on and a file's other errors are
+// reported with it; the config package finds its line.
 func (t *Tier) UnmarshalYAML(n *yaml.Node) error {
 	if err := t.UnmarshalText([]byte(n.Value)); err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+		return &yaml.TypeError{Errors: []string{err.Error()}}
 	}
 	return nil
 }
