@@ -15,15 +15,15 @@ import (
 // Plan is the compiled analytics section: every check done, the route and
 // the bot policy parsed. It is immutable. The parts that the gateway reads
 // at start only (store, retention, flush_interval) and those a reload
-// changes (match, count_status, bots, max_keys) are both in it; which is
-// which is the gateway's to decide. Build one with Compile.
+// changes (match, count_status, bots, max_keys) are both in it; RestartOnly
+// says which is which. Build one with Compile.
 type Plan struct {
 	cfg   Config
 	match *route.Matcher
 	count [600]bool // count[s]: status s is a visit
 	bots  BotPolicy
-	// rollup is the batch periods and tiers the flusher, the reader and
-	// the rollup worker share.
+	// rollup is the batch periods and tiers the flusher, the readers, the
+	// stores and the rollup worker share: the one plan built.
 	rollup *rollup.Plan
 }
 
