@@ -23,10 +23,10 @@ import (
 // bytes an entry, plus about 300 a link).
 const DefaultMaxBuffered = 2_000_000
 
-// maxAnnounced bounds the Active entries a Flusher remembers having stored,
-// so that it does not store them again. Beyond it, entries are stored again
-// (harmless: storing one twice changes nothing) rather than remembered.
-const maxAnnounced = 2_000_000
+// minWriteTimeout is the shortest default deadline of one Write to the
+// store: a short flush interval must not give a large batch (a burst, a
+// replay) too little time to land, or it would fail again at every try.
+const minWriteTimeout = 5 * time.Second
 
 // FlusherOptions configure a Flusher. The zero value of a field means its
 // default.
@@ -34,7 +34,7 @@ type FlusherOptions struct {
 	// Interval is the time between two flushes: the "flush_interval"
 	// setting. Default: that of DefaultConfig.
 	Interval time.Duration
-	// JournalPath is the directory of the Journal that keeps the batches
+	// JournalPath is the directory of the journal that keeps the batches
 	// the store refused on local disk until it takes them, also across a
 	// crash or a restart. Run opens it in the background (and again at
 	// each tick while it cannot be opened), Close too if Run did not.
@@ -49,8 +49,15 @@ type FlusherOptions struct {
 	// there is none); beyond it the oldest batches are dropped, counted in
 	// linkgate_analytics_dropped_visits_total. Default DefaultMaxBuffered.
 	MaxBuffered int
-	// WriteTimeout bounds one Write to the store. Default 3 × Interval.
+	// WriteTimeout bounds one Write to the store. Default 3 × Interval,
+	// at least 5 s.
 	WriteTimeout time.Duration
+	// SpillAfter is how long a Write may go on before the batch it writes,
+	// and every later one, is journaled while it goes on: so a store that
+	// hangs (neither takes nor refuses a write) leaves at most the
+	// recorder's interval and SpillAfter of counts only in memory. Default
+	// half the interval, within [250ms, 2s].
+	SpillAfter time.Duration
 	// Now returns the current time, which stamps batches (Batch.At) and
 	// paces retries. Default time.Now.
 	Now func() time.Time
@@ -70,19 +77,24 @@ type FlusherOptions struct {
 // per Flusher, and the interval's number), and batches are never merged:
 // they wait in a queue, oldest first, each written with its own Write, so
 // that a store can apply each identity once however often it is sent (a
-// retry after a lost answer, a replay after a crash).
+// retry after a lost answer, a replay after a crash, a late answer to a
+// batch journaled meanwhile).
 //
-// While the store takes every write, nothing touches the disk: a crash
-// loses at most the interval in memory. When a write fails, that batch and
-// every later one are appended to the journal (fsynced) before they are
-// tried again, written to the store oldest first after an exponential
-// backoff (one interval, doubling, at most six) while visits keep being
-// taken every interval, and acknowledged in the journal once written. A
-// later Flusher on the same journal (after a crash or a restart) writes
-// what is left, in the background. So a crash during an outage still
-// loses at most the last interval; what cannot be kept (the journal
-// unwritable and memory at MaxBuffered, or the journal at its cap after
-// folding) is dropped, counted in a metric and logged.
+// Taking the recorder's counts and writing them are apart: Run takes them
+// every interval whatever the store does, and a writer of its own writes
+// the batches, one Write at a time. While the store takes every write
+// within SpillAfter, nothing touches the disk: a crash loses at most the
+// interval in memory. When a write fails, or goes on past SpillAfter (a
+// store that hangs), that batch and every later one are appended to the
+// journal (fsynced), while the write goes on; they are written to the
+// store oldest first, after an exponential backoff when a write failed
+// (one interval, doubling, at most six), and acknowledged in the journal
+// once written. A later Flusher on the same journal (after a crash or a
+// restart) writes what is left, in the background. So a crash during an
+// outage, whether the store refuses or hangs, loses at most the last
+// interval and SpillAfter; what cannot be kept (the journal unwritable and
+// memory at MaxBuffered, or the journal at its cap after folding) is
+// dropped, counted in a metric and logged.
 //
 // A Flusher is safe for concurrent use. Use NewFlusher.
 type Flusher struct {
@@ -94,34 +106,49 @@ type Flusher struct {
 	log    *slog.Logger
 	writer string // the Batch.Writer of this Flusher's batches
 
-	// mu orders the moves of counts between the recorder, the queue, the
-	// journal and the store against the reads that merge them (unsaved): a
-	// move holds it for writing, from taking the counts out of their old
-	// place until they are in their new one, the store's Write included; a
-	// read holds it for reading while it reads all the places. So a read
-	// sees every count in exactly one place: it never misses a visit nor
-	// counts one twice. Record never takes mu.
-	mu     sync.RWMutex
-	seq    uint64      // the last Seq given
-	queue  []*interval // batches in memory only, oldest first; the journal's are older
-	queued int         // entries (counts) in queue
-	j      *spool      // nil: none, or not open yet
-	jerr   error       // why the journal could not be opened
-	openMu sync.Mutex  // serializes openJournal
+	// mu guards where the counts not in the store are: the recorder's
+	// swap, the queue, the journal (its appends, acks, folds and drops)
+	// and the record of the write in progress. It is held only while
+	// counts move between those places or a Reader copies what it needs
+	// of them, never during a store's Write or read nor a Reader's scan of
+	// the journal: a store that hangs never holds up the recorder's swap
+	// or a read, and a read never holds up a flush. version tells a
+	// Reader whether what it copied may have changed (see Flusher.Reader).
+	// Record never takes mu.
+	mu       sync.Mutex
+	seq      uint64      // the last Seq given
+	queue    []*interval // batches in memory only, oldest first; the journal's are older
+	queued   int         // entries (counts) in queue
+	j        *spool      // nil: none, or not open yet
+	jerr     error       // why the journal could not be opened
+	fails    int         // consecutive failed writes
+	retryAt  time.Time   // the writer writes no sooner than this after a failure
+	dropped  uint64      // visits dropped since the start
+	version  uint64      // +1 when a Write starts or returns, and when journal records are acked, folded or dropped
+	writing  *inflight   // the Write in progress; nil when none
+	outage   outage      // what the recovery logs say
+	openMu   sync.Mutex  // serializes openJournal
+	kick     chan struct{}
+	announce announcedSet // guarded by writeMu
 
-	// What backlog reports, kept apart from mu so that a health check
-	// never waits for a Write.
+	// gate is held for writing only to begin a Write, and for reading
+	// by a read's last try (see Flusher.Reader): a Write begun during that
+	// try's store read would leave it unable to tell where the batch's
+	// counts are. It never holds up the recorder's swap.
+	gate sync.RWMutex
+
+	// writeMu makes the writers (Run's, Flush, Close) write one at a time,
+	// in Seq order. It is held for a whole drain, the store's Writes
+	// included; mu is taken inside it, never the other way round.
+	writeMu sync.Mutex
+
+	// What backlog and Health report, kept apart from mu so that a health
+	// check never waits.
 	jopen     atomic.Pointer[spool]
 	oldestNS  atomic.Int64 // unix ns of the oldest bucket waiting; 0: none
 	droppedN  atomic.Uint64
-	fails     int       // consecutive failed writes
-	retryAt   time.Time // Run writes no sooner than this after a failure
-	dropped   uint64    // visits dropped since the start
-	announced map[announced]struct{}
-	forgotAt  time.Time // when remember last forgot the entries of rolled periods
-
-	// writeErr is the error of the last Write, nil after a success: Health
-	// reads it without waiting for mu.
+	writeFrom atomic.Int64 // unix ns when the Write in progress began; 0: none
+	// writeErr is the error of the last Write, nil after a success.
 	writeErr atomic.Pointer[error]
 }
 
@@ -131,6 +158,21 @@ type Flusher struct {
 type interval struct {
 	b         Batch
 	attempted bool // a Write of it was tried: a store may hold part of it
+}
+
+// inflight is a Write in progress.
+type inflight struct {
+	iv   *interval     // the queue's batch it writes; nil for the journal's head
+	done chan struct{} // closed when the Write returns
+}
+
+// outage is what the log says of a stretch of failed or hung writes: when
+// it began and how much the journal held at most.
+type outage struct {
+	since      time.Time // zero: no outage
+	spilled    bool      // a write went on past SpillAfter (said once)
+	maxRecords int
+	maxBytes   int64
 }
 
 // visits returns the visits b holds: those of the all-links key, which
@@ -143,13 +185,6 @@ func batchVisits(b *Batch) int64 {
 		}
 	}
 	return n
-}
-
-// announced is an Active entry that a successful write stored.
-type announced struct {
-	step   time.Duration
-	period int64 // unix seconds
-	key    string
 }
 
 // LostError is what a final flush returns when counts could be neither
@@ -178,7 +213,10 @@ func NewFlusher(rec *Recorder, w Writer, plan *rollup.Plan, opts FlusherOptions,
 		opts.MaxBuffered = DefaultMaxBuffered
 	}
 	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = 3 * opts.Interval
+		opts.WriteTimeout = max(3*opts.Interval, minWriteTimeout)
+	}
+	if opts.SpillAfter <= 0 {
+		opts.SpillAfter = min(max(opts.Interval/2, 250*time.Millisecond), 2*time.Second)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -186,11 +224,10 @@ func NewFlusher(rec *Recorder, w Writer, plan *rollup.Plan, opts FlusherOptions,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Flusher{
+	return &Flusher{
 		rec: rec, w: w, plan: plan, opts: opts, m: m, log: log, writer: newWriterID(),
-		announced: make(map[announced]struct{}),
+		kick: make(chan struct{}, 1), announce: newAnnouncedSet(),
 	}
-	return f
 }
 
 // newWriterID returns a Batch.Writer for a new Flusher: 16 random bytes in
@@ -201,15 +238,14 @@ func newWriterID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Run flushes every interval until ctx is done, then returns without a final
-// flush: call Close after it (and after the servers stop) for that. It
-// starts by writing what an earlier process left in the journal.
+// Run flushes until ctx is done, then returns without a final flush: call
+// Close after it (and after the servers stop) for that. Every interval it
+// takes the recorder's counts, whatever the store does; its writer writes
+// them, starting with what an earlier process left in the journal.
 func (f *Flusher) Run(ctx context.Context) {
-	if f.openJournal() {
-		if err := f.drain(ctx, f.opts.Interval); err != nil {
-			f.failed(err)
-		}
-	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { f.writeLoop(ctx) })
 	t := time.NewTicker(f.opts.Interval)
 	defer t.Stop()
 	for {
@@ -217,7 +253,61 @@ func (f *Flusher) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f.tick(ctx)
+			f.tick()
+		}
+	}
+}
+
+// tick is one round of Run: take the recorder's counts (so that the
+// recorder stays within max_keys per interval, and a crash loses at most
+// this interval) and wake the writer.
+func (f *Flusher) tick() {
+	f.openJournal() // a journal that could not be opened at start may be now
+	f.mu.Lock()
+	f.takeLocked()
+	f.mu.Unlock()
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is Run's writer: it writes what waits whenever a tick made a
+// batch, after the backoff when a write failed, at most an interval of
+// writing at a time so that a long replay lets Flush in.
+func (f *Flusher) writeLoop(ctx context.Context) {
+	f.openJournal()
+	for {
+		f.mu.Lock()
+		wait := f.retryAt.Sub(f.opts.Now())
+		f.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		f.writeMu.Lock()
+		more, err := f.drain(ctx, f.opts.Interval)
+		f.writeMu.Unlock()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.failed(err)
+			continue
+		}
+		f.recovered()
+		if more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
 		}
 	}
 }
@@ -229,9 +319,9 @@ func (f *Flusher) Run(ctx context.Context) {
 func (f *Flusher) openJournal() bool {
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
-	f.mu.RLock()
+	f.mu.Lock()
 	open := f.j != nil
-	f.mu.RUnlock()
+	f.mu.Unlock()
 	if open || f.opts.JournalPath == "" {
 		return open
 	}
@@ -257,71 +347,85 @@ func (f *Flusher) openJournal() bool {
 	return true
 }
 
-// tick is one round of Run: always take the recorder's counts (so that the
-// recorder stays within max_keys per interval), write them and what waits
-// before them unless a backoff is still running.
-func (f *Flusher) tick(ctx context.Context) {
-	f.openJournal() // a journal that could not be opened at start may be now
-	f.mu.Lock()
-	f.takeLocked()
-	wait := f.opts.Now().Before(f.retryAt)
-	f.mu.Unlock()
-	if wait {
-		return
-	}
-	// At most an interval of writing per tick: a long replay leaves the
-	// rest to the next ticks rather than delay taking the recorder's counts.
-	if err := f.drain(ctx, f.opts.Interval); err != nil {
-		f.failed(err)
-		return
-	}
-	f.mu.Lock()
-	f.fails, f.retryAt = 0, time.Time{}
-	f.mu.Unlock()
-}
-
 // failed notes a failed write and sets the backoff.
 func (f *Flusher) failed(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fails++
 	wait := f.backoff()
-	f.retryAt = f.opts.Now().Add(wait)
+	now := f.opts.Now()
+	f.retryAt = now.Add(wait)
+	if f.outage.since.IsZero() {
+		f.outage = outage{since: now}
+		f.log.Warn("analytics: the store stopped taking writes; counts are journaled until it does", "err", err)
+	}
 	f.log.Warn("analytics: flush failed; counts kept for a retry", "err", err,
 		"fails", f.fails, "retry_in", wait, "buffered", f.queued, "journal_bytes", f.j.Bytes())
 }
 
+// recovered notes a drain that wrote everything it tried, and says so
+// when it ends an outage.
+func (f *Flusher) recovered() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails, f.retryAt = 0, time.Time{}
+	f.noteOutageLocked()
+}
+
+// noteOutageLocked keeps the journal's peak during an outage and logs the
+// end of one: once the store takes writes again and the journal is empty.
+func (f *Flusher) noteOutageLocked() {
+	o := &f.outage
+	if o.since.IsZero() {
+		return
+	}
+	if f.j != nil {
+		o.maxRecords = max(o.maxRecords, f.j.records)
+		o.maxBytes = max(o.maxBytes, f.j.Bytes())
+	}
+	if f.fails > 0 || f.writing != nil || f.j.waiting() || len(f.queue) > 1 {
+		return
+	}
+	f.log.Info("analytics: the store takes writes again and the journal is empty: every count kept meanwhile is in the store",
+		"outage", f.opts.Now().Sub(o.since).Round(time.Millisecond), "journal_max_records", o.maxRecords, "journal_max_bytes", o.maxBytes)
+	*o = outage{}
+}
+
 // backoff is the wait after f.fails consecutive failures: one interval,
-// doubling, at most six. Run checks it at its next tick after the wait,
-// less half an interval so that a tick a little early is not skipped.
+// doubling, at most six.
 func (f *Flusher) backoff() time.Duration {
-	d := f.opts.Interval << min(f.fails-1, 3)
-	return min(d, 6*f.opts.Interval) - f.opts.Interval/2
+	return min(f.opts.Interval<<min(f.fails-1, 3), 6*f.opts.Interval)
 }
 
 // Flush takes the recorder's counts and writes them and everything waiting
-// before them now, whatever the backoff.
+// before them now, whatever the backoff. It returns the first failure.
 func (f *Flusher) Flush(ctx context.Context) error {
 	f.openJournal()
 	f.mu.Lock()
 	f.takeLocked()
 	f.mu.Unlock()
-	return f.drain(ctx, 0)
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	_, err := f.drain(ctx, 0)
+	return err
 }
 
-// Close is the final flush at shutdown: it takes the recorder's counts and
-// writes everything waiting. What the store refuses stays in the journal
-// for the next process (Close then returns nil: nothing is lost, and a
-// warning is logged); what the journal cannot take either is lost, and
-// Close returns a *LostError saying how many visits. It closes the journal.
+// Close is the final flush at shutdown, after Run returned: it takes the
+// recorder's counts and writes everything waiting. What the store refuses
+// stays in the journal for the next process (Close then returns nil:
+// nothing is lost, and a warning is logged); what the journal cannot take
+// either is lost, and Close returns a *LostError saying how many visits.
+// It closes the journal.
 func (f *Flusher) Close(ctx context.Context) error {
 	f.mu.Lock()
 	f.takeLocked()
 	f.mu.Unlock()
-	werr := f.drain(ctx, 0)
-	f.mu.RLock()
+	f.writeMu.Lock()
+	_, werr := f.drain(ctx, 0)
+	f.writeMu.Unlock()
+	f.mu.Lock()
 	rest := len(f.queue) > 0
-	f.mu.RUnlock()
+	f.mu.Unlock()
 	if rest {
 		f.openJournal()
 	}
@@ -362,8 +466,9 @@ func (f *Flusher) Close(ctx context.Context) error {
 }
 
 // takeLocked makes the recorder's counts the next interval's batch at the
-// end of the queue. While batches wait already (the store failing), it is
-// journaled at once, so that a crash loses no more than this interval.
+// end of the queue. While anything waits already (the store failing, a
+// write in progress, the journal not empty), it is journaled at once, so
+// that a crash loses no more than this interval.
 func (f *Flusher) takeLocked() {
 	snap := f.rec.swap()
 	if snap.overflow > 0 {
@@ -379,7 +484,7 @@ func (f *Flusher) takeLocked() {
 		f.queue = append(f.queue, &interval{b: b})
 		f.queued += len(b.Counts)
 	}
-	if f.fails > 0 || len(f.queue) > 1 || f.j.waiting() {
+	if f.fails > 0 || len(f.queue) > 1 || f.writing != nil || f.j.waiting() {
 		f.journalLocked()
 	}
 	f.boundLocked()
@@ -395,6 +500,13 @@ func (f *Flusher) journalLocked() error {
 	if f.j == nil {
 		return nil
 	}
+	rewrites := f.j.rewrites
+	defer func() {
+		if f.j.rewrites != rewrites { // a fold or a drop made room
+			f.version++
+		}
+		f.noteOutageLocked()
+	}()
 	for len(f.queue) > 0 {
 		iv := f.queue[0]
 		if err := f.j.Append(&iv.b, iv.attempted); err != nil {
@@ -410,12 +522,17 @@ func (f *Flusher) journalLocked() error {
 }
 
 // boundLocked drops the oldest batches in memory beyond MaxBuffered
-// entries, keeping the newest.
+// entries, keeping the newest and the one being written.
 func (f *Flusher) boundLocked() {
 	for f.queued > f.opts.MaxBuffered && len(f.queue) > 1 {
 		iv := f.queue[0]
+		if f.writing != nil && f.writing.iv == iv {
+			iv = f.queue[1]
+			f.queue = slices.Delete(f.queue, 1, 2)
+		} else {
+			f.queue = f.queue[1:]
+		}
 		n := batchVisits(&iv.b)
-		f.queue = f.queue[1:]
 		f.queued -= len(iv.b.Counts)
 		f.dropped += uint64(n)
 		f.m.droppedVisits(n)
@@ -425,22 +542,21 @@ func (f *Flusher) boundLocked() {
 }
 
 // drain writes what waits, oldest first: the journal's batches, then the
-// queue's. It returns the first failure, or nil when nothing waits any
-// more or after budget (0: no limit) with more to write. f.mu is held for
-// each batch's move, not for the whole drain, so that reads and ticks get
-// in between.
-func (f *Flusher) drain(ctx context.Context, budget time.Duration) error {
+// queue's. It returns the first failure, or says whether more waits after
+// budget (0: no limit) ran out. Called with writeMu held; f.mu is held
+// only to pick a batch and to note its outcome, never during its Write.
+func (f *Flusher) drain(ctx context.Context, budget time.Duration) (more bool, err error) {
 	start := time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("analytics: write: %w", err)
+			return false, fmt.Errorf("analytics: write: %w", err)
 		}
 		more, err := f.writeNext(ctx)
 		if err != nil || !more {
-			return err
+			return false, err
 		}
 		if budget > 0 && time.Since(start) > budget {
-			return nil
+			return true, nil
 		}
 	}
 }
@@ -448,37 +564,131 @@ func (f *Flusher) drain(ctx context.Context, budget time.Duration) error {
 // writeNext writes the oldest batch waiting and says whether there may be
 // more.
 func (f *Flusher) writeNext(ctx context.Context) (more bool, err error) {
+	f.gate.Lock()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	defer f.noteBacklogLocked()
-	if f.j.waiting() {
-		return f.j.writeHead(func(b *Batch) error { return f.write(ctx, b) })
+	if sp := f.j; sp.waiting() {
+		rewrites := sp.rewrites
+		f.mu.Unlock()
+		f.gate.Unlock()
+		return f.writeJournalHead(ctx, sp, rewrites)
 	}
 	if len(f.queue) == 0 {
+		f.mu.Unlock()
+		f.gate.Unlock()
 		return false, nil
 	}
 	iv := f.queue[0]
-	if err := f.write(ctx, &iv.b); err != nil {
+	in := f.beginLocked(iv)
+	f.mu.Unlock()
+	f.gate.Unlock()
+	spill := time.AfterFunc(f.opts.SpillAfter, func() { f.spill(in) })
+	err = f.write(ctx, &iv.b)
+	spill.Stop()
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.noteBacklogLocked()
+	f.endLocked(in)
+	if err != nil {
 		iv.attempted = true
 		f.journalLocked()
 		f.m.setBuffered(f.queued)
 		return false, err
 	}
-	f.queue = f.queue[1:]
-	f.queued -= len(iv.b.Counts)
-	if len(f.queue) == 0 {
-		f.queue = nil
+	if len(f.queue) > 0 && f.queue[0] == iv {
+		f.queue = f.queue[1:]
+		f.queued -= len(iv.b.Counts)
+		if len(f.queue) == 0 {
+			f.queue = nil
+		}
+		f.m.setBuffered(f.queued)
+	} else {
+		// Journaled while it was written: it is the journal's head now.
+		f.j.ackBatch(&iv.b)
 	}
-	f.m.setBuffered(f.queued)
 	return true, nil
 }
 
+// writeJournalHead writes the batches of the journal's oldest record and
+// acks it, unless a fold or a drop rewrote the journal meanwhile (rewrites
+// is the spool's count of them when the record was picked): the record is
+// then written again, which the store applies once.
+func (f *Flusher) writeJournalHead(ctx context.Context, sp *spool, rewrites uint64) (more bool, err error) {
+	h, err := sp.head(rewrites)
+	f.gate.Lock()
+	f.mu.Lock()
+	if err != nil || !h.found {
+		defer f.gate.Unlock()
+		defer f.mu.Unlock()
+		return sp.headUnusable(h, err)
+	}
+	in := f.beginLocked(nil)
+	f.mu.Unlock()
+	f.gate.Unlock()
+	for i := range h.batches {
+		if err = f.write(ctx, &h.batches[i].b); err != nil {
+			break
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.noteBacklogLocked()
+	f.endLocked(in)
+	if err != nil {
+		return false, err
+	}
+	sp.ack(h)
+	f.version++
+	f.noteOutageLocked()
+	return true, nil
+}
+
+// beginLocked notes that a Write of iv (nil: the journal's head) begins.
+func (f *Flusher) beginLocked(iv *interval) *inflight {
+	in := &inflight{iv: iv, done: make(chan struct{})}
+	f.writing = in
+	f.version++
+	f.writeFrom.Store(time.Now().UnixNano())
+	return in
+}
+
+// endLocked notes that the Write in begun with in returned.
+func (f *Flusher) endLocked(in *inflight) {
+	f.writing = nil
+	f.version++
+	f.writeFrom.Store(0)
+	close(in.done)
+}
+
+// spill journals the queue, the batch being written by in included, when
+// that Write is still going on: called SpillAfter after it began.
+func (f *Flusher) spill(in *inflight) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.writing != in || len(f.queue) == 0 || f.queue[0] != in.iv {
+		return
+	}
+	in.iv.attempted = true // a store may hold part of it already
+	if f.outage.since.IsZero() {
+		f.outage = outage{since: f.opts.Now()}
+	}
+	if !f.outage.spilled {
+		f.outage.spilled = true
+		f.log.Warn("analytics: the store has not answered a write; counts are journaled while it goes on",
+			"waited", f.opts.SpillAfter, "write_timeout", f.opts.WriteTimeout)
+	}
+	f.journalLocked()
+	f.m.setBuffered(f.queued)
+	f.noteBacklogLocked()
+}
+
 // write writes b with the Active entries and marks of its counts as of
-// now, and remembers the Active entries it stored.
+// now, and remembers the Active entries it stored. Called with writeMu
+// held.
 func (f *Flusher) write(ctx context.Context, b *Batch) error {
 	now := f.opts.Now()
 	wb := *b
-	wb.Active, wb.Marks = follow(wb.Counts, now, f.plan, f.announced)
+	wb.Active, wb.Marks = follow(wb.Counts, now, f.plan, f.announce.has)
 	ctx, cancel := context.WithTimeout(ctx, f.opts.WriteTimeout)
 	defer cancel()
 	start := time.Now()
@@ -489,36 +699,85 @@ func (f *Flusher) write(ctx context.Context, b *Batch) error {
 	if err != nil {
 		return fmt.Errorf("analytics: write %d counts: %w", len(wb.Counts), err)
 	}
-	f.remember(wb.Active, now)
+	f.announce.add(wb.Active, now, f.plan)
 	return nil
 }
 
-// remember records the Active entries a write stored, and forgets those of
-// periods rolled already (a count for them now is late and gets a mark).
-func (f *Flusher) remember(as []rollup.Active, at time.Time) {
-	if at.Sub(f.forgotAt) >= f.plan.MarkPeriod() {
-		f.forgotAt = at
-		for a := range f.announced {
-			if f.expired(a, at) {
-				delete(f.announced, a)
+// announced is an Active entry that a successful write stored.
+type announced struct {
+	step   time.Duration
+	period int64 // unix seconds
+	key    string
+}
+
+// maxAnnouncedBytes bounds the memory of the Active entries a Flusher
+// remembers having stored, so that it stores each once per period rather
+// than at every flush: 32 MiB, about 400,000 links with keys of 20 bytes.
+// Past it, further entries are stored again at every flush that has their
+// link (harmless: storing one twice changes nothing).
+const maxAnnouncedBytes = 32 << 20
+
+// announcedOverhead is what an entry of announcedSet costs beyond its
+// key's bytes: the struct and its slot in the map.
+const announcedOverhead = 64
+
+// announcedSet is the Active entries a Flusher stored, bounded by bytes.
+// Entries of periods rolled already are forgotten once per marks period,
+// and the map is made anew when that leaves it much smaller, so that the
+// memory of a burst of links goes back to the runtime.
+type announcedSet struct {
+	m        map[announced]struct{}
+	bytes    int64
+	peak     int // entries at most since the map was made
+	forgotAt time.Time
+}
+
+func newAnnouncedSet() announcedSet { return announcedSet{m: make(map[announced]struct{})} }
+
+func (s *announcedSet) has(a announced) bool { _, ok := s.m[a]; return ok }
+
+// add remembers the Active entries a write stored at at, within the bound,
+// and forgets those of periods rolled already (a count for them now is
+// late and gets a mark).
+func (s *announcedSet) add(as []rollup.Active, at time.Time, plan *rollup.Plan) {
+	if at.Sub(s.forgotAt) >= plan.MarkPeriod() {
+		s.forgotAt = at
+		for a := range s.m {
+			if announcedExpired(a, at, plan) {
+				delete(s.m, a)
+				s.bytes -= int64(len(a.key)) + announcedOverhead
 			}
+		}
+		if len(s.m) < s.peak/4 { // a map never shrinks: make a smaller one
+			m := make(map[announced]struct{}, len(s.m))
+			for a := range s.m {
+				m[a] = struct{}{}
+			}
+			s.m, s.peak = m, len(m)
 		}
 	}
 	for _, a := range as {
-		if len(f.announced) >= maxAnnounced {
+		cost := int64(len(a.Key)) + announcedOverhead
+		if s.bytes+cost > maxAnnouncedBytes {
 			return
 		}
-		f.announced[announced{a.Step, a.Period.Unix(), a.Key}] = struct{}{}
+		k := announced{a.Step, a.Period.Unix(), a.Key}
+		if _, ok := s.m[k]; !ok {
+			s.m[k] = struct{}{}
+			s.bytes += cost
+		}
 	}
+	s.peak = max(s.peak, len(s.m))
 }
 
-// expired says whether the period of a ended more than the grace before at.
-func (f *Flusher) expired(a announced, at time.Time) bool {
-	span := f.plan.MarkPeriod()
-	if i, ok := f.plan.Level(a.step); ok && a.step != rollup.MarksQueue {
-		span = f.plan.Batch(i)
+// announcedExpired says whether the period of a ended more than the grace
+// before at.
+func announcedExpired(a announced, at time.Time, plan *rollup.Plan) bool {
+	span := plan.MarkPeriod()
+	if i, ok := plan.Level(a.step); ok && a.step != rollup.MarksQueue {
+		span = plan.Batch(i)
 	}
-	return time.Unix(a.period, 0).Add(span + f.plan.Grace()).Before(at)
+	return time.Unix(a.period, 0).Add(span + plan.Grace()).Before(at)
 }
 
 // pending is the counts of one interval taken from the recorder, per link
@@ -669,7 +928,7 @@ func mergeCounts(cs []Count) []Count {
 // now (see Batch): an Active entry for each (link, period of the next
 // tier) not in done, or a Mark on the coarser bucket of a count that comes
 // after its period may have been rolled. counts are sorted by link.
-func follow(counts []Count, now time.Time, plan *rollup.Plan, done map[announced]struct{}) (active []rollup.Active, marks []rollup.Mark) {
+func follow(counts []Count, now time.Time, plan *rollup.Plan, done func(announced) bool) (active []rollup.Active, marks []rollup.Mark) {
 	tiers := plan.Tiers()
 	// A link's counts fall in a few periods: its entries and marks are
 	// told apart from those already made for it by a scan of the few made
@@ -698,7 +957,7 @@ func follow(counts []Count, now time.Time, plan *rollup.Plan, done map[announced
 		if slices.ContainsFunc(active[linkActive:], func(x rollup.Active) bool { return x.Step == a.step && x.Period.Unix() == a.period }) {
 			continue
 		}
-		if _, ok := done[a]; !ok {
+		if !done(a) {
 			active = append(active, rollup.Active{Step: a.step, Period: time.Unix(a.period, 0).UTC(), Key: key})
 		}
 	}

@@ -34,25 +34,44 @@ type Reader struct {
 	store *rollup.Reader
 }
 
+// readWait bounds how long a read waits for a Write in progress to return
+// before it copies the unsaved counts: a store may show part of a batch
+// before its Write returns, which the read would count twice. A store
+// that takes longer hangs, and the read goes on without it.
+const readWait = 100 * time.Millisecond
+
+// readTries is how many times a read tries to read the store while no
+// count moves (no Write begins or returns, the journal is not acked or
+// folded). The last try keeps Writes from beginning while it reads (see
+// Flusher.gate): a read cannot lose to a writer that writes back to back
+// (a replay) forever.
+const readTries = 4
+
 // Reader returns a Reader that answers from store exactly, as a
-// rollup.Reader does, plus the counts f has not written yet: those still in the recorder
-// and those kept from failed writes (Flusher.unsaved). So a visit shows up
-// at once, not only after the next flush.
+// rollup.Reader does, plus the counts f has not written yet: those still
+// in the recorder and those kept from failed writes, in memory or in the
+// journal. So a visit shows up at once, not only after the next flush.
 //
-// A read holds f's lock for reading while it reads the recorder, the
-// queued batches, the journal and the store; a flush holds it for writing from taking the
-// recorder's counts until its Write returned and the written counts left
-// memory. So a read sees each count in one place only — before a flush's
-// Write or after it, never both or neither — at the price of waiting for a
-// Write in progress. What a read cannot see: a journal left by an earlier
-// run before the flush loop has opened it, and the part a failed Write may
-// have applied before its retry (a store can be ahead until then; the stores' idempotent
-// retries keep the stored result right).
+// A read never holds up a flush, nor a flush a read, however long the
+// store takes: the read copies what it needs of the counts in memory, and
+// the bounds of the journal's part, under f's lock, which moves of counts
+// hold only briefly and a store's Write never, then reads the store and
+// scans the journal without it, and starts again (up to readTries times)
+// when f says counts moved between the store and the unsaved places
+// meanwhile; its last try keeps new Writes from beginning while it reads
+// (a replay writing back to back would otherwise always move counts), for
+// as long as the read takes, which its context bounds. So it sees each
+// count in one place only, never in both or neither. What it cannot see: a journal left by an earlier run before the
+// flush loop has opened it; and a Write still going on past readWait (a
+// store that hangs) may have applied part of its batch, which a read then
+// counts twice until it returns, as it may when a failed Write applied
+// part of a batch before its retry (the stores' idempotent retries keep
+// the stored result right).
 //
 // When the store cannot be read, Points and Total return the unsaved
 // counts alone (Points only the buckets holding some) with an error
 // matching ErrUnsavedOnly: less than the truth, but not nothing, and
-// read under the same lock, so still never a count twice.
+// never a count twice.
 func (f *Flusher) Reader(store rollup.Source) *Reader {
 	return &Reader{f, rollup.NewReader(store, f.plan)}
 }
@@ -61,39 +80,46 @@ func (f *Flusher) Reader(store rollup.Source) *Reader {
 // Start lies in [from, to), in time order; buckets without visits may be
 // left out. See Flusher.Reader for its errors.
 func (r *Reader) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]Point, error) {
-	r.f.mu.RLock()
-	defer r.f.mu.RUnlock()
-	pts, err := r.store.Points(ctx, key, step, from, to)
-	mem := r.unsavedPoints(key, step, from, to)
-	if err != nil {
-		pts = nil
+	for try := 1; ; try++ {
+		last := r.f.lastTry(try)
+		v := r.f.view(ctx, key)
+		pts, err := r.store.Points(ctx, key, step, from, to)
+		last()
+		if try < readTries && ctx.Err() == nil && r.f.moved(v) {
+			continue
+		}
+		mem := make(map[int64]Visits)
+		// A count kept in a tier coarser than step (folded at the
+		// journal's cap) cannot be split into step's buckets: left out.
+		r.f.scan(v, func(s time.Duration, start time.Time, c Visits) {
+			if step < s {
+				return
+			}
+			if b := rollup.Align(start, step); !b.Before(from) && b.Before(to) {
+				mem[b.Unix()] = mem[b.Unix()].Add(c)
+			}
+		})
+		if err != nil {
+			pts = nil
+		}
+		if len(mem) > 0 {
+			pts = mergePoints(pts, mem)
+		}
+		if err != nil {
+			return pts, unsavedOnly{err}
+		}
+		return pts, nil
 	}
-	if len(mem) > 0 {
-		pts = mergePoints(pts, mem)
-	}
-	if err != nil {
-		return pts, unsavedOnly{err}
-	}
-	return pts, nil
 }
 
-// unsavedPoints returns key's unsaved counts by the start of their bucket
-// of step, for the buckets starting in [from, to). A count kept in a tier
-// coarser than step (folded at the journal's cap) cannot be split into step's
-// buckets and is left out. Call it with f.mu held.
-func (r *Reader) unsavedPoints(key string, step time.Duration, from, to time.Time) map[int64]Visits {
-	mem := make(map[int64]Visits)
-	r.f.unsaved(key, func(s time.Duration, start time.Time, v Visits) {
-		if step < s {
-			return
-		}
-		b := rollup.Align(start, step)
-		if b.Before(from) || !b.Before(to) {
-			return
-		}
-		mem[b.Unix()] = mem[b.Unix()].Add(v)
-	})
-	return mem
+// lastTry holds back the beginning of Writes when try is a read's last,
+// until the func it returns is called.
+func (f *Flusher) lastTry(try int) (done func()) {
+	if try < readTries {
+		return func() {}
+	}
+	f.gate.RLock()
+	return f.gate.RUnlock
 }
 
 // mergePoints adds mem's counts to the points of their buckets in pts,
@@ -118,15 +144,21 @@ func mergePoints(pts []Point, mem map[int64]Visits) []Point {
 
 // Total returns key's all-time visits. See Flusher.Reader for its errors.
 func (r *Reader) Total(ctx context.Context, key string) (Visits, error) {
-	r.f.mu.RLock()
-	defer r.f.mu.RUnlock()
-	v, err := r.store.Total(ctx, key)
-	if err != nil {
-		v = Visits{}
+	for try := 1; ; try++ {
+		last := r.f.lastTry(try)
+		v := r.f.view(ctx, key)
+		total, err := r.store.Total(ctx, key)
+		last()
+		if try < readTries && ctx.Err() == nil && r.f.moved(v) {
+			continue
+		}
+		if err != nil {
+			total = Visits{}
+		}
+		r.f.scan(v, func(_ time.Duration, _ time.Time, c Visits) { total = total.Add(c) })
+		if err != nil {
+			return total, unsavedOnly{err}
+		}
+		return total, nil
 	}
-	r.f.unsaved(key, func(_ time.Duration, _ time.Time, c Visits) { v = v.Add(c) })
-	if err != nil {
-		return v, unsavedOnly{err}
-	}
-	return v, nil
 }

@@ -1,6 +1,9 @@
 package analytics
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // StoreState is what a store says of itself: whether it can be used now
 // and, when not, why. The embedded and Cassandra stores report it the same
@@ -61,27 +64,32 @@ type Health struct {
 }
 
 // health derives the state from what the store says of itself and the
-// error of the flusher's last write (nil when it succeeded or none was
-// made).
-func health(st StoreState, lastWrite error) Health {
+// flusher's writeProblem.
+func health(st StoreState, writes string) Health {
 	switch {
 	case st.Err != nil && !st.Open && st.Attempts == 0:
 		return Health{State: StateStarting, Reason: st.Err.Error()}
 	case st.Err != nil:
 		return Health{State: StateDegraded, Reason: st.Err.Error()}
-	case lastWrite != nil:
-		return Health{State: StateDegraded, Reason: "the last write to the store failed: " + lastWrite.Error()}
+	case writes != "":
+		return Health{State: StateDegraded, Reason: writes}
 	}
 	return Health{State: StateOK}
 }
 
-// lastWriteErr returns the error of f's last write to the store, nil when
-// it succeeded or none was made. It does not wait for a write in progress.
-func (f *Flusher) lastWriteErr() error {
+// writeProblem says why f's writes to the store do not go well: the last
+// one failed, or one has gone on for longer than SpillAfter (a store that
+// hangs); "" when neither. It never waits.
+func (f *Flusher) writeProblem() string {
 	if p := f.writeErr.Load(); p != nil {
-		return *p
+		return "the last write to the store failed: " + (*p).Error()
 	}
-	return nil
+	if from := f.writeFrom.Load(); from != 0 {
+		if d := time.Since(time.Unix(0, from)); d > f.opts.SpillAfter {
+			return fmt.Sprintf("the store has not answered a write for %v", d.Round(time.Second/10))
+		}
+	}
+	return ""
 }
 
 // setWriteErr records the outcome of a write to the store.

@@ -141,7 +141,7 @@ func (p *Pipeline) state() Health {
 	if s, ok := p.store.(stater); ok {
 		st = s.State()
 	}
-	return health(st, p.fl.lastWriteErr())
+	return health(st, p.fl.writeProblem())
 }
 
 // Flush writes what is in memory now, without waiting for the next tick.

@@ -55,9 +55,10 @@ type spool struct {
 	m        *Metrics
 	log      *slog.Logger
 
-	records int       // records not acked (-1 until surveyed: unknown)
-	oldest  time.Time // the oldest bucket start of the head record, zero when unknown or none
-	dropped uint64    // visits dropped at the cap since the start
+	records  int       // records not acked (-1 until surveyed: unknown)
+	oldest   time.Time // the oldest bucket start of the head record, zero when unknown or none
+	dropped  uint64    // visits dropped at the cap since the start
+	rewrites uint64    // folds and drops so far: each changes which records are at the head
 }
 
 // openSpool opens (creating it if needed) the spool's journal in dir,
@@ -284,6 +285,7 @@ func (sp *spool) fold(level int) error {
 	if sp.records >= 0 {
 		sp.records = max(sp.records-folded+1, 1)
 	}
+	sp.rewrites++
 	sp.report()
 	return nil
 }
@@ -358,6 +360,7 @@ func (sp *spool) dropOldest() error {
 		sp.records = max(sp.records-records, 0)
 	}
 	sp.oldest = time.Time{}
+	sp.rewrites++
 	sp.dropped += uint64(visits)
 	sp.m.droppedVisits(visits)
 	sp.report()
@@ -366,64 +369,105 @@ func (sp *spool) dropOldest() error {
 	return nil
 }
 
-// writeHead writes the oldest record's batches with write and acks the
-// record once all are written.
-func (sp *spool) writeHead(write func(*Batch) error) (more bool, err error) {
-	var end journal.Pos
-	var bs []interval
-	found := false
-	err = sp.j.Scan(sp.j.Acked(), func(e journal.Pos, rec []byte) error {
-		end, found = e, true
-		bs, err = decodeRecord(rec) // copies: rec is valid during the callback only
-		if err != nil {
-			return err
-		}
+// spoolHead is the journal's oldest record, read by head.
+type spoolHead struct {
+	found    bool
+	end      journal.Pos
+	batches  []interval
+	rewrites uint64 // the spool's rewrites when the record was picked
+}
+
+// head reads the oldest record not acked. It reads the journal only (a
+// Scan is safe with appends, acks and folds), so the Flusher calls it
+// without its lock; rewrites is the spool's count of them then, which ack
+// compares. A record that cannot be decoded is returned found, with the
+// error.
+func (sp *spool) head(rewrites uint64) (spoolHead, error) {
+	h := spoolHead{rewrites: rewrites}
+	var derr error
+	err := sp.j.Scan(sp.j.Acked(), func(e journal.Pos, rec []byte) error {
+		h.end, h.found = e, true
+		h.batches, derr = decodeRecord(rec) // copies: rec is valid during the callback only
 		return errStopScan
 	})
 	if err != nil && err != errStopScan {
-		if found { // undecodable: set aside, or it would stop every later write
-			sp.log.Error("analytics: journal: record unreadable, skipped", "err", err)
-			if aerr := sp.j.Ack(end); aerr != nil {
-				return false, fmt.Errorf("analytics: journal: %w", aerr)
-			}
-			sp.records = max(sp.records-1, 0)
-			return true, nil
-		}
-		return false, fmt.Errorf("analytics: journal: %w", err)
+		return h, fmt.Errorf("analytics: journal: %w", err)
 	}
-	if !found {
+	return h, derr
+}
+
+// headUnusable handles a head that cannot be written: none (the journal is
+// empty after all), or one that cannot be decoded, which is set aside, or
+// it would stop every later write. It says whether more may wait. Called
+// under the Flusher's lock.
+func (sp *spool) headUnusable(h spoolHead, err error) (more bool, _ error) {
+	if !h.found {
+		if err != nil {
+			return false, err
+		}
 		sp.records, sp.oldest = 0, time.Time{}
 		sp.report()
 		return false, nil
 	}
-	if len(bs) > 0 {
-		sp.oldest = batchOldest(&bs[0].b)
+	sp.log.Error("analytics: journal: record unreadable, skipped", "err", err)
+	if aerr := sp.j.Ack(h.end); aerr != nil {
+		return false, fmt.Errorf("analytics: journal: %w", aerr)
 	}
-	for i := range bs {
-		if err := write(&bs[i].b); err != nil {
-			return false, err
-		}
+	sp.records = max(sp.records-1, 0)
+	sp.report()
+	return true, nil
+}
+
+// ack acks the record head read, now written, unless a fold or a drop
+// rewrote the journal's head since: it is then written again later (the
+// store applies it once). Called under the Flusher's lock.
+func (sp *spool) ack(h spoolHead) {
+	if sp.rewrites != h.rewrites {
+		return
 	}
-	if err := sp.j.Ack(end); err != nil {
-		return false, fmt.Errorf("analytics: journal: %w", err)
+	if err := sp.j.Ack(h.end); err != nil {
+		sp.log.Error("analytics: journal: ack failed; the record will be written again", "err", err)
+		return
 	}
 	if sp.records > 0 {
 		sp.records--
 	}
 	sp.oldest = time.Time{}
-	sp.m.replayed(len(bs))
+	sp.m.replayed(len(h.batches))
 	sp.report()
-	return true, nil
 }
 
-// each calls fn with every count of key in the journal, streaming.
-func (sp *spool) each(key string, fn func(step time.Duration, start time.Time, v Visits)) error {
+// ackBatch acks the journal's head record when it is b alone: a batch
+// journaled while its Write went on, which then succeeded. Called under
+// the Flusher's lock.
+func (sp *spool) ackBatch(b *Batch) {
 	if !sp.waiting() {
-		return nil
+		return
 	}
-	return sp.j.Scan(sp.j.Acked(), func(_ journal.Pos, rec []byte) error {
+	h, err := sp.head(sp.rewrites)
+	if err != nil || !h.found || len(h.batches) != 1 {
+		return
+	}
+	if hb := h.batches[0].b; hb.Writer != b.Writer || hb.Seq != b.Seq || hb.FirstSeq() != b.FirstSeq() {
+		return
+	}
+	sp.ack(h)
+}
+
+// eachIn calls fn with every count of key in the records of the journal
+// after from and up to to, streaming: what a Reader copied the bounds of
+// under the Flusher's lock, scanned without it.
+func (sp *spool) eachIn(from, to journal.Pos, key string, fn func(step time.Duration, start time.Time, v Visits)) error {
+	err := sp.j.Scan(from, func(end journal.Pos, rec []byte) error {
+		if to.Less(end) {
+			return errStopScan
+		}
 		return scanRecord(rec, key, fn)
 	})
+	if err == errStopScan {
+		return nil
+	}
+	return err
 }
 
 // Close closes the journal's files.

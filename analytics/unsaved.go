@@ -1,31 +1,83 @@
 package analytics
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/linkgate/linkgate/journal"
 )
 
-// unsaved calls each with every count of key not in the store yet: those
-// in the recorder (per minute), in the batches queued in memory and in the
-// journal (streamed from disk: memory stays bounded, and a read during an
-// outage pays a scan of the journal). Called with f.mu held for reading,
-// so that no count moves meanwhile: each is seen in exactly one place.
-// Steps are those of the tiers the counts are in (a fold or an old count
-// puts some in a coarser tier); starts are UTC bucket starts.
-func (f *Flusher) unsaved(key string, each func(step time.Duration, start time.Time, v Visits)) {
+// view is what a read copied, under f.mu, of the counts of one key that
+// are not in the store yet: those in memory, and the bounds of the
+// journal's records to scan for the rest.
+type view struct {
+	key      string
+	counts   []Count // in the recorder (per minute) and in the queue
+	j        *spool  // nil: nothing waits in the journal
+	from, to journal.Pos
+	version  uint64
+	busy     bool // a Write was in progress when v was copied
+}
+
+// view copies what a read of key needs of the unsaved counts. A Write in
+// progress is waited for up to readWait (see Reader).
+func (f *Flusher) view(ctx context.Context, key string) view {
+	f.mu.Lock()
+	if in := f.writing; in != nil {
+		f.mu.Unlock()
+		t := time.NewTimer(readWait)
+		select {
+		case <-in.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		f.mu.Lock()
+	}
+	defer f.mu.Unlock()
+	v := view{key: key, version: f.version, busy: f.writing != nil}
 	f.rec.visits(key, func(c minuteCount) {
-		each(time.Minute, time.Unix(c.minute*60, 0).UTC(), c.Visits)
+		v.counts = append(v.counts, Count{Key: key, Step: time.Minute, Start: time.Unix(c.minute*60, 0).UTC(), Visits: c.Visits})
 	})
 	for _, iv := range f.queue {
 		cs := iv.b.Counts // sorted by key
 		i, _ := slices.BinarySearchFunc(cs, key, func(c Count, k string) int { return strings.Compare(c.Key, k) })
 		for ; i < len(cs) && cs[i].Key == key; i++ {
-			each(cs[i].Step, cs[i].Start, cs[i].Visits)
+			v.counts = append(v.counts, cs[i])
 		}
 	}
-	if err := f.j.each(key, each); err != nil {
-		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", key, "err", err)
+	if f.j.waiting() {
+		v.j, v.from, v.to = f.j, f.j.j.Acked(), f.j.j.End()
+	}
+	return v
+}
+
+// moved says whether counts may have moved between the store and the
+// unsaved places since v was copied, so that a store read made meanwhile
+// may hold some of v's counts, or miss some: a Write began or returned, or
+// was in progress then (its batch may be in the store in part).
+func (f *Flusher) moved(v view) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return v.busy || f.version != v.version
+}
+
+// scan calls each with every count of v, those in the journal streamed
+// from disk without f.mu (memory stays bounded; a read during an outage
+// pays a scan of the journal). Steps are those of the tiers the counts
+// are in (a fold or an old count puts some in a coarser tier); starts are
+// UTC bucket starts.
+func (f *Flusher) scan(v view, each func(step time.Duration, start time.Time, c Visits)) {
+	for _, c := range v.counts {
+		each(c.Step, c.Start, c.Visits)
+	}
+	if v.j == nil {
+		return
+	}
+	if err := v.j.eachIn(v.from, v.to, v.key, each); err != nil {
+		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", v.key, "err", err)
 	}
 }
 
@@ -45,7 +97,7 @@ func (f *Flusher) backlog() (journalBytes int64, oldest time.Time, dropped uint6
 }
 
 // noteBacklogLocked updates what backlog reports. Called with f.mu held
-// for writing whenever batches move.
+// whenever batches move.
 func (f *Flusher) noteBacklogLocked() {
 	var oldest time.Time
 	if f.j != nil {
