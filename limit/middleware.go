@@ -34,7 +34,11 @@ import (
 // 413 (body over identity.max_body_bytes) or 415 (a media type, charset or
 // Content-Encoding the gateway cannot read) with a problem body naming the
 // rule and what could not be read; skip passes the request on uncounted;
-// key_by_ip checks and counts it by client address.
+// key_by_ip checks and counts it by client address. A body that cannot be
+// read at all is answered whatever the policy, shadow mode included: 408
+// when it arrives too slowly (server.body_timeout, read_timeout), 400 when
+// it is malformed. Answers that leave the body unread (408, 413, 400 for a
+// malformed body) close the connection, so that they go out at once.
 //
 // What each on_store_error policy answers while the store fails: allow
 // passes the request on to next, uncounted by the failing rule, so the
@@ -194,7 +198,9 @@ func (l *Limiter) reject(w http.ResponseWriter, ru *rule, v verdict) {
 func (l *Limiter) unreadable(w http.ResponseWriter, ru *rule, f *features, now time.Time) (value string, ok, answered bool) {
 	u := f.emailErr
 	policy := ru.OnUnreadable
-	if policy == "" {
+	if policy == "" || u.broken {
+		// A body that cannot be read at all cannot go on to the upstream
+		// either, whatever the policy: it is answered here.
 		policy = OnUnreadableReject
 	}
 	if policy == OnUnreadableKeyByIP {
@@ -210,8 +216,11 @@ func (l *Limiter) unreadable(w http.ResponseWriter, ru *rule, f *features, now t
 		l.log.Info("limit: cannot tell the email of a request", "rule", ru.Name, "reason", u.reason,
 			"status", u.status, "policy", policy, "shadow", ru.Shadow, "suppressed", n)
 	}
-	if policy != OnUnreadableReject || ru.Shadow {
+	if policy != OnUnreadableReject || ru.Shadow && !u.broken {
 		return value, ok, false
+	}
+	if u.close {
+		w.Header().Set("Connection", "close")
 	}
 	problem.WriteDetails(w, problem.Details{
 		Status: u.status,
@@ -232,6 +241,7 @@ type features struct {
 	emailErr          *unreadable // the email cannot be told
 	userDone          bool
 	emailDone         bool
+	body              requestBody // read once for every reader of the body
 }
 
 func (f *features) client() {
@@ -260,11 +270,19 @@ func (f *features) get(k Feature) (string, bool) {
 	case Email:
 		if !f.emailDone {
 			f.emailDone = true
-			f.email, f.emailErr = f.l.id.emails.email(f.r)
+			f.email, f.emailErr = f.l.id.emails.emailIn(f.r, f.requestBody())
 		}
 		return f.email, f.email != ""
 	}
 	return "", false
+}
+
+// requestBody returns the request's body as the limiter reads it.
+func (f *features) requestBody() *requestBody {
+	if f.body.r == nil {
+		f.body = requestBody{r: f.r, max: f.l.id.emails.maxBody}
+	}
+	return &f.body
 }
 
 // storePolicy names on_store_error for the log.
