@@ -35,7 +35,7 @@ type Proxy struct {
 	transport *http.Transport
 	dialer    *net.Dialer
 	trust     *forwarded.Trust
-	identity  []string // headers that reach the upstream only from a trusted proxy
+	headers   forwarded.Policy // which of the client's headers reach the upstream
 	m         *Metrics
 	log       *slog.Logger
 	opened    atomic.Int64
@@ -61,7 +61,7 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 		pool:         newPool(plan.targets, m),
 		dialer:       &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		trust:        plan.trust,
-		identity:     plan.identity,
+		headers:      plan.headers,
 		m:            m,
 		log:          log,
 		checkPath:    cfg.HealthCheck.Path,
@@ -194,7 +194,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = in.Host
 	// Who the client is, and which of its headers are believed, is decided
 	// by forwarded alone: the limiter asks the same Trust.
-	p.trust.SetHeaders(out.Header, in, p.identity)
+	p.trust.SetHeaders(out.Header, in, p.headers)
 }
 
 // handleError answers a request the upstream did not: 502 when no target
