@@ -98,8 +98,14 @@ func newEmailReader(fields []string, maxBody int64, folds []string) emailReader 
 // (Unicode simple folding: "EMAIL" and "Email" are "email"), for every kind
 // of body: Go's form values are case-sensitive, but other stacks bind form
 // fields case-insensitively, and a key the gateway matches too eagerly can
-// only add a value to compare, never hide one.
+// only add a value to compare, never hide one. For the same reason a key
+// with brackets is the field before them: PHP, Rails and Node's qs read
+// "email[]=V" and "email[0]=V" as a list (or map) holding V, which an
+// upstream may take as the email.
 func (er *emailReader) isField(key string) bool {
+	if i := strings.IndexByte(key, '['); i > 0 {
+		key = key[:i]
+	}
 	var buf [32]byte
 	k := appendFoldedKey(buf[:0], key)
 	for _, f := range er.keys {
