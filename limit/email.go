@@ -465,7 +465,9 @@ func (s *emailSet) addValues(er *emailReader, vs url.Values, where string) *unre
 // no email (the upstream finds none either). A value with control
 // characters or bytes that are not UTF-8 is unreadable: a NUL may end the
 // string in the upstream's database driver, and bytes that are not UTF-8
-// are read differently by every stack.
+// are read differently by every stack. So is a value that normalizes to
+// nothing (combining marks or invisible characters alone): the upstream
+// reads a value where the gateway would count none.
 func (s *emailSet) add(er *emailReader, raw, where string) *unreadable {
 	v := strings.TrimSpace(raw)
 	if v == "" {
@@ -476,7 +478,7 @@ func (s *emailSet) add(er *emailReader, raw, where string) *unreadable {
 	}
 	n := er.normalize(v)
 	if n == "" {
-		return nil
+		return badRequest("an email field in the %s holds nothing but marks or invisible characters", where)
 	}
 	switch {
 	case s.email == "":

@@ -97,6 +97,8 @@ func TestEmailShapes(t *testing.T) {
 		{name: "query email[] and body email disagree", query: "email[]=b%40example.com", body: "email=a%40example.com", hdr: []string{"Content-Type", form}, status: 400},
 		{name: "multipart, email[]", body: "--b\r\nContent-Disposition: form-data; name=\"email[]\"\r\n\r\na@example.com\r\n--b--\r\n", hdr: []string{"Content-Type", "multipart/form-data; boundary=b"}, want: "a@example.com"},
 		{name: "json, email[] key", body: `{"email[]":"a@example.com"}`, hdr: []string{"Content-Type", js}, want: "a@example.com"},
+		{name: "json, a combining mark alone", body: `{"email":"\u07B0"}`, hdr: []string{"Content-Type", js}, status: 400},
+		{name: "form, a zero-width space alone", body: "email=%E2%80%8B", hdr: []string{"Content-Type", form}, status: 400},
 		{name: "form, x[email] is not the field", body: "x[email]=a%40example.com", hdr: []string{"Content-Type", form}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
