@@ -74,10 +74,14 @@ func isOverrideKey(k string) bool {
 	return strings.EqualFold(k, overrideField)
 }
 
-// addMethod adds v, a method an override names, to ms, upper-cased.
+// addMethod adds the methods v names to ms, upper-cased: one, or several
+// joined by commas (a header sent twice may reach a stack joined, and
+// which one it takes is its own choice).
 func addMethod(ms []string, v string) []string {
-	if v = strings.ToUpper(strings.TrimSpace(v)); v != "" {
-		ms = append(ms, v)
+	for m := range strings.SplitSeq(v, ",") {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			ms = append(ms, m)
+		}
 	}
 	return ms
 }

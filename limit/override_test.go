@@ -21,6 +21,7 @@ func TestOverrides(t *testing.T) {
 		{name: "none", query: "utm_source=x&a=b"},
 		{name: "X-HTTP-Method-Override", hdr: []string{"X-HTTP-Method-Override", " post "}, want: []string{"POST"}},
 		{name: "X-Method-Override and X-HTTP-Method", hdr: []string{"X-Method-Override", "PUT", "X-HTTP-Method", "DELETE"}, want: []string{"DELETE", "PUT"}},
+		{name: "joined by a comma", hdr: []string{"X-HTTP-Method-Override", "PATCH, post"}, want: []string{"PATCH", "POST"}},
 		{name: "_method in the query", query: "a=1&_method=patch", want: []string{"PATCH"}},
 		{name: "_METHOD in the query", query: "_METHOD=POST", want: []string{"POST"}},
 		{name: "encoded key", query: "%5Fmethod=POST&%5f%6Dethod=PUT", want: []string{"POST", "PUT"}},
