@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -225,6 +226,41 @@ func TestSetHeaders(t *testing.T) {
 				t.Errorf("outgoing headers (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestEveryNamedHeader: each header the README's Security table names, as
+// the README spells it, is removed from everyone, or passed on from a
+// trusted proxy only.
+func TestEveryNamedHeader(t *testing.T) {
+	removed := []string{
+		"X-Client-IP", "Client-IP", "True-Client-IP", "CF-Connecting-IP", "CF-Connecting-IPv6", "CF-Pseudo-IPv4",
+		"Fastly-Client-IP", "X-Cluster-Client-IP", "X-Original-Forwarded-For", "X-Forwarded", "Forwarded-For",
+		"X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "X-AppEngine-User-IP", "X-Envoy-External-Address", "Forwarded",
+		"X-Original-URL", "X-Rewrite-URL", "X-Original-URI",
+	}
+	fromProxy := []string{
+		"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Prefix", "X-Forwarded-Uri", "X-Forwarded-Scheme",
+		"X-Forwarded-Ssl", "X-Forwarded-Protocol", "X-Url-Scheme", "Front-End-Https", "X-Host", "X-Original-Host",
+		"X-Forwarded-User", "X-Forwarded-Email", "X-Forwarded-Preferred-Username", "X-Forwarded-Groups",
+		"X-Forwarded-Access-Token", "X-Auth-Request-User", "X-Auth-Request-Email", "X-Auth-Request-Preferred-Username",
+		"X-Auth-Request-Groups", "X-Auth-Request-Access-Token", "X-Remote-User", "Remote-User", "X-Forwarded-Client-Cert",
+		"X-Client-Cert", "X-SSL-Client-Cert", "SSL-Client-Cert", "X-Client-Verify", "X-SSL-Client-Verify",
+		"X-SSL-Client-DN", "X-SSL-Client-S-DN",
+	}
+	tr := mustParse(t, "127.0.0.1")
+	pol := forwarded.NewPolicy(nil, false)
+	for _, peer := range []string{"127.0.0.1:1", "192.0.2.1:1"} {
+		trusted := peer == "127.0.0.1:1"
+		for _, h := range append(removed, fromProxy...) {
+			r := request(peer, h, "x")
+			out := r.Header.Clone()
+			tr.SetHeaders(out, r, pol)
+			want := trusted && slices.Contains(fromProxy, h)
+			if got := out.Get(h) == "x"; got != want {
+				t.Errorf("%s from %s: passed on %v, want %v", h, peer, got, want)
+			}
+		}
 	}
 }
 
