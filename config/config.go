@@ -64,6 +64,11 @@ type Server struct {
 	TrustedProxies    []string      `yaml:"trusted_proxies"`  // CIDRs or addresses allowed to set X-Forwarded-For / X-Real-IP
 	AccessLog         bool          `yaml:"access_log"`
 	AllowMethods      []string      `yaml:"allow_methods"` // TRACE, CONNECT: proxied only when listed here
+	// UnderscoresInHeaders passes request headers whose names hold '_' on
+	// to the upstream (but never one an upstream reading '_' as '-' would
+	// take for a header the gateway sets, removes or routes by); false, the
+	// default, drops them, as nginx's underscores_in_headers off does.
+	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
 }
 
 // Admin is the operator's listener.

@@ -11,6 +11,12 @@
 // (server.trusted_proxies). Addresses are compared unmapped: an
 // IPv4-mapped IPv6 address or prefix (::ffff:10.0.0.0/104) means the IPv4
 // one (10.0.0.0/8), whichever way a peer or an entry is written.
+//
+// What the upstream is told is decided here too (SetHeaders): the client
+// as Client decides it, and none of the client's own claims of an address,
+// a URL or an identity that an upstream might believe, unless a trusted
+// proxy made them; header names with '_', which CGI-style servers read as
+// '-', are dropped as nginx drops them (Policy).
 package forwarded
 
 import (
@@ -206,28 +212,155 @@ func parseEntry(s string) (netip.Addr, error) {
 	return netip.Addr{}, errBadEntry
 }
 
+// Policy is what SetHeaders does with the headers a client sent besides
+// those it writes itself. The zero Policy removes no user header and drops
+// every header whose name holds '_'. A Policy is immutable; build one with
+// NewPolicy.
+type Policy struct {
+	identity    []string // canonical names
+	underscores bool
+}
+
+// NewPolicy returns the Policy that removes the headers named in identity
+// (identity.user_header) unless the peer is a trusted proxy, and passes on
+// header names that hold '_' when underscores is true
+// (server.underscores_in_headers; false drops them, as nginx does by
+// default).
+func NewPolicy(identity []string, underscores bool) Policy {
+	p := Policy{underscores: underscores}
+	for _, h := range identity {
+		p.identity = append(p.identity, http.CanonicalHeaderKey(h))
+	}
+	return p
+}
+
+// Equal reports whether p and q treat every request alike.
+func (p Policy) Equal(q Policy) bool {
+	return p.underscores == q.underscores && slices.Equal(p.identity, q.identity)
+}
+
+// A headerClass is how SetHeaders treats a client's header (see
+// headerClasses); the zero class passes it on.
+type headerClass uint8
+
+const (
+	passed headerClass = iota
+	// removed: written by SetHeaders itself, or a statement of the client's
+	// address or of the request's URL. The upstream learns the client from
+	// X-Forwarded-For and X-Real-IP alone, which SetHeaders writes from the
+	// one decision Client makes, and is routed by the request line the
+	// limiter matched: any other claim is removed, whoever sent it.
+	removed
+	// fromProxy: forwarding details and identities that a trusted proxy
+	// vouches for (the port or path prefix it was reached on, the user an
+	// authenticating proxy logged in, a client certificate): passed on from
+	// a trusted proxy, removed from anyone else.
+	fromProxy
+	// framing: headers the upstream frames or routes the request by; they
+	// pass as they are, but never in a spelling with '_'.
+	framing
+)
+
+// headerClasses is the class of every header SetHeaders does not simply
+// pass on, by canonical name. The lists name the headers common servers,
+// frameworks and libraries read a client address, a scheme, host, port or
+// prefix, a user or a URL from (Rack, Symfony, Spring's
+// ForwardedHeaderFilter, ASP.NET's forwarded headers, the request-ip npm
+// package, PHP's HTTP_CLIENT_IP idiom, oauth2-proxy, Envoy, IIS).
+var headerClasses = map[string]headerClass{
+	// Written by SetHeaders.
+	"X-Forwarded-For": removed, "X-Forwarded-Proto": removed, "X-Forwarded-Host": removed, "X-Real-Ip": removed,
+	// RFC 7239: nothing here maintains it, so a copy would misstate the chain.
+	"Forwarded": removed,
+	// The client's address, as other hops and vendors name it.
+	"X-Client-Ip": removed, "Client-Ip": removed, "True-Client-Ip": removed, "Cf-Connecting-Ip": removed,
+	"Cf-Connecting-Ipv6": removed, "Cf-Pseudo-Ipv4": removed, "Fastly-Client-Ip": removed,
+	"X-Cluster-Client-Ip": removed, "X-Original-Forwarded-For": removed, "X-Forwarded": removed,
+	"Forwarded-For": removed, "X-Originating-Ip": removed, "X-Remote-Ip": removed, "X-Remote-Addr": removed,
+	"X-Appengine-User-Ip": removed, "X-Envoy-External-Address": removed,
+	// A URL that replaces the request line's (IIS, Symfony, Zend).
+	"X-Original-Url": removed, "X-Rewrite-Url": removed, "X-Original-Uri": removed,
+	// How a trusted proxy was reached.
+	"X-Forwarded-Port": fromProxy, "X-Forwarded-Server": fromProxy, "X-Forwarded-Prefix": fromProxy,
+	"X-Forwarded-Uri": fromProxy, "X-Forwarded-Scheme": fromProxy, "X-Forwarded-Ssl": fromProxy,
+	"X-Forwarded-Protocol": fromProxy, "X-Url-Scheme": fromProxy, "Front-End-Https": fromProxy,
+	"X-Host": fromProxy, "X-Original-Host": fromProxy,
+	// Who an authenticating proxy logged in, and client certificates.
+	"X-Forwarded-User": fromProxy, "X-Forwarded-Email": fromProxy, "X-Forwarded-Preferred-Username": fromProxy,
+	"X-Forwarded-Groups": fromProxy, "X-Forwarded-Access-Token": fromProxy, "X-Auth-Request-User": fromProxy,
+	"X-Auth-Request-Email": fromProxy, "X-Auth-Request-Preferred-Username": fromProxy,
+	"X-Auth-Request-Groups": fromProxy, "X-Auth-Request-Access-Token": fromProxy, "X-Remote-User": fromProxy,
+	"Remote-User": fromProxy, "X-Forwarded-Client-Cert": fromProxy, "X-Client-Cert": fromProxy,
+	"X-Ssl-Client-Cert": fromProxy, "Ssl-Client-Cert": fromProxy, "X-Client-Verify": fromProxy,
+	"X-Ssl-Client-Verify": fromProxy, "X-Ssl-Client-Dn": fromProxy, "X-Ssl-Client-S-Dn": fromProxy,
+	// Framing and routing.
+	"Content-Length": framing, "Content-Type": framing, "Transfer-Encoding": framing, "Host": framing,
+	"Connection": framing, "Proxy-Connection": framing, "Keep-Alive": framing, "Upgrade": framing,
+	"X-Http-Method-Override": framing, "X-Http-Method": framing, "X-Method-Override": framing,
+}
+
+// passes reports whether the client's header k, one of h, may go on to the
+// upstream; viaProxy says whether the peer is a trusted proxy.
+func (p Policy) passes(h http.Header, k string, viaProxy bool) bool {
+	if strings.IndexByte(k, '_') >= 0 {
+		return p.underscores && !p.shadows(h, k)
+	}
+	ck := http.CanonicalHeaderKey(k) // k itself, without allocating, as received
+	switch headerClasses[ck] {
+	case removed:
+		return false
+	case fromProxy:
+		return viaProxy
+	}
+	return viaProxy || !slices.Contains(p.identity, ck)
+}
+
+// shadows reports whether k, a name with '_', names another header to an
+// upstream that reads '_' as '-' (a CGI variable: X-User_ID and X-User-ID
+// are both HTTP_X_USER_ID to PHP, Rack or WSGI): one present in h, one
+// SetHeaders writes, removes or passes on only from trusted proxies, a
+// user header, or one the upstream frames or routes by. Such a spelling is
+// dropped whoever sent it: a trusted proxy vouches for the header it sets,
+// not for a twin it may pass on untouched.
+func (p Policy) shadows(h http.Header, k string) bool {
+	d := http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))
+	if _, ok := h[d]; ok {
+		return true
+	}
+	return headerClasses[d] != passed || slices.Contains(p.identity, d)
+}
+
 // SetHeaders sets on out, the request going upstream, the headers that
-// tell the upstream who the client is, for in, the request received:
+// tell the upstream who the client is, for in, the request received, and
+// removes from out the client's headers that would tell it otherwise:
 //
 //   - X-Forwarded-For: the chain in received from a trusted proxy with the
 //     peer appended, or just the peer;
 //   - X-Real-IP: the client's address as Client decides it;
 //   - X-Forwarded-Proto, X-Forwarded-Host: a trusted proxy's values, or
 //     this hop's own;
-//   - Forwarded (RFC 7239) is removed: nothing here maintains it, so a
-//     copy would misstate the chain;
-//   - every header named in identity (the user id header) is removed
+//   - Forwarded (RFC 7239), the client address as other hops name it
+//     (X-Client-IP, True-Client-IP, CF-Connecting-IP, X-Cluster-Client-IP,
+//     Fastly-Client-IP, X-Original-Forwarded-For...) and a URL replacing
+//     the request line's (X-Original-URL, X-Rewrite-URL) are removed,
+//     whoever sent them (see headerClasses);
+//   - the other forwarding details (X-Forwarded-Port, -Prefix, -Server,
+//     -Ssl...), the users of authenticating proxies (X-Forwarded-User,
+//     X-Auth-Request-Email, Remote-User...), client certificates, and every
+//     header named in pol's identity (the user id header) are removed
 //     unless the peer is a trusted proxy, so that no client can claim an
-//     identity to the upstream by setting it.
+//     identity to the upstream by setting it;
+//   - a header name with '_' is dropped, unless pol passes them on; even
+//     then, one that an upstream reading '_' as '-' would take for another
+//     header (X-User_ID for X-User-ID, Transfer_Encoding) is dropped.
 //
 // An X-Forwarded-For present in in with a nil value means "send none", as
 // for httputil.ProxyRequest.SetXForwarded.
-func (t *Trust) SetHeaders(out http.Header, in *http.Request, identity []string) {
+func (t *Trust) SetHeaders(out http.Header, in *http.Request, pol Policy) {
 	c, ok := t.Client(in)
-	out.Del("Forwarded")
-	if !c.ViaProxy {
-		for _, h := range identity {
-			out.Del(h)
+	for k := range out {
+		if !pol.passes(out, k, c.ViaProxy) {
+			delete(out, k)
 		}
 	}
 	peer := c.Peer.String()

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,7 +144,7 @@ func TestMappedPrefixSameEverywhere(t *testing.T) {
 		t.Errorf("client %+v, want 198.51.100.7 via a trusted proxy", c)
 	}
 	out := http.Header{"X-User-Id": {"alice"}}
-	tr.SetHeaders(out, r, []string{"X-User-ID"})
+	tr.SetHeaders(out, r, forwarded.NewPolicy([]string{"X-User-ID"}, false))
 	if got := out.Get("X-Forwarded-For"); got != "198.51.100.7, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For %q, want the chain kept", got)
 	}
@@ -154,38 +155,122 @@ func TestMappedPrefixSameEverywhere(t *testing.T) {
 
 func TestSetHeaders(t *testing.T) {
 	tr := mustParse(t, "127.0.0.1")
-	identity := []string{"X-User-ID"}
 	forged := []string{
 		"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Host", "short.example",
 		"X-Real-Ip", "203.0.113.8", "Forwarded", "for=203.0.113.9", "X-User-Id", "admin",
+		// the client's address as other hops name it, and URL overrides:
+		// removed whoever sent them
+		"X-Client-Ip", "203.0.113.10", "True-Client-Ip", "203.0.113.11", "Cf-Connecting-Ip", "203.0.113.12",
+		"X-Cluster-Client-Ip", "203.0.113.13", "Fastly-Client-Ip", "203.0.113.14", "X-Original-Forwarded-For", "203.0.113.15",
+		"X-Original-Url", "/admin", "X-Rewrite-Url", "/admin",
+		// forwarding details and proxies' users: only from a trusted proxy
+		"X-Forwarded-Port", "443", "X-Forwarded-Server", "edge", "X-Forwarded-Prefix", "/evil", "X-Forwarded-Ssl", "on",
+		"X-Forwarded-User", "root", "X-Auth-Request-Email", "root@example.com", "Remote-User", "root",
+		// names with '_': dropped by default
+		"X-User_id", "admin", "Transfer_encoding", "chunked", "X-Custom_header", "v",
+		// passed on
+		"X-Http-Method-Override", "PUT", "Accept", "*/*",
 	}
+	trustedKeeps := http.Header{
+		"X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"short.example"}, "X-User-Id": {"admin"},
+		"X-Forwarded-Port": {"443"}, "X-Forwarded-Server": {"edge"}, "X-Forwarded-Prefix": {"/evil"}, "X-Forwarded-Ssl": {"on"},
+		"X-Forwarded-User": {"root"}, "X-Auth-Request-Email": {"root@example.com"}, "Remote-User": {"root"},
+		"X-Http-Method-Override": {"PUT"}, "Accept": {"*/*"},
+	}
+	with := func(h http.Header, kv ...string) http.Header {
+		h = h.Clone()
+		for i := 0; i+1 < len(kv); i += 2 {
+			h[kv[i]] = []string{kv[i+1]}
+		}
+		return h
+	}
+	drop := forwarded.NewPolicy([]string{"X-User-ID"}, false)
+	pass := forwarded.NewPolicy([]string{"X-User-ID"}, true)
 	for _, tc := range []struct {
 		name string
 		r    *http.Request
+		pol  forwarded.Policy
 		want http.Header
 	}{
-		{"trusted peer", request("127.0.0.1:4000", forged...), http.Header{
-			"X-Forwarded-For": {"203.0.113.7, 127.0.0.1"}, "X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"short.example"},
-			"X-Real-Ip": {"203.0.113.7"}, "X-User-Id": {"admin"},
+		{"trusted peer", request("127.0.0.1:4000", forged...), drop,
+			with(trustedKeeps, "X-Forwarded-For", "203.0.113.7, 127.0.0.1", "X-Real-Ip", "203.0.113.7")},
+		{"untrusted peer", request("192.0.2.1:4000", forged...), drop, http.Header{
+			"X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"short.example"},
+			"X-Real-Ip": {"192.0.2.1"}, "X-Http-Method-Override": {"PUT"}, "Accept": {"*/*"},
 		}},
-		{"untrusted peer", request("192.0.2.1:4000", forged...), http.Header{
+		{"untrusted peer, no headers", request("192.0.2.1:4000"), drop, http.Header{
 			"X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"short.example"},
 			"X-Real-Ip": {"192.0.2.1"},
 		}},
-		{"untrusted peer, no headers", request("192.0.2.1:4000"), http.Header{
+		// Underscores passed on: only those that name no other header.
+		{"untrusted peer, underscores passed", request("192.0.2.1:4000", forged...), pass, http.Header{
 			"X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"short.example"},
-			"X-Real-Ip": {"192.0.2.1"},
+			"X-Real-Ip": {"192.0.2.1"}, "X-Http-Method-Override": {"PUT"}, "Accept": {"*/*"}, "X-Custom_header": {"v"},
+		}},
+		{"trusted peer, underscores passed", request("127.0.0.1:4000", forged...), pass,
+			with(trustedKeeps, "X-Forwarded-For", "203.0.113.7, 127.0.0.1", "X-Real-Ip", "203.0.113.7", "X-Custom_header", "v")},
+		{"underscore twins of every kind, underscores passed", request("192.0.2.1:4000",
+			"X_Forwarded_For", "6.6.6.6", "X_Real_IP", "6.6.6.6", "X_Client_IP", "6.6.6.6", "X_Forwarded_Port", "1",
+			"X_HTTP_Method_Override", "DELETE", "Content_Length", "5", "Accept-Language", "en", "Accept_Language", "x",
+			"My_Header", "kept"), pass, http.Header{
+			"X-Forwarded-For": {"192.0.2.1"}, "X-Forwarded-Proto": {"http"}, "X-Forwarded-Host": {"short.example"},
+			"X-Real-Ip": {"192.0.2.1"}, "Accept-Language": {"en"}, "My_header": {"kept"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// out starts as a copy of the client's headers, as the proxy's
 			// outgoing request does before its Rewrite.
 			out := tc.r.Header.Clone()
-			tr.SetHeaders(out, tc.r, identity)
+			tr.SetHeaders(out, tc.r, tc.pol)
 			if diff := cmp.Diff(tc.want, out); diff != "" {
 				t.Errorf("outgoing headers (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestEveryNamedHeader: each header the README's Security table names, as
+// the README spells it, is removed from everyone, or passed on from a
+// trusted proxy only.
+func TestEveryNamedHeader(t *testing.T) {
+	removed := []string{
+		"X-Client-IP", "Client-IP", "True-Client-IP", "CF-Connecting-IP", "CF-Connecting-IPv6", "CF-Pseudo-IPv4",
+		"Fastly-Client-IP", "X-Cluster-Client-IP", "X-Original-Forwarded-For", "X-Forwarded", "Forwarded-For",
+		"X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "X-AppEngine-User-IP", "X-Envoy-External-Address", "Forwarded",
+		"X-Original-URL", "X-Rewrite-URL", "X-Original-URI",
+	}
+	fromProxy := []string{
+		"X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Prefix", "X-Forwarded-Uri", "X-Forwarded-Scheme",
+		"X-Forwarded-Ssl", "X-Forwarded-Protocol", "X-Url-Scheme", "Front-End-Https", "X-Host", "X-Original-Host",
+		"X-Forwarded-User", "X-Forwarded-Email", "X-Forwarded-Preferred-Username", "X-Forwarded-Groups",
+		"X-Forwarded-Access-Token", "X-Auth-Request-User", "X-Auth-Request-Email", "X-Auth-Request-Preferred-Username",
+		"X-Auth-Request-Groups", "X-Auth-Request-Access-Token", "X-Remote-User", "Remote-User", "X-Forwarded-Client-Cert",
+		"X-Client-Cert", "X-SSL-Client-Cert", "SSL-Client-Cert", "X-Client-Verify", "X-SSL-Client-Verify",
+		"X-SSL-Client-DN", "X-SSL-Client-S-DN",
+	}
+	tr := mustParse(t, "127.0.0.1")
+	pol := forwarded.NewPolicy(nil, false)
+	for _, peer := range []string{"127.0.0.1:1", "192.0.2.1:1"} {
+		trusted := peer == "127.0.0.1:1"
+		for _, h := range append(removed, fromProxy...) {
+			r := request(peer, h, "x")
+			out := r.Header.Clone()
+			tr.SetHeaders(out, r, pol)
+			want := trusted && slices.Contains(fromProxy, h)
+			if got := out.Get(h) == "x"; got != want {
+				t.Errorf("%s from %s: passed on %v, want %v", h, peer, got, want)
+			}
+		}
+	}
+}
+
+func TestPolicyEqual(t *testing.T) {
+	a := forwarded.NewPolicy([]string{"X-User-ID"}, false)
+	if !a.Equal(forwarded.NewPolicy([]string{"x-user-id"}, false)) {
+		t.Error("the same header in another case makes a different policy")
+	}
+	if a.Equal(forwarded.NewPolicy([]string{"X-User-ID"}, true)) || a.Equal(forwarded.NewPolicy(nil, false)) {
+		t.Error("different policies are equal")
 	}
 }
 
@@ -223,7 +308,7 @@ func FuzzClient(f *testing.F) {
 			t.Fatalf("untrusted peer %v, but client %v", c.Peer, c.Addr)
 		}
 		out := http.Header{}
-		tr.SetHeaders(out, r, []string{"X-User-ID"})
+		tr.SetHeaders(out, r, forwarded.NewPolicy([]string{"X-User-ID"}, false))
 		if got := out.Get("X-Real-Ip"); got != c.Addr.String() {
 			t.Fatalf("X-Real-Ip %q, client %v", got, c.Addr)
 		}

@@ -81,7 +81,8 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if p.limit, err = limit.Compile(cfg.Rules, cfg.Identity, cfg.Limiter, p.trust); err != nil {
 		return nil, err
 	}
-	if p.proxy, err = proxy.Compile(cfg.Upstream, p.trust, identity); err != nil {
+	headers := forwarded.NewPolicy(identity, cfg.Server.UnderscoresInHeaders)
+	if p.proxy, err = proxy.Compile(cfg.Upstream, p.trust, headers); err != nil {
 		return nil, err
 	}
 	if p.analytics, err = analytics.Compile(cfg.Analytics); err != nil {

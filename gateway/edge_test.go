@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,96 @@ func TestContentLengthWithTransferEncoding(t *testing.T) {
 	out, _ := rawExchange(t, addr, "POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n", 500*time.Millisecond)
 	if strings.Count(out, "HTTP/1.1 200 ") != 2 {
 		t.Errorf("a plain chunked request and the next one: %q", out)
+	}
+}
+
+// statusLine matches the status line of each answer in a raw exchange.
+var statusLine = regexp.MustCompile(`(?m)^HTTP/1\.[01] \d{3} `)
+
+// TestHTTP10TransferEncodingRefused: an HTTP/1.0 request carrying
+// Transfer-Encoding, with or without Content-Length, has faulty framing
+// (RFC 9112 section 6.1): Go's server ignores the header on HTTP/1.0 and
+// would frame the body by Content-Length, passing the chunk lines on as
+// data, or read no body at all and take the chunks for the next request.
+// It is answered 400, the connection closed, and never proxied.
+func TestHTTP10TransferEncodingRefused(t *testing.T) {
+	var seen sync.Map
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		seen.Store(r.URL.Path, string(b))
+	}))
+	defer up.Close()
+	gw := start(t, testkit.BaseConfig(up.URL))
+	addr := gw.g.Addr().String()
+	for _, tc := range []struct{ name, raw string }{
+		{"TE and CL", "POST /a HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 10\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
+		{"CL and TE, keep-alive", "POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
+		{"TE alone", "POST /a HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
+		{"TE alone, keep-alive, a request in the chunks", "POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"GET /smuggled HTTP/1.0\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen.Clear()
+			out, closed := rawExchange(t, addr, tc.raw, 3*time.Second)
+			if !strings.HasPrefix(out, "HTTP/1.0 400 ") || !strings.Contains(out, "application/problem+json") || !closed {
+				t.Errorf("got %q (closed %v), want a 400 problem and the connection closed", out, closed)
+			}
+			if n := len(statusLine.FindAllString(out, -1)); n != 1 {
+				t.Errorf("%d answers: %q", n, out)
+			}
+			seen.Range(func(k, v any) bool {
+				if k != "/healthz" {
+					t.Errorf("the upstream got %s with body %q", k, v)
+				}
+				return true
+			})
+		})
+	}
+	// HTTP/1.0 with Content-Length alone is fine.
+	out, _ := rawExchange(t, addr, "POST /plain HTTP/1.0\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", time.Second)
+	if body, _ := seen.Load("/plain"); !strings.HasPrefix(out, "HTTP/1.0 200 ") || body != "abc" {
+		t.Errorf("HTTP/1.0 with Content-Length: %q, the upstream read %q", out, body)
+	}
+}
+
+// TestMalformedChunkedBodyIsTheClients: a chunked body the gateway cannot
+// parse (a chunk line ending in a bare LF, a chunk extension whose quoted
+// string holds a CRLF, a chunk size that is not hex) is the client's
+// error: 400 with the connection closed, on a proxied route and on an
+// email rule's route alike (whatever its on_unreadable), and not an
+// upstream failure
+// (linkgate_upstream_errors_total does not move).
+func TestMalformedChunkedBodyIsTheClients(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+	}))
+	defer up.Close()
+	cfg := testkit.BaseConfig(up.URL) + `rules:
+  - {name: login_email, match: {methods: [POST], path: /login}, key: email, limits: [5/m]}
+  - {name: signup_email, match: {methods: [POST], path: /signup}, key: email, limits: [5/m], on_unreadable: skip}
+`
+	gw := start(t, cfg)
+	addr := gw.g.Addr().String()
+	head := "Host: x\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+	for _, body := range []struct{ name, raw string }{
+		{"bare LF after the chunk size", "3\nabc\r\n0\r\n\r\n"},
+		{"bare LF after the chunk data", "3\r\nabc\n0\r\n\r\n"},
+		{"quoted CRLF in a chunk extension", "3;a=\"x\r\ny\"\r\nabc\r\n0\r\n\r\n"},
+		{"chunk size not hex", "zz\r\nabc\r\n0\r\n\r\n"},
+	} {
+		for _, path := range []string{"/upload", "/login", "/signup"} {
+			t.Run(body.name+" "+path, func(t *testing.T) {
+				out, closed := rawExchange(t, addr, "POST "+path+" HTTP/1.1\r\n"+head+body.raw, 3*time.Second)
+				if !strings.HasPrefix(out, "HTTP/1.1 400 ") || !strings.Contains(out, "application/problem+json") || !closed {
+					t.Errorf("got %q (closed %v), want a 400 problem and the connection closed", out, closed)
+				}
+			})
+		}
+	}
+	for _, reason := range []string{"failed", "unreachable", "timeout"} {
+		if n := metric(t, gw, `linkgate_upstream_errors_total{reason="`+reason+`"}`); n > 0 {
+			t.Errorf("linkgate_upstream_errors_total{reason=%q} = %v: the client's malformed bodies were counted as upstream failures", reason, n)
+		}
 	}
 }
 
@@ -173,6 +264,103 @@ func TestSlowBodyCutOff(t *testing.T) {
 	}
 	if last != "5 <nil>" {
 		t.Errorf("the upstream read %q of the brisk body, want all 5 bytes", last)
+	}
+}
+
+// TestSlowBodyOnEmailRoute: on an email rule's route, where the limiter
+// reads the body to find the email, a body that stalls is answered 408 at
+// server.body_timeout, one that trickles 408 at server.read_timeout, both
+// with the connection closed, whatever the rule's on_unreadable or shadow
+// mode; a body
+// whose Content-Length already exceeds identity.max_body_bytes is answered
+// 413 at once, without waiting for the body. (The limiter once answered
+// 400 after twice the timeout: the server drained the unread body under a
+// fresh deadline before writing the answer.)
+func TestSlowBodyOnEmailRoute(t *testing.T) {
+	var reached atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			reached.Add(1)
+		}
+	}))
+	defer up.Close()
+	const idle, total = time.Second, 2500 * time.Millisecond
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n",
+		fmt.Sprintf("  shutdown_timeout: 10s\n  body_timeout: %v\n  read_timeout: %v\n", idle, total), 1) + `identity:
+  max_body_bytes: 4096
+rules:
+  - {name: login_email, match: {methods: [POST], path: /login}, key: email, limits: [5/m]}
+  - {name: signup_email, match: {methods: [POST], path: /signup}, key: email, limits: [5/m], on_unreadable: skip}
+  - {name: reset_email, match: {methods: [POST], path: /reset}, key: email, limits: [5/m], shadow: true}
+`
+	gw := start(t, cfg)
+	addr := gw.g.Addr().String()
+
+	// send writes a head with Content-Length n and the first bytes of a
+	// body, then one byte every every (never when every is 0), and
+	// returns the answer's status, whether the connection was closed, and
+	// how long the answer took.
+	send := func(path string, n int, first string, every time.Duration) (int, bool, time.Duration) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		begin := time.Now()
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s", path, n, first)
+		stop := make(chan struct{})
+		defer close(stop)
+		if every > 0 {
+			go func() {
+				for range n - len(first) {
+					select {
+					case <-stop:
+						return
+					case <-time.After(every):
+					}
+					if _, err := c.Write([]byte("x")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: no answer after %v: %v", path, time.Since(begin), err)
+		}
+		took := time.Since(begin)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		_, err = br.ReadByte()
+		return resp.StatusCode, resp.Close && err == io.EOF, took
+	}
+	for _, path := range []string{"/login", "/signup", "/reset"} {
+		t.Run("stalled "+path, func(t *testing.T) {
+			status, closed, took := send(path, 100, "email=a%40example.com&p=", 0)
+			if status != 408 || !closed || took < idle-100*time.Millisecond || took > idle+600*time.Millisecond {
+				t.Errorf("a body that stalls: %d (closed %v) after %v, want 408 and the connection closed at body_timeout (%v)", status, closed, took, idle)
+			}
+		})
+		if path != "/login" {
+			continue
+		}
+		t.Run("trickled "+path, func(t *testing.T) {
+			status, closed, took := send(path, 100, "email=a%40example.com&p=", 100*time.Millisecond)
+			if status != 408 || !closed || took < total-100*time.Millisecond || took > total+600*time.Millisecond {
+				t.Errorf("a body that trickles: %d (closed %v) after %v, want 408 and the connection closed at read_timeout (%v)", status, closed, took, total)
+			}
+		})
+	}
+	t.Run("Content-Length over max_body_bytes", func(t *testing.T) {
+		status, closed, took := send("/login", 100_000, "email=a%40example.com&p=", 0)
+		if status != 413 || !closed || took > 300*time.Millisecond {
+			t.Errorf("a body announced larger than max_body_bytes: %d (closed %v) after %v, want 413 at once and the connection closed", status, closed, took)
+		}
+	})
+	if n := reached.Load(); n != 0 {
+		t.Errorf("%d of these requests reached the upstream", n)
 	}
 }
 

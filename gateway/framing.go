@@ -19,11 +19,18 @@ import (
 // smuggled past it. RFC 9112 §6.1: such a request ought to be handled as
 // an error, and the connection closed after the answer.
 //
+// On HTTP/1.0 Go's server ignores Transfer-Encoding altogether and drops
+// it: the body is framed by Content-Length, the chunk lines passed on as
+// data, or, without Content-Length, the request has no body and the chunks
+// are read as the next request. RFC 9112 §6.1: an HTTP/1.0 message with
+// Transfer-Encoding has faulty framing; close the connection after it.
+//
 // Since the handler cannot see the dropped header, the listener's
 // connections are wrapped: framingConn reads along with the server and
-// notes each request head that carries both fields (its request line). A
-// chunked request whose request line was so noted is answered 400 with
-// the connection closed (refuseAmbiguousFraming). The scan sees exactly
+// notes each request head that carries both fields, or Transfer-Encoding
+// on HTTP/1.0 (its request line). A chunked or HTTP/1.0 request whose
+// request line was so noted is answered 400 with the connection closed
+// (refuseAmbiguousFraming). The scan sees exactly
 // the bytes the server parses, in the same order; where it cannot frame a
 // body it may note a line that is not a request line, which at worst
 // refuses a later chunked request of the same connection with the same
@@ -57,7 +64,7 @@ type framingConn struct {
 	overflowed bool   // line lost its start
 
 	mu  sync.Mutex
-	bad []string // request lines of heads with both fields, oldest first
+	bad []string // request lines of heads with faulty framing, oldest first
 }
 
 func (c *framingConn) Read(p []byte) (int, error) {
@@ -101,7 +108,7 @@ func (c *framingConn) endLine() {
 		// body bytes
 	case len(line) == 0 && !overflowed:
 		c.inHead = false
-		if c.cl && c.te {
+		if c.te && (c.cl || isHTTP10(c.head)) {
 			c.mu.Lock()
 			if len(c.bad) == maxAmbiguous {
 				c.bad = c.bad[1:]
@@ -134,8 +141,14 @@ func isRequestLine(line []byte) bool {
 	return j > 0 && len(bytes.TrimSpace(rest[:j])) > 0
 }
 
-// ambiguous reports whether r's head carried both Content-Length and
-// Transfer-Encoding, forgetting the heads noted before it.
+// isHTTP10 reports whether a request line noted by endLine is HTTP/1.0.
+func isHTTP10(line string) bool {
+	return strings.HasSuffix(strings.TrimRight(line, " "), "HTTP/1.0")
+}
+
+// ambiguous reports whether r's head had faulty framing (both
+// Content-Length and Transfer-Encoding, or Transfer-Encoding on HTTP/1.0),
+// forgetting the heads noted before it.
 func (c *framingConn) ambiguous(r *http.Request) bool {
 	want := r.Method + " " + r.RequestURI + " " + r.Proto
 	c.mu.Lock()
@@ -161,13 +174,19 @@ func withFramingConn(ctx context.Context, c net.Conn) context.Context {
 }
 
 // refuseAmbiguousFraming answers 400 and closes the connection for a
-// chunked request whose head also carried Content-Length.
+// chunked request whose head also carried Content-Length, and for an
+// HTTP/1.0 request whose head carried Transfer-Encoding (which the server
+// dropped, so only the scan knows of it).
 func refuseAmbiguousFraming(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(r.TransferEncoding) > 0 && r.ProtoMajor == 1 {
+		if r.ProtoMajor == 1 && (len(r.TransferEncoding) > 0 || r.ProtoMinor == 0) {
 			if fc, ok := r.Context().Value(framingKey{}).(*framingConn); ok && fc.ambiguous(r) {
 				w.Header().Set("Connection", "close")
-				problem.Write(w, http.StatusBadRequest, "a request may not carry both Content-Length and Transfer-Encoding (RFC 9112 section 6.1)")
+				detail := "a request may not carry both Content-Length and Transfer-Encoding (RFC 9112 section 6.1)"
+				if r.ProtoMinor == 0 {
+					detail = "an HTTP/1.0 request may not carry Transfer-Encoding (RFC 9112 section 6.1)"
+				}
+				problem.Write(w, http.StatusBadRequest, detail)
 				return
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -158,6 +159,74 @@ func TestForwardedHeaders(t *testing.T) {
 			trusted := strings.HasPrefix(want, "203.0.113.7")
 			if first.StatusCode != 200 || (second.StatusCode == 200) != trusted {
 				t.Errorf("limiter: %d then %d for two forwarded clients; trusted peer %v", first.StatusCode, second.StatusCode, trusted)
+			}
+		})
+	}
+}
+
+// TestClaimsOfIdentityStripped: headers an upstream might take as the
+// client's address, a URL to route by, the user an authenticating proxy
+// logged in, or a forwarding detail, sent by a client through a real
+// gateway over raw TCP. The upstream learns the client only from
+// X-Forwarded-For and X-Real-IP; forwarding details and proxies' users
+// reach it only from a trusted proxy; header names with '_' are dropped
+// (server.underscores_in_headers: false), and with it true, only the ones
+// that name no header the gateway sets, removes or routes by pass.
+func TestClaimsOfIdentityStripped(t *testing.T) {
+	got := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			got <- r.Header.Clone()
+		}
+	}))
+	defer up.Close()
+	claims := []string{
+		"X-Client-IP: 6.6.6.1", "True-Client-IP: 6.6.6.2", "CF-Connecting-IP: 6.6.6.3", "X-Cluster-Client-IP: 6.6.6.4",
+		"Fastly-Client-IP: 6.6.6.5", "X-Original-Forwarded-For: 6.6.6.6", "Client-IP: 6.6.6.7", "X-Originating-IP: 6.6.6.8",
+		"Forwarded: for=6.6.6.9", "X-Original-URL: /admin", "X-Rewrite-URL: /admin",
+		"X-Forwarded-Port: 8443", "X-Forwarded-Server: edge", "X-Forwarded-Prefix: /evil", "X-Forwarded-Ssl: on",
+		"X-Forwarded-User: root", "X-Auth-Request-Email: root@example.com", "Remote-User: root", "X-Forwarded-Client-Cert: Hash=1",
+		"X-User-ID: admin", "X-User_ID: admin", "Transfer_Encoding: chunked", "X_Forwarded_For: 6.6.6.10", "X_Real_IP: 6.6.6.11",
+		"X-Request_Tag: blue", "Accept: */*",
+	}
+	raw := "GET /x HTTP/1.1\r\nHost: short.example\r\n" + strings.Join(claims, "\r\n") + "\r\n\r\n"
+	const fromProxy = "X-Forwarded-Port X-Forwarded-Server X-Forwarded-Prefix X-Forwarded-Ssl X-Forwarded-User " +
+		"X-Auth-Request-Email Remote-User X-Forwarded-Client-Cert X-User-Id"
+	for _, tc := range []struct {
+		name, trusted, underscores string
+		want                       string // the upstream's headers besides X-Forwarded-For, -Proto, -Host, X-Real-Ip
+	}{
+		{"untrusted client", "[]", "false", "Accept"},
+		{"trusted proxy", "[127.0.0.1/32]", "false", "Accept " + fromProxy},
+		{"untrusted client, underscores passed", "[]", "true", "Accept X-Request_tag"},
+		{"trusted proxy, underscores passed", "[127.0.0.1/32]", "true", "Accept X-Request_tag " + fromProxy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := strings.Replace(testkit.BaseConfig(up.URL), "[127.0.0.1/32]", tc.trusted, 1)
+			cfg = strings.Replace(cfg, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  underscores_in_headers: "+tc.underscores+"\n", 1)
+			gw := start(t, cfg)
+			out, _ := rawExchange(t, gw.g.Addr().String(), raw, 500*time.Millisecond)
+			if !strings.HasPrefix(out, "HTTP/1.1 200 ") {
+				t.Fatalf("answer %q", out)
+			}
+			h := <-got
+			var names []string
+			for k := range h {
+				switch k {
+				case "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-Ip", "Accept-Encoding":
+				default:
+					names = append(names, k)
+				}
+			}
+			slices.Sort(names)
+			want := strings.Fields(tc.want)
+			slices.Sort(want)
+			if !slices.Equal(names, want) {
+				t.Errorf("the upstream got %v\nwant %v", names, want)
+			}
+			client := "127.0.0.1"
+			if h.Get("X-Real-Ip") != client || h.Get("X-Forwarded-For") != client || h.Get("X-Forwarded-Host") != "short.example" {
+				t.Errorf("X-Real-Ip %q, X-Forwarded-For %q, X-Forwarded-Host %q: want the peer and the Host", h.Get("X-Real-Ip"), h.Get("X-Forwarded-For"), h.Get("X-Forwarded-Host"))
 			}
 		})
 	}

@@ -48,8 +48,14 @@ import (
 // unreadable says why a request's email cannot be told. Under on_unreadable
 // reject the request is answered status with reason in the problem's detail.
 type unreadable struct {
-	status int    // 400, 413 or 415
+	status int    // 400, 408, 413 or 415
 	reason string // what the gateway could not read, without the request's data
+	// close: the body is not read to its end, so the answer closes the
+	// connection rather than have the server drain the rest first.
+	close bool
+	// broken: the body could not be read at all (too slow, malformed); the
+	// request cannot go on to the upstream whatever on_unreadable says.
+	broken bool
 }
 
 func (u *unreadable) Error() string { return "limit: cannot tell the email: " + u.reason }
@@ -92,8 +98,14 @@ func newEmailReader(fields []string, maxBody int64, folds []string) emailReader 
 // (Unicode simple folding: "EMAIL" and "Email" are "email"), for every kind
 // of body: Go's form values are case-sensitive, but other stacks bind form
 // fields case-insensitively, and a key the gateway matches too eagerly can
-// only add a value to compare, never hide one.
+// only add a value to compare, never hide one. For the same reason a key
+// with brackets is the field before them: PHP, Rails and Node's qs read
+// "email[]=V" and "email[0]=V" as a list (or map) holding V, which an
+// upstream may take as the email.
 func (er *emailReader) isField(key string) bool {
+	if i := strings.IndexByte(key, '['); i > 0 {
+		key = key[:i]
+	}
 	var buf [32]byte
 	k := appendFoldedKey(buf[:0], key)
 	for _, f := range er.keys {
@@ -171,6 +183,12 @@ func skeleton(s string) string {
 // most maxBody bytes of the body and puts them back, so that the upstream
 // receives the body byte for byte whatever its size.
 func (er *emailReader) email(r *http.Request) (string, *unreadable) {
+	return er.emailIn(r, &requestBody{r: r, max: er.maxBody})
+}
+
+// emailIn is email, the body read through rb, which other readers of the
+// same request share.
+func (er *emailReader) emailIn(r *http.Request, rb *requestBody) (string, *unreadable) {
 	var found emailSet
 	if r.URL.RawQuery != "" {
 		// Go's r.URL.Query drops a pair it cannot parse; another stack may
@@ -183,14 +201,14 @@ func (er *emailReader) email(r *http.Request) (string, *unreadable) {
 			return "", u
 		}
 	}
-	if u := er.body(r, &found); u != nil {
+	if u := er.body(r, rb, &found); u != nil {
 		return "", u
 	}
 	return found.email, nil
 }
 
-// body adds the emails of r's body to found.
-func (er *emailReader) body(r *http.Request, found *emailSet) *unreadable {
+// body adds the emails of r's body, read through rb, to found.
+func (er *emailReader) body(r *http.Request, rb *requestBody, found *emailSet) *unreadable {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
 	}
@@ -201,20 +219,11 @@ func (er *emailReader) body(r *http.Request, found *emailSet) *unreadable {
 			}
 		}
 	}
-	too := func() *unreadable {
-		return &unreadable{status: http.StatusRequestEntityTooLarge,
-			reason: fmt.Sprintf("the body is larger than identity.max_body_bytes (%d), the most the gateway reads to find the email", er.maxBody)}
-	}
-	if r.ContentLength > er.maxBody {
-		return too() // not read at all: under skip it goes on untouched
-	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, er.maxBody+1))
-	r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), c: r.Body}
-	if err != nil {
-		return badRequest("the body could not be read")
-	}
-	if int64(len(buf)) > er.maxBody {
-		return too()
+	// A body over maxBody by its Content-Length is not read at all: under
+	// skip it goes on untouched.
+	buf, u := rb.bytes()
+	if u != nil {
+		return u
 	}
 	if len(buf) == 0 {
 		return nil
@@ -225,6 +234,7 @@ func (er *emailReader) body(r *http.Request, found *emailSet) *unreadable {
 	}
 	var mt string
 	var params map[string]string
+	var err error
 	if len(cts) == 1 {
 		// Go's ParseForm reads an urlencoded body whose parameters do not
 		// parse, a JSON decoder reads any body: refuse rather than skip.
@@ -455,7 +465,9 @@ func (s *emailSet) addValues(er *emailReader, vs url.Values, where string) *unre
 // no email (the upstream finds none either). A value with control
 // characters or bytes that are not UTF-8 is unreadable: a NUL may end the
 // string in the upstream's database driver, and bytes that are not UTF-8
-// are read differently by every stack.
+// are read differently by every stack. So is a value that normalizes to
+// nothing (combining marks or invisible characters alone): the upstream
+// reads a value where the gateway would count none.
 func (s *emailSet) add(er *emailReader, raw, where string) *unreadable {
 	v := strings.TrimSpace(raw)
 	if v == "" {
@@ -466,7 +478,7 @@ func (s *emailSet) add(er *emailReader, raw, where string) *unreadable {
 	}
 	n := er.normalize(v)
 	if n == "" {
-		return nil
+		return badRequest("an email field in the %s holds nothing but marks or invisible characters", where)
 	}
 	switch {
 	case s.email == "":

@@ -87,6 +87,19 @@ func TestEmailShapes(t *testing.T) {
 		{name: "multipart, latin-1 part", body: "--b\r\nContent-Disposition: form-data; name=\"email\"\r\nContent-Type: text/plain; charset=latin1\r\n\r\na@example.com\r\n--b--\r\n", hdr: []string{"Content-Type", "multipart/form-data; boundary=b"}, status: 415},
 		{name: "multipart, JSON preamble", body: "{\"email\":\"b@example.com\"}\r\n--b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\na@example.com\r\n--b--\r\n", hdr: []string{"Content-Type", "multipart/form-data; boundary=b"}, status: 400},
 		{name: "unicode skeleton", body: "email=%EF%BC%A1lice%40example.com", hdr: []string{"Content-Type", form}, want: "alice@example.com"},
+		// PHP, Rails and Node's qs read a bracketed key as a list (or map)
+		// holding the value: it counts as the field.
+		{name: "form, email[]", body: "email[]=a%40example.com", hdr: []string{"Content-Type", form}, want: "a@example.com"},
+		{name: "form, encoded email[0]", body: "email%5B0%5D=a%40example.com", hdr: []string{"Content-Type", form}, want: "a@example.com"},
+		{name: "query, email[x][y]", query: "email[x][y]=a%40example.com", want: "a@example.com"},
+		{name: "form, email[] and email agree", body: "email[]=a%40example.com&email=A%40example.com", hdr: []string{"Content-Type", form}, want: "a@example.com"},
+		{name: "form, two email[] disagree", body: "email[]=a%40example.com&email[]=b%40example.com", hdr: []string{"Content-Type", form}, status: 400},
+		{name: "query email[] and body email disagree", query: "email[]=b%40example.com", body: "email=a%40example.com", hdr: []string{"Content-Type", form}, status: 400},
+		{name: "multipart, email[]", body: "--b\r\nContent-Disposition: form-data; name=\"email[]\"\r\n\r\na@example.com\r\n--b--\r\n", hdr: []string{"Content-Type", "multipart/form-data; boundary=b"}, want: "a@example.com"},
+		{name: "json, email[] key", body: `{"email[]":"a@example.com"}`, hdr: []string{"Content-Type", js}, want: "a@example.com"},
+		{name: "json, a combining mark alone", body: `{"email":"\u07B0"}`, hdr: []string{"Content-Type", js}, status: 400},
+		{name: "form, a zero-width space alone", body: "email=%E2%80%8B", hdr: []string{"Content-Type", form}, status: 400},
+		{name: "form, x[email] is not the field", body: "x[email]=a%40example.com", hdr: []string{"Content-Type", form}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var body []byte

@@ -17,7 +17,9 @@ import (
 //
 //	gw := l.Middleware(proxy)
 //
-// Every rule whose match fits the request is checked, in config order; the
+// Every rule whose match fits the request is checked, in config order: its
+// path as written or as lenient upstreams route it (route.Folding), under
+// its method or one a method override names (see overrides); the
 // first one over its limit answers 429 (Retry-After, RateLimit-Policy,
 // RateLimit and a problem body naming the rule and the limit) and the
 // request goes no further. Only when every rule passes are the hits counted:
@@ -34,7 +36,11 @@ import (
 // 413 (body over identity.max_body_bytes) or 415 (a media type, charset or
 // Content-Encoding the gateway cannot read) with a problem body naming the
 // rule and what could not be read; skip passes the request on uncounted;
-// key_by_ip checks and counts it by client address.
+// key_by_ip checks and counts it by client address. A body that cannot be
+// read at all is answered whatever the policy, shadow mode included: 408
+// when it arrives too slowly (server.body_timeout, read_timeout), 400 when
+// it is malformed. Answers that leave the body unread (408, 413, 400 for a
+// malformed body) close the connection, so that they go out at once.
 //
 // What each on_store_error policy answers while the store fails: allow
 // passes the request on to next, uncounted by the failing rule, so the
@@ -59,8 +65,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		var buf [8]*rule
 		matched := buf[:0]
 		q := route.Folding{Method: r.Method, Path: r.URL.Path}
+		f := features{l: l, r: r}
 		for _, ru := range l.rules {
-			if q.Match(ru.match) {
+			if q.Match(ru.match) || f.routedAs(&q, ru.match) {
 				matched = append(matched, ru)
 			}
 		}
@@ -70,7 +77,6 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		now := l.now()
 		ctx := context.WithoutCancel(r.Context())
-		f := features{l: l, r: r}
 		type hit struct {
 			r     *rule
 			value string
@@ -194,7 +200,9 @@ func (l *Limiter) reject(w http.ResponseWriter, ru *rule, v verdict) {
 func (l *Limiter) unreadable(w http.ResponseWriter, ru *rule, f *features, now time.Time) (value string, ok, answered bool) {
 	u := f.emailErr
 	policy := ru.OnUnreadable
-	if policy == "" {
+	if policy == "" || u.broken {
+		// A body that cannot be read at all cannot go on to the upstream
+		// either, whatever the policy: it is answered here.
 		policy = OnUnreadableReject
 	}
 	if policy == OnUnreadableKeyByIP {
@@ -210,8 +218,11 @@ func (l *Limiter) unreadable(w http.ResponseWriter, ru *rule, f *features, now t
 		l.log.Info("limit: cannot tell the email of a request", "rule", ru.Name, "reason", u.reason,
 			"status", u.status, "policy", policy, "shadow", ru.Shadow, "suppressed", n)
 	}
-	if policy != OnUnreadableReject || ru.Shadow {
+	if policy != OnUnreadableReject || ru.Shadow && !u.broken {
 		return value, ok, false
+	}
+	if u.close {
+		w.Header().Set("Connection", "close")
 	}
 	problem.WriteDetails(w, problem.Details{
 		Status: u.status,
@@ -232,6 +243,62 @@ type features struct {
 	emailErr          *unreadable // the email cannot be told
 	userDone          bool
 	emailDone         bool
+	body              requestBody // read once for every reader of the body
+
+	// Method overrides (see routedAs): those of the headers and query
+	// string once looked for, those of the body once read, and whether the
+	// body's could not be told.
+	overridden, bodyOverridden, bodyUnknown bool
+}
+
+// routedAs reports whether the request, which does not match m under its
+// own method, matches it under a method the upstream may route it as: one
+// named by an override header (X-HTTP-Method-Override, X-HTTP-Method,
+// X-Method-Override) or a "_method" field of the query string or of the
+// body. The headers and query string are looked at once, on the first rule
+// whose methods miss; the body only when m's path matches, read as the
+// email reader reads it (up to identity.max_body_bytes), when it is a form
+// (or has no Content-Type), multipart or JSON. A POST whose body of those
+// kinds cannot be read that way (larger, encoded, not parsing) may name
+// any method, as far as the gateway can tell, so it matches every rule of
+// its path; a body of another method is looked in when it can be read,
+// since the stacks that honour "_method" do so on POST.
+func (f *features) routedAs(q *route.Folding, m *route.Matcher) bool {
+	if !f.overridden {
+		f.overridden = true
+		if q.Also = overrides(f.r); len(q.Also) > 0 && q.Match(m) {
+			return true
+		}
+	}
+	r := f.r
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || !q.MatchPath(m) {
+		return false
+	}
+	if !f.bodyOverridden {
+		f.bodyOverridden = true
+		switch kind, boundary := overrideBody(r); kind {
+		case noOverrideBody:
+		case unknownBody:
+			f.bodyUnknown = true
+		default:
+			buf, u := f.requestBody().bytes()
+			switch {
+			case u != nil && u.broken:
+				// Too slow or malformed: the request goes no further anyway
+				// (an email rule answers it, else the proxy does).
+			case u != nil:
+				f.bodyUnknown = true // larger than max_body_bytes
+			default:
+				ms, ok := bodyOverrides(kind, boundary, buf)
+				f.bodyUnknown = !ok
+				q.Also = append(q.Also, ms...)
+			}
+		}
+	}
+	if f.bodyUnknown && strings.EqualFold(r.Method, http.MethodPost) {
+		return true
+	}
+	return q.Match(m)
 }
 
 func (f *features) client() {
@@ -260,11 +327,19 @@ func (f *features) get(k Feature) (string, bool) {
 	case Email:
 		if !f.emailDone {
 			f.emailDone = true
-			f.email, f.emailErr = f.l.id.emails.email(f.r)
+			f.email, f.emailErr = f.l.id.emails.emailIn(f.r, f.requestBody())
 		}
 		return f.email, f.email != ""
 	}
 	return "", false
+}
+
+// requestBody returns the request's body as the limiter reads it.
+func (f *features) requestBody() *requestBody {
+	if f.body.r == nil {
+		f.body = requestBody{r: f.r, max: f.l.id.emails.maxBody}
+	}
+	return &f.body
 }
 
 // storePolicy names on_store_error for the log.

@@ -31,7 +31,8 @@ var ErrBodyTimeout = fmt.Errorf("proxy: the client sent the request body too slo
 // so that a long response (a stream) is not cut off the way
 // http.Server.ReadTimeout cuts it; a body the handler left unread, which
 // the server then drains to reuse the connection, must keep arriving
-// within idle.
+// within idle, unless the handler answered "Connection: close" (then it is
+// not waited for at all).
 func BodyDeadline(idle, total time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +46,16 @@ func BodyDeadline(idle, total time.Duration) func(http.Handler) http.Handler {
 			}
 			r.Body = b
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, b)))
-			if !b.done.Load() {
+			switch {
+			case b.done.Load() || b.timedOut.Load():
+				// Read whole, or cut off for being too slow: a body cut off
+				// keeps its past deadline, so that the server does not wait
+				// for the rest again before closing.
+			case w.Header().Get("Connection") == "close":
+				// The answer closes the connection (a 413 for a body too
+				// large to read): nothing more of the body will be used.
+				b.rc.SetReadDeadline(time.Now())
+			default:
 				d := b.end
 				if idle > 0 {
 					d = time.Now().Add(idle)

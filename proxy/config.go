@@ -45,19 +45,20 @@ func DefaultConfig() Config {
 // Plan is a compiled upstream section: validated and immutable. Build one
 // with Compile; New turns it into a running Proxy and cannot refuse it.
 type Plan struct {
-	cfg      Config
-	targets  []*url.URL // scheme and host of each target, in config order
-	trust    *forwarded.Trust
-	identity []string
+	cfg     Config
+	targets []*url.URL // scheme and host of each target, in config order
+	trust   *forwarded.Trust
+	headers forwarded.Policy
 }
 
 // Compile checks cfg and returns its Plan. trust says whose forwarding
-// headers are believed (server.trusted_proxies) and identity names the
-// headers that carry an identity (identity.user_header): they reach the
-// upstream only from a trusted proxy. Errors start with the field's path
-// in the config file: `upstream.targets[1]: "ftp://x" is not ...`.
-func Compile(cfg Config, trust *forwarded.Trust, identity []string) (*Plan, error) {
-	p := &Plan{cfg: cfg, trust: trust, identity: slices.Clone(identity)}
+// headers are believed (server.trusted_proxies) and headers which of the
+// client's headers reach the upstream (identity.user_header only from a
+// trusted proxy, server.underscores_in_headers). Errors start with the
+// field's path in the config file: `upstream.targets[1]: "ftp://x" is
+// not ...`.
+func Compile(cfg Config, trust *forwarded.Trust, headers forwarded.Policy) (*Plan, error) {
+	p := &Plan{cfg: cfg, trust: trust, headers: headers}
 	p.cfg.Targets = slices.Clone(cfg.Targets)
 	if len(cfg.Targets) == 0 {
 		return nil, fmt.Errorf("upstream.targets: none given; list the web servers to proxy to, like [http://127.0.0.1:8081]")
@@ -112,5 +113,5 @@ func (p *Plan) Equal(q *Plan) bool {
 	return slices.Equal(a.Targets, b.Targets) && a.DialTimeout == b.DialTimeout &&
 		a.ResponseHeaderTimeout == b.ResponseHeaderTimeout && a.HealthCheck == b.HealthCheck &&
 		a.MaxIdleConnsPerHost == b.MaxIdleConnsPerHost &&
-		p.trust.Equal(q.trust) && slices.Equal(p.identity, q.identity)
+		p.trust.Equal(q.trust) && p.headers.Equal(q.headers)
 }

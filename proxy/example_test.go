@@ -22,7 +22,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	// Compile decides; New cannot refuse what Compile accepted.
-	plan, err := proxy.Compile(cfg, trust, []string{"X-User-ID"})
+	plan, err := proxy.Compile(cfg, trust, forwarded.NewPolicy([]string{"X-User-ID"}, false))
 	if err != nil {
 		panic(err)
 	}

@@ -5,12 +5,14 @@
 // when the request may be sent twice, keeps a connection pool sized for the
 // load, sets the X-Forwarded-* headers believing a client's own only from
 // trusted proxies, streams bodies untouched, and answers 502/504 with RFC 9457
-// problem bodies when the upstream cannot.
+// problem bodies when the upstream cannot (408 or 400 when the client's body
+// arrives too slowly or malformed).
 package proxy
 
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,7 +35,7 @@ type Proxy struct {
 	transport *http.Transport
 	dialer    *net.Dialer
 	trust     *forwarded.Trust
-	identity  []string // headers that reach the upstream only from a trusted proxy
+	headers   forwarded.Policy // which of the client's headers reach the upstream
 	m         *Metrics
 	log       *slog.Logger
 	opened    atomic.Int64
@@ -59,7 +61,7 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 		pool:         newPool(plan.targets, m),
 		dialer:       &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		trust:        plan.trust,
-		identity:     plan.identity,
+		headers:      plan.headers,
 		m:            m,
 		log:          log,
 		checkPath:    cfg.HealthCheck.Path,
@@ -73,10 +75,14 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 		BufferPool:   &buffers,
 		ErrorHandler: p.handleError,
 		// An upstream may answer a body that the client was too slow to
-		// send, having read it cut short: the client gets 408 instead.
+		// send, or framed badly, having read it cut short: the client gets
+		// 408 or 400 instead.
 		ModifyResponse: func(resp *http.Response) error {
 			if bodyTimedOut(resp.Request.Context()) {
 				return ErrBodyTimeout
+			}
+			if clientBodyFailed(resp.Request.Context()) {
+				return errClientBody
 			}
 			return nil
 		},
@@ -93,7 +99,43 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 
 // ServeHTTP forwards r to the next healthy target.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &clientBody{ReadCloser: r.Body}
+		r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, b))
+		r.Body = b
+	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// clientBody is a request body as the proxy reads it from the client. It
+// notes a read that failed, so that a body the client framed badly (a
+// malformed chunk) is answered as the client's error, not counted as the
+// upstream's: the transport reports it as a failed exchange like any other.
+type clientBody struct {
+	io.ReadCloser
+	failed atomic.Bool // a read returned an error other than io.EOF
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.failed.Store(true)
+	}
+	return n, err
+}
+
+// errClientBody is ModifyResponse's error for an answer to a body that
+// failed to arrive whole.
+var errClientBody = errors.New("proxy: the client's request body could not be read")
+
+type clientBodyKey struct{}
+
+// clientBodyFailed reports whether reading the client's body of the
+// request of ctx failed. ReverseProxy wraps the outgoing request's body, so
+// the context, not the body, carries it.
+func clientBodyFailed(ctx context.Context) bool {
+	b, ok := ctx.Value(clientBodyKey{}).(*clientBody)
+	return ok && b.failed.Load()
 }
 
 // Ready reports whether at least one target is healthy.
@@ -152,7 +194,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out.Host = in.Host
 	// Who the client is, and which of its headers are believed, is decided
 	// by forwarded alone: the limiter asks the same Trust.
-	p.trust.SetHeaders(out.Header, in, p.identity)
+	p.trust.SetHeaders(out.Header, in, p.headers)
 }
 
 // handleError answers a request the upstream did not: 502 when no target
@@ -173,6 +215,15 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) || errors.Is(r.Context().Err(), context.Canceled) {
 		// The client went away; there is no one to answer.
 		p.log.Debug("client gone before the upstream answered", "method", r.Method, "path", r.URL.Path)
+		return
+	}
+	if errors.Is(err, errClientBody) || clientBodyFailed(r.Context()) {
+		// The client sent a body that cannot be read (a malformed chunk:
+		// RFC 9112 section 7.1); the exchange with the upstream broke
+		// because of it. The rest of the connection cannot be framed.
+		p.log.Debug("client sent a malformed request body", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Connection", "close")
+		problem.Write(w, http.StatusBadRequest, "the request body is malformed")
 		return
 	}
 	var ne net.Error

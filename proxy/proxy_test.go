@@ -47,7 +47,7 @@ func plan(t testing.TB, cfg proxy.Config, trusted ...string) *proxy.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.Compile(cfg, tr, []string{"X-User-ID"})
+	p, err := proxy.Compile(cfg, tr, forwarded.NewPolicy([]string{"X-User-ID"}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +653,7 @@ func TestCompileRejectsBadConfig(t *testing.T) {
 	} {
 		cfg := config("http://127.0.0.1:1/")
 		tc.mod(&cfg)
-		_, err := proxy.Compile(cfg, nil, nil)
+		_, err := proxy.Compile(cfg, nil, forwarded.Policy{})
 		if err == nil || !strings.HasPrefix(err.Error(), tc.field) {
 			t.Errorf("%s: Compile error %v, want one starting with %s", tc.name, err, tc.field)
 		}

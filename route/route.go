@@ -64,49 +64,107 @@ func (mt *Matcher) Match(method, path string) bool {
 }
 
 // MatchFolded reports whether a request with method and path matches as
-// written or once folded: the method upper-cased, the path cleaned
-// (path.Clean: no "//", "/./", "/../" or trailing slash) and its ASCII
-// letters lower-cased.
+// written or once folded: the method upper-cased, the path without the
+// ";" parameters of its segments ("/login;jsessionid=1" is "/login"),
+// cleaned (path.Clean: no "//", "/./", "/../" or trailing slash) and its
+// ASCII letters lower-cased.
 // Web servers in front of which the gateway sits often route "/LOGIN",
-// "/login/" and "//login" to the same handler as "/login", and Go's
-// r.FormValue handlers often answer "post" as they answer "POST": a
-// limiter rule written for /login must not be stepped around by them.
-// Patterns are matched as written, so write them in lower case. To try
-// one request against several matchers, use a Folding.
+// "/login/" and "//login" to the same handler as "/login", servlet
+// containers (Tomcat, Jetty) and Spring drop path parameters before
+// routing, and Go's r.FormValue handlers often answer "post" as they
+// answer "POST": a limiter rule written for /login must not be stepped
+// around by them. Patterns are matched as written, so write them in lower
+// case. To try one request against several matchers, or under other
+// methods too, use a Folding.
 func (mt *Matcher) MatchFolded(method, p string) bool {
 	return (&Folding{Method: method, Path: p}).Match(mt)
 }
 
 // Folding is a request's method and path tried against matchers as
 // MatchFolded does, folded at most once (on the first miss) however many
-// matchers it is tried against; the folded form is tried only when it
+// matchers it is tried against; the folded path is tried only when it
 // differs, so a request already in that form costs one lookup per matcher.
 type Folding struct {
 	Method, Path string
+	// Also are other methods, upper-case, that the upstream may route the
+	// request as (those a method override names): Match tries each beside
+	// Method. The caller may set it between calls.
+	Also []string
 
-	folded  bool   // fm and fp are set
-	differs bool   // fm, fp differ from Method, Path
-	fm, fp  string // the folded method and path
+	fmDone, fpDone bool   // fm, fp are set
+	fm, fp         string // the folded method and path
 }
 
-// Match reports whether q matches mt, as written or folded.
+// Match reports whether q matches mt: its path as written or folded, with
+// its method as written, upper-cased, or one of Also.
 func (q *Folding) Match(mt *Matcher) bool {
-	if mt.Match(q.Method, q.Path) {
+	return q.methodIn(mt) && q.MatchPath(mt)
+}
+
+// MatchPath reports whether q's path, as written or folded, matches mt's
+// pattern, whatever the methods.
+func (q *Folding) MatchPath(mt *Matcher) bool {
+	if _, ok := mt.matchPath(q.Path, ""); ok {
 		return true
 	}
-	if !q.folded {
-		q.fm, q.fp = strings.ToUpper(q.Method), foldPath(q.Path)
-		q.folded, q.differs = true, q.fm != q.Method || q.fp != q.Path
+	if !q.fpDone {
+		q.fp, q.fpDone = foldPath(q.Path), true
 	}
-	return q.differs && mt.Match(q.fm, q.fp)
+	if q.fp == q.Path {
+		return false
+	}
+	_, ok := mt.matchPath(q.fp, "")
+	return ok
 }
 
-// foldPath cleans p and lower-cases it, allocating only when it changes.
+// methodIn reports whether mt takes q's method, upper-cased or not, or one
+// of Also.
+func (q *Folding) methodIn(mt *Matcher) bool {
+	if mt.allows(q.Method) {
+		return true
+	}
+	if !q.fmDone {
+		q.fm, q.fmDone = strings.ToUpper(q.Method), true
+	}
+	if q.fm != q.Method && mt.allows(q.fm) {
+		return true
+	}
+	return slices.ContainsFunc(q.Also, mt.allows)
+}
+
+// foldPath drops the ";" parameters of p's segments, cleans it and
+// lower-cases it, allocating only when it changes.
 func foldPath(p string) string {
 	if isFolded(p) {
 		return p
 	}
-	return lowerASCII(path.Clean("/" + p))
+	return lowerASCII(path.Clean("/" + dropParams(p)))
+}
+
+// dropParams removes from each segment of p what follows its first ';',
+// as servlet containers do (RFC 3986 section 3.3 leaves ';' to the scheme:
+// "/login;jsessionid=1" is "/login" to Tomcat, Jetty and Spring).
+func dropParams(p string) string {
+	if strings.IndexByte(p, ';') < 0 {
+		return p
+	}
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); {
+		j := strings.IndexByte(p[i:], ';')
+		if j < 0 {
+			b.WriteString(p[i:])
+			break
+		}
+		b.WriteString(p[i : i+j])
+		i += j
+		k := strings.IndexByte(p[i:], '/')
+		if k < 0 {
+			break
+		}
+		i += k
+	}
+	return b.String()
 }
 
 // lowerASCII lower-cases the ASCII letters of s, leaving other bytes (and
@@ -122,15 +180,15 @@ func lowerASCII(s string) string {
 }
 
 // isFolded reports whether p is already clean and lower-case: it starts
-// with "/", has no upper-case letter, no empty, "." or ".." segment and no
-// trailing slash (but for "/" itself).
+// with "/", has no upper-case letter, no ';', no empty, "." or ".."
+// segment and no trailing slash (but for "/" itself).
 func isFolded(p string) bool {
 	if p == "" || p[0] != '/' || len(p) > 1 && p[len(p)-1] == '/' {
 		return false
 	}
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
-		case 'A' <= c && c <= 'Z':
+		case 'A' <= c && c <= 'Z' || c == ';':
 			return false
 		case c == '/' && i+1 < len(p) && (p[i+1] == '/' || p[i+1] == '.' && (i+2 == len(p) || p[i+2] == '/' || p[i+2] == '.')):
 			return false
@@ -146,12 +204,26 @@ func (mt *Matcher) Param(method, path, name string) (string, bool) {
 }
 
 func (mt *Matcher) find(method, path, name string) (string, bool) {
-	if len(mt.methods) > 0 && !slices.Contains(mt.methods, method) {
+	if !mt.allows(method) {
 		return "", false
 	}
+	return mt.matchPath(path, name)
+}
+
+// allows reports whether mt takes method: it lists it, or lists none.
+func (mt *Matcher) allows(method string) bool {
+	return len(mt.methods) == 0 || slices.Contains(mt.methods, method)
+}
+
+// matchPath reports whether path matches mt's pattern, whatever the
+// method, and returns the value of the path parameter name. The pattern is
+// routed for every method chi knows; it is looked up as GET, so that a
+// pattern without methods matches methods chi does not know too (PROPFIND,
+// FOO), which an upstream may route to the same handler.
+func (mt *Matcher) matchPath(path, name string) (string, bool) {
 	rctx := ctxPool.Get().(*chi.Context)
 	rctx.Reset()
-	ok := mt.mux.Find(rctx, method, path) != ""
+	ok := mt.mux.Find(rctx, http.MethodGet, path) != ""
 	var v string
 	if ok && name != "" {
 		v = rctx.URLParam(name)

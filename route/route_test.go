@@ -1,6 +1,7 @@
 package route_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/linkgate/linkgate/route"
@@ -83,9 +84,19 @@ func TestMatchFolded(t *testing.T) {
 		{"POST", "//login", true},
 		{"POST", "/x/../login", true},
 		{"post", "/login", true},
+		// ';' path parameters, which servlet containers (Tomcat, Jetty)
+		// and Spring drop from each segment before routing; %3B is ';' once
+		// the path is decoded
+		{"POST", "/login;jsessionid=1", true},
+		{"POST", "/login;", true},
+		{"POST", "/Login;a=b/", true},
+		{"POST", "/login/;x", true},
+		{"POST", "/;x/login", true},
+		{"POST", "/x;/../login", true},
 		{"GET", "/login", false},
 		{"POST", "/logout", false},
 		{"POST", "/login/x", false},
+		{"POST", "/loginx;/", false},
 	} {
 		if got := m.MatchFolded(tc.method, tc.path); got != tc.want {
 			t.Errorf("MatchFolded(%s %s) = %v, want %v", tc.method, tc.path, got, tc.want)
@@ -94,6 +105,48 @@ func TestMatchFolded(t *testing.T) {
 	p, _ := route.Match{Path: "/api/*"}.Compile()
 	if !p.MatchFolded("GET", "/API/v1/Users") {
 		t.Error("a wildcard pattern misses an upper-case path")
+	}
+}
+
+// TestFoldingAlso: a Folding matches under the other methods the
+// request may be routed as (a method override), and MatchPath ignores
+// methods altogether.
+func TestFoldingAlso(t *testing.T) {
+	post, _ := route.Match{Methods: []string{"POST"}, Path: "/login"}.Compile()
+	for _, tc := range []struct {
+		method string
+		also   []string
+		path   string
+		want   bool
+	}{
+		{"PUT", nil, "/login", false},
+		{"PUT", []string{"POST"}, "/login", true},
+		{"GET", []string{"DELETE", "POST"}, "/LOGIN;x", true},
+		{"PUT", []string{"PATCH"}, "/login", false},
+		{"PUT", []string{"POST"}, "/logout", false},
+	} {
+		q := route.Folding{Method: tc.method, Path: tc.path, Also: tc.also}
+		if got := q.Match(post); got != tc.want {
+			t.Errorf("%s %s also %v: Match = %v, want %v", tc.method, tc.path, tc.also, got, tc.want)
+		}
+		if got, want := q.MatchPath(post), !strings.Contains(tc.path, "out"); got != want {
+			t.Errorf("%s %s: MatchPath = %v, want %v", tc.method, tc.path, got, want)
+		}
+	}
+}
+
+// TestAllMethodsMeansAll: a pattern without methods matches every method,
+// those chi does not know included (PROPFIND, a made-up FOO), since an
+// upstream may route them to the same handler.
+func TestAllMethodsMeansAll(t *testing.T) {
+	all, _ := route.Match{Path: "/login"}.Compile()
+	for _, m := range []string{"GET", "POST", "PROPFIND", "FOO", "post"} {
+		if !all.Match(m, "/login") {
+			t.Errorf("%s /login: no match for a pattern of every method", m)
+		}
+	}
+	if v, ok := all.Param("FOO", "/login", "x"); !ok || v != "" {
+		t.Errorf("Param for FOO: %q %v", v, ok)
 	}
 }
 
