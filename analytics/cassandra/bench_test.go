@@ -21,7 +21,7 @@ func (nopBackend) writePoint(context.Context, pointRow) error { return nil }
 func (nopBackend) readPoints(context.Context, string, string, time.Time, time.Time, time.Time) ([]analytics.Point, error) {
 	return nil, nil
 }
-func (nopBackend) writeActive(context.Context, activeRow) error { return nil }
+func (nopBackend) writeActive(context.Context, []activeRow) error { return nil }
 func (nopBackend) readActive(context.Context, int, time.Time, int, string, int) ([]string, error) {
 	return nil, nil
 }

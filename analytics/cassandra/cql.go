@@ -20,8 +20,10 @@ type backend interface {
 	// readPoints returns the rows of one partition of a tier table whose
 	// start is in [from, to), one per (start, writer), in start order.
 	readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error)
-	// writeActive stores one rollup.Active entry, with r.ttl.
-	writeActive(ctx context.Context, r activeRow) error
+	// writeActive stores rollup.Active entries of one partition (step,
+	// period, shard), each with its r.ttl, in one statement: a batch
+	// when there are several.
+	writeActive(ctx context.Context, rows []activeRow) error
 	// readActive returns up to limit keys of one partition of the active
 	// table after the key after, in key order.
 	readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error)
@@ -152,8 +154,22 @@ func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, 
 	return out, nil
 }
 
-func (b *cqlBackend) writeActive(ctx context.Context, r activeRow) error {
-	return b.s.Query(b.insertActive, r.step, r.period, r.shard, r.key, r.ttl).WithContext(ctx).Idempotent(true).Exec()
+func (b *cqlBackend) writeActive(ctx context.Context, rows []activeRow) error {
+	if len(rows) == 1 {
+		r := rows[0]
+		return b.s.Query(b.insertActive, r.step, r.period, r.shard, r.key, r.ttl).WithContext(ctx).Idempotent(true).Exec()
+	}
+	// An unlogged batch of one partition: applied as one mutation, atomic
+	// and isolated on each replica, with no batch log (that is for batches
+	// across partitions), and idempotent: its rows only ever overwrite
+	// themselves.
+	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	for _, r := range rows {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{
+			Stmt: b.insertActive, Args: []any{r.step, r.period, r.shard, r.key, r.ttl}, Idempotent: true,
+		})
+	}
+	return b.s.ExecuteBatch(batch)
 }
 
 func (b *cqlBackend) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {

@@ -193,19 +193,24 @@ func (db *fakeDB) writePoint(ctx context.Context, r pointRow) error {
 	})
 }
 
-func (db *fakeDB) writeActive(ctx context.Context, r activeRow) error {
-	if r.ttl <= 0 {
-		panic("fake: an Active entry without TTL")
-	}
-	return db.do(ctx, "active", func() {
-		q := fakeQueue{r.step, r.period.UnixMicro(), r.shard}
-		if shardOf(r.key) != r.shard {
-			panic("fake: an Active entry in the wrong shard")
+func (db *fakeDB) writeActive(ctx context.Context, rows []activeRow) error {
+	q := fakeQueue{rows[0].step, rows[0].period.UnixMicro(), rows[0].shard}
+	for _, r := range rows {
+		if r.ttl <= 0 {
+			panic("fake: an Active entry without TTL")
 		}
+		if shardOf(r.key) != r.shard || (fakeQueue{r.step, r.period.UnixMicro(), r.shard}) != q {
+			panic("fake: a batch of Active entries across partitions, or in the wrong shard")
+		}
+	}
+	// A batch of one partition is one mutation: all of it or none.
+	return db.do(ctx, "active", func() {
 		if db.active[q] == nil {
 			db.active[q] = map[string]time.Time{}
 		}
-		db.active[q][r.key] = db.expiry(r.ttl)
+		for _, r := range rows {
+			db.active[q][r.key] = db.expiry(r.ttl)
+		}
 	})
 }
 

@@ -18,6 +18,7 @@ type Statements struct {
 	Points      int64 // flushed counts written (INSERT into points_*)
 	Rolled      int64 // rolled values written by the rollup worker
 	Active      int64 // rollup_active entries written
+	ActiveSent  int64 // statements that wrote them: a batch per partition of up to maxActiveBatch entries
 	Marks       int64 // marks written
 	MarkDeletes int64 // marks deleted once processed
 	Progress    int64 // rollup_progress rows written
@@ -27,19 +28,19 @@ type Statements struct {
 
 // Writes returns the statements that write: all but Reads and Leases.
 func (s Statements) Writes() int64 {
-	return s.Points + s.Rolled + s.Active + s.Marks + s.MarkDeletes + s.Progress
+	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress
 }
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, active, marks, markDeletes, progress, leases, reads atomic.Int64
+	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
 func (s *Store) Statements() Statements {
 	c := &s.stmts
 	return Statements{
-		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), Marks: c.marks.Load(),
+		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
 	}
 }
@@ -64,9 +65,10 @@ func (b counted) readPoints(ctx context.Context, table, key string, bucket, from
 	return b.be.readPoints(ctx, table, key, bucket, from, to)
 }
 
-func (b counted) writeActive(ctx context.Context, r activeRow) error {
-	b.c.active.Add(1)
-	return b.be.writeActive(ctx, r)
+func (b counted) writeActive(ctx context.Context, rows []activeRow) error {
+	b.c.active.Add(int64(len(rows)))
+	b.c.activeSent.Add(1)
+	return b.be.writeActive(ctx, rows)
 }
 
 func (b counted) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {

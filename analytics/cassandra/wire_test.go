@@ -109,6 +109,13 @@ func (s *wireServer) addr() string { return s.ln.Addr().String() }
 
 func (s *wireServer) port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 
+// numBatches returns how many BATCH messages the server received.
+func (s *wireServer) numBatches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.batches)
+}
+
 func (s *wireServer) count(prefix string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
