@@ -69,7 +69,9 @@ func openSpool(dir string, maxBytes int64) (*spool, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultJournalMaxBytes
 	}
-	j, err := journal.Open(dir, journal.Options{MaxBytes: maxBytes})
+	// Preallocated: the journal is kept beside the store, on the disk
+	// whose filling up is one of the outages it is for.
+	j, err := journal.Open(dir, journal.Options{MaxBytes: maxBytes, Preallocate: true})
 	if err != nil {
 		return nil, fmt.Errorf("analytics: journal: %w", err)
 	}

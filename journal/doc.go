@@ -48,6 +48,9 @@
 //	                       ends at to = <seg>:<off>; gen grows with every
 //	                       fold, so that folding the folded record alone
 //	                       again makes a new file, not one of the same name.
+//	next.spare             with Options.Preallocate: an empty file with a
+//	                       segment's space allocated, renamed to the next
+//	                       segment when one starts.
 //	ack                    the ack position: "LGJA", segment, offset (uint64
 //	                       each) and CRC-32C; 24 bytes. Created by Open.
 //	*.tmp                  an ack or fold file being written; Open removes it.

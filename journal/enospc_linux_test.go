@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -171,5 +172,68 @@ func TestAckNoSpace(t *testing.T) {
 	}
 	if _, err := j.Append([]byte(rec(100, 30<<10))); err != nil {
 		t.Errorf("Append after the ack gave space back: %v", err)
+	}
+}
+
+// fill writes a file on vol until the volume is full to the last block.
+func fill(t *testing.T, vol string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(vol, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// TestPreallocateOnFullVolume fills a volume to the last block after the
+// journal opened: with Preallocate, Appends go on into the space of the
+// current segment and of the spare one (six records of 30 KiB in segments
+// of 100 KiB); without it, the first one fails. Everything appended is
+// read back after reopening.
+func TestPreallocateOnFullVolume(t *testing.T) {
+	for _, prealloc := range []bool{false, true} {
+		t.Run(fmt.Sprint("Preallocate=", prealloc), func(t *testing.T) {
+			vol := smallVolume(t)
+			dir := filepath.Join(vol, "journal")
+			opts := journal.Options{SegmentBytes: 100 << 10, Preallocate: prealloc}
+			j := open(t, dir, opts)
+			kept := appendAll(t, j, rec(0, 30<<10))
+			fill(t, vol)
+			var err error
+			for i := 1; ; i++ {
+				r := rec(i, 30<<10)
+				var p journal.Pos
+				if p, err = j.Append([]byte(r)); err != nil {
+					break
+				}
+				kept = append(kept, entry{p, r})
+			}
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("Append past the reserve = %v, want ENOSPC", err)
+			}
+			after := len(kept) - 1
+			t.Logf("%d records of 30 KiB appended on the full volume, then %v", after, err)
+			if want := 0; !prealloc && after != want {
+				t.Errorf("without Preallocate %d records fit on a full volume, want %d", after, want)
+			}
+			if want := 5; prealloc && after < want {
+				t.Errorf("with Preallocate %d records fit on a full volume, want at least %d (the rest of one segment and a spare)", after, want)
+			}
+			j.Close()
+			j = open(t, dir, opts)
+			if got := scanAll(t, j); !cmp.Equal(got, kept, cmpPos) {
+				t.Fatalf("reopened: %s", cmp.Diff(kept, got, cmpPos))
+			}
+			j.Close()
+		})
 	}
 }

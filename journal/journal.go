@@ -43,6 +43,14 @@ type Options struct {
 	// records frees most of a full journal: space is given back a whole
 	// segment at a time.
 	SegmentBytes int64
+	// Preallocate keeps the disk space of the segment being appended to
+	// and of one spare segment allocated ahead of the appends (fallocate
+	// with FALLOC_FL_KEEP_SIZE, where the file system has it), so that
+	// Appends go on for up to two segments when something else fills the
+	// volume: a journal next to a store on one disk is most needed when the
+	// disk is full. It costs up to two segments of disk the journal has
+	// not written yet.
+	Preallocate bool
 }
 
 // Pos is the position just after a record: the segment it is in and the
@@ -180,7 +188,36 @@ func Open(dir string, opts Options) (*Journal, error) {
 		j.closeFiles()
 		return nil, err
 	}
+	if opts.Preallocate {
+		if j.activeF != nil {
+			preallocate(j.activeF, opts.SegmentBytes)
+		}
+		j.makeSpare()
+	}
 	return j, nil
+}
+
+// spareName is the file of a spare segment (Options.Preallocate): empty,
+// with a segment's space allocated, renamed to the next segment's name
+// when one starts. Open leaves it alone otherwise.
+const spareName = "next.spare"
+
+// makeSpare creates the spare segment unless there is one. Where the space
+// cannot be had (a full disk) it leaves none, and the next segment is made
+// as without Preallocate; the roll after it tries again.
+func (j *Journal) makeSpare() {
+	path := filepath.Join(j.dir, spareName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || fi.Size() != 0 {
+		f.Truncate(0) // a spare is empty: never a record in it
+	}
+	if err := preallocate(f, j.opts.SegmentBytes); err != nil {
+		os.Remove(path)
+	}
 }
 
 // mkdirSync creates dir and its missing parents (mode 0700) and syncs the
@@ -567,8 +604,13 @@ func (j *Journal) Append(rec []byte) (Pos, error) {
 			p.bad = true
 			p.disk = max(p.disk, off+size)
 			j.closeActive()
-		} else if !j.noSync {
-			fdatasync(f)
+		} else {
+			if !j.noSync {
+				fdatasync(f)
+			}
+			if j.opts.Preallocate {
+				preallocate(f, j.opts.SegmentBytes) // a truncate may free the blocks past the end
+			}
 		}
 		return Pos{}, fmt.Errorf("journal: append: %w", err)
 	}
@@ -578,13 +620,27 @@ func (j *Journal) Append(rec []byte) (Pos, error) {
 	return Pos{p.seq, p.end}, nil
 }
 
-// roll starts a new segment. The caller holds j.mu.
+// roll starts a new segment: the spare, renamed, when there is one. The
+// caller holds j.mu.
 func (j *Journal) roll() error {
 	j.closeActive()
 	p := &piece{path: filepath.Join(j.dir, segName(j.nextSeq)), seq: j.nextSeq}
-	f, err := os.OpenFile(p.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if j.opts.Preallocate {
+		// The spare's blocks are allocated already: the new segment needs
+		// no space but its name (the directory's blocks). Then a new
+		// spare, when there is room for one.
+		if err := os.Rename(filepath.Join(j.dir, spareName), p.path); err == nil {
+			flags = os.O_RDWR
+		}
+		defer j.makeSpare()
+	}
+	f, err := os.OpenFile(p.path, flags, 0o600)
 	if err != nil {
 		return err
+	}
+	if j.opts.Preallocate {
+		preallocate(f, j.opts.SegmentBytes)
 	}
 	if !j.noSync {
 		// The new name must be on disk before a record in it is said to be.
