@@ -38,7 +38,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -280,7 +279,7 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 			problem.Write(w, http.StatusNotFound, "analytics are disabled on this gateway")
 		})
 	}
-	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), plan.statsToken, time.Now, g.log)
+	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())

@@ -41,7 +41,7 @@ func chromiumArgs(t *testing.T, extra ...string) []string {
 // from the JSON answer the page fetched, the way the gateway mounts it.
 func TestChartPageInChromium(t *testing.T) {
 	bin := chromium(t)
-	h := stats.New(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	mux := http.NewServeMux()
 	mux.Handle("/stats/", http.StripPrefix("/stats", h))
 	mux.Handle("/stats", http.StripPrefix("/stats", h))
@@ -100,8 +100,8 @@ func TestChartPageGapsInChromium(t *testing.T) {
 	}
 	now := func() time.Time { return statsNow }
 	mux := http.NewServeMux()
-	mux.Handle("/held/", http.StripPrefix("/held", stats.New(held, rollup.DefaultTiers(), "", now, nil)))
-	mux.Handle("/stats/", http.StripPrefix("/stats", stats.New(newStatsReader(), rollup.DefaultTiers(), "", now, nil)))
+	mux.Handle("/held/", http.StripPrefix("/held", stats.New(held, rollup.DefaultTiers(), stats.Options{Now: now})))
+	mux.Handle("/stats/", http.StripPrefix("/stats", stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: now})))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

@@ -3,22 +3,30 @@ package stats
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Config is the "stats" section: where the gateway serves /stats.
 type Config struct {
 	Prefix   string `yaml:"prefix"`    // served by the gateway, never proxied
 	TokenEnv string `yaml:"token_env"` // env var with a bearer token for the stats API; empty: open
+	// ReadTimeout bounds the store reads of one stats request: past it the
+	// answer is partial (from the counts the gateway holds), so /stats
+	// answers quickly while the store hangs.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
 }
 
 // DefaultConfig returns the defaults of the stats section.
-func DefaultConfig() Config { return Config{Prefix: "/stats"} }
+func DefaultConfig() Config { return Config{Prefix: "/stats", ReadTimeout: time.Second} }
 
 // Compile checks the stats section. Errors start with the field's
 // path in the config file.
 func Compile(c Config) error {
 	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
 		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	}
+	if c.ReadTimeout <= 0 {
+		return fmt.Errorf("stats.read_timeout: %v is not positive", c.ReadTimeout)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // The gateway mounts the stats API at its prefix with the prefix stripped.
 func ExampleNew() {
 	now := func() time.Time { return time.Date(2026, 11, 23, 10, 17, 42, 0, time.UTC) }
-	stats := stats.New(newStatsReader(), rollup.DefaultTiers(), "", now, nil)
+	stats := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: now})
 	mux := http.NewServeMux()
 	mux.Handle("/stats/", http.StripPrefix("/stats", stats))
 	mux.Handle("/stats", http.StripPrefix("/stats", stats))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/linkgate/linkgate/stats"
@@ -53,7 +54,7 @@ func TestStatsExpired(t *testing.T) {
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			r := newStatsReader()
-			h := stats.New(r, tiers, "", func() time.Time { return statsNow }, nil)
+			h := stats.New(r, tiers, stats.Options{Now: func() time.Time { return statsNow }})
 			w := statsGet(t, h, tc.target)
 			if w.Code != http.StatusOK {
 				t.Fatalf("%d %s", w.Code, w.Body)
@@ -113,7 +114,7 @@ func TestStatsExpired(t *testing.T) {
 	}
 
 	// CSV: empty cells for the same points, and the header.
-	h := stats.New(newStatsReader(), tiers, "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), tiers, stats.Options{Now: func() time.Time { return statsNow }})
 	a := decodeStats(t, statsGet(t, h, "/abc?step=1m&last=3d"))
 	w := statsGet(t, h, "/abc?step=1m&last=3d&format=csv")
 	if got := w.Header().Get("Linkgate-Expired-Before"); got != fmt.Sprint(*a.ExpiredBefore) {
@@ -126,7 +127,7 @@ func TestStatsExpired(t *testing.T) {
 		t.Errorf("a year of days: Linkgate-Expired-Before %q; want no header, no empty cells", w.Header().Get("Linkgate-Expired-Before"))
 	}
 	// Goldens, with tiers short enough to show every point.
-	h = stats.New(newStatsReader(), smallTiers, "", func() time.Time { return statsNow }, nil)
+	h = stats.New(newStatsReader(), smallTiers, stats.Options{Now: func() time.Time { return statsNow }})
 	checkGolden(t, "link_3h_1m_expired.csv", statsGet(t, h, "/abc?last=3h&step=1m&format=csv").Body.Bytes())
 	checkGolden(t, "all_2y_stitched_expired.json", statsGet(t, h, "/?last=2y&stitch=true").Body.Bytes())
 }
@@ -165,7 +166,7 @@ func TestStatsPartialHeld(t *testing.T) {
 		},
 		total: analytics.Visits{Human: 4, Bot: 2},
 	}
-	h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	w := statsGet(t, h, "/abc?last=5m")
 	checkGolden(t, "link_5m_partial.json", w.Body.Bytes())
 	a := decodeStats(t, w)
@@ -195,7 +196,7 @@ func TestStatsPartialWhenStoreClosed(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Minute)
 	rec := analytics.NewRecorder(1000, nil)
 	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
-	h := stats.New(f.Reader(st), rollup.DefaultTiers(), "", func() time.Time { return now.Add(30 * time.Second) }, nil)
+	h := stats.New(f.Reader(st), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return now.Add(30 * time.Second) }})
 	get := func(target string) (*statsAnswer, http.Header) {
 		t.Helper()
 		w := statsGet(t, h, target)
@@ -334,7 +335,7 @@ func TestStatsPartialThenWhole(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Minute)
 	rec := analytics.NewRecorder(1000, nil)
 	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return now }}, nil, nil)
-	h := stats.New(f.Reader(src), rollup.DefaultTiers(), "", func() time.Time { return now.Add(30 * time.Second) }, nil)
+	h := stats.New(f.Reader(src), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return now.Add(30 * time.Second) }})
 	for range 5 {
 		rec.Record("abc", now.Add(-3*time.Minute), false)
 	}
@@ -353,4 +354,47 @@ func TestStatsPartialThenWhole(t *testing.T) {
 	if a.Partial || a.Total != 6 || a.RangeTotal != 6 || a.numNull() != 0 {
 		t.Errorf("reads back: partial %v, total %d, range %d, %d null; want a whole answer of 6", a.Partial, a.Total, a.RangeTotal, a.numNull())
 	}
+}
+
+// hangingSource is a store whose reads never answer: each returns only
+// when its context is done, as a store whose coordinator waits for lost
+// replicas does.
+type hangingSource struct{ *analyticstest.Memory }
+
+func (hangingSource) Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]analytics.Point, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hangingSource) Progress(ctx context.Context) (rollup.Progress, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestStatsAnswersWhenTheStoreHangs: with a store whose reads hang, a
+// stats request answers at its read deadline (stats.read_timeout), partial,
+// with the visits the gateway holds; and a second request is not held up
+// by the first.
+func TestStatsAnswersWhenTheStoreHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := hangingSource{analyticstest.NewMemory(analyticstest.DefaultPlan)}
+		rec := analytics.NewRecorder(100, nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
+		for range 3 {
+			rec.Record("k", time.Now().Add(-30*time.Second), false)
+		}
+		h := stats.New(f.Reader(st), rollup.DefaultTiers(), stats.Options{ReadTimeout: 800 * time.Millisecond})
+		for range 2 {
+			began := time.Now()
+			w := statsGet(t, h, "/k?last=1h")
+			took := time.Since(began)
+			a := decodeStats(t, w)
+			if w.Code != http.StatusOK || !a.Partial || a.Total != 3 || a.RangeTotal != 3 {
+				t.Errorf("answer %d partial %v totals %d, %d; want a partial 200 holding the 3 visits held", w.Code, a.Partial, a.Total, a.RangeTotal)
+			}
+			if took > time.Second {
+				t.Errorf("answered in %v with read_timeout 800ms", took)
+			}
+		}
+	})
 }

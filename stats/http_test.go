@@ -45,7 +45,7 @@ func checkGolden(t *testing.T, file string, got []byte) {
 // default range answered as if the parameter had been read.
 func TestStatsUnknownParam(t *testing.T) {
 	r := newStatsReader()
-	h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	w := statsGet(t, h, "/abc?lst=1h")
 	if w.Code != http.StatusBadRequest {
 		t.Fatalf("GET /abc?lst=1h: %d %s, want 400", w.Code, w.Body)
@@ -70,7 +70,7 @@ func TestStatsUnknownParam(t *testing.T) {
 // epoch) starts at the first Monday of 1970, the first week bucket after the
 // epoch, so that no point of any curve starts before 1970.
 func TestStatsNeverBefore1970(t *testing.T) {
-	h := stats.New(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	const monday = 345600 // 1970-01-05T00:00:00Z
 	for _, target := range []string{"/abc?from=0", "/abc?from=0&stitch=true", "/abc?last=60y", "/?from=1&to=1970-03-01T00:00:00Z&step=1d", "/abc?from=0&to=1000000&step=1m"} {
 		a := decodeStats(t, statsGet(t, h, target))
@@ -97,7 +97,7 @@ func TestStatsNeverBefore1970(t *testing.T) {
 
 	// With tiers no coarser than a day, curves begin at the epoch itself.
 	days := []rollup.Tier{{Step: time.Hour, Retention: 40 * rollup.Day}, {Step: rollup.Day, Retention: 400 * rollup.Day}}
-	h = stats.New(newStatsReader(), days, "", func() time.Time { return statsNow }, nil)
+	h = stats.New(newStatsReader(), days, stats.Options{Now: func() time.Time { return statsNow }})
 	if a := decodeStats(t, statsGet(t, h, "/abc?from=0&to=864000")); a.From != 0 || a.Points[0][0] != 0 {
 		t.Errorf("daily tiers, from=0: from %d first point %v, want 0", a.From, a.Points[0])
 	}
@@ -126,7 +126,7 @@ func (statsRandomReader) Total(ctx context.Context, key string) (analytics.Visit
 // gzip gets the same answer compressed, one that does not (or refuses it
 // with q=0) gets it as it is, and HEAD gets a GET's headers with no body.
 func TestStatsGzip(t *testing.T) {
-	h := stats.New(statsRandomReader{}, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(statsRandomReader{}, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	// A transport that leaves Content-Encoding to the test.
@@ -219,7 +219,7 @@ func TestStatsGzip(t *testing.T) {
 // answer of about 5,700 points) as it is and gzipped at the level the
 // handler uses; bytes/answer is the size sent.
 func BenchmarkStatsGzip(b *testing.B) {
-	h := stats.New(statsRandomReader{}, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(statsRandomReader{}, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	for _, tc := range []struct{ name, acceptEncoding string }{{"identity", ""}, {"gzip", "gzip"}} {
 		b.Run(tc.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, "/abc?last=1y&stitch=true", nil)

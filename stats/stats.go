@@ -44,9 +44,24 @@ type API struct {
 	r        Reader
 	tiers    []rollup.Tier
 	earliest time.Time // where curves begin: the coarsest tier's first bucket from 1970
-	token    string    // "": open
-	now      func() time.Time
-	log      *slog.Logger
+	o        Options
+}
+
+// Options are what an API needs besides its Reader and tiers. The zero
+// value is an open API without a read deadline, on the wall clock, that
+// logs nothing.
+type Options struct {
+	// Token, when not empty, is the bearer token data answers require.
+	Token string
+	// ReadTimeout bounds the store reads of one request (stats.read_timeout):
+	// past it the answer is partial, from the counts the gateway holds.
+	// 0: none but the request's own.
+	ReadTimeout time.Duration
+	// Now is the clock. Nil: time.Now.
+	Now func() time.Time
+	// Log receives a line when reads fall back to the unsaved counts, at
+	// most one a second per API (with the number held back). Nil: none.
+	Log *slog.Logger
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -119,19 +134,19 @@ type API struct {
 // request's Accept-Encoding allows it (a stitched year's 118 KB of JSON
 // shrinks to 19-33 KB); they carry "Vary: Accept-Encoding" either way.
 //
-// A bad parameter is a 400 problem naming it. When token is not empty, data
-// answers require "Authorization: Bearer <token>" (401 otherwise); the chart
-// page itself holds no data and is served to anyone: its script asks for the
-// token when the JSON answer is 401. now is the clock (nil: time.Now); log
-// receives Reader errors (nil: discarded).
-func New(r Reader, tiers []rollup.Tier, token string, now func() time.Time, log *slog.Logger) http.Handler {
-	if now == nil {
-		now = time.Now
+// A bad parameter is a 400 problem naming it. When o.Token is not empty,
+// data answers require "Authorization: Bearer <token>" (401 otherwise); the
+// chart page itself holds no data and is served to anyone: its script asks
+// for the token when the JSON answer is 401. The reads of one request end
+// at o.ReadTimeout: a store that hangs gets a partial answer within it.
+func New(r Reader, tiers []rollup.Tier, o Options) *API {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &API{r: r, tiers: tiers, earliest: epochStart(tiers[len(tiers)-1].Step), token: token, now: now, log: log}
+	return &API{r: r, tiers: tiers, earliest: epochStart(tiers[len(tiers)-1].Step), o: o}
 }
 
 // ServeHTTP answers one stats request.
@@ -149,7 +164,7 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "no stats at this path: ask for / (all links) or /{short_key}")
 		return
 	}
-	now := s.now()
+	now := s.o.Now()
 	q, err := parseQuery(r.URL.Query(), now, s.earliest)
 	if err != nil {
 		writeParamError(w, err)
@@ -168,13 +183,19 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeUnauthorized(w, r)
 		return
 	}
-	c, err := s.curve(r.Context(), key, q, now)
+	ctx := r.Context()
+	if s.o.ReadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.ReadTimeout)
+		defer cancel()
+	}
+	c, err := s.curve(ctx, key, q, now)
 	if err != nil {
 		writeParamError(w, err)
 		return
 	}
 	if c.readErr != nil && r.Context().Err() == nil {
-		s.log.Warn("stats: store not read; answering from unsaved counts", "key", key, "err", c.readErr)
+		s.o.Log.Warn("stats: store not read; answering from unsaved counts", "key", key, "err", c.readErr)
 	}
 	c.shortKey = shortKey
 	h := w.Header()
@@ -202,7 +223,7 @@ const partialReason = "store unreachable"
 
 // authorized says whether r carries the bearer token, when one is required.
 func (s *API) authorized(r *http.Request) bool {
-	return s.token == "" || bearer.Match(r, s.token)
+	return s.o.Token == "" || bearer.Match(r, s.o.Token)
 }
 
 // writeUnauthorized answers 401 with the RFC 6750 challenge.

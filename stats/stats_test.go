@@ -132,7 +132,7 @@ func TestStatsGolden(t *testing.T) {
 			if tiers == nil {
 				tiers = rollup.DefaultTiers()
 			}
-			h := stats.New(newStatsReader(), tiers, "", func() time.Time { return statsNow }, nil)
+			h := stats.New(newStatsReader(), tiers, stats.Options{Now: func() time.Time { return statsNow }})
 			w := statsGet(t, h, tc.target, "Accept", tc.accept)
 			if w.Code != http.StatusOK || w.Header().Get("Content-Type") != tc.ctype {
 				t.Fatalf("GET %s: %d %q %s; want 200 %q", tc.target, w.Code, w.Header().Get("Content-Type"), w.Body, tc.ctype)
@@ -231,7 +231,7 @@ func TestStatsCurve(t *testing.T) {
 	} {
 		t.Run(tc.target, func(t *testing.T) {
 			r := newStatsReader()
-			h := stats.New(r, tiers, "", func() time.Time { return statsNow }, nil)
+			h := stats.New(r, tiers, stats.Options{Now: func() time.Time { return statsNow }})
 			w := statsGet(t, h, tc.target)
 			if w.Code != http.StatusOK {
 				t.Fatalf("GET %s: %d %s", tc.target, w.Code, w.Body)
@@ -321,7 +321,7 @@ func decodeProblem(t *testing.T, w *httptest.ResponseRecorder) problemBody {
 }
 
 func TestStatsBadRequests(t *testing.T) {
-	h := stats.New(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	for _, tc := range []struct {
 		target, param, detail string
 	}{
@@ -359,7 +359,7 @@ func TestStatsBadRequests(t *testing.T) {
 // CSV's header; a counted key says true.
 func TestStatsUnknownKey(t *testing.T) {
 	r := newStatsReader()
-	h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	w := statsGet(t, h, "/never-seen?last=6h")
 	if w.Code != http.StatusOK {
 		t.Fatalf("unknown key: %d %s", w.Code, w.Body)
@@ -411,7 +411,7 @@ func TestStatsUnknownKey(t *testing.T) {
 func TestStatsReaderErrorIsPartial(t *testing.T) {
 	r := newStatsReader()
 	r.err = errors.New("store down")
-	h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	w := statsGet(t, h, "/abc?last=1h")
 	if w.Code != http.StatusOK {
 		t.Fatalf("reader error: %d %s, want 200", w.Code, w.Body)
@@ -437,7 +437,7 @@ func TestStatsReaderErrorIsPartial(t *testing.T) {
 }
 
 func TestStatsToken(t *testing.T) {
-	h := stats.New(newStatsReader(), rollup.DefaultTiers(), "s3cret", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Token: "s3cret", Now: func() time.Time { return statsNow }})
 	for _, tc := range []struct {
 		auth string
 		code int
@@ -471,7 +471,7 @@ func TestStatsToken(t *testing.T) {
 }
 
 func TestStatsChartPage(t *testing.T) {
-	h := stats.New(newStatsReader(), rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	browser := "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 	for _, hdr := range [][]string{{"Accept", browser}, {}} {
 		target := "/abc?last=3d"
@@ -503,7 +503,7 @@ func BenchmarkStatsYear(b *testing.B) {
 		b.Run(target, func(b *testing.B) {
 			r := newStatsReader()
 			r.quiet = true
-			h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+			h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 			req := httptest.NewRequest(http.MethodGet, target, nil)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -539,7 +539,7 @@ func TestStatsSumsPointsIntoBuckets(t *testing.T) {
 		{Start: h0.Add(-time.Hour + 59*time.Minute), Visits: analytics.Visits{Bot: 8}},
 		{Start: h0.Add(time.Hour), Visits: analytics.Visits{Human: 100}}, // after the range
 	}
-	h := stats.New(r, rollup.DefaultTiers(), "", func() time.Time { return statsNow }, nil)
+	h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
 	a := decodeStats(t, statsGet(t, h, "/abc?last=90m&step=5m"))
 	got := map[int64][]int64{}
 	for _, p := range a.Points {
