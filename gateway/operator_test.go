@@ -1,8 +1,12 @@
 package gateway_test
 
 import (
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/linkgate/linkgate/internal/testkit"
 )
@@ -45,5 +49,82 @@ func TestStatsOneVary(t *testing.T) {
 		if vary := resp.Header.Values("Vary"); len(vary) != 1 || vary[0] != "Accept, Accept-Encoding" {
 			t.Errorf("GET %s: Vary %q, want one header: Accept, Accept-Encoding", tc.path, vary)
 		}
+	}
+}
+
+// TestWatchIgnoresOtherFiles: a file beside the config that changes every
+// 20 ms (a log, a pid file) neither delays nor prevents the reload of a
+// config change. The watch once restarted its wait at every event of the
+// folder, so such a neighbour kept any file change from ever reloading.
+func TestWatchIgnoresOtherFiles(t *testing.T) {
+	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
+	gw := start(t, testkit.BaseConfig(a.URL))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log := filepath.Join(filepath.Dir(gw.path), "gateway.log")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			fmt.Fprintf(f, "line %d\n", i)
+			f.Close()
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	time.Sleep(settleWait) // the neighbour is busy before the change
+	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
+	testkit.Eventually(t, 3*time.Second, "the file change reloads while a neighbour changes every 20 ms", func() bool {
+		return testkit.Body(t, gw.url("/x")) == "B"
+	})
+	if !gw.logs.Logged("config reloaded", map[string]string{"source": "file change"}) {
+		t.Errorf("reloaded, but not by the file watch:\n%s", gw.logs)
+	}
+}
+
+// TestWatchKubernetesConfigMap: a config mounted as a Kubernetes ConfigMap
+// is a link to ..data/gateway.yaml, and an update renames a new ..data link
+// over the old one; the events name ..data, never gateway.yaml, and the
+// watch still reloads.
+func TestWatchKubernetesConfigMap(t *testing.T) {
+	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
+	dir := t.TempDir()
+	version := func(name, cfg string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WriteFile(t, filepath.Join(dir, name, "gateway.yaml"), cfg)
+		if err := os.Symlink(name, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_11_26_01", testkit.BaseConfig(a.URL))
+	path := filepath.Join(dir, "gateway.yaml")
+	if err := os.Symlink("..data/gateway.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	gw := startFile(t, path, true)
+	if got := testkit.Body(t, gw.url("/x")); got != "A" {
+		t.Fatalf("before the update: %q", got)
+	}
+	version("..2026_11_26_02", testkit.BaseConfig(b.URL))
+	os.RemoveAll(filepath.Join(dir, "..2026_11_26_01"))
+	testkit.Eventually(t, 5*time.Second, "the ConfigMap update reloads", func() bool {
+		return testkit.Body(t, gw.url("/x")) == "B"
+	})
+	if !gw.logs.Logged("config reloaded", map[string]string{"source": "file change"}) {
+		t.Errorf("reloaded, but not by the file watch:\n%s", gw.logs)
 	}
 }
