@@ -71,6 +71,11 @@ type Options struct {
 	Hangup <-chan os.Signal
 	// Version is logged at start.
 	Version string
+	// Listen makes New bind the listeners (as Listen does) before it
+	// starts anything else, the analytics pipeline above all: a start that
+	// cannot listen then fails with nothing started, stopped or logged.
+	// Otherwise Listen, or Serve, binds them later.
+	Listen bool
 }
 
 // Gateway is a running linkgate: the long-lived parts and the current
@@ -121,8 +126,9 @@ type limitStore interface {
 // New builds a Gateway from plan: the metrics, the analytics pipeline
 // and the first snapshot. The analytics store, embedded or Cassandra,
 // opens in the background (see Health), so a broken store never keeps the
-// gateway from proxying. New fails only when a resource cannot be had,
-// never on config grounds: plan was checked by Compile.
+// gateway from proxying. New fails only when a resource cannot be had
+// (with opts.Listen, a listener: its port in use), never on config
+// grounds: plan was checked by Compile.
 func New(plan *Plan, opts Options) (*Gateway, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -140,9 +146,16 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		mcM:     memcached.NewMetrics(reg),
 		visitsM: analytics.NewMetrics(reg),
 	}
+	if opts.Listen {
+		var err error
+		if g.ln, g.aln, err = listen(plan.cfg); err != nil {
+			return nil, err
+		}
+	}
 	if plan.cfg.Analytics.Enabled {
 		store, err := g.openAnalyticsStore(plan.analytics)
 		if err != nil {
+			g.closeListeners()
 			return nil, err
 		}
 		g.pipeline = analytics.NewPipeline(plan.analytics, store, g.visitsM, g.log)
@@ -152,6 +165,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		if g.pipeline != nil {
 			g.pipeline.Close(context.Background())
 		}
+		g.closeListeners()
 		return nil, err
 	}
 	if plan.adminToken == "" {
@@ -431,11 +445,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		if s := g.cur.Load(); s != nil {
 			s.closeReplaced(nil)
 		}
-		for _, l := range []net.Listener{g.ln, g.aln} {
-			if l != nil {
-				l.Close()
-			}
-		}
+		g.closeListeners()
 		g.closeErr = errors.Join(errs...)
 	})
 	return g.closeErr

@@ -2,12 +2,16 @@ package gateway_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -126,5 +130,90 @@ func TestWatchKubernetesConfigMap(t *testing.T) {
 	})
 	if !gw.logs.Logged("config reloaded", map[string]string{"source": "file change"}) {
 		t.Errorf("reloaded, but not by the file watch:\n%s", gw.logs)
+	}
+}
+
+// nonLocalIPv4 returns an address of the documentation ranges (RFC 5737)
+// that no interface of this machine has: binding it fails with "cannot
+// assign requested address".
+func nonLocalIPv4(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"192.0.2.1", "198.51.100.1", "203.0.113.1"} {
+		local := false
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().String() == c {
+				local = true
+			}
+		}
+		if !local {
+			return c
+		}
+	}
+	t.Skip("every documentation address is on an interface of this machine")
+	return ""
+}
+
+// TestListenChecked: check-config (gateway.Load, the compile that start-up
+// and every reload run) refuses a listen address start-up could not bind,
+// naming the field and its line, and accepts the odd ones it can: a start
+// never fails on an address the file names. Before, an address of no
+// interface and a malformed IPv4 address (taken for a host name) passed
+// the check and killed the start.
+func TestListenChecked(t *testing.T) {
+	up := testkit.Named(t, "upstream")
+	base := testkit.BaseConfig(up.URL)
+	server := func(addr string) string {
+		return strings.Replace(base, "listen: 127.0.0.1:0\n  trusted", "listen: "+addr+"\n  trusted", 1)
+	}
+	admin := func(addr string) string {
+		return strings.Replace(base, "admin:\n  listen: 127.0.0.1:0", "admin:\n  listen: "+addr, 1)
+	}
+	other := nonLocalIPv4(t)
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"an address of no interface", server(other + ":8080"), `:2: server.listen: "` + other + `:8080": ` + other + " is an address that no interface of this machine has"},
+		{"an IPv4 address of no interface, admin", admin(other + ":9999"), ":6: admin.listen:"},
+		{"a malformed IPv4 address", admin("527.0.0.1:9999"), `:6: admin.listen: "527.0.0.1:9999": "527.0.0.1" is not an IP address`},
+		{"three numbers", server("10.0.1:8080"), `:2: server.listen: "10.0.1:8080": "10.0.1" is not an IP address`},
+		{"a name that does not resolve", admin("no-such-host.invalid:9999"), `:6: admin.listen: "no-such-host.invalid:9999": the host name "no-such-host.invalid" does not resolve`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "gw.yaml")
+			testkit.WriteFile(t, path, tc.yaml)
+			_, err := gateway.Load(path, getenv)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load: %v\nwant an error containing %q", err, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct{ name, yaml string }{
+		{"another loopback address", server("127.0.0.2:0")},
+		{"a host name", admin("localhost:0")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := start(t, tc.yaml)
+			if got := testkit.Body(t, gw.url("/x")); got != "upstream" {
+				t.Errorf("GET /x on %s = %q", gw.g.Addr(), got)
+			}
+			if resp, _ := testkit.Do(t, "GET", gw.admin("/healthz"), nil); resp.StatusCode != 200 {
+				t.Errorf("GET /healthz on %s: %d", gw.g.AdminAddr(), resp.StatusCode)
+			}
+		})
+	}
+
+	// A reload to an address that a restart could not bind is refused like
+	// any bad file, though listen changes only at a restart.
+	gw := start(t, base)
+	testkit.WriteFile(t, gw.path, server(other+":8080"))
+	resp, msg := reloadEndpoint(t, gw)
+	p := assertProblem(t, resp, msg, http.StatusBadRequest)
+	if p["field"] != "server.listen" || p["line"] != float64(2) {
+		t.Errorf("reload answer %s: want field server.listen at line 2", msg)
+	}
+	if got := testkit.Body(t, gw.url("/x")); got != "upstream" {
+		t.Errorf("after the refused reload: %q", got)
 	}
 }

@@ -89,6 +89,9 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	defer signal.Stop(hup)
 	g, err := gateway.New(plan, gateway.Options{
 		Path: *path, Getenv: getenv, Log: log, Watch: *watchFile, Hangup: hup, Version: version,
+		// Bound before the analytics pipeline starts: a start that cannot
+		// listen (the port in use) starts nothing it must then stop.
+		Listen: true,
 	})
 	if err != nil {
 		return err
