@@ -377,6 +377,9 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	if err := keepsAdmin(old.plan, plan); err != nil {
+		return res, err
+	}
 	eff, restart := restartOnly(old.eff, plan.cfg)
 	s, err := g.build(plan, eff, old)
 	if err != nil {
@@ -397,6 +400,23 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 		restart = []string{}
 	}
 	return ReloadResult{Generation: s.gen, RestartRequired: restart}, nil
+}
+
+// keepsAdmin refuses a reload from run to next that would turn the admin
+// API off by accident: next's admin.token_env names a variable that this
+// process does not have (or has empty) while run's gave a token. A
+// process's environment is fixed when it starts, so no reload could turn
+// it back on, and the endpoint that reloads is behind that very token: only
+// a restart would. At start the same file is valid (unset: /admin/* answers
+// 403, as the contract says); token_env: "" turns the API off on purpose,
+// and a reload takes that.
+func keepsAdmin(run, next *Plan) error {
+	name := next.cfg.Admin.TokenEnv
+	if run.adminToken == "" || next.adminToken != "" || name == "" {
+		return nil
+	}
+	return next.cfg.Locate(fmt.Errorf("admin.token_env: the environment variable %s is not set (or empty) in this process, so the reload would turn /admin/* off until a restart (a process's environment is fixed when it starts); keep token_env: %s, or set %s and restart; token_env: \"\" turns the admin API off on purpose",
+		name, run.cfg.Admin.TokenEnv, name))
 }
 
 // restartOnly returns the config a reload runs with, eff: next with the

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,5 +216,44 @@ func TestListenChecked(t *testing.T) {
 	}
 	if got := testkit.Body(t, gw.url("/x")); got != "upstream" {
 		t.Errorf("after the refused reload: %q", got)
+	}
+}
+
+// TestReloadKeepsAdminToken: a reload whose admin.token_env names a
+// variable the process does not have is refused, naming the field and its
+// line, and the admin API keeps its token; it once switched /admin/* off
+// until a restart, since no reload can set a variable. token_env: "" turns
+// it off on purpose, and a reload takes that.
+func TestReloadKeepsAdminToken(t *testing.T) {
+	up := testkit.Named(t, "upstream")
+	base := testkit.BaseConfig(up.URL)
+	gw := start(t, base)
+	authed := func() int {
+		resp, _ := testkit.Do(t, "GET", gw.admin("/admin/config"), nil, "Authorization", "Bearer "+testkit.AdminToken)
+		return resp.StatusCode
+	}
+	testkit.WriteFile(t, gw.path, strings.Replace(base, "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NOT_SET", 1))
+	resp, msg := reloadEndpoint(t, gw)
+	p := assertProblem(t, resp, msg, http.StatusBadRequest)
+	if p["field"] != "admin.token_env" || p["line"] != float64(7) || !strings.Contains(msg, "LG_TEST_NOT_SET is not set") {
+		t.Errorf("reload answer %s: want admin.token_env at line 7 named with the variable", msg)
+	}
+	if got := authed(); got != 200 {
+		t.Errorf("after the refused reload, /admin/config with the token: %d, want 200", got)
+	}
+	gw.hup <- syscall.SIGHUP
+	testkit.Eventually(t, 5*time.Second, "SIGHUP's refusal logged", func() bool {
+		return gw.logs.Logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
+	})
+	if got := authed(); got != 200 {
+		t.Errorf("after the refused SIGHUP reload, /admin/config with the token: %d, want 200", got)
+	}
+
+	testkit.WriteFile(t, gw.path, strings.Replace(base, "token_env: LG_TEST_ADMIN_TOKEN", `token_env: ""`, 1))
+	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
+		t.Fatalf("a reload turning the admin API off on purpose: %d %s", resp.StatusCode, msg)
+	}
+	if got := authed(); got != http.StatusForbidden {
+		t.Errorf("after token_env: \"\", /admin/config: %d, want 403", got)
 	}
 }
