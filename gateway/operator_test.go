@@ -257,3 +257,43 @@ func TestReloadKeepsAdminToken(t *testing.T) {
 		t.Errorf("after token_env: \"\", /admin/config: %d, want 403", got)
 	}
 }
+
+// TestOddValuesRefused: values that once passed check-config and ran are
+// refused by a reload over the admin endpoint (and by check-config, the
+// same compile), each answer naming the field and its line in the file's
+// own words, and the running config stays.
+func TestOddValuesRefused(t *testing.T) {
+	up := testkit.Named(t, "upstream")
+	base := testkit.BaseConfig(up.URL)
+	nl := strings.Count(base, "\n")
+	gw := start(t, base)
+	for _, tc := range []struct {
+		name, yaml, field string
+		line              int
+		says              string
+	}{
+		{"a health check every nanosecond", strings.Replace(base, "interval: 100ms", "interval: 1ns", 1), "upstream.health_check.interval", 12,
+			"1ns is less than 100ms; it can be 100ms to 1h"},
+		{"a field in the wrong section", base + "  max_header_bytes: 65536\n", "analytics.max_header_bytes", nl + 1, "unknown field; analytics has enabled, match,"},
+		{"two terabytes of headers, in server", strings.Replace(base, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  max_header_bytes: 2000000000000\n", 1),
+			"server.max_header_bytes", 5, "2000000000000 is more than 1048576"},
+		{"a second document", base + "---\nrules: []\n", "", nl + 1, "a second YAML document"},
+		{"an IPv6 prefix too long", base + "identity:\n  ipv6_prefix: 200\n", "identity.ipv6_prefix", nl + 2, "200 is not between 1 and 128"},
+		{"a misspelt section", base + "servr:\n  listen: 127.0.0.1:0\n", "servr", nl + 1, "unknown field (did you mean server?); the file's top level has server, admin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testkit.WriteFile(t, gw.path, tc.yaml)
+			resp, msg := reloadEndpoint(t, gw)
+			p := assertProblem(t, resp, msg, http.StatusBadRequest)
+			if tc.field != "" && (p["field"] != tc.field || p["line"] != float64(tc.line)) {
+				t.Errorf("reload answer %s: want field %s at line %d", msg, tc.field, tc.line)
+			}
+			if want := fmt.Sprintf(":%d: ", tc.line); !strings.Contains(msg, want) || !strings.Contains(msg, tc.says) {
+				t.Errorf("reload answer %s: want line %d and %q", msg, tc.line, tc.says)
+			}
+			if got := testkit.Body(t, gw.url("/x")); got != "upstream" {
+				t.Errorf("after the refused reload: %q", got)
+			}
+		})
+	}
+}
