@@ -13,10 +13,13 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The build context has no .git, so Go records no revision: pass it, as in
+#   docker build --build-arg VERSION=v1.2.0 --build-arg REVISION=$(git rev-parse HEAD) .
 ARG VERSION=dev
+ARG REVISION=
 # CGO off: a static binary for the distroless image (pebble falls back to
 # pure-Go compression without cgo).
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/gateway ./cmd/gateway && \
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/gateway ./cmd/gateway && \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/tinyurl ./cmd/tinyurl && \
     mkdir -p /out/data
 

@@ -4,6 +4,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -64,5 +65,36 @@ func TestCheckConfigRefusesUnbindable(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("check-config: %v %s; want exit 1 naming %q", err, out, tc.want)
 		}
+	}
+}
+
+// TestVersion: "gateway version", the real binary, prints the module, its
+// version, the revision (or says why it is unknown) and the toolchain: not
+// only "dev".
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(bin.gateway, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("version: %v %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("version printed %d lines, want 4:\n%s", len(lines), out)
+	}
+	for i, want := range []string{"linkgate ", "module   github.com/linkgate/linkgate ", "revision ", "go       " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH} {
+		if !strings.HasPrefix(lines[i], want) {
+			t.Errorf("line %d %q, want it to start with %q", i+1, lines[i], want)
+		}
+	}
+	if strings.Contains(lines[0], "dev ") || lines[0] == "linkgate dev" {
+		t.Errorf("version %q", lines[0])
+	}
+	// The log line at start carries the same version.
+	p, _ := startGateway(t, testkit.BaseConfig("http://127.0.0.1:1"))
+	want := strings.TrimPrefix(lines[0], "linkgate ")
+	if rev, ok := strings.CutPrefix(lines[2], "revision "); ok && !strings.HasPrefix(rev, "unknown") {
+		want += " (" + rev[:min(12, len(rev))]
+	}
+	if n := p.logs.Count("listening", map[string]string{"server": "gateway"}); n != 1 || !strings.Contains(p.logs.String(), `"version":"`+want) {
+		t.Errorf("the listening line does not carry the version %q:\n%s", want, p.logs.String())
 	}
 }
