@@ -267,15 +267,20 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	}
 	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log)
 
+	sc := plan.cfg.Server
+	var access *accessLog
 	var next http.Handler = s.proxy
+	if sc.AccessLog {
+		access = &accessLog{log: g.log, trust: plan.trust}
+		next = upstreamTimer(next)
+	}
 	if g.pipeline != nil {
 		next = g.pipeline.Middleware(plan.analytics)(next)
 	}
 	next = s.limiter.Middleware(next)
 
 	r := chi.NewRouter()
-	sc := plan.cfg.Server
-	r.Use(g.m.middleware(g.log, sc.AccessLog), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	r.Use(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
 	stats := g.statsHandler(plan)
 	prefix := plan.cfg.Stats.Prefix

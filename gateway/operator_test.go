@@ -1,13 +1,17 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -295,5 +299,106 @@ func TestOddValuesRefused(t *testing.T) {
 				t.Errorf("after the refused reload: %q", got)
 			}
 		})
+	}
+}
+
+// TestAccessLog: with server.access_log, each request gets a line with the
+// client the trusted proxies name (not only the peer), User-Agent, Referer,
+// the request id and the time the upstream took; the request id reaches
+// the upstream in X-Request-ID: a trusted proxy's is kept, an untrusted
+// client's is replaced by a new one, and a request without one gets one.
+func TestAccessLog(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // X-Request-ID as the upstream got it
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			mu.Lock()
+			seen = append(seen, strings.Join(r.Header.Values("X-Request-ID"), "|"))
+			mu.Unlock()
+		}
+		if r.URL.Path == "/slow" {
+			time.Sleep(60 * time.Millisecond)
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer up.Close()
+	lastSeen := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[len(seen)-1]
+	}
+	base := testkit.BaseConfig(up.URL)
+	cfg := strings.Replace(base, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  access_log: true\n", 1)
+	trusting := start(t, cfg)
+	untrusting := start(t, strings.Replace(cfg, "trusted_proxies: [127.0.0.1/32]", "trusted_proxies: []", 1))
+	hex32 := regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+	type line = map[string]string
+	access := func(gw *running, path string) line {
+		t.Helper()
+		var found line
+		testkit.Eventually(t, 5*time.Second, "the access line of "+path, func() bool {
+			for _, js := range strings.Split(gw.logs.String(), "\n") {
+				var l line
+				if json.Unmarshal([]byte(js), &l) == nil && l["msg"] == "access" && l["path"] == path {
+					found = l
+				}
+			}
+			return found != nil
+		})
+		return found
+	}
+
+	// Through a trusted proxy: its client, its id.
+	testkit.Do(t, "GET", trusting.url("/slow"), nil, "X-Forwarded-For", "203.0.113.9", "X-Request-ID", "edge-7f3a:1",
+		"User-Agent", "curl/8.5.0", "Referer", "https://example.org/page")
+	l := access(trusting, "/slow")
+	for k, want := range map[string]string{
+		"method": "GET", "status": "200", "bytes": "2", "proto": "HTTP/1.1", "client": "203.0.113.9",
+		"request_id": "edge-7f3a:1", "user_agent": "curl/8.5.0", "referer": "https://example.org/page",
+		"host": trusting.g.Addr().String(),
+	} {
+		if l[k] != want {
+			t.Errorf("access line %s = %q, want %q (line %v)", k, l[k], want, l)
+		}
+	}
+	if !strings.HasPrefix(l["peer"], "127.0.0.1:") {
+		t.Errorf("peer %q, want the connection's address", l["peer"])
+	}
+	if d, err := time.ParseDuration(l["upstream_duration"]); err != nil || d < 60*time.Millisecond || d > 5*time.Second {
+		t.Errorf("upstream_duration %q, want the upstream's 60 ms or a little more", l["upstream_duration"])
+	}
+	if got := lastSeen(); got != "edge-7f3a:1" {
+		t.Errorf("the upstream got X-Request-ID %q, want the trusted proxy's", got)
+	}
+
+	// A trusted proxy's id that does not fit in a log line is replaced.
+	testkit.Do(t, "GET", trusting.url("/spaced"), nil, "X-Request-ID", "two words")
+	if id := access(trusting, "/spaced")["request_id"]; !hex32.MatchString(id) || lastSeen() != id {
+		t.Errorf("an id with a space: logged %q, upstream got %q; want a new id in both", id, lastSeen())
+	}
+
+	// From an untrusted client: its headers are not believed.
+	testkit.Do(t, "GET", untrusting.url("/forged"), nil, "X-Forwarded-For", "203.0.113.9", "X-Request-ID", "someone-elses-id")
+	l = access(untrusting, "/forged")
+	if l["client"] != "127.0.0.1" {
+		t.Errorf("untrusted client %q, want the peer 127.0.0.1", l["client"])
+	}
+	if id := l["request_id"]; !hex32.MatchString(id) || lastSeen() != id {
+		t.Errorf("a forged id: logged %q, upstream got %q; want one new id in both", id, lastSeen())
+	}
+
+	// Without an id: one is made, and the next request gets another.
+	testkit.Do(t, "GET", untrusting.url("/a"), nil)
+	testkit.Do(t, "GET", untrusting.url("/b"), nil)
+	a, b := access(untrusting, "/a")["request_id"], access(untrusting, "/b")["request_id"]
+	if !hex32.MatchString(a) || !hex32.MatchString(b) || a == b {
+		t.Errorf("new ids %q and %q: want two different 32-hex ids", a, b)
+	}
+
+	// An answer the gateway gives itself has no upstream time.
+	resp, _ := testkit.Do(t, "TRACE", untrusting.url("/t"), nil)
+	if l := access(untrusting, "/t"); resp.StatusCode != 405 || l["status"] != "405" || l["upstream_duration"] != "" {
+		t.Errorf("TRACE: %d, access line %v; want 405 without upstream_duration", resp.StatusCode, l)
 	}
 }

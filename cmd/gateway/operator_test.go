@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/linkgate/linkgate/internal/testkit"
 )
@@ -97,4 +98,17 @@ func TestVersion(t *testing.T) {
 	if n := p.logs.Count("listening", map[string]string{"server": "gateway"}); n != 1 || !strings.Contains(p.logs.String(), `"version":"`+want) {
 		t.Errorf("the listening line does not carry the version %q:\n%s", want, p.logs.String())
 	}
+}
+
+// TestAccessLogJSON: with -log-format json the access line is a JSON
+// object like every other line, with its fields as keys.
+func TestAccessLogJSON(t *testing.T) {
+	cfg := strings.Replace(testkit.BaseConfig("http://127.0.0.1:1"), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  access_log: true\n", 1)
+	p, _ := startGateway(t, cfg)
+	testkit.Do(t, "GET", p.url("gateway", "/x"), nil, "User-Agent", "probe/1", "X-Forwarded-For", "198.51.100.20")
+	testkit.Eventually(t, 5*time.Second, "a JSON access line", func() bool {
+		return p.logs.Logged("access", map[string]string{
+			"method": "GET", "path": "/x", "status": "502", "client": "198.51.100.20", "user_agent": "probe/1",
+		})
+	})
 }
