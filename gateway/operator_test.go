@@ -91,7 +91,7 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	defer func() { close(stop); <-done }()
 	time.Sleep(settleWait) // the neighbour is busy before the change
 	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
-	testkit.Eventually(t, 3*time.Second, "the file change reloads while a neighbour changes every 20 ms", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the file change reloads while a neighbour changes every 20 ms", func() bool {
 		return testkit.Body(t, gw.url("/x")) == "B"
 	})
 	if !gw.logs.Logged("config reloaded", map[string]string{"source": "file change"}) {

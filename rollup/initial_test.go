@@ -88,3 +88,32 @@ func TestWorkerStartsWhereDataStarts(t *testing.T) {
 	drain(t, rollup.NewWorker(f.st, f.plan, rollup.WorkerOptions{Now: func() time.Time { return f.end }}))
 	f.check(t)
 }
+
+// TestWorkerAddedTier: a tier added to the retention of a store the worker
+// has run on starts as far back as the tier below it keeps data, since
+// that tier may hold rolled values from before: its first progress is the
+// lower tier's retention ago, not now.
+func TestWorkerAddedTier(t *testing.T) {
+	before := smallTiers[:3] // 1m:1d, 5m:2d, 1h:4d
+	planA, err := rollup.NewPlan(before, grace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planB, err := rollup.NewPlan(smallTiers, grace) // and 6h:8d
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &advances{Memory: analyticstest.NewMemory(planA)}
+	now := t0.Add(10 * time.Hour)
+	if _, err := rollup.NewWorker(st, planA, rollup.WorkerOptions{Now: func() time.Time { return now }}).RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st.calls = nil
+	if _, err := rollup.NewWorker(st, planB, rollup.WorkerOptions{Now: func() time.Time { return now }}).RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := "6h " + rollup.Align(now.Add(-4*rollup.Day), planB.Batch(3)).Format(time.RFC3339)
+	if len(st.calls) == 0 || st.calls[0] != want {
+		t.Errorf("progress writes with the tier added: %v, want the 6h queue started at %s first", st.calls, want)
+	}
+}
