@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 mkdir -p bin
-go build -o bin/ ./cmd/gateway ./cmd/tinyurl
+# The revision for "gateway version", where Go records none itself (a git
+# worktree, or -buildvcs=false in the environment).
+go build -ldflags "-X main.revision=$(git rev-parse HEAD 2>/dev/null || true)" -o bin/ ./cmd/gateway ./cmd/tinyurl
 export LINKGATE_ADMIN_TOKEN=${LINKGATE_ADMIN_TOKEN:-demo-admin-token}
 
 pids=()

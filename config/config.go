@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/suggest"
 )
 
 // Config is the whole configuration file, decoded and with defaults filled
@@ -150,9 +152,10 @@ func Load(path string) (*Config, error) {
 var ErrEmpty = errors.New("the file is empty; a config needs at least upstream.targets")
 
 // Parse decodes a file's contents. Unknown fields and values of the wrong
-// type are errors, so that a typo never passes silently; omitted fields
-// take their defaults. An empty file (nothing but comments and blanks) is
-// ErrEmpty.
+// type are errors, so that a typo never passes silently (an unknown field
+// is named with the fields it could have meant); omitted fields take their
+// defaults. An empty file (nothing but comments and blanks) is ErrEmpty, and
+// a second YAML document after "---" is an error, never silently ignored.
 func Parse(data []byte) (*Config, error) {
 	var doc yaml.Node
 	lines, fields := map[string]int{}, map[int][]string{}
@@ -169,9 +172,23 @@ func Parse(data []byte) (*Config, error) {
 	if err := dec.Decode(c); err != nil && err != io.EOF {
 		return nil, decodeError(err, data, fields)
 	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err != io.EOF {
+		if err != nil {
+			return nil, decodeError(err, nil, fields)
+		}
+		// A trailing "---" with nothing but comments after it is harmless.
+		if len(next.Content) > 0 && next.Content[0].Tag != "!!null" {
+			return nil, &Error{Line: next.Line, Err: ErrSecondDocument}
+		}
+	}
 	c.src.lines = lines
 	return c, nil
 }
+
+// ErrSecondDocument is the error of a file holding more than one YAML
+// document: the gateway would read the first and ignore the rest.
+var ErrSecondDocument = errors.New(`a second YAML document starts here ("---"): a config file is one document, and what follows would be ignored`)
 
 // trimmed is an error whose message lost its leading field path to an
 // Error's Path; it still unwraps to the original.
@@ -185,7 +202,7 @@ func (t trimmed) Unwrap() error { return t.err }
 
 // fieldPath matches the field path a compile error starts with:
 // "rules[2].allow[0]", "upstream.targets", "server.listen".
-var fieldPath = regexp.MustCompile(`^[a-z_]+(\[\d+\])*(\.[a-z_]+(\[\d+\])*)*$`)
+var fieldPath = regexp.MustCompile(`^[a-z][a-z0-9_]*(\[\d+\])*(\.[a-z][a-z0-9_]*(\[\d+\])*)*$`)
 
 // Locate returns err as an *Error naming the file, the field and its line,
 // when err's message starts with a field path ("rules[1].name: ...", as
@@ -265,9 +282,16 @@ func decodeError(err error, data []byte, fields map[int][]string) *Error {
 				line = n.Line
 			}
 		}
+		path := fieldAt(fields[line])
+		if m := unknownField.FindStringSubmatch(msg); m != nil {
+			path, msg = unknown(m[1], fields[line])
+			if i > 0 && path != "" {
+				msg = path + ": " + msg // a later error names its field too
+			}
+		}
 		switch {
 		case i == 0:
-			e.Line, e.Path = line, fieldAt(fields[line])
+			e.Line, e.Path = line, path
 		case line > 0:
 			msg = fmt.Sprintf("line %d: %s", line, msg)
 		}
@@ -275,6 +299,102 @@ func decodeError(err error, data []byte, fields map[int][]string) *Error {
 	}
 	e.Err = errors.New(strings.Join(msgs, "; "))
 	return e
+}
+
+// unknownField matches the yaml library's error for a key no field of the
+// struct has.
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+
+// unknown returns the path of the unknown key name among paths (those of
+// its line) and the message that says so in the file's own words: the
+// fields of the section that holds it, and the one within two edits of
+// name it most likely meant. The yaml library's own message names Go
+// types ("field servr not found in type config.Config").
+func unknown(name string, paths []string) (path, msg string) {
+	parent := ""
+	for _, p := range paths {
+		if p == name || strings.HasSuffix(p, "."+name) {
+			path, parent = p, strings.TrimSuffix(strings.TrimSuffix(p, name), ".")
+			break
+		}
+	}
+	known := fieldsAt(parent)
+	if len(known) == 0 {
+		return path, fmt.Sprintf("unknown field %q", name)
+	}
+	where := "the file's top level"
+	if parent != "" {
+		where = parent
+	}
+	msg = fmt.Sprintf("unknown field; %s has %s", where, strings.Join(known, ", "))
+	if guess := suggest.Closest(name, known...); guess != "" {
+		msg = fmt.Sprintf("unknown field (did you mean %s?); %s has %s", guess, where, strings.Join(known, ", "))
+	}
+	if path == "" {
+		msg = fmt.Sprintf("%q: %s", name, msg)
+	}
+	return path, msg
+}
+
+// fieldsAt returns the names of the fields of the section at path
+// ("server", "rules[0].match", "" for the top level), as a file writes
+// them, or nil when path names no section.
+func fieldsAt(path string) []string {
+	t := reflect.TypeFor[Config]()
+	if path != "" {
+		for _, part := range strings.Split(path, ".") {
+			name, index, _ := strings.Cut(part, "[")
+			f, ok := yamlField(t, name)
+			if !ok {
+				return nil
+			}
+			t = f.Type
+			for range strings.Count(index, "]") {
+				if t.Kind() != reflect.Slice {
+					return nil
+				}
+				t = t.Elem()
+			}
+		}
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		if n := yamlName(t.Field(i)); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// yamlField returns the field of struct type t that a file names name.
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	if t.Kind() != reflect.Struct {
+		return reflect.StructField{}, false
+	}
+	for i := range t.NumField() {
+		if yamlName(t.Field(i)) == name {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// yamlName is the name a file gives f, "" when it has none.
+func yamlName(f reflect.StructField) string {
+	if !f.IsExported() {
+		return ""
+	}
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	switch name {
+	case "-":
+		return ""
+	case "":
+		return strings.ToLower(f.Name) // the yaml library's default
+	}
+	return name
 }
 
 // refused returns the value of data that its type refused with msg the

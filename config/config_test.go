@@ -124,8 +124,12 @@ func TestErrors(t *testing.T) {
 		yaml string
 		want []string // substrings of the message
 	}{
-		{"unknown field", "server:\n  listen: 127.0.0.1:1\n  lisen: x\n", []string{":3: server.lisen:", "lisen not found"}},
-		{"unknown section", "servr: {}\n", []string{":1: servr:", "not found"}},
+		{"unknown field", "server:\n  listen: 127.0.0.1:1\n  lisen: x\n", []string{":3: server.lisen: unknown field (did you mean listen?); server has listen, read_header_timeout,"}},
+		{"unknown section", "servr: {}\n", []string{":1: servr: unknown field (did you mean server?); the file's top level has server, admin, upstream,"}},
+		{"unknown field in a list item", "rules:\n  - name: a\n    match: {path: /x, methds: [GET]}\n", []string{":3: rules[0].match.methds: unknown field (did you mean methods?); rules[0].match has methods, path"}},
+		{"unknown field far from any", "analytics:\n  cassandra:\n    replicas: 3\n", []string{":3: analytics.cassandra.replicas: unknown field; analytics.cassandra has hosts, keyspace,"}},
+		{"two unknown fields", "servr: {}\nadmin:\n  tokn_env: X\n", []string{":1: servr: unknown field (did you mean server?)", "; line 3: admin.tokn_env: unknown field (did you mean token_env?); admin has listen, token_env"}},
+		{"a second document", "upstream:\n  targets: [http://127.0.0.1:1]\n---\nrules: []\n", []string{":3: a second YAML document starts here"}},
 		{"bad limit unit", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [5/x]\n", []string{":5: rules[0].limits:", `"5/x"`, "unit"}},
 		{"bad limit count", "rules:\n  - name: a\n    match: {path: /x}\n    key: ip\n    limits: [0/m]\n", []string{":5: rules[0].limits:", "count"}},
 		{"not yaml", "server: [\n", []string{":1:", "did not find"}},
@@ -157,5 +161,41 @@ func TestErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLocateFieldWithDigits: a field whose name holds a digit
+// (identity.ipv6_prefix) is located like any other; its errors once named
+// no file and no line.
+func TestLocateFieldWithDigits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	os.WriteFile(path, []byte("upstream:\n  targets: [http://127.0.0.1:1]\nidentity:\n  ipv6_prefix: 200\n"), 0o644)
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Locate(errors.New("identity.ipv6_prefix: 200 is not between 1 and 128")).Error()
+	if want := "config: " + path + ":4: identity.ipv6_prefix: 200 is not between 1 and 128"; got != want {
+		t.Errorf("Locate = %q, want %q", got, want)
+	}
+}
+
+// TestOneDocument: a file that ends with "---" and nothing else (or only
+// comments) is one document; one with a second document after "---" is an
+// error naming its line, never a file whose second half is ignored.
+func TestOneDocument(t *testing.T) {
+	for _, data := range []string{
+		"upstream: {targets: [http://127.0.0.1:1]}\n---\n",
+		"upstream: {targets: [http://127.0.0.1:1]}\n--- # end\n# nothing more\n",
+		"---\nupstream: {targets: [http://127.0.0.1:1]}\n...\n",
+	} {
+		if _, err := config.Parse([]byte(data)); err != nil {
+			t.Errorf("Parse(%q): %v", data, err)
+		}
+	}
+	_, err := config.Parse([]byte("upstream: {targets: [http://127.0.0.1:1]}\n---\nrules:\n  - {name: a, match: {path: /x}, key: ip, limits: [1/s]}\n"))
+	var ce *config.Error
+	if !errors.Is(err, config.ErrSecondDocument) || !errors.As(err, &ce) || ce.Line != 2 {
+		t.Errorf("a second document: %v, want ErrSecondDocument at line 2", err)
 	}
 }

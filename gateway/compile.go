@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
@@ -48,7 +51,10 @@ func Load(path string, getenv func(string) string) (*Plan, error) {
 }
 
 // Compile checks cfg and compiles every section. It is pure apart from
-// getenv: it opens no file, listener or connection. An error names the
+// getenv and the check of the listen addresses, which binds each listen
+// host for a moment on a free port (and looks up a host name) so that a
+// start-up cannot fail on an address the file names (see checkListen): it
+// opens no file or connection and keeps no listener. An error names the
 // field and, through cfg.Locate, its line: `config: gw.yaml:12:
 // rules[1].allow[0]: "10.0.0.0/33" is not an address or CIDR prefix`.
 func Compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
@@ -61,6 +67,9 @@ func Compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 
 func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	p := &Plan{cfg: cfg}
+	if err := checkBounds(cfg); err != nil {
+		return nil, err
+	}
 	if err := compileServer(cfg.Server); err != nil {
 		return nil, err
 	}
@@ -132,9 +141,19 @@ func compileServer(s config.Server) error {
 	return nil
 }
 
-// checkListen checks a listen address: host:port with a port from 0 to
-// 65535 and a host that is empty (every interface), an IP address or a
-// host name. optional allows "" (no listener).
+// checkListen checks a listen address as start-up will bind it, so that
+// a file check-config accepts never fails to listen for a reason the file
+// holds: host:port with a port from 0 to 65535, and a host that is empty
+// (every interface), an IP address of this machine, or a host name that
+// resolves to one. The host is bound for a moment on a free port (port 0):
+// the kernel, not a copy of its rules, says whether start-up could bind
+// it (an address no interface has, 127.0.0.2 on a loopback that holds
+// 127.0.0.0/8, a name /etc/hosts or DNS does not know). The port itself is
+// not tried: that it is in use (by the running gateway, on a reload) or
+// privileged is the state of the machine when the gateway starts, not a
+// mistake of the file. A host whose last label is all digits ("527.0.0.1",
+// "10.1") is no host name (RFC 3696 section 2) and no IP address either:
+// it is refused before any lookup. optional allows "" (no listener).
 func checkListen(field, addr string, optional bool) error {
 	if addr == "" && optional {
 		return nil
@@ -149,14 +168,40 @@ func checkListen(field, addr string, optional bool) error {
 	if host == "" {
 		return nil
 	}
-	if _, err := netip.ParseAddr(host); err == nil {
+	_, ipErr := netip.ParseAddr(host)
+	if ipErr != nil {
+		labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+		if last := labels[len(labels)-1]; last != "" && strings.Trim(last, "0123456789") == "" {
+			return fmt.Errorf("%s: %q: %q is not an IP address (an IPv4 address is four numbers from 0 to 255) nor a host name (whose last label is never all digits)", field, addr, host)
+		}
+		if !validHostname(host) {
+			return fmt.Errorf("%s: %q: %q is not an IP address or host name", field, addr, host)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), listenProbeTimeout)
+	defer cancel()
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
+	if err == nil {
+		ln.Close()
 		return nil
 	}
-	if !validHostname(host) {
-		return fmt.Errorf("%s: %q: %q is not an IP address or host name", field, addr, host)
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr):
+		return fmt.Errorf("%s: %q: the host name %q does not resolve (%v): give an address of this machine, or a name that resolves to one", field, addr, host, dnsErr)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		what := "an address"
+		if ipErr != nil {
+			what = "a name for an address"
+		}
+		return fmt.Errorf("%s: %q: %s is %s that no interface of this machine has, so nothing can listen on it (empty host or 0.0.0.0: every interface)", field, addr, host, what)
 	}
-	return nil
+	return fmt.Errorf("%s: %q: cannot listen on %s: %w", field, addr, host, err)
 }
+
+// listenProbeTimeout bounds checkListen's lookup of a host name.
+const listenProbeTimeout = 5 * time.Second
 
 // validHostname reports whether s is a syntactically valid DNS name.
 func validHostname(s string) bool {

@@ -70,6 +70,11 @@ type Options struct {
 	Hangup <-chan os.Signal
 	// Version is logged at start.
 	Version string
+	// Listen makes New bind the listeners (as Listen does) before it
+	// starts anything else, the analytics pipeline above all: a start that
+	// cannot listen then fails with nothing started, stopped or logged.
+	// Otherwise Listen, or Serve, binds them later.
+	Listen bool
 }
 
 // Gateway is a running linkgate: the long-lived parts and the current
@@ -120,8 +125,9 @@ type limitStore interface {
 // New builds a Gateway from plan: the metrics, the analytics pipeline
 // and the first snapshot. The analytics store, embedded or Cassandra,
 // opens in the background (see Health), so a broken store never keeps the
-// gateway from proxying. New fails only when a resource cannot be had,
-// never on config grounds: plan was checked by Compile.
+// gateway from proxying. New fails only when a resource cannot be had
+// (with opts.Listen, a listener: its port in use), never on config
+// grounds: plan was checked by Compile.
 func New(plan *Plan, opts Options) (*Gateway, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
@@ -139,9 +145,16 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		mcM:     memcached.NewMetrics(reg),
 		visitsM: analytics.NewMetrics(reg),
 	}
+	if opts.Listen {
+		var err error
+		if g.ln, g.aln, err = listen(plan.cfg); err != nil {
+			return nil, err
+		}
+	}
 	if plan.cfg.Analytics.Enabled {
 		store, err := g.openAnalyticsStore(plan.analytics)
 		if err != nil {
+			g.closeListeners()
 			return nil, err
 		}
 		g.pipeline = analytics.NewPipeline(plan.analytics, store, g.visitsM, g.log)
@@ -151,6 +164,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		if g.pipeline != nil {
 			g.pipeline.Close(context.Background())
 		}
+		g.closeListeners()
 		return nil, err
 	}
 	if plan.adminToken == "" {
@@ -252,15 +266,20 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	}
 	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log)
 
+	sc := plan.cfg.Server
+	var access *accessLog
 	var next http.Handler = s.proxy
+	if sc.AccessLog {
+		access = &accessLog{log: g.log, trust: plan.trust}
+		next = upstreamTimer(next)
+	}
 	if g.pipeline != nil {
 		next = g.pipeline.Middleware(plan.analytics)(next)
 	}
 	next = s.limiter.Middleware(next)
 
 	r := chi.NewRouter()
-	sc := plan.cfg.Server
-	r.Use(g.m.middleware(g.log, sc.AccessLog), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	r.Use(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
 	stats := g.statsHandler(plan)
 	prefix := plan.cfg.Stats.Prefix
@@ -362,6 +381,9 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	if err := keepsAdmin(old.plan, plan); err != nil {
+		return res, err
+	}
 	eff, restart := restartOnly(old.eff, plan.cfg)
 	s, err := g.build(plan, eff, old)
 	if err != nil {
@@ -382,6 +404,23 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 		restart = []string{}
 	}
 	return ReloadResult{Generation: s.gen, RestartRequired: restart}, nil
+}
+
+// keepsAdmin refuses a reload from run to next that would turn the admin
+// API off by accident: next's admin.token_env names a variable that this
+// process does not have (or has empty) while run's gave a token. A
+// process's environment is fixed when it starts, so no reload could turn
+// it back on, and the endpoint that reloads is behind that very token: only
+// a restart would. At start the same file is valid (unset: /admin/* answers
+// 403, as the contract says); token_env: "" turns the API off on purpose,
+// and a reload takes that.
+func keepsAdmin(run, next *Plan) error {
+	name := next.cfg.Admin.TokenEnv
+	if run.adminToken == "" || next.adminToken != "" || name == "" {
+		return nil
+	}
+	return next.cfg.Locate(fmt.Errorf("admin.token_env: the environment variable %s is not set (or empty) in this process, so the reload would turn /admin/* off until a restart (a process's environment is fixed when it starts); keep token_env: %s, or set %s and restart; token_env: \"\" turns the admin API off on purpose",
+		name, run.cfg.Admin.TokenEnv, name))
 }
 
 // restartOnly returns the config a reload runs with, eff: next with the
@@ -430,11 +469,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		if s := g.cur.Load(); s != nil {
 			s.closeReplaced(nil)
 		}
-		for _, l := range []net.Listener{g.ln, g.aln} {
-			if l != nil {
-				l.Close()
-			}
-		}
+		g.closeListeners()
 		g.closeErr = errors.Join(errs...)
 	})
 	return g.closeErr

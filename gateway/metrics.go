@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -45,10 +44,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 var classes = [...]string{"1xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// middleware counts every answer by status class and, when accessLog is
-// set, logs it. It is the outermost middleware: it makes the request's one
-// proxy.StatusWriter, which the limiter and the visit counter reuse.
-func (m *metrics) middleware(log *slog.Logger, accessLog bool) func(http.Handler) http.Handler {
+// middleware counts every answer by status class and, when access is not
+// nil, writes its access log line. It is the outermost middleware but the
+// request id's: it makes the request's one proxy.StatusWriter, which the
+// limiter and the visit counter reuse.
+func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler {
 	counters := [len(classes)]prometheus.Counter{}
 	for i, c := range classes {
 		counters[i] = m.requests.WithLabelValues(c)
@@ -57,6 +57,10 @@ func (m *metrics) middleware(log *slog.Logger, accessLog bool) func(http.Handler
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ww := proxy.StatusWriter(w, r)
+			var rec *accessRecord
+			if access != nil {
+				r, rec = access.begin(r)
+			}
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 {
@@ -67,9 +71,8 @@ func (m *metrics) middleware(log *slog.Logger, accessLog bool) func(http.Handler
 			}
 			d := time.Since(start)
 			m.duration.Observe(d.Seconds())
-			if accessLog {
-				log.Info("access", "method", r.Method, "path", r.URL.Path, "status", status,
-					"bytes", ww.BytesWritten(), "duration", d, "remote", r.RemoteAddr)
+			if access != nil {
+				access.write(r, rec, status, ww.BytesWritten(), d)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/config"
 )
 
 // Listen binds the client listener (server.listen) and, when configured,
@@ -20,22 +21,36 @@ func (g *Gateway) Listen() error {
 	if g.ln != nil {
 		return nil
 	}
-	cfg := g.current().eff
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	var err error
+	g.ln, g.aln, err = listen(g.current().eff)
+	return err
+}
+
+// listen binds the listeners cfg names: the client listener, and the admin
+// listener when there is one (else aln is nil).
+func listen(cfg *config.Config) (ln, aln net.Listener, err error) {
+	ln, err = net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
-		return fmt.Errorf("gateway: server.listen: %w", err)
+		return nil, nil, fmt.Errorf("gateway: server.listen: %w", err)
 	}
 	ln = framingListener{ln}
 	if cfg.Admin.Listen != "" {
-		aln, err := net.Listen("tcp", cfg.Admin.Listen)
+		aln, err = net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("gateway: admin.listen: %w", err)
+			return nil, nil, fmt.Errorf("gateway: admin.listen: %w", err)
 		}
-		g.aln = aln
 	}
-	g.ln = ln
-	return nil
+	return ln, aln, nil
+}
+
+// closeListeners closes the listeners Listen bound, if any.
+func (g *Gateway) closeListeners() {
+	for _, l := range []net.Listener{g.ln, g.aln} {
+		if l != nil {
+			l.Close()
+		}
+	}
 }
 
 // Addr returns the client listener's address, nil before Listen.

@@ -14,17 +14,20 @@ import (
 // watch reloads the config on SIGHUP and when the file's content changes.
 // It watches the file's directory, not the file: editors replace a file by
 // renaming another over it, which ends a watch on the file itself, and a
-// Kubernetes ConfigMap swaps a "..data" symlink beside it, so the event does
-// not even carry the file's name. Any event in the directory therefore
-// leads to a look at the file, and only a change of its content reloads.
+// Kubernetes ConfigMap swaps a "..data" symlink beside it, so the event
+// does not even carry the file's name. Only the events that can change the
+// file count (see watchedNames): the file's own, and those of the links
+// its path goes through. Other files of the folder (a log, a pid file)
+// may change all the time; were their events to count, each would restart
+// the wait below and no reload would ever happen.
 //
 // A file written in place arrives in pieces (truncated to nothing, then
 // written, perhaps in several writes): a reload in between would run on a
 // half-written file, and a half that compiles (the rules cut off) would be
 // applied. So a change reloads only once the file is stable: the same
-// content read twice, settleTime apart, with no event between nor for
-// settleTime before: a writer that pauses for less than twice settleTime
-// is waited for.
+// content read twice, settleTime apart, with no event of the file between
+// nor for settleTime before: a writer that pauses for less than twice
+// settleTime is waited for.
 func (g *Gateway) watch(ctx context.Context) {
 	sum := fileSum(g.opts.Path)
 	var (
@@ -46,6 +49,7 @@ func (g *Gateway) watch(ctx context.Context) {
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	var seen []byte // the content read at the last settle, if it was a change
+	names := watchedNames(g.opts.Path)
 	for {
 		select {
 		case <-ctx.Done():
@@ -53,11 +57,14 @@ func (g *Gateway) watch(ctx context.Context) {
 		case <-g.opts.Hangup:
 			g.Reload("SIGHUP")
 			sum = fileSum(g.opts.Path)
-		case _, ok := <-events:
+		case ev, ok := <-events:
 			if !ok {
 				events, errs = nil, nil
 				g.log.Warn("config file watch ended; SIGHUP and POST /admin/reload still reload")
 				continue
+			}
+			if !names[filepath.Clean(ev.Name)] {
+				continue // another file of the folder
 			}
 			seen = nil
 			settle.Reset(settleTime)
@@ -71,6 +78,7 @@ func (g *Gateway) watch(ctx context.Context) {
 				settle.Reset(settleTime)
 			}
 		case <-settle.C:
+			names = watchedNames(g.opts.Path) // a link may point elsewhere now
 			s := fileSum(g.opts.Path)
 			switch {
 			case s == nil || bytes.Equal(s, sum):
@@ -84,6 +92,39 @@ func (g *Gateway) watch(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// watchedNames returns the paths, as the watch of path's folder names
+// them in its events, whose events can change the file at path: path itself
+// and, when path is a symbolic link, every entry of the folder that its
+// links go through. A Kubernetes ConfigMap mounts gateway.yaml as a link to
+// ..data/gateway.yaml, and an update swaps the ..data link (renaming a new
+// link over it): the events name ..data, never gateway.yaml. Links are
+// followed a few deep, relative ones from the folder of the link.
+func watchedNames(path string) map[string]bool {
+	path = filepath.Clean(path)
+	dir := filepath.Dir(path)
+	names := map[string]bool{path: true}
+	p := path
+	for range 8 {
+		target, err := os.Readlink(p)
+		if err != nil {
+			break // not a link (or gone): nothing more to follow
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		target = filepath.Clean(target)
+		// The entry of dir that target lies under, if any.
+		for q := target; filepath.Dir(q) != q; q = filepath.Dir(q) {
+			if filepath.Dir(q) == dir {
+				names[q] = true
+				break
+			}
+		}
+		p = target
+	}
+	return names
 }
 
 // settleTime is how long a changed config file must stay unchanged before

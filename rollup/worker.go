@@ -183,15 +183,46 @@ func (w *Worker) span(q time.Duration) time.Duration {
 }
 
 // initial returns where queue q starts in a store that has no progress for
-// it: as far back as its source tier may still hold data, so that nothing
-// the finer tier holds is left unrolled.
-func (w *Worker) initial(q time.Duration, now time.Time) time.Time {
-	src := w.p.tiers[0]
-	if q != MarksQueue {
-		i, _ := w.p.Level(q)
-		src = w.p.tiers[i-1]
+// it: where its data starts, so that nothing its source tier holds is left
+// unrolled, and nothing before is walked through.
+//
+// The marks queue and the first coarse tier's are fed by the flushes,
+// which announce every period they write in with an Active entry (a late
+// count with a mark, itself announced in a marks period): the queue starts
+// at the first period, within the source tier's retention, that has one.
+// A fresh store has none, and the queue starts at the period holding now
+// less the grace: a count flushed from then on is announced in it or
+// later, or is late and marked. So a new install, or a new Cassandra
+// keyspace, starts with the lag of a running one, instead of walking
+// through the retention's empty periods (two days of hours for 5m,
+// five years for 52w) and reporting itself far behind meanwhile.
+//
+// A coarser tier's queue is fed by the one below it: when that one starts
+// now too, nothing has been rolled into its tier, and the queue starts
+// where it does. When that one had run before (a tier added to the
+// retention), its tier may hold rolled data as far back as its retention,
+// and the queue starts there.
+func (w *Worker) initial(ctx context.Context, q time.Duration, stored, prog Progress, now time.Time) (time.Time, error) {
+	span := w.span(q)
+	if q == MarksQueue || q == w.p.tiers[1].Step {
+		latest := Align(now.Add(-w.p.grace), span)
+		for p := Align(now.Add(-w.p.tiers[0].Retention), span); p.Before(latest); p = p.Add(span) {
+			keys, err := w.s.Active(ctx, q, p, "", 1)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("find where data starts: %w", err)
+			}
+			if len(keys) > 0 {
+				return p, nil
+			}
+		}
+		return latest, nil
 	}
-	return Align(now.Add(-src.Retention), w.span(q))
+	i, _ := w.p.Level(q)
+	src := w.p.tiers[i-1]
+	if !stored.Done(src.Step).IsZero() {
+		return Align(now.Add(-src.Retention), span), nil
+	}
+	return Align(prog[src.Step], span), nil
 }
 
 func (w *Worker) run(ctx context.Context, now time.Time) (rep Report, err error) {
@@ -216,7 +247,9 @@ func (w *Worker) run(ctx context.Context, now time.Time) (rep Report, err error)
 	for _, q := range w.queues() {
 		done := stored.Done(q)
 		if done.IsZero() {
-			done = w.initial(q, now)
+			if done, err = w.initial(ctx, q, stored, prog, now); err != nil {
+				return rep, fmt.Errorf("rollup: start %s: %w", queueName(q), err)
+			}
 			if err := w.s.Advance(ctx, q, done); err != nil {
 				return rep, fmt.Errorf("rollup: start %s: %w", queueName(q), err)
 			}

@@ -40,7 +40,11 @@ type fixture struct {
 	end   time.Time              // when every period holding a visit is closed
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureStarted(t, t0) }
+
+// newFixtureStarted is newFixture with the worker's first run at firstRun
+// (t0: before any flush) instead.
+func newFixtureStarted(t *testing.T, firstRun time.Time) *fixture {
 	t.Helper()
 	plan, err := rollup.NewPlan(smallTiers, grace)
 	if err != nil {
@@ -49,15 +53,19 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{st: analyticstest.NewMemory(plan), plan: plan, truth: map[string][]time.Time{}}
 	rng := rand.New(rand.NewPCG(3, 4))
 	clock := t0
-	// The gateway starts: its worker's first run starts the progress.
-	if _, err := rollup.NewWorker(f.st, plan, rollup.WorkerOptions{Now: func() time.Time { return t0 }}).RunOnce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	f.start, _ = f.st.Progress(context.Background())
 	rec := analytics.NewRecorder(100, nil)
 	fl := analytics.NewFlusher(rec, f.st, plan, analytics.FlusherOptions{Now: func() time.Time { return clock }}, nil, nil)
 	keys := []string{"a", "b", "c", "d", "e"}
+	started := false
 	for clock.Before(t0.Add(rollup.Day)) {
+		// The gateway's worker's first run starts the progress.
+		if !started && !clock.Before(firstRun) {
+			started = true
+			if _, err := rollup.NewWorker(f.st, plan, rollup.WorkerOptions{Now: func() time.Time { return clock }}).RunOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			f.start, _ = f.st.Progress(context.Background())
+		}
 		next := clock.Add(time.Duration(1+rng.IntN(20)) * time.Minute)
 		for range rng.IntN(5) {
 			k := keys[rng.IntN(len(keys))]

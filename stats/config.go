@@ -25,8 +25,5 @@ func Compile(c Config) error {
 	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
 		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
 	}
-	if c.ReadTimeout <= 0 {
-		return fmt.Errorf("stats.read_timeout: %v is not positive", c.ReadTimeout)
-	}
 	return nil
 }

@@ -27,10 +27,10 @@ var gzipWriters = sync.Pool{New: func() any {
 // the answer to r: gzip-compressed when it is large enough and r's
 // Accept-Encoding allows it. A HEAD request gets the headers a GET would
 // get, Content-Encoding included (RFC 9110 section 9.3.2), but nothing is
-// compressed for it.
+// compressed for it. ServeHTTP has set the Vary header that names
+// Accept-Encoding.
 func writeBody(w http.ResponseWriter, r *http.Request, body []byte) {
 	h := w.Header()
-	h.Add("Vary", "Accept-Encoding")
 	if len(body) < gzipMinBytes || !acceptsGzip(r.Header.Get("Accept-Encoding")) {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		w.Write(body)

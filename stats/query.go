@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/suggest"
 )
 
 // Limits on what one stats query may ask for.
@@ -179,46 +180,10 @@ func checkParams(v url.Values) error {
 	slices.Sort(unknown)
 	name := unknown[0]
 	reason := "unknown parameter; the stats API reads " + strings.Join(queryParams[:], ", ")
-	if guess := closest(name); guess != "" {
+	if guess := suggest.Closest(name, queryParams[:]...); guess != "" {
 		reason = fmt.Sprintf("unknown parameter (did you mean %s?); the stats API reads %s", guess, strings.Join(queryParams[:], ", "))
 	}
 	return badParam(name, "%s", reason)
-}
-
-// closest returns the known parameter within two edits of name, or "".
-func closest(name string) string {
-	if len(name) > 16 {
-		return "" // no known parameter is anywhere near that long
-	}
-	best, bestD := "", 3
-	for _, p := range queryParams {
-		if d := editDistance(strings.ToLower(name), p); d < bestD {
-			best, bestD = p, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between short strings a and b,
-// in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // epochStart returns the first bucket start of step at or after the unix

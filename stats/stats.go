@@ -132,7 +132,8 @@ type Options struct {
 //
 // JSON and CSV answers of at least gzipMinBytes are gzip-compressed when the
 // request's Accept-Encoding allows it (a stitched year's 118 KB of JSON
-// shrinks to 19-33 KB); they carry "Vary: Accept-Encoding" either way.
+// shrinks to 19-33 KB); every answer past the parameter check carries one
+// "Vary: Accept, Accept-Encoding" header either way.
 //
 // A bad parameter is a 400 problem naming it. When o.Token is not empty,
 // data answers require "Authorization: Bearer <token>" (401 otherwise); the
@@ -170,7 +171,9 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeParamError(w, err)
 		return
 	}
-	w.Header().Add("Vary", "Accept")
+	// One Vary for every answer below: the format follows Accept, and a
+	// data answer's coding follows Accept-Encoding (writeBody).
+	w.Header().Set("Vary", "Accept, Accept-Encoding")
 	format := q.format
 	if format == "" {
 		format = negotiate(r.Header.Get("Accept"))

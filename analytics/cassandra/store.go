@@ -139,6 +139,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -246,7 +247,7 @@ func Open(ctx context.Context, cfg analytics.Cassandra, plan *rollup.Plan, log *
 	c.Timeout = 5 * time.Second
 	c.ConnectTimeout = 5 * time.Second
 	c.RetryPolicy = &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}}
-	c.Logger = gocqlLogger{s.log}
+	c.Logger = newGocqlLogger(s.log, time.Now)
 	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, plan.Retention())
 
 	cctx, cancel := context.WithCancel(context.Background())
@@ -328,17 +329,47 @@ func (s *Store) connect(ctx context.Context, dial func(context.Context) (backend
 }
 
 // gocqlLogger passes gocql's log lines (hosts going down and up, dial
-// errors) to the store's logger.
-type gocqlLogger struct{ log *slog.Logger }
+// errors) to the store's logger, each kind of line (its format) at most
+// once every gocqlLogEvery, with the count held back since ("suppressed"):
+// during an outage gocql retries every connection of every host and would
+// log several lines a second for as long as it lasts. Use newGocqlLogger.
+type gocqlLogger struct {
+	log  *slog.Logger
+	now  func() time.Time
+	keys *logthrottle.Throttle[string]
+}
 
-func (l gocqlLogger) Print(v ...any) {
-	l.log.Info(strings.TrimSpace(fmt.Sprint(v...)), "source", "gocql")
+// gocqlLogEvery is the shortest time between two gocql lines of one kind.
+const gocqlLogEvery = 10 * time.Second
+
+func newGocqlLogger(log *slog.Logger, now func() time.Time) gocqlLogger {
+	return gocqlLogger{log: log, now: now, keys: &logthrottle.Throttle[string]{Every: gocqlLogEvery}}
 }
+
+func (l gocqlLogger) Print(v ...any)   { l.emit(argTypes(v), fmt.Sprint(v...)) }
+func (l gocqlLogger) Println(v ...any) { l.emit(argTypes(v), fmt.Sprintln(v...)) }
 func (l gocqlLogger) Printf(format string, v ...any) {
-	l.log.Info(strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "gocql")
+	l.emit(format, fmt.Sprintf(format, v...))
 }
-func (l gocqlLogger) Println(v ...any) {
-	l.log.Info(strings.TrimSpace(fmt.Sprintln(v...)), "source", "gocql")
+
+// emit logs msg unless a line of its kind was logged less than
+// gocqlLogEvery ago. The kinds come from gocql's code (its formats, the
+// types of what it prints), so their set is bounded.
+func (l gocqlLogger) emit(kind, msg string) {
+	n, ok := l.keys.Allow(kind, l.now())
+	if !ok {
+		return
+	}
+	l.log.Info(strings.TrimSpace(msg), "source", "gocql", "suppressed", n)
+}
+
+// argTypes is the kind of an unformatted line: the types of its values.
+func argTypes(v []any) string {
+	var b strings.Builder
+	for _, x := range v {
+		fmt.Fprintf(&b, "%T ", x)
+	}
+	return b.String()
 }
 
 // retryPolicy retries a statement 3 times with exponential backoff: on the

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,8 +30,16 @@ Usage:
 Flags:
 `
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and revision may be set at build time, with -ldflags
+// "-X main.version=v1.2.0 -X main.revision=$(git rev-parse HEAD)", for
+// builds that carry no version control information of their own (a Docker
+// build, whose context has no .git; a git worktree; -buildvcs=false):
+// otherwise the module version and the VCS revision Go records in the
+// binary are printed (runtime/debug.ReadBuildInfo). "dev" and "" mean unset.
+var (
+	version  = "dev"
+	revision = ""
+)
 
 // run is the whole program; main only supplies the process's context, args,
 // output and environment, so that tests can run it in-process.
@@ -37,7 +47,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	if len(args) > 1 {
 		switch args[1] {
 		case "version":
-			fmt.Fprintln(stdout, "linkgate", versionString())
+			bi, _ := debug.ReadBuildInfo()
+			fmt.Fprint(stdout, versionText(bi, version, revision))
 			return nil
 		case "check-config":
 			if len(args) != 3 {
@@ -88,7 +99,10 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	g, err := gateway.New(plan, gateway.Options{
-		Path: *path, Getenv: getenv, Log: log, Watch: *watchFile, Hangup: hup, Version: version,
+		Path: *path, Getenv: getenv, Log: log, Watch: *watchFile, Hangup: hup, Version: buildInfo().short(),
+		// Bound before the analytics pipeline starts: a start that cannot
+		// listen (the port in use) starts nothing it must then stop.
+		Listen: true,
 	})
 	if err != nil {
 		return err
@@ -111,16 +125,105 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("gateway: -log-format: %q is not text or json", format)
 }
 
-func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
+// buildInfo is this binary's buildVersion.
+func buildInfo() buildVersion {
+	bi, _ := debug.ReadBuildInfo()
+	return readVersion(bi, version, revision)
+}
+
+// buildVersion is what a binary knows of its build: the version (set at
+// build time, else the module's), the module, the VCS revision (Go's
+// record, else the one set at build time), its time, whether the tree had
+// uncommitted changes, and the toolchain.
+type buildVersion struct {
+	version, module, moduleVersion string
+	revision, time                 string
+	modified                       bool
+	goVersion, platform            string
+}
+
+// readVersion reads bi (nil: no build information) and the values set at
+// build time.
+func readVersion(bi *debug.BuildInfo, version, revision string) buildVersion {
+	v := buildVersion{moduleVersion: "(devel)", goVersion: runtime.Version()}
+	goos, goarch := runtime.GOOS, runtime.GOARCH
+	if bi != nil {
+		v.module, v.goVersion = bi.Main.Path, bi.GoVersion
+		if bi.Main.Version != "" {
+			v.moduleVersion = bi.Main.Version
+		}
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (" + s.Value[:12] + ")"
+			switch s.Key {
+			case "vcs.revision":
+				v.revision = s.Value
+			case "vcs.time":
+				v.time = s.Value
+			case "vcs.modified":
+				v.modified = s.Value == "true"
+			case "GOOS":
+				goos = s.Value
+			case "GOARCH":
+				goarch = s.Value
 			}
 		}
 	}
+	v.platform = goos + "/" + goarch
+	v.version = v.moduleVersion
+	if version != "" && version != "dev" {
+		v.version = version
+	}
+	if v.revision == "" {
+		v.revision = revision
+	}
 	return v
+}
+
+// short is the version and the revision's first 12 characters, for the
+// log line at start: "v1.2.0 (a06c2f453f6b)".
+func (v buildVersion) short() string {
+	s := v.version
+	if v.revision != "" {
+		s += " (" + v.revision[:min(12, len(v.revision))]
+		if v.modified {
+			s += ", modified"
+		}
+		s += ")"
+	}
+	return s
+}
+
+// versionText is what "gateway version" prints:
+//
+//	linkgate v1.2.0
+//	module   github.com/linkgate/linkgate v1.2.0
+//	revision a06c2f453f6b91160eac6ba663f9870d9c4d2074 (2026-11-26T21:20:00Z, modified)
+//	go       go1.26.8 linux/amd64
+func versionText(bi *debug.BuildInfo, version, revision string) string {
+	v := readVersion(bi, version, revision)
+	var b strings.Builder
+	fmt.Fprintf(&b, "linkgate %s\n", v.version)
+	if v.module != "" {
+		fmt.Fprintf(&b, "module   %s %s\n", v.module, v.moduleVersion)
+	}
+	switch {
+	case v.revision == "":
+		b.WriteString("revision unknown (built without version control information: build in a git clone, or set -ldflags \"-X main.revision=...\")\n")
+	default:
+		var notes []string
+		if v.time != "" {
+			notes = append(notes, v.time)
+		}
+		if v.modified {
+			notes = append(notes, "modified")
+		}
+		fmt.Fprintf(&b, "revision %s", v.revision)
+		if len(notes) > 0 {
+			fmt.Fprintf(&b, " (%s)", strings.Join(notes, ", "))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "go       %s %s\n", v.goVersion, v.platform)
+	return b.String()
 }
 
 func probe(ctx context.Context, url string) error {
