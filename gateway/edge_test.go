@@ -187,6 +187,11 @@ func TestTraceAndConnectRefused(t *testing.T) {
 			t.Errorf("%s: %q, want 405 with Allow and no echo", m, out)
 		}
 	}
+	// A method the router does not know: refused with a problem body too.
+	out, _ := rawExchange(t, gw.g.Addr().String(), "PROPFIND /x HTTP/1.1\r\nHost: x\r\n\r\n", 500*time.Millisecond)
+	if !strings.HasPrefix(out, "HTTP/1.1 405 ") || !strings.Contains(out, "application/problem+json") {
+		t.Errorf("PROPFIND: %q, want 405 with a problem body", out)
+	}
 	if reached.Load() != 0 {
 		t.Errorf("%d refused requests reached the upstream", reached.Load())
 	}

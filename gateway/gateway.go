@@ -286,6 +286,12 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	r.Handle(prefix, stats)
 	r.Handle(prefix+"/*", stats)
 	r.Handle("/*", next)
+	// A method chi does not know (PROPFIND, FOO) matches no route: it is
+	// never proxied, and gets a problem body like every other refusal.
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		problem.Write(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not served through this gateway")
+	})
 	s.handler = r
 	return s, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/bearer"
+	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
 )
@@ -45,6 +46,7 @@ type API struct {
 	tiers    []rollup.Tier
 	earliest time.Time // where curves begin: the coarsest tier's first bucket from 1970
 	o        Options
+	partial  logthrottle.Throttle[struct{}] // the line of reads that fell back to unsaved counts
 }
 
 // Options are what an API needs besides its Reader and tiers. The zero
@@ -198,7 +200,9 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.readErr != nil && r.Context().Err() == nil {
-		s.o.Log.Warn("stats: store not read; answering from unsaved counts", "key", key, "err", c.readErr)
+		if n, ok := s.partial.Allow(struct{}{}, time.Now()); ok {
+			s.o.Log.Warn("stats: store not read; answering from unsaved counts", "key", key, "err", c.readErr, "suppressed", n)
+		}
 	}
 	c.shortKey = shortKey
 	h := w.Header()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -553,5 +554,22 @@ func TestStatsSumsPointsIntoBuckets(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" || a.RangeTotal != 7 || a.BotRangeTotal != 11 || len(a.Points) != 19 {
 		t.Errorf("non-zero buckets (-want +got):\n%s\nrange totals %d, %d (want 7, 11), %d points (want 19)", d, a.RangeTotal, a.BotRangeTotal, len(a.Points))
+	}
+}
+
+// TestStatsPartialLogThrottled: a burst of reads that fall back to the
+// unsaved counts logs one line, not one per read.
+func TestStatsPartialLogThrottled(t *testing.T) {
+	r := newStatsReader()
+	r.err = errors.New("store down")
+	var logs bytes.Buffer
+	h := stats.New(r, rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 50 {
+		if w := statsGet(t, h, "/abc?last=1h"); w.Code != http.StatusOK {
+			t.Fatalf("reader error: %d", w.Code)
+		}
+	}
+	if n := strings.Count(logs.String(), "answering from unsaved counts"); n < 1 || n > 2 {
+		t.Errorf("%d lines for 50 partial reads within a second or two, want 1 (2 across a second's edge):\n%s", n, logs.String())
 	}
 }
