@@ -124,6 +124,15 @@ type Leaser interface {
 	Lease(ctx context.Context, ttl time.Duration) (bool, error)
 }
 
+// Readier is implemented by stores that open or connect in the
+// background, as both analytics stores do: until Ready returns nil the
+// worker does not run, so that a gateway's start, while its store still
+// connects, counts no failed run (and fires no alert on them).
+type Readier interface {
+	// Ready returns nil once the store can be used, or why it cannot yet.
+	Ready() error
+}
+
 // Metrics receives what a Worker does. analytics.Metrics implements it. A
 // nil Metrics in WorkerOptions records nothing.
 type Metrics interface {

@@ -39,6 +39,7 @@ type WorkerOptions struct {
 // Report is what one run of a Worker did.
 type Report struct {
 	Standby bool // another gateway holds the lease: nothing was done
+	Waiting bool // the store is not ready yet (Readier): nothing was done, nothing counted
 	Jobs    int  // (key, period) jobs done
 	Rows    int  // rolled values written
 	Marks   int  // marks processed
@@ -150,8 +151,13 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
-// RunOnce does one run now (see Worker) and reports what it did.
+// RunOnce does one run now (see Worker) and reports what it did: nothing
+// while the store is not ready (Readier), which is neither a run nor an
+// error.
 func (w *Worker) RunOnce(ctx context.Context) (Report, error) {
+	if r, ok := w.s.(Readier); ok && r.Ready() != nil {
+		return Report{Waiting: true}, nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	began := time.Now()

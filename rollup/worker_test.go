@@ -307,6 +307,40 @@ func TestWorkerStandsBy(t *testing.T) {
 	}
 }
 
+// connecting is a store still connecting: not ready, its reason the
+// Cassandra store's.
+type connecting struct {
+	*analyticstest.Memory
+	ready error
+}
+
+func (c *connecting) Ready() error { return c.ready }
+
+// TestWorkerWaitsForTheStore: while the store is not ready (a gateway's
+// start, Cassandra still connecting), a run does nothing and is neither a
+// run nor an error in the metrics; once it is, the worker runs.
+func TestWorkerWaitsForTheStore(t *testing.T) {
+	f := newFixture(t)
+	m := &metrics{}
+	st := &connecting{Memory: f.st, ready: errors.New("cassandra: not connected: connecting")}
+	w := rollup.NewWorker(st, f.plan, rollup.WorkerOptions{Now: func() time.Time { return f.end }, Metrics: m})
+	before := f.st.Ops()
+	rep, err := w.RunOnce(context.Background())
+	if err != nil || !rep.Waiting || rep.Jobs != 0 || f.st.Ops() != before {
+		t.Errorf("RunOnce on a store not ready = %+v, %v (ops %+v then %+v); want waiting, nothing done", rep, err, before, f.st.Ops())
+	}
+	if len(m.runs) != 0 {
+		t.Errorf("runs reported %v while the store was not ready, want none", m.runs)
+	}
+	st.ready = nil
+	if rep, err := w.RunOnce(context.Background()); err != nil || rep.Waiting || rep.Jobs == 0 {
+		t.Errorf("RunOnce once ready = %+v, %v; want a run that rolls", rep, err)
+	}
+	if len(m.runs) != 1 || m.runs[0] != nil {
+		t.Errorf("runs reported %v, want one without error", m.runs)
+	}
+}
+
 // TestStalledWorkerVisible: while the store refuses the worker's writes,
 // every run fails, the lag it reports grows with the clock, and once the
 // lag passes half the source's retention it is logged.

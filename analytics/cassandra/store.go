@@ -161,6 +161,7 @@ var (
 var (
 	_ analytics.Store = (*Store)(nil)
 	_ rollup.Store    = (*Store)(nil)
+	_ rollup.Readier  = (*Store)(nil)
 	_ rollup.Leaser   = (*Store)(nil)
 )
 

@@ -23,6 +23,7 @@ import (
 var (
 	_ analytics.Store = (*Store)(nil)
 	_ rollup.Store    = (*Store)(nil)
+	_ rollup.Readier  = (*Store)(nil)
 )
 
 var (
@@ -236,6 +237,14 @@ func (s *Store) State() analytics.StoreState {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return analytics.StoreState{Open: s.db != nil, Attempts: s.attempts, Err: s.usable()}
+}
+
+// Ready returns nil once the database is open and usable, or why it is
+// not (rollup.Readier).
+func (s *Store) Ready() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.usable()
 }
 
 // ErrInUse is returned by Open when another process (or another Store in
