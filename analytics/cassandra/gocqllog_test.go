@@ -10,6 +10,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
 )
 
 // records is a slog handler that keeps every record's message and
@@ -89,8 +90,8 @@ func TestGocqlOutageLogs(t *testing.T) {
 	before := 0 // gocql's lines before the outage
 	// The server lives as long as this subtest: its end is the outage.
 	t.Run("connect", func(t *testing.T) {
-		srv := newWireServer(t)
-		cfg := analytics.Cassandra{Hosts: []string{srv.addr()}, Keyspace: "ks", Consistency: "ONE", ReplicationFactor: 1}
+		srv := cqlmodel.New(t)
+		cfg := analytics.Cassandra{Hosts: []string{srv.Addr()}, Keyspace: "ks", Consistency: "ONE", ReplicationFactor: 1}
 		var err error
 		if s, err = Open(context.Background(), cfg, analyticstest.DefaultPlan, slog.New(&recs)); err != nil {
 			t.Fatal(err)

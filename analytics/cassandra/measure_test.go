@@ -10,6 +10,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
@@ -187,7 +188,7 @@ func TestWireFlushStatements(t *testing.T) {
 			if links > 1000 && (testing.Short() || testkit.Race) {
 				t.Skip("20,000 statements a flush: not with -short or -race (TestFirstFlushOfAnHour counts them on the model)")
 			}
-			srv := newWireServer(t)
+			srv := cqlmodel.New(t)
 			s := openWire(t, srv)
 			clock := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 			s.now = func() time.Time { return clock }
@@ -201,13 +202,13 @@ func TestWireFlushStatements(t *testing.T) {
 					rec.Record(fmt.Sprintf("k%06d", rng.IntN(links)), start.Add(time.Duration(v)*interval/time.Duration(per)), false)
 				}
 				clock = start.Add(interval)
-				before, sent := s.Statements(), srv.count("INSERT")+srv.numBatches()
+				before, sent := s.Statements(), srv.Count("INSERT")+srv.NumBatches()
 				began := time.Now()
 				if err := f.Flush(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				took := time.Since(began)
-				st, got := s.Statements(), srv.count("INSERT")+srv.numBatches()-sent
+				st, got := s.Statements(), srv.Count("INSERT")+srv.NumBatches()-sent
 				counted := st.Writes() - before.Writes()
 				if int64(got) != counted {
 					t.Errorf("flush %d: the server executed %d INSERTs and batches, the store counted %d", i, got, counted)

@@ -16,14 +16,15 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
 	"github.com/linkgate/linkgate/rollup"
 )
 
 // openWire opens a Store through gocql on a wireServer and waits until it is
 // connected.
-func openWire(t *testing.T, srv *wireServer) *Store {
+func openWire(t *testing.T, srv *cqlmodel.Server) *Store {
 	t.Helper()
-	cfg := analytics.Cassandra{Hosts: []string{srv.addr()}, Keyspace: "ks", Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
+	cfg := analytics.Cassandra{Hosts: []string{srv.Addr()}, Keyspace: "ks", Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
 	s, err := Open(context.Background(), cfg, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func openWire(t *testing.T, srv *wireServer) *Store {
 // batch gets a row of its own; a request never answered ends with the
 // context.
 func TestWireFaults(t *testing.T) {
-	srv := newWireServer(t)
+	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
 	at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 	minute := rollup.Align(at, time.Minute)
@@ -58,11 +59,11 @@ func TestWireFaults(t *testing.T) {
 	ctx := context.Background()
 	const insert = "INSERT INTO ks.points_1m"
 
-	for _, code := range []int{errWriteTimeout, errUnavailable} {
-		before := srv.count(insert)
-		srv.mu.Lock()
-		srv.reply = func(q string) int { return code }
-		srv.mu.Unlock()
+	for _, code := range []int{cqlmodel.ErrWriteTimeout, cqlmodel.ErrUnavailable} {
+		before := srv.Count(insert)
+		srv.Mu.Lock()
+		srv.Reply = func(q string) int { return code }
+		srv.Mu.Unlock()
 		err := s.Write(ctx, first)
 		if err == nil {
 			t.Fatalf("error %#x: Write succeeded", code)
@@ -71,17 +72,17 @@ func TestWireFaults(t *testing.T) {
 		if !errors.As(err, &re) || re.Code() != code {
 			t.Errorf("error %#x: Write = %v, want that error from the server", code, err)
 		}
-		if n := srv.count(insert) - before; n != 4 {
+		if n := srv.Count(insert) - before; n != 4 {
 			t.Errorf("error %#x: the statement was sent %d times, want 4 (gocql retries 3 times)", code, n)
 		}
 	}
 
 	// The flusher resends the same batch: its row gets 3, stamped with
 	// its flush time; the next batch, 4 visits, a row of its own.
-	srv.mu.Lock()
-	srv.reply = nil
-	srv.bound = nil
-	srv.mu.Unlock()
+	srv.Mu.Lock()
+	srv.Reply = nil
+	srv.Bound = nil
+	srv.Mu.Unlock()
 	if err := s.Write(ctx, first); err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +91,9 @@ func TestWireFaults(t *testing.T) {
 	if err := s.Write(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	srv.mu.Lock()
-	bound := srv.bound
-	srv.mu.Unlock()
+	srv.Mu.Lock()
+	bound := srv.Bound
+	srv.Mu.Unlock()
 	if len(bound) != 2 {
 		t.Fatalf("%d INSERTs executed, want 2", len(bound))
 	}
@@ -110,16 +111,16 @@ func TestWireFaults(t *testing.T) {
 	}
 
 	// A point write binds its TTL and partition.
-	srv.mu.Lock()
-	srv.bound = nil
-	srv.mu.Unlock()
+	srv.Mu.Lock()
+	srv.Bound = nil
+	srv.Mu.Unlock()
 	start := rollup.Align(at, time.Hour)
 	if err := s.Write(ctx, analytics.Batch{At: at.Add(20 * time.Second), Counts: []analytics.Count{{Key: "k", Step: time.Hour, Start: start, Visits: analytics.Visits{Bot: 2}}}}); err != nil {
 		t.Fatal(err)
 	}
-	srv.mu.Lock()
-	v := srv.bound[0] // short_key, bucket, start, writer, human, bot, ttl, timestamp
-	srv.mu.Unlock()
+	srv.Mu.Lock()
+	v := srv.Bound[0] // short_key, bucket, start, writer, human, bot, ttl, timestamp
+	srv.Mu.Unlock()
 	if got := int64(binary.BigEndian.Uint64(v[7])); got != at.Add(20*time.Second).UnixMicro() {
 		t.Errorf("point write timestamp %d, want the flush time %d", got, at.Add(20*time.Second).UnixMicro())
 	}
@@ -132,9 +133,9 @@ func TestWireFaults(t *testing.T) {
 	}
 
 	// Never answered: the context ends the Write.
-	srv.mu.Lock()
-	srv.reply = func(string) int { return replyStall }
-	srv.mu.Unlock()
+	srv.Mu.Lock()
+	srv.Reply = func(string) int { return cqlmodel.ReplyStall }
+	srv.Mu.Unlock()
 	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
@@ -153,7 +154,7 @@ func TestWireFaults(t *testing.T) {
 // rollup writer with the bucket's end plus its visits as timestamp and no
 // TTL in the all-time tier, progress stamped with itself.
 func TestWireRollupStatements(t *testing.T) {
-	srv := newWireServer(t)
+	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -176,14 +177,14 @@ func TestWireRollupStatements(t *testing.T) {
 	if err := s.Advance(ctx, 5*time.Minute, period); err != nil {
 		t.Fatal(err)
 	}
-	if n := srv.count("INSERT INTO ks.points_1h") + srv.count("INSERT INTO ks.points_total") + srv.count("INSERT INTO ks.rollup_") + srv.count("DELETE"); n != 6 {
+	if n := srv.Count("INSERT INTO ks.points_1h") + srv.Count("INSERT INTO ks.points_total") + srv.Count("INSERT INTO ks.rollup_") + srv.Count("DELETE"); n != 6 {
 		t.Errorf("the server saw %d writes, the store counted 6", n)
 	}
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
+	srv.Mu.Lock()
+	defer srv.Mu.Unlock()
 	byStmt := map[string][][]byte{}
-	// srv.bound holds values in execution order; match them by shape.
-	for _, v := range srv.bound {
+	// srv.Bound holds values in execution order; match them by shape.
+	for _, v := range srv.Bound {
 		switch len(v) {
 		case 5: // rollup_active: step, period, shard, short_key, ttl — or the mark delete
 			if len(v[0]) == 4 {
@@ -231,25 +232,25 @@ func TestWireRollupStatements(t *testing.T) {
 // TestWireReads checks the scanning of rows through gocql: points sum the
 // writers of each bucket; marks, Active keys and progress come back whole.
 func TestWireReads(t *testing.T) {
-	srv := newWireServer(t)
+	srv := cqlmodel.New(t)
 	now := time.Now().UTC()
 	h0 := rollup.Align(now.Add(-3*time.Hour), time.Hour)
 	atUS := now.Truncate(time.Microsecond).UnixMicro()
-	srv.rows = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
-		cols := selectCols(q)
+	srv.Rows = func(q string, values [][]byte) ([]cqlmodel.Col, [][][]byte) {
+		cols := cqlmodel.SelectCols(q)
 		switch {
 		case strings.Contains(q, "rollup_marks"):
-			return cols, [][][]byte{{be32(3600), timeCell(h0), be64(-3), be64(atUS)}}
+			return cols, [][][]byte{{cqlmodel.BE32(3600), cqlmodel.TimeCell(h0), cqlmodel.BE64(-3), cqlmodel.BE64(atUS)}}
 		case strings.Contains(q, "rollup_active"): // step, period, shard, after, limit
 			rows := [][][]byte{{[]byte("x")}, {[]byte("y")}}
 			return cols, rows[:min(len(rows), int(binary.BigEndian.Uint32(values[4])))]
 		case strings.Contains(q, "rollup_progress"):
-			return cols, [][][]byte{{be32(300), timeCell(h0)}, {be32(0), timeCell(h0.Add(time.Hour))}}
+			return cols, [][][]byte{{cqlmodel.BE32(300), cqlmodel.TimeCell(h0)}, {cqlmodel.BE32(0), cqlmodel.TimeCell(h0.Add(time.Hour))}}
 		}
 		if string(values[0]) != "k" {
 			return cols, nil
 		}
-		return cols, [][][]byte{{timeCell(h0), be64(1), be64(0)}, {timeCell(h0), be64(2), be64(1)}, {timeCell(h0.Add(time.Hour)), be64(4), be64(0)}}
+		return cols, [][][]byte{{cqlmodel.TimeCell(h0), cqlmodel.BE64(1), cqlmodel.BE64(0)}, {cqlmodel.TimeCell(h0), cqlmodel.BE64(2), cqlmodel.BE64(1)}, {cqlmodel.TimeCell(h0.Add(time.Hour)), cqlmodel.BE64(4), cqlmodel.BE64(0)}}
 	}
 	s := openWire(t, srv)
 	ctx := context.Background()
@@ -282,13 +283,13 @@ func TestWireReads(t *testing.T) {
 // transactions, renewed only by the holder, another holder's lease reported
 // as not held.
 func TestWireLease(t *testing.T) {
-	srv := newWireServer(t)
+	srv := cqlmodel.New(t)
 	var mu sync.Mutex
 	var holder []byte // nil: nobody
-	srv.cas = func(q string, values [][]byte) ([]wireCol, [][][]byte) {
+	srv.CAS = func(q string, values [][]byte) ([]cqlmodel.Col, [][][]byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		cols := []wireCol{{"[applied]", typeBoolean}, {"holder", typeUUID}}
+		cols := []cqlmodel.Col{{Name: "[applied]", Type: cqlmodel.TypeBoolean}, {Name: "holder", Type: cqlmodel.TypeUUID}}
 		switch {
 		case strings.HasPrefix(q, "INSERT"): // holder, ttl
 			if holder == nil {
@@ -314,7 +315,7 @@ func TestWireLease(t *testing.T) {
 			t.Errorf("lease %d = %v, %v; want %v", i, held, err, want.held)
 		}
 	}
-	if n := srv.count("UPDATE ks.rollup_lease"); n != 1 {
+	if n := srv.Count("UPDATE ks.rollup_lease"); n != 1 {
 		t.Errorf("%d renewals, want 1 (by the holder only)", n)
 	}
 }
@@ -351,7 +352,7 @@ func TestWireConnectsLate(t *testing.T) {
 			t.Fatalf("no connection attempt failed in 10 s: %v", err)
 		}
 	}
-	srv := newWireServerAt(t, addr)
+	srv := cqlmodel.NewAt(t, addr)
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Ready() != nil {
 		if time.Now().After(deadline) {
@@ -362,12 +363,12 @@ func TestWireConnectsLate(t *testing.T) {
 	if err := s.Write(context.Background(), one(at.Add(time.Second), 2)); err != nil {
 		t.Fatal(err)
 	}
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if want := schema("ks", 3, rollup.DefaultTiers()); !cmp.Equal(srv.ddl, want) {
-		t.Errorf("DDL received (-want +got):\n%s", cmp.Diff(want, srv.ddl))
+	srv.Mu.Lock()
+	defer srv.Mu.Unlock()
+	if want := schema("ks", 3, rollup.DefaultTiers()); !cmp.Equal(srv.DDL, want) {
+		t.Errorf("DDL received (-want +got):\n%s", cmp.Diff(want, srv.DDL))
 	}
-	if len(srv.bound) != 1 || int64(binary.BigEndian.Uint64(srv.bound[0][4])) != 2 {
-		t.Errorf("INSERTs bound %v, want one of 2 visits (the write before connecting was refused, not kept)", srv.bound)
+	if len(srv.Bound) != 1 || int64(binary.BigEndian.Uint64(srv.Bound[0][4])) != 2 {
+		t.Errorf("INSERTs bound %v, want one of 2 visits (the write before connecting was refused, not kept)", srv.Bound)
 	}
 }

@@ -1,4 +1,12 @@
-package cassandra
+// Package cqlmodel is a model of a Cassandra node that speaks just enough of
+// the CQL native protocol v4 for gocql to connect and for the analytics
+// store to prepare and execute its statements, so that tests can inject the
+// faults a real cluster produces only under duress: WriteTimeout and
+// Unavailable errors, and requests that are never answered (a coordinator
+// waiting for replicas that are gone). It is not a database: DDL and
+// writes are acknowledged without effect and kept for the test to read,
+// and a SELECT answers the rows the test gives it. Tests only.
+package cqlmodel
 
 import (
 	"bufio"
@@ -11,70 +19,81 @@ import (
 	"time"
 )
 
-// wireServer speaks just enough of the CQL native protocol v4 for gocql to
+// Server speaks just enough of the CQL native protocol v4 for gocql to
 // connect and for the Store to prepare and execute its statements, so that
 // the tests can inject the faults a real cluster produces only under
 // duress: WriteTimeout and Unavailable errors, and requests that are never
 // answered. It is not a database: DDL and writes are acknowledged without
 // effect, and a SELECT answers the rows the test gives it.
-type wireServer struct {
-	t  *testing.T
+type Server struct {
+	t  testing.TB
 	ln net.Listener
 
-	mu          sync.Mutex
+	// Mu guards the fields below, which tests read and set.
+	Mu          sync.Mutex
 	prepared    map[string]string // id → statement
-	executes    map[string]int    // statement prefix (up to the first " (" or " WHERE") → EXECUTEs seen
-	bound       [][][]byte        // values of every EXECUTE of an INSERT
-	batches     []wireBatch
-	ddl         []string            // CREATE statements received, in order
-	consistency map[string][]uint16 // statement → consistency of each EXECUTE
-	// reply picks the answer to an EXECUTE of stmt: replyOK, or an error
-	// code, or replyStall to never answer. Nil: always OK.
-	reply func(stmt string) int
-	rows  func(stmt string, values [][]byte) (cols []wireCol, rows [][][]byte)
-	// cas answers a conditional EXECUTE; nil: [applied] true.
-	cas func(stmt string, values [][]byte) (cols []wireCol, rows [][][]byte)
+	Executes    map[string]int    // statement → EXECUTEs seen
+	Bound       [][][]byte        // values of every EXECUTE of an INSERT
+	Batches     []Batch
+	Applied     []Stmt              // writes answered OK (EXECUTEs and the statements of BATCHes), in order
+	DDL         []string            // CREATE statements received, in order
+	Consistency map[string][]uint16 // statement → consistency of each EXECUTE
+	// Reply picks the answer to an EXECUTE of stmt (a BATCH's is
+	// "BATCH"): ReplyOK, or an error code, or ReplyStall to never answer.
+	// Nil: always OK.
+	Reply func(stmt string) int
+	// Rows answers a SELECT; nil: no rows.
+	Rows func(stmt string, values [][]byte) (cols []Col, rows [][][]byte)
+	// CAS answers a conditional EXECUTE; nil: [applied] true.
+	CAS func(stmt string, values [][]byte) (cols []Col, rows [][][]byte)
 }
 
-type wireStmt struct {
-	q      string
-	values [][]byte
+// Stmt is one statement of a BATCH: its text and bound values.
+type Stmt struct {
+	Q      string
+	Values [][]byte
 }
 
-type wireBatch struct {
-	stmts               []wireStmt
-	consistency, serial uint16
+// Batch is a BATCH received.
+type Batch struct {
+	Stmts               []Stmt
+	Consistency, Serial uint16
 }
 
-type wireCol struct {
-	name string
-	typ  uint16
+// Col is a result column: its name and CQL type (TypeBigint, ...).
+type Col struct {
+	Name string
+	Type uint16
 }
 
+// Answers of Reply (ReplyOK, ReplyStall, or an error code), and the CQL
+// types of result columns.
 const (
-	replyOK    = 0
-	replyStall = -1
+	ReplyOK    = 0
+	ReplyStall = -1
 
-	errUnavailable  = 0x1000
-	errWriteTimeout = 0x1100
+	ErrUnavailable  = 0x1000
+	ErrWriteTimeout = 0x1100
 
-	typeBigint    = 0x0002
-	typeBoolean   = 0x0004
-	typeInt       = 0x0009
-	typeTimestamp = 0x000B
-	typeUUID      = 0x000C
-	typeInet      = 0x0010
-	typeVarchar   = 0x000D
+	TypeBigint    = 0x0002
+	TypeBoolean   = 0x0004
+	TypeInt       = 0x0009
+	TypeTimestamp = 0x000B
+	TypeUUID      = 0x000C
+	TypeInet      = 0x0010
+	TypeVarchar   = 0x000D
 )
 
-func newWireServer(t *testing.T) *wireServer { return newWireServerAt(t, "127.0.0.1:0") }
+// New starts a Server on a free loopback port; it stops at the end of t.
+func New(t testing.TB) *Server { return NewAt(t, "127.0.0.1:0") }
 
-func newWireServerAt(t *testing.T, addr string) *wireServer {
+// NewAt starts a Server on addr; it stops at the end of t.
+func NewAt(t testing.TB, addr string) *Server {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &wireServer{t: t, ln: ln, prepared: make(map[string]string), executes: make(map[string]int), consistency: make(map[string][]uint16)}
+	s := &Server{t: t, ln: ln, prepared: make(map[string]string), Executes: make(map[string]int), Consistency: make(map[string][]uint16)}
 	var wg sync.WaitGroup
 	var conns []net.Conn
 	var cmu sync.Mutex
@@ -105,22 +124,25 @@ func newWireServerAt(t *testing.T, addr string) *wireServer {
 	return s
 }
 
-func (s *wireServer) addr() string { return s.ln.Addr().String() }
+// Addr is the Server's host:port.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-func (s *wireServer) port() int { return s.ln.Addr().(*net.TCPAddr).Port }
+// Port is the Server's port.
+func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 
-// numBatches returns how many BATCH messages the server received.
-func (s *wireServer) numBatches() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.batches)
+// NumBatches returns how many BATCH messages the server received.
+func (s *Server) NumBatches() int {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	return len(s.Batches)
 }
 
-func (s *wireServer) count(prefix string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// Count returns the EXECUTEs of the statements that start with prefix.
+func (s *Server) Count(prefix string) int {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	n := 0
-	for k, v := range s.executes {
+	for k, v := range s.Executes {
 		if strings.HasPrefix(k, prefix) {
 			n += v
 		}
@@ -135,7 +157,7 @@ type frame struct {
 	body   []byte
 }
 
-func (s *wireServer) serve(c net.Conn) {
+func (s *Server) serve(c net.Conn) {
 	r := bufio.NewReader(c)
 	var wmu sync.Mutex
 	write := func(stream int16, op byte, body []byte) {
@@ -175,7 +197,7 @@ func (s *wireServer) serve(c net.Conn) {
 	}
 }
 
-func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
+func (s *Server) handle(f frame, write func(int16, byte, []byte)) {
 	const (
 		opError, opStartup, opReady, opOptions, opSupported = 0x00, 0x01, 0x02, 0x05, 0x06
 		opQuery, opResult, opPrepare, opExecute, opRegister = 0x07, 0x08, 0x09, 0x0A, 0x0B
@@ -199,45 +221,45 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 		switch {
 		case strings.HasPrefix(q, "SELECT * FROM system.local"):
 			write(f.stream, opResult, rowsResult("system", "local",
-				[]wireCol{{"key", typeVarchar}, {"data_center", typeVarchar}, {"rack", typeVarchar}, {"release_version", typeVarchar},
-					{"partitioner", typeVarchar}, {"rpc_address", typeInet}, {"native_port", typeInt}},
+				[]Col{{"key", TypeVarchar}, {"data_center", TypeVarchar}, {"rack", TypeVarchar}, {"release_version", TypeVarchar},
+					{"partitioner", TypeVarchar}, {"rpc_address", TypeInet}, {"native_port", TypeInt}},
 				[][][]byte{{[]byte("local"), []byte("dc1"), []byte("rack1"), []byte("3.11.4"),
-					[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), []byte{127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.port()))}}))
+					[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), []byte{127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}}))
 		case strings.HasPrefix(q, "SELECT * FROM system.peers"):
-			write(f.stream, opResult, rowsResult("system", "peers", []wireCol{{"peer", typeVarchar}, {"data_center", typeVarchar}}, nil))
+			write(f.stream, opResult, rowsResult("system", "peers", []Col{{"peer", TypeVarchar}, {"data_center", TypeVarchar}}, nil))
 		case strings.HasPrefix(q, "CREATE"):
-			s.mu.Lock()
-			s.ddl = append(s.ddl, q)
-			s.mu.Unlock()
+			s.Mu.Lock()
+			s.DDL = append(s.DDL, q)
+			s.Mu.Unlock()
 			var b wbuf
 			b.int(1) // Void: the DDL is acknowledged (no schema change event, no agreement wait)
 			write(f.stream, opResult, b)
 		default:
 			var b wbuf
 			b.int(0x2200)
-			b.string("wireServer: unexpected query " + q)
+			b.string("Server: unexpected query " + q)
 			write(f.stream, opError, b)
 		}
 	case opPrepare:
 		q := rd.longString()
 		// The id under the lock: statements prepared at once (a Write's
 		// first statements of each kind) must not share one.
-		s.mu.Lock()
+		s.Mu.Lock()
 		id := []byte{byte(len(s.prepared) + 1)}
 		s.prepared[string(id)] = q
-		s.mu.Unlock()
+		s.Mu.Unlock()
 		write(f.stream, opResult, preparedResult(id, q))
 	case opExecute:
 		id := rd.shortBytes()
-		s.mu.Lock()
+		s.Mu.Lock()
 		q := s.prepared[string(id)]
-		s.executes[q]++
-		reply := s.reply
-		s.mu.Unlock()
+		s.Executes[q]++
+		reply := s.Reply
+		s.Mu.Unlock()
 		cons := rd.short()
-		s.mu.Lock()
-		s.consistency[q] = append(s.consistency[q], cons)
-		s.mu.Unlock()
+		s.Mu.Lock()
+		s.Consistency[q] = append(s.Consistency[q], cons)
+		s.Mu.Unlock()
 		flags := rd.byte()
 		var values [][]byte
 		if flags&0x01 != 0 {
@@ -246,23 +268,23 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 				values = append(values, rd.bytes())
 			}
 		}
-		code := replyOK
+		code := ReplyOK
 		if reply != nil {
 			code = reply(q)
 		}
 		var b wbuf
 		switch code {
-		case replyStall:
+		case ReplyStall:
 			return
-		case errUnavailable:
-			b.int(errUnavailable)
+		case ErrUnavailable:
+			b.int(ErrUnavailable)
 			b.string("Cannot achieve consistency level LOCAL_QUORUM")
 			b.short(6)
 			b.int(2)
 			b.int(1)
 			write(f.stream, opError, b)
-		case errWriteTimeout:
-			b.int(errWriteTimeout)
+		case ErrWriteTimeout:
+			b.int(ErrWriteTimeout)
 			b.string("Operation timed out - received only 0 responses.")
 			b.short(6)
 			b.int(0)
@@ -271,46 +293,47 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 			write(f.stream, opError, b)
 		default:
 			if strings.HasPrefix(q, "SELECT") {
-				cols, rows := selectCols(q), [][][]byte(nil) // by default: no rows
-				if s.rows != nil {
-					cols, rows = s.rows(q, values)
+				cols, rows := SelectCols(q), [][][]byte(nil) // by default: no rows
+				if s.Rows != nil {
+					cols, rows = s.Rows(q, values)
 				}
 				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
 				return
 			}
 			if strings.Contains(q, " IF ") {
 				// A lightweight transaction: applied, unless cas says not.
-				cols, rows := []wireCol{{"[applied]", typeBoolean}}, [][][]byte{{{1}}}
-				if s.cas != nil {
-					cols, rows = s.cas(q, values)
+				cols, rows := []Col{{"[applied]", TypeBoolean}}, [][][]byte{{{1}}}
+				if s.CAS != nil {
+					cols, rows = s.CAS(q, values)
 				}
-				s.mu.Lock()
-				s.bound = append(s.bound, values)
-				s.mu.Unlock()
+				s.Mu.Lock()
+				s.Bound = append(s.Bound, values)
+				s.Mu.Unlock()
 				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
 				return
 			}
-			s.mu.Lock()
-			s.bound = append(s.bound, values)
-			s.mu.Unlock()
+			s.Mu.Lock()
+			s.Bound = append(s.Bound, values)
+			s.Applied = append(s.Applied, Stmt{q, values})
+			s.Mu.Unlock()
 			b.int(1) // Void
 			write(f.stream, opResult, b)
 		}
 	case opBatch:
 		rd.byte() // type
-		var stmts []wireStmt
+		var stmts []Stmt
 		for range rd.short() {
 			if rd.byte() != 1 {
-				s.t.Error("wireServer: a batch statement that is not prepared")
+				s.t.Error("Server: a batch statement that is not prepared")
 				return
 			}
 			id := rd.shortBytes()
-			st := wireStmt{}
-			s.mu.Lock()
-			st.q = s.prepared[string(id)]
-			s.mu.Unlock()
+			st := Stmt{}
+			s.Mu.Lock()
+			st.Q = s.prepared[string(id)]
+			s.Mu.Unlock()
 			for range rd.short() {
-				st.values = append(st.values, rd.bytes())
+				st.Values = append(st.Values, rd.bytes())
 			}
 			stmts = append(stmts, st)
 		}
@@ -320,20 +343,20 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 		if flags&0x10 != 0 {
 			serial = rd.short()
 		}
-		s.mu.Lock()
-		s.batches = append(s.batches, wireBatch{stmts, cons, serial})
-		reply := s.reply
-		s.mu.Unlock()
-		code := replyOK
+		s.Mu.Lock()
+		s.Batches = append(s.Batches, Batch{stmts, cons, serial})
+		reply := s.Reply
+		s.Mu.Unlock()
+		code := ReplyOK
 		if reply != nil {
 			code = reply("BATCH")
 		}
 		switch code {
-		case replyStall:
+		case ReplyStall:
 			return
-		case errWriteTimeout:
+		case ErrWriteTimeout:
 			var b wbuf
-			b.int(errWriteTimeout)
+			b.int(ErrWriteTimeout)
 			b.string("Operation timed out")
 			b.short(uint16(serial))
 			b.int(0)
@@ -342,11 +365,14 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 			write(f.stream, opError, b)
 			return
 		}
-		write(f.stream, opResult, rowsResult("ks", "totals", []wireCol{{"[applied]", typeBoolean}}, [][][]byte{{{1}}}))
+		s.Mu.Lock()
+		s.Applied = append(s.Applied, stmts...)
+		s.Mu.Unlock()
+		write(f.stream, opResult, rowsResult("ks", "totals", []Col{{"[applied]", TypeBoolean}}, [][][]byte{{{1}}}))
 	default:
 		var b wbuf
 		b.int(0x000A)
-		b.string("wireServer: unsupported opcode")
+		b.string("Server: unsupported opcode")
 		write(f.stream, opError, b)
 	}
 }
@@ -354,13 +380,13 @@ func (s *wireServer) handle(f frame, write func(int16, byte, []byte)) {
 // bindTypes returns the types of the bind markers of the Store's
 // statements, by the column each marker is compared with or assigned to,
 // or by the clause it fills (TTL, TIMESTAMP, LIMIT).
-func bindTypes(q string) []wireCol {
+func bindTypes(q string) []Col {
 	types := map[string]uint16{
-		"short_key": typeVarchar, "bucket": typeTimestamp, "start": typeTimestamp, "writer": typeUUID,
-		"human": typeBigint, "bot": typeBigint, "step": typeInt, "period": typeTimestamp, "shard": typeInt,
-		"id": typeBigint, "at_us": typeBigint, "done": typeTimestamp, "holder": typeUUID, "name": typeVarchar,
+		"short_key": TypeVarchar, "bucket": TypeTimestamp, "start": TypeTimestamp, "writer": TypeUUID,
+		"human": TypeBigint, "bot": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
+		"id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "holder": TypeUUID, "name": TypeVarchar,
 	}
-	var cols []wireCol
+	var cols []Col
 	rest := q
 	if strings.HasPrefix(q, "INSERT") {
 		names := strings.Split(q[strings.Index(q, "(")+1:strings.Index(q, ")")], ", ")
@@ -368,7 +394,7 @@ func bindTypes(q string) []wireCol {
 		values := strings.Split(v[:strings.Index(v, ")")], ", ")
 		for i, n := range names {
 			if values[i] == "?" {
-				cols = append(cols, wireCol{n, types[n]})
+				cols = append(cols, Col{n, types[n]})
 			}
 		}
 		rest = v[strings.Index(v, ")"):]
@@ -380,29 +406,29 @@ func bindTypes(q string) []wireCol {
 		}
 		switch fields[i-1] {
 		case "TTL":
-			cols = append(cols, wireCol{"[ttl]", typeInt})
+			cols = append(cols, Col{"[ttl]", TypeInt})
 		case "TIMESTAMP":
-			cols = append(cols, wireCol{"[timestamp]", typeBigint})
+			cols = append(cols, Col{"[timestamp]", TypeBigint})
 		case "LIMIT":
-			cols = append(cols, wireCol{"[limit]", typeInt})
+			cols = append(cols, Col{"[limit]", TypeInt})
 		default:
-			cols = append(cols, wireCol{fields[i-2], types[fields[i-2]]})
+			cols = append(cols, Col{fields[i-2], types[fields[i-2]]})
 		}
 	}
 	return cols
 }
 
 var resultTypes = map[string]uint16{
-	"start": typeTimestamp, "writer": typeUUID, "human": typeBigint, "bot": typeBigint,
-	"step": typeInt, "id": typeBigint, "at_us": typeBigint, "done": typeTimestamp, "short_key": typeVarchar,
+	"start": TypeTimestamp, "writer": TypeUUID, "human": TypeBigint, "bot": TypeBigint,
+	"step": TypeInt, "id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "short_key": TypeVarchar,
 }
 
-// selectCols returns the columns a SELECT of the Store's returns.
-func selectCols(q string) []wireCol {
-	var cols []wireCol
+// SelectCols returns the columns a SELECT of the Store's returns.
+func SelectCols(q string) []Col {
+	var cols []Col
 	if strings.HasPrefix(q, "SELECT ") {
 		for _, n := range strings.Split(q[len("SELECT "):strings.Index(q, " FROM")], ", ") {
-			cols = append(cols, wireCol{n, resultTypes[n]})
+			cols = append(cols, Col{n, resultTypes[n]})
 		}
 	}
 	return cols
@@ -420,23 +446,23 @@ func preparedResult(id []byte, q string) []byte {
 	b.string("ks")
 	b.string("t")
 	for _, c := range cols {
-		b.string(c.name)
-		b.short(c.typ)
+		b.string(c.Name)
+		b.short(c.Type)
 	}
 	// Result metadata: the selected columns.
-	res := selectCols(q)
+	res := SelectCols(q)
 	b.int(1)
 	b.int(int32(len(res)))
 	b.string("ks")
 	b.string("t")
 	for _, c := range res {
-		b.string(c.name)
-		b.short(c.typ)
+		b.string(c.Name)
+		b.short(c.Type)
 	}
 	return b
 }
 
-func rowsResult(ks, table string, cols []wireCol, rows [][][]byte) []byte {
+func rowsResult(ks, table string, cols []Col, rows [][][]byte) []byte {
 	var b wbuf
 	b.int(2) // Rows
 	b.int(1) // flags: global table spec
@@ -444,8 +470,8 @@ func rowsResult(ks, table string, cols []wireCol, rows [][][]byte) []byte {
 	b.string(ks)
 	b.string(table)
 	for _, c := range cols {
-		b.string(c.name)
-		b.short(c.typ)
+		b.string(c.Name)
+		b.short(c.Type)
 	}
 	b.int(int32(len(rows)))
 	for _, r := range rows {
@@ -502,8 +528,11 @@ func (r *rbuf) bytes() []byte {
 	return r.take(int(n))
 }
 
-func be64(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+// BE64 is a bigint or timestamp cell.
+func BE64(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
 
-func be32(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
+// BE32 is an int cell.
+func BE32(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 
-func timeCell(t time.Time) []byte { return be64(t.UnixMilli()) }
+// TimeCell is a timestamp cell (ms).
+func TimeCell(t time.Time) []byte { return BE64(t.UnixMilli()) }
