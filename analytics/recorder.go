@@ -52,6 +52,7 @@ type Recorder struct {
 type shard struct {
 	mu       sync.Mutex
 	links    map[string]*entry
+	sized    int // the size links was made for: see fresh
 	all      entry // every visit recorded in this shard, overflow included
 	overflow int64 // visits not tracked per link because max_keys or max_buffer_bytes was reached
 	human    int64 // visits recorded since the last swap, for the metric
@@ -65,8 +66,28 @@ type shard struct {
 type dirShard struct {
 	mu    sync.Mutex
 	links map[string]struct{}
-	_     [48]byte
+	sized int // the size links was made for: see fresh
+	_     [40]byte
 }
+
+// fresh returns a new empty map for the next interval, sized for the n
+// entries the last one took, so that an interval like the last one does
+// not grow it step by step. A map never gives back its memory, so an
+// interval that took none gets a small map when the current one was made
+// large: after a burst of links the next quiet intervals hold no memory
+// for it. keep says whether the current map stays (it is empty and
+// small); sized is the size the current map was made for, updated.
+func fresh[V any](n int, sized *int) (m map[string]V, keep bool) {
+	if n == 0 && *sized <= minSized {
+		return nil, true
+	}
+	*sized = n
+	return make(map[string]V, n), false
+}
+
+// minSized is the size below which an empty map is kept rather than made
+// anew: its memory is small.
+const minSized = 64
 
 // minuteCount is the visits of one minute; minute is Unix seconds / 60.
 type minuteCount struct {
@@ -265,8 +286,8 @@ func (r *Recorder) swap() snapshot {
 		d := &r.dir[i]
 		d.mu.Lock()
 		n := len(d.links)
-		if n > 0 {
-			d.links = make(map[string]struct{}, n)
+		if m, keep := fresh[struct{}](n, &d.sized); !keep {
+			d.links = m
 		}
 		d.mu.Unlock()
 		r.keys.Add(-int64(n))
@@ -277,8 +298,10 @@ func (r *Recorder) swap() snapshot {
 		s := &r.shards[i]
 		s.mu.Lock()
 		taken := s.links
-		if len(taken) > 0 { // an empty map stays: nothing to take
-			s.links = make(map[string]*entry, len(taken))
+		if m, keep := fresh[*entry](len(taken), &s.sized); !keep {
+			s.links = m
+		}
+		if len(taken) > 0 {
 			snap.links = append(snap.links, taken)
 		}
 		sAll := s.all
