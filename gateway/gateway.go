@@ -48,6 +48,7 @@ import (
 	"github.com/linkgate/linkgate/analytics/cassandra"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
@@ -97,6 +98,8 @@ type Gateway struct {
 	cur    atomic.Pointer[snapshot]
 
 	ln, aln   net.Listener // bound by Listen
+	hln, cln  net.Listener // server.http_listen, server.internal_listen; bound by Listen
+	edge      *edge.Edge   // the TLS edge, built by Listen; nil without server.tls
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -373,6 +376,9 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	if g.pipeline != nil {
 		g.pipeline.Apply(plan.analytics)
 	}
+	if g.edge != nil && !slices.Contains(restart, "server.tls") {
+		g.edge.Apply(plan.tls)
+	}
 	if plan.adminToken == "" {
 		g.log.Warn("the admin API is off: /admin/* answers 403", "reason", adminOffReason(plan.cfg))
 	}
@@ -409,6 +415,7 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 	keep("server.idle_timeout", rs.IdleTimeout == rn.IdleTimeout, func() { c.Server.IdleTimeout = rs.IdleTimeout })
 	keep("server.max_header_bytes", rs.MaxHeaderBytes == rn.MaxHeaderBytes, func() { c.Server.MaxHeaderBytes = rs.MaxHeaderBytes })
 	keep("admin.listen", run.Admin.Listen == next.Admin.Listen, func() { c.Admin.Listen = run.Admin.Listen })
+	changed = append(changed, restartOnlyEdge(rs, rn, &c.Server)...)
 	var fixed []string
 	c.Analytics, fixed = analytics.RestartOnly(run.Analytics, next.Analytics)
 	return &c, append(changed, fixed...)
@@ -431,7 +438,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 		if s := g.cur.Load(); s != nil {
 			s.closeReplaced(nil)
 		}
-		for _, l := range []net.Listener{g.ln, g.aln} {
+		if g.edge != nil {
+			g.edge.Close()
+		}
+		for _, l := range []net.Listener{g.ln, g.aln, g.hln, g.cln} {
 			if l != nil {
 				l.Close()
 			}

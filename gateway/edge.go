@@ -1,0 +1,97 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"reflect"
+	"strconv"
+
+	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/edge"
+	"github.com/linkgate/linkgate/problem"
+)
+
+// restartOnlyEdge restores into eff the running values of the TLS edge's
+// fields that a reload cannot change, and names them: the listeners beside
+// server.listen, whether TLS is on at all, and the ACME account, CA and
+// storage certmagic runs with. The static certificate, HSTS and the
+// on-demand settings are applied by reload.
+func restartOnlyEdge(run, next config.Server, eff *config.Server) (changed []string) {
+	keep := func(name string, same bool, restore func()) {
+		if !same {
+			changed = append(changed, name)
+			restore()
+		}
+	}
+	keep("server.http_listen", run.HTTPListen == next.HTTPListen, func() { eff.HTTPListen = run.HTTPListen })
+	keep("server.internal_listen", run.InternalListen == next.InternalListen, func() { eff.InternalListen = run.InternalListen })
+	keep("server.max_concurrent_streams", run.MaxConcurrentStreams == next.MaxConcurrentStreams, func() { eff.MaxConcurrentStreams = run.MaxConcurrentStreams })
+	rt, nt := run.TLS, next.TLS
+	if rt.Enabled() != nt.Enabled() || rt.Managed() != nt.Managed() {
+		keep("server.tls", false, func() { eff.TLS = rt })
+		return changed
+	}
+	keep("server.tls.handshake_timeout", rt.HandshakeTimeout == nt.HandshakeTimeout, func() { eff.TLS.HandshakeTimeout = rt.HandshakeTimeout })
+	keep("server.tls.acme", reflect.DeepEqual(rt.ACME, nt.ACME), func() { eff.TLS.ACME = rt.ACME })
+	keep("server.tls.storage", reflect.DeepEqual(rt.Storage, nt.Storage), func() { eff.TLS.Storage = rt.Storage })
+	return changed
+}
+
+// startEdge builds the TLS edge once the listeners are bound (certmagic
+// must know the ports that answer ACME challenges).
+func (g *Gateway) startEdge(p *Plan) error {
+	if !p.tls.Enabled() {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(g.ln.Addr().String())
+	prefix := p.cfg.Identity.IPv6Prefix
+	e, err := edge.New(p.tls, edge.Options{
+		Log:        g.log.With("component", "tls"),
+		Registerer: g.reg,
+		ClientKey: func(a netip.Addr) string {
+			if a.Is6() && prefix > 0 && prefix < 128 {
+				pf, _ := a.Prefix(prefix)
+				return pf.String()
+			}
+			return a.String()
+		},
+		ListenHost: host,
+		TLSPort:    portOf(g.ln.Addr()),
+		HTTPPort:   portOf(addrOf(g.hln)),
+	})
+	if err != nil {
+		return err
+	}
+	g.edge = e
+	return nil
+}
+
+func portOf(a net.Addr) int {
+	if a == nil {
+		return 0
+	}
+	_, p, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// handleCertificates lists the certificates the TLS edge serves or tried to
+// obtain: names, issuer, serial, validity, last renewal, last error.
+func (g *Gateway) handleCertificates(w http.ResponseWriter, r *http.Request) {
+	if g.edge == nil {
+		problem.Write(w, http.StatusNotFound, "server.tls is not set: this gateway serves no certificate")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	certs := g.edge.Certificates()
+	if certs == nil {
+		certs = []edge.CertInfo{}
+	}
+	json.NewEncoder(w).Encode(map[string]any{"certificates": certs})
+}
