@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
+	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/problem"
 )
 
@@ -57,6 +59,7 @@ func (g *Gateway) startEdge(p *Plan) error {
 			}
 			return a.String()
 		},
+		LimitStore: currentLimitStore{g},
 		ListenHost: host,
 		TLSPort:    portOf(g.ln.Addr()),
 		HTTPPort:   portOf(addrOf(g.hln)),
@@ -95,3 +98,27 @@ func (g *Gateway) handleCertificates(w http.ResponseWriter, r *http.Request) {
 	}
 	json.NewEncoder(w).Encode(map[string]any{"certificates": certs})
 }
+
+// currentLimitStore is the limiter store of the snapshot serving now: the
+// edge counts handshakes where the rules count requests (in-process, or
+// memcached shared by a fleet), and a reload that replaces the store
+// carries the edge along.
+type currentLimitStore struct{ g *Gateway }
+
+func (s currentLimitStore) Load(ctx context.Context, c limit.Counter, b []limit.Bucket, counts []int64) error {
+	return s.g.current().limitStore.Load(ctx, c, b, counts)
+}
+
+func (s currentLimitStore) Add(ctx context.Context, c limit.Counter, b []limit.Bucket, n int64) error {
+	return s.g.current().limitStore.Add(ctx, c, b, n)
+}
+
+func (s currentLimitStore) AddNow(ctx context.Context, c limit.Counter, b []limit.Bucket, n int64) error {
+	return s.g.current().limitStore.AddNow(ctx, c, b, n)
+}
+
+func (s currentLimitStore) Reset(ctx context.Context, c limit.Counter, b []limit.Bucket) error {
+	return s.g.current().limitStore.Reset(ctx, c, b)
+}
+
+var _ limit.Store = currentLimitStore{}
