@@ -55,7 +55,9 @@ func handshake(addr net.Addr, p *edgetest.Pebble, name string) (*tls.Conn, error
 	return tls.DialWithDialer(d, "tcp", addr.String(), &tls.Config{RootCAs: p.Roots, ServerName: name, NextProtos: []string{"h2", "http/1.1"}})
 }
 
-func serialOf(c *tls.Conn) string { return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16) }
+func serialOf(c *tls.Conn) string {
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
+}
 
 // TestOnDemandAllowedAndDenied: an allowed name gets a certificate from
 // pebble at its first handshake and is served, HTTP/2 over it reaches the
