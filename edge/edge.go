@@ -49,7 +49,8 @@ type Options struct {
 	// ClientKey is the counted value of a client address (an IPv6 prefix,
 	// say). Nil: the address.
 	ClientKey func(netip.Addr) string
-	// Storage replaces the storage the plan names. Nil: the plan's.
+	// Storage is where certificates are kept, closed by Close when it has
+	// a Close method. Nil: the file storage at storage.path.
 	Storage certmagic.Storage
 	// ListenHost, TLSPort and HTTPPort are where the gateway answers ACME
 	// challenges: certmagic must not open listeners of its own. HTTPPort
@@ -182,6 +183,9 @@ func (e *Edge) Close() {
 	<-e.done
 	if e.cache != nil {
 		e.cache.Stop()
+	}
+	if c, ok := e.storage.(interface{ Close() }); ok {
+		c.Close() // a storage with connections (Cassandra)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/edge/cassandra/cqlmodel"
 	"github.com/linkgate/linkgate/edge/edgetest"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
@@ -258,5 +259,49 @@ func TestOnDemandRenewal(t *testing.T) {
 	}
 	if len(p.Issued()) < 2 {
 		t.Errorf("pebble issued %v, want a renewal", p.Issued())
+	}
+}
+
+// TestOnDemandCassandraStorage: with storage.cassandra, the certificate an
+// on-demand handshake obtains is kept in Cassandra (here the CQL protocol
+// model), and a second gateway on the same cluster, its ask endpoint down,
+// serves it without an order.
+func TestOnDemandCassandraStorage(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	m := cqlmodel.New(t)
+	ask := newAsk(t)
+	up := echoProto(t)
+	cfg := func(askURL string) string {
+		return tlsConfig(up.URL, fmt.Sprintf(`  tls:
+    acme: {ca: %s, ca_root: %s}
+    on_demand: {ask: %s}
+    storage: {cassandra: {hosts: [%s], timeout: 2s}}
+`, p.Directory, p.CARootFile, askURL, m.Addr()))
+	}
+	a := start(t, cfg(ask.URL))
+	c, err := handshake(a.g.Addr(), p, "fleet.ok.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := serialOf(c)
+	c.Close()
+	var stored bool
+	for _, k := range m.Keys() {
+		stored = stored || strings.HasSuffix(k, "/fleet.ok.test/fleet.ok.test.crt")
+	}
+	if !stored || m.LWT() == 0 {
+		t.Fatalf("Cassandra holds %q after %d lightweight transactions; want fleet.ok.test's certificate, locked while obtained", m.Keys(), m.LWT())
+	}
+	b := start(t, cfg(deadAddr(t)))
+	c, err = handshake(b.g.Addr(), p, "fleet.ok.test")
+	if err != nil {
+		t.Fatalf("the second gateway: %v", err)
+	}
+	if got := serialOf(c); got != serial {
+		t.Errorf("the second gateway served %s, want the stored %s", got, serial)
+	}
+	c.Close()
+	if got := p.Orders(); got != 1 {
+		t.Errorf("%d orders, want 1", got)
 	}
 }

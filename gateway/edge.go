@@ -3,14 +3,18 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"strconv"
 
+	"github.com/caddyserver/certmagic"
 	"github.com/linkgate/linkgate/config"
+
 	"github.com/linkgate/linkgate/edge"
+	certcassandra "github.com/linkgate/linkgate/edge/cassandra"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/problem"
 )
@@ -49,7 +53,12 @@ func (g *Gateway) startEdge(p *Plan) error {
 	}
 	host, _, _ := net.SplitHostPort(g.ln.Addr().String())
 	prefix := p.cfg.Identity.IPv6Prefix
+	storage, err := g.openCertStorage(p.tls.Config())
+	if err != nil {
+		return err
+	}
 	e, err := edge.New(p.tls, edge.Options{
+		Storage:    storage,
 		Log:        g.log.With("component", "tls"),
 		Registerer: g.reg,
 		ClientKey: func(a netip.Addr) string {
@@ -65,10 +74,32 @@ func (g *Gateway) startEdge(p *Plan) error {
 		HTTPPort:   portOf(addrOf(g.hln)),
 	})
 	if err != nil {
+		if c, ok := storage.(interface{ Close() }); ok {
+			c.Close()
+		}
 		return err
 	}
 	g.edge = e
 	return nil
+}
+
+// openCertStorage is the one place that picks the certificate storage:
+// Cassandra when storage.cassandra.hosts is set (a fleet shares it), else
+// nil, which the edge takes as the file storage at storage.path. Cassandra
+// must answer at start: without its storage the edge could neither serve
+// a stored certificate nor lock a name before ordering it.
+func (g *Gateway) openCertStorage(c edge.Config) (certmagic.Storage, error) {
+	cc := c.Storage.Cassandra
+	if !c.Managed() || len(cc.Hosts) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*cc.Timeout)
+	defer cancel()
+	st, err := certcassandra.Open(ctx, cc, g.log.With("component", "tls"), certcassandra.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: server.tls.storage.cassandra: %w", err)
+	}
+	return st, nil
 }
 
 func portOf(a net.Addr) int {
