@@ -32,7 +32,6 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/limit"
 )
@@ -41,8 +40,9 @@ import (
 type Options struct {
 	// Log receives the edge's logs. Nil: discarded.
 	Log *slog.Logger
-	// Registerer receives the edge's metrics. Nil: none.
-	Registerer prometheus.Registerer
+	// Metrics are the collectors the edge reports through. Nil: its own,
+	// registered nowhere.
+	Metrics *Metrics
 	// LimitStore is where handshakes_per_client counts. Nil: an in-process
 	// store of the edge's own.
 	LimitStore limit.Store
@@ -102,7 +102,11 @@ func New(plan *Plan, opts Options) (*Edge, error) {
 		opts.LimitStore = limit.NewMemory()
 	}
 	e := &Edge{opts: opts, log: opts.Log, certs: map[string]*certState{}, done: make(chan struct{})}
-	e.m = newMetrics(opts.Registerer, e)
+	e.m = opts.Metrics
+	if e.m == nil {
+		e.m = NewMetrics(nil)
+	}
+	e.m.edge.Store(e)
 	e.plan.Store(plan)
 	e.static.Store(plan.static)
 	var err error

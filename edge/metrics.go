@@ -1,11 +1,19 @@
 package edge
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Metrics are the edge's Prometheus collectors. The gateway registers them
+// once, whether TLS is on or not, so that its metrics are the same set in
+// every config; the edge it builds reports through them.
+type Metrics = metrics
+
 // metrics are the edge's Prometheus collectors.
 type metrics struct {
+	edge       atomic.Pointer[Edge]   // whose certificates the expiry gauge reports
 	handshakes *prometheus.CounterVec // result: ok, failed, timeout
 	decisions  *prometheus.CounterVec // decision: allowed, denied, limited, stored, ask_failed
 	asks       *prometheus.CounterVec // answer: allow, deny, error
@@ -13,7 +21,9 @@ type metrics struct {
 	reloads    *prometheus.CounterVec // result: ok, failed (static certificate files)
 }
 
-func newMetrics(reg prometheus.Registerer, e *Edge) *metrics {
+// NewMetrics returns the edge's collectors, registered with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &metrics{
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_handshakes_total",
@@ -39,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, e *Edge) *metrics {
 	expiry := prometheus.NewDesc("linkgate_tls_certificate_expiry_timestamp_seconds",
 		"When each certificate the gateway serves expires (Unix time), by name and source (static, acme).", []string{"name", "source"}, nil)
 	if reg != nil {
-		reg.MustRegister(m.handshakes, m.decisions, m.asks, m.issuance, m.reloads, &expiryCollector{desc: expiry, e: e})
+		reg.MustRegister(m.handshakes, m.decisions, m.asks, m.issuance, m.reloads, &expiryCollector{desc: expiry, m: m})
 	}
 	return m
 }
@@ -48,14 +58,18 @@ func newMetrics(reg prometheus.Registerer, e *Edge) *metrics {
 // Certificates, at scrape time.
 type expiryCollector struct {
 	desc *prometheus.Desc
-	e    *Edge
+	m    *metrics
 }
 
 func (c *expiryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *expiryCollector) Collect(ch chan<- prometheus.Metric) {
+	e := c.m.edge.Load()
+	if e == nil {
+		return
+	}
 	seen := map[[2]string]bool{}
-	for _, ci := range c.e.Certificates() {
+	for _, ci := range e.Certificates() {
 		if ci.NotAfter.IsZero() {
 			continue
 		}

@@ -58,9 +58,9 @@ func (g *Gateway) startEdge(p *Plan) error {
 		return err
 	}
 	e, err := edge.New(p.tls, edge.Options{
-		Storage:    storage,
-		Log:        g.log.With("component", "tls"),
-		Registerer: g.reg,
+		Storage: storage,
+		Log:     g.log.With("component", "tls"),
+		Metrics: g.edgeM,
 		ClientKey: func(a netip.Addr) string {
 			if a.Is6() && prefix > 0 && prefix < 128 {
 				pf, _ := a.Prefix(prefix)

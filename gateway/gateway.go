@@ -88,6 +88,7 @@ type Gateway struct {
 	limitM  *limit.Metrics
 	mcM     *memcached.Metrics
 	visitsM *analytics.Metrics
+	edgeM   *edge.Metrics
 
 	// pipeline runs for the life of the process (nil when analytics are
 	// off): counts in memory survive reloads, the store is chosen at start.
@@ -142,6 +143,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		limitM:  limit.NewMetrics(reg),
 		mcM:     memcached.NewMetrics(reg),
 		visitsM: analytics.NewMetrics(reg),
+		edgeM:   edge.NewMetrics(reg),
 	}
 	if plan.cfg.Analytics.Enabled {
 		store, err := g.openAnalyticsStore(plan.analytics)
