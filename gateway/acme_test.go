@@ -305,3 +305,34 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 		t.Errorf("%d orders, want 1", got)
 	}
 }
+
+// TestACMEChallenges: with pebble validating for real (its DNS sends every
+// name to 127.0.0.1), a name of acme.domains is obtained at start by
+// answering HTTP-01 on server.http_listen, and another by TLS-ALPN-01 on
+// server.listen (ALPN acme-tls/1), the challenge each config offers.
+func TestACMEChallenges(t *testing.T) {
+	// pebble logs its HTTP-01 requests, not its TLS-ALPN-01 handshakes.
+	for ch, validated := range map[string]string{"http-01": "validate w/ HTTP: http://site.example:", "tls-alpn-01": "set VALID by completed challenge"} {
+		t.Run(ch, func(t *testing.T) {
+			tlsPort, httpPort := edgetest.FreePort(t), edgetest.FreePort(t)
+			p := edgetest.StartPebble(t, edgetest.PebbleOptions{Validate: true, HTTPPort: httpPort, TLSPort: tlsPort})
+			up := echoProto(t)
+			cfg := strings.Replace(tlsConfig(up.URL, fmt.Sprintf(`  http_listen: 127.0.0.1:%d
+  tls:
+    acme: {ca: %s, ca_root: %s, domains: [site.example], challenges: [%s]}
+    storage: {path: %s}
+`, httpPort, p.Directory, p.CARootFile, ch, t.TempDir())), "listen: 127.0.0.1:0\n  trusted", fmt.Sprintf("listen: 127.0.0.1:%d\n  trusted", tlsPort), 1)
+			gw := start(t, cfg)
+			var c *tls.Conn
+			testkit.Eventually(t, 20*time.Second, "site.example obtained by "+ch, func() bool {
+				var err error
+				c, err = handshake(gw.g.Addr(), p, "site.example")
+				return err == nil
+			})
+			c.Close()
+			if log := p.Log(); !strings.Contains(log, "Issued certificate serial") || !strings.Contains(log, validated) || ch == "tls-alpn-01" && strings.Contains(log, "validate w/ HTTP") || strings.Contains(log, "always returns valid") {
+				t.Errorf("pebble did not issue after validating %s:\n%s", ch, log)
+			}
+		})
+	}
+}

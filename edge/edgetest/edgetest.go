@@ -161,6 +161,12 @@ type PebbleOptions struct {
 	// Validity is the lifetime of the certificates pebble issues; 0:
 	// pebble's default (5 years).
 	Validity time.Duration
+	// Validate makes pebble validate the challenges for real: its DNS is
+	// pebble-challtestsrv answering 127.0.0.1 for every name, and it
+	// connects to HTTPPort (HTTP-01) and TLSPort (TLS-ALPN-01) on
+	// 127.0.0.1, where the gateway under test listens.
+	Validate          bool
+	HTTPPort, TLSPort int
 }
 
 // StartPebble runs Debian's pebble on loopback until the test ends, with
@@ -194,8 +200,8 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 		"managementListenAddress": fmt.Sprintf("127.0.0.1:%d", mgmtPort),
 		"certificate":             write("cert.pem", c),
 		"privateKey":              write("key.pem", k),
-		"httpPort":                FreePort(t),
-		"tlsPort":                 FreePort(t),
+		"httpPort":                o.port(o.HTTPPort, t),
+		"tlsPort":                 o.port(o.TLSPort, t),
 		"ocspResponderURL":        "",
 	}}
 	if o.Validity > 0 {
@@ -204,8 +210,15 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	js, _ := json.Marshal(cfg)
 	cfgFile := write("pebble.json", js)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-config", cfgFile, "-dnsserver", fmt.Sprintf("127.0.0.1:%d", FreePort(t)))
-	cmd.Env = append(os.Environ(), "PEBBLE_VA_ALWAYS_VALID=1", "PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0")
+	dns := fmt.Sprintf("127.0.0.1:%d", FreePort(t)) // a dead address, unless Validate
+	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0"}
+	if o.Validate {
+		startDNS(t, dns)
+	} else {
+		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
+	}
+	cmd := exec.CommandContext(ctx, bin, "-config", cfgFile, "-dnsserver", dns)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -265,6 +278,47 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 		t.Fatalf("pebble's root is not PEM: %q", p.RootPEM)
 	}
 	return p
+}
+
+func (o PebbleOptions) port(p int, t testing.TB) int {
+	if p > 0 {
+		return p
+	}
+	return FreePort(t)
+}
+
+// startDNS runs pebble-challtestsrv as a DNS server on addr answering
+// 127.0.0.1 for every name (no AAAA), its other listeners off and its
+// management interface on loopback.
+func startDNS(t testing.TB, addr string) {
+	t.Helper()
+	bin, err := exec.LookPath("pebble-challtestsrv")
+	if err != nil {
+		t.Fatalf("pebble-challtestsrv (package pebble): %v", err)
+	}
+	cmd := exec.Command(bin, "-dns01", addr, "-http01", "", "-https01", "", "-tlsalpn01", "",
+		"-management", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("pebble-challtestsrv's log:\n%s", out.String())
+		}
+	})
+	for range 100 {
+		if c, err := net.Dial("udp", addr); err == nil {
+			c.Close()
+		}
+		if strings.Contains(out.String(), "Starting") || strings.Contains(out.String(), "DNS") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Orders returns how many orders pebble has taken.
