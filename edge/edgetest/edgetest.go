@@ -298,8 +298,8 @@ func startDNS(t testing.TB, addr string) {
 	}
 	cmd := exec.Command(bin, "-dns01", addr, "-http01", "", "-https01", "", "-tlsalpn01", "",
 		"-management", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +319,24 @@ func startDNS(t testing.TB, addr string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a bytes.Buffer written by a process and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // Orders returns how many orders pebble has taken.
