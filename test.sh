@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of linkgate, installing what the tests need when it is missing:
-# memcached (limiter store tests), Chromium (the stats chart page test) and a C
+# memcached (limiter store tests), Chromium (the stats chart page test), pebble
+# (the ACME test server the TLS edge's tests obtain certificates from), h2load
+# (nghttp2-client: a bounded HTTP/2 load in the TLS tests), curl, certutil
+# (libnss3-tools: Chromium trusts pebble's root through an NSS database), and a C
 # compiler (go test -race needs cgo).
 # Cassandra tests run only when CASSANDRA_HOSTS is set (docker compose up -d cassandra).
 set -euo pipefail
@@ -9,6 +12,10 @@ cd "$(dirname "$0")"
 need=()
 command -v memcached >/dev/null || need+=(memcached)
 command -v chromium >/dev/null || need+=(chromium)
+command -v pebble >/dev/null || need+=(pebble)
+command -v h2load >/dev/null || need+=(nghttp2-client)
+command -v curl >/dev/null || need+=(curl)
+command -v certutil >/dev/null || need+=(libnss3-tools)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if ((${#need[@]})); then
   echo "test.sh: installing ${need[*]}"

@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/stats"
@@ -71,6 +72,19 @@ type Server struct {
 	// take for a header the gateway sets, removes or routes by); false, the
 	// default, drops them, as nginx's underscores_in_headers off does.
 	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
+	// HTTPListen is a plain HTTP listener beside a TLS server.listen: it
+	// answers ACME HTTP-01 challenges and redirects everything else to
+	// https:// with 308. "": none.
+	HTTPListen string `yaml:"http_listen"`
+	// InternalListen is an internal listener serving HTTP/1.1 and cleartext
+	// HTTP/2 (h2c, prior knowledge) to the same handler, for a trusted
+	// hop in front. "": none.
+	InternalListen string `yaml:"internal_listen"`
+	// MaxConcurrentStreams is how many requests one HTTP/2 connection may
+	// have in flight.
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// TLS terminates TLS on server.listen (see package edge).
+	TLS edge.Config `yaml:"tls"`
 }
 
 // Admin is the operator's listener.
@@ -83,14 +97,16 @@ type Admin struct {
 func Default() *Config {
 	return &Config{
 		Server: Server{
-			Listen:            "127.0.0.1:8080",
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       60 * time.Second,
-			BodyTimeout:       60 * time.Second,
-			IdleTimeout:       120 * time.Second,
-			MaxHeaderBytes:    64 << 10,
-			ShutdownTimeout:   30 * time.Second,
-			TrustedProxies:    []string{"127.0.0.1/32"},
+			Listen:               "127.0.0.1:8080",
+			ReadHeaderTimeout:    5 * time.Second,
+			ReadTimeout:          60 * time.Second,
+			BodyTimeout:          60 * time.Second,
+			IdleTimeout:          120 * time.Second,
+			MaxHeaderBytes:       64 << 10,
+			ShutdownTimeout:      30 * time.Second,
+			TrustedProxies:       []string{"127.0.0.1/32"},
+			MaxConcurrentStreams: 250,
+			TLS:                  edge.DefaultConfig(),
 		},
 		Admin:     Admin{Listen: "127.0.0.1:9090", TokenEnv: "LINKGATE_ADMIN_TOKEN"},
 		Upstream:  proxy.DefaultConfig(),

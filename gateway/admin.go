@@ -47,6 +47,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Post("/reload", g.handleReload)
 		r.Get("/config", g.handleConfig)
 		r.Get("/health", g.handleHealth)
+		r.Get("/certificates", g.handleCertificates)
 		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
 		})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
@@ -32,6 +33,7 @@ type Plan struct {
 	proxy      *proxy.Plan
 	limit      *limit.Plan
 	analytics  *analytics.Plan
+	tls        *edge.Plan
 	adminToken string // "": /admin/* answers 403
 	statsToken string // "": /stats is open
 }
@@ -83,6 +85,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if clash(cfg.Server.Listen, cfg.Admin.Listen) {
 		return nil, fmt.Errorf("admin.listen: %q is the address of server.listen (%q): the admin listener needs its own", cfg.Admin.Listen, cfg.Server.Listen)
 	}
+	if p.tls, err = compileEdge(cfg); err != nil {
+		return nil, err
+	}
 	var identity []string
 	if h := cfg.Identity.UserHeader; h != "" {
 		identity = append(identity, h)
@@ -111,6 +116,35 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 		if p.statsToken = strings.TrimSpace(getenv(name)); p.statsToken == "" {
 			return nil, fmt.Errorf("stats.token_env: the environment variable %s is not set or empty; /stats would be open to anyone (set it, or remove token_env to serve /stats openly)", name)
 		}
+	}
+	return p, nil
+}
+
+// compileEdge checks server.tls and the listeners beside server.listen.
+func compileEdge(cfg *config.Config) (*edge.Plan, error) {
+	s := cfg.Server
+	p, err := edge.Compile(s.TLS)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range []struct{ field, addr string }{{"server.http_listen", s.HTTPListen}, {"server.internal_listen", s.InternalListen}} {
+		if err := checkListen(l.field, l.addr, true); err != nil {
+			return nil, err
+		}
+		for _, o := range []struct{ field, addr string }{{"server.listen", s.Listen}, {"admin.listen", cfg.Admin.Listen}} {
+			if clash(l.addr, o.addr) {
+				return nil, fmt.Errorf("%s: %q is the address of %s (%q): each listener needs its own", l.field, l.addr, o.field, o.addr)
+			}
+		}
+	}
+	if clash(s.HTTPListen, s.InternalListen) {
+		return nil, fmt.Errorf("server.internal_listen: %q is the address of server.http_listen (%q): each listener needs its own", s.InternalListen, s.HTTPListen)
+	}
+	if s.HTTPListen != "" && !p.Enabled() {
+		return nil, fmt.Errorf("server.http_listen: it redirects to https://, but server.tls sets no certificate (cert_file, acme.domains or on_demand.ask)")
+	}
+	if s.MaxConcurrentStreams < 1 {
+		return nil, fmt.Errorf("server.max_concurrent_streams: %d must be at least 1", s.MaxConcurrentStreams)
 	}
 	return p, nil
 }

@@ -167,6 +167,9 @@ type framingKey struct{}
 // withFramingConn is the server's ConnContext: it puts the connection in
 // the context of its requests.
 func withFramingConn(ctx context.Context, c net.Conn) context.Context {
+	if u, ok := c.(interface{ Unwrap() net.Conn }); ok {
+		c = u.Unwrap() // a TLS connection serving HTTP/1 (edge.Listener)
+	}
 	if fc, ok := c.(*framingConn); ok {
 		return context.WithValue(ctx, framingKey{}, fc)
 	}

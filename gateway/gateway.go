@@ -47,6 +47,7 @@ import (
 	"github.com/linkgate/linkgate/analytics/cassandra"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
@@ -91,6 +92,7 @@ type Gateway struct {
 	limitM  *limit.Metrics
 	mcM     *memcached.Metrics
 	visitsM *analytics.Metrics
+	edgeM   *edge.Metrics
 
 	// pipeline runs for the life of the process (nil when analytics are
 	// off): counts in memory survive reloads, the store is chosen at start.
@@ -101,6 +103,9 @@ type Gateway struct {
 	cur    atomic.Pointer[snapshot]
 
 	ln, aln   net.Listener // bound by Listen
+	hln, cln  net.Listener // server.http_listen, server.internal_listen; bound by Listen
+	started   bool         // Listen bound the listeners and started the edge
+	edge      *edge.Edge   // the TLS edge, built by Listen; nil without server.tls
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -144,10 +149,11 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		limitM:  limit.NewMetrics(reg),
 		mcM:     memcached.NewMetrics(reg),
 		visitsM: analytics.NewMetrics(reg),
+		edgeM:   edge.NewMetrics(reg),
 	}
 	if opts.Listen {
 		var err error
-		if g.ln, g.aln, err = listen(plan.cfg); err != nil {
+		if err = g.bind(plan.cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -400,6 +406,9 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	if g.pipeline != nil {
 		g.pipeline.Apply(plan.analytics)
 	}
+	if g.edge != nil && !slices.Contains(restart, "server.tls") {
+		g.edge.Apply(plan.tls)
+	}
 	if plan.adminToken == "" {
 		g.log.Warn("the admin API is off: /admin/* answers 403", "reason", adminOffReason(plan.cfg))
 	}
@@ -453,6 +462,7 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 	keep("server.idle_timeout", rs.IdleTimeout == rn.IdleTimeout, func() { c.Server.IdleTimeout = rs.IdleTimeout })
 	keep("server.max_header_bytes", rs.MaxHeaderBytes == rn.MaxHeaderBytes, func() { c.Server.MaxHeaderBytes = rs.MaxHeaderBytes })
 	keep("admin.listen", run.Admin.Listen == next.Admin.Listen, func() { c.Admin.Listen = run.Admin.Listen })
+	changed = append(changed, restartOnlyEdge(rs, rn, &c.Server)...)
 	var fixed []string
 	c.Analytics, fixed = analytics.RestartOnly(run.Analytics, next.Analytics)
 	return &c, append(changed, fixed...)
@@ -474,6 +484,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 		}
 		if s := g.cur.Load(); s != nil {
 			s.closeReplaced(nil)
+		}
+		if g.edge != nil {
+			g.edge.Close()
 		}
 		g.closeListeners()
 		g.closeErr = errors.Join(errs...)

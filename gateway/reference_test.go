@@ -536,6 +536,15 @@ func change(t *testing.T, v reflect.Value, f string) {
 		v.SetFloat(v.Float() + 1)
 	case reflect.Slice:
 		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		for _, k := range v.MapKeys() {
+			m.SetMapIndex(k, v.MapIndex(k))
+		}
+		k := reflect.New(v.Type().Key()).Elem()
+		change(t, k, f)
+		m.SetMapIndex(k, reflect.Zero(v.Type().Elem()))
+		v.Set(m)
 	default:
 		t.Fatalf("%s: cannot change a %s to check whether a reload applies it: teach change", f, v.Type())
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,44 +14,69 @@ import (
 	"github.com/linkgate/linkgate/config"
 )
 
-// Listen binds the client listener (server.listen) and, when configured,
-// the admin listener (admin.listen). Serve calls it when it has not been
-// called; call it first to learn the addresses (Addr, AdminAddr) of
-// listeners on port 0.
+// Listen binds the client listener (server.listen), the admin listener
+// (admin.listen) and, when configured, the plain HTTP listener beside TLS
+// (server.http_listen) and the internal h2c listener (server.internal_listen),
+// unless New bound them already (Options.Listen), then starts the TLS edge,
+// which needs their ports. Serve calls it when it has not been called; call
+// it first to learn the addresses (Addr, AdminAddr, HTTPAddr, InternalAddr)
+// of listeners on port 0.
 func (g *Gateway) Listen() error {
-	if g.ln != nil {
+	if g.started {
 		return nil
 	}
-	var err error
-	g.ln, g.aln, err = listen(g.current().eff)
+	if g.ln == nil {
+		if err := g.bind(g.current().eff); err != nil {
+			return err
+		}
+	}
+	if err := g.startEdge(g.current().plan); err != nil {
+		g.closeListeners()
+		return err
+	}
+	g.started = true
+	return nil
+}
+
+// bind binds the listeners cfg names. When one cannot be bound, none of
+// them stays bound.
+func (g *Gateway) bind(cfg *config.Config) (err error) {
+	defer func() {
+		if err != nil {
+			g.closeListeners()
+		}
+	}()
+	bind := func(field, addr string) (net.Listener, error) {
+		if addr == "" {
+			return nil, nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %s: %w", field, err)
+		}
+		return l, nil
+	}
+	if g.ln, err = bind("server.listen", cfg.Server.Listen); err != nil {
+		return err
+	}
+	if g.aln, err = bind("admin.listen", cfg.Admin.Listen); err != nil {
+		return err
+	}
+	if g.hln, err = bind("server.http_listen", cfg.Server.HTTPListen); err != nil {
+		return err
+	}
+	g.cln, err = bind("server.internal_listen", cfg.Server.InternalListen)
 	return err
 }
 
-// listen binds the listeners cfg names: the client listener, and the admin
-// listener when there is one (else aln is nil).
-func listen(cfg *config.Config) (ln, aln net.Listener, err error) {
-	ln, err = net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		return nil, nil, fmt.Errorf("gateway: server.listen: %w", err)
-	}
-	ln = framingListener{ln}
-	if cfg.Admin.Listen != "" {
-		aln, err = net.Listen("tcp", cfg.Admin.Listen)
-		if err != nil {
-			ln.Close()
-			return nil, nil, fmt.Errorf("gateway: admin.listen: %w", err)
-		}
-	}
-	return ln, aln, nil
-}
-
-// closeListeners closes the listeners Listen bound, if any.
+// closeListeners closes the listeners bound, if any.
 func (g *Gateway) closeListeners() {
-	for _, l := range []net.Listener{g.ln, g.aln} {
+	for _, l := range []net.Listener{g.ln, g.aln, g.hln, g.cln} {
 		if l != nil {
 			l.Close()
 		}
 	}
+	g.ln, g.aln, g.hln, g.cln = nil, nil, nil, nil
 }
 
 // Addr returns the client listener's address, nil before Listen.
@@ -59,6 +85,14 @@ func (g *Gateway) Addr() net.Addr { return addrOf(g.ln) }
 // AdminAddr returns the admin listener's address, nil before Listen or
 // without an admin listener.
 func (g *Gateway) AdminAddr() net.Addr { return addrOf(g.aln) }
+
+// HTTPAddr returns the address of the plain listener beside TLS
+// (server.http_listen), nil before Listen or without one.
+func (g *Gateway) HTTPAddr() net.Addr { return addrOf(g.hln) }
+
+// InternalAddr returns the address of the internal h2c listener
+// (server.internal_listen), nil before Listen or without one.
+func (g *Gateway) InternalAddr() net.Addr { return addrOf(g.cln) }
 
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {
@@ -80,28 +114,58 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		return err
 	}
 	cfg := g.current().eff
-	srv := &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
-		// server.read_timeout and body_timeout bound the body per request
-		// (proxy.BodyDeadline): http.Server's ReadTimeout would also cut
-		// off long responses, as its background read then fails.
-		WriteTimeout:   cfg.Server.WriteTimeout,
-		IdleTimeout:    cfg.Server.IdleTimeout,
-		MaxHeaderBytes: cfg.Server.MaxHeaderBytes,
-		ConnContext:    withFramingConn,
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout,
+			// server.read_timeout and body_timeout bound the body per request
+			// (proxy.BodyDeadline): http.Server's ReadTimeout would also cut
+			// off long responses, as its background read then fails.
+			WriteTimeout:   cfg.Server.WriteTimeout,
+			IdleTimeout:    cfg.Server.IdleTimeout,
+			MaxHeaderBytes: cfg.Server.MaxHeaderBytes,
+			ConnContext:    withFramingConn,
+			ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+			// HTTP/2 (over TLS, or h2c on server.internal_listen) takes the same
+			// header size (MaxHeaderBytes sets its header list limit), idle
+			// and write timeouts, and the handler's body deadlines.
+			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams},
+		}
 	}
-	servers := []*http.Server{srv}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(g.ln) }()
-	g.log.Info("listening", "server", "gateway", "addr", g.ln.Addr().String(), "version", g.opts.Version)
+	var servers []*http.Server
+	errc := make(chan error, 4)
+	start := func(name string, srv *http.Server, l net.Listener) {
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(l) }()
+		g.log.Info("listening", "server", name, "addr", l.Addr().String(), "version", g.opts.Version)
+	}
+	if g.edge != nil {
+		// The edge handshakes (certificates, ACME, ALPN); net/http serves
+		// HTTP/2 on the *tls.Conn of an h2 connection, HTTP/1 on the rest
+		// through the framing scan. TLSConfig only tells net/http to set
+		// up its HTTP/2 server.
+		srv := newServer(g.edge.HSTS(g))
+		srv.TLSConfig = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+		start("gateway", srv, g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: c} }))
+		if g.hln != nil {
+			hsrv := newServer(g.edge.RedirectHandler(portOf(g.ln.Addr())))
+			hsrv.ConnContext = nil
+			start("http", hsrv, g.hln)
+		}
+	} else {
+		start("gateway", newServer(g), framingListener{g.ln})
+	}
+	if g.cln != nil {
+		csrv := newServer(g)
+		csrv.Protocols = new(http.Protocols)
+		csrv.Protocols.SetHTTP1(true)
+		csrv.Protocols.SetUnencryptedHTTP2(true)
+		start("h2c", csrv, framingListener{g.cln})
+	}
 	if g.aln != nil {
 		asrv := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
 			ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug)}
-		servers = append(servers, asrv)
-		go func() { errc <- asrv.Serve(g.aln) }()
-		g.log.Info("listening", "server", "admin", "addr", g.aln.Addr().String())
+		start("admin", asrv, g.aln)
 	}
 
 	wctx, stopWatch := context.WithCancel(ctx)

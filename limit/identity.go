@@ -38,11 +38,18 @@ type identifier struct {
 // ipValue is the counter value of a client address, normalized as
 // forwarded returns it (forwarded.Normalize): an IPv4 address, or the IPv6
 // prefix it belongs to ("2001:db8:1:2::/64").
-func (id *identifier) ipValue(a netip.Addr) string {
+func (id *identifier) ipValue(a netip.Addr) string { return IPValue(a, id.ipv6Prefix) }
+
+// IPValue is the counter value of a normalized client address
+// (forwarded.Normalize): an IPv4 address, or the IPv6 prefix of
+// ipv6Prefix bits it belongs to ("2001:db8:1:2::/64"), so that a client
+// with a whole IPv6 network is one client. The limiter's ip rules and the
+// TLS edge's handshake limit count clients by it.
+func IPValue(a netip.Addr, ipv6Prefix int) string {
 	if a.Is4() {
 		return a.String()
 	}
-	p, err := a.Prefix(id.ipv6Prefix)
+	p, err := a.Prefix(ipv6Prefix)
 	if err != nil {
 		return a.String()
 	}

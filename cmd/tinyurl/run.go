@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	baseURL := fs.String("base-url", "", "prefix of the short_url answers, like https://tiny.example; empty: from the request")
 	logRequests := fs.Bool("log", false, "log every request (off by default: the demo is the upstream in benchmarks)")
 	linksFile := fs.String("links", "data/tinyurl/links.json", "file keeping the /shorten links across restarts (JSON, replaced atomically); empty: memory only")
+	domains := fs.String("domains", "", "comma-separated branded short domains (or *.suffix) that GET /tls/ask?domain= allows: the gateway's server.tls.on_demand.ask")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -36,6 +38,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	o := options{Password: *password, BaseURL: *baseURL, LinksFile: *linksFile}
+	for _, d := range strings.Split(*domains, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			o.Domains = append(o.Domains, d)
+		}
+	}
 	if *logRequests {
 		o.Log = slog.New(slog.NewTextHandler(stdout, nil))
 	}

@@ -351,3 +351,26 @@ func BenchmarkRedirect(b *testing.B) {
 		}
 	})
 }
+
+// TestAsk: GET /tls/ask allows the service's branded domains, exact or
+// one label under a *.suffix, and denies every other name.
+func TestAsk(t *testing.T) {
+	ts := httptest.NewServer(mustServer(t, options{Domains: []string{"go.brand.example", "*.links.example"}}))
+	defer ts.Close()
+	for _, c := range []struct {
+		domain string
+		want   int
+	}{
+		{"go.brand.example", 200}, {"GO.Brand.Example.", 200}, {"a.links.example", 200},
+		{"links.example", 404}, {"a.b.links.example", 404}, {"evil.example", 404}, {"", 400},
+	} {
+		resp, err := http.Get(ts.URL + "/tls/ask?domain=" + url.QueryEscape(c.domain))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("ask %q: %d, want %d", c.domain, resp.StatusCode, c.want)
+		}
+	}
+}

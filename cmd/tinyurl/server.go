@@ -46,6 +46,11 @@ type options struct {
 	BaseURL   string       // prefix of short_url; "" derives it from the request
 	Log       *slog.Logger // one line per request when non-nil
 	LinksFile string       // where /shorten's links are kept across restarts; "": nowhere
+	// Domains are the customers' branded short domains (names, or
+	// *.suffix for every name one label under suffix): GET
+	// /tls/ask?domain= answers 200 for them, which is what the gateway's
+	// server.tls.on_demand.ask wants before it obtains a certificate.
+	Domains []string
 }
 
 // server holds the links. It is safe for concurrent use.
@@ -90,12 +95,37 @@ func newServer(o options) (http.Handler, error) {
 	r.Post("/shorten", s.shorten)
 	r.Post("/login", s.login)
 	r.Get("/api/me", s.me)
+	r.Get("/tls/ask", s.ask)
 	r.Get("/{key}", s.redirect)
 	r.Head("/{key}", s.redirect)
 	return r, nil
 }
 
 var noStore = []string{"no-store"}
+
+// ask answers the gateway's on-demand question "may I obtain a certificate
+// for this name?": 200 for a branded domain of the service, 404 for any
+// other name, 400 without one.
+func (s *server) ask(w http.ResponseWriter, r *http.Request) {
+	name := strings.ToLower(strings.TrimSuffix(r.URL.Query().Get("domain"), "."))
+	if name == "" {
+		problem.Write(w, http.StatusBadRequest, "ask: the domain parameter is missing")
+		return
+	}
+	for _, d := range s.o.Domains {
+		d = strings.ToLower(d)
+		if suffix, ok := strings.CutPrefix(d, "*"); ok {
+			if rest, ok := strings.CutSuffix(name, suffix); ok && rest != "" && !strings.Contains(rest, ".") {
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+		} else if name == d {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+	}
+	problem.Write(w, http.StatusNotFound, fmt.Sprintf("%s is not a domain of this service", name))
+}
 
 // redirect answers 302 to the key's long URL. It is the benchmarks' hot
 // path: one read lock, no allocation of its own.

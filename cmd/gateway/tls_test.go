@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/internal/testkit"
+)
+
+// tlsGatewayConfig is a gateway in front of upstream, ordering from pebble
+// on demand after asking ask, keeping certificates in storage.
+func tlsGatewayConfig(upstream string, p *edgetest.Pebble, ask, storage, extra string) string {
+	return fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+  shutdown_timeout: 5s
+  tls:
+    acme: {ca: %s, ca_root: %s}
+    on_demand: {ask: %s}
+    storage: {path: %s}
+%sadmin:
+  listen: 127.0.0.1:0
+upstream:
+  targets: [%s]
+  health_check: {path: /healthz, interval: 1s}
+analytics:
+  enabled: false
+`, p.Directory, p.CARootFile, ask, storage, extra, upstream)
+}
+
+func allowAll(t *testing.T) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestFleetObtainsOneCertificate: two gateway processes sharing their
+// certificate storage that see the same new name at once obtain exactly
+// one certificate between them, and both serve it.
+func TestFleetObtainsOneCertificate(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	storage := t.TempDir()
+	up := testkit.Named(t, "up")
+	ask := allowAll(t)
+	cfg := tlsGatewayConfig(up.URL, p, ask.URL, storage, "")
+	a, _ := startGateway(t, cfg)
+	b, _ := startGateway(t, cfg)
+
+	var wg sync.WaitGroup
+	serials := make(chan string, 8)
+	for i := range 8 {
+		gw := a
+		if i%2 == 1 {
+			gw = b
+		}
+		wg.Go(func() {
+			addr := strings.TrimPrefix(gw.url("gateway", ""), "http://")
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", addr, &tls.Config{RootCAs: p.Roots, ServerName: "fleet.example"})
+			if err != nil {
+				t.Errorf("handshake with %s: %v", addr, err)
+				return
+			}
+			serials <- c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
+			c.Close()
+		})
+	}
+	wg.Wait()
+	close(serials)
+	seen := map[string]int{}
+	for s := range serials {
+		seen[s]++
+	}
+	if issued := p.Issued(); len(issued) != 1 || len(seen) != 1 {
+		t.Errorf("pebble issued %v (orders %d); the gateways served %v; want one certificate served by both", issued, p.Orders(), seen)
+	}
+}
+
+// TestChromiumOverTLS: headless Chromium, trusting pebble's root, reaches a
+// short link over TLS on an on-demand certificate, follows its redirect
+// and negotiates HTTP/2; the visit is counted.
+func TestChromiumOverTLS(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skipf("SKIPPED: no chromium on PATH (apt-get install chromium): %v", err)
+	}
+	certutil, err := exec.LookPath("certutil")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("certutil (libnss3-tools) is not installed: %v", err)
+		}
+		t.Skipf("SKIPPED: certutil (libnss3-tools: test.sh installs it) is needed to trust pebble's root in Chromium: %v", err)
+	}
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	var port int
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz":
+		case "/ab12cd":
+			http.Redirect(w, r, fmt.Sprintf("https://brand.example:%d/landing", port), http.StatusFound)
+		case "/landing":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, `<!doctype html><title>landing</title><p id=proto></p>
+<script>document.getElementById('proto').textContent = 'proto=' + performance.getEntriesByType('navigation')[0].nextHopProtocol + ' https=' + (location.protocol == 'https:')</script>`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer up.Close()
+	ask := allowAll(t)
+	cfg := strings.Replace(tlsGatewayConfig(up.URL, p, ask.URL, t.TempDir(), ""), "analytics:\n  enabled: false\n",
+		"analytics:\n  enabled: true\n  flush_interval: 100ms\n  embedded: {path: "+filepath.Join(t.TempDir(), "analytics")+"}\n", 1)
+	gw, _ := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.url("gateway", ""), "http://")
+	_, ps, _ := net.SplitHostPort(addr)
+	fmt.Sscan(ps, &port)
+
+	home := t.TempDir()
+	nssdb := filepath.Join(home, ".pki", "nssdb")
+	os.MkdirAll(nssdb, 0o700)
+	root := filepath.Join(home, "pebble-root.pem")
+	os.WriteFile(root, p.RootPEM, 0o600)
+	for _, args := range [][]string{
+		{"-N", "-d", "sql:" + nssdb, "--empty-password"},
+		{"-A", "-d", "sql:" + nssdb, "-t", "C,,", "-n", "pebble", "-i", root},
+	} {
+		if out, err := exec.Command(certutil, args...).CombinedOutput(); err != nil {
+			t.Fatalf("certutil %v: %v\n%s", args, err, out)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage",
+		"--user-data-dir="+t.TempDir(), "--host-resolver-rules=MAP brand.example 127.0.0.1", "--virtual-time-budget=5000",
+		"--dump-dom", fmt.Sprintf("https://brand.example:%d/ab12cd", port))
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "proto=h2 https=true") {
+		t.Errorf("chromium's page: %s\nwant the landing page over h2 and https", out)
+	}
+	testkit.Eventually(t, 5*time.Second, "the visit counted", func() bool {
+		return strings.Contains(testkit.Body(t, gw.url("admin", "/metrics")), `linkgate_visits_recorded_total{kind="human"} 1`)
+	})
+}

@@ -1,0 +1,453 @@
+// Package cassandra is certmagic's Storage on Apache Cassandra (gocql): the
+// certificates, keys and ACME account of a linkgate fleet in one place, so
+// that the gateways share them, and locks with lightweight transactions
+// (Paxos, SERIAL or LOCAL_SERIAL) and a TTL, so that when several gateways
+// see a new name at once one obtains its certificate and the others wait
+// for it and load it.
+//
+// Three tables, in the configured keyspace:
+//
+//	certmagic_kv    (key text PRIMARY KEY, value blob, modified timestamp)
+//	certmagic_dir   (dir text, name text, file boolean, PRIMARY KEY (dir, name))
+//	certmagic_locks (name text PRIMARY KEY, owner text)
+//
+// certmagic_kv holds the objects; certmagic_dir lists each folder's
+// entries (a file, or a folder leading to files), one partition per
+// folder, so that List reads a partition instead of scanning keys.
+// certmagic_locks rows are only ever written by lightweight transactions
+// (Cassandra's rule: never mix them with plain writes on the same rows):
+// INSERT ... IF NOT EXISTS USING TTL takes a lock, UPDATE ... USING TTL
+// ... IF owner = refreshes it every third of the TTL while it is held, and
+// DELETE ... IF owner = releases it. A holder that dies stops refreshing,
+// and its lock expires by the TTL.
+package cassandra
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/edge"
+)
+
+// Store is certmagic.Storage on Cassandra. It is safe for concurrent use.
+type Store struct {
+	s      *gocql.Session
+	cons   gocql.Consistency
+	serial gocql.SerialConsistency
+	ttl    time.Duration
+	poll   time.Duration
+	owner  string // this Store's lock owner prefix
+	log    *slog.Logger
+	q      statements
+
+	mu   sync.Mutex
+	held map[string]*heldLock // by lock name
+}
+
+type heldLock struct {
+	owner string
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+var (
+	_ certmagic.Storage          = (*Store)(nil)
+	_ certmagic.TryLocker        = (*Store)(nil)
+	_ certmagic.LockLeaseRenewer = (*Store)(nil)
+)
+
+type statements struct {
+	put, get, del, putDir, list, delDir, lock, refresh, unlock string
+}
+
+func newStatements(ks string) statements {
+	return statements{
+		put:     fmt.Sprintf("INSERT INTO %s.certmagic_kv (key, value, modified) VALUES (?, ?, ?)", ks),
+		get:     fmt.Sprintf("SELECT value, modified FROM %s.certmagic_kv WHERE key = ?", ks),
+		del:     fmt.Sprintf("DELETE FROM %s.certmagic_kv WHERE key = ?", ks),
+		putDir:  fmt.Sprintf("INSERT INTO %s.certmagic_dir (dir, name, file) VALUES (?, ?, ?)", ks),
+		list:    fmt.Sprintf("SELECT name, file FROM %s.certmagic_dir WHERE dir = ?", ks),
+		delDir:  fmt.Sprintf("DELETE FROM %s.certmagic_dir WHERE dir = ? AND name = ?", ks),
+		lock:    fmt.Sprintf("INSERT INTO %s.certmagic_locks (name, owner) VALUES (?, ?) IF NOT EXISTS USING TTL ?", ks),
+		refresh: fmt.Sprintf("UPDATE %s.certmagic_locks USING TTL ? SET owner = ? WHERE name = ? IF owner = ?", ks),
+		unlock:  fmt.Sprintf("DELETE FROM %s.certmagic_locks WHERE name = ? IF owner = ?", ks),
+	}
+}
+
+// Schema returns the statements that create the keyspace and tables.
+func Schema(cfg edge.Cassandra) []string {
+	ks := cfg.Keyspace
+	return []string{
+		fmt.Sprintf("CREATE KEYSPACE IF NOT EXISTS %s WITH replication = {'class': 'SimpleStrategy', 'replication_factor': %d}", ks, cfg.ReplicationFactor),
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.certmagic_kv (key text PRIMARY KEY, value blob, modified timestamp)", ks),
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.certmagic_dir (dir text, name text, file boolean, PRIMARY KEY (dir, name))", ks),
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.certmagic_locks (name text PRIMARY KEY, owner text)", ks),
+	}
+}
+
+// Options tune a Store beyond its config (tests).
+type Options struct {
+	// PollInterval is how often Lock tries again for a held lock. 0: 1s.
+	PollInterval time.Duration
+	// LockTTL replaces cfg.LockTTL when positive (a dying holder in tests).
+	LockTTL time.Duration
+}
+
+// Open connects to cfg's cluster, creates the keyspace and tables when
+// missing, and returns the Store. cfg was checked by edge.Compile.
+func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var cons gocql.Consistency
+	if err := cons.UnmarshalText([]byte(cfg.Consistency)); err != nil {
+		return nil, fmt.Errorf("cassandra: consistency: %w", err)
+	}
+	serial := gocql.Serial
+	if strings.HasPrefix(strings.ToUpper(cfg.Consistency), "LOCAL_") {
+		serial = gocql.LocalSerial
+	}
+	c := gocql.NewCluster(cfg.Hosts...)
+	c.Consistency = cons
+	c.SerialConsistency = serial
+	c.Timeout = cfg.Timeout
+	c.ConnectTimeout = cfg.Timeout
+	c.ProtoVersion = 4
+	sess, err := c.CreateSession()
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: connect %v: %w", cfg.Hosts, err)
+	}
+	for _, st := range Schema(cfg) {
+		if err := sess.Query(st).WithContext(ctx).Exec(); err != nil {
+			sess.Close()
+			return nil, fmt.Errorf("cassandra: create schema: %w", err)
+		}
+	}
+	s := &Store{
+		s: sess, cons: cons, serial: serial, ttl: cfg.LockTTL, poll: time.Second,
+		owner: randomID(), log: log, q: newStatements(cfg.Keyspace), held: map[string]*heldLock{},
+	}
+	if o.PollInterval > 0 {
+		s.poll = o.PollInterval
+	}
+	if o.LockTTL > 0 {
+		s.ttl = o.LockTTL
+	}
+	return s, nil
+}
+
+// Close releases the locks still held and closes the session.
+func (s *Store) Close() {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.held))
+	for n := range s.held {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	for _, n := range names {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.Unlock(ctx, n)
+		cancel()
+	}
+	s.s.Close()
+}
+
+// abandon stops refreshing every lock held and closes the session without
+// releasing them, as a gateway that dies does (tests).
+func (s *Store) abandon() {
+	s.mu.Lock()
+	for _, h := range s.held {
+		h.stop()
+		<-h.done
+	}
+	s.held = map[string]*heldLock{}
+	s.mu.Unlock()
+	s.s.Close()
+}
+
+func randomID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Store) query(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.cons)
+}
+
+// split returns a key's folder ("" at the top) and last component.
+func split(key string) (dir, name string) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", key
+	}
+	return key[:i], key[i+1:]
+}
+
+func clean(key string) string { return strings.Trim(path.Clean("/"+key), "/") }
+
+// Store puts value at key, then lists it in its folder and each folder in
+// its parent.
+func (s *Store) Store(ctx context.Context, key string, value []byte) error {
+	key = clean(key)
+	if key == "" {
+		return errors.New("cassandra: store: empty key")
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	if err := s.query(ctx, s.q.put, key, value, time.Now()).Exec(); err != nil {
+		return fmt.Errorf("cassandra: store %s: %w", key, err)
+	}
+	file := true
+	for k := key; k != ""; {
+		dir, name := split(k)
+		if err := s.query(ctx, s.q.putDir, dir, name, file).Exec(); err != nil {
+			return fmt.Errorf("cassandra: store %s: list in %q: %w", key, dir, err)
+		}
+		file, k = false, dir
+	}
+	return nil
+}
+
+// Load returns the value at key, fs.ErrNotExist when there is none.
+func (s *Store) Load(ctx context.Context, key string) ([]byte, error) {
+	var value []byte
+	var modified time.Time
+	err := s.query(ctx, s.q.get, clean(key)).Scan(&value, &modified)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return nil, fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: load %s: %w", key, err)
+	}
+	return value, nil
+}
+
+type entry struct {
+	name string
+	file bool
+}
+
+func (s *Store) entries(ctx context.Context, dir string) ([]entry, error) {
+	it := s.query(ctx, s.q.list, dir).Iter()
+	var out []entry
+	var e entry
+	for it.Scan(&e.name, &e.file) {
+		out = append(out, e)
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("cassandra: list %q: %w", dir, err)
+	}
+	return out, nil
+}
+
+// Delete deletes key, or every key under it when it is a folder. A key that
+// does not exist is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	key = clean(key)
+	ents, err := s.entries(ctx, key)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := s.Delete(ctx, key+"/"+e.name); err != nil {
+			return err
+		}
+	}
+	if err := s.query(ctx, s.q.del, key).Exec(); err != nil {
+		return fmt.Errorf("cassandra: delete %s: %w", key, err)
+	}
+	dir, name := split(key)
+	if err := s.query(ctx, s.q.delDir, dir, name).Exec(); err != nil {
+		return fmt.Errorf("cassandra: delete %s: unlist: %w", key, err)
+	}
+	return nil
+}
+
+// Exists reports whether key is a file or a folder holding files.
+func (s *Store) Exists(ctx context.Context, key string) bool {
+	_, err := s.Stat(ctx, key)
+	return err == nil
+}
+
+// List returns the keys directly under prefix, or all the files under it
+// when recursive.
+func (s *Store) List(ctx context.Context, prefix string, recursive bool) ([]string, error) {
+	prefix = clean(prefix)
+	ents, err := s.entries(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	if len(ents) == 0 {
+		return nil, fs.ErrNotExist
+	}
+	var out []string
+	for _, e := range ents {
+		k := path.Join(prefix, e.name)
+		if !recursive || e.file {
+			out = append(out, k)
+			continue
+		}
+		sub, err := s.List(ctx, k, true)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		out = append(out, sub...)
+	}
+	return out, nil
+}
+
+// Stat describes key: a file with its size and time, or a folder.
+func (s *Store) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error) {
+	key = clean(key)
+	var value []byte
+	var modified time.Time
+	err := s.query(ctx, s.q.get, key).Scan(&value, &modified)
+	if err == nil {
+		return certmagic.KeyInfo{Key: key, Modified: modified, Size: int64(len(value)), IsTerminal: true}, nil
+	}
+	if !errors.Is(err, gocql.ErrNotFound) {
+		return certmagic.KeyInfo{}, fmt.Errorf("cassandra: stat %s: %w", key, err)
+	}
+	ents, err := s.entries(ctx, key)
+	if err != nil {
+		return certmagic.KeyInfo{}, err
+	}
+	if len(ents) == 0 {
+		return certmagic.KeyInfo{}, fs.ErrNotExist
+	}
+	return certmagic.KeyInfo{Key: key, IsTerminal: false}, nil
+}
+
+func ttlSeconds(d time.Duration) int { return max(int((d+time.Second-1)/time.Second), 1) }
+
+// TryLock takes the lock name if no one holds it.
+func (s *Store) TryLock(ctx context.Context, name string) (bool, error) {
+	owner := s.owner + "-" + randomID()
+	cur := map[string]any{}
+	applied, err := s.query(ctx, s.q.lock, name, owner, ttlSeconds(s.ttl)).SerialConsistency(s.serial).MapScanCAS(cur)
+	if err != nil {
+		return false, fmt.Errorf("cassandra: lock %s: %w", name, err)
+	}
+	if !applied {
+		return false, nil
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	h := &heldLock{owner: owner, stop: stop, done: make(chan struct{})}
+	s.mu.Lock()
+	if old := s.held[name]; old != nil {
+		// Our own earlier hold that expired and was taken again: stop
+		// refreshing it.
+		old.stop()
+	}
+	s.held[name] = h
+	s.mu.Unlock()
+	go s.refreshLoop(hctx, name, h)
+	return true, nil
+}
+
+// Lock takes the lock name, waiting while another holds it, until ctx is
+// done.
+func (s *Store) Lock(ctx context.Context, name string) error {
+	for {
+		ok, err := s.TryLock(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Warn("certificate storage: taking a lock failed; trying again", "lock", name, "err", err)
+		} else if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.poll):
+		}
+	}
+}
+
+// refreshLoop keeps a held lock alive, every third of the TTL, until
+// Unlock stops it or the lock is found lost.
+func (s *Store) refreshLoop(ctx context.Context, name string, h *heldLock) {
+	defer close(h.done)
+	t := time.NewTicker(s.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.ttl/3)
+		ok, err := s.refresh(rctx, name, h.owner, s.ttl)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("certificate storage: refreshing a lock failed", "lock", name, "err", err)
+		case err == nil && !ok:
+			s.log.Warn("certificate storage: a held lock expired and was lost", "lock", name)
+			return
+		}
+	}
+}
+
+func (s *Store) refresh(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	cur := map[string]any{}
+	return s.query(ctx, s.q.refresh, ttlSeconds(ttl), owner, name, owner).SerialConsistency(s.serial).MapScanCAS(cur)
+}
+
+// RenewLockLease extends a lock this Store holds to leaseDuration from now
+// (certmagic calls it between retries of a long issuance).
+func (s *Store) RenewLockLease(ctx context.Context, name string, leaseDuration time.Duration) error {
+	s.mu.Lock()
+	h := s.held[name]
+	s.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("cassandra: renew lock %s: not held", name)
+	}
+	ok, err := s.refresh(ctx, name, h.owner, max(leaseDuration, s.ttl))
+	if err != nil {
+		return fmt.Errorf("cassandra: renew lock %s: %w", name, err)
+	}
+	if !ok {
+		return fmt.Errorf("cassandra: renew lock %s: lost", name)
+	}
+	return nil
+}
+
+// Unlock releases a lock this Store holds.
+func (s *Store) Unlock(ctx context.Context, name string) error {
+	s.mu.Lock()
+	h := s.held[name]
+	delete(s.held, name)
+	s.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("cassandra: unlock %s: not held", name)
+	}
+	h.stop()
+	<-h.done
+	cur := map[string]any{}
+	if _, err := s.query(ctx, s.q.unlock, name, h.owner).SerialConsistency(s.serial).MapScanCAS(cur); err != nil {
+		return fmt.Errorf("cassandra: unlock %s: %w", name, err)
+	}
+	return nil
+}
+
+// String names the storage (its keyspace) in certmagic's logs.
+func (s *Store) String() string {
+	return "cassandra:" + s.q.put[len("INSERT INTO "):strings.Index(s.q.put, ".")]
+}

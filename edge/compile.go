@@ -1,0 +1,256 @@
+package edge
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gocql/gocql"
+	"golang.org/x/net/idna"
+)
+
+// Plan is a server.tls section checked and compiled: the static
+// certificate read and parsed, the CA's roots parsed, the ask URL and the
+// HSTS patterns parsed. What Compile accepts, New and Apply do not refuse.
+type Plan struct {
+	cfg     Config
+	static  *tls.Certificate // nil: none
+	roots   *x509.CertPool   // nil: the system's
+	ask     *url.URL         // nil: no on-demand certificates
+	domains []string         // ACME names, normalized
+	hsts    []hstsRule
+}
+
+// Config returns the section the plan was compiled from.
+func (p *Plan) Config() Config { return p.cfg }
+
+// Enabled reports whether the listener terminates TLS.
+func (p *Plan) Enabled() bool { return p.cfg.Enabled() }
+
+// hstsRule is one compiled HSTS entry.
+type hstsRule struct {
+	hosts  []string // exact names, or ".suffix" for *.suffix
+	header string
+}
+
+// Compile checks a server.tls section. It reads the files the section
+// names (the certificate and key, the CA root), so that a file that cannot
+// be used is refused here, by check-config, rather than at start; it opens
+// no listener or connection. Errors start with the field's path under
+// server.tls.
+func Compile(c Config) (*Plan, error) {
+	p := &Plan{cfg: c}
+	const f = "server.tls."
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return nil, fmt.Errorf(f+"cert_file: cert_file and key_file go together (cert_file %q, key_file %q)", c.CertFile, c.KeyFile)
+	}
+	if c.CertFile != "" {
+		cert, err := LoadPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf(f+"cert_file: %w", err)
+		}
+		p.static = cert
+	}
+	if c.HandshakeTimeout <= 0 {
+		return nil, fmt.Errorf(f+"handshake_timeout: %v must be positive", c.HandshakeTimeout)
+	}
+	a := c.ACME
+	u, err := url.Parse(a.CA)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf(f+"acme.ca: %q is not an https:// URL of an ACME directory", a.CA)
+	}
+	if a.CARoot != "" {
+		pem, err := os.ReadFile(a.CARoot)
+		if err != nil {
+			return nil, fmt.Errorf(f+"acme.ca_root: %w", err)
+		}
+		p.roots = x509.NewCertPool()
+		if !p.roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf(f+"acme.ca_root: %s holds no PEM certificate", a.CARoot)
+		}
+	}
+	if a.Email != "" && (!strings.Contains(a.Email, "@") || strings.ContainsAny(a.Email, " \t<>")) {
+		return nil, fmt.Errorf(f+"acme.email: %q is not an email address", a.Email)
+	}
+	for i, d := range a.Domains {
+		n, err := normalizeName(d)
+		if err != nil {
+			return nil, fmt.Errorf(f+"acme.domains[%d]: %w", i, err)
+		}
+		p.domains = append(p.domains, n)
+	}
+	if len(a.Challenges) == 0 {
+		return nil, fmt.Errorf(f + "acme.challenges: none given; offer tls-alpn-01, http-01 or both")
+	}
+	for i, ch := range a.Challenges {
+		if ch != TLSALPN01 && ch != HTTP01 {
+			return nil, fmt.Errorf(f+"acme.challenges[%d]: %q is not tls-alpn-01 or http-01", i, ch)
+		}
+	}
+	o := c.OnDemand
+	if o.Ask != "" {
+		u, err := url.Parse(o.Ask)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf(f+"on_demand.ask: %q is not an http:// or https:// URL", o.Ask)
+		}
+		if u.Query().Has("domain") {
+			return nil, fmt.Errorf(f+"on_demand.ask: %q already has a domain parameter; the gateway adds it", o.Ask)
+		}
+		p.ask = u
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ask_timeout", o.AskTimeout}, {"allow_ttl", o.AllowTTL}, {"deny_ttl", o.DenyTTL}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf(f+"on_demand.%s: %v must be positive", d.name, d.v)
+		}
+	}
+	if len(o.HandshakesPerClient) == 0 {
+		return nil, fmt.Errorf(f + "on_demand.handshakes_per_client: none given; without a limit one client could make the gateway ask for any number of names")
+	}
+	if o.OrdersPerHour <= 0 {
+		return nil, fmt.Errorf(f+"on_demand.orders_per_hour: %d must be positive", o.OrdersPerHour)
+	}
+	if err := compileStorage(c.Storage, c.Managed()); err != nil {
+		return nil, err
+	}
+	hosts := slices.Sorted(maps.Keys(c.HSTS))
+	for _, h := range hosts {
+		r, err := compileHSTS(h, c.HSTS[h])
+		if err != nil {
+			return nil, fmt.Errorf(f+"hsts: %q: %w", h, err)
+		}
+		p.hsts = append(p.hsts, r)
+	}
+	return p, nil
+}
+
+func compileStorage(s Storage, managed bool) error {
+	const f = "server.tls.storage."
+	cs := s.Cassandra
+	if len(cs.Hosts) == 0 {
+		if s.Path == "" && managed {
+			return errors.New(f + "path: empty; certificates obtained by ACME need a folder (or storage.cassandra.hosts)")
+		}
+		return nil
+	}
+	if cs.Keyspace == "" || strings.Trim(strings.ToLower(cs.Keyspace), "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || len(cs.Keyspace) > 48 {
+		return fmt.Errorf(f+"cassandra.keyspace: %q: up to 48 letters, digits and _", cs.Keyspace)
+	}
+	for i, h := range cs.Hosts {
+		if strings.TrimSpace(h) == "" {
+			return fmt.Errorf(f+"cassandra.hosts[%d]: empty", i)
+		}
+	}
+	var c gocql.Consistency
+	if err := c.UnmarshalText([]byte(cs.Consistency)); err != nil {
+		return fmt.Errorf(f+"cassandra.consistency: %q is not a consistency level (LOCAL_QUORUM, QUORUM, ONE...)", cs.Consistency)
+	}
+	if cs.ReplicationFactor < 1 {
+		return fmt.Errorf(f+"cassandra.replication_factor: %d must be at least 1", cs.ReplicationFactor)
+	}
+	if cs.Timeout <= 0 {
+		return fmt.Errorf(f+"cassandra.timeout: %v must be positive", cs.Timeout)
+	}
+	if cs.LockTTL < 10*time.Second {
+		return fmt.Errorf(f+"cassandra.lock_ttl: %v is under 10s; a lock is refreshed every third of it", cs.LockTTL)
+	}
+	return nil
+}
+
+// compileHSTS checks one host's Strict-Transport-Security value (RFC
+// 6797 section 6.1): max-age required, includeSubDomains and preload only
+// as written, preload only as the preload list takes it.
+func compileHSTS(host, value string) (hstsRule, error) {
+	var r hstsRule
+	wild := strings.HasPrefix(host, "*.")
+	n, err := normalizeName(strings.TrimPrefix(host, "*."))
+	if err != nil {
+		return r, err
+	}
+	if wild {
+		n = "." + n
+	}
+	r.hosts = []string{n}
+	maxAge, sub, preload := int64(-1), false, false
+	for _, d := range strings.Split(value, ";") {
+		d = strings.TrimSpace(d)
+		name, v, hasV := strings.Cut(d, "=")
+		switch {
+		case strings.EqualFold(name, "max-age") && hasV:
+			n, err := strconv.ParseInt(strings.Trim(v, `"`), 10, 64)
+			if err != nil || n < 0 {
+				return r, fmt.Errorf("max-age=%s is not a number of seconds", v)
+			}
+			maxAge = n
+		case strings.EqualFold(d, "includeSubDomains"):
+			sub = true
+		case strings.EqualFold(d, "preload"):
+			preload = true
+		case d == "":
+		default:
+			return r, fmt.Errorf("%q is not max-age=N, includeSubDomains or preload", d)
+		}
+	}
+	if maxAge < 0 {
+		return r, errors.New("no max-age=N (seconds)")
+	}
+	if preload && (!sub || maxAge < 31536000) {
+		// https://hstspreload.org/#submission-requirements
+		return r, errors.New("preload: the preload list takes only max-age=31536000 or more with includeSubDomains")
+	}
+	r.header = fmt.Sprintf("max-age=%d", maxAge)
+	if sub {
+		r.header += "; includeSubDomains"
+	}
+	if preload {
+		r.header += "; preload"
+	}
+	return r, nil
+}
+
+// normalizeName returns a host name as handshakes present it: lower-case
+// ASCII (IDNA), without a trailing dot.
+func normalizeName(s string) (string, error) {
+	n, err := idna.Lookup.ToASCII(strings.TrimSuffix(strings.TrimSpace(s), "."))
+	if err != nil || n == "" || strings.ContainsAny(n, "*/: ") {
+		return "", fmt.Errorf("%q is not a host name", s)
+	}
+	return strings.ToLower(n), nil
+}
+
+// LoadPair reads a certificate chain and its private key (PEM) and checks
+// that they match.
+func LoadPair(certFile, keyFile string) (*tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("edge: %s, %s: %w", certFile, keyFile, err)
+	}
+	if cert.Leaf == nil {
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("edge: %s: %w", certFile, err)
+		}
+	}
+	return &cert, nil
+}
+
+// matchHost reports whether host matches one of patterns ("name" or
+// ".suffix" for *.suffix, one label deep).
+func matchHost(patterns []string, host string) bool {
+	return slices.ContainsFunc(patterns, func(p string) bool {
+		if p[0] == '.' {
+			rest, ok := strings.CutSuffix(host, p)
+			return ok && rest != "" && !strings.Contains(rest, ".")
+		}
+		return p == host
+	})
+}

@@ -1,0 +1,361 @@
+// Package edgetest holds what the TLS edge's end-to-end tests share: a
+// test certificate authority that writes certificate files, and Debian's
+// pebble (letsencrypt's ACME test server) run on loopback, with its issued
+// certificates' root and its order count. It is imported by tests only.
+package edgetest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// CA is a certificate authority for tests.
+type CA struct {
+	Cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	PEM  []byte
+}
+
+// NewCA makes a CA.
+func NewCA(t testing.TB) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "linkgate test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &CA{Cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// Pool returns a pool trusting the CA.
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.Cert)
+	return p
+}
+
+// Issue returns a certificate for names (DNS names or IP addresses), valid
+// for a day, and its key, PEM-encoded.
+func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: names[0]},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// WritePair issues a certificate for names and writes it and its key into
+// dir as cert.pem and key.pem (replacing them by rename, as a renewal tool
+// would), returning the paths and the certificate's serial.
+func (ca *CA) WritePair(t testing.TB, dir string, names ...string) (certFile, keyFile string, serial *big.Int) {
+	t.Helper()
+	c, k := ca.Issue(t, names...)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{keyFile, k}, {certFile, c}} {
+		if err := os.WriteFile(f.path+".tmp", f.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(f.path+".tmp", f.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := pem.Decode(c)
+	leaf, _ := x509.ParseCertificate(b.Bytes)
+	return certFile, keyFile, leaf.SerialNumber
+}
+
+// FreePort returns a loopback port nothing listens on at the time of the
+// call.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Pebble is a running pebble.
+type Pebble struct {
+	// Directory is the ACME directory URL.
+	Directory string
+	// CARootFile is the PEM of the CA of pebble's own HTTPS (ca_root).
+	CARootFile string
+	// Roots trusts the certificates pebble issues.
+	Roots *x509.CertPool
+	// RootPEM is the PEM of the root of the certificates pebble issues.
+	RootPEM []byte
+
+	mu     sync.Mutex
+	orders int
+	issued []string // serials, in issuance order
+	log    bytes.Buffer
+}
+
+// PebbleOptions change how pebble runs.
+type PebbleOptions struct {
+	// Validity is the lifetime of the certificates pebble issues; 0:
+	// pebble's default (5 years).
+	Validity time.Duration
+	// Validate makes pebble validate the challenges for real: its DNS is
+	// pebble-challtestsrv answering 127.0.0.1 for every name, and it
+	// connects to HTTPPort (HTTP-01) and TLSPort (TLS-ALPN-01) on
+	// 127.0.0.1, where the gateway under test listens.
+	Validate          bool
+	HTTPPort, TLSPort int
+}
+
+// StartPebble runs Debian's pebble on loopback until the test ends, with
+// every challenge taken as valid (PEBBLE_VA_ALWAYS_VALID: no DNS, no
+// connection back to the gateway), no artificial sleeps, and its DNS
+// pointed at a dead address. The test is skipped when pebble is not
+// installed and CI is not set (test.sh installs it); under CI it fails.
+func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
+	t.Helper()
+	bin, err := exec.LookPath("pebble")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("pebble is not installed (apt-get install pebble; test.sh does): %v", err)
+		}
+		t.Skipf("SKIPPED: pebble is not installed (apt-get install pebble; test.sh installs it): %v", err)
+	}
+	dir := t.TempDir()
+	ca := NewCA(t)
+	c, k := ca.Issue(t, "127.0.0.1", "localhost")
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := &Pebble{CARootFile: write("ca.pem", ca.PEM)}
+	acmePort, mgmtPort := FreePort(t), FreePort(t)
+	cfg := map[string]any{"pebble": map[string]any{
+		"listenAddress":           fmt.Sprintf("127.0.0.1:%d", acmePort),
+		"managementListenAddress": fmt.Sprintf("127.0.0.1:%d", mgmtPort),
+		"certificate":             write("cert.pem", c),
+		"privateKey":              write("key.pem", k),
+		"httpPort":                o.port(o.HTTPPort, t),
+		"tlsPort":                 o.port(o.TLSPort, t),
+		"ocspResponderURL":        "",
+	}}
+	if o.Validity > 0 {
+		cfg["pebble"].(map[string]any)["certificateValidityPeriod"] = int64(o.Validity / time.Second)
+	}
+	js, _ := json.Marshal(cfg)
+	cfgFile := write("pebble.json", js)
+	ctx, cancel := context.WithCancel(context.Background())
+	dns := fmt.Sprintf("127.0.0.1:%d", FreePort(t)) // a dead address, unless Validate
+	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0"}
+	if o.Validate {
+		startDNS(t, dns)
+	} else {
+		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
+	}
+	cmd := exec.CommandContext(ctx, bin, "-config", cfgFile, "-dnsserver", dns)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			if strings.Contains(line, "Added order") {
+				p.orders++
+			}
+			if i := strings.Index(line, "Issued certificate serial "); i >= 0 {
+				f := strings.Fields(line[i+len("Issued certificate serial "):])
+				if len(f) > 0 {
+					p.issued = append(p.issued, f[0])
+				}
+			}
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		<-scanned
+		if t.Failed() {
+			t.Logf("pebble's log:\n%s", p.Log())
+		}
+	})
+	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmtPort))
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				p.RootPEM = body
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pebble did not answer within 15s: %v\n%s", err, p.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.Roots = x509.NewCertPool()
+	if !p.Roots.AppendCertsFromPEM(p.RootPEM) {
+		t.Fatalf("pebble's root is not PEM: %q", p.RootPEM)
+	}
+	return p
+}
+
+func (o PebbleOptions) port(p int, t testing.TB) int {
+	if p > 0 {
+		return p
+	}
+	return FreePort(t)
+}
+
+// startDNS runs pebble-challtestsrv as a DNS server on addr answering
+// 127.0.0.1 for every name (no AAAA), its other listeners off and its
+// management interface on loopback.
+func startDNS(t testing.TB, addr string) {
+	t.Helper()
+	bin, err := exec.LookPath("pebble-challtestsrv")
+	if err != nil {
+		t.Fatalf("pebble-challtestsrv (package pebble): %v", err)
+	}
+	cmd := exec.Command(bin, "-dns01", addr, "-http01", "", "-https01", "", "-tlsalpn01", "",
+		"-management", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("pebble-challtestsrv's log:\n%s", out.String())
+		}
+	})
+	for range 100 {
+		if c, err := net.Dial("udp", addr); err == nil {
+			c.Close()
+		}
+		if strings.Contains(out.String(), "Starting") || strings.Contains(out.String(), "DNS") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer written by a process and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Orders returns how many orders pebble has taken.
+func (p *Pebble) Orders() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.orders
+}
+
+// Issued returns the serials (hex) of the certificates pebble issued.
+func (p *Pebble) Issued() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.issued...)
+}
+
+// Log returns what pebble printed.
+func (p *Pebble) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}

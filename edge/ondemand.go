@@ -1,0 +1,271 @@
+package edge
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+
+	"github.com/linkgate/linkgate/limit"
+)
+
+// gate decides which names certmagic may hold a certificate for, and caps
+// new orders. It is safe for concurrent use.
+type gate struct {
+	e      *Edge
+	plan   atomic.Pointer[Plan]
+	limit  atomic.Pointer[limit.Gate]
+	client *http.Client
+
+	mu      sync.Mutex
+	answers map[string]answer       // the ask endpoint's answers, until they expire
+	asking  map[string]*askInFlight // one ask per name at a time
+	orders  []time.Time             // starts of new orders in the last hour, oldest first
+}
+
+type answer struct {
+	allowed bool
+	until   time.Time
+}
+
+type askInFlight struct {
+	done    chan struct{}
+	allowed bool
+	err     error
+}
+
+// maxAnswers bounds the answers kept; past it, expired ones are dropped,
+// then the cache is emptied (a flood of junk names costs asks, bounded per
+// client by handshakes_per_client, not memory).
+const maxAnswers = 100000
+
+// errLimited is the decision for a client over handshakes_per_client.
+var errLimited = errors.New("edge: too many handshakes for unknown names from this client (server.tls.on_demand.handshakes_per_client)")
+
+// errOrderCap is the error of an order over orders_per_hour.
+var errOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour reached; no new certificate is ordered until an hour after the oldest")
+
+func newGate(e *Edge, plan *Plan) (*gate, error) {
+	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}}
+	g.client = &http.Client{
+		// The ask endpoint is the operator's own service: no redirects to
+		// follow, no environment proxy.
+		Transport:     &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if err := g.apply(plan); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// apply takes plan's on-demand settings. A changed ask URL or TTL drops
+// the cached answers; counts of handshakes survive unless the limits
+// changed.
+func (g *gate) apply(plan *Plan) error {
+	old := g.plan.Swap(plan)
+	if old == nil || !slices.Equal(old.cfg.OnDemand.HandshakesPerClient, plan.cfg.OnDemand.HandshakesPerClient) {
+		lg, err := limit.NewGate("tls_handshake", plan.cfg.OnDemand.HandshakesPerClient, g.e.opts.LimitStore)
+		if err != nil {
+			return err
+		}
+		g.limit.Store(lg)
+	}
+	if old != nil && (old.cfg.OnDemand.Ask != plan.cfg.OnDemand.Ask || old.cfg.OnDemand.AllowTTL != plan.cfg.OnDemand.AllowTTL || old.cfg.OnDemand.DenyTTL != plan.cfg.OnDemand.DenyTTL) {
+		g.mu.Lock()
+		g.answers = map[string]answer{}
+		g.mu.Unlock()
+	}
+	return nil
+}
+
+// decide is certmagic's OnDemandConfig.DecisionFunc, called for a name
+// with no certificate in memory (before loading one from storage, and
+// before ordering one) and before renewing one on demand. nil allows it.
+func (g *gate) decide(ctx context.Context, name string) error {
+	p := g.plan.Load()
+	if slices.Contains(p.domains, name) {
+		return nil
+	}
+	if p.ask == nil {
+		g.e.m.decisions.WithLabelValues("denied").Inc()
+		return fmt.Errorf("edge: %s is not in acme.domains and on_demand.ask is not set", name)
+	}
+	now := time.Now()
+	g.mu.Lock()
+	a, ok := g.answers[name]
+	g.mu.Unlock()
+	if ok && now.Before(a.until) {
+		return g.verdict(name, a.allowed)
+	}
+	if addr, ok := clientOf(ctx); ok {
+		key := addr.String()
+		if g.e.opts.ClientKey != nil {
+			key = g.e.opts.ClientKey(addr)
+		}
+		ok, err := g.limit.Load().Allow(ctx, key, now)
+		if err != nil {
+			g.e.log.Warn("handshake limit store failed; the handshake is not limited", "err", err)
+		}
+		if !ok {
+			g.e.m.decisions.WithLabelValues("limited").Inc()
+			return errLimited
+		}
+	}
+	allowed, err := g.askOnce(ctx, p, name)
+	if err != nil {
+		// The ask endpoint is down: a name whose valid certificate is
+		// stored keeps being served (certmagic#272); nothing is ordered.
+		if g.storedValid(ctx, name) {
+			g.e.m.decisions.WithLabelValues("stored").Inc()
+			return nil
+		}
+		g.e.m.decisions.WithLabelValues("ask_failed").Inc()
+		return err
+	}
+	return g.verdict(name, allowed)
+}
+
+func (g *gate) verdict(name string, allowed bool) error {
+	if allowed {
+		g.e.m.decisions.WithLabelValues("allowed").Inc()
+		return nil
+	}
+	g.e.m.decisions.WithLabelValues("denied").Inc()
+	return fmt.Errorf("edge: the ask endpoint denies a certificate for %s", name)
+}
+
+// askOnce asks for name, sharing one request among concurrent handshakes
+// for the same name, and caches the answer.
+func (g *gate) askOnce(ctx context.Context, p *Plan, name string) (bool, error) {
+	g.mu.Lock()
+	if f, ok := g.asking[name]; ok {
+		g.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.allowed, f.err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	f := &askInFlight{done: make(chan struct{})}
+	g.asking[name] = f
+	g.mu.Unlock()
+
+	f.allowed, f.err = g.ask(p, name)
+	g.mu.Lock()
+	delete(g.asking, name)
+	if f.err == nil {
+		ttl := p.cfg.OnDemand.DenyTTL
+		if f.allowed {
+			ttl = p.cfg.OnDemand.AllowTTL
+		}
+		if len(g.answers) >= maxAnswers {
+			now := time.Now()
+			for n, a := range g.answers {
+				if !now.Before(a.until) {
+					delete(g.answers, n)
+				}
+			}
+			if len(g.answers) >= maxAnswers {
+				g.answers = map[string]answer{}
+			}
+		}
+		g.answers[name] = answer{allowed: f.allowed, until: time.Now().Add(ttl)}
+	}
+	g.mu.Unlock()
+	close(f.done)
+	return f.allowed, f.err
+}
+
+// ask requests GET <ask>?domain=<name>: 200 allows, a 4xx denies, anything
+// else (no answer, a 5xx, a redirect) is an error, which is not cached.
+// It runs on its own deadline, not the handshake's, so that the answer is
+// cached for the next handshake even if this one's client gave up.
+func (g *gate) ask(p *Plan, name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.OnDemand.AskTimeout)
+	defer cancel()
+	u := *p.ask
+	q := u.Query()
+	q.Set("domain", name)
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("User-Agent", "linkgate-on-demand-ask")
+	resp, err := g.client.Do(req)
+	if err != nil {
+		g.e.m.asks.WithLabelValues("error").Inc()
+		return false, fmt.Errorf("edge: on_demand.ask: %w", redact(err))
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		g.e.m.asks.WithLabelValues("allow").Inc()
+		return true, nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		g.e.m.asks.WithLabelValues("deny").Inc()
+		return false, nil
+	}
+	g.e.m.asks.WithLabelValues("error").Inc()
+	return false, fmt.Errorf("edge: on_demand.ask answered %s", resp.Status)
+}
+
+// redact drops the URL from a client error: the log names the field.
+func redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// storedValid reports whether storage holds an unexpired certificate for
+// name from the configured CA.
+func (g *gate) storedValid(ctx context.Context, name string) bool {
+	if g.e.issuer == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	data, err := g.e.storage.Load(ctx, certmagic.StorageKeys.SiteCert(g.e.issuer.IssuerKey(), name))
+	if err != nil {
+		return false
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		return false
+	}
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	return err == nil && time.Now().Before(leaf.NotAfter) && leaf.VerifyHostname(name) == nil
+}
+
+// order records the start of a new order at now, or refuses it when
+// orders_per_hour orders started in the hour before.
+func (g *gate) order(now time.Time) error {
+	limit := g.plan.Load().cfg.OnDemand.OrdersPerHour
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := 0
+	for i < len(g.orders) && now.Sub(g.orders[i]) >= time.Hour {
+		i++
+	}
+	g.orders = g.orders[i:]
+	if len(g.orders) >= limit {
+		return errOrderCap
+	}
+	g.orders = append(g.orders, now)
+	return nil
+}

@@ -1,0 +1,338 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/edge/cassandra/cqlmodel"
+	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/internal/testkit"
+)
+
+// askServer is the tiny-URL service's ask endpoint: 200 for names ending
+// in .ok.test, 404 otherwise; it counts the calls.
+type askServer struct {
+	*httptest.Server
+	calls atomic.Int64
+}
+
+func newAsk(t *testing.T) *askServer {
+	a := &askServer{}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.calls.Add(1)
+		if strings.HasSuffix(r.URL.Query().Get("domain"), ".ok.test") {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+// acmeConfig is a gateway ordering from pebble on demand, asking ask.
+func acmeConfig(upstream string, p *edgetest.Pebble, ask, storage string) string {
+	return tlsConfig(upstream, fmt.Sprintf(`  tls:
+    acme: {ca: %s, ca_root: %s, email: ops@example.com}
+    on_demand: {ask: %s}
+    storage: {path: %s}
+`, p.Directory, p.CARootFile, ask, storage))
+}
+
+// handshake dials the gateway naming name, trusting pebble's root.
+func handshake(addr net.Addr, p *edgetest.Pebble, name string) (*tls.Conn, error) {
+	d := &net.Dialer{Timeout: 20 * time.Second}
+	return tls.DialWithDialer(d, "tcp", addr.String(), &tls.Config{RootCAs: p.Roots, ServerName: name, NextProtos: []string{"h2", "http/1.1"}})
+}
+
+func serialOf(c *tls.Conn) string {
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
+}
+
+// TestOnDemandAllowedAndDenied: an allowed name gets a certificate from
+// pebble at its first handshake and is served, HTTP/2 over it reaches the
+// upstream; a denied name fails its handshake with no order in pebble; the
+// admin API lists the certificate with its issuer, and the metrics count
+// the issuance.
+func TestOnDemandAllowedAndDenied(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	ask := newAsk(t)
+	up := echoProto(t)
+	gw := start(t, acmeConfig(up.URL, p, ask.URL, t.TempDir()))
+
+	t0 := time.Now()
+	c, err := handshake(gw.g.Addr(), p, "brand.ok.test")
+	if err != nil {
+		t.Fatalf("handshake for an allowed name: %v", err)
+	}
+	took := time.Since(t0)
+	leaf := c.ConnectionState().PeerCertificates[0]
+	c.Close()
+	t.Logf("first handshake to a served certificate from pebble: %v", took)
+	if leaf.VerifyHostname("brand.ok.test") != nil || !strings.Contains(leaf.Issuer.CommonName, "Pebble") {
+		t.Errorf("served %v issued by %q, want brand.ok.test from pebble", leaf.DNSNames, leaf.Issuer.CommonName)
+	}
+	if got := p.Orders(); got != 1 {
+		t.Errorf("pebble took %d orders, want 1", got)
+	}
+	client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: p.Roots}, DialContext: func(ctx context.Context, n, a string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", gw.g.Addr().String())
+	}}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, body := get(t, client, "https://brand.ok.test/go")
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusFound {
+		t.Errorf("GET https://brand.ok.test/go: %s %d %q, want HTTP/2 302", resp.Proto, resp.StatusCode, body)
+	}
+
+	if c, err := handshake(gw.g.Addr(), p, "junk.example"); err == nil {
+		c.Close()
+		t.Errorf("a handshake for a denied name succeeded")
+	}
+	if got := p.Orders(); got != 1 {
+		t.Errorf("after a denied name pebble took %d orders, want still 1", got)
+	}
+
+	_, body = testkit.Do(t, "GET", gw.admin("/admin/certificates"), nil, "Authorization", "Bearer "+testkit.AdminToken)
+	var listed struct {
+		Certificates []struct {
+			Names    []string  `json:"names"`
+			Issuer   string    `json:"issuer"`
+			Serial   string    `json:"serial"`
+			NotAfter time.Time `json:"not_after"`
+		} `json:"certificates"`
+	}
+	json.Unmarshal([]byte(body), &listed)
+	if len(listed.Certificates) != 1 || listed.Certificates[0].Serial != leaf.SerialNumber.Text(16) || !strings.Contains(listed.Certificates[0].Issuer, "Pebble") || !listed.Certificates[0].NotAfter.Equal(leaf.NotAfter) {
+		t.Errorf("/admin/certificates: %s, want brand.ok.test's certificate from pebble", body)
+	}
+	metrics := testkit.Body(t, gw.admin("/metrics"))
+	for _, want := range []string{
+		`linkgate_tls_issuance_total{kind="obtain",result="ok"} 1`,
+		`linkgate_tls_on_demand_decisions_total{decision="denied"} 1`,
+		`linkgate_tls_certificate_expiry_timestamp_seconds{name="brand.ok.test",source="acme"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestOnDemandJunkNames: 1,000 handshakes with random names from one
+// address make at most handshakes_per_client ask calls, and no order.
+func TestOnDemandJunkNames(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	ask := newAsk(t)
+	gw := start(t, acmeConfig(echoProto(t).URL, p, ask.URL, t.TempDir()))
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for range work {
+				name := fmt.Sprintf("x%08x.junk.test", rand.Uint32())
+				c, err := handshake(gw.g.Addr(), p, name)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				c.Close()
+			}
+		})
+	}
+	for i := range 1000 {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("1000 handshakes with random names: %d failed, %d ask calls, %d orders", failed.Load(), ask.calls.Load(), p.Orders())
+	if failed.Load() != 1000 {
+		t.Errorf("%d of 1000 junk handshakes failed, want all", failed.Load())
+	}
+	if got := ask.calls.Load(); got > 5 {
+		t.Errorf("%d ask calls, want at most 5 (handshakes_per_client 5/m)", got)
+	}
+	if got := p.Orders(); got != 0 {
+		t.Errorf("%d orders in pebble, want 0", got)
+	}
+	metrics := testkit.Body(t, gw.admin("/metrics"))
+	if !strings.Contains(metrics, `linkgate_tls_on_demand_decisions_total{decision="limited"} 99`) {
+		t.Errorf("metrics do not count the limited handshakes:\n%s", grepLines(metrics, "linkgate_tls_"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestOnDemandAskDownServesStored: a gateway restarted on the same storage
+// while the ask endpoint is down still serves the names it has stored
+// (certmagic#272), and orders nothing for a new name.
+func TestOnDemandAskDownServesStored(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	ask := newAsk(t)
+	storage := t.TempDir()
+	up := echoProto(t)
+	cfg := acmeConfig(up.URL, p, ask.URL, storage)
+	gw := start(t, cfg)
+	c, err := handshake(gw.g.Addr(), p, "kept.ok.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := serialOf(c)
+	c.Close()
+	if err := gw.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	ask.Close()
+
+	gw2 := start(t, cfg)
+	c, err = handshake(gw2.g.Addr(), p, "kept.ok.test")
+	if err != nil {
+		t.Fatalf("restarted with the ask endpoint down, a stored name: %v", err)
+	}
+	if got := serialOf(c); got != serial {
+		t.Errorf("served serial %s, want the stored %s", got, serial)
+	}
+	c.Close()
+	if c, err := handshake(gw2.g.Addr(), p, "new.ok.test"); err == nil {
+		c.Close()
+		t.Errorf("a new name was served while the ask endpoint is down")
+	}
+	if got := p.Orders(); got != 1 {
+		t.Errorf("pebble took %d orders, want 1", got)
+	}
+}
+
+// TestOnDemandRenewal: a certificate whose lifetime is short is renewed
+// while it is served; handshakes and requests never fail meanwhile, and a
+// new serial is served.
+func TestOnDemandRenewal(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{Validity: time.Minute})
+	ask := newAsk(t)
+	gw := start(t, acmeConfig(echoProto(t).URL, p, ask.URL, t.TempDir()))
+	c, err := handshake(gw.g.Addr(), p, "renew.ok.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := serialOf(c)
+	c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	var n int
+	for {
+		n++
+		c, err := tls.Dial("tcp", gw.g.Addr().String(), &tls.Config{RootCAs: p.Roots, ServerName: "renew.ok.test", NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatalf("handshake %d during renewal failed: %v", n, err)
+		}
+		c.Write([]byte("GET /x HTTP/1.1\r\nHost: renew.ok.test\r\n\r\n"))
+		buf := make([]byte, 12)
+		if _, err := c.Read(buf); err != nil || !strings.HasPrefix(string(buf), "HTTP/") {
+			c.Close()
+			t.Fatalf("request %d during renewal: %q %v", n, buf, err)
+		}
+		s := serialOf(c)
+		c.Close()
+		if s != first {
+			t.Logf("renewed after %d handshakes: serial %s -> %s", n, first, s)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new serial after %d handshakes in 20s", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(p.Issued()) < 2 {
+		t.Errorf("pebble issued %v, want a renewal", p.Issued())
+	}
+}
+
+// TestOnDemandCassandraStorage: with storage.cassandra, the certificate an
+// on-demand handshake obtains is kept in Cassandra (here the CQL protocol
+// model), and a second gateway on the same cluster, its ask endpoint down,
+// serves it without an order.
+func TestOnDemandCassandraStorage(t *testing.T) {
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	m := cqlmodel.New(t)
+	ask := newAsk(t)
+	up := echoProto(t)
+	cfg := func(askURL string) string {
+		return tlsConfig(up.URL, fmt.Sprintf(`  tls:
+    acme: {ca: %s, ca_root: %s}
+    on_demand: {ask: %s}
+    storage: {cassandra: {hosts: [%s], timeout: 2s}}
+`, p.Directory, p.CARootFile, askURL, m.Addr()))
+	}
+	a := start(t, cfg(ask.URL))
+	c, err := handshake(a.g.Addr(), p, "fleet.ok.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := serialOf(c)
+	c.Close()
+	var stored bool
+	for _, k := range m.Keys() {
+		stored = stored || strings.HasSuffix(k, "/fleet.ok.test/fleet.ok.test.crt")
+	}
+	if !stored || m.LWT() == 0 {
+		t.Fatalf("Cassandra holds %q after %d lightweight transactions; want fleet.ok.test's certificate, locked while obtained", m.Keys(), m.LWT())
+	}
+	b := start(t, cfg(deadAddr(t)))
+	c, err = handshake(b.g.Addr(), p, "fleet.ok.test")
+	if err != nil {
+		t.Fatalf("the second gateway: %v", err)
+	}
+	if got := serialOf(c); got != serial {
+		t.Errorf("the second gateway served %s, want the stored %s", got, serial)
+	}
+	c.Close()
+	if got := p.Orders(); got != 1 {
+		t.Errorf("%d orders, want 1", got)
+	}
+}
+
+// TestACMEChallenges: with pebble validating for real (its DNS sends every
+// name to 127.0.0.1), a name of acme.domains is obtained at start by
+// answering HTTP-01 on server.http_listen, and another by TLS-ALPN-01 on
+// server.listen (ALPN acme-tls/1), the challenge each config offers.
+func TestACMEChallenges(t *testing.T) {
+	// pebble logs its HTTP-01 requests, not its TLS-ALPN-01 handshakes.
+	for ch, validated := range map[string]string{"http-01": "validate w/ HTTP: http://site.example:", "tls-alpn-01": "set VALID by completed challenge"} {
+		t.Run(ch, func(t *testing.T) {
+			tlsPort, httpPort := edgetest.FreePort(t), edgetest.FreePort(t)
+			p := edgetest.StartPebble(t, edgetest.PebbleOptions{Validate: true, HTTPPort: httpPort, TLSPort: tlsPort})
+			up := echoProto(t)
+			cfg := strings.Replace(tlsConfig(up.URL, fmt.Sprintf(`  http_listen: 127.0.0.1:%d
+  tls:
+    acme: {ca: %s, ca_root: %s, domains: [site.example], challenges: [%s]}
+    storage: {path: %s}
+`, httpPort, p.Directory, p.CARootFile, ch, t.TempDir())), "listen: 127.0.0.1:0\n  trusted", fmt.Sprintf("listen: 127.0.0.1:%d\n  trusted", tlsPort), 1)
+			gw := start(t, cfg)
+			var c *tls.Conn
+			testkit.Eventually(t, 20*time.Second, "site.example obtained by "+ch, func() bool {
+				var err error
+				c, err = handshake(gw.g.Addr(), p, "site.example")
+				return err == nil
+			})
+			c.Close()
+			if log := p.Log(); !strings.Contains(log, "Issued certificate serial") || !strings.Contains(log, validated) || ch == "tls-alpn-01" && strings.Contains(log, "validate w/ HTTP") || strings.Contains(log, "always returns valid") {
+				t.Errorf("pebble did not issue after validating %s:\n%s", ch, log)
+			}
+		})
+	}
+}

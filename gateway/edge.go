@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"reflect"
+	"strconv"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/linkgate/linkgate/config"
+
+	"github.com/linkgate/linkgate/edge"
+	certcassandra "github.com/linkgate/linkgate/edge/cassandra"
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/problem"
+)
+
+// restartOnlyEdge restores into eff the running values of the TLS edge's
+// fields that a reload cannot change, and names them: the listeners beside
+// server.listen, whether TLS is on at all, and the ACME account, CA and
+// storage certmagic runs with. The static certificate, HSTS and the
+// on-demand settings are applied by reload.
+func restartOnlyEdge(run, next config.Server, eff *config.Server) (changed []string) {
+	keep := func(name string, same bool, restore func()) {
+		if !same {
+			changed = append(changed, name)
+			restore()
+		}
+	}
+	keep("server.http_listen", run.HTTPListen == next.HTTPListen, func() { eff.HTTPListen = run.HTTPListen })
+	keep("server.internal_listen", run.InternalListen == next.InternalListen, func() { eff.InternalListen = run.InternalListen })
+	keep("server.max_concurrent_streams", run.MaxConcurrentStreams == next.MaxConcurrentStreams, func() { eff.MaxConcurrentStreams = run.MaxConcurrentStreams })
+	rt, nt := run.TLS, next.TLS
+	if rt.Enabled() != nt.Enabled() || rt.Managed() != nt.Managed() {
+		keep("server.tls", false, func() { eff.TLS = rt })
+		return changed
+	}
+	keep("server.tls.handshake_timeout", rt.HandshakeTimeout == nt.HandshakeTimeout, func() { eff.TLS.HandshakeTimeout = rt.HandshakeTimeout })
+	keep("server.tls.acme", reflect.DeepEqual(rt.ACME, nt.ACME), func() { eff.TLS.ACME = rt.ACME })
+	keep("server.tls.storage", reflect.DeepEqual(rt.Storage, nt.Storage), func() { eff.TLS.Storage = rt.Storage })
+	return changed
+}
+
+// startEdge builds the TLS edge once the listeners are bound (certmagic
+// must know the ports that answer ACME challenges).
+func (g *Gateway) startEdge(p *Plan) error {
+	if !p.tls.Enabled() {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(g.ln.Addr().String())
+	prefix := p.cfg.Identity.IPv6Prefix
+	storage, err := g.openCertStorage(p.tls.Config())
+	if err != nil {
+		return err
+	}
+	e, err := edge.New(p.tls, edge.Options{
+		Storage:    storage,
+		Log:        g.log.With("component", "tls"),
+		Metrics:    g.edgeM,
+		ClientKey:  func(a netip.Addr) string { return limit.IPValue(a, prefix) },
+		LimitStore: currentLimitStore{g},
+		ListenHost: host,
+		TLSPort:    portOf(g.ln.Addr()),
+		HTTPPort:   portOf(addrOf(g.hln)),
+	})
+	if err != nil {
+		if c, ok := storage.(interface{ Close() }); ok {
+			c.Close()
+		}
+		return err
+	}
+	g.edge = e
+	return nil
+}
+
+// openCertStorage is the one place that picks the certificate storage:
+// Cassandra when storage.cassandra.hosts is set (a fleet shares it), else
+// nil, which the edge takes as the file storage at storage.path. Cassandra
+// must answer at start: without its storage the edge could neither serve
+// a stored certificate nor lock a name before ordering it.
+func (g *Gateway) openCertStorage(c edge.Config) (certmagic.Storage, error) {
+	cc := c.Storage.Cassandra
+	if !c.Managed() || len(cc.Hosts) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*cc.Timeout)
+	defer cancel()
+	st, err := certcassandra.Open(ctx, cc, g.log.With("component", "tls"), certcassandra.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: server.tls.storage.cassandra: %w", err)
+	}
+	return st, nil
+}
+
+func portOf(a net.Addr) int {
+	if a == nil {
+		return 0
+	}
+	_, p, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// handleCertificates lists the certificates the TLS edge serves or tried to
+// obtain: names, issuer, serial, validity, last renewal, last error.
+func (g *Gateway) handleCertificates(w http.ResponseWriter, r *http.Request) {
+	if g.edge == nil {
+		problem.Write(w, http.StatusNotFound, "server.tls is not set: this gateway serves no certificate")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	certs := g.edge.Certificates()
+	if certs == nil {
+		certs = []edge.CertInfo{}
+	}
+	json.NewEncoder(w).Encode(map[string]any{"certificates": certs})
+}
+
+// currentLimitStore is the limiter store of the snapshot serving now: the
+// edge counts handshakes where the rules count requests (in-process, or
+// memcached shared by a fleet), and a reload that replaces the store
+// carries the edge along.
+type currentLimitStore struct{ g *Gateway }
+
+func (s currentLimitStore) Load(ctx context.Context, c limit.Counter, b []limit.Bucket, counts []int64) error {
+	return s.g.current().limitStore.Load(ctx, c, b, counts)
+}
+
+func (s currentLimitStore) Add(ctx context.Context, c limit.Counter, b []limit.Bucket, n int64) error {
+	return s.g.current().limitStore.Add(ctx, c, b, n)
+}
+
+func (s currentLimitStore) AddNow(ctx context.Context, c limit.Counter, b []limit.Bucket, n int64) error {
+	return s.g.current().limitStore.AddNow(ctx, c, b, n)
+}
+
+func (s currentLimitStore) Reset(ctx context.Context, c limit.Counter, b []limit.Bucket) error {
+	return s.g.current().limitStore.Reset(ctx, c, b)
+}
+
+var _ limit.Store = currentLimitStore{}
