@@ -52,7 +52,7 @@ type Recorder struct {
 type shard struct {
 	mu       sync.Mutex
 	links    map[string]*entry
-	sized    int // the size links was made for: see fresh
+	sized    int   // the size links was made for: see fresh
 	all      entry // every visit recorded in this shard, overflow included
 	overflow int64 // visits not tracked per link because max_keys or max_buffer_bytes was reached
 	human    int64 // visits recorded since the last swap, for the metric
