@@ -100,7 +100,7 @@ func TestVisitsCounted(t *testing.T) {
 		t.Errorf("csv: %d %.200s", resp.StatusCode, b)
 	}
 	resp, b = testkit.Do(t, "GET", gw.url("/stats/go?last=banana"), nil)
-	assertProblem(t, resp, b, 400)
+	testkit.Problem(t, resp, b, 400)
 }
 
 func TestConcurrentVisitsExact(t *testing.T) {
@@ -201,7 +201,7 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	up := tinyURL(t)
 	dir := t.TempDir()
 	embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}"
-	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", strings.TrimPrefix(deadAddr(t), "http://"), embedded)
+	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", testkit.DeadAddr(t), embedded)
 	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
 	for i := 0; i < 9; i++ {
 		if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil); resp.StatusCode != 302 {

@@ -95,10 +95,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 			// chmod means nothing to root: a read-only mount is what stops
 			// it too.
 			mnt := filepath.Dir(path)
-			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
-				t.Skipf("SKIPPED: this case needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, strings.TrimSpace(string(out)))
-			}
-			t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+			testkit.MountTmpfs(t, mnt, 64<<20, "the other two cases cover a store that opens late without privileges")
 			if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
 				t.Fatalf("remount ro: %v: %s", err, out)
 			}
@@ -176,7 +173,7 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")))
 	resp, b := testkit.Do(t, "GET", gw.admin("/admin/health"), nil)
-	assertProblem(t, resp, b, 401)
+	testkit.Problem(t, resp, b, 401)
 	if resp, b := testkit.Do(t, "GET", gw.admin("/healthz"), nil); resp.StatusCode != 200 || b != "ok\n" {
 		t.Errorf("/healthz = %d %q", resp.StatusCode, b)
 	}
@@ -243,7 +240,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 // proxies at once, and says so the way it does for the embedded store.
 func TestCassandraDownAtStart(t *testing.T) {
 	up := tinyURL(t)
-	dead := strings.TrimPrefix(deadAddr(t), "http://")
+	dead := testkit.DeadAddr(t)
 	cfg := strings.Replace(healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")),
 		"  store: embedded\n", "  store: cassandra\n  cassandra: {hosts: ["+dead+"]}\n", 1)
 	gw := start(t, cfg)

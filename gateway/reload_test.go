@@ -96,7 +96,7 @@ func TestBadReloadKeepsServing(t *testing.T) {
 			before := failed()
 			testkit.WriteFile(t, gw.path, tc.yaml)
 			resp, msg := reloadEndpoint(t, gw)
-			p := assertProblem(t, resp, msg, http.StatusBadRequest)
+			p := testkit.Problem(t, resp, msg, http.StatusBadRequest)
 			field := strings.TrimSuffix(tc.want[strings.LastIndex(tc.want, " ")+1:], ":")
 			if !strings.Contains(msg, tc.want) && !strings.Contains(fmt.Sprint(p["field"]), field) {
 				t.Errorf("reload answer %s does not name %q", msg, tc.want)
@@ -139,7 +139,7 @@ func TestFailedReloadsLeakNothing(t *testing.T) {
 	const tries = 20
 	for range tries {
 		resp, msg := reloadEndpoint(t, gw)
-		assertProblem(t, resp, msg, http.StatusBadRequest)
+		testkit.Problem(t, resp, msg, http.StatusBadRequest)
 		if !strings.Contains(msg, "constructor exploded") {
 			t.Fatalf("reload answer %s does not say what failed", msg)
 		}

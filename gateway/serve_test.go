@@ -75,7 +75,7 @@ func TestForwardedHeaders(t *testing.T) {
 
 func TestFailoverToLiveTarget(t *testing.T) {
 	live := testkit.Named(t, "live")
-	gw := start(t, testkit.BaseConfig(deadAddr(t), live.URL))
+	gw := start(t, testkit.BaseConfig("http://"+testkit.DeadAddr(t), live.URL))
 	for i := 0; i < 20; i++ {
 		resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
 		if resp.StatusCode != 200 || b != "live" {
@@ -88,9 +88,9 @@ func TestFailoverToLiveTarget(t *testing.T) {
 }
 
 func TestAllTargetsDeadIs502(t *testing.T) {
-	gw := start(t, testkit.BaseConfig(deadAddr(t), deadAddr(t)))
+	gw := start(t, testkit.BaseConfig("http://"+testkit.DeadAddr(t), "http://"+testkit.DeadAddr(t)))
 	resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
-	assertProblem(t, resp, b, http.StatusBadGateway)
+	testkit.Problem(t, resp, b, http.StatusBadGateway)
 	testkit.Eventually(t, 5*time.Second, "readyz answers 503", func() bool {
 		resp, _ := testkit.Do(t, "GET", gw.admin("/readyz"), nil)
 		return resp.StatusCode == http.StatusServiceUnavailable
@@ -113,7 +113,7 @@ func TestSlowUpstreamIs504(t *testing.T) {
 	gw := start(t, testkit.BaseConfig(up.URL))
 	begin := time.Now()
 	resp, b := testkit.Do(t, "GET", gw.url("/slow"), nil)
-	assertProblem(t, resp, b, http.StatusGatewayTimeout)
+	testkit.Problem(t, resp, b, http.StatusGatewayTimeout)
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Errorf("504 took %v; response_header_timeout is 1s", d)
 	}
@@ -186,7 +186,7 @@ func TestAdminEndpoints(t *testing.T) {
 	// With no token configured, /admin/* is off.
 	gw2 := start(t, strings.Replace(testkit.BaseConfig(up.URL), "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NO_SUCH_TOKEN", 1))
 	resp, b := testkit.Do(t, "POST", gw2.admin("/admin/reload"), nil, "Authorization", "Bearer anything")
-	assertProblem(t, resp, b, http.StatusForbidden)
+	testkit.Problem(t, resp, b, http.StatusForbidden)
 	if !gw2.logs.Logged("the admin API is off: /admin/* answers 403", nil) {
 		t.Error("an admin API left off is not logged at start")
 	}

@@ -32,7 +32,7 @@ type partialAnswer struct {
 func TestStatsPartialWhileStoreDown(t *testing.T) {
 	up := tinyURL(t)
 	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n  embedded: {path: %s}",
-		strings.TrimPrefix(deadAddr(t), "http://"), t.TempDir())
+		testkit.DeadAddr(t), t.TempDir())
 	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
 	get := func(path string) partialAnswer {
 		t.Helper()
