@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -163,17 +162,6 @@ func checkLoss(t *testing.T, row string, v *visitor, killed time.Time, counted i
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // rounds is how many random kills a test makes: one with -short, more
 // without.
 func rounds() int {
@@ -195,7 +183,7 @@ func TestKill9DuringCassandraOutage(t *testing.T) {
 	for r := range rounds() {
 		dir := t.TempDir()
 		embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}\n"
-		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", closedAddr(t), embedded)
+		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", testkit.DeadAddr(t), embedded)
 		gw, _ := startGateway(t, analyticsGateway(up.URL, down))
 		v := visit(gw.url("gateway", ""))
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
