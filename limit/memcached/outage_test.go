@@ -26,6 +26,7 @@ import (
 // request; the log gets at most one line a second per rule and kind, with
 // the count held back, while the metrics count every request.
 func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
+	t.Parallel()
 	mc := testkit.StartMemcached(t)
 	var logs testkit.Logs
 	log := slog.New(logs.Handler())

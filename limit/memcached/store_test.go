@@ -38,6 +38,7 @@ func newStore(t testing.TB, m *memcached.Metrics, servers ...string) *memcached.
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	mc := testkit.StartMemcached(t)
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
 		return limittest.Harness{Store: newStore(t, nil, mc.Addr)}
@@ -45,6 +46,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceTwoServers(t *testing.T) {
+	t.Parallel()
 	a, b := testkit.StartMemcached(t), testkit.StartMemcached(t)
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
 		return limittest.Harness{Store: newStore(t, memcached.NewMetrics(prometheus.NewRegistry()), a.Addr, b.Addr)}
