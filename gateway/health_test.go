@@ -203,18 +203,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
 	})
 
-	filler := filepath.Join(mnt, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			break // the volume is full
-		}
-	}
-	f.Close()
+	free := testkit.Fill(t, mnt, 0)
 	visit(4)
 	testkit.Eventually(t, 5*time.Second, "health degraded by the full disk", func() bool {
 		return strings.Contains(health(t, gw).Analytics.Reason, "disk almost full")
@@ -224,9 +213,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 		t.Errorf("health on a full disk = %+v %+v, want ready, analytics degraded with visits waiting", h, *h.Analytics)
 	}
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
+	free()
 	testkit.Eventually(t, 15*time.Second, "health ok once space is back", func() bool {
 		h := health(t, gw)
 		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -188,29 +187,4 @@ func Named(t testing.TB, name string) *httptest.Server {
 	}))
 	t.Cleanup(s.Close)
 	return s
-}
-
-// Tmpfs mounts a tmpfs of size bytes on a new folder and unmounts it at
-// the end of the test. It skips the test, loudly, where mounting is not
-// permitted (not root, or a container without CAP_SYS_ADMIN): the caller
-// names the unprivileged test that covers the same logic in why.
-func Tmpfs(t testing.TB, size int64, why string) string {
-	t.Helper()
-	dir := t.TempDir()
-	MountTmpfs(t, dir, size, why)
-	return dir
-}
-
-// MountTmpfs is Tmpfs on the existing folder dir.
-func MountTmpfs(t testing.TB, dir string, size int64, why string) {
-	t.Helper()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("*** SKIPPED: this test mounts a tmpfs (root with CAP_SYS_ADMIN): %v: %s; %s ***", err, strings.TrimSpace(string(out)), why)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
 }
