@@ -104,6 +104,7 @@ func TestVisitsCounted(t *testing.T) {
 }
 
 func TestConcurrentVisitsExact(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	gw := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "200ms"))
 	const workers, each = 16, 60
@@ -131,6 +132,7 @@ func TestConcurrentVisitsExact(t *testing.T) {
 // the flush at shutdown can write the visits; a new gateway on the same
 // directory must serve them.
 func TestShutdownFlushesAndRestartKeeps(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	cfg := analyticsConfig(up.URL, embeddedStore(t.TempDir()), "1h")
 	gw := start(t, cfg)
@@ -198,6 +200,7 @@ func TestTwoGatewaysAddUp(t *testing.T) {
 // (the embedded one, sharing the journal directory) writes the journal:
 // every visit is there, once.
 func TestStoreOutageLosesNothing(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	dir := t.TempDir()
 	embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}"

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,13 @@ import (
 // listeners on 127.0.0.1:0, real HTTP clients, real upstreams (httptest
 // servers), real stores. cmd/gateway keeps the few tests that need a
 // separate process (signals, exit codes).
+
+// TestMain runs up to 8 parallel tests at once: they wait on flush
+// intervals, health checks and timeouts, not on the CPU.
+func TestMain(m *testing.M) {
+	testkit.SetParallel(8)
+	os.Exit(m.Run())
+}
 
 // env is the environment the gateways under test see; setenv changes it
 // for the rest of a test.
@@ -108,6 +116,21 @@ func (r *running) shutdown() error {
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("Serve did not return within 30s")
 	}
+}
+
+// watching sends SIGHUP and waits until the reload it makes is logged.
+// Serve starts the watch after the listeners, and the watch takes the file
+// it first reads for the running one: once it has answered SIGHUP, a file
+// the test writes is a change it sees.
+func (r *running) watching(t *testing.T) {
+	t.Helper()
+	sighup := map[string]string{"source": "SIGHUP"}
+	reloads := func() int {
+		return r.logs.Count("config reloaded", sighup) + r.logs.Count("config reload failed, running config kept", sighup)
+	}
+	n := reloads()
+	r.hup <- syscall.SIGHUP
+	testkit.Eventually(t, 5*time.Second, "SIGHUP answered: the watch runs", func() bool { return reloads() > n })
 }
 
 // url returns the URL of path on the client listener.

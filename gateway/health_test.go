@@ -64,6 +64,7 @@ analytics:
 // folder is usable the store opens by itself and the visits counted
 // meanwhile reach it, each once.
 func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		reason string
@@ -107,6 +108,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "data", "analytics")
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				t.Fatal(err)
@@ -170,6 +172,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 // TestHealthDetailNeedsTheToken: /admin/health is behind the admin token,
 // as the rest of /admin; /healthz stays open and about the process.
 func TestHealthDetailNeedsTheToken(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")))
 	resp, b := testkit.Do(t, "GET", gw.admin("/admin/health"), nil)
@@ -187,6 +190,7 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 // writes are refused, and once space is back the same process writes the
 // visits kept meanwhile, each once.
 func TestFullDiskThenSpaceBack(t *testing.T) {
+	t.Parallel()
 	mnt := testkit.Tmpfs(t, 48<<20, "TestReserveOnSmallDisk (analytics/pebble) covers the reserve without privileges")
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(mnt, "analytics")))
@@ -226,6 +230,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 // TestCassandraDownAtStart: a gateway whose Cassandra cannot be reached
 // proxies at once, and says so the way it does for the embedded store.
 func TestCassandraDownAtStart(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	dead := testkit.DeadAddr(t)
 	cfg := strings.Replace(healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")),

@@ -88,6 +88,7 @@ func TestFailoverToLiveTarget(t *testing.T) {
 }
 
 func TestAllTargetsDeadIs502(t *testing.T) {
+	t.Parallel()
 	gw := start(t, testkit.BaseConfig("http://"+testkit.DeadAddr(t), "http://"+testkit.DeadAddr(t)))
 	resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
 	testkit.Problem(t, resp, b, http.StatusBadGateway)
@@ -98,6 +99,7 @@ func TestAllTargetsDeadIs502(t *testing.T) {
 }
 
 func TestSlowUpstreamIs504(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -110,18 +112,19 @@ func TestSlowUpstreamIs504(t *testing.T) {
 	}))
 	defer up.Close()
 	defer close(release)
-	gw := start(t, testkit.BaseConfig(up.URL))
+	gw := start(t, strings.Replace(testkit.BaseConfig(up.URL), "response_header_timeout: 1s", "response_header_timeout: 200ms", 1))
 	begin := time.Now()
 	resp, b := testkit.Do(t, "GET", gw.url("/slow"), nil)
 	testkit.Problem(t, resp, b, http.StatusGatewayTimeout)
 	if d := time.Since(begin); d > 5*time.Second {
-		t.Errorf("504 took %v; response_header_timeout is 1s", d)
+		t.Errorf("504 took %v; response_header_timeout is 200ms", d)
 	}
 }
 
 // TestShutdownDrainsInFlight: cancelling Serve (what SIGTERM does) lets a
 // request in flight finish.
 func TestShutdownDrainsInFlight(t *testing.T) {
+	t.Parallel()
 	var started atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {

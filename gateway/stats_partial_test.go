@@ -30,6 +30,7 @@ type partialAnswer struct {
 // says it is partial (in JSON and, for CSV, in a header). A key with
 // nothing in memory is neither known nor unknown.
 func TestStatsPartialWhileStoreDown(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n  embedded: {path: %s}",
 		testkit.DeadAddr(t), t.TempDir())

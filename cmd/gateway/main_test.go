@@ -52,6 +52,7 @@ func checkRaces(t *testing.T, what, stderr string) {
 }
 
 func TestMain(m *testing.M) {
+	testkit.SetParallel(4) // the tests wait on child processes and flush intervals
 	dir, err := os.MkdirTemp("", "linkgate-bin")
 	if err != nil {
 		panic(err)
