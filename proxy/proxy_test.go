@@ -515,10 +515,15 @@ func TestConnectionReuse(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Fatalf("%d requests failed", failed.Load())
 	}
-	// One connection per concurrent client, plus the health check's.
+	// About one connection per concurrent client, plus the health
+	// check's. A few more are fine: the transport dials for a request that
+	// finds no idle connection and keeps that connection even when another
+	// went idle first and served the request, which a busy machine makes
+	// happen (37 seen). Without reuse it would be one per request; with
+	// net/http's default of 2 idle connections per host, hundreds.
 	opened := f.p.ConnectionsOpened()
-	if opened < 1 || opened > clients+4 {
-		t.Errorf("opened %d upstream connections for %d requests over %d clients, want at most %d", opened, requests, clients, clients+4)
+	if limit := int64(clients + clients/2); opened < 1 || opened > limit {
+		t.Errorf("opened %d upstream connections for %d requests over %d clients, want at most %d", opened, requests, clients, limit)
 	}
 	if got := f.metric(t, "linkgate_upstream_connections_opened_total"); int64(got) != opened {
 		t.Errorf("metric says %v connections, ConnectionsOpened %d", got, opened)
