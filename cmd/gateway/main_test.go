@@ -23,14 +23,15 @@ import (
 var bin struct{ gateway string }
 
 // childEnv is the environment of every process the tests start: the test's
-// own, with the race detector's exit pause off. A binary built with -race
-// sleeps a second at exit (GORACE atexit_sleep_ms, 1000 by default) to let
-// other goroutines report; a race found while the process ran is reported
-// at once all the same, and checkRaces fails the test on it.
+// own, with the race detector's exit pause off unless GORACE sets it. A
+// binary built with -race sleeps a second at exit (GORACE atexit_sleep_ms,
+// 1000 by default) to let other goroutines report; a race found while the
+// process ran is reported at once all the same, and checkRaces fails the
+// test on it.
 func childEnv(extra ...string) []string {
 	gorace := "atexit_sleep_ms=0"
 	if v := os.Getenv("GORACE"); v != "" {
-		gorace = v + " " + gorace
+		gorace += " " + v // the later setting wins
 	}
 	return append(append(os.Environ(), "GORACE="+gorace), extra...)
 }
