@@ -28,4 +28,9 @@ if [ -z "${CASSANDRA_HOSTS:-}" ]; then
   echo "test.sh: CASSANDRA_HOSTS is not set: the Cassandra integration tests will be SKIPPED"
 fi
 go vet ./...
+# A binary built with -race sleeps a second at exit (atexit_sleep_ms=1000)
+# so that goroutines still running can report a race: a second per test
+# binary. A race during a test fails that test all the same. A GORACE of
+# your own still applies, after this.
+export GORACE="atexit_sleep_ms=0${GORACE:+ $GORACE}"
 go test -race -count=1 -timeout 30m "$@" ./...

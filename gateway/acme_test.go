@@ -292,7 +292,7 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 	if !stored || m.LWT() == 0 {
 		t.Fatalf("Cassandra holds %q after %d lightweight transactions; want fleet.ok.test's certificate, locked while obtained", m.Keys(), m.LWT())
 	}
-	b := start(t, cfg(deadAddr(t)))
+	b := start(t, cfg("http://"+testkit.DeadAddr(t)))
 	c, err = handshake(b.g.Addr(), p, "fleet.ok.test")
 	if err != nil {
 		t.Fatalf("the second gateway: %v", err)

@@ -70,7 +70,8 @@ func TestContentLengthWithTransferEncoding(t *testing.T) {
 		})
 	}
 	// Chunked alone is fine, on the same connection as further requests.
-	out, _ := rawExchange(t, addr, "POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n", 500*time.Millisecond)
+	// (The last asks the gateway to close: the exchange ends with it.)
+	out, _ := rawExchange(t, addr, "POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 3*time.Second)
 	if strings.Count(out, "HTTP/1.1 200 ") != 2 {
 		t.Errorf("a plain chunked request and the next one: %q", out)
 	}
@@ -178,11 +179,12 @@ func TestTraceAndConnectRefused(t *testing.T) {
 	defer up.Close()
 	gw := start(t, testkit.BaseConfig(up.URL))
 	for _, m := range []string{"TRACE", "CONNECT"} {
-		raw := m + " /x HTTP/1.1\r\nHost: x\r\nCookie: secret\r\n\r\n"
+		// Connection: close ends the exchange with the answer.
+		raw := m + " /x HTTP/1.1\r\nHost: x\r\nCookie: secret\r\nConnection: close\r\n\r\n"
 		if m == "CONNECT" {
-			raw = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"
+			raw = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nConnection: close\r\n\r\n"
 		}
-		out, _ := rawExchange(t, gw.g.Addr().String(), raw, 500*time.Millisecond)
+		out, _ := rawExchange(t, gw.g.Addr().String(), raw, 3*time.Second)
 		if !strings.HasPrefix(out, "HTTP/1.1 405 ") || !strings.Contains(out, "Allow: ") || strings.Contains(out, "secret") {
 			t.Errorf("%s: %q, want 405 with Allow and no echo", m, out)
 		}
@@ -372,6 +374,7 @@ rules:
 // TestReadTimeoutAlone: with body_timeout off, read_timeout still bounds
 // the whole body.
 func TestReadTimeoutAlone(t *testing.T) {
+	t.Parallel()
 	up := testkit.Named(t, "ok")
 	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  body_timeout: 0s\n  read_timeout: 500ms\n", 1)
 	gw := start(t, cfg)
@@ -394,6 +397,7 @@ func TestReadTimeoutAlone(t *testing.T) {
 
 // TestHeaderTooLarge: headers beyond server.max_header_bytes get 431.
 func TestHeaderTooLarge(t *testing.T) {
+	t.Parallel()
 	up := testkit.Named(t, "ok")
 	gw := start(t, testkit.BaseConfig(up.URL))
 	resp, _ := testkit.Do(t, "GET", gw.url("/x"), nil, "X-Big", strings.Repeat("a", 70<<10))

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +24,13 @@ import (
 // listeners on 127.0.0.1:0, real HTTP clients, real upstreams (httptest
 // servers), real stores. cmd/gateway keeps the few tests that need a
 // separate process (signals, exit codes).
+
+// TestMain runs up to 8 parallel tests at once: they wait on flush
+// intervals, health checks and timeouts, not on the CPU.
+func TestMain(m *testing.M) {
+	testkit.SetParallel(8)
+	os.Exit(m.Run())
+}
 
 // env is the environment the gateways under test see; setenv changes it
 // for the rest of a test.
@@ -48,50 +56,12 @@ func setenv(t *testing.T, k, v string) {
 	})
 }
 
-// logSink is the slog handler of an in-process gateway: it keeps every
-// record in Logs, its attributes as strings.
-type logSink struct {
-	testkit.Logs
-}
-
-func (s *logSink) Enabled(context.Context, slog.Level) bool { return true }
-func (s *logSink) WithGroup(string) slog.Handler            { return s }
-func (s *logSink) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logChild{s, as}
-}
-func (s *logSink) Handle(_ context.Context, r slog.Record) error { return s.add(r, nil) }
-
-func (s *logSink) add(r slog.Record, extra []slog.Attr) error {
-	l := map[string]string{"msg": r.Message, "level": r.Level.String()}
-	for _, a := range extra {
-		l[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		l[a.Key] = a.Value.String()
-		return true
-	})
-	s.Add(l)
-	return nil
-}
-
-type logChild struct {
-	s  *logSink
-	as []slog.Attr
-}
-
-func (c *logChild) Enabled(context.Context, slog.Level) bool { return true }
-func (c *logChild) WithGroup(string) slog.Handler            { return c }
-func (c *logChild) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logChild{c.s, append(append([]slog.Attr{}, c.as...), as...)}
-}
-func (c *logChild) Handle(_ context.Context, r slog.Record) error { return c.s.add(r, c.as) }
-
 // running is a Gateway serving on loopback.
 type running struct {
 	t    *testing.T
 	g    *gateway.Gateway
-	path string // its config file
-	logs *logSink
+	path string        // its config file
+	logs *testkit.Logs // what it logged
 	hup  chan os.Signal
 	stop context.CancelFunc
 	done chan error // Serve's result
@@ -112,9 +82,9 @@ func startFile(t *testing.T, path string, watch bool) *running {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	r := &running{t: t, path: path, logs: &logSink{}, hup: make(chan os.Signal, 1), done: make(chan error, 1)}
+	r := &running{t: t, path: path, logs: &testkit.Logs{}, hup: make(chan os.Signal, 1), done: make(chan error, 1)}
 	r.g, err = gateway.New(plan, gateway.Options{
-		Path: path, Getenv: getenv, Log: slog.New(r.logs), Watch: watch, Hangup: r.hup, Version: "test",
+		Path: path, Getenv: getenv, Log: slog.New(r.logs.Handler()), Watch: watch, Hangup: r.hup, Version: "test",
 	})
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
@@ -148,31 +118,26 @@ func (r *running) shutdown() error {
 	}
 }
 
+// watching sends SIGHUP and waits until the reload it makes is logged.
+// Serve starts the watch after the listeners, and the watch takes the file
+// it first reads for the running one: once it has answered SIGHUP, a file
+// the test writes is a change it sees.
+func (r *running) watching(t *testing.T) {
+	t.Helper()
+	sighup := map[string]string{"source": "SIGHUP"}
+	reloads := func() int {
+		return r.logs.Count("config reloaded", sighup) + r.logs.Count("config reload failed, running config kept", sighup)
+	}
+	n := reloads()
+	r.hup <- syscall.SIGHUP
+	testkit.Eventually(t, 5*time.Second, "SIGHUP answered: the watch runs", func() bool { return reloads() > n })
+}
+
 // url returns the URL of path on the client listener.
 func (r *running) url(path string) string { return "http://" + r.g.Addr().String() + path }
 
 // admin returns the URL of path on the admin listener.
 func (r *running) admin(path string) string { return "http://" + r.g.AdminAddr().String() + path }
-
-func assertProblem(t testing.TB, resp *http.Response, body string, status int) map[string]any {
-	t.Helper()
-	if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("got %d %q %q, want %d problem+json", resp.StatusCode, resp.Header.Get("Content-Type"), body, status)
-	}
-	var p map[string]any
-	if err := json.Unmarshal([]byte(body), &p); err != nil || p["status"] != float64(status) || p["title"] == "" {
-		t.Fatalf("problem body %q: %v", body, err)
-	}
-	return p
-}
-
-// deadAddr is an address nothing listens on.
-func deadAddr(t *testing.T) string {
-	s := httptest.NewServer(http.NotFoundHandler())
-	addr := s.URL
-	s.Close()
-	return addr
-}
 
 // tinyURL is an upstream like the demo service, written as a plain Go web
 // server would be: redirects for a few known keys and 404 otherwise,

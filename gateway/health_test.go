@@ -64,6 +64,7 @@ analytics:
 // folder is usable the store opens by itself and the visits counted
 // meanwhile reach it, each once.
 func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		reason string
@@ -95,10 +96,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 			// chmod means nothing to root: a read-only mount is what stops
 			// it too.
 			mnt := filepath.Dir(path)
-			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
-				t.Skipf("SKIPPED: this case needs to mount a tmpfs (root with CAP_SYS_ADMIN): %v: %s", err, strings.TrimSpace(string(out)))
-			}
-			t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+			testkit.MountTmpfs(t, mnt, 64<<20, "the other two cases cover a store that opens late without privileges")
 			if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
 				t.Fatalf("remount ro: %v: %s", err, out)
 			}
@@ -110,6 +108,7 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "data", "analytics")
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				t.Fatal(err)
@@ -173,10 +172,11 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 // TestHealthDetailNeedsTheToken: /admin/health is behind the admin token,
 // as the rest of /admin; /healthz stays open and about the process.
 func TestHealthDetailNeedsTheToken(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")))
 	resp, b := testkit.Do(t, "GET", gw.admin("/admin/health"), nil)
-	assertProblem(t, resp, b, 401)
+	testkit.Problem(t, resp, b, 401)
 	if resp, b := testkit.Do(t, "GET", gw.admin("/healthz"), nil); resp.StatusCode != 200 || b != "ok\n" {
 		t.Errorf("/healthz = %d %q", resp.StatusCode, b)
 	}
@@ -190,6 +190,7 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 // writes are refused, and once space is back the same process writes the
 // visits kept meanwhile, each once.
 func TestFullDiskThenSpaceBack(t *testing.T) {
+	t.Parallel()
 	mnt := testkit.Tmpfs(t, 48<<20, "TestReserveOnSmallDisk (analytics/pebblestore) covers the reserve without privileges")
 	up := tinyURL(t)
 	gw := start(t, healthConfig(up.URL, filepath.Join(mnt, "analytics")))
@@ -206,18 +207,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
 	})
 
-	filler := filepath.Join(mnt, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			break // the volume is full
-		}
-	}
-	f.Close()
+	free := testkit.Fill(t, mnt, 0)
 	visit(4)
 	testkit.Eventually(t, 5*time.Second, "health degraded by the full disk", func() bool {
 		return strings.Contains(health(t, gw).Analytics.Reason, "disk almost full")
@@ -227,9 +217,7 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 		t.Errorf("health on a full disk = %+v %+v, want ready, analytics degraded with visits waiting", h, *h.Analytics)
 	}
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
+	free()
 	testkit.Eventually(t, 15*time.Second, "health ok once space is back", func() bool {
 		h := health(t, gw)
 		return h.Analytics.State == "ok" && h.Analytics.OldestUnsaved == nil
@@ -242,8 +230,9 @@ func TestFullDiskThenSpaceBack(t *testing.T) {
 // TestCassandraDownAtStart: a gateway whose Cassandra cannot be reached
 // proxies at once, and says so the way it does for the embedded store.
 func TestCassandraDownAtStart(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
-	dead := strings.TrimPrefix(deadAddr(t), "http://")
+	dead := testkit.DeadAddr(t)
 	cfg := strings.Replace(healthConfig(up.URL, filepath.Join(t.TempDir(), "analytics")),
 		"  store: embedded\n", "  store: cassandra\n  cassandra: {hosts: ["+dead+"]}\n", 1)
 	gw := start(t, cfg)

@@ -104,45 +104,13 @@ func registered(t *testing.T, reg *prometheus.Registry) map[string][]string {
 	return out
 }
 
-// sample is one series as gathered.
-type sample struct {
-	typ    string
-	labels map[string]string
-	value  float64 // a counter's or gauge's value, a histogram's count
-}
-
-// gather returns the linkgate series of reg by metric name.
-func gather(t *testing.T, reg *prometheus.Registry) map[string][]sample {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]sample{}
-	for _, mf := range mfs {
-		if strings.HasPrefix(mf.GetName(), "go_") || strings.HasPrefix(mf.GetName(), "process_") {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			s := sample{typ: strings.ToLower(mf.GetType().String()), labels: map[string]string{}}
-			for _, lp := range m.GetLabel() {
-				s.labels[lp.GetName()] = lp.GetValue()
-			}
-			s.value = m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue() +
-				float64(m.GetHistogram().GetSampleCount()) + float64(m.GetSummary().GetSampleCount())
-			out[mf.GetName()] = append(out[mf.GetName()], s)
-		}
-	}
-	return out
-}
-
 // metricsGateway runs a gateway with limiter (the limiter section's body)
 // in front of up, with one rule and analytics on, sends it a human visit
 // and a bot visit, calls then (when not nil) and sends a request that the
 // rule checks but that is not a visit, and shuts it down (the final flush
 // records the visits). It returns the series gathered while it ran and
 // after it stopped: a proxy's target series go when it closes.
-func metricsGateway(t *testing.T, up, limiter string, then func()) (registry *prometheus.Registry, running, stopped map[string][]sample) {
+func metricsGateway(t *testing.T, up, limiter string, then func()) (registry *prometheus.Registry, running, stopped map[string][]testkit.Sample) {
 	t.Helper()
 	gw := start(t, fmt.Sprintf(`server:
   listen: 127.0.0.1:0
@@ -175,11 +143,11 @@ analytics:
 	if resp, _ := testkit.Do(t, "GET", gw.url("/nope"), nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET /nope: %d, want the upstream's 404", resp.StatusCode)
 	}
-	running = gather(t, gw.g.Registry())
+	running = testkit.Samples(t, gw.g.Registry())
 	if err := gw.shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	return gw.g.Registry(), running, gather(t, gw.g.Registry())
+	return gw.g.Registry(), running, testkit.Samples(t, gw.g.Registry())
 }
 
 // TestReadmeMetrics: the README's metrics table names exactly the metrics
@@ -191,9 +159,9 @@ analytics:
 // has a series too.
 func TestReadmeMetrics(t *testing.T) {
 	doc := readmeMetrics(t)
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	up := tinyURL(t)
-	reg, mcRunning, mcStopped := metricsGateway(t, up.URL, memcachedStore(mc.addr, "allow"), mc.kill)
+	reg, mcRunning, mcStopped := metricsGateway(t, up.URL, memcachedStore(mc.Addr, "allow"), mc.Kill)
 	_, memRunning, memStopped := metricsGateway(t, up.URL, "  store: memory", nil)
 
 	got := registered(t, reg)
@@ -229,7 +197,7 @@ func TestReadmeMetrics(t *testing.T) {
 			t.Error(msg)
 		}
 	}
-	for _, series := range []map[string][]sample{mcRunning, mcStopped, memRunning, memStopped} {
+	for _, series := range []map[string][]testkit.Sample{mcRunning, mcStopped, memRunning, memStopped} {
 		for name, ss := range series {
 			row, ok := doc[name]
 			if !ok {
@@ -237,10 +205,10 @@ func TestReadmeMetrics(t *testing.T) {
 			}
 			typed[name] = true
 			for _, s := range ss {
-				if s.typ != row.typ {
-					report("README metrics table: %s is a %s, registered as a %s", name, row.typ, s.typ)
+				if s.Type != row.typ {
+					report("README metrics table: %s is a %s, registered as a %s", name, row.typ, s.Type)
 				}
-				for l, v := range s.labels {
+				for l, v := range s.Labels {
 					if values := row.labels[l]; values != nil && !slices.Contains(values, v) {
 						report("README metrics table: %s{%s=%q}: the value is not among the documented %v", name, l, v, values)
 					}
@@ -260,20 +228,20 @@ func TestReadmeMetrics(t *testing.T) {
 	}
 	kinds := map[string]bool{}
 	for _, s := range mcStopped["linkgate_visits_recorded_total"] {
-		kinds[s.labels["kind"]] = s.value == 1
+		kinds[s.Labels["kind"]] = s.Value == 1
 	}
 	if !kinds["human"] || !kinds["bot"] {
 		t.Errorf("after one human and one bot visit, linkgate_visits_recorded_total by kind = %v, want one of each", mcStopped["linkgate_visits_recorded_total"])
 	}
 
-	moved := func(series ...map[string][]sample) []string {
+	moved := func(series ...map[string][]testkit.Sample) []string {
 		var out []string
 		for name, row := range doc {
 			if !row.memcachedOnly {
 				continue
 			}
 			for _, ss := range series {
-				if slices.ContainsFunc(ss[name], func(s sample) bool { return s.value != 0 }) && !slices.Contains(out, name) {
+				if slices.ContainsFunc(ss[name], func(s testkit.Sample) bool { return s.Value != 0 }) && !slices.Contains(out, name) {
 					out = append(out, name)
 				}
 			}

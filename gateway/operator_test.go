@@ -214,7 +214,7 @@ func TestListenChecked(t *testing.T) {
 	gw := start(t, base)
 	testkit.WriteFile(t, gw.path, server(other+":8080"))
 	resp, msg := reloadEndpoint(t, gw)
-	p := assertProblem(t, resp, msg, http.StatusBadRequest)
+	p := testkit.Problem(t, resp, msg, http.StatusBadRequest)
 	if p["field"] != "server.listen" || p["line"] != float64(2) {
 		t.Errorf("reload answer %s: want field server.listen at line 2", msg)
 	}
@@ -238,7 +238,7 @@ func TestReloadKeepsAdminToken(t *testing.T) {
 	}
 	testkit.WriteFile(t, gw.path, strings.Replace(base, "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NOT_SET", 1))
 	resp, msg := reloadEndpoint(t, gw)
-	p := assertProblem(t, resp, msg, http.StatusBadRequest)
+	p := testkit.Problem(t, resp, msg, http.StatusBadRequest)
 	if p["field"] != "admin.token_env" || p["line"] != float64(7) || !strings.Contains(msg, "LG_TEST_NOT_SET is not set") {
 		t.Errorf("reload answer %s: want admin.token_env at line 7 named with the variable", msg)
 	}
@@ -288,7 +288,7 @@ func TestOddValuesRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			testkit.WriteFile(t, gw.path, tc.yaml)
 			resp, msg := reloadEndpoint(t, gw)
-			p := assertProblem(t, resp, msg, http.StatusBadRequest)
+			p := testkit.Problem(t, resp, msg, http.StatusBadRequest)
 			if tc.field != "" && (p["field"] != tc.field || p["line"] != float64(tc.line)) {
 				t.Errorf("reload answer %s: want field %s at line %d", msg, tc.field, tc.line)
 			}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -41,21 +42,24 @@ func reloadEndpoint(t testing.TB, gw *running) (*http.Response, string) {
 
 // TestReload changes the upstream by each trigger in turn.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	a, b, c, d := testkit.Named(t, "A"), testkit.Named(t, "B"), testkit.Named(t, "C"), testkit.Named(t, "D")
 	gw := start(t, testkit.BaseConfig(a.URL))
 	get := func() string { return testkit.Body(t, gw.url("/x")) }
 	if got := get(); got != "A" {
 		t.Fatalf("before reload: %q", got)
 	}
+	// The file did not change: SIGHUP reloads anyway. (First, so that the
+	// watch has read the file before it changes: see watching.)
+	gw.hup <- syscall.SIGHUP
+	testkit.Eventually(t, 5*time.Second, "SIGHUP reloads", func() bool {
+		return gw.logs.Logged("config reloaded", map[string]string{"source": "SIGHUP", "generation": "2"})
+	})
 	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
 	testkit.Eventually(t, 5*time.Second, "file change reloads", func() bool { return get() == "B" })
-	if !gw.logs.Logged("config reloaded", map[string]string{"source": "file change", "generation": "2"}) {
-		t.Errorf("no reload log line for the file change:\n%s", gw.logs)
-	}
-
-	gw.hup <- syscall.SIGHUP // the file did not change: SIGHUP reloads anyway
-	testkit.Eventually(t, 5*time.Second, "SIGHUP reloads", func() bool {
-		return gw.logs.Logged("config reloaded", map[string]string{"source": "SIGHUP", "generation": "3"})
+	// The new snapshot serves a moment before the reload is logged.
+	testkit.Eventually(t, 5*time.Second, "the file change's reload logged as generation 3", func() bool {
+		return gw.logs.Logged("config reloaded", map[string]string{"source": "file change", "generation": "3"})
 	})
 
 	// The endpoint: restart-only fields are named, keep their running
@@ -84,42 +88,75 @@ func TestReload(t *testing.T) {
 	}
 }
 
-// TestBadReloadKeepsServing tries every config check-config refuses, by
-// every trigger, on a running gateway: it keeps serving on the running
-// config, the endpoint answers 400 naming the field, each failure is
-// logged and counted, and nothing leaks.
+// TestBadReloadKeepsServing tries every config check-config refuses on a
+// running gateway, by the endpoint and by SIGHUP: it keeps serving on the
+// running config, the endpoint answers 400 naming the field, and each
+// failure is logged and counted. The watch takes the same reload path, and
+// waits half a second for a file to settle: it is tried on two of them.
 func TestBadReloadKeepsServing(t *testing.T) {
+	t.Parallel()
 	a := testkit.Named(t, "A")
-	gw := start(t, testkit.BaseConfig(a.URL))
 	good := testkit.BaseConfig(a.URL)
-	failed := func() float64 { return metric(t, gw, `linkgate_config_reloads_total{result="failed"}`) }
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	testkit.WriteFile(t, path, good)
+	gw := startFile(t, path, false) // each failure counted once, at once
+	failed := func(gw *running) float64 { return metric(t, gw, `linkgate_config_reloads_total{result="failed"}`) }
 	for _, tc := range badConfigs(a.URL) {
 		t.Run(tc.name, func(t *testing.T) {
-			before := failed()
+			before := failed(gw)
 			testkit.WriteFile(t, gw.path, tc.yaml)
 			resp, msg := reloadEndpoint(t, gw)
-			p := assertProblem(t, resp, msg, http.StatusBadRequest)
+			p := testkit.Problem(t, resp, msg, http.StatusBadRequest)
 			field := strings.TrimSuffix(tc.want[strings.LastIndex(tc.want, " ")+1:], ":")
 			if !strings.Contains(msg, tc.want) && !strings.Contains(fmt.Sprint(p["field"]), field) {
 				t.Errorf("reload answer %s does not name %q", msg, tc.want)
 			}
-			testkit.Eventually(t, 5*time.Second, "the endpoint's and the watch's failures counted", func() bool {
-				return failed() >= before+2
-			})
-			gw.hup <- syscall.SIGHUP
-			testkit.Eventually(t, 5*time.Second, "SIGHUP's failure counted", func() bool { return failed() >= before+3 })
-			if got := testkit.Body(t, gw.url("/x")); got != "A" {
-				t.Errorf("after a bad reload: %q, want A", got)
+			if got := failed(gw); got != before+1 {
+				t.Errorf("the endpoint's failure counted: %v failed reloads, want %v", got, before+1)
 			}
+			gw.logs.Clear()
+			gw.hup <- syscall.SIGHUP
 			testkit.Eventually(t, 5*time.Second, "SIGHUP's failure logged", func() bool {
 				return gw.logs.Logged("config reload failed, running config kept", map[string]string{"source": "SIGHUP"})
 			})
+			if got := failed(gw); got != before+2 {
+				t.Errorf("SIGHUP's failure counted: %v failed reloads, want %v", got, before+2)
+			}
+			if got := testkit.Body(t, gw.url("/x")); got != "A" {
+				t.Errorf("after a bad reload: %q, want A", got)
+			}
 		})
 	}
 	testkit.WriteFile(t, gw.path, good)
 	if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
 		t.Fatalf("a good file after the bad ones: %d %s", resp.StatusCode, msg)
 	}
+
+	t.Run("by the watch", func(t *testing.T) {
+		gw := start(t, good)
+		gw.watching(t)
+		bad := map[string]string{}
+		for _, tc := range badConfigs(a.URL) {
+			bad[tc.name] = tc.yaml
+		}
+		for i, name := range []string{"rule name with a space", "empty file"} {
+			yaml, ok := bad[name]
+			if !ok {
+				t.Fatalf("badConfigs has no %q", name)
+			}
+			testkit.WriteFile(t, gw.path, yaml)
+			// A failure is counted, then logged.
+			testkit.Eventually(t, 5*time.Second, "the watch's failure on "+name+" logged", func() bool {
+				return gw.logs.Count("config reload failed, running config kept", map[string]string{"source": "file change"}) == i+1
+			})
+			if got := failed(gw); got != float64(i+1) {
+				t.Errorf("%v failed reloads counted, want %d", got, i+1)
+			}
+			if got := testkit.Body(t, gw.url("/x")); got != "A" {
+				t.Errorf("after %s by the watch: %q, want A", name, got)
+			}
+		}
+	})
 }
 
 // TestFailedReloadsLeakNothing: a reload that fails after it built parts
@@ -141,7 +178,7 @@ func TestFailedReloadsLeakNothing(t *testing.T) {
 	const tries = 20
 	for range tries {
 		resp, msg := reloadEndpoint(t, gw)
-		assertProblem(t, resp, msg, http.StatusBadRequest)
+		testkit.Problem(t, resp, msg, http.StatusBadRequest)
 		if !strings.Contains(msg, "constructor exploded") {
 			t.Fatalf("reload answer %s does not say what failed", msg)
 		}
@@ -210,7 +247,10 @@ func TestReloadKeepsInFlight(t *testing.T) {
 // upstream connections are not opened again.
 func TestReloadReusesUnchangedParts(t *testing.T) {
 	up := testkit.Named(t, "ok")
-	cfg := testkit.BaseConfig(up.URL) + "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [3/m]}\n"
+	// Health checks an hour apart: one running beside a request would open
+	// a second connection to the upstream, reload or not.
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "interval: 100ms", "interval: 1h", 1) +
+		"rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [3/m]}\n"
 	gw := start(t, cfg)
 	for i := range 3 {
 		if resp, _ := testkit.Do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 200 {
@@ -245,6 +285,7 @@ func TestWatchWaitsForAWholeFile(t *testing.T) {
 	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
 	rules := "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [1/m]}\n"
 	gw := start(t, testkit.BaseConfig(a.URL)+rules)
+	gw.watching(t)
 	next := testkit.BaseConfig(b.URL) + rules
 	cut := strings.Index(next, "rules:")
 	f, err := os.OpenFile(gw.path, os.O_WRONLY|os.O_TRUNC, 0)
@@ -258,8 +299,8 @@ func TestWatchWaitsForAWholeFile(t *testing.T) {
 	f.Close()
 	testkit.Eventually(t, 5*time.Second, "the whole file reloaded", func() bool { return testkit.Body(t, gw.url("/x")) == "B" })
 	time.Sleep(2 * settleWait)
-	if got := metric(t, gw, `linkgate_config_reloads_total{result="ok"}`); got != 1 {
-		t.Errorf("%v reloads, want 1: the partial states were reloaded", got)
+	if got := metric(t, gw, `linkgate_config_reloads_total{result="ok"}`); got != 2 {
+		t.Errorf("%v reloads, want 2 (SIGHUP's and the whole file's): the partial states were reloaded", got)
 	}
 	if got := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`); got != 0 {
 		t.Errorf("%v failed reloads: the empty state was read", got)

@@ -235,7 +235,7 @@ func TestClaimsOfIdentityStripped(t *testing.T) {
 
 func TestFailoverToLiveTarget(t *testing.T) {
 	live := testkit.Named(t, "live")
-	gw := start(t, testkit.BaseConfig(deadAddr(t), live.URL))
+	gw := start(t, testkit.BaseConfig("http://"+testkit.DeadAddr(t), live.URL))
 	for i := 0; i < 20; i++ {
 		resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
 		if resp.StatusCode != 200 || b != "live" {
@@ -248,9 +248,10 @@ func TestFailoverToLiveTarget(t *testing.T) {
 }
 
 func TestAllTargetsDeadIs502(t *testing.T) {
-	gw := start(t, testkit.BaseConfig(deadAddr(t), deadAddr(t)))
+	t.Parallel()
+	gw := start(t, testkit.BaseConfig("http://"+testkit.DeadAddr(t), "http://"+testkit.DeadAddr(t)))
 	resp, b := testkit.Do(t, "GET", gw.url("/k"), nil)
-	assertProblem(t, resp, b, http.StatusBadGateway)
+	testkit.Problem(t, resp, b, http.StatusBadGateway)
 	testkit.Eventually(t, 5*time.Second, "readyz answers 503", func() bool {
 		resp, _ := testkit.Do(t, "GET", gw.admin("/readyz"), nil)
 		return resp.StatusCode == http.StatusServiceUnavailable
@@ -258,6 +259,7 @@ func TestAllTargetsDeadIs502(t *testing.T) {
 }
 
 func TestSlowUpstreamIs504(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -270,18 +272,19 @@ func TestSlowUpstreamIs504(t *testing.T) {
 	}))
 	defer up.Close()
 	defer close(release)
-	gw := start(t, testkit.BaseConfig(up.URL))
+	gw := start(t, strings.Replace(testkit.BaseConfig(up.URL), "response_header_timeout: 1s", "response_header_timeout: 200ms", 1))
 	begin := time.Now()
 	resp, b := testkit.Do(t, "GET", gw.url("/slow"), nil)
-	assertProblem(t, resp, b, http.StatusGatewayTimeout)
+	testkit.Problem(t, resp, b, http.StatusGatewayTimeout)
 	if d := time.Since(begin); d > 5*time.Second {
-		t.Errorf("504 took %v; response_header_timeout is 1s", d)
+		t.Errorf("504 took %v; response_header_timeout is 200ms", d)
 	}
 }
 
 // TestShutdownDrainsInFlight: cancelling Serve (what SIGTERM does) lets a
 // request in flight finish.
 func TestShutdownDrainsInFlight(t *testing.T) {
+	t.Parallel()
 	var started atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -346,7 +349,7 @@ func TestAdminEndpoints(t *testing.T) {
 	// With no token configured, /admin/* is off.
 	gw2 := start(t, strings.Replace(testkit.BaseConfig(up.URL), "token_env: LG_TEST_ADMIN_TOKEN", "token_env: LG_TEST_NO_SUCH_TOKEN", 1))
 	resp, b := testkit.Do(t, "POST", gw2.admin("/admin/reload"), nil, "Authorization", "Bearer anything")
-	assertProblem(t, resp, b, http.StatusForbidden)
+	testkit.Problem(t, resp, b, http.StatusForbidden)
 	if !gw2.logs.Logged("the admin API is off: /admin/* answers 403", nil) {
 		t.Error("an admin API left off is not logged at start")
 	}

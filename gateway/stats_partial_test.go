@@ -30,9 +30,10 @@ type partialAnswer struct {
 // says it is partial (in JSON and, for CSV, in a header). A key with
 // nothing in memory is neither known nor unknown.
 func TestStatsPartialWhileStoreDown(t *testing.T) {
+	t.Parallel()
 	up := tinyURL(t)
 	down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n  embedded: {path: %s}",
-		strings.TrimPrefix(deadAddr(t), "http://"), t.TempDir())
+		testkit.DeadAddr(t), t.TempDir())
 	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
 	get := func(path string) partialAnswer {
 		t.Helper()

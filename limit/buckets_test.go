@@ -178,6 +178,7 @@ func runModel(t *testing.T, start int64, steps []int64) {
 }
 
 func TestPlanAgainstReference(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 3, 28, 23, 58, 59, 0, time.UTC).UnixNano()
 	r := rand.New(rand.NewPCG(1, 2))
 	scales := []int64{1e6, 3e8, 1e9, 7e9, 61e9, 3600e9, 5 * 3600e9}

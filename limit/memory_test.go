@@ -44,6 +44,7 @@ func TestMemoryConformance(t *testing.T) {
 }
 
 func TestMemoryConformanceRealClock(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits a few seconds for a TTL on the real clock")
 	}

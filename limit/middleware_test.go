@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/route"
 )
@@ -116,25 +118,7 @@ func (e *env) loginForm(email string, status int) *http.Response {
 // metric returns linkgate_limit_decisions_total{rule,outcome}.
 func (e *env) metric(rule, outcome string) float64 {
 	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "linkgate_limit_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if labels["rule"] == rule && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testkit.Metric(e.t, e.reg, "linkgate_limit_decisions_total", "rule", rule, "outcome", outcome)
 }
 
 func limits(t *testing.T, specs ...string) []limit.Limit {
@@ -898,30 +882,6 @@ func TestExactPrecisionFarEdge(t *testing.T) {
 	}
 }
 
-// logLines is a slog.Handler counting records by message and keeping the
-// "suppressed" attribute of each.
-type logLines struct {
-	mu         sync.Mutex
-	n          map[string]int
-	suppressed map[string]int64
-}
-
-func (h *logLines) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logLines) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n[r.Message]++
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "suppressed" {
-			h.suppressed[r.Message] += a.Value.Int64()
-		}
-		return true
-	})
-	return nil
-}
-func (h *logLines) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logLines) WithGroup(string) slog.Handler      { return h }
-
 // TestRepeatedLogsThrottled: a failing store and a shadow rule log one line
 // a second per rule, not one per request; the line after a quiet second
 // says how many it held back, and the metrics count every request.
@@ -937,8 +897,8 @@ func TestRepeatedLogsThrottled(t *testing.T) {
 		{"shadow", nil, limit.Rule{Name: "login_ip", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/h"), Shadow: true}, "limit: shadow rule would limit", "shadow_limited"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &logLines{n: map[string]int{}, suppressed: map[string]int64{}}
-			e := newEnv(t, []limit.Rule{tc.rule}, envOpt{store: tc.store, log: slog.New(h)})
+			var logs testkit.Logs
+			e := newEnv(t, []limit.Rule{tc.rule}, envOpt{store: tc.store, log: slog.New(logs.Handler())})
 			const perSecond = 50
 			for range 3 { // three seconds
 				for range perSecond {
@@ -947,14 +907,23 @@ func TestRepeatedLogsThrottled(t *testing.T) {
 				e.clk.Advance(time.Second)
 			}
 			got := e.metric("login_ip", tc.outcome)
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if h.n[tc.msg] != 3 {
-				t.Errorf("%d lines %q in 3 s, want 3 (one a second)", h.n[tc.msg], tc.msg)
+			lines := logs.Records(tc.msg, nil)
+			if len(lines) != 3 {
+				t.Errorf("%d lines %q in 3 s, want 3 (one a second)", len(lines), tc.msg)
+			}
+			var suppressed int64
+			for _, l := range lines {
+				if n, ok := l["suppressed"]; ok {
+					v, err := strconv.ParseInt(n, 10, 64)
+					if err != nil {
+						t.Fatalf("suppressed=%q: %v", n, err)
+					}
+					suppressed += v
+				}
 			}
 			// Every event is a line or held back; the third second's held
 			// back events have not been reported yet.
-			if reported := float64(h.n[tc.msg]) + float64(h.suppressed[tc.msg]); reported != got-(perSecond-1) {
+			if reported := float64(len(lines)) + float64(suppressed); reported != got-(perSecond-1) {
 				t.Errorf("lines plus suppressed = %v, want %v (metric %v minus the last second's %d held back)", reported, got-(perSecond-1), got, perSecond-1)
 			}
 			if min := float64(3*perSecond - 1); got < min { // a shadow rule's first request is within its limit

@@ -84,6 +84,7 @@ func (c *refClient) freeAt(p *bucketPlan, now int64) int64 {
 // passes again, and RateLimit's remaining exact. Rejected requests are not
 // counted (strict ones are, before the check).
 func TestLimiterAgainstReference(t *testing.T) {
+	t.Parallel()
 	for _, specs := range planSpecs {
 		for _, prec := range []string{"bucket", "exact"} {
 			for _, strict := range []bool{false, true} {
@@ -96,6 +97,7 @@ func TestLimiterAgainstReference(t *testing.T) {
 						name += "/load"
 					}
 					t.Run(name+"/"+specs[0], func(t *testing.T) {
+						t.Parallel() // CPU-bound under -race: both cores
 						replayReference(t, specs, prec, strict, plain, uint64(len(specs)))
 					})
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/proxy"
 )
 
@@ -64,102 +65,25 @@ func start(t *testing.T, cfg proxy.Config, trusted ...string) *fixture {
 	return &fixture{p: p, reg: reg, front: front}
 }
 
-// client does not follow redirects.
-func client() *http.Client {
-	return &http.Client{
-		Timeout:       10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+// get sends GET path to the proxy.
+func (f *fixture) get(t *testing.T, path string) (*http.Response, string) {
+	t.Helper()
+	return testkit.Do(t, http.MethodGet, f.front.URL+path, nil)
 }
 
-func (f *fixture) do(t *testing.T, req *http.Request) (*http.Response, []byte) {
+// metric returns the value of the counter or gauge name with the given
+// label pairs.
+func (f *fixture) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, body
-}
-
-func (f *fixture) get(t *testing.T, path string) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, f.front.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f.do(t, req)
-}
-
-// metric returns the value of a gauge or counter with the given labels, and
-// whether the series exists.
-func (f *fixture) metric(t *testing.T, name string, labels ...string) (float64, bool) {
-	t.Helper()
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
-				}
-				if !found {
-					continue series
-				}
-			}
-			switch {
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			}
-		}
-	}
-	return 0, false
+	return testkit.Metric(t, f.reg, name, labels...)
 }
 
 func (f *fixture) healthy(t *testing.T, target string) float64 {
 	t.Helper()
-	v, ok := f.metric(t, "linkgate_upstream_healthy", "target", target)
-	if !ok {
+	if !testkit.HasMetric(t, f.reg, "linkgate_upstream_healthy", "target", target) {
 		t.Fatalf("no linkgate_upstream_healthy series for %s", target)
 	}
-	return v
-}
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// deadAddr returns the URL of a loopback port nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return "http://" + addr
+	return f.metric(t, "linkgate_upstream_healthy", "target", target)
 }
 
 // upstream is a test web server that names itself in X-Upstream and counts
@@ -192,27 +116,16 @@ func newUpstream(t *testing.T, name string, h http.HandlerFunc) *upstream {
 	return u
 }
 
-func wantProblem(t *testing.T, resp *http.Response, body []byte, status int, title string) {
+// wantProblem checks a problem answer of the proxy: testkit.Problem, and
+// what the proxy adds: the type about:blank, the status text as the
+// title, a detail, and no upstream address.
+func wantProblem(t *testing.T, resp *http.Response, body string, status int) {
 	t.Helper()
-	if resp.StatusCode != status {
-		t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, status, body)
+	p := testkit.Problem(t, resp, body, status)
+	if p["type"] != "about:blank" || p["title"] != http.StatusText(status) || p["detail"] == nil || p["detail"] == "" {
+		t.Errorf("problem = %v, want about:blank %q %d with a detail", p, http.StatusText(status), status)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type = %q, want application/problem+json", ct)
-	}
-	var pb struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}
-	if err := json.Unmarshal(body, &pb); err != nil {
-		t.Fatalf("body %q: %v", body, err)
-	}
-	if pb.Type != "about:blank" || pb.Title != title || pb.Status != status || pb.Detail == "" {
-		t.Errorf("problem = %+v, want about:blank %q %d with a detail", pb, title, status)
-	}
-	if strings.Contains(string(body), "127.0.0.1") {
+	if strings.Contains(body, "127.0.0.1") {
 		t.Errorf("problem body leaks an upstream address: %s", body)
 	}
 }
@@ -283,12 +196,12 @@ func TestForwardedHeaders(t *testing.T) {
 			for k, v := range tt.header {
 				req.Header.Set(k, v)
 			}
-			resp, body := f.do(t, req)
+			resp, body := testkit.Send(t, req)
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
 			var got seen
-			if err := json.Unmarshal(body, &got); err != nil {
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
 				t.Fatal(err)
 			}
 			if got != tt.want {
@@ -308,7 +221,7 @@ func deadAfterCheck(t *testing.T, f func(target string) *fixture) (*fixture, *up
 	dead := newUpstream(t, "dead", nil)
 	dead.closeChecks.Store(true)
 	fx := f(dead.URL)
-	waitFor(t, "the first health check", func() bool { return dead.checks.Load() > 0 })
+	testkit.Eventually(t, 5*time.Second, "the first health check", func() bool { return dead.checks.Load() > 0 })
 	dead.Close() // waits for the check's handler to finish
 	if !fx.p.Ready() || fx.healthy(t, dead.URL) != 1 {
 		t.Fatal("dead target not healthy after its first check")
@@ -336,7 +249,7 @@ func TestFailover(t *testing.T) {
 		t.Errorf("Status() mismatch (-want +got):\n%s", diff)
 	}
 	// Only the first request picked the dead target; the rest skipped it.
-	if got, _ := f.metric(t, "linkgate_upstream_retries_total"); got != 1 {
+	if got := f.metric(t, "linkgate_upstream_retries_total"); got != 1 {
 		t.Errorf("retries = %v, want 1", got)
 	}
 	if got := live.hits.Load(); got != 4 {
@@ -368,13 +281,13 @@ func TestRetryOnlyReplayable(t *testing.T) {
 			if tt.header != "" {
 				req.Header.Set(tt.header, "abc")
 			}
-			resp, body := f.do(t, req) // round robin starts with the first target: dead
+			resp, body := testkit.Send(t, req) // round robin starts with the first target: dead
 			if tt.retry {
 				if resp.StatusCode != 200 || live.hits.Load() != 1 {
 					t.Fatalf("got %d (live hits %d), want the request retried on live: %s", resp.StatusCode, live.hits.Load(), body)
 				}
 			} else {
-				wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+				wantProblem(t, resp, body, http.StatusBadGateway)
 				if live.hits.Load() != 0 {
 					t.Fatalf("request was retried on live")
 				}
@@ -387,16 +300,16 @@ func TestRetryOnlyReplayable(t *testing.T) {
 }
 
 func TestHealthCheckPutsTargetBack(t *testing.T) {
-	target := deadAddr(t)
+	target := "http://" + testkit.DeadAddr(t)
 	cfg := config(target)
 	cfg.HealthCheck.Interval = 50 * time.Millisecond
 	f := start(t, cfg)
-	waitFor(t, "the dead target to be taken out", func() bool { return !f.p.Ready() })
+	testkit.Eventually(t, 5*time.Second, "the dead target to be taken out", func() bool { return !f.p.Ready() })
 	if got := f.healthy(t, target); got != 0 {
 		t.Errorf("health = %v, want 0", got)
 	}
 	resp, body := f.get(t, "/k")
-	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+	wantProblem(t, resp, body, http.StatusBadGateway)
 
 	// Bring a server up on the same address.
 	ln, err := net.Listen("tcp", strings.TrimPrefix(target, "http://"))
@@ -411,12 +324,12 @@ func TestHealthCheckPutsTargetBack(t *testing.T) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 
-	waitFor(t, "the target to be put back", f.p.Ready)
+	testkit.Eventually(t, 5*time.Second, "the target to be put back", f.p.Ready)
 	if got := f.healthy(t, target); got != 1 {
 		t.Errorf("health = %v, want 1", got)
 	}
 	resp, body = f.get(t, "/k")
-	if resp.StatusCode != 200 || string(body) != "back" {
+	if resp.StatusCode != 200 || body != "back" {
 		t.Errorf("got %d %q, want 200 back", resp.StatusCode, body)
 	}
 }
@@ -433,20 +346,20 @@ func TestHealthCheckTakesOutNon2xx(t *testing.T) {
 	cfg.HealthCheck.Interval = 50 * time.Millisecond
 	f := start(t, cfg)
 	sick.Store(true)
-	waitFor(t, "a 503 health check to take the target out", func() bool { return !f.p.Ready() })
+	testkit.Eventually(t, 5*time.Second, "a 503 health check to take the target out", func() bool { return !f.p.Ready() })
 	sick.Store(false)
-	waitFor(t, "a 200 health check to put it back", f.p.Ready)
+	testkit.Eventually(t, 5*time.Second, "a 200 health check to put it back", f.p.Ready)
 }
 
 func TestAllTargetsDead(t *testing.T) {
-	a, b := deadAddr(t), deadAddr(t)
+	a, b := "http://"+testkit.DeadAddr(t), "http://"+testkit.DeadAddr(t)
 	f := start(t, config(a, b))
 	resp, body := f.get(t, "/k")
-	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
-	waitFor(t, "Ready to turn false", func() bool { return !f.p.Ready() })
+	wantProblem(t, resp, body, http.StatusBadGateway)
+	testkit.Eventually(t, 5*time.Second, "Ready to turn false", func() bool { return !f.p.Ready() })
 	resp, body = f.get(t, "/k") // now refused without dialling
-	wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
-	if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", "unreachable"); got != 2 {
+	wantProblem(t, resp, body, http.StatusBadGateway)
+	if got := f.metric(t, "linkgate_upstream_errors_total", "reason", "unreachable"); got != 2 {
 		t.Errorf("unreachable errors = %v, want 2", got)
 	}
 }
@@ -464,8 +377,8 @@ func TestSlowUpstream(t *testing.T) {
 	cfg.ResponseHeaderTimeout = 100 * time.Millisecond
 	f := start(t, cfg)
 	resp, body := f.get(t, "/k")
-	wantProblem(t, resp, body, http.StatusGatewayTimeout, "Gateway Timeout")
-	if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", "timeout"); got != 1 {
+	wantProblem(t, resp, body, http.StatusGatewayTimeout)
+	if got := f.metric(t, "linkgate_upstream_errors_total", "reason", "timeout"); got != 1 {
 		t.Errorf("timeout errors = %v, want 1", got)
 	}
 	if !f.p.Ready() {
@@ -487,17 +400,17 @@ func TestPostNotRetriedAfterSent(t *testing.T) {
 	})
 	ok := newUpstream(t, "ok", nil)
 	f := start(t, config(breaks.URL, ok.URL))
-	waitFor(t, "the first health check", func() bool { return breaks.checks.Load() > 0 && ok.checks.Load() > 0 })
+	testkit.Eventually(t, 5*time.Second, "the first health check", func() bool { return breaks.checks.Load() > 0 && ok.checks.Load() > 0 })
 
 	var codes []int
 	for range 2 { // round robin: one request to each target
 		req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/login", strings.NewReader("email=a@b.c&password=x"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Idempotency-Key", "k1") // even so: bytes were sent
-		resp, body := f.do(t, req)
+		resp, body := testkit.Send(t, req)
 		codes = append(codes, resp.StatusCode)
 		if resp.StatusCode == http.StatusBadGateway {
-			wantProblem(t, resp, body, http.StatusBadGateway, "Bad Gateway")
+			wantProblem(t, resp, body, http.StatusBadGateway)
 		}
 	}
 	if breaks.hits.Load() != 1 || ok.hits.Load() != 1 {
@@ -506,7 +419,7 @@ func TestPostNotRetriedAfterSent(t *testing.T) {
 	if codes[0]+codes[1] != 200+502 {
 		t.Errorf("codes %v, want one 200 and one 502", codes)
 	}
-	if got, _ := f.metric(t, "linkgate_upstream_retries_total"); got != 0 {
+	if got := f.metric(t, "linkgate_upstream_retries_total"); got != 0 {
 		t.Errorf("retries = %v, want 0", got)
 	}
 	if !f.p.Ready() || f.healthy(t, breaks.URL) != 1 {
@@ -523,11 +436,11 @@ func TestBodiesStreamedByteForByte(t *testing.T) {
 	payload := make([]byte, 5<<20)
 	rand.Read(payload)
 	req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/upload", bytes.NewReader(payload))
-	resp, body := f.do(t, req)
+	resp, body := testkit.Send(t, req)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if got, want := sha256.Sum256(body), sha256.Sum256(payload); got != want || len(body) != len(payload) {
+	if got, want := sha256.Sum256([]byte(body)), sha256.Sum256(payload); got != want || len(body) != len(payload) {
 		t.Errorf("echoed %d bytes with sha256 %x, want %d bytes %x", len(body), got, len(payload), want)
 	}
 }
@@ -546,7 +459,7 @@ func TestStreamingIsNotBuffered(t *testing.T) {
 		io.WriteString(w, "data: second\n\n")
 	})
 	f := start(t, config(up.URL))
-	resp, err := client().Get(f.front.URL + "/events")
+	resp, err := testkit.Client.Get(f.front.URL + "/events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,12 +515,17 @@ func TestConnectionReuse(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Fatalf("%d requests failed", failed.Load())
 	}
-	// One connection per concurrent client, plus the health check's.
+	// About one connection per concurrent client, plus the health
+	// check's. A few more are fine: the transport dials for a request that
+	// finds no idle connection and keeps that connection even when another
+	// went idle first and served the request, which a busy machine makes
+	// happen (37 seen). Without reuse it would be one per request; with
+	// net/http's default of 2 idle connections per host, hundreds.
 	opened := f.p.ConnectionsOpened()
-	if opened < 1 || opened > clients+4 {
-		t.Errorf("opened %d upstream connections for %d requests over %d clients, want at most %d", opened, requests, clients, clients+4)
+	if limit := int64(clients + clients/2); opened < 1 || opened > limit {
+		t.Errorf("opened %d upstream connections for %d requests over %d clients, want at most %d", opened, requests, clients, limit)
 	}
-	if got, _ := f.metric(t, "linkgate_upstream_connections_opened_total"); int64(got) != opened {
+	if got := f.metric(t, "linkgate_upstream_connections_opened_total"); int64(got) != opened {
 		t.Errorf("metric says %v connections, ConnectionsOpened %d", got, opened)
 	}
 	t.Logf("%d upstream connections for %d requests", opened, requests)
@@ -618,17 +536,16 @@ func TestCloseReleasesMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := proxy.NewMetrics(reg)
 	old := proxy.New(plan(t, config(up.URL)), m, nil)
-	other := deadAddr(t)
+	other := "http://" + testkit.DeadAddr(t)
 	next := proxy.New(plan(t, config(up.URL, other)), m, nil) // a reload that adds a target
 	old.Close()
 	old.Close() // idempotent
-	f := &fixture{p: next, reg: reg}
-	if _, ok := f.metric(t, "linkgate_upstream_healthy", "target", up.URL); !ok {
+	if !testkit.HasMetric(t, reg, "linkgate_upstream_healthy", "target", up.URL) {
 		t.Error("closing the old proxy dropped the series of a target the new one still uses")
 	}
 	next.Close()
 	for _, target := range []string{up.URL, other} {
-		if _, ok := f.metric(t, "linkgate_upstream_healthy", "target", target); ok {
+		if testkit.HasMetric(t, reg, "linkgate_upstream_healthy", "target", target) {
 			t.Errorf("series of %s left after every proxy closed", target)
 		}
 	}
@@ -696,7 +613,7 @@ func TestClientGoneWritesNothing(t *testing.T) {
 		t.Errorf("answered a client that left: %d %v %q", rec.Code, rec.Header(), rec.Body)
 	}
 	for _, reason := range []string{"unreachable", "timeout", "failed"} {
-		if got, _ := f.metric(t, "linkgate_upstream_errors_total", "reason", reason); got != 0 {
+		if got := f.metric(t, "linkgate_upstream_errors_total", "reason", reason); got != 0 {
 			t.Errorf("%s errors = %v, want 0", reason, got)
 		}
 	}
@@ -715,7 +632,7 @@ func TestRequestDeadlineIs504(t *testing.T) {
 	defer cancel()
 	rec := httptest.NewRecorder()
 	f.p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/k", nil).WithContext(ctx))
-	wantProblem(t, rec.Result(), rec.Body.Bytes(), http.StatusGatewayTimeout, "Gateway Timeout")
+	wantProblem(t, rec.Result(), rec.Body.String(), http.StatusGatewayTimeout)
 	if !f.p.Ready() {
 		t.Error("a request deadline took the target out")
 	}

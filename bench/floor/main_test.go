@@ -8,7 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // TestFloorProxies checks that the floor is a working proxy: redirects pass
@@ -37,12 +38,8 @@ func TestFloorProxies(t *testing.T) {
 	if !ok {
 		t.Fatalf("first line %q, want the address", lines.Text())
 	}
-	client := &http.Client{
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       5 * time.Second,
-	}
 	for range 50 {
-		resp, err := client.Get(base + "/go")
+		resp, err := testkit.Client.Get(base + "/go")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,7 +78,7 @@ func visit(url string) *visitor {
 				v.at = append(v.at, time.Now())
 				v.mu.Unlock()
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // a steady load, light enough for tests running beside it
 		}
 	}()
 	return v
@@ -163,24 +163,21 @@ func checkLoss(t *testing.T, row string, v *visitor, killed time.Time, counted i
 	}
 }
 
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// rounds is how many random kills a test makes: one with -short, more
-// without.
-func rounds() int {
-	if testing.Short() {
+// rounds is how many random kills a test makes: LINKGATE_KILL_ROUNDS, or
+// one. A round costs several seconds of real time, and one random moment
+// per run of the suite is what a newcomer's run can afford; the
+// measurement run of the durability table sets more
+// (LINKGATE_KILL_ROUNDS=5 go test -race -run Kill9 ./cmd/gateway/).
+func rounds(t *testing.T) int {
+	v := os.Getenv("LINKGATE_KILL_ROUNDS")
+	if v == "" {
 		return 1
 	}
-	return 4
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("LINKGATE_KILL_ROUNDS=%q: want a whole number of rounds, at least 1", v)
+	}
+	return n
 }
 
 // TestKill9DuringCassandraOutage: a gateway whose Cassandra is absent (a
@@ -188,14 +185,15 @@ func rounds() int {
 // the next process, on the embedded store and the same journal, writes it
 // all. Needs no privileges.
 func TestKill9DuringCassandraOutage(t *testing.T) {
+	t.Parallel()
 	up := redirector(t)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 9))
 	t.Logf("seed %d", seed)
-	for r := range rounds() {
+	for r := range rounds(t) {
 		dir := t.TempDir()
 		embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}\n"
-		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", closedAddr(t), embedded)
+		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", testkit.DeadAddr(t), embedded)
 		gw, _ := startGateway(t, analyticsGateway(up.URL, down))
 		v := visit(gw.url("gateway", ""))
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
@@ -215,59 +213,25 @@ func sentAfter(v *visitor, killed time.Time) int {
 	return n
 }
 
-// fill writes a file in dir until at most free bytes are left (or the
-// disk is full when free is 0), and returns a function that removes it.
-func fill(t *testing.T, dir string, free int64) func() {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 256<<10)
-	for {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(dir, &st); err != nil {
-			t.Fatal(err)
-		}
-		left := int64(st.Bavail) * int64(st.Bsize)
-		if left <= free {
-			break
-		}
-		n := min(int64(len(chunk)), left-free)
-		if _, err := f.Write(chunk[:n]); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
-				break
-			}
-			t.Fatal(err)
-		}
-	}
-	f.Close()
-	return func() {
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestKill9DuringPebbleOutage: the embedded store's disk fills up (below
 // its free-space reserve: every write refused) while visits come in; the
 // journal, on another disk, takes every interval; kill -9 at a random
 // moment; space returns; the next process writes the journal. Needs root
 // for the tmpfs (skipped loudly otherwise).
 func TestKill9DuringPebbleOutage(t *testing.T) {
+	t.Parallel()
 	up := redirector(t)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 11))
 	t.Logf("seed %d", seed)
-	for r := range rounds() {
+	for r := range rounds(t) {
 		disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
 			filepath.Join(disk, "analytics"), filepath.Join(t.TempDir(), "journal")))
 		gw, _ := startGateway(t, cfg)
 		v := visit(gw.url("gateway", ""))
 		time.Sleep(1200 * time.Millisecond) // healthy flushes first
-		free := fill(t, disk, 16<<20)
+		free := testkit.Fill(t, disk, 16<<20)
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
 		killed := gw.kill9()
 		v.halt()
@@ -284,71 +248,117 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 	}
 }
 
-// TestFullDiskSIGTERM: the disk of the embedded store and of the journal
-// fills up; at SIGTERM the final flush can save nothing: the exit is not 0
-// and stderr says how many visits were lost, exactly those sent since. With
-// the journal on another disk, the same shutdown loses nothing and exits 0,
-// and the next process counts every visit.
+// TestFullDiskSIGTERM: the volume of the embedded store and of its journal
+// (in its default place, beside the store) fills up to the last block;
+// flushes fail, and the journal goes on in the space it keeps allocated
+// ahead: at SIGTERM the final flush is journaled too, the exit is 0, and
+// the next process, with space back, counts every visit. (With the journal
+// on another disk: TestFullDiskShutdownJournalElsewhere in package
+// gateway; when nothing can keep them: TestLostVisitsSaid.)
 func TestFullDiskSIGTERM(t *testing.T) {
+	t.Parallel()
 	up := redirector(t)
-	for _, tc := range []struct {
-		name           string
-		journalOnOther bool
-	}{{"journal on the full disk", false}, {"journal on another disk", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
-			jpath := filepath.Join(disk, "journal")
-			if tc.journalOnOther {
-				jpath = filepath.Join(t.TempDir(), "journal")
-			}
-			cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
-				filepath.Join(disk, "analytics"), jpath))
-			gw, _ := startGateway(t, cfg)
-			time.Sleep(2 * durableInterval) // the store and the journal opened
-			free := fill(t, disk, 0)
-			v := visit(gw.url("gateway", ""))
-			time.Sleep(2500 * time.Millisecond)
-			v.halt()
-			sent, _ := v.sent(time.Time{})
-			err := gw.stop()
-			var exit *exec.ExitError
-			if tc.journalOnOther {
-				if err != nil {
-					t.Fatalf("exit with the journal writable: %v\n%s", err, gw.stderrText())
-				}
-			} else {
-				if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-					t.Fatalf("exit = %v, want status 1\n%s", err, gw.logs.String())
-				}
-				if want := fmt.Sprintf("%d visits lost", sent); !strings.Contains(gw.stderrText(), want) {
-					t.Errorf("stderr %q does not say %q", gw.stderrText(), want)
-				}
-				t.Logf("full disk, journal on it: sent %d, exit %d, stderr %q", sent, exit.ExitCode(), strings.TrimSpace(gw.stderrText()))
-			}
-			free()
-			gw2, _ := startGateway(t, cfg)
-			want := 0
-			if tc.journalOnOther {
-				want = sent
-			}
-			got := settle(t, gw2, want)
-			t.Logf("%s: sent %d, counted after restart %d", tc.name, sent, got)
-			if got != want {
-				t.Errorf("after restart /stats counts %d visits, want %d", got, want)
-			}
-			gw2.stop()
-		})
+	disk := testkit.Tmpfs(t, 64<<20, "TestLostVisitsSaid covers the exit status without privileges")
+	cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n", filepath.Join(disk, "analytics")))
+	gw, _ := startGateway(t, cfg, tokenEnv)
+	testkit.Eventually(t, 10*time.Second, "the store open", func() bool {
+		_, b := testkit.Do(t, "GET", gw.url("admin", "/admin/health"), nil, "Authorization", "Bearer "+testkit.AdminToken)
+		return strings.Contains(b, `"state":"ok"`)
+	})
+	free := testkit.Fill(t, disk, 0)
+	v := visit(gw.url("gateway", ""))
+	testkit.Eventually(t, 10*time.Second, "a failed flush", func() bool {
+		return gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil)
+	})
+	time.Sleep(2 * durableInterval) // intervals journaled on the full disk
+	v.halt()
+	sent, _ := v.sent(time.Time{})
+	if err := gw.stop(); err != nil || strings.Contains(gw.stderrText(), "lost") {
+		t.Fatalf("exit = %v, stderr %q; want 0 and nothing lost\n%s", err, gw.stderrText(), gw.logs.String())
+	}
+	free()
+	gw2, _ := startGateway(t, cfg)
+	counted := settle(t, gw2, sent)
+	t.Logf("full disk, journal beside the store: sent %d, counted %d after the restart", sent, counted)
+	if counted != sent {
+		t.Errorf("counted %d after the restart, sent %d", counted, sent)
+	}
+	gw2.stop()
+}
+
+// TestLostVisitsSaid: when neither the store (Cassandra absent) nor the
+// journal (its path is a file) takes the visits, SIGTERM's final flush
+// saves nothing: the exit status is 1 and stderr says how many visits were
+// lost, exactly those sent. Needs no privileges.
+func TestLostVisitsSaid(t *testing.T) {
+	t.Parallel()
+	up := redirector(t)
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "journal")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := analyticsGateway(up.URL, fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n  embedded: {path: %s}\n  journal: {path: %s}\n",
+		testkit.DeadAddr(t), filepath.Join(dir, "analytics"), notDir))
+	gw, _ := startGateway(t, cfg)
+	v := visit(gw.url("gateway", ""))
+	testkit.Eventually(t, 10*time.Second, "a failed flush", func() bool {
+		return gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil)
+	})
+	v.halt()
+	sent, _ := v.sent(time.Time{})
+	err := gw.stop()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit = %v, want status 1\n%s", err, gw.logs.String())
+	}
+	if want := fmt.Sprintf("%d visits lost", sent); !strings.Contains(gw.stderrText(), want) {
+		t.Errorf("stderr %q does not say %q", gw.stderrText(), want)
+	}
+}
+
+// TestKill9FullDiskDefaultLayout: the embedded store and its journal in
+// their default places, on one volume that fills up to the last block
+// while visits come in; kill -9 at a random moment; space back; the next
+// process counts every visit but, at most, those of the last interval: the
+// journal wrote the outage into the space it keeps allocated ahead.
+func TestKill9FullDiskDefaultLayout(t *testing.T) {
+	t.Parallel()
+	up := redirector(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 17))
+	t.Logf("seed %d", seed)
+	for r := range rounds(t) {
+		disk := testkit.Tmpfs(t, 64<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
+		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n", filepath.Join(disk, "analytics")))
+		gw, _ := startGateway(t, cfg)
+		v := visit(gw.url("gateway", ""))
+		time.Sleep(1200 * time.Millisecond) // healthy flushes first
+		free := testkit.Fill(t, disk, 0)
+		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
+		killed := gw.kill9()
+		v.halt()
+		if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
+			t.Errorf("round %d: no failed flush logged: the full disk did not stop the store\n%s", r, gw.logs.String())
+		}
+		free()
+		gw2, _ := startGateway(t, cfg)
+		sent, _ := v.sent(time.Time{})
+		counted := settle(t, gw2, sent-sentAfter(v, killed))
+		checkLoss(t, fmt.Sprintf("volume full, default layout, round %d", r), v, killed, counted)
+		gw2.stop()
 	}
 }
 
 // TestKill9StoreHealthy: kill -9 of a gateway whose embedded store takes
 // every flush loses at most the interval in memory and journals nothing.
 func TestKill9StoreHealthy(t *testing.T) {
+	t.Parallel()
 	up := redirector(t)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 13))
 	t.Logf("seed %d", seed)
-	for r := range rounds() {
+	for r := range rounds(t) {
 		dir := t.TempDir()
 		jdir := filepath.Join(dir, "journal")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n", filepath.Join(dir, "analytics"), jdir))

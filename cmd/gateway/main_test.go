@@ -22,7 +22,38 @@ import (
 // (with -race when the tests run with it).
 var bin struct{ gateway string }
 
+// childEnv is the environment of every process the tests start: the test's
+// own, with the race detector's exit pause off unless GORACE sets it. A
+// binary built with -race sleeps a second at exit (GORACE atexit_sleep_ms,
+// 1000 by default) to let other goroutines report; a race found while the
+// process ran is reported at once all the same, and checkRaces fails the
+// test on it.
+func childEnv(extra ...string) []string {
+	gorace := "atexit_sleep_ms=0"
+	if v := os.Getenv("GORACE"); v != "" {
+		gorace += " " + v // the later setting wins
+	}
+	return append(append(os.Environ(), "GORACE="+gorace), extra...)
+}
+
+// command is exec.Command with childEnv.
+func command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Env = childEnv()
+	return cmd
+}
+
+// checkRaces fails t if a child built with -race reported a data race on
+// stderr: its exit status says so too, but not every test looks at it.
+func checkRaces(t *testing.T, what, stderr string) {
+	t.Helper()
+	if strings.Contains(stderr, "WARNING: DATA RACE") {
+		t.Errorf("%s reported a data race:\n%s", what, stderr)
+	}
+}
+
 func TestMain(m *testing.M) {
+	testkit.SetParallel(4) // the tests wait on child processes and flush intervals
 	dir, err := os.MkdirTemp("", "linkgate-bin")
 	if err != nil {
 		panic(err)
@@ -64,7 +95,7 @@ func (p *process) stderrText() string { return p.errOut.String() }
 func startProcess(t *testing.T, env []string, wait []string, name string, args ...string) *process {
 	t.Helper()
 	p := &process{t: t, cmd: exec.Command(name, args...), addr: map[string]string{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = childEnv(env...)
 	p.cmd.Stderr = io.MultiWriter(testWriter{t}, &p.errOut)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -122,6 +153,7 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 			p.cmd.Process.Kill()
 			<-p.done
 		}
+		checkRaces(t, filepath.Base(name), p.errOut.String())
 	})
 	return p
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // runDemo runs the real program in-process with args and returns its base
@@ -188,7 +190,7 @@ func TestLinksSaveFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := do(t, "POST", ts.URL+"/shorten", form, "url=https://go.dev/x")
-	wantProblem(t, a, http.StatusServiceUnavailable)
+	testkit.Problem(t, a.resp, string(a.body), http.StatusServiceUnavailable)
 	if a.header.Get("Location") != "" || !strings.Contains(string(a.body), "could not be saved") {
 		t.Errorf("503 answer: Location %q, body %s", a.header.Get("Location"), a.body)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // start serves the demo on a real loopback listener.
@@ -32,18 +34,16 @@ func mustServer(t testing.TB, o options) http.Handler {
 	return h
 }
 
-// noFollow is a client that returns redirects instead of following them.
-var noFollow = &http.Client{
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	Timeout:       5 * time.Second,
-}
-
+// answer is a response with its whole body.
 type answer struct {
+	resp   *http.Response
 	status int
 	header http.Header
 	body   []byte
 }
 
+// do sends a request with the Content-Type contentType (none when "") and
+// the header pairs (name, value, ...), not following redirects.
 func do(t *testing.T, method, u, contentType, body string, header ...string) answer {
 	t.Helper()
 	req, err := http.NewRequest(method, u, strings.NewReader(body))
@@ -56,40 +56,14 @@ func do(t *testing.T, method, u, contentType, body string, header ...string) ans
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := noFollow.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header, b}
+	resp, b := testkit.Send(t, req)
+	return answer{resp, resp.StatusCode, resp.Header, []byte(b)}
 }
 
 const (
 	form = "application/x-www-form-urlencoded"
 	js   = "application/json"
 )
-
-// wantProblem checks an RFC 9457 body with the given status.
-func wantProblem(t *testing.T, a answer, status int) {
-	t.Helper()
-	if a.status != status {
-		t.Fatalf("status = %d, want %d; body %s", a.status, status, a.body)
-	}
-	if ct := a.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type = %q, want application/problem+json", ct)
-	}
-	var p struct {
-		Type, Title string
-		Status      int
-	}
-	if err := json.Unmarshal(a.body, &p); err != nil || p.Status != status || p.Title == "" {
-		t.Errorf("problem body %s: status %d title %q err %v", a.body, p.Status, p.Title, err)
-	}
-}
 
 func TestShortenThenRedirect(t *testing.T) {
 	ts := start(t)
@@ -164,7 +138,8 @@ func TestShortenRejects(t *testing.T) {
 		{"too large a body", form, "url=https://example.com/&pad=" + strings.Repeat("a", maxBodyBytes)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantProblem(t, do(t, "POST", ts.URL+"/shorten", tc.contentType, tc.body), http.StatusBadRequest)
+			a := do(t, "POST", ts.URL+"/shorten", tc.contentType, tc.body)
+			testkit.Problem(t, a.resp, string(a.body), http.StatusBadRequest)
 		})
 	}
 }
@@ -182,12 +157,20 @@ func TestSeededAndUnknown(t *testing.T) {
 			}
 		}
 	}
-	wantProblem(t, do(t, "GET", ts.URL+"/nope", "", ""), http.StatusNotFound)
 	if a := do(t, "HEAD", ts.URL+"/nope", "", ""); a.status != http.StatusNotFound {
 		t.Errorf("HEAD unknown = %d, want 404", a.status)
 	}
-	wantProblem(t, do(t, "GET", ts.URL+"/a/b", "", ""), http.StatusNotFound)
-	wantProblem(t, do(t, "DELETE", ts.URL+"/go", "", ""), http.StatusMethodNotAllowed)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/nope", http.StatusNotFound},
+		{"GET", "/a/b", http.StatusNotFound},
+		{"DELETE", "/go", http.StatusMethodNotAllowed},
+	} {
+		a := do(t, tc.method, ts.URL+tc.path, "", "")
+		testkit.Problem(t, a.resp, string(a.body), tc.status)
+	}
 }
 
 func TestLogin(t *testing.T) {
@@ -209,7 +192,7 @@ func TestLogin(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := do(t, "POST", ts.URL+"/login", tc.contentType, tc.body)
 			if tc.want != 200 {
-				wantProblem(t, a, tc.want)
+				testkit.Problem(t, a.resp, string(a.body), tc.want)
 				return
 			}
 			if a.status != 200 {

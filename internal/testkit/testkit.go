@@ -1,17 +1,22 @@
-// Package testkit holds the helpers that the end-to-end tests of several
-// packages share: an HTTP client that shows redirects, polling, small
-// upstreams, config files written atomically, a gateway config on free
-// ports, the log records a test matches, and tmpfs volumes for disk faults.
-// It is imported by tests only.
+// Package testkit holds the one copy of each helper that the tests of
+// several packages share: an HTTP client that shows redirects, RFC 9457
+// problem answers, polling, small upstreams, addresses nothing listens on,
+// config files written atomically, a gateway config on free ports, the log
+// records a test matches, Prometheus series, a real memcached server, and
+// tmpfs volumes for disk faults.
+//
+// It is imported by tests only, and imports no linkgate package, so that
+// the tests of every package can import it.
 package testkit
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +65,9 @@ var Client = &http.Client{
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
-// Do sends a request with the header pairs hdr (name, value, ...) and
-// returns the answer with its whole body; a transport error fails t.
+// Do sends a request with the header pairs hdr (name, value, ...) with
+// Client and returns the answer with its whole body; a transport error
+// fails t.
 func Do(t testing.TB, method, url string, body io.Reader, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, body)
@@ -71,13 +77,58 @@ func Do(t testing.TB, method, url string, body io.Reader, hdr ...string) (*http.
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	return Send(t, req)
+}
+
+// Send sends req with Client and returns the answer with its body; an
+// error sending it fails t. The body is what arrived before an error
+// reading it: a server may reset the connection after its answer (a 431
+// to a client still sending its headers), and the callers check what the
+// body holds.
+func Send(t testing.TB, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	resp, err := Client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp, string(b)
+}
+
+// Problem checks that resp, whose body is body, is an RFC 9457 problem
+// with the given status: Content-Type application/problem+json and a JSON
+// object whose status member is status and whose title is not empty. It
+// returns the object's members for the caller's own checks; a mismatch
+// fails t at once.
+func Problem(t testing.TB, resp *http.Response, body string, status int) map[string]any {
+	t.Helper()
+	if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("got %d %q %q, want %d application/problem+json", resp.StatusCode, resp.Header.Get("Content-Type"), body, status)
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", body, err)
+	}
+	if p["status"] != float64(status) || p["title"] == nil || p["title"] == "" {
+		t.Fatalf("problem body %q: want the status %d and a title", body, status)
+	}
+	return p
+}
+
+// DeadAddr returns a loopback address (host:port) nothing listens on: a
+// peer that refuses connections, or the port of a server the test starts
+// later. The port was free a moment ago; another process may take it
+// meanwhile, which the kernel makes rare by not handing it out again soon.
+func DeadAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
 
 // Body GETs url and returns the answer's body.
@@ -111,16 +162,20 @@ func InFlight(url string) <-chan Result {
 	return res
 }
 
-// Eventually polls cond every 20 ms until it holds, and fails t naming
-// what was awaited if it does not hold within the given time.
+// Eventually polls cond until it holds, and fails t naming what was
+// awaited if it does not hold within the given time. It polls every
+// millisecond at first, then less often, up to every 20 ms: a short wait
+// costs little, a long one does not spin.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	pause := time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %v: %s", within, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(2*pause, 20*time.Millisecond)
 	}
 }
 
@@ -132,23 +187,4 @@ func Named(t testing.TB, name string) *httptest.Server {
 	}))
 	t.Cleanup(s.Close)
 	return s
-}
-
-// Tmpfs mounts a tmpfs of size bytes on a new folder and unmounts it at
-// the end of the test. It skips the test, loudly, where mounting is not
-// permitted (not root, or a container without CAP_SYS_ADMIN): the caller
-// names the unprivileged test that covers the same logic in why.
-func Tmpfs(t testing.TB, size int64, why string) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("*** SKIPPED: this test mounts a tmpfs (root with CAP_SYS_ADMIN): %v: %s; %s ***", err, strings.TrimSpace(string(out)), why)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
 }

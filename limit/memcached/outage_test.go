@@ -1,7 +1,6 @@
 package memcached_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,59 +15,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/route"
 )
-
-// records is a slog.Handler keeping every record.
-type records struct {
-	mu  sync.Mutex
-	all []slog.Record
-}
-
-func (h *records) Enabled(context.Context, slog.Level) bool { return true }
-func (h *records) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.all = append(h.all, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *records) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *records) WithGroup(string) slog.Handler      { return h }
-
-func (h *records) since(t time.Time) []slog.Record {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []slog.Record
-	for _, r := range h.all {
-		if !r.Time.Before(t) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func attr(r slog.Record, key string) string {
-	var v string
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == key {
-			v = a.Value.String()
-			return false
-		}
-		return true
-	})
-	return v
-}
 
 // TestOutageLogsAFewLinesPerSecond: while memcached is down under load,
 // every request meets a store error and a shadow rule would limit every
 // request; the log gets at most one line a second per rule and kind, with
 // the count held back, while the metrics count every request.
 func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
-	mc := startMemcached(t)
-	h := &records{}
-	log := slog.New(h)
+	t.Parallel()
+	mc := testkit.StartMemcached(t)
+	var logs testkit.Logs
+	log := slog.New(logs.Handler())
 	reg := prometheus.NewRegistry()
 	store := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 32}, memcached.NewMetrics(reg), log)
 	defer store.Close()
@@ -116,6 +77,7 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // load runs before the outage
 	mc.Kill()
+	logs.Clear() // the lines of the outage only
 	killed, sentAtKill := time.Now(), sent.Load()
 	time.Sleep(2 * time.Second) // load runs during the outage
 	close(stop)
@@ -123,14 +85,14 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	window := time.Since(killed)
 	during := sent.Load() - sentAtKill
 
-	lines := h.since(killed)
+	lines := logs.Records("", nil)
 	per := map[string]int{} // msg + rule → lines
 	var reported int64      // store errors the log accounts for: lines plus their suppressed counts
 	for _, r := range lines {
-		per[r.Message+" "+attr(r, "rule")]++
-		if r.Message == "limit: store failed" {
+		per[r["msg"]+" "+r["rule"]]++
+		if r["msg"] == "limit: store failed" {
 			var n int64
-			fmt.Sscan(attr(r, "suppressed"), &n)
+			fmt.Sscan(r["suppressed"], &n)
 			reported += 1 + n
 		}
 	}
@@ -148,7 +110,7 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	}
 	var storeErrors float64
 	for _, rule := range []string{"login_ip", "login_shadow", "login_email"} {
-		storeErrors += gatherDecision(t, reg, rule, limit.OutcomeStoreError)
+		storeErrors += testkit.Metric(t, reg, "linkgate_limit_decisions_total", "rule", rule, "outcome", limit.OutcomeStoreError)
 	}
 	if storeErrors < float64(during) {
 		t.Errorf("store_error decisions %v, want one per rule per request during the outage (%d requests)", storeErrors, during)
@@ -158,41 +120,12 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	}
 }
 
-// gatherDecision returns linkgate_limit_decisions_total{rule,outcome}.
-func gatherDecision(t *testing.T, reg *prometheus.Registry, rule, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "linkgate_limit_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var r, o string
-			for _, lp := range m.GetLabel() {
-				switch lp.GetName() {
-				case "rule":
-					r = lp.GetValue()
-				case "outcome":
-					o = lp.GetValue()
-				}
-			}
-			if r == rule && o == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
 // TestStorePolicyAnswers: what a client gets while memcached is down,
 // under each on_store_error policy, over real HTTP: allow passes the
 // request to the upstream; deny answers 503 with Retry-After: 1 and a
 // problem naming the rule, and the upstream never sees it.
 func TestStorePolicyAnswers(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	mc.Kill()
 	for _, tc := range []struct {
 		policy          string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/route"
@@ -93,20 +94,7 @@ func burst(t *testing.T, s *memcached.Store, n, rounds int) float64 {
 	}
 	close(start)
 	wg.Wait()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if mf.GetName() == "linkgate_limit_decisions_total" && lp.GetName() == "outcome" && lp.GetValue() == limit.OutcomeStoreError {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return testkit.Metric(t, reg, "linkgate_limit_decisions_total", "outcome", limit.OutcomeStoreError)
 }
 
 // TestWarmPoolAbsorbsBurst: the store dials its connections before the
@@ -116,13 +104,13 @@ func burst(t *testing.T, s *memcached.Store, n, rounds int) float64 {
 // connections) or a cap below the checks in flight, this burst dials most
 // of its connections, and keeps dialing under steady load.
 func TestWarmPoolAbsorbsBurst(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	const pool, clients = 80, 64 // 64 checks + the flusher's 4 connections fit in 80
 	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
-	dials := func() float64 { return gather(t, reg, "linkgate_memcached_dials_total", mc.Addr) }
-	waitFor(t, 5*time.Second, "the pool was not dialed", func() bool { return dials() >= pool })
+	dials := func() float64 { return testkit.Metric(t, reg, "linkgate_memcached_dials_total", "server", mc.Addr) }
+	testkit.Eventually(t, 5*time.Second, "the pool dialed", func() bool { return dials() >= pool })
 	if got := mcStat(t, mc.Addr, "curr_connections"); got < pool {
 		t.Fatalf("memcached has %d connections open after the warm-up, want at least %d", got, pool)
 	}
@@ -130,21 +118,21 @@ func TestWarmPoolAbsorbsBurst(t *testing.T) {
 	storeErrors := burst(t, s, clients, 20)
 	if d := dials() - before; d != 0 || storeErrors != 0 {
 		t.Errorf("%v connections dialed and %v store errors during a burst of %d clients with %d connections warmed, want none (memcached errors: %v)",
-			d, storeErrors, clients, pool, gather(t, reg, "linkgate_memcached_errors_total", mc.Addr))
+			d, storeErrors, clients, pool, testkit.Metric(t, reg, "linkgate_memcached_errors_total", "server", mc.Addr))
 	}
 	t.Logf("memcached total_connections grew by %d during the burst (our stats connection included)", mcStat(t, mc.Addr, "total_connections")-totalBefore)
 }
 
 // TestDefaultPool: without max_idle_conns the store keeps the default.
 func TestDefaultPool(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
-	waitFor(t, 5*time.Second, "the default pool was not dialed", func() bool {
-		return gather(t, reg, "linkgate_memcached_dials_total", mc.Addr) >= limit.DefaultMaxIdleConns
+	testkit.Eventually(t, 5*time.Second, "the default pool dialed", func() bool {
+		return testkit.Metric(t, reg, "linkgate_memcached_dials_total", "server", mc.Addr) >= limit.DefaultMaxIdleConns
 	})
-	if got := gather(t, reg, "linkgate_memcached_dials_total", mc.Addr); got != limit.DefaultMaxIdleConns {
+	if got := testkit.Metric(t, reg, "linkgate_memcached_dials_total", "server", mc.Addr); got != limit.DefaultMaxIdleConns {
 		t.Errorf("%v dials, want %d", got, limit.DefaultMaxIdleConns)
 	}
 }
@@ -153,23 +141,23 @@ func TestDefaultPool(t *testing.T) {
 // connections are dialed before the breaker closes, so that the requests
 // waiting for it do not all dial at once.
 func TestRecoveryBurstFindsConnections(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	const pool = 80
 	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
-	dials := func() float64 { return gather(t, reg, "linkgate_memcached_dials_total", mc.Addr) }
-	waitFor(t, 5*time.Second, "the pool was not dialed", func() bool { return dials() >= pool })
+	dials := func() float64 { return testkit.Metric(t, reg, "linkgate_memcached_dials_total", "server", mc.Addr) }
+	testkit.Eventually(t, 5*time.Second, "the pool dialed", func() bool { return dials() >= pool })
 
 	mc.Kill()
 	ctx := context.Background()
 	c := limit.Counter{Rule: "recovery", Value: "x"}
-	waitFor(t, 5*time.Second, "the breaker did not open", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the breaker open", func() bool {
 		s.Load(ctx, c, []limit.Bucket{minute(time.Now())}, make([]int64, 1))
 		return s.BreakerOpen(mc.Addr)
 	})
 	mc.Start()
-	waitFor(t, 5*time.Second, "the breaker did not close", func() bool { return !s.BreakerOpen(mc.Addr) })
+	testkit.Eventually(t, 5*time.Second, "the breaker closed", func() bool { return !s.BreakerOpen(mc.Addr) })
 	// The probe's connection and the warm-up's, all before the breaker closed.
 	after := dials()
 	if errs := burst(t, s, 64, 5); errs != 0 || dials() != after {

@@ -18,6 +18,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/limittest"
 	"github.com/linkgate/linkgate/limit/memcached"
@@ -37,14 +38,16 @@ func newStore(t testing.TB, m *memcached.Metrics, servers ...string) *memcached.
 }
 
 func TestConformance(t *testing.T) {
-	mc := startMemcached(t)
+	t.Parallel()
+	mc := testkit.StartMemcached(t)
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
 		return limittest.Harness{Store: newStore(t, nil, mc.Addr)}
 	})
 }
 
 func TestConformanceTwoServers(t *testing.T) {
-	a, b := startMemcached(t), startMemcached(t)
+	t.Parallel()
+	a, b := testkit.StartMemcached(t), testkit.StartMemcached(t)
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
 		return limittest.Harness{Store: newStore(t, memcached.NewMetrics(prometheus.NewRegistry()), a.Addr, b.Addr)}
 	})
@@ -53,18 +56,6 @@ func TestConformanceTwoServers(t *testing.T) {
 // minute returns the minute bucket holding now.
 func minute(now time.Time) limit.Bucket {
 	return limit.Bucket{Level: limit.Minute, Start: now.Unix() / 60 * 60, TTL: 2 * time.Minute}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func loadOne(t *testing.T, s *memcached.Store, c limit.Counter, b limit.Bucket) int64 {
@@ -78,7 +69,7 @@ func loadOne(t *testing.T, s *memcached.Store, c limit.Counter, b limit.Bucket) 
 
 // Two gateways sharing one memcached see each other's hits once flushed.
 func TestTwoStoresShare(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	g1, g2 := newStore(t, nil, mc.Addr), newStore(t, nil, mc.Addr)
 	ctx := context.Background()
 	c := limit.Counter{Rule: "share", Value: "203.0.113.1"}
@@ -91,7 +82,7 @@ func TestTwoStoresShare(t *testing.T) {
 	if err := g2.Add(ctx, c, []limit.Bucket{b}, 2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Second, "the gateways do not both see 5 hits", func() bool {
+	testkit.Eventually(t, 2*time.Second, "both gateways see 5 hits", func() bool {
 		return loadOne(t, g1, c, b) == 5 && loadOne(t, g2, c, b) == 5
 	})
 }
@@ -113,7 +104,7 @@ func dayPlan(now time.Time) []limit.Bucket {
 
 // With two servers, a Load of 144 buckets is one get command in total.
 func TestLoadIsOneRoundTrip(t *testing.T) {
-	p1, p2 := startProxy(t, startMemcached(t).Addr), startProxy(t, startMemcached(t).Addr)
+	p1, p2 := startProxy(t, testkit.StartMemcached(t).Addr), startProxy(t, testkit.StartMemcached(t).Addr)
 	s := newStore(t, nil, p1.Addr, p2.Addr)
 	ctx := context.Background()
 	bs := dayPlan(time.Now())
@@ -150,7 +141,7 @@ func TestLoadIsOneRoundTrip(t *testing.T) {
 
 // Many Adds to one bucket between flushes become a few memcached operations.
 func TestAddsCoalesce(t *testing.T) {
-	p := startProxy(t, startMemcached(t).Addr)
+	p := startProxy(t, testkit.StartMemcached(t).Addr)
 	s := newStore(t, nil, p.Addr)
 	ctx := context.Background()
 	c := limit.Counter{Rule: "coalesce", Value: "u1"}
@@ -163,7 +154,7 @@ func TestAddsCoalesce(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	reader := newStore(t, nil, p.Addr) // has nothing pending: reads what memcached holds
-	waitFor(t, 2*time.Second, "1000 adds not flushed", func() bool { return loadOne(t, reader, c, bs[1]) == 1000 })
+	testkit.Eventually(t, 2*time.Second, "1000 adds flushed", func() bool { return loadOne(t, reader, c, bs[1]) == 1000 })
 	writes := p.Count("incr", "add", "set")
 	// Per key and flush: incr (miss), add; a flush that lands after the
 	// first adds one incr. 1000 Adds take well under a few flush intervals.
@@ -176,39 +167,10 @@ func TestAddsCoalesce(t *testing.T) {
 	}
 }
 
-// gather returns the value of the metric name with label server=addr.
-func gather(t *testing.T, reg *prometheus.Registry, name, server string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := server == ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "server" && l.GetValue() == server {
-					match = true
-				}
-			}
-			if match {
-				if m.Gauge != nil {
-					return m.Gauge.GetValue()
-				}
-				return m.Counter.GetValue()
-			}
-		}
-	}
-	return 0
-}
-
 // When memcached dies the breaker opens and calls fail at once; when it
 // comes back the breaker closes within a second and the pending hits arrive.
 func TestBreaker(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	s := newStore(t, memcached.NewMetrics(reg), mc.Addr)
 	ctx := context.Background()
@@ -217,7 +179,7 @@ func TestBreaker(t *testing.T) {
 	if err := s.AddNow(ctx, c, []limit.Bucket{b}, 1); err != nil {
 		t.Fatal(err)
 	}
-	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 0 {
+	if got := testkit.Metric(t, reg, "linkgate_memcached_breaker_open", "server", mc.Addr); got != 0 {
 		t.Fatalf("breaker gauge = %v before the outage, want 0", got)
 	}
 
@@ -237,14 +199,14 @@ func TestBreaker(t *testing.T) {
 
 	mc.Kill()
 	counts := make([]int64, 1)
-	waitFor(t, 2*time.Second, "the breaker did not open", func() bool {
+	testkit.Eventually(t, 2*time.Second, "the breaker open", func() bool {
 		s.Load(ctx, c, []limit.Bucket{b}, counts)
 		return s.BreakerOpen(mc.Addr)
 	})
-	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 1 {
+	if got := testkit.Metric(t, reg, "linkgate_memcached_breaker_open", "server", mc.Addr); got != 1 {
 		t.Errorf("breaker gauge = %v while open, want 1", got)
 	}
-	if got := gather(t, reg, "linkgate_memcached_errors_total", mc.Addr); got < 3 {
+	if got := testkit.Metric(t, reg, "linkgate_memcached_errors_total", "server", mc.Addr); got < 3 {
 		t.Errorf("errors counted = %v, want at least 3", got)
 	}
 	for _, call := range []struct {
@@ -267,11 +229,11 @@ func TestBreaker(t *testing.T) {
 
 	mc.Start() // empty: the hit added before the outage is gone
 	restarted := time.Now()
-	waitFor(t, 2*time.Second, "the breaker did not close after memcached came back", func() bool { return !s.BreakerOpen(mc.Addr) })
+	testkit.Eventually(t, 2*time.Second, "the breaker closed after memcached came back", func() bool { return !s.BreakerOpen(mc.Addr) })
 	if d := time.Since(restarted); d > time.Second {
 		t.Errorf("breaker closed %v after memcached returned, want within 1s", d)
 	}
-	if got := gather(t, reg, "linkgate_memcached_breaker_open", mc.Addr); got != 0 {
+	if got := testkit.Metric(t, reg, "linkgate_memcached_breaker_open", "server", mc.Addr); got != 0 {
 		t.Errorf("breaker gauge = %v after recovery, want 0", got)
 	}
 	for i := range 50 {
@@ -283,12 +245,12 @@ func TestBreaker(t *testing.T) {
 		t.Fatalf("Add after recovery: %v", err)
 	}
 	reader := newStore(t, nil, mc.Addr)
-	waitFor(t, 2*time.Second, "hits after recovery do not reach memcached", func() bool { return loadOne(t, reader, c, b) == 2 })
+	testkit.Eventually(t, 2*time.Second, "hits after recovery reach memcached", func() bool { return loadOne(t, reader, c, b) == 2 })
 }
 
 // Increments pending when the breaker opens are kept and sent after recovery.
 func TestPendingSurviveOutage(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	s := newStore(t, memcached.NewMetrics(reg), mc.Addr)
 	ctx := context.Background()
@@ -309,16 +271,16 @@ func TestPendingSurviveOutage(t *testing.T) {
 	if added == 0 {
 		t.Fatal("no Add accepted before the breaker opened")
 	}
-	if got := gather(t, reg, "linkgate_memcached_pending_deltas", ""); got != 1 {
+	if got := testkit.Metric(t, reg, "linkgate_memcached_pending_deltas"); got != 1 {
 		t.Errorf("pending gauge = %v while down, want 1 (one bucket)", got)
 	}
 	mc.Start()
 	reader := newStore(t, nil, mc.Addr)
-	waitFor(t, 3*time.Second, fmt.Sprintf("the %d hits pending during the outage never arrived", added), func() bool {
+	testkit.Eventually(t, 3*time.Second, fmt.Sprintf("the %d hits pending during the outage arrived", added), func() bool {
 		return !s.BreakerOpen(mc.Addr) && loadOne(t, reader, c, b) == int64(added)
 	})
-	waitFor(t, time.Second, "pending gauge not back to 0", func() bool {
-		return gather(t, reg, "linkgate_memcached_pending_deltas", "") == 0
+	testkit.Eventually(t, time.Second, "pending gauge back to 0", func() bool {
+		return testkit.Metric(t, reg, "linkgate_memcached_pending_deltas") == 0
 	})
 }
 
@@ -328,7 +290,7 @@ func TestPendingSurviveOutage(t *testing.T) {
 // than the 5 ms flushes) and at 500 checks a second each, and checks that
 // strict counting (count first, then check) never does.
 func TestOvershoot(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	gws := []*memcached.Store{newStore(t, nil, mc.Addr), newStore(t, nil, mc.Addr)}
 	ctx := context.Background()
 	const limitN = 100
@@ -409,7 +371,7 @@ func TestOvershoot(t *testing.T) {
 // (gw-cpu-µs, flusher and GC included) and memcached (mc-cpu-µs): 1e6 /
 // gw-cpu-µs is the decisions per second one core of a gateway can make.
 func BenchmarkDecision(b *testing.B) {
-	mc := startMemcached(b)
+	mc := testkit.StartMemcached(b)
 	s := newStore(b, nil, mc.Addr)
 	ctx := context.Background()
 	plan := dayPlan(time.Now())
@@ -472,7 +434,7 @@ func processCPU(b *testing.B, pid int) time.Duration {
 // BenchmarkFloor is gomemcache alone on the same memcached: a get of one
 // key and a GetMulti of the 144 keys of a check, to compare Decision with.
 func BenchmarkFloor(b *testing.B) {
-	mc := startMemcached(b)
+	mc := testkit.StartMemcached(b)
 	c := memcache.New(mc.Addr)
 	c.MaxIdleConns = 8
 	plan := dayPlan(time.Now())
@@ -552,7 +514,7 @@ func TestTimeoutOpensBreaker(t *testing.T) {
 // A client's own hits never vanish or double while they are flushed: one
 // writer adding and reading back across many flushes sees exactly its count.
 func TestLoadExactAcrossFlushes(t *testing.T) {
-	s := newStore(t, nil, startMemcached(t).Addr)
+	s := newStore(t, nil, testkit.StartMemcached(t).Addr)
 	ctx := context.Background()
 	c := limit.Counter{Rule: "exact", Value: "203.0.113.50"}
 	now := time.Now()
@@ -577,7 +539,7 @@ func TestLoadExactAcrossFlushes(t *testing.T) {
 
 // Reset drops the increments still pending, so they never reach memcached.
 func TestResetDropsPending(t *testing.T) {
-	mc := startMemcached(t)
+	mc := testkit.StartMemcached(t)
 	s, reader := newStore(t, nil, mc.Addr), newStore(t, nil, mc.Addr)
 	ctx := context.Background()
 	c := limit.Counter{Rule: "reset_pending", Value: "eve@example.com"}
