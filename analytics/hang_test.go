@@ -2,8 +2,11 @@ package analytics_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -190,5 +194,61 @@ func TestHungWritesLoseAtMostAnIntervalAndTheBound(t *testing.T) {
 				f2.Close(t.Context())
 			})
 		}
+	}
+}
+
+// TestOutageLogged: the log says once that the store stopped taking
+// writes (a refusal) or has not answered one (a hang), and once that it
+// takes them again with the journal empty, with how long and how much the
+// journal held.
+func TestOutageLogged(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		t.Run(fmt.Sprint("hang=", hang), func(t *testing.T) {
+			defer watchdog(time.Minute, "the flusher stopped")()
+			synctest.Test(t, func(t *testing.T) {
+				st := &hangingStore{memStore: newMemStore()}
+				var logs testkit.Buffer
+				rec := analytics.NewRecorder(1000, nil)
+				opts := analytics.FlusherOptions{Interval: time.Second, JournalPath: filepath.Join(t.TempDir(), "journal")}
+				f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+				ctx, cancel := context.WithCancel(t.Context())
+				var wg sync.WaitGroup
+				wg.Go(func() { f.Run(ctx) })
+				visits := func(n int) {
+					for range n {
+						rec.Record("k", time.Now(), false)
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
+				visits(20)
+				if hang {
+					st.writes.Store(true)
+				} else {
+					st.setFail(func(int) bool { return true })
+				}
+				visits(50)
+				st.writes.Store(false)
+				st.setFail(nil)
+				visits(200) // the backoff (up to 6 intervals) and the replay
+				synctest.Wait()
+				cancel()
+				wg.Wait()
+				out := logs.String()
+				began := "the store stopped taking writes"
+				if hang {
+					began = "the store has not answered a write"
+				}
+				if n := strings.Count(out, began); n != 1 {
+					t.Errorf("%q logged %d times, want once:\n%s", began, n, out)
+				}
+				if n := strings.Count(out, "the store takes writes again and the journal is empty"); n != 1 || !strings.Contains(out, "journal_max_records=") {
+					t.Errorf("the end of the outage logged %d times, want once with the journal's peak:\n%s", n, out)
+				}
+				v, err := exact(st).Total(t.Context(), "k")
+				if err != nil || v.Human != 270 {
+					t.Errorf("stored %+v, %v; want all 270 visits", v, err)
+				}
+			})
+		})
 	}
 }
