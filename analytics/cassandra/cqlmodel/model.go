@@ -9,32 +9,25 @@
 package cqlmodel
 
 import (
-	"bufio"
 	"encoding/binary"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/cqlwire"
 )
 
-// Server speaks just enough of the CQL native protocol v4 for gocql to
-// connect and for the Store to prepare and execute its statements, so that
-// the tests can inject the faults a real cluster produces only under
-// duress: WriteTimeout and Unavailable errors, and requests that are never
-// answered. It is not a database: DDL and writes are acknowledged without
-// effect, and a SELECT answers the rows the test gives it.
+// Server is a model of a node: it answers the analytics store's statements
+// (cqlwire does the protocol) and keeps what it received for the test.
 type Server struct {
-	t  testing.TB
-	ln net.Listener
+	*cqlwire.Server
 
 	// Mu guards the fields below, which tests read and set.
 	Mu          sync.Mutex
-	prepared    map[string]string // id → statement
-	Executes    map[string]int    // statement → EXECUTEs seen
-	Bound       [][][]byte        // values of every EXECUTE of an INSERT
-	Batches     []Batch
+	Executes    map[string]int      // statement → EXECUTEs seen
+	Bound       [][][]byte          // values of every EXECUTE of an INSERT
+	Batches     []Batch             // BATCHes received
 	Applied     []Stmt              // writes answered OK (EXECUTEs and the statements of BATCHes), in order
 	DDL         []string            // CREATE statements received, in order
 	Consistency map[string][]uint16 // statement → consistency of each EXECUTE
@@ -48,11 +41,11 @@ type Server struct {
 	CAS func(stmt string, values [][]byte) (cols []Col, rows [][][]byte)
 }
 
-// Stmt is one statement of a BATCH: its text and bound values.
-type Stmt struct {
-	Q      string
-	Values [][]byte
-}
+// Stmt is a statement of an EXECUTE or a BATCH: its text and bound values.
+type Stmt = cqlwire.Stmt
+
+// Col is a result column or bind marker: its name and CQL type.
+type Col = cqlwire.Col
 
 // Batch is a BATCH received.
 type Batch struct {
@@ -60,14 +53,8 @@ type Batch struct {
 	Consistency, Serial uint16
 }
 
-// Col is a result column: its name and CQL type (TypeBigint, ...).
-type Col struct {
-	Name string
-	Type uint16
-}
-
 // Answers of Reply (ReplyOK, ReplyStall, or an error code), and the CQL
-// types of result columns.
+// types of columns.
 const (
 	ReplyOK    = 0
 	ReplyStall = -1
@@ -75,13 +62,13 @@ const (
 	ErrUnavailable  = 0x1000
 	ErrWriteTimeout = 0x1100
 
-	TypeBigint    = 0x0002
-	TypeBoolean   = 0x0004
-	TypeInt       = 0x0009
-	TypeTimestamp = 0x000B
-	TypeUUID      = 0x000C
-	TypeInet      = 0x0010
-	TypeVarchar   = 0x000D
+	TypeBigint    = cqlwire.TypeBigint
+	TypeBoolean   = cqlwire.TypeBoolean
+	TypeInt       = cqlwire.TypeInt
+	TypeTimestamp = cqlwire.TypeTimestamp
+	TypeUUID      = cqlwire.TypeUUID
+	TypeInet      = cqlwire.TypeInet
+	TypeVarchar   = cqlwire.TypeVarchar
 )
 
 // New starts a Server on a free loopback port; it stops at the end of t.
@@ -89,46 +76,10 @@ func New(t testing.TB) *Server { return NewAt(t, "127.0.0.1:0") }
 
 // NewAt starts a Server on addr; it stops at the end of t.
 func NewAt(t testing.TB, addr string) *Server {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{t: t, ln: ln, prepared: make(map[string]string), Executes: make(map[string]int), Consistency: make(map[string][]uint16)}
-	var wg sync.WaitGroup
-	var conns []net.Conn
-	var cmu sync.Mutex
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			cmu.Lock()
-			conns = append(conns, c)
-			cmu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); s.serve(c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		cmu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		cmu.Unlock()
-		wg.Wait()
-	})
+	s := &Server{Executes: map[string]int{}, Consistency: map[string][]uint16{}}
+	s.Server = cqlwire.Start(t, addr, s)
 	return s
 }
-
-// Addr is the Server's host:port.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
-
-// Port is the Server's port.
-func (s *Server) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 
 // NumBatches returns how many BATCH messages the server received.
 func (s *Server) NumBatches() int {
@@ -150,236 +101,93 @@ func (s *Server) Count(prefix string) int {
 	return n
 }
 
-// frame is a request or response: header fields and body.
-type frame struct {
-	stream int16
-	op     byte
-	body   []byte
+// Shape implements cqlwire.Handler: the bind markers and the selected
+// columns of any statement of the store's.
+func (s *Server) Shape(q string) (binds, result []Col, ok bool) {
+	return bindTypes(q), SelectCols(q), true
 }
 
-func (s *Server) serve(c net.Conn) {
-	r := bufio.NewReader(c)
-	var wmu sync.Mutex
-	write := func(stream int16, op byte, body []byte) {
-		h := make([]byte, 9)
-		h[0], h[1] = 0x84, 0
-		binary.BigEndian.PutUint16(h[2:], uint16(stream))
-		h[4] = op
-		binary.BigEndian.PutUint32(h[5:], uint32(len(body)))
-		wmu.Lock()
-		defer wmu.Unlock()
-		c.Write(append(h, body...))
+// Query implements cqlwire.Handler: the schema's statements are
+// acknowledged (no schema change event, no agreement wait) and kept.
+func (s *Server) Query(q string) cqlwire.Answer {
+	if !strings.HasPrefix(q, "CREATE") {
+		return cqlwire.Answer{Error: cqlwire.ErrorBody(0x2200, "cqlmodel: unexpected query "+q)}
 	}
-	for {
-		h := make([]byte, 9)
-		if _, err := io.ReadFull(r, h); err != nil {
-			return
-		}
-		if h[0]&0x7f != 4 {
-			// Any other version: answer a protocol error in that version,
-			// as Cassandra does, so that gocql falls back to v4.
-			body := make([]byte, int(binary.BigEndian.Uint32(h[5:])))
-			io.ReadFull(r, body)
-			e := wbuf{}
-			e.int(0x000A)
-			e.string("unsupported protocol version")
-			hh := []byte{h[0]&0x7f | 0x80, 0, h[2], h[3], 0}
-			hh = binary.BigEndian.AppendUint32(hh, uint32(len(e)))
-			c.Write(append(hh, e...))
-			continue
-		}
-		f := frame{stream: int16(binary.BigEndian.Uint16(h[2:])), op: h[4]}
-		f.body = make([]byte, int(binary.BigEndian.Uint32(h[5:])))
-		if _, err := io.ReadFull(r, f.body); err != nil {
-			return
-		}
-		go s.handle(f, write)
-	}
+	s.Mu.Lock()
+	s.DDL = append(s.DDL, q)
+	s.Mu.Unlock()
+	return cqlwire.Answer{}
 }
 
-func (s *Server) handle(f frame, write func(int16, byte, []byte)) {
-	const (
-		opError, opStartup, opReady, opOptions, opSupported = 0x00, 0x01, 0x02, 0x05, 0x06
-		opQuery, opResult, opPrepare, opExecute, opRegister = 0x07, 0x08, 0x09, 0x0A, 0x0B
-		opBatch                                             = 0x0D
-	)
-	rd := &rbuf{b: f.body}
-	switch f.op {
-	case opOptions:
-		var b wbuf
-		b.short(2)
-		b.string("CQL_VERSION")
-		b.short(1)
-		b.string("3.4.4")
-		b.string("COMPRESSION")
-		b.short(0)
-		write(f.stream, opSupported, b)
-	case opStartup, opRegister:
-		write(f.stream, opReady, nil)
-	case opQuery:
-		q := rd.longString()
-		switch {
-		case strings.HasPrefix(q, "SELECT * FROM system.local"):
-			write(f.stream, opResult, rowsResult("system", "local",
-				[]Col{{"key", TypeVarchar}, {"data_center", TypeVarchar}, {"rack", TypeVarchar}, {"release_version", TypeVarchar},
-					{"partitioner", TypeVarchar}, {"rpc_address", TypeInet}, {"native_port", TypeInt}},
-				[][][]byte{{[]byte("local"), []byte("dc1"), []byte("rack1"), []byte("3.11.4"),
-					[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), []byte{127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}}))
-		case strings.HasPrefix(q, "SELECT * FROM system.peers"):
-			write(f.stream, opResult, rowsResult("system", "peers", []Col{{"peer", TypeVarchar}, {"data_center", TypeVarchar}}, nil))
-		case strings.HasPrefix(q, "CREATE"):
-			s.Mu.Lock()
-			s.DDL = append(s.DDL, q)
-			s.Mu.Unlock()
-			var b wbuf
-			b.int(1) // Void: the DDL is acknowledged (no schema change event, no agreement wait)
-			write(f.stream, opResult, b)
-		default:
-			var b wbuf
-			b.int(0x2200)
-			b.string("Server: unexpected query " + q)
-			write(f.stream, opError, b)
-		}
-	case opPrepare:
-		q := rd.longString()
-		// The id under the lock: statements prepared at once (a Write's
-		// first statements of each kind) must not share one.
-		s.Mu.Lock()
-		id := []byte{byte(len(s.prepared) + 1)}
-		s.prepared[string(id)] = q
-		s.Mu.Unlock()
-		write(f.stream, opResult, preparedResult(id, q))
-	case opExecute:
-		id := rd.shortBytes()
-		s.Mu.Lock()
-		q := s.prepared[string(id)]
-		s.Executes[q]++
-		reply := s.Reply
-		s.Mu.Unlock()
-		cons := rd.short()
-		s.Mu.Lock()
-		s.Consistency[q] = append(s.Consistency[q], cons)
-		s.Mu.Unlock()
-		flags := rd.byte()
-		var values [][]byte
-		if flags&0x01 != 0 {
-			n := rd.short()
-			for range n {
-				values = append(values, rd.bytes())
-			}
-		}
-		code := ReplyOK
-		if reply != nil {
-			code = reply(q)
-		}
-		var b wbuf
-		switch code {
-		case ReplyStall:
-			return
-		case ErrUnavailable:
-			b.int(ErrUnavailable)
-			b.string("Cannot achieve consistency level LOCAL_QUORUM")
-			b.short(6)
-			b.int(2)
-			b.int(1)
-			write(f.stream, opError, b)
-		case ErrWriteTimeout:
-			b.int(ErrWriteTimeout)
-			b.string("Operation timed out - received only 0 responses.")
-			b.short(6)
-			b.int(0)
-			b.int(1)
-			b.string("SIMPLE")
-			write(f.stream, opError, b)
-		default:
-			if strings.HasPrefix(q, "SELECT") {
-				cols, rows := SelectCols(q), [][][]byte(nil) // by default: no rows
-				if s.Rows != nil {
-					cols, rows = s.Rows(q, values)
-				}
-				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
-				return
-			}
-			if strings.Contains(q, " IF ") {
-				// A lightweight transaction: applied, unless cas says not.
-				cols, rows := []Col{{"[applied]", TypeBoolean}}, [][][]byte{{{1}}}
-				if s.CAS != nil {
-					cols, rows = s.CAS(q, values)
-				}
-				s.Mu.Lock()
-				s.Bound = append(s.Bound, values)
-				s.Mu.Unlock()
-				write(f.stream, opResult, rowsResult("ks", "t", cols, rows))
-				return
-			}
-			s.Mu.Lock()
-			s.Bound = append(s.Bound, values)
-			s.Applied = append(s.Applied, Stmt{q, values})
-			s.Mu.Unlock()
-			b.int(1) // Void
-			write(f.stream, opResult, b)
-		}
-	case opBatch:
-		rd.byte() // type
-		var stmts []Stmt
-		for range rd.short() {
-			if rd.byte() != 1 {
-				s.t.Error("Server: a batch statement that is not prepared")
-				return
-			}
-			id := rd.shortBytes()
-			st := Stmt{}
-			s.Mu.Lock()
-			st.Q = s.prepared[string(id)]
-			s.Mu.Unlock()
-			for range rd.short() {
-				st.Values = append(st.Values, rd.bytes())
-			}
-			stmts = append(stmts, st)
-		}
-		cons := rd.short()
-		flags := rd.byte()
-		var serial uint16
-		if flags&0x10 != 0 {
-			serial = rd.short()
-		}
-		s.Mu.Lock()
-		s.Batches = append(s.Batches, Batch{stmts, cons, serial})
-		reply := s.Reply
-		s.Mu.Unlock()
-		code := ReplyOK
-		if reply != nil {
-			code = reply("BATCH")
-		}
-		switch code {
-		case ReplyStall:
-			return
-		case ErrWriteTimeout:
-			var b wbuf
-			b.int(ErrWriteTimeout)
-			b.string("Operation timed out")
-			b.short(uint16(serial))
-			b.int(0)
-			b.int(1)
-			b.string("CAS")
-			write(f.stream, opError, b)
-			return
-		}
-		s.Mu.Lock()
-		s.Applied = append(s.Applied, stmts...)
-		s.Mu.Unlock()
-		write(f.stream, opResult, rowsResult("ks", "totals", []Col{{"[applied]", TypeBoolean}}, [][][]byte{{{1}}}))
+// failed returns the answer of a Reply code other than ReplyOK.
+func failed(code int, consistency uint16, writeType string) cqlwire.Answer {
+	switch code {
+	case ReplyStall:
+		return cqlwire.Answer{Stall: true}
+	case ErrUnavailable:
+		return cqlwire.Answer{Error: cqlwire.Unavailable(consistency, 2, 1)}
 	default:
-		var b wbuf
-		b.int(0x000A)
-		b.string("Server: unsupported opcode")
-		write(f.stream, opError, b)
+		return cqlwire.Answer{Error: cqlwire.WriteTimeout(consistency, 0, 1, writeType)}
 	}
 }
 
-// bindTypes returns the types of the bind markers of the Store's
-// statements, by the column each marker is compared with or assigned to,
-// or by the clause it fills (TTL, TIMESTAMP, LIMIT).
+// Execute implements cqlwire.Handler.
+func (s *Server) Execute(st cqlwire.Stmt, consistency uint16) cqlwire.Answer {
+	s.Mu.Lock()
+	s.Executes[st.Q]++
+	s.Consistency[st.Q] = append(s.Consistency[st.Q], consistency)
+	reply, rows, cas := s.Reply, s.Rows, s.CAS
+	s.Mu.Unlock()
+	if reply != nil {
+		if code := reply(st.Q); code != ReplyOK {
+			return failed(code, consistency, "SIMPLE")
+		}
+	}
+	switch {
+	case strings.HasPrefix(st.Q, "SELECT"):
+		a := cqlwire.Answer{Cols: SelectCols(st.Q)} // by default: no rows
+		if rows != nil {
+			a.Cols, a.Rows = rows(st.Q, st.Values)
+		}
+		return a
+	case strings.Contains(st.Q, " IF "):
+		// A lightweight transaction: applied, unless CAS says not.
+		a := cqlwire.Answer{Cols: []Col{{Name: "[applied]", Type: TypeBoolean}}, Rows: [][][]byte{{{1}}}}
+		if cas != nil {
+			a.Cols, a.Rows = cas(st.Q, st.Values)
+		}
+		s.Mu.Lock()
+		s.Bound = append(s.Bound, st.Values)
+		s.Mu.Unlock()
+		return a
+	}
+	s.Mu.Lock()
+	s.Bound = append(s.Bound, st.Values)
+	s.Applied = append(s.Applied, st)
+	s.Mu.Unlock()
+	return cqlwire.Answer{}
+}
+
+// Batch implements cqlwire.Handler.
+func (s *Server) Batch(stmts []cqlwire.Stmt, consistency, serial uint16) cqlwire.Answer {
+	s.Mu.Lock()
+	s.Batches = append(s.Batches, Batch{stmts, consistency, serial})
+	reply := s.Reply
+	s.Mu.Unlock()
+	if reply != nil {
+		if code := reply("BATCH"); code != ReplyOK {
+			if serial != 0 {
+				return failed(code, serial, "CAS")
+			}
+			return failed(code, consistency, "UNLOGGED_BATCH")
+		}
+	}
+	s.Mu.Lock()
+	s.Applied = append(s.Applied, stmts...)
+	s.Mu.Unlock()
+	return cqlwire.Answer{Cols: []Col{{Name: "[applied]", Type: TypeBoolean}}, Rows: [][][]byte{{{1}}}}
+}
+
 func bindTypes(q string) []Col {
 	types := map[string]uint16{
 		"short_key": TypeVarchar, "bucket": TypeTimestamp, "start": TypeTimestamp, "writer": TypeUUID,
@@ -394,7 +202,7 @@ func bindTypes(q string) []Col {
 		values := strings.Split(v[:strings.Index(v, ")")], ", ")
 		for i, n := range names {
 			if values[i] == "?" {
-				cols = append(cols, Col{n, types[n]})
+				cols = append(cols, Col{Name: n, Type: types[n]})
 			}
 		}
 		rest = v[strings.Index(v, ")"):]
@@ -406,13 +214,13 @@ func bindTypes(q string) []Col {
 		}
 		switch fields[i-1] {
 		case "TTL":
-			cols = append(cols, Col{"[ttl]", TypeInt})
+			cols = append(cols, Col{Name: "[ttl]", Type: TypeInt})
 		case "TIMESTAMP":
-			cols = append(cols, Col{"[timestamp]", TypeBigint})
+			cols = append(cols, Col{Name: "[timestamp]", Type: TypeBigint})
 		case "LIMIT":
-			cols = append(cols, Col{"[limit]", TypeInt})
+			cols = append(cols, Col{Name: "[limit]", Type: TypeInt})
 		default:
-			cols = append(cols, Col{fields[i-2], types[fields[i-2]]})
+			cols = append(cols, Col{Name: fields[i-2], Type: types[fields[i-2]]})
 		}
 	}
 	return cols
@@ -428,104 +236,10 @@ func SelectCols(q string) []Col {
 	var cols []Col
 	if strings.HasPrefix(q, "SELECT ") {
 		for _, n := range strings.Split(q[len("SELECT "):strings.Index(q, " FROM")], ", ") {
-			cols = append(cols, Col{n, resultTypes[n]})
+			cols = append(cols, Col{Name: n, Type: resultTypes[n]})
 		}
 	}
 	return cols
-}
-
-func preparedResult(id []byte, q string) []byte {
-	var b wbuf
-	b.int(4) // Prepared
-	b.shortBytes(id)
-	cols := bindTypes(q)
-	b.int(1) // flags: global table spec
-	b.int(int32(len(cols)))
-	b.int(1) // pk count
-	b.short(0)
-	b.string("ks")
-	b.string("t")
-	for _, c := range cols {
-		b.string(c.Name)
-		b.short(c.Type)
-	}
-	// Result metadata: the selected columns.
-	res := SelectCols(q)
-	b.int(1)
-	b.int(int32(len(res)))
-	b.string("ks")
-	b.string("t")
-	for _, c := range res {
-		b.string(c.Name)
-		b.short(c.Type)
-	}
-	return b
-}
-
-func rowsResult(ks, table string, cols []Col, rows [][][]byte) []byte {
-	var b wbuf
-	b.int(2) // Rows
-	b.int(1) // flags: global table spec
-	b.int(int32(len(cols)))
-	b.string(ks)
-	b.string(table)
-	for _, c := range cols {
-		b.string(c.Name)
-		b.short(c.Type)
-	}
-	b.int(int32(len(rows)))
-	for _, r := range rows {
-		for _, v := range r {
-			b.bytes(v)
-		}
-	}
-	return b
-}
-
-type wbuf []byte
-
-func (b *wbuf) int(v int32)    { *b = binary.BigEndian.AppendUint32(*b, uint32(v)) }
-func (b *wbuf) short(v uint16) { *b = binary.BigEndian.AppendUint16(*b, v) }
-func (b *wbuf) string(s string) {
-	b.short(uint16(len(s)))
-	*b = append(*b, s...)
-}
-func (b *wbuf) shortBytes(v []byte) {
-	b.short(uint16(len(v)))
-	*b = append(*b, v...)
-}
-func (b *wbuf) bytes(v []byte) {
-	if v == nil {
-		b.int(-1)
-		return
-	}
-	b.int(int32(len(v)))
-	*b = append(*b, v...)
-}
-
-type rbuf struct{ b []byte }
-
-func (r *rbuf) take(n int) []byte {
-	if n > len(r.b) {
-		n = len(r.b)
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-func (r *rbuf) byte() byte    { return r.take(1)[0] }
-func (r *rbuf) short() uint16 { return binary.BigEndian.Uint16(r.take(2)) }
-func (r *rbuf) int() int32    { return int32(binary.BigEndian.Uint32(r.take(4))) }
-func (r *rbuf) longString() string {
-	return string(r.take(int(r.int())))
-}
-func (r *rbuf) shortBytes() []byte { return r.take(int(r.short())) }
-func (r *rbuf) bytes() []byte {
-	n := r.int()
-	if n < 0 {
-		return nil
-	}
-	return r.take(int(n))
 }
 
 // BE64 is a bigint or timestamp cell.
