@@ -252,3 +252,36 @@ func TestOutageLogged(t *testing.T) {
 		})
 	}
 }
+
+// slowStore takes every write, each after a delay.
+type slowStore struct {
+	*memStore
+	delay time.Duration
+}
+
+func (s slowStore) Write(ctx context.Context, b analytics.Batch) error {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.memStore.Write(ctx, b)
+}
+
+// TestWriteDeadlineFloor: at flush_interval 100ms a write's deadline is
+// not 3 × 100 ms but 5 s at least, so a store that takes a second per
+// batch (a burst, a replay) gets every batch, at the first try.
+func TestWriteDeadlineFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := slowStore{memStore: newMemStore(), delay: time.Second}
+		rec := analytics.NewRecorder(100, nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Interval: 100 * time.Millisecond}, nil, nil)
+		rec.Record("k", time.Now(), false)
+		if err := f.Flush(t.Context()); err != nil {
+			t.Fatalf("a write of 1 s at a 100ms interval: %v", err)
+		}
+		if n := st.numTries(); n != 1 {
+			t.Errorf("%d tries, want 1", n)
+		}
+	})
+}
