@@ -14,7 +14,8 @@
 //     store), the listeners and their http.Server settings;
 //   - a snapshot: the compiled plan, the router, the limiter (over a store
 //     kept while its settings do not change), the proxy (kept while the
-//     upstream section and the trusted proxies do not change).
+//     upstream section and the trusted proxies do not change; a proxy
+//     built on reload keeps the connections of the targets that stay).
 //
 // A reload compiles the file, builds a new snapshot and swaps it in
 // atomically; a request reads the snapshot once, so it finishes on the
@@ -238,9 +239,13 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 			s = nil
 		}
 	}()
-	if old != nil && old.plan.proxy.Equal(plan.proxy) {
+	switch {
+	case old != nil && old.plan.proxy.Equal(plan.proxy):
 		s.proxy = old.proxy
-	} else {
+	case old != nil:
+		// The targets that stay keep their kept-alive connections.
+		s.proxy = proxy.Renew(old.proxy, plan.proxy, g.proxyM, g.log)
+	default:
 		s.proxy = proxy.New(plan.proxy, g.proxyM, g.log)
 	}
 	if old != nil && old.plan.limit.SameStore(plan.limit) {
