@@ -264,17 +264,38 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	}
 	next = s.limiter.Middleware(next)
 
-	r := chi.NewRouter()
 	sc := plan.cfg.Server
-	r.Use(g.m.middleware(g.log, sc.AccessLog), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	chain := chi.Chain(g.m.middleware(g.log, sc.AccessLog), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
-	stats := g.statsHandler(plan)
-	prefix := plan.cfg.Stats.Prefix
-	r.Handle(prefix, stats)
-	r.Handle(prefix+"/*", stats)
-	r.Handle("/*", next)
-	s.handler = r
+	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, g.statsHandler(plan), next))
 	return s, nil
+}
+
+// splitStats sends the requests under prefix (prefix itself and
+// prefix/...) to stats and every other to next, as a chi router with the
+// patterns prefix, prefix/* and /* would route them (by the escaped path
+// when the request has one; 405 for a method chi does not know, so that
+// PROPFIND or FOO never reach the upstream), without the router: the
+// proxied path, every visit's, pays no routing context.
+func splitStats(prefix string, stats, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+			http.MethodDelete, http.MethodOptions, http.MethodTrace, http.MethodConnect:
+		default:
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		p := r.URL.RawPath
+		if p == "" {
+			p = r.URL.Path
+		}
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
+			stats.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // statsHandler serves the stats API under the reserved prefix: it is never

@@ -254,8 +254,7 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, t *target, st *
 			}
 		}
 		err := p.roundTrip(w, r, t, st, c, start, upType)
-		var se staleError
-		if err != nil && replay && !fresh && errors.As(err, &se) && ctx.Err() == nil {
+		if se, ok := err.(staleError); ok && replay && !fresh && ctx.Err() == nil {
 			p.log.Debug("upstream closed a kept-alive connection; sending again on a new one", "target", t.name, "err", se.err)
 			fresh = true
 			continue
@@ -504,7 +503,8 @@ func (st *h1State) readHead(br *bufio.Reader, method string) (h respHead, err er
 	}
 
 	// Framing: RFC 9112 section 6.3, as http.ReadResponse reads it.
-	var conn, te, cls, trailer []string
+	var connB, teB, clsB, trailerB [2]string
+	conn, te, cls, trailer := connB[:0], teB[:0], clsB[:0], trailerB[:0]
 	for _, f := range st.fields {
 		switch f.name {
 		case "Connection":
@@ -1195,8 +1195,7 @@ func (p *Proxy) checkH1(req *http.Request, t *target) error {
 			}
 		}
 		status, err := p.checkOn(ctx, st, c, t)
-		var se staleError
-		if err != nil && !fresh && errors.As(err, &se) && ctx.Err() == nil {
+		if _, ok := err.(staleError); ok && !fresh && ctx.Err() == nil {
 			continue
 		}
 		if err != nil {
