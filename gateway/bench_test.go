@@ -131,7 +131,6 @@ func cannedUpstream(tb testing.TB) string {
 	return "http://" + ln.Addr().String()
 }
 
-
 // headerWriter is a ResponseWriter that keeps the status and drops the body.
 type headerWriter struct {
 	h      http.Header

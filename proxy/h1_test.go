@@ -717,7 +717,12 @@ func h1Cases() []h1Case {
 		{
 			name: "a large body both ways, streamed",
 			upstream: handlerUpstream(func(w http.ResponseWriter, r *http.Request) {
-				io.Copy(w, r.Body)
+				// Read whole before answering: an answer that starts while
+				// the body still comes in needs a full-duplex front, which
+				// only the own client asks the server for (the stdlib one
+				// then loses part of the body now and then).
+				b, _ := io.ReadAll(r.Body)
+				w.Write(b)
 			}),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				payload := bytes.Repeat([]byte("0123456789abcdef"), 200_000)
