@@ -764,3 +764,22 @@ func expectContinue(t *testing.T, front, body string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return prefix + describe(resp, string(b))
 }
+
+// TestFullDuplexEcho: an upstream that answers while the body still
+// arrives (an echo) gets the whole body and the client the whole answer:
+// the own client asks the server not to take the unread body away when
+// the answer starts (http.ResponseController.EnableFullDuplex).
+func TestFullDuplexEcho(t *testing.T) {
+	up := newUpstream(t, "echo", func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).EnableFullDuplex()
+		io.Copy(w, r.Body)
+	})
+	f := start(t, config(up.URL))
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 200_000)
+	for range 3 {
+		resp, body := send(t, "PUT", f.front.URL+"/x", bytes.NewReader(payload))
+		if resp.StatusCode != 200 || body != string(payload) {
+			t.Fatalf("got %d with %d bytes, want 200 with the %d sent", resp.StatusCode, len(body), len(payload))
+		}
+	}
+}
