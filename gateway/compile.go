@@ -61,6 +61,9 @@ func Compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 
 func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	p := &Plan{cfg: cfg}
+	if err := compileRuntime(cfg.Runtime); err != nil {
+		return nil, err
+	}
 	if err := compileServer(cfg.Server); err != nil {
 		return nil, err
 	}

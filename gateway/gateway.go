@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -158,9 +159,35 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	if plan.adminToken == "" {
 		g.log.Warn("the admin API is off: /admin/* answers 403", "reason", adminOffReason(plan.cfg))
 	}
+	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
 	g.m.generation.Set(float64(s.gen))
 	return g, nil
+}
+
+// compileRuntime checks the runtime section.
+func compileRuntime(r config.Runtime) error {
+	switch {
+	case r.GOGC < -1:
+		return fmt.Errorf("runtime.gogc: %d: want a percentage, or -1 for no collection until runtime.memory_limit", r.GOGC)
+	case r.MemoryLimit < 0:
+		return fmt.Errorf("runtime.memory_limit: %d: want bytes, or 0 for none", r.MemoryLimit)
+	case r.GOGC == -1 && r.MemoryLimit == 0:
+		return fmt.Errorf("runtime.gogc: -1 (no collection) needs a runtime.memory_limit, or the heap grows without bound")
+	}
+	return nil
+}
+
+// applyRuntime sets the garbage collector from the runtime section, over
+// the GOGC and GOMEMLIMIT environment variables. It is process-wide: the
+// last gateway started or reloaded in a process sets it.
+func applyRuntime(r config.Runtime) {
+	debug.SetGCPercent(r.GOGC)
+	limit := r.MemoryLimit
+	if limit == 0 {
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
 }
 
 func adminOffReason(c *config.Config) string {
@@ -394,6 +421,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
 	old.closeReplaced(s)
 	if g.pipeline != nil {
