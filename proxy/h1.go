@@ -123,7 +123,7 @@ func (e staleError) Unwrap() error { return e.err }
 func (p *Proxy) serveH1(w http.ResponseWriter, r *http.Request) {
 	st := h1States.Get().(*h1State)
 	defer st.release()
-	upType, err := st.writeHead(r, p.trust, p.headers)
+	upType, err := st.writeHead(r, r.Host, p.trust, p.headers)
 	if err != nil {
 		closeBody(r)
 		p.fail(w, r, nil, err)
@@ -136,6 +136,11 @@ func (p *Proxy) serveH1(w http.ResponseWriter, r *http.Request) {
 			closeBody(r)
 			p.fail(w, r, nil, ErrNoHealthyTarget)
 			return
+		}
+		if r.Host == "" {
+			// An HTTP/1.0 request without Host: the target's name, as
+			// http.Transport sends it.
+			st.writeHead(r, t.url.Host, p.trust, p.headers)
 		}
 		err := p.exchange(w, r, t, st, upType, replay)
 		if err == nil {
@@ -161,12 +166,13 @@ func (p *Proxy) serveH1(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeHead writes into st.head the request head that goes upstream for
-// r: its request line, Host as the client sent it, the client's headers
+// r: its request line, host (as the client sent it), the client's headers
 // less the hop-by-hop ones and those forwarded.Trust.SetHeaders removes,
 // the forwarding headers SetHeaders sets, and the framing of the body. It
 // returns the protocol r asks to switch to, if any.
-func (st *h1State) writeHead(r *http.Request, trust *forwarded.Trust, pol forwarded.Policy) (upType string, err error) {
+func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trust, pol forwarded.Policy) (upType string, err error) {
 	out := st.out
+	clear(out)
 	for k, v := range r.Header {
 		out[k] = v // shared: SetHeaders and the removals below replace or delete, never append
 	}
@@ -183,7 +189,7 @@ func (st *h1State) writeHead(r *http.Request, trust *forwarded.Trust, pol forwar
 	b = append(b, ' ')
 	b = appendRequestURI(b, r.URL)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = appendValue(b, r.Host)
+	b = appendValue(b, host)
 	b = append(b, "\r\n"...)
 	for k, vv := range out {
 		for _, v := range vv {
@@ -271,6 +277,8 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 	stop := context.AfterFunc(ctx, st.cancel)
 	reuse := false
 	var bw *bodyWriter
+	var headAt time.Time
+	streamed := false // the body was read after the head, maybe for long
 	defer func() {
 		if !stop() {
 			reuse = false // the cancellation has set (or is setting) the connection's deadline
@@ -280,7 +288,10 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 			bw.stop(w, false) // not waited for yet on a failure or an abort
 		}
 		if reuse && err == nil {
-			t.h1.put(c, time.Now())
+			if streamed {
+				headAt = time.Now()
+			} // else the answer came whole with its head: idle since then
+			t.h1.put(c, headAt)
 			return
 		}
 		c.nc.Close()
@@ -314,6 +325,9 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		// server send the client its own 100 Continue.
 		nc.SetReadDeadline(time.Now().Add(expectContinueTimeout))
 	case hasBody(r):
+		// No deadline until the body is sent (the writer sets it then);
+		// a connection put back may hold its last exchange's.
+		nc.SetReadDeadline(time.Time{})
 		sendBody()
 	default:
 		nc.SetReadDeadline(start.Add(rht))
@@ -382,13 +396,19 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 	} else {
 		bw.headersRead()
 	}
-	nc.SetReadDeadline(time.Time{})
+	if !h.noBody && !(h.cl >= 0 && !h.chunked && h.cl <= int64(c.br.Buffered())) || h.status == http.StatusSwitchingProtocols || expect {
+		// A body to stream, or a protocol switch: no deadline from here.
+		// (A connection put back keeps its deadline: the next exchange
+		// sets its own before reading.)
+		nc.SetReadDeadline(time.Time{})
+	}
 	if ctx.Err() != nil {
 		bw.stop(w, false)
 		return ctx.Err()
 	}
+	headAt = time.Now()
 	if t.latency != nil {
-		t.latency.Observe(time.Since(start).Seconds())
+		t.latency.Observe(headAt.Sub(start).Seconds())
 	}
 	// An upstream may answer a body that the client was too slow to send,
 	// or framed badly, having read it cut short: the client gets 408 or
@@ -415,6 +435,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 
 	complete := true
 	if !h.noBody {
+		streamed = h.chunked || h.cl < 0 || h.cl > int64(c.br.Buffered())
 		complete = p.copyBody(w, r, c, st, &h)
 	}
 	bodySent := bw.stop(w, complete)
@@ -671,6 +692,9 @@ func (st *h1State) copyFields(hdr http.Header, h *respHead) {
 		}
 	}
 	vals := make([]string, len(st.fields))
+	// An empty header (no middleware set one) can only hold this
+	// response's names: a name seen before in it is the one lookup needed.
+	fresh := len(hdr) == 0
 	for i, f := range st.fields {
 		if isHopByHop(f.name) || f.name == "Content-Length" && (h.chunked || i > 0 && seen(st.fields[:i], f.name)) {
 			continue
@@ -678,9 +702,11 @@ func (st *h1State) copyFields(hdr http.Header, h *respHead) {
 		if len(listed) > 0 && listedIn(listed, f.name) {
 			continue
 		}
-		if cur, ok := hdr[f.name]; ok {
-			hdr[f.name] = append(cur, f.value)
-			continue
+		if !fresh || seen(st.fields[:i], f.name) {
+			if cur, ok := hdr[f.name]; ok {
+				hdr[f.name] = append(cur, f.value)
+				continue
+			}
 		}
 		vals[i] = f.value
 		hdr[f.name] = vals[i : i+1 : i+1]
@@ -1212,6 +1238,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	st.conn.Store(c)
 	stop := context.AfterFunc(ctx, st.cancel)
 	defer st.conn.Store(nil)
+	c.nc.SetReadDeadline(time.Time{}) // ctx bounds the check; a connection put back may hold a past deadline
 	if _, err := c.nc.Write(st.head); err != nil {
 		stop()
 		c.nc.Close()

@@ -783,3 +783,44 @@ func TestFullDuplexEcho(t *testing.T) {
 		}
 	}
 }
+
+// TestPooledDeadlinesDoNotLeak: a connection put back keeps the read
+// deadline of its last exchange; whatever uses it next (a health check,
+// a request with a body) must not read under that stale deadline, long
+// past once the connection has sat idle.
+func TestPooledDeadlinesDoNotLeak(t *testing.T) {
+	up := newUpstream(t, "up", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			time.Sleep(30 * time.Millisecond)
+			io.Copy(w, r.Body)
+		}
+	})
+	cfg := config(up.URL)
+	cfg.ResponseHeaderTimeout = 100 * time.Millisecond
+	cfg.HealthCheck.Interval = 40 * time.Millisecond
+	f := start(t, cfg)
+	var opened int64
+	for i := range 5 {
+		if resp, _ := f.get(t, "/x"); resp.StatusCode != 200 {
+			t.Fatalf("GET %d: %d", i, resp.StatusCode)
+		}
+		if i == 0 {
+			opened = f.p.ConnectionsOpened()
+		}
+		checks := up.checks.Load()
+		waitFor(t, "health checks on the idle connection", func() bool { return up.checks.Load() >= checks+4 })
+		if !f.p.Ready() || f.healthy(t, up.URL) != 1 {
+			t.Fatal("a healthy target was taken out by checks on a connection idle past its last deadline")
+		}
+		req, _ := http.NewRequest("POST", f.front.URL+"/echo", strings.NewReader("body"))
+		if resp, body := f.do(t, req); resp.StatusCode != 200 || string(body) != "body" {
+			t.Fatalf("POST %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	// A check or request that failed on a stale deadline closes its
+	// connection, and the next dials again. (A check and a request at
+	// once need two.)
+	if got := f.p.ConnectionsOpened() - opened; got > 2 {
+		t.Errorf("%d connections dialed after the first exchange, want at most 2: exchanges failed on kept connections", got)
+	}
+}
