@@ -126,7 +126,7 @@ used=" "
 free_port() {
 	local p i
 	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12000)) # below Linux's ephemeral ports (32768-), which outgoing connections take
 		[[ $used == *" $p "* ]] && continue
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			used+="$p "
@@ -282,7 +282,7 @@ analytics:
   enabled: $analytics
   store: embedded
   embedded:
-    path: $tmp/analytics-$name
+    path: $tmp/$name/analytics
   flush_interval: 10s
 EOF
 }
