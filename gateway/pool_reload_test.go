@@ -51,12 +51,14 @@ func TestReloadKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 				resp, err := c.Get(gw.url("/x"))
 				if err != nil {
 					failed.Add(1)
+					t.Logf("request failed: %v", err)
 					continue
 				}
-				io.Copy(io.Discard, resp.Body)
+				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != 200 {
 					failed.Add(1)
+					t.Logf("request answered %d %s", resp.StatusCode, b)
 				}
 				served.Add(1)
 			}
