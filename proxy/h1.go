@@ -550,7 +550,7 @@ func (st *h1State) readHead(br *bufio.Reader, method string) (h respHead, err er
 	h.noBody = method == http.MethodHead || h.status < 200 || h.status == http.StatusNoContent || h.status == http.StatusNotModified
 	if len(te) > 0 && minor == 1 {
 		if len(te) != 1 || !strings.EqualFold(strings.TrimSpace(te[0]), "chunked") {
-			return h, fmt.Errorf("%w: Transfer-Encoding %q", errBadFraming, te)
+			return h, fmt.Errorf("%w: Transfer-Encoding %q", errBadFraming, strings.Join(te, ", "))
 		}
 		h.chunked = true
 		if len(cls) > 0 {
@@ -564,7 +564,7 @@ func (st *h1State) readHead(br *bufio.Reader, method string) (h respHead, err er
 		first := strings.TrimSpace(cls[0])
 		for _, v := range cls[1:] {
 			if strings.TrimSpace(v) != first {
-				return h, fmt.Errorf("%w: Content-Length %q", errBadFraming, cls)
+				return h, fmt.Errorf("%w: Content-Length %q", errBadFraming, strings.Join(cls, ", "))
 			}
 		}
 		n, err := strconv.ParseUint(first, 10, 63)
