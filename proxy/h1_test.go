@@ -824,3 +824,25 @@ func TestPooledDeadlinesDoNotLeak(t *testing.T) {
 		t.Errorf("%d connections dialed after the first exchange, want at most 2: exchanges failed on kept connections", got)
 	}
 }
+
+// TestIdleConnectionReusedAfterItsDeadline: a connection idle for longer
+// than the response_header_timeout of its last exchange is still reused
+// (the check for a close by the target must not trip on that deadline).
+func TestIdleConnectionReusedAfterItsDeadline(t *testing.T) {
+	up := newUpstream(t, "up", nil)
+	cfg := config(up.URL)
+	cfg.ResponseHeaderTimeout = 30 * time.Millisecond
+	f := start(t, cfg)
+	waitFor(t, "the first health check", func() bool { return up.checks.Load() > 0 })
+	f.get(t, "/x")
+	opened := f.p.ConnectionsOpened()
+	for range 3 {
+		time.Sleep(60 * time.Millisecond) // idle past the last exchange's deadline
+		if resp, _ := f.get(t, "/x"); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if got := f.p.ConnectionsOpened() - opened; got != 0 {
+		t.Errorf("%d connections dialed for requests after an idle spell, want 0 (the kept one reused)", got)
+	}
+}

@@ -88,9 +88,18 @@ func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
 		idle := now.Sub(c.idleAt)
-		if idle > idleTimeout || (check || idle >= staleCheckAfter) && c.peerClosed() {
+		if idle > idleTimeout {
 			c.nc.Close()
 			continue
+		}
+		if check || idle >= staleCheckAfter {
+			// The last exchange's read deadline may have passed: the peek
+			// would fail on it, not on the socket.
+			c.nc.SetReadDeadline(time.Time{})
+			if c.peerClosed() {
+				c.nc.Close()
+				continue
+			}
 		}
 		return c
 	}
