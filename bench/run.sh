@@ -1,33 +1,36 @@
 #!/usr/bin/env bash
-# bench/run.sh: requests/s and latency of the demo service directly, through
-# the bare httputil.ReverseProxy floor (bench/floor) and through the gateway,
-# all on loopback. Runs are interleaved (direct, floor, gateway, direct, ...)
-# and repeated, so that a noisy neighbour hurts every target alike; the table
-# shows the median of the rounds. Two phases: "load" (CONNS connections, the
-# servers saturated: requests/s) and "latency" (one connection, nothing
-# queued: what each hop adds to a request's time). See bench/README.md.
+# bench/run.sh: requests/s, latency and proxy CPU per request of the demo
+# service directly, through nginx with limit_req, through the bare
+# httputil.ReverseProxy floor (bench/floor) and through the gateway in
+# several configurations, all on loopback. Runs are interleaved (direct,
+# nginx, floor, gateway, ..., then the next round in a rotated order) so
+# that a noisy neighbour hurts every target alike; the table shows the
+# median of the rounds and their spread. Two phases: "load" (CONNS
+# connections, the servers saturated: requests/s, p99, CPU) and "latency"
+# (one connection, nothing queued: what each hop adds to a request's
+# time). See bench/README.md.
 #
 # Environment (defaults in brackets):
-#   ROUNDS [3]  CONNS [32]  THREADS [2]  DURATION [5s]  WARMUP [1s]
-#   LATENCY [on]                      on | off: the one-connection phase
-#   BENCH_PATH [/go]                  a redirect, so analytics and redirect_ip apply
-#   BENCH_RULES [none]                none | example (the example config's rules)
-#   BENCH_ANALYTICS [off]             off | on (embedded store in a temp dir)
-#   BENCH_TARGETS [direct floor gateway]
+#   ROUNDS [3]  CONNS [64]  THREADS [1]  DURATION [5s]  WARMUP [1s]
+#   LATENCY [off]                     on | off: the one-connection phase
+#   BENCH_PATH [/go]                  a redirect, so analytics and the rules apply
+#   BENCH_RULES [none]                none | example: the rules of the "gateway" target
+#   BENCH_ANALYTICS [off]             off | on: analytics of the "gateway" target
+#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]
 #   GATEWAY_BIN [built from ./cmd/gateway]   a gateway binary to measure instead
 #   RESULTS_DIR [bench/results/TIMESTAMP]   raw wrk output and the summary
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
-CONNS=${CONNS:-32}
-THREADS=${THREADS:-2}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-1}
 DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-1s}
 BENCH_PATH=${BENCH_PATH:-/go}
 BENCH_RULES=${BENCH_RULES:-none}
 BENCH_ANALYTICS=${BENCH_ANALYTICS:-off}
-BENCH_TARGETS=${BENCH_TARGETS:-direct floor gateway}
-LATENCY=${LATENCY:-on}
+BENCH_TARGETS=${BENCH_TARGETS:-direct nginx floor gateway gateway-ip gateway-mc}
+LATENCY=${LATENCY:-off}
 
 die() { echo "bench: $*" >&2; exit 1; }
 
@@ -56,22 +59,37 @@ warm=$(seconds "$WARMUP") || die "WARMUP=$WARMUP: want like 1s"
 [[ $BENCH_PATH == /* ]] || die "BENCH_PATH=$BENCH_PATH: want a path starting with /"
 targets=()
 for t in $BENCH_TARGETS; do
-	case $t in direct | floor | gateway) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
+	case $t in direct | nginx | floor | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
 done
 ((${#targets[@]} > 0)) || die "BENCH_TARGETS is empty"
 want() { [[ " ${targets[*]} " == *" $1 "* ]]; }
+gateways=()
+for t in gateway gateway-ip gateway-mc; do
+	if want "$t"; then gateways+=("$t"); fi
+done
 
 cd "$(dirname "$0")/.."
 command -v go >/dev/null || die "go is not installed"
-if ! command -v wrk >/dev/null; then
-	echo "bench: installing wrk from Debian" >&2
-	sudo=""
+# apt_install PKG CMD: installs Debian's PKG when CMD is missing.
+apt_install() {
+	command -v "$2" >/dev/null && return
+	[[ -x /usr/sbin/$2 || -x /usr/bin/$2 ]] && return
+	echo "bench: installing $1 from Debian" >&2
+	local sudo=""
 	if [[ $(id -u) != 0 ]]; then
-		command -v sudo >/dev/null || die "wrk is missing and this is not root: apt-get install wrk"
+		command -v sudo >/dev/null || die "$2 is missing and this is not root: apt-get install $1"
 		sudo=sudo
 	fi
 	$sudo apt-get update -qq >&2
-	$sudo apt-get install -y -qq wrk >&2
+	$sudo apt-get install -y -qq "$1" >&2
+}
+apt_install wrk wrk
+if want nginx; then apt_install nginx nginx; fi
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+memcached_bin=$(command -v memcached || echo /usr/bin/memcached)
+if want gateway-mc; then
+	apt_install memcached memcached
+	memcached_bin=$(command -v memcached || echo /usr/bin/memcached)
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/linkgate-bench.XXXXXX")
@@ -92,7 +110,7 @@ trap 'exit 130' INT TERM
 echo "bench: building into $tmp" >&2
 pkgs=(./cmd/tinyurl ./bench/floor)
 gateway_bin=$tmp/gateway
-if want gateway; then
+if ((${#gateways[@]} > 0)); then
 	if [[ -n ${GATEWAY_BIN:-} ]]; then
 		[[ -x $GATEWAY_BIN ]] || die "GATEWAY_BIN=$GATEWAY_BIN is not an executable"
 		gateway_bin=$GATEWAY_BIN
@@ -108,7 +126,7 @@ used=" "
 free_port() {
 	local p i
 	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12000)) # below Linux's ephemeral ports (32768-), which outgoing connections take
 		[[ $used == *" $p "* ]] && continue
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			used+="$p "
@@ -142,12 +160,14 @@ wait_ready() {
 	die "$name not ready on 127.0.0.1:$port${path} after 15s"
 }
 
+declare -A pidof_ # target → the pids whose CPU is the proxy's (nginx: its workers)
 start() { # start NAME CMD...: runs CMD in the background, logging to $tmp/NAME.log
 	local name=$1
 	shift
 	"$@" >"$tmp/$name.log" 2>&1 &
 	pids+=($!)
 	last_pid=$!
+	pidof_[$name]=$!
 }
 
 up_port=$(free_port)
@@ -163,41 +183,119 @@ if want floor; then
 	url[floor]="http://127.0.0.1:$floor_port$BENCH_PATH"
 fi
 
-if want gateway; then
-	gw_port=$(free_port)
-	admin_port=$(free_port)
-	cfg=$tmp/gateway.yaml
-	cat >"$cfg" <<EOF
+if want nginx; then
+	# nginx as an operator would put it in front: a kept-alive upstream
+	# pool, the forwarding headers, and limit_req on the client address at
+	# a rate the benchmark never reaches (the check is what is measured,
+	# as for the gateway's IP rule).
+	nginx_port=$(free_port)
+	mkdir -p "$tmp/nginx"
+	cat >"$tmp/nginx.conf" <<EOF
+worker_processes auto;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $tmp/nginx/body;
+  proxy_temp_path $tmp/nginx/proxy;
+  fastcgi_temp_path $tmp/nginx/fastcgi;
+  uwsgi_temp_path $tmp/nginx/uwsgi;
+  scgi_temp_path $tmp/nginx/scgi;
+  limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
+  upstream tinyurl {
+    server 127.0.0.1:$up_port;
+    keepalive 1024;
+  }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    location / {
+      limit_req zone=ip burst=1000000 nodelay;
+      proxy_pass http://tinyurl;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Real-IP \$remote_addr;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+    }
+  }
+}
+EOF
+	"$nginx_bin" -t -q -e "$tmp/nginx/error.log" -c "$tmp/nginx.conf" || die "generated nginx config is invalid"
+	start nginx "$nginx_bin" -e "$tmp/nginx/error.log" -c "$tmp/nginx.conf" -g 'daemon off;'
+	wait_ready nginx "$last_pid" "$nginx_port"
+	url[nginx]="http://127.0.0.1:$nginx_port$BENCH_PATH"
+fi
+
+if want gateway-mc; then
+	mc_port=$(free_port)
+	mc_user=()
+	[[ $(id -u) == 0 ]] && mc_user=(-u nobody) # memcached refuses to run as root
+	start memcached "$memcached_bin" "${mc_user[@]}" -l 127.0.0.1 -p "$mc_port" -U 0 -m 64 -t 2
+	wait_ready memcached "$last_pid" "$mc_port"
+fi
+
+# gateway_config NAME: the generated config of a gateway target.
+# gateway: BENCH_RULES and BENCH_ANALYTICS; gateway-ip: one IP rule on the
+# visit route and analytics on (embedded); gateway-mc: the same with the
+# limiter on memcached.
+declare -A admin_port
+gateway_config() {
+	local name=$1 port=$2 aport=$3 store=memory analytics=false
+	[[ $name == gateway-mc ]] && store=memcached
+	cat <<EOF
 server:
-  listen: 127.0.0.1:$gw_port
+  listen: 127.0.0.1:$port
   trusted_proxies: [127.0.0.1/32]
 admin:
-  listen: 127.0.0.1:$admin_port
+  listen: 127.0.0.1:$aport
 upstream:
   targets: [http://127.0.0.1:$up_port]
   health_check: {path: /healthz, interval: 5s}
 limiter:
-  store: memory
+  store: $store
 EOF
-	if [[ $BENCH_RULES == example ]]; then
-		# The example config's rules, as they stand.
-		awk '/^rules:/ {on = 1; print; next} on && /^[^ #-]/ {on = 0} on' configs/gateway.example.yaml >>"$cfg"
+	if [[ $store == memcached ]]; then
+		printf '  memcached:\n    servers: [127.0.0.1:%s]\n' "$mc_port"
 	fi
-	analytics_enabled=false
-	[[ $BENCH_ANALYTICS == on ]] && analytics_enabled=true
-	cat >>"$cfg" <<EOF
+	case $name in
+	gateway)
+		if [[ $BENCH_RULES == example ]]; then
+			# The example config's rules, as they stand.
+			awk '/^rules:/ {on = 1; print; next} on && /^[^ #-]/ {on = 0} on' configs/gateway.example.yaml
+		fi
+		[[ $BENCH_ANALYTICS == on ]] && analytics=true
+		;;
+	*)
+		# One IP rule on every visit, at a rate the benchmark never
+		# reaches (the check and the count are what is measured).
+		cat <<EOF
+rules:
+  - {name: visit_ip, match: {methods: [GET], path: "/{short_key}"}, key: ip, limits: [1000000/s, 100000000/h]}
+EOF
+		analytics=true
+		;;
+	esac
+	cat <<EOF
 analytics:
-  enabled: $analytics_enabled
+  enabled: $analytics
   store: embedded
   embedded:
-    path: $tmp/analytics
+    path: $tmp/$name/analytics
   flush_interval: 10s
 EOF
-	"$gateway_bin" check-config "$cfg" >/dev/null || { cat "$cfg" >&2; die "generated gateway config is invalid"; }
-	start gateway "$gateway_bin" -config "$cfg"
-	wait_ready gateway "$last_pid" "$admin_port" /readyz
-	url[gateway]="http://127.0.0.1:$gw_port$BENCH_PATH"
-fi
+}
+for t in "${gateways[@]}"; do
+	port=$(free_port)
+	admin_port[$t]=$(free_port)
+	cfg=$tmp/$t.yaml
+	gateway_config "$t" "$port" "${admin_port[$t]}" >"$cfg"
+	"$gateway_bin" check-config "$cfg" >/dev/null || { cat "$cfg" >&2; die "generated $t config is invalid"; }
+	start "$t" "$gateway_bin" -config "$cfg"
+	wait_ready "$t" "$last_pid" "${admin_port[$t]}" /readyz
+	url[$t]="http://127.0.0.1:$port$BENCH_PATH"
+done
 
 # Every target must answer the path with the same status before timing it.
 for t in "${targets[@]}"; do
@@ -208,21 +306,37 @@ for t in "${targets[@]}"; do
 	[[ $status == *" 2"[0-9][0-9]* || $status == *" 3"[0-9][0-9]* ]] || die "$t answers $BENCH_PATH with '$status'"
 done
 
-opened() { # the gateway's upstream connections so far
-	http_get "$admin_port" /metrics | awk '/^linkgate_upstream_connections_opened_total/ {printf "%d", $2; found = 1} END {if (!found) print "?"}'
+opened() { # the upstream connections gateway $1 opened so far
+	http_get "${admin_port[$1]}" /metrics | awk '/^linkgate_upstream_connections_opened_total/ {printf "%d", $2; found = 1} END {if (!found) print "?"}'
 }
+
+# ticks PID...: user+system CPU clock ticks of the processes and of their
+# children (nginx's workers), from /proc.
+ticks() {
+	local pid sum=0 f c
+	for pid in "$@"; do
+		for f in /proc/"$pid"/stat $(grep -l "^[0-9]* ([^)]*) [A-Z] $pid " /proc/[0-9]*/stat 2>/dev/null); do
+			[[ -r $f ]] || continue
+			c=$(awk '{sub(/^.*\) /, ""); print $12 + $13}' "$f" 2>/dev/null) || continue
+			sum=$((sum + ${c:-0}))
+		done
+	done
+	echo "$sum"
+}
+hz=$(getconf CLK_TCK)
 
 results=${RESULTS_DIR:-bench/results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$results"
-if want gateway; then cp "$cfg" "$results/gateway.yaml"; fi
+for t in "${gateways[@]}"; do cp "$tmp/$t.yaml" "$results/$t.yaml"; done
+if want nginx; then cp "$tmp/nginx.conf" "$results/nginx.conf"; fi
 
 if ((warm > 0)); then
 	for t in "${targets[@]}"; do
 		wrk -t"$THREADS" -c"$CONNS" -d"${warm}s" "${url[$t]}" >/dev/null
 	done
 fi
-opened_before=?
-if want gateway; then opened_before=$(opened); fi
+declare -A opened_before opened_after
+for t in "${gateways[@]}"; do opened_before[$t]=$(opened "$t"); done
 
 # to_ms turns wrk's 123.45us / 1.23ms / 1.01s into milliseconds.
 to_ms='function ms(v) { if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000; if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0; if (v ~ /s$/) return substr(v, 1, length(v) - 1) * 1000; return v }'
@@ -230,70 +344,100 @@ to_ms='function ms(v) { if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
 n=${#targets[@]}
 # run_phase PHASE THREADS CONNS: ROUNDS interleaved rounds of every target.
 run_phase() {
-	local phase=$1 threads=$2 conns=$3 r i t out
+	local phase=$1 threads=$2 conns=$3 r i t out c0 c1 m0 m1 cpu mc
 	for ((r = 1; r <= ROUNDS; r++)); do
 		for ((i = 0; i < n; i++)); do
 			t=${targets[$(((i + r - 1) % n))]} # rotate the order so no target always runs first
 			out=$results/$phase.$t.round$r.txt
+			c0=0 m0=0
+			[[ $t != direct ]] && c0=$(ticks "${pidof_[$t]}")
+			[[ $t == gateway-mc ]] && m0=$(ticks "${pidof_[memcached]}")
 			wrk -t"$threads" -c"$conns" -d"${dur}s" --latency "${url[$t]}" >"$out"
-			awk -v ph="$phase" -v t="$t" -v r="$r" "$to_ms"'
+			cpu=- mc=-
+			if [[ $t != direct ]]; then
+				c1=$(ticks "${pidof_[$t]}")
+				cpu=$((c1 - c0))
+			fi
+			if [[ $t == gateway-mc ]]; then
+				m1=$(ticks "${pidof_[memcached]}")
+				mc=$((m1 - m0))
+			fi
+			awk -v ph="$phase" -v t="$t" -v r="$r" -v cpu="$cpu" -v mc="$mc" -v hz="$hz" "$to_ms"'
 				/^ +50%/ {p50 = ms($2)} /^ +99%/ {p99 = ms($2)}
 				/^Requests\/sec:/ {rps = $2}
+				/ requests in / {reqs = $1}
 				/Non-2xx or 3xx responses:/ {bad += $NF}
 				/Socket errors:/ {gsub(",", ""); bad += $4 + $6 + $8 + $10}
-				END {printf "%s %s %d %.0f %.3f %.3f %d\n", ph, t, r, rps, p50, p99, bad}' "$out" >>"$tmp/rows"
-			echo "bench: $phase round $r/$ROUNDS $t: $(tail -1 "$tmp/rows" | awk '{printf "%s req/s, p50 %s ms, p99 %s ms, errors %s", $4, $5, $6, $7}')" >&2
+				function us(ticks) { return ticks == "-" || reqs == 0 ? "-" : sprintf("%.1f", ticks / hz * 1e6 / reqs) }
+				END {printf "%s %s %d %.0f %.3f %.3f %d %s %s\n", ph, t, r, rps, p50, p99, bad, us(cpu), us(mc)}' "$out" >>"$tmp/rows"
+			echo "bench: $phase round $r/$ROUNDS $t: $(tail -1 "$tmp/rows" | awk '{printf "%s req/s, p50 %s ms, p99 %s ms, errors %s, proxy CPU %s µs/req", $4, $5, $6, $7, $8}') (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 		done
 	done
 }
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 run_phase load "$THREADS" "$CONNS"
-opened_after=?
-if want gateway; then opened_after=$(opened); fi
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+for t in "${gateways[@]}"; do opened_after[$t]=$(opened "$t"); done
 if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 
 {
 	echo
 	echo "linkgate bench: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, wrk -t$THREADS -c$CONNS -d${dur}s GET $BENCH_PATH, $ROUNDS rounds interleaved"
-	echo "gateway: rules=$BENCH_RULES analytics=$BENCH_ANALYTICS"
+	echo "load average before / after the load phase: $load_before / $load_after"
+	echo "gateway: rules=$BENCH_RULES analytics=$BENCH_ANALYTICS; gateway-ip: one IP rule + analytics (embedded); gateway-mc: the same, limiter on memcached"
 	echo
 	awk '
-		function median(list,   a, k, m, i, j, v) {
+		function sort(list, a,   k, i, j, v) {
 			k = split(list, a, " ")
 			# insertion sort: k is the number of rounds
-			for (i = 2; i <= k; i++) { v = a[i]; for (j = i - 1; j > 0 && a[j] > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+			for (i = 2; i <= k; i++) { v = a[i]; for (j = i - 1; j > 0 && a[j] + 0 > v + 0; j--) a[j + 1] = a[j]; a[j + 1] = v }
+			return k
+		}
+		function median(list,   a, k, m) {
+			k = sort(list, a)
+			if (k == 0 || a[1] == "-") return "-"
 			m = int((k + 1) / 2)
 			return k % 2 ? a[m] : (a[m] + a[m + 1]) / 2
 		}
+		function spread(list,   a, k) { k = sort(list, a); return a[1] "–" a[k] }
 		{ k = $1 SUBSEP $2
 		  if (!(k in rps)) order[++n] = k
-		  rps[k] = rps[k] " " $4; p50[k] = p50[k] " " $5; p99[k] = p99[k] " " $6; bad[k] += $7 }
+		  rps[k] = rps[k] " " $4; p50[k] = p50[k] " " $5; p99[k] = p99[k] " " $6; bad[k] += $7
+		  cpu[k] = cpu[k] " " $8; mc[k] = mc[k] " " $9 }
 		END {
-			printf "%-8s %-8s %12s %9s %9s %7s   %s\n", "phase", "target", "req/s", "p50 ms", "p99 ms", "errors", "req/s by round"
+			printf "%-8s %-11s %9s %15s %9s %9s %7s %11s   %s\n", "phase", "target", "req/s", "spread", "p50 ms", "p99 ms", "errors", "CPU µs/req", "req/s by round"
 			for (i = 1; i <= n; i++) {
-				k = order[i]; split(k, pt, SUBSEP); R[k] = median(rps[k]); P[k] = median(p50[k])
-				printf "%-8s %-8s %12.0f %9.3f %9.3f %7d  %s\n", pt[1], pt[2], R[k], P[k], median(p99[k]), bad[k], rps[k]
+				k = order[i]; split(k, pt, SUBSEP); R[k] = median(rps[k]); P[k] = median(p50[k]); Q[k] = median(p99[k]); C[k] = median(cpu[k])
+				c = C[k]; if (median(mc[k]) != "-") c = c "+" median(mc[k]) "mc"
+				printf "%-8s %-11s %9.0f %15s %9.3f %9.3f %7d %11s  %s\n", pt[1], pt[2], R[k], spread(rps[k]), P[k], Q[k], bad[k], c, rps[k]
 			}
 			print ""
-			g = "load" SUBSEP "gateway"; f = "load" SUBSEP "floor"; d = "load" SUBSEP "direct"
-			if ((g in R) && (f in R) && R[f] > 0)
-				printf "gateway/floor req/s (load):      %.3f  (goal >= 0.85; >= 0.80 with rules or analytics)\n", R[g] / R[f]
-			if ((f in R) && (d in R) && R[d] > 0)
-				printf "floor/direct req/s (load):       %.3f\n", R[f] / R[d]
-			# Added latency from the one-connection phase when it ran: under
-			# load p50 is mostly queueing behind the other connections.
-			ph = ("latency" SUBSEP "direct") in P ? "latency" : "load"
-			g = ph SUBSEP "gateway"; f = ph SUBSEP "floor"; d = ph SUBSEP "direct"
-			if ((g in P) && (d in P))
-				printf "gateway - direct p50 (%s):  %+.3f ms  (goal < 0.3)\n", ph, P[g] - P[d]
-			if ((f in P) && (d in P))
-				printf "floor - direct p50 (%s):    %+.3f ms\n", ph, P[f] - P[d]
+			split("gateway-ip gateway gateway-mc", gs, " ")
+			f = "load" SUBSEP "floor"; x = "load" SUBSEP "nginx"; d = "load" SUBSEP "direct"
+			for (j = 1; j <= 3; j++) {
+				g = "load" SUBSEP gs[j]
+				if (!(g in R)) continue
+				if ((f in R) && R[f] > 0) printf "%-10s / floor req/s:  %.2f\n", gs[j], R[g] / R[f]
+				if ((x in R) && R[x] > 0) printf "%-10s / nginx req/s:  %.2f   p99 %.2f× nginx'"'"'s\n", gs[j], R[g] / R[x], (Q[x] > 0 ? Q[g] / Q[x] : 0)
+			}
+			i = "load" SUBSEP "gateway-ip"; m = "load" SUBSEP "gateway-mc"
+			if ((i in R) && (m in R) && R[i] > 0) printf "gateway-mc / gateway-ip req/s: %.2f\n", R[m] / R[i]
+			if ((f in R) && (d in R) && R[d] > 0) printf "floor / direct req/s:     %.2f\n", R[f] / R[d]
+			# Added latency from the one-connection phase when it ran.
+			if (("latency" SUBSEP "direct") in P) {
+				for (j = 1; j <= n; j++) {
+					k = order[j]; split(k, pt, SUBSEP)
+					if (pt[1] == "latency" && pt[2] != "direct")
+						printf "%-10s - direct p50 (1 connection): %+.3f ms\n", pt[2], P[k] - P["latency" SUBSEP "direct"]
+				}
+			}
 		}' "$tmp/rows"
-	if want gateway; then
-		if [[ $opened_before == "?" || $opened_after == "?" ]]; then
-			echo "gateway upstream connections opened: unknown (no linkgate_upstream_connections_opened_total on /metrics)"
+	for t in "${gateways[@]}"; do
+		if [[ ${opened_before[$t]} == "?" || ${opened_after[$t]} == "?" ]]; then
+			echo "$t upstream connections opened: unknown (no linkgate_upstream_connections_opened_total on /metrics)"
 		else
-			echo "gateway upstream connections opened during the $ROUNDS timed load runs: $((opened_after - opened_before)) (client connections: $CONNS; $opened_after since start, warm-up and health checks included)"
+			echo "$t upstream connections opened during the $ROUNDS timed load runs: $((opened_after[$t] - opened_before[$t])) (client connections: $CONNS)"
 		fi
-	fi
+	done
 } | tee "$results/summary.txt"
 echo "bench: raw wrk output in $results" >&2

@@ -44,6 +44,7 @@ type Config struct {
 	Rules     []limit.Rule     `yaml:"rules"`
 	Analytics analytics.Config `yaml:"analytics"`
 	Stats     stats.Config     `yaml:"stats"`
+	Runtime   Runtime          `yaml:"runtime"`
 
 	src source // where the fields are in the file, for Locate
 }
@@ -114,8 +115,30 @@ func Default() *Config {
 		Limiter:   limit.DefaultConfig(),
 		Analytics: analytics.DefaultConfig(),
 		Stats:     stats.DefaultConfig(),
+		Runtime:   Runtime{GOGC: DefaultGOGC},
 	}
 }
+
+// Runtime is the Go runtime's garbage collector, tuned in the file like
+// the rest (the gateway applies it at start and on every reload, over
+// the GOGC and GOMEMLIMIT environment variables).
+type Runtime struct {
+	// GOGC is how far the heap may grow over what the last collection
+	// left live before the next one starts, in percent (Go's GOGC); -1
+	// turns collections off until MemoryLimit is reached.
+	GOGC int `yaml:"gogc"`
+	// MemoryLimit is a soft limit on the memory of the Go runtime, in
+	// bytes (Go's GOMEMLIMIT): near it the collector runs as often as it
+	// must, whatever GOGC says. 0: none.
+	MemoryLimit int64 `yaml:"memory_limit"`
+}
+
+// DefaultGOGC is runtime.gogc's default. A proxied request allocates
+// little and keeps nothing, so the live heap is small and collections
+// are frequent at Go's 100: at 400 they are a quarter as many, for about
+// 5 % less CPU per request (README, Benchmarks) and a heap of a few tens
+// of MiB under load.
+const DefaultGOGC = 400
 
 // Error is a problem with one field of a file.
 type Error struct {

@@ -367,34 +367,42 @@ func (t *Trust) SetHeaders(out http.Header, in *http.Request, pol Policy) {
 	if !ok {
 		peer = in.RemoteAddr
 	}
+	// The four values share one array (every request pays this): each
+	// header gets a slice of its own element, as Header.Set would give it
+	// a slice of its own.
+	vals := new([4]string)
+	set := func(i int, k, v string) {
+		vals[i] = v
+		out[k] = vals[i : i+1 : i+1]
+	}
 	prior, has := in.Header["X-Forwarded-For"]
 	switch {
 	case has && prior == nil:
-		out.Del("X-Forwarded-For")
+		delete(out, "X-Forwarded-For")
 	case c.ViaProxy && len(prior) > 0:
-		out.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+peer)
+		set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+peer)
 	default:
-		out.Set("X-Forwarded-For", peer)
+		set(0, "X-Forwarded-For", peer)
 	}
 	if ok {
 		real := peer
 		if c.Addr != c.Peer {
 			real = c.Addr.String()
 		}
-		out.Set("X-Real-Ip", real)
+		set(1, "X-Real-Ip", real)
 	} else {
-		out.Del("X-Real-Ip")
+		delete(out, "X-Real-Ip")
 	}
 	if v := in.Header.Get("X-Forwarded-Proto"); c.ViaProxy && v != "" {
-		out.Set("X-Forwarded-Proto", v)
+		set(2, "X-Forwarded-Proto", v)
 	} else if in.TLS != nil {
-		out.Set("X-Forwarded-Proto", "https")
+		set(2, "X-Forwarded-Proto", "https")
 	} else {
-		out.Set("X-Forwarded-Proto", "http")
+		set(2, "X-Forwarded-Proto", "http")
 	}
 	if v := in.Header.Get("X-Forwarded-Host"); c.ViaProxy && v != "" {
-		out.Set("X-Forwarded-Host", v)
+		set(3, "X-Forwarded-Host", v)
 	} else {
-		out.Set("X-Forwarded-Host", in.Host)
+		set(3, "X-Forwarded-Host", in.Host)
 	}
 }

@@ -72,6 +72,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if err := checkBounds(cfg); err != nil {
 		return nil, err
 	}
+	if err := compileRuntime(cfg.Runtime); err != nil {
+		return nil, err
+	}
 	if err := compileServer(cfg.Server); err != nil {
 		return nil, err
 	}

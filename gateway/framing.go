@@ -59,7 +59,7 @@ type framingConn struct {
 	// Read's scan state; only the server's reading goroutine touches it.
 	line       []byte // the current line so far (its last maxScanLine bytes)
 	inHead     bool   // between a request line and the blank line ending the head
-	head       string // the current head's request line
+	head       []byte // the current head's request line (reused: a string would cost a request one allocation)
 	cl, te     bool   // the current head has Content-Length, Transfer-Encoding
 	overflowed bool   // line lost its start
 
@@ -103,7 +103,7 @@ func (c *framingConn) endLine() {
 	defer func() { c.line, c.overflowed = c.line[:0], false }()
 	switch {
 	case isRequestLine(line):
-		c.inHead, c.head, c.cl, c.te = true, string(line), false, false
+		c.inHead, c.head, c.cl, c.te = true, append(c.head[:0], line...), false, false
 	case !c.inHead:
 		// body bytes
 	case len(line) == 0 && !overflowed:
@@ -113,7 +113,7 @@ func (c *framingConn) endLine() {
 			if len(c.bad) == maxAmbiguous {
 				c.bad = c.bad[1:]
 			}
-			c.bad = append(c.bad, c.head)
+			c.bad = append(c.bad, string(c.head))
 			c.mu.Unlock()
 		}
 	default:
@@ -142,8 +142,8 @@ func isRequestLine(line []byte) bool {
 }
 
 // isHTTP10 reports whether a request line noted by endLine is HTTP/1.0.
-func isHTTP10(line string) bool {
-	return strings.HasSuffix(strings.TrimRight(line, " "), "HTTP/1.0")
+func isHTTP10(line []byte) bool {
+	return bytes.HasSuffix(bytes.TrimRight(line, " "), []byte("HTTP/1.0"))
 }
 
 // ambiguous reports whether r's head had faulty framing (both

@@ -14,7 +14,8 @@
 //     store), the listeners and their http.Server settings;
 //   - a snapshot: the compiled plan, the router, the limiter (over a store
 //     kept while its settings do not change), the proxy (kept while the
-//     upstream section and the trusted proxies do not change).
+//     upstream section and the trusted proxies do not change; a proxy
+//     built on reload keeps the connections of the targets that stay).
 //
 // A reload compiles the file, builds a new snapshot and swaps it in
 // atomically; a request reads the snapshot once, so it finishes on the
@@ -30,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -176,9 +178,35 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	if plan.adminToken == "" {
 		g.log.Warn("the admin API is off: /admin/* answers 403", "reason", adminOffReason(plan.cfg))
 	}
+	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
 	g.m.generation.Set(float64(s.gen))
 	return g, nil
+}
+
+// compileRuntime checks the runtime section.
+func compileRuntime(r config.Runtime) error {
+	switch {
+	case r.GOGC < -1:
+		return fmt.Errorf("runtime.gogc: %d: want a percentage, or -1 for no collection until runtime.memory_limit", r.GOGC)
+	case r.MemoryLimit < 0:
+		return fmt.Errorf("runtime.memory_limit: %d: want bytes, or 0 for none", r.MemoryLimit)
+	case r.GOGC == -1 && r.MemoryLimit == 0:
+		return fmt.Errorf("runtime.gogc: -1 (no collection) needs a runtime.memory_limit, or the heap grows without bound")
+	}
+	return nil
+}
+
+// applyRuntime sets the garbage collector from the runtime section, over
+// the GOGC and GOMEMLIMIT environment variables. It is process-wide: the
+// last gateway started or reloaded in a process sets it.
+func applyRuntime(r config.Runtime) {
+	debug.SetGCPercent(r.GOGC)
+	limit := r.MemoryLimit
+	if limit == 0 {
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
 }
 
 func adminOffReason(c *config.Config) string {
@@ -257,9 +285,13 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 			s = nil
 		}
 	}()
-	if old != nil && old.plan.proxy.Equal(plan.proxy) {
+	switch {
+	case old != nil && old.plan.proxy.Equal(plan.proxy):
 		s.proxy = old.proxy
-	} else {
+	case old != nil:
+		// The targets that stay keep their kept-alive connections.
+		s.proxy = proxy.Renew(old.proxy, plan.proxy, g.proxyM, g.log)
+	default:
 		s.proxy = proxy.New(plan.proxy, g.proxyM, g.log)
 	}
 	if old != nil && old.plan.limit.SameStore(plan.limit) {
@@ -284,22 +316,41 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	}
 	next = s.limiter.Middleware(next)
 
-	r := chi.NewRouter()
-	r.Use(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
-	stats := g.statsHandler(plan)
-	prefix := plan.cfg.Stats.Prefix
-	r.Handle(prefix, stats)
-	r.Handle(prefix+"/*", stats)
-	r.Handle("/*", next)
-	// A method chi does not know (PROPFIND, FOO) matches no route: it is
-	// never proxied, and gets a problem body like every other refusal.
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-		problem.Write(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not served through this gateway")
-	})
-	s.handler = r
+	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, g.statsHandler(plan), next))
 	return s, nil
+}
+
+// splitStats sends the requests under prefix (prefix itself and
+// prefix/...) to stats and every other to next, as a chi router with the
+// patterns prefix, prefix/* and /* would route them (by the escaped path
+// when the request has one; 405 for a method chi does not know, so that
+// PROPFIND or FOO never reach the upstream), without the router: the
+// proxied path, every visit's, pays no routing context.
+func splitStats(prefix string, stats, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+			http.MethodDelete, http.MethodOptions, http.MethodTrace, http.MethodConnect:
+		default:
+			// A method the router does not know (PROPFIND, FOO): never
+			// proxied, and answered with a problem body like every other
+			// refusal.
+			w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+			problem.Write(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not served through this gateway")
+			return
+		}
+		p := r.URL.RawPath
+		if p == "" {
+			p = r.URL.Path
+		}
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
+			stats.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // statsHandler serves the stats API under the reserved prefix: it is never
@@ -401,6 +452,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
 	old.closeReplaced(s)
 	if g.pipeline != nil {

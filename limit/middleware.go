@@ -144,8 +144,11 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			l.count(ctx, h.r, h.value, now)
 		}
 		if len(policies) > 0 {
-			w.Header().Set("RateLimit-Policy", strings.Join(policies, ", "))
-			w.Header().Set("RateLimit", strings.Join(states, ", "))
+			// Set by their canonical names: Header.Set would canonicalize
+			// "RateLimit-Policy" into a new string on every request.
+			h := w.Header()
+			h[hdrRateLimitPolicy] = []string{strings.Join(policies, ", ")}
+			h[hdrRateLimit] = []string{strings.Join(states, ", ")}
 		}
 		if len(after) == 0 {
 			next.ServeHTTP(w, r)
@@ -176,6 +179,12 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		returned = true
 	})
 }
+
+// The canonical names of the RateLimit headers (net/http's spelling).
+var (
+	hdrRateLimitPolicy = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit       = http.CanonicalHeaderKey("RateLimit")
+)
 
 // reject answers 429 for rule ru.
 func (l *Limiter) reject(w http.ResponseWriter, ru *rule, v verdict) {

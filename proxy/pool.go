@@ -25,6 +25,7 @@ type target struct {
 	failures atomic.Uint64
 	latency  prometheus.Observer // nil without metrics
 	gauge    prometheus.Gauge    // nil without metrics
+	h1       *h1Pool             // its connections, when the proxy's own client serves it
 }
 
 // setHealthy records up and reports whether it changed.
@@ -128,6 +129,12 @@ func (p *Proxy) healthLoop(ctx context.Context, interval time.Duration) {
 	defer tick.Stop()
 	for {
 		p.checkAll(ctx)
+		now := time.Now()
+		for _, t := range p.pool.targets {
+			if t.h1 != nil {
+				t.h1.prune(now)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -169,6 +176,9 @@ func (p *Proxy) check(ctx context.Context, t *target) error {
 		return err
 	}
 	req.Header.Set("User-Agent", "linkgate-health-check")
+	if t.h1 != nil {
+		return p.checkH1(req, t)
+	}
 	resp, err := p.transport.RoundTrip(req)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,15 +31,20 @@ import (
 // usable, call New. The gateway builds a new Proxy when the upstream section
 // changes and Closes the old one.
 type Proxy struct {
+	// h1 is set when every target is http://: requests go through the
+	// proxy's own HTTP/1.1 client (h1.go) and the targets' pools (h1Pool).
+	// Otherwise they go through rp and transport.
+	h1        bool
 	rp        *httputil.ReverseProxy
 	pool      *pool
 	transport *http.Transport
 	dialer    *net.Dialer
 	trust     *forwarded.Trust
 	headers   forwarded.Policy // which of the client's headers reach the upstream
+	rht       time.Duration    // upstream.response_header_timeout
 	m         *Metrics
 	log       *slog.Logger
-	opened    atomic.Int64
+	opened    *atomic.Int64 // shared with the Proxies renewed from this one
 
 	checkPath    string
 	checkTimeout time.Duration
@@ -48,11 +54,27 @@ type Proxy struct {
 	closeOnce sync.Once
 }
 
-// New builds the transport of plan and starts health checking in a
+// New builds the client of plan and starts health checking in a
 // goroutine until Close; the first check runs at once, and until it answers
 // every target counts as healthy so the gateway serves immediately. m and
 // log may be nil.
+//
+// When every target is http://, requests go through the proxy's own
+// HTTP/1.1 client, which keeps a connection pool per target; with an
+// https:// target among them, through httputil.ReverseProxy and an
+// http.Transport (HTTP/2 where the target offers it).
 func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
+	return Renew(nil, plan, m, log)
+}
+
+// Renew is New for a plan that replaces old's (a reload): the targets that
+// both list, with the same dial timeout and idle cap, keep old's idle
+// connections, which old's Close then leaves open. old may be nil.
+func Renew(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
+	return newProxy(old, plan, m, log, false)
+}
+
+func newProxy(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib bool) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -62,11 +84,37 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 		dialer:       &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		trust:        plan.trust,
 		headers:      plan.headers,
+		rht:          cfg.ResponseHeaderTimeout,
 		m:            m,
 		log:          log,
+		opened:       new(atomic.Int64),
 		checkPath:    cfg.HealthCheck.Path,
 		checkTimeout: cfg.DialTimeout,
 		done:         make(chan struct{}),
+	}
+	if old != nil {
+		p.opened = old.opened
+	}
+	p.h1 = !stdlib
+	for _, t := range p.pool.targets {
+		p.h1 = p.h1 && t.url.Scheme == "http"
+	}
+	if p.h1 {
+		for _, t := range p.pool.targets {
+			key := poolKey{addr: hostPort(t.url), dialTimeout: cfg.DialTimeout, maxIdle: cfg.MaxIdleConnsPerHost}
+			if old != nil && old.h1 {
+				for _, ot := range old.pool.targets {
+					if ot.h1.key == key {
+						t.h1 = ot.h1
+						break
+					}
+				}
+			}
+			if t.h1 == nil {
+				t.h1 = newH1Pool(key, p.opened, m)
+			}
+			t.h1.acquire()
+		}
 	}
 	p.transport = newTransport(cfg, p.dial)
 	p.rp = &httputil.ReverseProxy{
@@ -104,7 +152,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, b))
 		r.Body = b
 	}
+	if p.h1 {
+		if r.Context().Value(http.ServerContextKey) == nil {
+			// Not under an http.Server (a test calling ServeHTTP): a
+			// response cut short just ends, as with httputil.ReverseProxy.
+			defer func() {
+				if v := recover(); v != nil && v != errAbortNoServer {
+					panic(v)
+				}
+			}()
+		}
+		p.serveH1(w, r)
+		return
+	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// hostPort is the address to dial for an http:// target.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 // clientBody is a request body as the proxy reads it from the client. It
@@ -170,6 +239,9 @@ func (p *Proxy) Close() {
 		<-p.done
 		p.transport.CloseIdleConnections()
 		for _, t := range p.pool.targets {
+			if t.h1 != nil {
+				t.h1.release()
+			}
 			p.m.release(t.name)
 		}
 	})
@@ -197,10 +269,21 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	p.trust.SetHeaders(out.Header, in, p.headers)
 }
 
-// handleError answers a request the upstream did not: 502 when no target
-// could be reached or the connection broke, 504 when the upstream did not
-// answer in time. The detail never names a target.
+// handleError is the ReverseProxy's ErrorHandler: r is the outgoing
+// request, pointed at its target.
 func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
+	p.fail(w, r, p.pool.lookup(r.URL), err)
+}
+
+// fail answers a request the upstream did not: 502 when no target could
+// be reached or the connection broke, 504 when the upstream did not answer
+// in time. t is the target tried last, nil for none. The detail never
+// names a target.
+func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err error) {
+	target := ""
+	if t != nil {
+		target = t.name
+	}
 	if errors.Is(err, ErrBodyTimeout) || bodyTimedOut(r.Context()) {
 		// The client, not the upstream, was too slow: RFC 9110 §15.5.9.
 		// The server cancelled the request when the read failed, so this
@@ -236,19 +319,19 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 		// The request's own deadline (set by the gateway) ran out, whatever
 		// stage the upstream exchange was in.
 		p.m.failed(reasonTimeout)
-		p.log.Warn("request deadline passed before the upstream answered", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		p.log.Warn("request deadline passed before the upstream answered", "target", target, "method", r.Method, "path", r.URL.Path, "err", err)
 		problem.Write(w, http.StatusGatewayTimeout, "upstream did not answer in time")
 	case isDialError(err):
 		p.m.failed(reasonUnreachable)
-		p.log.Warn("upstream unreachable", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		p.log.Warn("upstream unreachable", "target", target, "method", r.Method, "path", r.URL.Path, "err", err)
 		problem.Write(w, http.StatusBadGateway, "upstream unreachable")
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		p.m.failed(reasonTimeout)
-		p.log.Warn("upstream timed out", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		p.log.Warn("upstream timed out", "target", target, "method", r.Method, "path", r.URL.Path, "err", err)
 		problem.Write(w, http.StatusGatewayTimeout, "upstream did not answer in time")
 	default:
 		p.m.failed(reasonFailed)
-		p.log.Warn("upstream failed", "target", r.URL.Host, "method", r.Method, "path", r.URL.Path, "err", err)
+		p.log.Warn("upstream failed", "target", target, "method", r.Method, "path", r.URL.Path, "err", err)
 		problem.Write(w, http.StatusBadGateway, "upstream connection failed")
 	}
 }

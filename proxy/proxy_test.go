@@ -637,3 +637,47 @@ func TestRequestDeadlineIs504(t *testing.T) {
 		t.Error("a request deadline took the target out")
 	}
 }
+
+// TestRenewKeepsConnectionsOfTargetsThatStay: a Proxy renewed from another
+// takes over the idle connections of the targets both list, and they stay
+// open when the old one closes; those of a target it dropped are closed.
+func TestRenewKeepsConnectionsOfTargetsThatStay(t *testing.T) {
+	stay, gone, added := newUpstream(t, "stay", nil), newUpstream(t, "gone", nil), newUpstream(t, "added", nil)
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	old := proxy.New(plan(t, config(stay.URL, gone.URL)), m, nil)
+	var h atomic.Pointer[proxy.Proxy]
+	h.Store(old)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.Load().ServeHTTP(w, r) }))
+	defer front.Close()
+	f := &fixture{p: old, front: front}
+	for range 4 {
+		f.get(t, "/k")
+	}
+	testkit.Eventually(t, 10*time.Second, "idle connections to both targets", func() bool {
+		n := old.IdleConns()
+		return len(n) == 2 && n[0] > 0 && n[1] > 0
+	})
+	openedBefore := old.ConnectionsOpened()
+	next := proxy.Renew(old, plan(t, config(stay.URL, added.URL)), m, nil)
+	defer next.Close()
+	old.Close()
+	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health checks", func() bool { return added.checks.Load() > 0 })
+	if n := next.IdleConns(); n[0] == 0 {
+		t.Fatal("no idle connection to the target that stayed after the old proxy closed")
+	}
+	if n := old.IdleConns(); n[1] != 0 {
+		t.Errorf("%d idle connections to the dropped target left open", n[1])
+	}
+	h.Store(next)
+	stayHits := stay.hits.Load()
+	for range 4 {
+		f.get(t, "/k")
+	}
+	if stay.hits.Load() != stayHits+2 || added.hits.Load() != 2 {
+		t.Errorf("after the renewal: stay served %d, added %d; want 2 each", stay.hits.Load()-stayHits, added.hits.Load())
+	}
+	// Only the new target needed connections (and its health check).
+	if got := next.ConnectionsOpened() - openedBefore; got > 2 {
+		t.Errorf("renewed proxy opened %d connections, want at most 2 (to the added target)", got)
+	}
+}

@@ -111,21 +111,45 @@
 // linkgate_memcached_errors_total{server,op}, linkgate_memcached_ops_total{op},
 // linkgate_memcached_pending_deltas and linkgate_memcached_dropped_deltas_total.
 //
+// # Shared reads
+//
+// Checks of the same counter share their reads (read.go): while a get of
+// a counter is on its way, the checks of that counter that arrive gather
+// into the next get, sent by the first of them when the one on its way
+// returns, and each copies the counts; a check of a counter nobody reads
+// goes at once. Clients over a limit cost no read at all: the limiter
+// answers them from its local cache of blocked counters until their bucket
+// ends (TestBlockedClientCostsNoRoundTrip). No check waits longer than the
+// timeout for a read another sends (TestSharedReadTimeout), and one that
+// follows a read that just failed shares its error.
+//
 // # Performance
 //
 // BenchmarkDecision is one check of a 2/s, 5/m, 10/h, 100/d rule (Load of
-// 144 buckets) plus one count (Add of 3) against a real local memcached;
-// BenchmarkFloor is gomemcache's GetMulti of the same 144 keys alone. On a
-// quiet 2-core VM, memcached and the benchmark sharing the cores:
+// 144 buckets) plus one count (Add of 3) against a real local memcached:
+// serial, 64 at once of 64 clients (parallel), and 64 at once of one client
+// (oneclient, what a load test from one address makes); BenchmarkFloor is
+// gomemcache's GetMulti of the same 144 keys alone. On the shared 2-core
+// machine (load average 4-6), memcached and the benchmark sharing the
+// cores:
 //
 //	go test -run '^$' -bench 'Decision|Floor' -benchmem -count 3 ./limit/memcached
-//	Decision/serial     124-146 µs/op   6,900-8,100 decisions/s    101-119 µs gateway CPU  43-53 µs memcached CPU  32 allocs
-//	Decision/parallel    82-99 µs/op   10,000-12,200 decisions/s    80-96 µs gateway CPU  38-45 µs memcached CPU
-//	Floor/getmulti144   110-137 µs/op                                87-111 µs gateway CPU  42-51 µs memcached CPU  18 allocs
-//	Floor/get1           64-85 µs/op                                37-46 µs gateway CPU
+//	Decision/serial     72-89 µs/op     11,000-14,000 decisions/s    44-49 µs gateway CPU  23-24 µs memcached CPU  33 allocs
+//	Decision/parallel   76-108 µs/op     9,000-13,000 decisions/s    48-53 µs gateway CPU  25-26 µs memcached CPU  35 allocs
+//	Decision/oneclient  4.6-9.9 µs/op  100,000-218,000 decisions/s   3.1-3.6 µs gateway CPU  1.0-1.1 µs memcached CPU  1 alloc
 //
-// So a decision costs about what gomemcache's multi-get of its keys costs
-// alone (key building, the pending map and the flusher add little): 1e6 /
-// gateway CPU is about 10,000 to 12,000 decisions per second per core, most
-// of it system calls and the parsing of 144 values.
+// (The benchmark runs at Go's GOGC of 100; at the gateway's default
+// runtime.gogc of 400, parallel measured 33-35 µs gateway CPU, about 29,000
+// decisions per second per core.)
+//
+// A decision of its own costs about what gomemcache's multi-get of its
+// keys costs alone: 1e6 / gateway CPU is about 20,000 decisions per second
+// per core, a third of it in gomemcache (the command built with
+// fmt.Fprintf and strings.Join, the answer parsed into an item map), a
+// fifth system calls, a tenth building the 144 keys, the rest garbage
+// collection. Decisions of one client share reads: about 300,000 per second
+// per core. Merging the reads of distinct counters into one command was
+// measured too and dropped: with 64 clients it doubled the CPU per decision
+// (the parsing is per key, and reads that wait longer overlap flushes of
+// their counter and are made again).
 package memcached

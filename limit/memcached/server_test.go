@@ -19,6 +19,16 @@ type proxy struct {
 	mu      sync.Mutex
 	verbs   map[string]int
 	getKeys atomic.Int64
+	hold    atomic.Pointer[chan struct{}] // when set, get commands wait for it to close
+}
+
+// HoldGets makes get commands wait (counted, not yet passed on) until the
+// returned function is called.
+func (p *proxy) HoldGets() (release func()) {
+	ch := make(chan struct{})
+	p.hold.Store(&ch)
+	var once sync.Once
+	return func() { once.Do(func() { p.hold.Store(nil); close(ch) }) }
 }
 
 func startProxy(t testing.TB, backend string) *proxy {
@@ -69,6 +79,9 @@ func (p *proxy) pipe(dst io.Writer, src io.Reader) {
 				p.mu.Unlock()
 				if fields[0] == "get" || fields[0] == "gets" {
 					p.getKeys.Add(int64(len(fields) - 1))
+					if h := p.hold.Load(); h != nil {
+						<-*h
+					}
 				}
 			}
 			if _, werr := io.WriteString(dst, line); werr != nil {

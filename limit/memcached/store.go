@@ -198,7 +198,6 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 	if sv.open.Load() {
 		return fmt.Errorf("memcached: load: %w", ErrUnavailable)
 	}
-	keys := bucketKeys(c, buckets)
 	for attempt := 1; ; attempt++ {
 		final := attempt == loadAttempts
 		e, gen, inflight := sh.pin(c)
@@ -210,7 +209,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 			}
 			continue
 		}
-		err := sv.getCounts(keys, counts[:len(buckets)])
+		err := sv.getCounts(sh, c, buckets, counts)
 		exact := sh.addLocal(c, e, gen, inflight == nil, buckets, counts, final)
 		if err != nil {
 			return fmt.Errorf("memcached: load: %w", err)
@@ -430,30 +429,6 @@ func (sv *server) result(op string, err error) error {
 		sv.log.Warn("memcached: circuit breaker open: operations fail at once until a probe succeeds", "failures", n, "err", err)
 	}
 	return err
-}
-
-// getCounts reads keys in one get command into counts (0 when missing).
-func (sv *server) getCounts(keys []string, counts []int64) error {
-	if sv.open.Load() {
-		return ErrUnavailable
-	}
-	inc(sv.opGet)
-	items, err := sv.client.GetMulti(keys)
-	if err = sv.result(opGet, err); err != nil {
-		clear(counts)
-		return err
-	}
-	for i, k := range keys {
-		counts[i] = 0
-		if it := items[k]; it != nil {
-			n, ok := parseCount(it.Value)
-			if !ok {
-				return fmt.Errorf("key %q holds %q, not a count", k, it.Value)
-			}
-			counts[i] = n
-		}
-	}
-	return nil
 }
 
 // parseCount parses a decimal count. memcached pads a value that incr
@@ -785,9 +760,10 @@ func (sv *server) trim(keep int64) {
 
 // shard holds the pending increments of some counters of one server.
 type shard struct {
-	mu sync.Mutex
-	m  map[limit.Counter]*entry
-	_  [48]byte // keep shards on separate cache lines
+	mu    sync.Mutex
+	m     map[limit.Counter]*entry
+	reads map[readKey]*readState // the shared reads (read.go); nil until the first
+	_     [40]byte               // keep shards on separate cache lines
 }
 
 // delta is a pending increment of one bucket.

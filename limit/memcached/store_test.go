@@ -397,13 +397,35 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		report(b, gw0, mc0)
 	})
+	// 64 checks at once, as behind 64 client connections: each of its
+	// own client (parallel), or all of one (oneclient, what a load test
+	// from one address makes).
 	b.Run("parallel", func(b *testing.B) {
 		var id atomic.Int64
 		b.ReportAllocs()
+		b.SetParallelism(32)
 		gw0, mc0 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid())
 		b.RunParallel(func(pb *testing.PB) {
 			counts := make([]int64, len(plan))
 			c := limit.Counter{Rule: "login_ip", Value: fmt.Sprintf("198.51.100.%d", id.Add(1))}
+			for pb.Next() {
+				if err := s.Load(ctx, c, plan, counts); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Add(ctx, c, hit, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		report(b, gw0, mc0)
+	})
+	b.Run("oneclient", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		gw0, mc0 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid())
+		b.RunParallel(func(pb *testing.PB) {
+			counts := make([]int64, len(plan))
+			c := limit.Counter{Rule: "login_ip", Value: "198.51.100.200"}
 			for pb.Next() {
 				if err := s.Load(ctx, c, plan, counts); err != nil {
 					b.Fatal(err)

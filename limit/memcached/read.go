@@ -1,0 +1,201 @@
+package memcached
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/linkgate/linkgate/limit"
+)
+
+// Checks of the same counter share their reads. While a get of a
+// counter's buckets is on its way, the checks of the same counter and
+// buckets that arrive (the clients of one address, one user) gather into
+// the next read, sent by the first of them as soon as the one on its way
+// returns: their keys are built, sent and parsed once, and each copies the
+// counts. So a check waits for nobody when its counter is not being read,
+// and under load a counter costs one get per round trip however many of
+// its checks arrive meanwhile: 64 concurrent requests of one client cost
+// about one get instead of 64 (envoy's ratelimit pipelines Redis commands
+// within 150 µs for the same reason). A check never joins a read already
+// sent: the read it waits for starts after it pinned its counter (Load), as
+// its own would.
+//
+// Checks of distinct counters each send their own get at once: merging
+// them into one command was measured to cost more than it saves (the
+// parsing is per key, and the longer a read waits the more often it
+// overlaps a flush of its counter and must be made again).
+//
+// No check waits longer than the configured timeout for the read on its
+// way or for its group's answer: one that would is answered with an error,
+// as a read that timed out. (A get itself is bounded by gomemcache's
+// timeout per read and write, as before.)
+
+// readKey is what makes two checks read the same keys.
+type readKey struct {
+	c           limit.Counter
+	first, last limit.Bucket
+	n           int
+}
+
+// readState is the reads of one readKey: the one on its way and the group
+// gathering for the next.
+type readState struct {
+	busy chan struct{} // closed when the read on its way returns; nil when none is
+	next *readGroup    // the checks waiting for the next read; nil when none
+	err  error         // how the last read ended
+}
+
+// readGroup is the checks that share one read.
+type readGroup struct {
+	waiting int           // checks that joined it; guarded by the shard's mu
+	done    chan struct{} // closed when counts and err are set
+	expired <-chan time.Time
+	timer   *time.Timer
+	counts  []int64
+	err     error
+}
+
+// getCounts reads the counts of c's buckets into counts (0 when missing),
+// sharing the read with the concurrent checks of the same counter.
+func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, counts []int64) error {
+	if sv.open.Load() {
+		return ErrUnavailable
+	}
+	counts = counts[:len(buckets)]
+	rk := readKey{c: c, first: buckets[0], last: buckets[len(buckets)-1], n: len(buckets)}
+	sh.mu.Lock()
+	if sh.reads == nil {
+		sh.reads = map[readKey]*readState{}
+	}
+	st := sh.reads[rk]
+	if st == nil {
+		st = &readState{}
+		sh.reads[rk] = st
+	}
+	if st.busy == nil {
+		// Nothing of this counter on its way: read now.
+		st.busy = make(chan struct{})
+		sh.mu.Unlock()
+		err := sv.read(c, buckets, counts)
+		sv.readDone(sh, rk, st, err)
+		return err
+	}
+	g := st.next
+	if g != nil {
+		g.waiting++
+		sh.mu.Unlock()
+		select {
+		case <-g.done:
+		case <-g.expired:
+			select {
+			case <-g.done: // both ready: the answer is there
+			default:
+				clear(counts)
+				return fmt.Errorf("memcached: no answer within %v: %w", sv.timeout, errReadTimeout)
+			}
+		}
+		if g.err != nil {
+			clear(counts)
+			return g.err
+		}
+		copy(counts, g.counts)
+		return nil
+	}
+	// The first to wait for the next read: it sends it for the group.
+	g = &readGroup{done: make(chan struct{})}
+	g.timer = time.NewTimer(sv.timeout)
+	g.expired = g.timer.C
+	st.next = g
+	busy := st.busy
+	sh.mu.Unlock()
+	defer g.timer.Stop()
+	select {
+	case <-busy:
+	case <-g.expired:
+		sh.mu.Lock()
+		if st.next == g {
+			st.next = nil
+		}
+		sh.mu.Unlock()
+		g.err = fmt.Errorf("memcached: the read before took over %v: %w", sv.timeout, errReadTimeout)
+		close(g.done)
+		clear(counts)
+		return g.err
+	}
+	sh.mu.Lock()
+	if st.next == g {
+		st.next = nil // from here, checks gather for the read after
+	}
+	if st.err != nil {
+		// The read before failed just now (a timeout, the breaker): the
+		// group shares its error rather than wait as long again.
+		g.err = st.err
+		sh.mu.Unlock()
+		close(g.done)
+		clear(counts)
+		return g.err
+	}
+	if st.busy == nil {
+		st.busy = make(chan struct{})
+		sh.reads[rk] = st
+	} else {
+		// A check that found nothing on its way is reading: take it as
+		// this group's predecessor and wait no more; read alongside.
+		st = &readState{busy: make(chan struct{})}
+	}
+	sh.mu.Unlock()
+	g.err = sv.read(c, buckets, counts)
+	g.counts = slices.Clone(counts) // counts is the caller's, who adds to it
+	close(g.done)
+	sv.readDone(sh, rk, st, g.err)
+	return g.err
+}
+
+// readDone ends st's read on its way, which ended with err, dropping st
+// when no group waits.
+func (sv *server) readDone(sh *shard, rk readKey, st *readState, err error) {
+	sh.mu.Lock()
+	st.err = err
+	close(st.busy)
+	if sh.reads[rk] == st {
+		st.busy = nil
+		if st.next == nil {
+			delete(sh.reads, rk)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// errReadTimeout is the error of a check that waited its timeout for a
+// shared read.
+var errReadTimeout = fmt.Errorf("memcached: timeout")
+
+// read is one get command of c's buckets, its result fed to the breaker.
+func (sv *server) read(c limit.Counter, buckets []limit.Bucket, counts []int64) error {
+	keys := bucketKeys(c, buckets)
+	inc(sv.opGet)
+	items, err := sv.client.GetMulti(keys)
+	return fillCounts(keys, counts, items, sv.result(opGet, err))
+}
+
+// fillCounts sets counts from the items of keys, 0 for a missing key.
+func fillCounts(keys []string, counts []int64, items map[string]*memcache.Item, err error) error {
+	if err != nil {
+		clear(counts[:len(keys)])
+		return err
+	}
+	for i, k := range keys {
+		counts[i] = 0
+		if it := items[k]; it != nil {
+			n, ok := parseCount(it.Value)
+			if !ok {
+				return fmt.Errorf("key %q holds %q, not a count", k, it.Value)
+			}
+			counts[i] = n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// h1Pool is the kept-alive connections to one http:// target, for the
+// proxy's own HTTP/1.1 client (h1.go). Idle connections are a stack: the
+// most recently used one is the likeliest to be alive and warm. No
+// goroutine watches an idle connection; one that the target closed while
+// it sat idle is noticed when it is taken (peerClosed) or when the request
+// sent on it fails before any byte of a response came back, and a request
+// that may be sent twice is then sent again on a new connection.
+//
+// A Proxy built on reload (Renew) shares the pools of the targets it keeps
+// with the same connection settings, so that a reload keeps their
+// connections. It is safe for concurrent use.
+type h1Pool struct {
+	key     poolKey
+	dialer  *net.Dialer
+	opened  *atomic.Int64 // shared with the Proxies using the pool
+	m       *Metrics
+	maxIdle int
+
+	mu     sync.Mutex
+	idle   []*h1Conn // guarded by mu; the last is the most recently used
+	refs   int       // guarded by mu: Proxies using the pool
+	closed bool      // guarded by mu
+}
+
+// poolKey is what makes two targets' connections interchangeable: the
+// address and the settings a connection is opened and kept with.
+type poolKey struct {
+	addr        string // host:port
+	dialTimeout time.Duration
+	maxIdle     int
+}
+
+// idleTimeout is how long an idle upstream connection is kept, as
+// http.Transport's IdleConnTimeout in transport.go.
+const idleTimeout = 90 * time.Second
+
+// staleCheckAfter is how long a connection may sit idle before it is
+// checked for a close by the target when taken from the pool. A
+// connection reused within it is taken as it is: servers close idle
+// connections after seconds, and a request that may be sent twice is sent
+// again when the connection turns out closed.
+const staleCheckAfter = 10 * time.Millisecond
+
+// h1Conn is one upstream connection. It is used by one request at a time.
+type h1Conn struct {
+	nc     net.Conn
+	br     *bufio.Reader
+	raw    syscall.RawConn // nil when nc has none
+	idleAt time.Time       // when it was put back
+	reused bool            // it has carried a request before
+}
+
+func newH1Pool(key poolKey, opened *atomic.Int64, m *Metrics) *h1Pool {
+	return &h1Pool{
+		key:     key,
+		dialer:  &net.Dialer{Timeout: key.dialTimeout, KeepAlive: 30 * time.Second},
+		opened:  opened,
+		m:       m,
+		maxIdle: key.maxIdle,
+	}
+}
+
+// get returns an idle connection, or nil when there is none worth using.
+// check asks for every connection to be checked for a close by the target,
+// however briefly it was idle (a request that cannot be sent twice).
+func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		c := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		idle := now.Sub(c.idleAt)
+		if idle > idleTimeout {
+			c.nc.Close()
+			continue
+		}
+		if check || idle >= staleCheckAfter {
+			// The last exchange's read deadline may have passed: the peek
+			// would fail on it, not on the socket.
+			c.nc.SetReadDeadline(time.Time{})
+			if c.peerClosed() {
+				c.nc.Close()
+				continue
+			}
+		}
+		return c
+	}
+}
+
+// dial opens a new connection to the target, counting it.
+func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
+	nc, err := p.dialer.DialContext(ctx, "tcp", p.key.addr)
+	if err != nil {
+		return nil, err
+	}
+	p.opened.Add(1)
+	p.m.connOpened()
+	c := &h1Conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10)}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
+	return c, nil
+}
+
+// put returns c to the pool, or closes it when the pool is full or closed.
+func (p *h1Pool) put(c *h1Conn, now time.Time) {
+	c.idleAt = now
+	c.reused = true
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= p.maxIdle {
+		p.mu.Unlock()
+		c.nc.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+// prune closes the connections idle for longer than idleTimeout. The
+// health loop calls it, so that connections are not held open for ever
+// by a target that gets no more requests.
+func (p *h1Pool) prune(now time.Time) {
+	p.mu.Lock()
+	keep := p.idle[:0]
+	var old []*h1Conn
+	for _, c := range p.idle {
+		if now.Sub(c.idleAt) > idleTimeout {
+			old = append(old, c)
+		} else {
+			keep = append(keep, c)
+		}
+	}
+	clear(p.idle[len(keep):])
+	p.idle = keep
+	p.mu.Unlock()
+	for _, c := range old {
+		c.nc.Close()
+	}
+}
+
+// closeIdle closes every idle connection and refuses to keep more.
+func (p *h1Pool) closeIdle() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.nc.Close()
+	}
+}
+
+// idleCount is the number of idle connections (tests).
+func (p *h1Pool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+// acquire counts one more Proxy using p.
+func (p *h1Pool) acquire() {
+	p.mu.Lock()
+	p.refs++
+	p.mu.Unlock()
+}
+
+// release counts one Proxy less using p, and closes p's connections when
+// it was the last.
+func (p *h1Pool) release() {
+	p.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	p.mu.Unlock()
+	if last {
+		p.closeIdle()
+	}
+}
