@@ -27,7 +27,11 @@ fi
 if [ -z "${CASSANDRA_HOSTS:-}" ]; then
   echo "test.sh: CASSANDRA_HOSTS is not set: the Cassandra integration tests will be SKIPPED"
 fi
-go vet ./...
+# Vetted with the race detector's flags, so that vet and the tests share one
+# build of every dependency (a cold run compiles them once, not twice); CI
+# also runs a plain go vet ./... after this, for the files built without
+# the race detector only.
+go vet -race ./...
 # A binary built with -race sleeps a second at exit (atexit_sleep_ms=1000)
 # so that goroutines still running can report a race: a second per test
 # binary. A race during a test fails that test all the same. A GORACE of

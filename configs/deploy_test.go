@@ -25,6 +25,7 @@ import (
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 const root = ".." // tests run in configs/
@@ -749,9 +750,18 @@ func TestDockerignore(t *testing.T) {
 	}
 	slices.Sort(pkgs)
 	out := t.TempDir()
-	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-o", out + "/"}, pkgs...)...)
+	// Built with the tests' own flags (the race detector when it is on, cgo
+	// as the machine has it), not the image's CGO_ENABLED=0 and -trimpath:
+	// what the context must hold is the same files, and so the
+	// dependencies come from the build cache the tests filled instead of
+	// a third build of them all.
+	args := []string{"build", "-o", out + "/"}
+	if testkit.Race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, pkgs...)...)
 	cmd.Dir = ctx
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=readonly", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s in the context .dockerignore leaves (%d files): %v\n%s", strings.Join(pkgs, " "), copied, err, b)
 	}
