@@ -66,6 +66,7 @@ func serialOf(c *tls.Conn) string {
 // admin API lists the certificate with its issuer, and the metrics count
 // the issuance.
 func TestOnDemandAllowedAndDenied(t *testing.T) {
+	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
 	ask := newAsk(t)
 	up := echoProto(t)
@@ -130,6 +131,7 @@ func TestOnDemandAllowedAndDenied(t *testing.T) {
 // TestOnDemandJunkNames: 1,000 handshakes with random names from one
 // address make at most handshakes_per_client ask calls, and no order.
 func TestOnDemandJunkNames(t *testing.T) {
+	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
 	ask := newAsk(t)
 	gw := start(t, acmeConfig(echoProto(t).URL, p, ask.URL, t.TempDir()))
@@ -184,6 +186,7 @@ func grepLines(s, sub string) string {
 // while the ask endpoint is down still serves the names it has stored
 // (certmagic#272), and orders nothing for a new name.
 func TestOnDemandAskDownServesStored(t *testing.T) {
+	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
 	ask := newAsk(t)
 	storage := t.TempDir()
@@ -223,6 +226,7 @@ func TestOnDemandAskDownServesStored(t *testing.T) {
 // while it is served; handshakes and requests never fail meanwhile, and a
 // new serial is served.
 func TestOnDemandRenewal(t *testing.T) {
+	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{Validity: time.Minute})
 	ask := newAsk(t)
 	gw := start(t, acmeConfig(echoProto(t).URL, p, ask.URL, t.TempDir()))
@@ -267,6 +271,7 @@ func TestOnDemandRenewal(t *testing.T) {
 // model), and a second gateway on the same cluster, its ask endpoint down,
 // serves it without an order.
 func TestOnDemandCassandraStorage(t *testing.T) {
+	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
 	m := cqlmodel.New(t)
 	ask := newAsk(t)
@@ -311,6 +316,7 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 // answering HTTP-01 on server.http_listen, and another by TLS-ALPN-01 on
 // server.listen (ALPN acme-tls/1), the challenge each config offers.
 func TestACMEChallenges(t *testing.T) {
+	t.Parallel()
 	// pebble logs its HTTP-01 requests, not its TLS-ALPN-01 handshakes.
 	for ch, validated := range map[string]string{"http-01": "validate w/ HTTP: http://site.example:", "tls-alpn-01": "set VALID by completed challenge"} {
 		t.Run(ch, func(t *testing.T) {

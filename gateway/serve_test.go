@@ -173,6 +173,7 @@ func TestForwardedHeaders(t *testing.T) {
 // (server.underscores_in_headers: false), and with it true, only the ones
 // that name no header the gateway sets, removes or routes by pass.
 func TestClaimsOfIdentityStripped(t *testing.T) {
+	t.Parallel()
 	got := make(chan http.Header, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {

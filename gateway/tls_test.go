@@ -93,6 +93,7 @@ func get(t *testing.T, c *http.Client, url string, hdr ...string) (*http.Respons
 // are replaced; the plain listener redirects to https:// with 308, host,
 // path and query kept; the admin API lists the certificate.
 func TestTLSStaticCertificate(t *testing.T) {
+	t.Parallel()
 	ca := edgetest.NewCA(t)
 	dir := t.TempDir()
 	certFile, keyFile, serial := ca.WritePair(t, dir, "short.test", "other.test", "127.0.0.1")
@@ -288,6 +289,7 @@ func TestHTTP2KeepsTheLimits(t *testing.T) {
 // CA trusted and HTTP/2 negotiated; h2load runs a bounded load over h2
 // with every request answered.
 func TestTLSRealClients(t *testing.T) {
+	t.Parallel()
 	ca := edgetest.NewCA(t)
 	dir := t.TempDir()
 	certFile, keyFile, _ := ca.WritePair(t, dir, "short.test", "127.0.0.1")
