@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // ErrUnsavedOnly is matched (errors.Is) by the errors of a Flusher's Reader
@@ -32,6 +33,7 @@ func (e unsavedOnly) Is(target error) bool { return target == ErrUnsavedOnly }
 type Reader struct {
 	f     *Flusher
 	store *rollup.Reader
+	dims  DimSource // nil when the store keeps none
 }
 
 // readWait bounds how long a read waits for a Write in progress to return
@@ -73,7 +75,8 @@ const readTries = 4
 // matching ErrUnsavedOnly: less than the truth, but not nothing, and
 // never a count twice.
 func (f *Flusher) Reader(store rollup.Source) *Reader {
-	return &Reader{f, rollup.NewReader(store, f.plan)}
+	dims, _ := store.(DimSource)
+	return &Reader{f, rollup.NewReader(store, f.plan), dims}
 }
 
 // Points returns the buckets of key in the tier of the given step whose
@@ -160,5 +163,41 @@ func (r *Reader) Total(ctx context.Context, key string) (Visits, error) {
 			return total, unsavedOnly{err}
 		}
 		return total, nil
+	}
+}
+
+// ErrNoDims is returned by Reader.Dims when the store keeps no
+// breakdowns.
+var ErrNoDims = errors.New("analytics: the store keeps no breakdowns")
+
+// Dims returns key's visits per value of dim over the UTC days whose start
+// lies in [from, to), the store's and those not written yet, sorted by
+// count, largest first. See Flusher.Reader for its errors.
+func (r *Reader) Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]DimValue, error) {
+	if r.dims == nil {
+		return nil, ErrNoDims
+	}
+	lo, hi := rollup.AlignUp(from, rollup.Day), rollup.AlignUp(to, rollup.Day)
+	for try := 1; ; try++ {
+		last := r.f.lastTry(try)
+		v := r.f.dimView(ctx, key, dim)
+		vals, err := r.dims.Dims(ctx, key, dim, from, to)
+		last()
+		if try < readTries && ctx.Err() == nil && r.f.moved(v) {
+			continue
+		}
+		if err != nil {
+			vals = nil
+		}
+		r.f.scanDims(v, func(d DimCount) {
+			if !d.Day.Before(lo) && d.Day.Before(hi) {
+				vals = append(vals, DimValue{d.Value, d.N})
+			}
+		})
+		vals = sumDims(vals)
+		if err != nil {
+			return vals, unsavedOnly{err}
+		}
+		return vals, nil
 	}
 }

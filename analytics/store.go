@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // AllLinks is the key under which visits to all links together are stored.
@@ -58,6 +59,44 @@ type Batch struct {
 	Counts []Count
 	Active []rollup.Active
 	Marks  []rollup.Mark
+	// Dims are the interval's visits per link, UTC day, dimension and
+	// value, sorted by link, dimension, day and value.
+	Dims []DimCount
+}
+
+// DimCount is visits of one value of one dimension of one link on one UTC
+// day: N are those of the batch, to add. Cum is the count of the same
+// (link, day, dimension, value) in every batch of the writer's generation
+// Gen so far, this one included: a store that keeps one row per writer
+// overwrites it with Cum (Cassandra, under a writer id derived from
+// Batch.Writer and Gen, with a write timestamp of Batch.At, which grows
+// with Seq), so that a resent or replayed batch, or an older one landing
+// late, never counts twice. A writer starts a new generation whenever it
+// forgets the cumulative counts of some (link, day, dimension) (at the end
+// of a day, or to bound its memory), so that a Cum never goes back within
+// a generation.
+type DimCount struct {
+	Key   string      // short_key, or AllLinks
+	Day   time.Time   // the UTC day's start
+	Dim   visitor.Dim // which dimension
+	Value string      // its value, or visitor.Other beyond the cap
+	N     int64       // visits of this batch
+	Cum   int64       // visits of the writer's generation so far, N included
+	Gen   uint64      // the writer's generation of Cum
+}
+
+// DimValue is the visits of one value of a dimension over a range of days.
+type DimValue struct {
+	Value string
+	Count int64
+}
+
+// DimSource reads breakdowns. Every Store is one.
+type DimSource interface {
+	// Dims returns key's visits per value of dim over the UTC days whose
+	// start lies in [from, to), summed over days and writers, in no
+	// particular order, leaving out values without visits.
+	Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]DimValue, error)
 }
 
 // FirstSeq returns the first Seq b covers: First, or Seq when First is 0.
@@ -97,7 +136,12 @@ type Writer interface {
 type Store interface {
 	Writer
 	rollup.Store
+	DimSource
 	// Close stops the store's background work and releases it. The
 	// Pipeline calls it once, after the final flush.
 	Close() error
 }
+
+// entries returns how many entries b holds: its counts and its
+// dimensions' values.
+func (b *Batch) entries() int { return len(b.Counts) + len(b.Dims) }

@@ -34,6 +34,32 @@ func (c *curve) appendJSON(b []byte) []byte {
 	if !c.expiredBefore.IsZero() {
 		b = appendField(b, "expired_before", c.expiredBefore.Unix())
 	}
+	if len(c.breakdown) > 0 {
+		b = appendField(b, "breakdown_from", c.dimFrom.Unix())
+		b = appendField(b, "breakdown_to", c.dimTo.Unix())
+		b = append(b, `,"breakdown":{`...)
+		for i, d := range c.breakdown {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, d.dim.String()...)
+			b = append(b, `":[`...)
+			for j, v := range d.values {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				val, _ := json.Marshal(v.Value)
+				b = append(b, `{"value":`...)
+				b = append(b, val...)
+				b = append(b, `,"count":`...)
+				b = strconv.AppendInt(b, v.Count, 10)
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
 	b = append(b, `,"points":[`...)
 	for i, p := range c.points {
 		if i > 0 {
@@ -89,6 +115,25 @@ func (c *curve) appendCSV(b []byte) []byte {
 			b = strconv.AppendInt(b, p.step, 10)
 		}
 		b = append(b, '\n')
+	}
+	return b
+}
+
+// appendBreakdownCSV appends c's breakdowns as CSV: a header line
+// "dimension,value,count" and one row per value, breakdown after
+// breakdown in the order asked. Values never hold commas, quotes or line
+// breaks (package visitor removes them).
+func (c *curve) appendBreakdownCSV(b []byte) []byte {
+	b = append(b, "dimension,value,count\n"...)
+	for _, d := range c.breakdown {
+		for _, v := range d.values {
+			b = append(b, d.dim.String()...)
+			b = append(b, ',')
+			b = append(b, v.Value...)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, v.Count, 10)
+			b = append(b, '\n')
+		}
 	}
 	return b
 }

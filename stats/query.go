@@ -10,6 +10,7 @@ import (
 
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/suggest"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // Limits on what one stats query may ask for.
@@ -33,6 +34,7 @@ type query struct {
 	step     time.Duration
 	stitch   bool
 	format   string
+	by       []visitor.Dim // breakdowns asked for, in the order asked
 }
 
 // paramError is a bad query parameter; the 400 answer names it.
@@ -59,6 +61,7 @@ func badParam(param, format string, args ...any) error {
 //	step=1m|5m|1h|1d|1w       the resolution; the handler checks it is a tier's
 //	stitch=true               the mixed-resolution curve; not with step
 //	format=json|csv|html      the answer's format; otherwise the Accept header
+//	by=referrer,source,...    breakdowns (any of visitor.Names), per UTC day
 //
 // Any other parameter is an error rather than ignored: a misspelt one
 // (lst=1h) would otherwise answer the 24 h default as if it had been read.
@@ -152,6 +155,22 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 	if q.stitch && q.step != 0 {
 		return query{}, badParam("stitch", "cannot be combined with step: a stitched curve has its own steps")
 	}
+	if s := v.Get("by"); s != "" {
+		for name := range strings.SplitSeq(s, ",") {
+			name = strings.TrimSpace(name)
+			d, ok := visitor.ParseDim(name)
+			if !ok {
+				reason := fmt.Sprintf("%q is not one of %s", name, strings.Join(visitor.Names(), ", "))
+				if guess := suggest.Closest(name, visitor.Names()...); guess != "" {
+					reason = fmt.Sprintf("%q is not one of %s (did you mean %s?)", name, strings.Join(visitor.Names(), ", "), guess)
+				}
+				return query{}, badParam("by", "%s", reason)
+			}
+			if !slices.Contains(q.by, d) {
+				q.by = append(q.by, d)
+			}
+		}
+	}
 	switch f := v.Get("format"); f {
 	case "", formatJSON, formatCSV, formatHTML:
 		q.format = f
@@ -162,7 +181,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by"}
 
 // checkParams returns an error naming the first parameter of v, in sorted
 // order, that parseQuery does not read, with the known one it is closest to

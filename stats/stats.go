@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // Reader is what the API reads: every tier of a link complete, and its
@@ -36,6 +38,14 @@ type Reader interface {
 	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]rollup.Point, error)
 	// Total returns key's all-time visits, with the same errors as Points.
 	Total(ctx context.Context, key string) (rollup.Visits, error)
+}
+
+// DimReader is what the API reads for breakdowns (by=): analytics.Reader
+// is one. A Reader without it answers by= with a 400.
+type DimReader interface {
+	// Dims returns key's visits per value of dim over the UTC days whose
+	// start lies in [from, to), with the same errors as Points.
+	Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]analytics.DimValue, error)
 }
 
 // API is the stats API: one link's all-time totals and its curve over a
@@ -64,6 +74,10 @@ type Options struct {
 	// Log receives a line when reads fall back to the unsaved counts, at
 	// most one a second per API (with the number held back). Nil: none.
 	Log *slog.Logger
+	// MaxValues is how many values of a breakdown an answer lists; the
+	// rest are added to "other" (analytics.dimensions.max_values). 0:
+	// breakdowns are off, and by= is a 400.
+	MaxValues int
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -216,6 +230,10 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if format == formatCSV {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
+		if len(c.breakdown) > 0 {
+			writeBody(w, r, c.appendBreakdownCSV(nil))
+			return
+		}
 		writeBody(w, r, c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
 		return
 	}
@@ -265,6 +283,16 @@ type curve struct {
 	expiredBefore time.Time
 	// readErr is the first Reader error: the answer is partial.
 	readErr error
+	// breakdown is the answer's breakdowns, in the order asked (by=);
+	// their days are [dimFrom, dimTo).
+	breakdown      []dimAnswer
+	dimFrom, dimTo time.Time
+}
+
+// dimAnswer is one breakdown of an answer.
+type dimAnswer struct {
+	dim    visitor.Dim
+	values []analytics.DimValue // sorted by count, largest first
 }
 
 // curvePoint is one bucket of a curve.
@@ -400,6 +428,11 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			c.rangeTotal = c.rangeTotal.Add(p.Visits)
 		}
 	}
+	if len(q.by) > 0 {
+		if err := s.breakdowns(ctx, c, key, q); err != nil {
+			return nil, err
+		}
+	}
 	total, err := s.r.Total(ctx, key)
 	if err != nil {
 		if c.readErr == nil {
@@ -411,4 +444,52 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 	}
 	c.total = total
 	return c, nil
+}
+
+// breakdowns reads the breakdowns q asks for into c: the UTC days that
+// overlap the range, each breakdown cut to MaxValues values, the rest
+// added to "other".
+func (s *API) breakdowns(ctx context.Context, c *curve, key string, q query) error {
+	dr, ok := s.r.(DimReader)
+	if !ok || s.o.MaxValues <= 0 {
+		return badParam("by", "breakdowns are off on this gateway (analytics.dimensions.max_values is 0)")
+	}
+	c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+	for _, d := range q.by {
+		vals, err := dr.Dims(ctx, key, d, c.dimFrom, q.to)
+		if err != nil {
+			if c.readErr == nil {
+				c.readErr = fmt.Errorf("stats: breakdown of %q by %v: %w", key, d, err)
+			}
+			if !errors.Is(err, analytics.ErrUnsavedOnly) {
+				vals = nil
+			}
+		}
+		c.breakdown = append(c.breakdown, dimAnswer{d, capValues(vals, s.o.MaxValues)})
+	}
+	return nil
+}
+
+// capValues returns vals sorted by count, largest first, at most max of
+// them, the visits of the others added to visitor.Other.
+func capValues(vals []analytics.DimValue, max int) []analytics.DimValue {
+	vals = slices.Clone(vals)
+	analytics.SortDims(vals)
+	var other int64
+	out := vals[:0]
+	for _, v := range vals {
+		switch {
+		case v.Value == visitor.Other:
+			other += v.Count
+		case len(out) < max:
+			out = append(out, v)
+		default:
+			other += v.Count
+		}
+	}
+	if other > 0 {
+		out = append(out, analytics.DimValue{Value: visitor.Other, Count: other})
+		analytics.SortDims(out)
+	}
+	return out
 }

@@ -117,6 +117,11 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"Progress", testProgress},
 		{"RollupDurable", testRollupDurable},
 		{"RollupExact", testRollupExact},
+		{"DimsPerDay", testDimsPerDay},
+		{"DimsResentOnce", testDimsResentOnce},
+		{"DimsWriters", testDimsWriters},
+		{"DimsExpiry", testDimsExpiry},
+		{"DimsYear", testDimsYear},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := DefaultPlan

@@ -18,6 +18,10 @@ import (
 type nopBackend struct{}
 
 func (nopBackend) writePoint(context.Context, pointRow) error { return nil }
+func (nopBackend) writeDims(context.Context, []dimRow) error  { return nil }
+func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, time.Time) ([]dimReadRow, error) {
+	return nil, nil
+}
 func (nopBackend) readPoints(context.Context, string, string, time.Time, time.Time, time.Time) ([]analytics.Point, error) {
 	return nil, nil
 }

@@ -40,6 +40,13 @@ type backend interface {
 	writeProgress(ctx context.Context, step int, done time.Time) error
 	// readProgress returns every queue's progress.
 	readProgress(ctx context.Context) (rollup.Progress, error)
+	// writeDims overwrites rows of the dims table of one partition (link,
+	// bucket), each with its r.ttl and r.ts, in one statement: a batch
+	// when there are several.
+	writeDims(ctx context.Context, rows []dimRow) error
+	// readDims returns the rows of one partition of the dims table of one
+	// dimension whose day is in [from, to).
+	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
 	// lease takes the rollup lease for holder, or renews it when holder
 	// holds it, for ttl seconds, and reports whether holder holds it:
 	// lightweight transactions.
@@ -105,7 +112,8 @@ type cqlBackend struct {
 	insertActive, selectActive,
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
-	takeLease, renewLease string
+	takeLease, renewLease,
+	insertDim, selectDims string
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.SerialConsistency) *cqlBackend {
@@ -122,6 +130,8 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 		selectProgress: fmt.Sprintf(selectProgressCQL, ks),
 		takeLease:      fmt.Sprintf(takeLeaseCQL, ks),
 		renewLease:     fmt.Sprintf(renewLeaseCQL, ks),
+		insertDim:      fmt.Sprintf(insertDimCQL, ks),
+		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
 	}
 	for _, t := range tiers {
 		table := pointsTable(t)

@@ -29,6 +29,7 @@ type fakeDB struct {
 	active   map[fakeQueue]map[string]time.Time // key → expiry
 	marks    map[string]map[fakeMarkKey]fakeMark
 	progress map[int]fakeProgress
+	dims     map[fakeDimPart]map[fakeDimRow]fakeCell
 	holder   gocql.UUID
 	leaseEnd time.Time
 	late     []func() // duplicates to apply later (applyLate)
@@ -68,6 +69,58 @@ type fakeCell struct {
 	dead    bool      // a tombstone
 }
 
+type fakeDimPart struct {
+	key    string
+	bucket int64
+}
+
+type fakeDimRow struct {
+	dim    int
+	day    int64
+	value  string
+	writer gocql.UUID
+}
+
+func (db *fakeDB) writeDims(ctx context.Context, rows []dimRow) error {
+	for _, r := range rows {
+		if r.ttl <= 0 || r.ts <= 0 {
+			panic("fake: a breakdown row without TTL or timestamp")
+		}
+		if r.key != rows[0].key || !r.bucket.Equal(rows[0].bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+			panic("fake: a batch of breakdowns across partitions, or in the wrong one")
+		}
+	}
+	// A batch of one partition is one mutation: all of it or none.
+	return db.do(ctx, "dims", func() {
+		pk := fakeDimPart{rows[0].key, rows[0].bucket.UnixMicro()}
+		if db.dims[pk] == nil {
+			db.dims[pk] = map[fakeDimRow]fakeCell{}
+		}
+		for _, r := range rows {
+			k := fakeDimRow{r.dim, r.day.UnixMicro(), r.value, r.writer}
+			c, exists := db.dims[pk][k]
+			db.dims[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+		}
+	})
+}
+
+func (db *fakeDB) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	db.partitionsRead++
+	var out []dimReadRow
+	for k, c := range db.dims[fakeDimPart{key, bucket.UnixMicro()}] {
+		if k.dim == dim && k.day >= from.UnixMicro() && k.day < to.UnixMicro() && !c.dead && db.live(c.expires) {
+			out = append(out, dimReadRow{day: time.UnixMicro(k.day).UTC(), value: k.value, writer: k.writer, count: c.v.Human})
+		}
+	}
+	return out, nil
+}
+
 type fakeQueue struct {
 	step   int
 	period int64
@@ -96,7 +149,7 @@ var errFault = errors.New("fake: injected fault (timeout)")
 
 func newFakeDB(now time.Time) *fakeDB {
 	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
-		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}}
+		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.

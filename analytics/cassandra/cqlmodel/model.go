@@ -385,6 +385,7 @@ func bindTypes(q string) []Col {
 		"short_key": TypeVarchar, "bucket": TypeTimestamp, "start": TypeTimestamp, "writer": TypeUUID,
 		"human": TypeBigint, "bot": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
 		"id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "holder": TypeUUID, "name": TypeVarchar,
+		"dim": TypeInt, "day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint,
 	}
 	var cols []Col
 	rest := q
@@ -421,6 +422,7 @@ func bindTypes(q string) []Col {
 var resultTypes = map[string]uint16{
 	"start": TypeTimestamp, "writer": TypeUUID, "human": TypeBigint, "bot": TypeBigint,
 	"step": TypeInt, "id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "short_key": TypeVarchar,
+	"day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint,
 }
 
 // SelectCols returns the columns a SELECT of the Store's returns.

@@ -1,0 +1,231 @@
+package cassandra
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
+)
+
+// Breakdowns
+//
+// The dims table keeps, per link, UTC day, dimension and value, one row per
+// writer generation (analytics.DimCount): the writer's cumulative count, a
+// plain INSERT written USING TIMESTAMP the batch's At, which grows with the
+// batch's Seq, so that the newest cumulative count wins whatever order the
+// copies land in: a retry, a resend, a journal replayed by another process
+// after a crash, or an older batch arriving late write the same or an
+// older value, never a sum. Readers add up the writers. A partition is a
+// link's 366 days (as the day tier's), so a year's breakdown reads at most
+// two; rows expire (USING TTL) the dimension retention after their day.
+// The values of one link changed in a flush are one unlogged batch of one
+// partition (up to maxDimBatch rows): the statements of a flush are about
+// the links whose breakdowns changed, the rows the (link, dimension,
+// value)s.
+
+// dimSpan is the time a partition of the dims table covers.
+const dimSpan = 366 * rollup.Day
+
+// maxDimBatch bounds the rows of one batch of breakdowns: values of at most
+// 100 bytes keep it under Cassandra's default batch size warning (5 KB).
+const maxDimBatch = 40
+
+type dimRow struct {
+	key    string
+	bucket time.Time
+	dim    int
+	day    time.Time
+	value  string
+	writer gocql.UUID
+	count  int64
+	ttl    int
+	ts     int64 // µs
+}
+
+// dimReadRow is a row read back.
+type dimReadRow struct {
+	day    time.Time
+	value  string
+	writer gocql.UUID
+	count  int64
+}
+
+// dimWriter returns the writer id of the rows of writer's generation gen:
+// a version 5 UUID, the same in every process.
+func dimWriter(writer string, gen uint64) gocql.UUID {
+	h := sha1.New()
+	h.Write(writerSpace[:])
+	h.Write([]byte("dims"))
+	h.Write(binary.AppendUvarint(nil, uint64(len(writer))))
+	h.Write([]byte(writer))
+	h.Write(binary.BigEndian.AppendUint64(nil, gen))
+	var u gocql.UUID
+	copy(u[:], h.Sum(nil))
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// SetDimRetention sets how long breakdowns are kept after their day
+// (analytics.dimensions.retention_days): their rows' TTL.
+func (s *Store) SetDimRetention(d time.Duration) {
+	if d > 0 {
+		s.dimRetention.Store(int64(d))
+	}
+}
+
+// prepareDims returns the statements that write b's breakdowns: one batch
+// per link and partition, up to maxDimBatch rows each.
+func (s *Store) prepareDims(b analytics.Batch) ([]op, error) {
+	if len(b.Dims) == 0 {
+		return nil, nil
+	}
+	anon := gocql.MustRandomUUID()
+	keep := time.Duration(s.dimRetention.Load())
+	ts := b.At.UnixMicro()
+	var ops []op
+	var cur []dimRow
+	flush := func() {
+		if len(cur) > 0 {
+			rows := cur
+			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeDims(ctx, rows) })
+			cur = nil
+		}
+	}
+	for _, d := range b.Dims {
+		switch {
+		case d.Dim >= visitor.NumDims:
+			return nil, fmt.Errorf("cassandra: write: %q: no dimension %d", d.Key, d.Dim)
+		case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
+			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a UTC day", d.Key, d.Day)
+		case d.Value == "":
+			return nil, fmt.Errorf("cassandra: write: %q: an empty value of %v", d.Key, d.Dim)
+		}
+		r := dimRow{key: d.Key, bucket: partitionOf(d.Day.UTC(), dimSpan), dim: int(d.Dim), day: d.Day.UTC(), value: d.Value,
+			writer: anon, count: d.N, ts: ts, ttl: ttlOf(d.Day.Add(rollup.Day + keep).Sub(b.At))}
+		if b.Writer != "" {
+			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
+		}
+		if r.ttl <= 0 || r.count == 0 {
+			continue
+		}
+		if n := len(cur); n > 0 && (cur[0].key != r.key || !cur[0].bucket.Equal(r.bucket) || n >= maxDimBatch) {
+			flush()
+		}
+		cur = append(cur, r)
+	}
+	flush()
+	return ops, nil
+}
+
+// Dims implements analytics.DimSource: one read per partition of the
+// range (at most two for a year), the writers' rows added up.
+func (s *Store) Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]analytics.DimValue, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: dims: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
+	keep := time.Duration(s.dimRetention.Load())
+	if now := s.now().UTC(); lo.Before(now.Add(-keep - 2*rollup.Day)) {
+		lo = rollup.Align(now.Add(-keep-2*rollup.Day), rollup.Day) // nothing older is kept
+	}
+	if !lo.Before(hi) {
+		return nil, nil
+	}
+	sums := map[string]int64{}
+	for p := partitionOf(lo, dimSpan); p.Before(hi); p = p.Add(dimSpan) {
+		rows, err := be.readDims(ctx, key, p, int(dim), latest(lo, p), earliest(hi, p.Add(dimSpan)))
+		if err != nil {
+			return nil, fmt.Errorf("cassandra: dims: %w", err)
+		}
+		for _, r := range rows {
+			sums[r.value] += r.count
+		}
+	}
+	out := make([]analytics.DimValue, 0, len(sums))
+	for v, n := range sums {
+		if n != 0 {
+			out = append(out, analytics.DimValue{Value: v, Count: n})
+		}
+	}
+	return out, nil
+}
+
+var errDimBatch = errors.New("cassandra: a batch of breakdowns across partitions")
+
+const (
+	insertDimCQL  = `INSERT INTO %s.dims (short_key, bucket, dim, day, value, writer, visits) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectDimsCQL = `SELECT day, value, writer, visits FROM %s.dims WHERE short_key = ? AND bucket = ? AND dim = ? AND day >= ? AND day < ?`
+)
+
+func (b *cqlBackend) writeDims(ctx context.Context, rows []dimRow) error {
+	args := func(r dimRow) []any {
+		return []any{r.key, r.bucket, r.dim, r.day, r.value, r.writer, r.count, r.ttl, r.ts}
+	}
+	if len(rows) == 1 {
+		return b.s.Query(b.insertDim, args(rows[0])...).WithContext(ctx).Idempotent(true).Exec()
+	}
+	// An unlogged batch of one partition: one mutation on each replica.
+	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	for _, r := range rows {
+		if r.key != rows[0].key || !r.bucket.Equal(rows[0].bucket) {
+			return errDimBatch
+		}
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: args(r), Idempotent: true})
+	}
+	return b.s.ExecuteBatch(batch)
+}
+
+func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	it := b.s.Query(b.selectDims, key, bucket, dim, from, to).WithContext(ctx).Idempotent(true).Iter()
+	var out []dimReadRow
+	var r dimReadRow
+	for it.Scan(&r.day, &r.value, &r.writer, &r.count) {
+		r.day = r.day.UTC()
+		out = append(out, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b counted) writeDims(ctx context.Context, rows []dimRow) error {
+	b.c.dims.Add(int64(len(rows)))
+	b.c.dimsSent.Add(1)
+	return b.be.writeDims(ctx, rows)
+}
+
+func (b counted) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	b.c.reads.Add(1)
+	return b.be.readDims(ctx, key, bucket, dim, from, to)
+}
+
+// dimsSchema returns the CQL that creates the dims table.
+func dimsSchema(keyspace string) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.dims (
+    short_key text,
+    bucket    timestamp,
+    dim       int,
+    day       timestamp,
+    value     text,
+    writer    uuid,
+    visits    bigint,
+    PRIMARY KEY ((short_key, bucket), dim, day, value, writer)
+) WITH CLUSTERING ORDER BY (dim ASC, day ASC, value ASC, writer ASC)
+    AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
+    AND gc_grace_seconds = 10800
+    AND comment = 'visits per link, UTC day, dimension (0 referrer, 1 source, 2 country, 3 device, 4 browser, 5 os) and value; one row per writer generation holding its cumulative count, written USING TIMESTAMP the batch time; partition = 366 days; USING TTL'`, keyspace)
+}

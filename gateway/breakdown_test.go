@@ -1,0 +1,113 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/visitor/visitortest"
+)
+
+type breakdownAnswer struct {
+	Total     int64                       `json:"total"`
+	BotTotal  int64                       `json:"bot_total"`
+	Partial   bool                        `json:"partial"`
+	Breakdown map[string][]map[string]any `json:"breakdown"`
+}
+
+func breakdown(t *testing.T, gw *running, path string) breakdownAnswer {
+	t.Helper()
+	resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	var a breakdownAnswer
+	if err := json.Unmarshal([]byte(b), &a); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, b)
+	}
+	return a
+}
+
+// values returns a breakdown as "value=count" in the answer's order.
+func values(a breakdownAnswer, dim string) []string {
+	var out []string
+	for _, v := range a.Breakdown[dim] {
+		out = append(out, v["value"].(string)+"="+strings.TrimSuffix(strings.TrimSuffix(jsonNumber(v["count"]), ".0"), "e+00"))
+	}
+	return out
+}
+
+func jsonNumber(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// TestBreakdownsEndToEnd: visits through the gateway from clients behind
+// the trusted proxy (127.0.0.1), with referrers, source parameters,
+// User-Agents and addresses of a test .mmdb written with MaxMind's writer,
+// give exact breakdowns on /stats, JSON and CSV, per link and for all
+// links, in memory, once flushed, and after a restart.
+func TestBreakdownsEndToEnd(t *testing.T) {
+	up := tinyURL(t)
+	dir := t.TempDir()
+	geo := visitortest.CountryDB(t, visitortest.GeoLite2, map[string]string{"203.0.113.0/24": "DE", "198.51.100.0/24": "FR"})
+	cfg := analyticsConfig(up.URL, embeddedStore(dir), "200ms") + "  geoip: {path: " + geo + "}\n"
+	gw := start(t, cfg)
+	const (
+		iphone  = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1"
+		windows = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36"
+	)
+	visit := func(n int, path, client, ref, ua string) {
+		for range n {
+			resp, _ := testkit.Do(t, "GET", gw.url(path), nil, "X-Forwarded-For", client, "Referer", ref, "User-Agent", ua)
+			if resp.StatusCode != 302 {
+				t.Fatalf("GET %s: %d", path, resp.StatusCode)
+			}
+		}
+	}
+	visit(6, "/go", "203.0.113.5", "https://www.news.example/story", iphone)
+	visit(3, "/go?utm_source=newsletter", "198.51.100.9", "", windows)
+	visit(1, "/go?src=qr", "192.0.2.1", "", iphone)
+	visit(2, "/gh", "203.0.113.6", "https://t.co/x", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)")
+
+	want := map[string][]string{
+		"referrer": {"news.example=6", "direct=4"},
+		"source":   {"news.example=6", "newsletter=3", "qr=1"},
+		"country":  {"DE=6", "FR=3", "unknown=1"},
+		"device":   {"mobile=7", "desktop=3"},
+		"browser":  {"Safari=7", "Chrome=3"},
+		"os":       {"iOS=7", "Windows=3"},
+	}
+	check := func(when string, gw *running) {
+		t.Helper()
+		a := breakdown(t, gw, "/stats/go?last=1h&by=referrer,source,country,device,browser,os")
+		for dim, w := range want {
+			if diff := cmp.Diff(w, values(a, dim)); diff != "" {
+				t.Errorf("%s: /stats/go by %s (-want +got):\n%s", when, dim, diff)
+			}
+		}
+		all := breakdown(t, gw, "/stats?last=1h&by=device,referrer")
+		if diff := cmp.Diff([]string{"mobile=7", "desktop=3", "bot=2"}, values(all, "device")); diff != "" {
+			t.Errorf("%s: /stats by device (-want +got):\n%s", when, diff)
+		}
+		if diff := cmp.Diff([]string{"news.example=6", "direct=4", "t.co=2"}, values(all, "referrer")); diff != "" {
+			t.Errorf("%s: /stats by referrer (-want +got):\n%s", when, diff)
+		}
+	}
+	check("in memory or just flushed", gw)
+	resp, b := testkit.Do(t, "GET", gw.url("/stats/go?last=1h&by=country&format=csv"), nil)
+	if want := "dimension,value,count\ncountry,DE,6\ncountry,FR,3\ncountry,unknown,1\n"; resp.StatusCode != 200 || b != want {
+		t.Errorf("CSV: %d %q, want %q", resp.StatusCode, b, want)
+	}
+	resp, b = testkit.Do(t, "GET", gw.url("/stats/go?by=city"), nil)
+	if p := assertProblem(t, resp, b, 400); !strings.Contains(b, `"name":"by"`) {
+		t.Errorf("by=city: %v, want the problem to name by", p)
+	}
+	if err := gw.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart", start(t, cfg))
+}
