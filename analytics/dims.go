@@ -49,6 +49,16 @@ func (p *pending) addDims(s snapshot) {
 			p.addDim(dimPendKey{AllLinks, k.day, k.dim, k.value}, n)
 		}
 	}
+	// Every link's human visits per day, as DimLink of all links.
+	for _, links := range s.links {
+		for key, e := range links {
+			e.each(func(c minuteCount) {
+				if c.Human != 0 {
+					p.addDim(dimPendKey{AllLinks, int32(floorDiv(c.minute, 1440)), DimLink, key}, c.Human)
+				}
+			})
+		}
+	}
 }
 
 func (p *pending) addDim(k dimPendKey, n int64) {
@@ -145,7 +155,7 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 		}
 		v := k.value
 		if _, ok := dd.vals[v]; !ok {
-			if v != visitor.Other && len(dd.vals)-hasOther(dd) >= maxValues {
+			if v != visitor.Other && k.dim != DimLink && len(dd.vals)-hasOther(dd) >= maxValues {
 				v = visitor.Other
 			}
 			if _, ok := dd.vals[v]; !ok {

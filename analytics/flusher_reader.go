@@ -201,3 +201,14 @@ func (r *Reader) Dims(ctx context.Context, key string, dim visitor.Dim, from, to
 		return vals, nil
 	}
 }
+
+// Top returns the n links with the most human visits over the UTC days
+// whose start lies in [from, to), as the store has them: visits not
+// flushed yet join at the next flush (at most flush_interval later).
+func (r *Reader) Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error) {
+	ts, ok := r.f.w.(TopSource)
+	if !ok {
+		return nil, ErrNoDims
+	}
+	return ts.Top(ctx, from, to, n)
+}

@@ -769,7 +769,7 @@ func (r *recordReader) dims(fn func(DimCount), key string) {
 		if r.err != nil {
 			return
 		}
-		if dim >= visitor.NumDims {
+		if dim > DimLink {
 			r.err = errRecord
 			return
 		}

@@ -85,6 +85,27 @@ type DimCount struct {
 	Gen   uint64      // the writer's generation of Cum
 }
 
+// DimLink is the dimension of AllLinks whose values are the links: a
+// DimCount of it counts the human visits of the link named by its Value on
+// its day. The flusher writes it for every link visited, uncapped, so that
+// stores can answer the most visited links of a range (TopSource) from
+// what flushes wrote, without reading every link's curve.
+const DimLink = visitor.NumDims
+
+// TopLink is a link and its human visits over a range.
+type TopLink struct {
+	Key    string
+	Visits int64
+}
+
+// TopSource answers the most visited links. Every Store is one.
+type TopSource interface {
+	// Top returns the n links with the most human visits over the UTC
+	// days whose start lies in [from, to), most visited first (ties by
+	// key), with their visits over those days.
+	Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error)
+}
+
 // DimValue is the visits of one value of a dimension over a range of days.
 type DimValue struct {
 	Value string
@@ -137,6 +158,7 @@ type Store interface {
 	Writer
 	rollup.Store
 	DimSource
+	TopSource
 	// Close stops the store's background work and releases it. The
 	// Pipeline calls it once, after the final flush.
 	Close() error

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -105,6 +106,65 @@ func TestBreakdownsEndToEnd(t *testing.T) {
 	resp, b = testkit.Do(t, "GET", gw.url("/stats/go?by=city"), nil)
 	if p := assertProblem(t, resp, b, 400); !strings.Contains(b, `"name":"by"`) {
 		t.Errorf("by=city: %v, want the problem to name by", p)
+	}
+	if err := gw.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart", start(t, cfg))
+}
+
+// TestTopLinksEndToEnd: /stats?top=N lists the most visited links with
+// their human visits and curves, from what the flushes wrote, before and
+// after a restart; top on one link's stats is a 400 naming it.
+func TestTopLinksEndToEnd(t *testing.T) {
+	up := tinyURL(t)
+	dir := t.TempDir()
+	cfg := analyticsConfig(up.URL, embeddedStore(dir), "100ms")
+	gw := start(t, cfg)
+	for key, n := range map[string]int{"go": 5, "gh": 3, "ex": 1} {
+		for range n {
+			if resp, _ := testkit.Do(t, "GET", gw.url("/"+key), nil); resp.StatusCode != 302 {
+				t.Fatalf("GET /%s: %d", key, resp.StatusCode)
+			}
+		}
+	}
+	testkit.Do(t, "GET", gw.url("/go"), nil, "User-Agent", "Twitterbot/1.0") // a bot: not ranked
+	type top struct {
+		ShortKey string    `json:"short_key"`
+		Total    int64     `json:"total"`
+		Points   [][]int64 `json:"points"`
+	}
+	check := func(when string, gw *running) {
+		t.Helper()
+		var got []top
+		testkit.Eventually(t, 5*time.Second, "the top list flushed", func() bool {
+			resp, b := testkit.Do(t, "GET", gw.url("/stats?last=1h&top=2"), nil, "Accept", "application/json")
+			var a struct{ Top []top }
+			if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &a) != nil {
+				t.Fatalf("%s: %d %s", when, resp.StatusCode, b)
+			}
+			got = a.Top
+			return len(got) == 2 && got[0].Total == 5
+		})
+		if len(got) != 2 || got[0].ShortKey != "go" || got[0].Total != 5 || got[1].ShortKey != "gh" || got[1].Total != 3 {
+			t.Fatalf("%s: top = %+v, want go 5, gh 3", when, got)
+		}
+		var human, bot int64
+		for _, p := range got[0].Points {
+			human, bot = human+p[1], bot+p[2]
+		}
+		if human != 5 || bot != 1 {
+			t.Errorf("%s: go's curve sums to %d human, %d bot; want 5 and 1", when, human, bot)
+		}
+		resp, b := testkit.Do(t, "GET", gw.url("/stats?last=1h&top=5&format=csv"), nil)
+		if want := "short_key,total\ngo,5\ngh,3\nex,1\n"; resp.StatusCode != 200 || b != want {
+			t.Errorf("%s: CSV %d %q, want %q", when, resp.StatusCode, b, want)
+		}
+	}
+	check("running", gw)
+	resp, b := testkit.Do(t, "GET", gw.url("/stats/go?top=2"), nil)
+	if assertProblem(t, resp, b, 400); !strings.Contains(b, `"name":"top"`) {
+		t.Errorf("top on one link: %s, want a problem naming top", b)
 	}
 	if err := gw.shutdown(); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package stats
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 )
 
 // appendJSON appends c as the stats API's JSON object (documented on
@@ -34,6 +35,26 @@ func (c *curve) appendJSON(b []byte) []byte {
 	if !c.expiredBefore.IsZero() {
 		b = appendField(b, "expired_before", c.expiredBefore.Unix())
 	}
+	if c.hasTop {
+		if len(c.breakdown) == 0 {
+			b = appendField(b, "breakdown_from", c.dimFrom.Unix())
+			b = appendField(b, "breakdown_to", c.dimTo.Unix())
+		}
+		b = append(b, `,"top":[`...)
+		for i, l := range c.top {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			key, _ := json.Marshal(l.key)
+			b = append(b, `{"short_key":`...)
+			b = append(b, key...)
+			b = appendField(b, "total", l.visits)
+			b = append(b, `,"points":`...)
+			b = c.appendPoints(b, l.points)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 	if len(c.breakdown) > 0 {
 		b = appendField(b, "breakdown_from", c.dimFrom.Unix())
 		b = appendField(b, "breakdown_to", c.dimTo.Unix())
@@ -60,8 +81,16 @@ func (c *curve) appendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
-	b = append(b, `,"points":[`...)
-	for i, p := range c.points {
+	b = append(b, `,"points":`...)
+	b = c.appendPoints(b, c.points)
+	return append(b, "}\n"...)
+}
+
+// appendPoints appends points as a JSON array of [start, humans, bots]
+// (and step, when stitched).
+func (c *curve) appendPoints(b []byte, points []curvePoint) []byte {
+	b = append(b, '[')
+	for i, p := range points {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -81,7 +110,7 @@ func (c *curve) appendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
-	return append(b, "]}\n"...)
+	return append(b, ']')
 }
 
 func appendField(b []byte, name string, v int64) []byte {
@@ -134,6 +163,26 @@ func (c *curve) appendBreakdownCSV(b []byte) []byte {
 			b = strconv.AppendInt(b, v.Count, 10)
 			b = append(b, '\n')
 		}
+	}
+	return b
+}
+
+// appendTopCSV appends c's top list as CSV: "short_key,total" and a row per
+// link, most visited first; a key holding a comma or a quote is quoted
+// (RFC 4180).
+func (c *curve) appendTopCSV(b []byte) []byte {
+	b = append(b, "short_key,total\n"...)
+	for _, l := range c.top {
+		if strings.ContainsAny(l.key, ",\"\r\n") {
+			b = append(b, '"')
+			b = append(b, strings.ReplaceAll(l.key, `"`, `""`)...)
+			b = append(b, '"')
+		} else {
+			b = append(b, l.key...)
+		}
+		b = append(b, ',')
+		b = strconv.AppendInt(b, l.visits, 10)
+		b = append(b, '\n')
 	}
 	return b
 }

@@ -35,6 +35,7 @@ type query struct {
 	stitch   bool
 	format   string
 	by       []visitor.Dim // breakdowns asked for, in the order asked
+	top      int           // top=N: the N most visited links; 0: none
 }
 
 // paramError is a bad query parameter; the 400 answer names it.
@@ -171,6 +172,13 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 			}
 		}
 	}
+	if s := v.Get("top"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxTop {
+			return query{}, badParam("top", "%q is not a number of links from 1 to %d", s, maxTop)
+		}
+		q.top = n
+	}
 	switch f := v.Get("format"); f {
 	case "", formatJSON, formatCSV, formatHTML:
 		q.format = f
@@ -181,7 +189,10 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top"}
+
+// maxTop is the longest top list one answer has.
+const maxTop = 1000
 
 // checkParams returns an error naming the first parameter of v, in sorted
 // order, that parseQuery does not read, with the known one it is closest to

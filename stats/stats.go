@@ -40,6 +40,14 @@ type Reader interface {
 	Total(ctx context.Context, key string) (rollup.Visits, error)
 }
 
+// TopReader is what the API reads for top lists (top=N): analytics.Reader
+// is one.
+type TopReader interface {
+	// Top returns the n links with the most human visits over the UTC days
+	// whose start lies in [from, to), most visited first.
+	Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error)
+}
+
 // DimReader is what the API reads for breakdowns (by=): analytics.Reader
 // is one. A Reader without it answers by= with a 400.
 type DimReader interface {
@@ -234,6 +242,10 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeBody(w, r, c.appendBreakdownCSV(nil))
 			return
 		}
+		if c.hasTop {
+			writeBody(w, r, c.appendTopCSV(nil))
+			return
+		}
 		writeBody(w, r, c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
 		return
 	}
@@ -287,6 +299,17 @@ type curve struct {
 	// their days are [dimFrom, dimTo).
 	breakdown      []dimAnswer
 	dimFrom, dimTo time.Time
+	// top is the most visited links (top=N), each with its curve.
+	top    []topAnswer
+	hasTop bool
+}
+
+// topAnswer is one link of a top list: its visits over the breakdown days
+// and its curve over the answer's buckets.
+type topAnswer struct {
+	key    string
+	visits int64
+	points []curvePoint
 }
 
 // dimAnswer is one breakdown of an answer.
@@ -433,6 +456,11 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			return nil, err
 		}
 	}
+	if q.top > 0 {
+		if err := s.topLinks(ctx, c, key, q, now); err != nil {
+			return nil, err
+		}
+	}
 	total, err := s.r.Total(ctx, key)
 	if err != nil {
 		if c.readErr == nil {
@@ -492,4 +520,38 @@ func capValues(vals []analytics.DimValue, max int) []analytics.DimValue {
 		analytics.SortDims(out)
 	}
 	return out
+}
+
+// topLinks reads the q.top most visited links of the range's UTC days into
+// c, each with its curve at c's buckets. Only the all-links answer has one.
+func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now time.Time) error {
+	tr, ok := s.r.(TopReader)
+	if key != analytics.AllLinks {
+		return badParam("top", "top lists are of all links: ask /stats?top=N")
+	}
+	if !ok {
+		return badParam("top", "this gateway keeps no top lists")
+	}
+	c.hasTop = true
+	c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+	links, err := tr.Top(ctx, c.dimFrom, q.to, q.top)
+	if err != nil {
+		if c.readErr == nil {
+			c.readErr = fmt.Errorf("stats: top links: %w", err)
+		}
+		return nil
+	}
+	sub := q
+	sub.by, sub.top = nil, 0
+	for _, l := range links {
+		lc, err := s.curve(ctx, l.Key, sub, now)
+		if err != nil {
+			return err
+		}
+		if lc.readErr != nil && c.readErr == nil {
+			c.readErr = lc.readErr
+		}
+		c.top = append(c.top, topAnswer{key: l.Key, visits: l.Visits, points: lc.points})
+	}
+	return nil
 }

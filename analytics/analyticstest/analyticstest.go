@@ -122,6 +122,7 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"DimsWriters", testDimsWriters},
 		{"DimsExpiry", testDimsExpiry},
 		{"DimsYear", testDimsYear},
+		{"Top", testTop},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := DefaultPlan

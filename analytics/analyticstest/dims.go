@@ -219,3 +219,76 @@ func testDimsYear(t *testing.T, e *env) {
 		t.Errorf("a year's breakdown = %v, want b.example 732, a.example 366 and 7 others", got)
 	}
 }
+
+// testTop writes the human visits of 60 links over four days (skewed: a
+// few links take most visits, many tie) through two writers, in several
+// batches, one replayed, and checks the most visited links of ranges of
+// days against a count of everything written.
+func testTop(t *testing.T, e *env) {
+	d0 := e.base().Add(-3 * rollup.Day)
+	day := func(i int) time.Time { return d0.Add(time.Duration(i) * rollup.Day) }
+	ws := []*dimWriter{e.dimWriter("w1"), e.dimWriter("w2")}
+	ref := map[int]map[string]int64{} // day → link → visits
+	var replay analytics.Batch
+	for round := range 6 {
+		var vs []dv
+		for i := range 60 {
+			for di := range 4 {
+				n := int64((60 - i) / (1 + i%7) * (1 + (round+di)%3))
+				if i >= 40 {
+					n = 1 // a long tail of ties
+				}
+				if (i+di+round)%5 == 0 {
+					continue
+				}
+				k := e.key(fmt.Sprintf("l%02d", i))
+				vs = append(vs, dv{analytics.AllLinks, analytics.DimLink, day(di), k, n, 0})
+				if ref[di] == nil {
+					ref[di] = map[string]int64{}
+				}
+				ref[di][k] += n
+			}
+		}
+		b := ws[round%2].batch(vs...)
+		write(t, e.s, b)
+		if round == 2 {
+			replay = b
+		}
+	}
+	write(t, e.s, replay)
+	want := func(lo, hi, n int) []analytics.TopLink {
+		sums := map[string]int64{}
+		for d := lo; d < hi; d++ {
+			for k, v := range ref[d] {
+				sums[k] += v
+			}
+		}
+		var out []analytics.TopLink
+		for k, v := range sums {
+			out = append(out, analytics.TopLink{Key: k, Visits: v})
+		}
+		slices.SortFunc(out, func(a, b analytics.TopLink) int {
+			if a.Visits != b.Visits {
+				return int(b.Visits - a.Visits)
+			}
+			return strings.Compare(a.Key, b.Key)
+		})
+		return out[:min(n, len(out))]
+	}
+	for _, r := range []struct{ lo, hi, n int }{{0, 4, 10}, {0, 4, 50}, {1, 2, 5}, {2, 4, 1}, {0, 4, 100}, {3, 4, 45}} {
+		got, err := e.s.Top(context.Background(), day(r.lo), day(r.hi), r.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Other runs' links share the all-links dimension: keep this one's.
+		var mine []analytics.TopLink
+		for _, l := range got {
+			if strings.HasPrefix(l.Key, e.prefix) {
+				mine = append(mine, l)
+			}
+		}
+		if diff := cmp.Diff(want(r.lo, r.hi, r.n), mine); diff != "" {
+			t.Errorf("Top(days %d to %d, %d) (-want +got):\n%s", r.lo, r.hi, r.n, diff)
+		}
+	}
+}

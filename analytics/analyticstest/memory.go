@@ -166,7 +166,7 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 // day's start, a value.
 func checkDim(d analytics.DimCount) error {
 	switch {
-	case d.Dim >= visitor.NumDims:
+	case d.Dim > analytics.DimLink:
 		return fmt.Errorf("memory: %q: no dimension %d", d.Key, d.Dim)
 	case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
 		return fmt.Errorf("memory: %q: %v is not the start of a UTC day", d.Key, d.Day)
@@ -194,6 +194,20 @@ func (m *Memory) Dims(ctx context.Context, key string, dim visitor.Dim, from, to
 		if n != 0 {
 			out = append(out, analytics.DimValue{Value: v, Count: n})
 		}
+	}
+	return out, nil
+}
+
+// Top implements analytics.TopSource, by brute force.
+func (m *Memory) Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	vals, err := m.Dims(ctx, analytics.AllLinks, analytics.DimLink, from, to)
+	if err != nil {
+		return nil, err
+	}
+	analytics.SortDims(vals)
+	out := make([]analytics.TopLink, 0, min(n, len(vals)))
+	for _, v := range vals[:min(n, len(vals))] {
+		out = append(out, analytics.TopLink{Key: v.Value, Visits: v.Count})
 	}
 	return out, nil
 }

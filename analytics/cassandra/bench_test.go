@@ -19,6 +19,10 @@ type nopBackend struct{}
 
 func (nopBackend) writePoint(context.Context, pointRow) error { return nil }
 func (nopBackend) writeDims(context.Context, []dimRow) error  { return nil }
+func (nopBackend) writeTop(context.Context, []topRow) error   { return nil }
+func (nopBackend) readTop(context.Context, time.Time, int) ([]topRow, error) {
+	return nil, nil
+}
 func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, time.Time) ([]dimReadRow, error) {
 	return nil, nil
 }

@@ -47,6 +47,10 @@ type backend interface {
 	// readDims returns the rows of one partition of the dims table of one
 	// dimension whose day is in [from, to).
 	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
+	// writeTop overwrites rows of top_days of one partition (day, shard).
+	writeTop(ctx context.Context, rows []topRow) error
+	// readTop returns the rows of one partition of top_days.
+	readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error)
 	// lease takes the rollup lease for holder, or renews it when holder
 	// holds it, for ttl seconds, and reports whether holder holds it:
 	// lightweight transactions.
@@ -113,7 +117,8 @@ type cqlBackend struct {
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
 	takeLease, renewLease,
-	insertDim, selectDims string
+	insertDim, selectDims,
+	insertTop, selectTop string
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.SerialConsistency) *cqlBackend {
@@ -132,6 +137,8 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 		renewLease:     fmt.Sprintf(renewLeaseCQL, ks),
 		insertDim:      fmt.Sprintf(insertDimCQL, ks),
 		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
+		insertTop:      fmt.Sprintf(insertTopCQL, ks),
+		selectTop:      fmt.Sprintf(selectTopCQL, ks),
 	}
 	for _, t := range tiers {
 		table := pointsTable(t)

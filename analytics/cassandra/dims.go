@@ -101,8 +101,11 @@ func (s *Store) prepareDims(b analytics.Batch) ([]op, error) {
 		}
 	}
 	for _, d := range b.Dims {
+		if d.Dim == analytics.DimLink {
+			continue // prepareTop
+		}
 		switch {
-		case d.Dim >= visitor.NumDims:
+		case d.Dim > analytics.DimLink:
 			return nil, fmt.Errorf("cassandra: write: %q: no dimension %d", d.Key, d.Dim)
 		case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
 			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a UTC day", d.Key, d.Day)
@@ -123,7 +126,7 @@ func (s *Store) prepareDims(b analytics.Batch) ([]op, error) {
 		cur = append(cur, r)
 	}
 	flush()
-	return ops, nil
+	return append(ops, s.prepareTop(b)...), nil
 }
 
 // Dims implements analytics.DimSource: one read per partition of the

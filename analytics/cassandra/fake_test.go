@@ -30,6 +30,7 @@ type fakeDB struct {
 	marks    map[string]map[fakeMarkKey]fakeMark
 	progress map[int]fakeProgress
 	dims     map[fakeDimPart]map[fakeDimRow]fakeCell
+	top      map[fakeTopPart]map[fakeTopRow]fakeCell
 	holder   gocql.UUID
 	leaseEnd time.Time
 	late     []func() // duplicates to apply later (applyLate)
@@ -121,6 +122,51 @@ func (db *fakeDB) readDims(ctx context.Context, key string, bucket time.Time, di
 	return out, nil
 }
 
+type fakeTopPart struct {
+	day   int64
+	shard int
+}
+
+type fakeTopRow struct {
+	key    string
+	writer gocql.UUID
+}
+
+func (db *fakeDB) writeTop(ctx context.Context, rows []topRow) error {
+	p := fakeTopPart{rows[0].day.UnixMicro(), rows[0].shard}
+	for _, r := range rows {
+		if r.ttl <= 0 || r.ts <= 0 || (fakeTopPart{r.day.UnixMicro(), r.shard}) != p || shardOf(r.key) != r.shard {
+			panic("fake: a top row without TTL or timestamp, or a batch across partitions")
+		}
+	}
+	return db.do(ctx, "top", func() {
+		if db.top[p] == nil {
+			db.top[p] = map[fakeTopRow]fakeCell{}
+		}
+		for _, r := range rows {
+			k := fakeTopRow{r.key, r.writer}
+			c, exists := db.top[p][k]
+			db.top[p][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+		}
+	})
+}
+
+func (db *fakeDB) readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []topRow
+	for k, c := range db.top[fakeTopPart{day.UnixMicro(), shard}] {
+		if !c.dead && db.live(c.expires) {
+			out = append(out, topRow{key: k.key, count: c.v.Human})
+		}
+	}
+	return out, nil
+}
+
 type fakeQueue struct {
 	step   int
 	period int64
@@ -149,7 +195,8 @@ var errFault = errors.New("fake: injected fault (timeout)")
 
 func newFakeDB(now time.Time) *fakeDB {
 	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
-		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{}}
+		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{},
+		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.

@@ -75,7 +75,7 @@ func check(t *testing.T, v [][]byte, key string, gen uint64) {
 	if key == "a" && (visits < 10 || visits > 12) || key == "b" && visits != 4 {
 		t.Errorf("%s: bound visits %d, want the cumulative count", key, visits)
 	}
-	wantTTL := int32(day.Add(rollup.Day + analytics.DefaultDimRetentionDays*rollup.Day).Sub(at) / time.Second)
+	wantTTL := int32(day.Add(rollup.Day+analytics.DefaultDimRetentionDays*rollup.Day).Sub(at) / time.Second)
 	if ttl := int32(binary.BigEndian.Uint32(v[7])); ttl != wantTTL {
 		t.Errorf("%s: TTL %d, want %d", key, ttl, wantTTL)
 	}

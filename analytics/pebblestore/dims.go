@@ -63,14 +63,14 @@ func addDims(wb *pebble.Batch, ds []analytics.DimCount) error {
 	for _, d := range ds {
 		day := d.Day.Unix()
 		switch {
-		case d.Dim >= visitor.NumDims:
+		case d.Dim > analytics.DimLink:
 			return fmt.Errorf("%q: no dimension %d", d.Key, d.Dim)
 		case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
 			return fmt.Errorf("%q: %v is not the start of a UTC day", d.Key, d.Day)
 		case d.Value == "":
 			return fmt.Errorf("%q: an empty value of %v", d.Key, d.Dim)
 		}
-		if d.N == 0 {
+		if d.N == 0 || d.Dim == analytics.DimLink { // DimLink: see addTop
 			continue
 		}
 		k = appendDimKey(k[:0], d.Key, d.Dim, day, d.Value)

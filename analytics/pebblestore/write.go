@@ -85,6 +85,11 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 			return fmt.Errorf("pebble: write: %w", err)
 		}
 	}
+	if deltas := topDeltas(b.Dims); deltas != nil {
+		if err := s.addTop(wb, deltas); err != nil {
+			return fmt.Errorf("pebble: write: top: %w", err)
+		}
+	}
 	if err := s.commitBatch(wb, pebble.Sync); err != nil {
 		return fmt.Errorf("pebble: write: commit: %w", err)
 	}
