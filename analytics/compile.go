@@ -29,6 +29,9 @@ type Plan struct {
 	rollup *rollup.Plan
 	// visit reads a visit's features; nil when dimensions are off.
 	visit *visitor.Reader
+	// uniques hashes visitors; nil when no secret is set.
+	uniques *visitor.Uniques
+	trust   *forwarded.Trust
 }
 
 // Env is what CompileEnv needs beside the section: the gateway's decision
@@ -37,7 +40,13 @@ type Plan struct {
 type Env struct {
 	// Trust decides the client address. Nil: the connection's peer.
 	Trust *forwarded.Trust
+	// Getenv reads the environment variable analytics.uniques.secret_env
+	// names. Nil: no variable is set.
+	Getenv func(string) string
 }
+
+// minSecretBytes is the shortest uniques secret: 128 bits.
+const minSecretBytes = 16
 
 // Limits of analytics.dimensions.
 const (
@@ -177,8 +186,20 @@ func (p *Plan) compileDims(env Env) error {
 	if d.MaxValues > 0 {
 		p.visit = visitor.New(visitor.Options{Trust: env.Trust, GeoIP: geo, SourceParams: slices.Clone(d.SourceParams)})
 	}
+	p.trust = env.Trust
+	if name := p.cfg.Uniques.SecretEnv; name != "" && env.Getenv != nil {
+		if secret := strings.TrimSpace(env.Getenv(name)); secret != "" {
+			if len(secret) < minSecretBytes {
+				return fmt.Errorf("analytics.uniques.secret_env: the secret in %s has %d bytes; give at least %d (openssl rand -hex 32)", name, len(secret), minSecretBytes)
+			}
+			p.uniques = visitor.NewUniques([]byte(secret))
+		}
+	}
 	return nil
 }
+
+// Uniques reports whether unique visitors are counted: a secret is set.
+func (p *Plan) Uniques() bool { return p.uniques != nil }
 
 // DimRetention returns how long breakdowns are kept after their day.
 func (p *Plan) DimRetention() time.Duration {

@@ -45,6 +45,16 @@ type Config struct {
 	// Dimensions configures the breakdowns of visits by where they come
 	// from (referrer, source, country, device, browser, OS).
 	Dimensions DimensionsConfig `yaml:"dimensions"`
+	// Uniques configures the unique-visitor counts.
+	Uniques UniquesConfig `yaml:"uniques"`
+}
+
+// UniquesConfig names the secret of the unique-visitor hashes.
+type UniquesConfig struct {
+	// SecretEnv is the environment variable holding the secret (at least
+	// 16 bytes); unset or empty: no unique visitors. The secret is never
+	// stored.
+	SecretEnv string `yaml:"secret_env"`
 }
 
 // GeoIPConfig names the country database.
@@ -134,6 +144,7 @@ func DefaultConfig() Config {
 		MaxKeyBytes:    DefaultMaxKeyBytes,
 		MaxBufferBytes: DefaultMaxBufferBytes,
 		Journal:        JournalConfig{MaxBytes: DefaultJournalMaxBytes},
+		Uniques:        UniquesConfig{SecretEnv: "LINKGATE_UNIQUES_SECRET"},
 		Dimensions: DimensionsConfig{
 			MaxValues: DefaultMaxValues, RetentionDays: DefaultDimRetentionDays,
 			SourceParams: []string{"utm_source", "src"},

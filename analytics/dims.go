@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -226,4 +227,50 @@ func SortDims(vs []DimValue) {
 	slices.SortFunc(vs, func(a, b DimValue) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Value, b.Value))
 	})
+}
+
+// uniqKey is a link's day, for its sketch of unique visitors.
+type uniqKey struct {
+	key string
+	day int32
+}
+
+// addUniques merges the visitor sketches of a swap's snapshot into p.
+func (p *pending) addUniques(s snapshot) {
+	for _, links := range s.links {
+		for key, e := range links {
+			for i := range e.uniq {
+				p.uniq(key, e.uniq[i].day).Merge(&e.uniq[i].sk)
+			}
+		}
+	}
+	for i := range s.allUniq {
+		p.uniq(AllLinks, s.allUniq[i].day).Merge(&s.allUniq[i].sk)
+	}
+}
+
+func (p *pending) uniq(key string, day int32) *hll.Sketch {
+	if p.uniqs == nil {
+		p.uniqs = make(map[uniqKey]*hll.Sketch)
+	}
+	k := uniqKey{key, day}
+	sk := p.uniqs[k]
+	if sk == nil {
+		sk = new(hll.Sketch)
+		p.uniqs[k] = sk
+	}
+	return sk
+}
+
+// uniqueSketches returns p's sketches, encoded, sorted by link and day.
+func (p *pending) uniqueSketches() []UniqueSketch {
+	if len(p.uniqs) == 0 {
+		return nil
+	}
+	out := make([]UniqueSketch, 0, len(p.uniqs))
+	for k, sk := range p.uniqs {
+		out = append(out, UniqueSketch{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Sketch: sk.AppendBinary(nil)})
+	}
+	slices.SortFunc(out, func(a, b UniqueSketch) int { return cmp.Or(strings.Compare(a.Key, b.Key), a.Day.Compare(b.Day)) })
+	return out
 }

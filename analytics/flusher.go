@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -480,7 +481,8 @@ func (f *Flusher) takeLocked() {
 	p := newPending()
 	p.add(snap, f.plan.Tiers()[0].Step)
 	p.addDims(snap)
-	if p.n > 0 || len(p.dims) > 0 {
+	p.addUniques(snap)
+	if p.n > 0 || len(p.dims) > 0 || len(p.uniqs) > 0 {
 		f.seq++
 		// At grows with Seq, to the microsecond: a store that keeps the
 		// newest cumulative count of a writer's dimension by write
@@ -493,6 +495,7 @@ func (f *Flusher) takeLocked() {
 		b := Batch{Writer: f.writer, Seq: f.seq, At: at}
 		b.Counts = p.place(b.At, f.plan)
 		b.Dims = f.dims.batch(p.dims, int(f.rec.maxValues.Load()), unixDay(at))
+		b.Uniques = p.uniqueSketches()
 		f.queue = append(f.queue, &interval{b: b})
 		f.queued += b.entries()
 	}
@@ -798,6 +801,7 @@ type pending struct {
 	links map[string]*linkCounts
 	n     int // entries: (link, bucket) counts
 	dims  map[dimPendKey]int64
+	uniqs map[uniqKey]*hll.Sketch
 }
 
 type bucketKey struct {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -211,4 +212,26 @@ func (r *Reader) Top(ctx context.Context, from, to time.Time, n int) ([]TopLink,
 		return nil, ErrNoDims
 	}
 	return ts.Top(ctx, from, to, n)
+}
+
+// Uniques returns the union of key's unique-visitor sketches of the UTC
+// days whose start lies in [from, to): the store's and those not written
+// yet. See Flusher.Reader for its errors.
+func (r *Reader) Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error) {
+	us, ok := r.f.w.(UniqueSource)
+	if !ok {
+		return nil, ErrNoDims
+	}
+	lo, hi := unixDay(rollup.AlignUp(from, rollup.Day)), unixDay(rollup.AlignUp(to, rollup.Day))
+	sk := new(hll.Sketch)
+	v := r.f.uniqView(key, lo, hi, sk)
+	stored, err := us.Uniques(ctx, key, from, to)
+	if err == nil && stored != nil {
+		sk.Merge(stored)
+	}
+	r.f.scanUniques(v, lo, hi, sk)
+	if err != nil {
+		return sk, unsavedOnly{err}
+	}
+	return sk, nil
 }

@@ -25,7 +25,7 @@ import (
 //
 //	handler := analytics.NewMiddleware(plan, rec)(proxyHandler)
 func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
-	mt, count, bots, maxKey, visit := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes, p.visit
+	mt, count, bots, maxKey, visit, uniques := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes, p.visit, p.uniques
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
@@ -54,13 +54,20 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 				}
 				bot = true
 			}
+			now := time.Now()
+			var u uint64
+			if uniques != nil && !bot {
+				if c, ok := p.trust.Client(r); ok {
+					u = uniques.Hash(now, c.Addr, r.UserAgent(), key)
+				}
+			}
 			if visit == nil {
-				rec.Record(key, time.Now(), bot)
+				rec.RecordVisit(key, now, bot, nil, u)
 				return
 			}
 			var f visitor.Features
 			visit.Read(r, bot, &f)
-			rec.RecordVisit(key, time.Now(), bot, &f)
+			rec.RecordVisit(key, now, bot, &f, u)
 		})
 	}
 }

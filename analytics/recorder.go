@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -61,6 +62,7 @@ type shard struct {
 	all      entry                // every visit recorded in this shard, overflow included
 	allDims  map[allDimKey]int64  // all links' visits per day, dimension and value
 	allVals  [visitor.NumDims]int // values per dimension in allDims
+	allUniq  []dayUniq            // all links' visitor sketches (a visitor counts once per link)
 	overflow int64                // visits not tracked per link because max_keys or max_buffer_bytes was reached
 	human    int64                // visits recorded since the last swap, for the metric
 	bot      int64
@@ -109,6 +111,26 @@ type entry struct {
 	last minuteCount
 	more []minuteCount
 	dims *entryDims // nil until a visit with features
+	uniq []dayUniq  // the sketches of its visitors, per UTC day
+}
+
+// dayUniq is the sketch of a link's visitors on one UTC day.
+type dayUniq struct {
+	day int32
+	sk  hll.Sketch
+}
+
+// addUniq adds a visitor hash to the sketch of day in us.
+func addUniq(us []dayUniq, day int32, h uint64) []dayUniq {
+	for i := range us {
+		if us[i].day == day {
+			us[i].sk.Add(h)
+			return us
+		}
+	}
+	us = append(us, dayUniq{day: day})
+	us[len(us)-1].sk.Add(h)
+	return us
 }
 
 // dimCount is the visits of one value of a dimension on one UTC day; day
@@ -268,15 +290,17 @@ func unixMinute(t time.Time) int64 {
 // visit to a link this core has seen since the last flush does not allocate;
 // key is copied when it is new, so it may point into a request.
 func (r *Recorder) Record(key string, t time.Time, bot bool) {
-	r.RecordVisit(key, t, bot, nil)
+	r.RecordVisit(key, t, bot, nil, 0)
 }
 
 // RecordVisit is Record with the visit's features (f may be nil: none),
 // counted per UTC day of t and dimension, for the link and for all links
-// together, while dimensions are on (SetMaxValues). A visit to a link this
+// together, while dimensions are on (SetMaxValues), and the visitor's hash
+// (visitor.Uniques; 0: none), added to the sketch of the link's unique
+// visitors of the day when the visit is human. A visit to a link this
 // core has seen since the last flush, with values seen too, does not
-// allocate.
-func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Features) {
+// allocate (a sketch allocates as it grows).
+func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
 	minute := unixMinute(t)
 	maxValues := int(r.maxValues.Load())
 	if maxValues == 0 {
@@ -294,6 +318,9 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 	day := int32(floorDiv(minute, 1440))
 	if f != nil {
 		s.addAllDims(day, f, maxValues)
+	}
+	if uniq != 0 && !bot {
+		s.allUniq = addUniq(s.allUniq, day, uniq)
 	}
 	e := s.links[key]
 	if e == nil {
@@ -324,6 +351,9 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 			s.bytes += grew
 			r.bytes.Add(grew)
 		}
+	}
+	if uniq != 0 && !bot {
+		e.uniq = addUniq(e.uniq, day, uniq)
 	}
 	s.mu.Unlock()
 	r.cores.Put(i)
@@ -398,6 +428,7 @@ type snapshot struct {
 	links      []map[string]*entry   // per link, one map per shard that had any
 	all        []minuteCount         // all links together, overflow included
 	allDims    []map[allDimKey]int64 // all links' dimensions, one map per shard that had any
+	allUniq    []dayUniq             // all links' visitor sketches, of every shard
 	overflow   int64
 	human, bot int64
 }
@@ -433,6 +464,8 @@ func (r *Recorder) swap() snapshot {
 		}
 		sAll := s.all
 		s.all = entry{}
+		snap.allUniq = append(snap.allUniq, s.allUniq...)
+		s.allUniq = nil
 		if len(s.allDims) > 0 {
 			snap.allDims = append(snap.allDims, s.allDims)
 			s.allDims = make(map[allDimKey]int64, len(s.allDims))
@@ -512,6 +545,26 @@ func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value 
 			for _, c := range e.dims[dim] {
 				fn(c.day, c.value, c.n)
 			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// uniqOf calls fn with every sketch recorded for key since the last swap
+// (AllLinks: all links together).
+func (r *Recorder) uniqOf(key string, fn func(day int32, sk *hll.Sketch)) {
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		us := s.allUniq
+		if key != AllLinks {
+			us = nil
+			if e := s.links[key]; e != nil {
+				us = e.uniq
+			}
+		}
+		for j := range us {
+			fn(us[j].day, &us[j].sk)
 		}
 		s.mu.Unlock()
 	}

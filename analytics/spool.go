@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/journal"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitor"
@@ -305,6 +306,7 @@ type foldRun struct {
 	counts map[foldKey]Visits
 	order  []foldKey
 	dims   map[foldDimKey]*DimCount // counts of a value added up; the latest Cum
+	uniqs  map[uniqKey]*hll.Sketch  // sketches of a link's day merged
 }
 
 // foldDimKey is a DimCount's identity in a fold: its generation too, since
@@ -341,6 +343,16 @@ func (r *foldRun) add(b Batch, step time.Duration) {
 		}
 		r.dims[k] = &d
 	}
+	for _, u := range b.Uniques {
+		if r.uniqs == nil {
+			r.uniqs = make(map[uniqKey]*hll.Sketch)
+		}
+		k := uniqKey{u.Key, unixDay(u.Day)}
+		if r.uniqs[k] == nil {
+			r.uniqs[k] = new(hll.Sketch)
+		}
+		r.uniqs[k].MergeBinary(u.Sketch) // decoded from the journal: checked by its CRC
+	}
 }
 
 func (r *foldRun) batch() Batch {
@@ -357,6 +369,8 @@ func (r *foldRun) batch() Batch {
 		b.Dims = append(b.Dims, *d)
 	}
 	slices.SortFunc(b.Dims, func(x, y DimCount) int { return cmp.Or(compareDims(x, y), cmp.Compare(x.Gen, y.Gen)) })
+	p := pending{uniqs: r.uniqs}
+	b.Uniques = p.uniqueSketches()
 	return b
 }
 
@@ -540,10 +554,13 @@ func recordOldest(rec []byte) time.Time {
 //	  (version 2) uvarint dims, per dim: uvarint len(key) key, byte dim,
 //	  varint day (unix days), uvarint len(value) value, varint n,
 //	  varint cum, uvarint gen
+//	  (version 3) uvarint uniques, per sketch: uvarint len(key) key,
+//	  varint day (unix days), uvarint len(sketch) sketch
 //
 // Active entries and marks are not kept: they are worked out when the
-// batch is written. Records of version 1 (without dims) are read too.
-const recordVersion = 2
+// batch is written. Records of versions 1 (without dims) and 2 (without
+// uniques) are read too.
+const recordVersion = 3
 
 func appendRecordHeader(b []byte, n int) []byte {
 	b = append(b, 'L', 'J', recordVersion)
@@ -581,6 +598,14 @@ func appendBatch(out []byte, b *Batch, attempted bool) []byte {
 		out = binary.AppendVarint(out, d.N)
 		out = binary.AppendVarint(out, d.Cum)
 		out = binary.AppendUvarint(out, d.Gen)
+	}
+	out = binary.AppendUvarint(out, uint64(len(b.Uniques)))
+	for _, u := range b.Uniques {
+		out = binary.AppendUvarint(out, uint64(len(u.Key)))
+		out = append(out, u.Key...)
+		out = binary.AppendVarint(out, int64(unixDay(u.Day)))
+		out = binary.AppendUvarint(out, uint64(len(u.Sketch)))
+		out = append(out, u.Sketch...)
 	}
 	return out
 }
@@ -692,6 +717,7 @@ func decodeRecord(rec []byte) ([]interval, error) {
 			b.b.Counts = append(b.b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: Visits{Human: h, Bot: bot}})
 		}
 		r.dims(func(d DimCount) { b.b.Dims = append(b.b.Dims, d) }, "")
+		r.uniques(func(u UniqueSketch) { b.b.Uniques = append(b.b.Uniques, u) }, "")
 		out = append(out, b)
 	}
 	if r.err != nil {
@@ -721,6 +747,7 @@ func scanRecord(rec []byte, key string, fn func(step time.Duration, start time.T
 			}
 		}
 		r.dims(nil, "")
+		r.uniques(nil, "")
 	}
 	return r.err
 }
@@ -740,11 +767,60 @@ func scanRecordDims(rec []byte, key string, fn func(DimCount)) error {
 			r.varint()
 		}
 		r.dims(fn, key)
+		r.uniques(nil, "")
 		if r.err != nil {
 			return r.err
 		}
 	}
 	return r.err
+}
+
+// scanRecordUniques calls fn for each sketch of key in rec.
+func scanRecordUniques(rec []byte, key string, fn func(UniqueSketch)) error {
+	r := &recordReader{b: rec}
+	nb := r.header()
+	var b interval
+	for range nb {
+		nc := r.batchHeader(&b)
+		for range nc {
+			r.bytes()
+			r.uvarint()
+			r.varint()
+			r.varint()
+			r.varint()
+		}
+		r.dims(nil, "")
+		r.uniques(fn, key)
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return r.err
+}
+
+// uniques reads a batch's sketches (none before version 3), calling fn
+// (when not nil) for those of key, or of every key when key is "", with
+// copies.
+func (r *recordReader) uniques(fn func(UniqueSketch), key string) {
+	if r.version < 3 || r.err != nil {
+		return
+	}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errRecord
+		return
+	}
+	for range n {
+		k := r.bytes()
+		day := r.varint()
+		sk := r.bytes()
+		if r.err != nil {
+			return
+		}
+		if fn != nil && (key == "" || string(k) == key) {
+			fn(UniqueSketch{Key: string(k), Day: time.Unix(day*86400, 0).UTC(), Sketch: slices.Clone(sk)})
+		}
+	}
 }
 
 // dims reads a batch's dimension counts (none in a version 1 record),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -62,6 +63,26 @@ type Batch struct {
 	// Dims are the interval's visits per link, UTC day, dimension and
 	// value, sorted by link, dimension, day and value.
 	Dims []DimCount
+	// Uniques are the interval's unique-visitor sketches per link and UTC
+	// day. A store merges each into what it holds (each register's
+	// maximum), which is idempotent: they need no identity.
+	Uniques []UniqueSketch
+}
+
+// UniqueSketch is a HyperLogLog sketch (package hll, encoded by
+// Sketch.AppendBinary) of the visitor hashes of one link's human visits on
+// one UTC day.
+type UniqueSketch struct {
+	Key    string
+	Day    time.Time
+	Sketch []byte
+}
+
+// UniqueSource reads unique visitors. Every Store is one.
+type UniqueSource interface {
+	// Uniques returns the union of key's sketches of the UTC days whose
+	// start lies in [from, to), and how many days had one.
+	Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error)
 }
 
 // DimCount is visits of one value of one dimension of one link on one UTC
@@ -159,6 +180,7 @@ type Store interface {
 	rollup.Store
 	DimSource
 	TopSource
+	UniqueSource
 	// Close stops the store's background work and releases it. The
 	// Pipeline calls it once, after the final flush.
 	Close() error
@@ -166,4 +188,4 @@ type Store interface {
 
 // entries returns how many entries b holds: its counts and its
 // dimensions' values.
-func (b *Batch) entries() int { return len(b.Counts) + len(b.Dims) }
+func (b *Batch) entries() int { return len(b.Counts) + len(b.Dims) + len(b.Uniques) }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/journal"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -174,6 +175,52 @@ func (f *Flusher) scanDims(v view, each func(DimCount)) {
 		return scanRecordDims(rec, v.key, func(d DimCount) {
 			if d.Dim == v.dim {
 				each(d)
+			}
+		})
+	})
+	if err != nil && err != errStopScan {
+		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", v.key, "err", err)
+	}
+}
+
+// uniqView copies, under f.mu, key's sketches not in the store yet (in the
+// recorder and the queue) merged into sk, and the bounds of the journal.
+// Sketches merge idempotently, so a sketch seen both here and in the store
+// counts once: a read needs no retry.
+func (f *Flusher) uniqView(key string, lo, hi int32, sk *hll.Sketch) view {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rec.uniqOf(key, func(day int32, s *hll.Sketch) {
+		if day >= lo && day < hi {
+			sk.Merge(s)
+		}
+	})
+	for _, iv := range f.queue {
+		for _, u := range iv.b.Uniques {
+			if d := unixDay(u.Day); u.Key == key && d >= lo && d < hi {
+				sk.MergeBinary(u.Sketch)
+			}
+		}
+	}
+	v := view{key: key}
+	if f.j.waiting() {
+		v.j, v.from, v.to = f.j, f.j.j.Acked(), f.j.j.End()
+	}
+	return v
+}
+
+// scanUniques merges into sk the sketches of v's key in the journal.
+func (f *Flusher) scanUniques(v view, lo, hi int32, sk *hll.Sketch) {
+	if v.j == nil {
+		return
+	}
+	err := v.j.j.Scan(v.from, func(end journal.Pos, rec []byte) error {
+		if v.to.Less(end) {
+			return errStopScan
+		}
+		return scanRecordUniques(rec, v.key, func(u UniqueSketch) {
+			if d := unixDay(u.Day); d >= lo && d < hi {
+				sk.MergeBinary(u.Sketch)
 			}
 		})
 	})

@@ -2,12 +2,15 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/visitor/visitortest"
 )
@@ -170,4 +173,73 @@ func TestTopLinksEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after a restart", start(t, cfg))
+}
+
+// TestUniquesEndToEnd: 40 visitors (address and User-Agent) visit a link
+// 200 times through the trusted proxy: the answer counts 40 unique
+// visitors (the sketch is exact to a few at this size), says how, and a
+// restarted gateway with the same secret hashes the same visitors alike,
+// so that their new visits add none. A short secret is refused naming the
+// field; without one, answers have no uniques.
+func TestUniquesEndToEnd(t *testing.T) {
+	up := tinyURL(t)
+	dir := t.TempDir()
+	setenv(t, "LG_TEST_UNIQUES", "a-secret-of-32-bytes-for-testing")
+	cfg := analyticsConfig(up.URL, embeddedStore(dir), "100ms") + "  uniques: {secret_env: LG_TEST_UNIQUES}\n"
+	visits := func(gw *running) {
+		for i := range 200 {
+			v := i % 40
+			resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", v%20),
+				"User-Agent", fmt.Sprintf("agent/%d", v/20))
+			if resp.StatusCode != 302 {
+				t.Fatalf("GET /go: %d", resp.StatusCode)
+			}
+		}
+	}
+	type uniques struct {
+		Count int64   `json:"count"`
+		Kind  string  `json:"kind"`
+		Days  int     `json:"days"`
+		Error float64 `json:"error"`
+	}
+	read := func(gw *running, path string) (u *uniques, header string) {
+		t.Helper()
+		resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
+		var a struct{ Uniques *uniques }
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &a) != nil {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return a.Uniques, resp.Header.Get("Linkgate-Uniques")
+	}
+	gw := start(t, cfg)
+	visits(gw)
+	u, h := read(gw, "/stats/go?from="+fmt.Sprint(time.Now().Add(-time.Minute).Unix()))
+	if u == nil || u.Count != 40 || u.Kind != "one_day" || u.Days != 1 || u.Error != 0.016 || h != "40" {
+		t.Fatalf("uniques = %+v (header %q), want 40 visitors of one day, error 0.016", u, h)
+	}
+	if u, _ := read(gw, "/stats/go?last=3d"); u == nil || u.Count != 40 || u.Kind != "sum_of_days" || u.Days < 3 {
+		t.Errorf("over 3 days: %+v, want 40, sum_of_days", u)
+	}
+	if err := gw.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	gw = start(t, cfg)
+	visits(gw)
+	if u, _ := read(gw, "/stats/go?last=1h"); u == nil || u.Count != 40 {
+		t.Errorf("after a restart and the same visitors again: %+v, want still 40", u)
+	}
+	if u, _ := read(gw, "/stats/gh?last=1h"); u == nil || u.Count != 0 {
+		t.Errorf("another link: %+v, want 0", u)
+	}
+
+	setenv(t, "LG_TEST_UNIQUES", "short")
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	testkit.WriteFile(t, path, cfg)
+	if _, err := gateway.Load(path, getenv); err == nil || !strings.Contains(err.Error(), "analytics.uniques.secret_env") {
+		t.Errorf("a 5-byte secret: %v, want an error naming analytics.uniques.secret_env", err)
+	}
+	off := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "100ms"))
+	if u, _ := read(off, "/stats/go?last=1h"); u != nil {
+		t.Errorf("without a secret: uniques %+v, want none", u)
+	}
 }

@@ -313,7 +313,7 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 		})
 	}
 	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log,
-		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues})
+		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues, Uniques: plan.analytics.Uniques()})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())

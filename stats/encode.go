@@ -2,8 +2,11 @@ package stats
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
+
+	"github.com/linkgate/linkgate/analytics/hll"
 )
 
 // appendJSON appends c as the stats API's JSON object (documented on
@@ -35,11 +38,28 @@ func (c *curve) appendJSON(b []byte) []byte {
 	if !c.expiredBefore.IsZero() {
 		b = appendField(b, "expired_before", c.expiredBefore.Unix())
 	}
-	if c.hasTop {
+	if u := c.uniques; u != nil {
+		kind := "one_day"
+		if u.days > 1 {
+			kind = "sum_of_days"
+		}
+		b = append(b, `,"uniques":{"count":`...)
+		b = strconv.AppendInt(b, u.count, 10)
+		b = append(b, `,"kind":"`...)
+		b = append(b, kind...)
+		b = append(b, `","days":`...)
+		b = strconv.AppendInt(b, int64(u.days), 10)
+		b = append(b, `,"error":`...)
+		b = strconv.AppendFloat(b, math.Round(hll.StdError*1000)/1000, 'f', -1, 64)
+		b = append(b, '}')
+	}
+	if c.hasTop || c.uniques != nil {
 		if len(c.breakdown) == 0 {
 			b = appendField(b, "breakdown_from", c.dimFrom.Unix())
 			b = appendField(b, "breakdown_to", c.dimTo.Unix())
 		}
+	}
+	if c.hasTop {
 		b = append(b, `,"top":[`...)
 		for i, l := range c.top {
 			if i > 0 {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/bearer"
 	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/problem"
@@ -46,6 +47,15 @@ type TopReader interface {
 	// Top returns the n links with the most human visits over the UTC days
 	// whose start lies in [from, to), most visited first.
 	Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error)
+}
+
+// UniqueReader is what the API reads for unique visitors: analytics.Reader
+// is one.
+type UniqueReader interface {
+	// Uniques returns the union of key's unique-visitor sketches of the
+	// UTC days whose start lies in [from, to), with the same errors as
+	// Points.
+	Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error)
 }
 
 // DimReader is what the API reads for breakdowns (by=): analytics.Reader
@@ -86,6 +96,9 @@ type Options struct {
 	// rest are added to "other" (analytics.dimensions.max_values). 0:
 	// breakdowns are off, and by= is a 400.
 	MaxValues int
+	// Uniques says whether unique visitors are counted (a secret is set):
+	// every data answer then has them.
+	Uniques bool
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -236,6 +249,9 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !c.expiredBefore.IsZero() {
 		h.Set("Linkgate-Expired-Before", strconv.FormatInt(c.expiredBefore.Unix(), 10))
 	}
+	if c.uniques != nil {
+		h.Set("Linkgate-Uniques", strconv.FormatInt(c.uniques.count, 10))
+	}
 	if format == formatCSV {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
 		if len(c.breakdown) > 0 {
@@ -302,6 +318,15 @@ type curve struct {
 	// top is the most visited links (top=N), each with its curve.
 	top    []topAnswer
 	hasTop bool
+	// uniques is the estimate of unique visitors over the breakdown days,
+	// when they are counted.
+	uniques *uniquesAnswer
+}
+
+// uniquesAnswer is the unique visitors of an answer.
+type uniquesAnswer struct {
+	count int64
+	days  int
 }
 
 // topAnswer is one link of a top list: its visits over the breakdown days
@@ -459,6 +484,22 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 	if q.top > 0 {
 		if err := s.topLinks(ctx, c, key, q, now); err != nil {
 			return nil, err
+		}
+	}
+	if ur, ok := s.r.(UniqueReader); ok && s.o.Uniques {
+		c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+		sk, err := ur.Uniques(ctx, key, c.dimFrom, q.to)
+		if err != nil {
+			if c.readErr == nil {
+				c.readErr = fmt.Errorf("stats: uniques of %q: %w", key, err)
+			}
+			if !errors.Is(err, analytics.ErrUnsavedOnly) {
+				sk = nil
+			}
+		}
+		c.uniques = &uniquesAnswer{days: int(c.dimTo.Sub(c.dimFrom) / rollup.Day)}
+		if sk != nil {
+			c.uniques.count = sk.Estimate()
 		}
 	}
 	total, err := s.r.Total(ctx, key)

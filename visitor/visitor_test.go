@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/visitor"
@@ -187,5 +188,43 @@ func BenchmarkRead(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		rd.Read(r, false, &f)
+	}
+}
+
+func TestUniques(t *testing.T) {
+	u := visitor.NewUniques([]byte("0123456789abcdef-secret"))
+	day := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	a, b := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2")
+	h := u.Hash(day, a, "ua", "k")
+	for _, tc := range []struct {
+		name string
+		same bool
+		got  uint64
+	}{
+		{"same visitor later that day", true, u.Hash(day.Add(13*time.Hour), a, "ua", "k")},
+		{"another gateway with the secret", true, visitor.NewUniques([]byte("0123456789abcdef-secret")).Hash(day, a, "ua", "k")},
+		{"the next day", false, u.Hash(day.Add(24*time.Hour), a, "ua", "k")},
+		{"another address", false, u.Hash(day, b, "ua", "k")},
+		{"another User-Agent", false, u.Hash(day, a, "ua2", "k")},
+		{"another link", false, u.Hash(day, a, "ua", "k2")},
+		{"no field runs into the next", false, u.Hash(day, a, "uak", "")},
+		{"another secret", false, visitor.NewUniques([]byte("0123456789abcdef-other")).Hash(day, a, "ua", "k")},
+	} {
+		if (tc.got == h) != tc.same {
+			t.Errorf("%s: hash %x vs %x, want same=%v", tc.name, tc.got, h, tc.same)
+		}
+	}
+	if k1, k2 := u.DayKey(day), u.DayKey(day.Add(time.Hour)); string(k1) != string(k2) || string(k1) == string(u.DayKey(day.Add(-24*time.Hour))) {
+		t.Error("the day key is not one per UTC day")
+	}
+}
+
+func BenchmarkUniquesHash(b *testing.B) {
+	u := visitor.NewUniques([]byte("0123456789abcdef-secret"))
+	now := time.Now()
+	a := netip.MustParseAddr("203.0.113.1")
+	b.ReportAllocs()
+	for b.Loop() {
+		u.Hash(now, a, safariIPhone, "aB3xY9")
 	}
 }

@@ -3,6 +3,7 @@ package analyticstest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -290,5 +292,70 @@ func testTop(t *testing.T, e *env) {
 		if diff := cmp.Diff(want(r.lo, r.hi, r.n), mine); diff != "" {
 			t.Errorf("Top(days %d to %d, %d) (-want +got):\n%s", r.lo, r.hi, r.n, diff)
 		}
+	}
+}
+
+// testUniques writes sketches of visitor hashes for two days, from two
+// stores when the backend has them, some batches twice and out of order:
+// a read is the sketch of every hash written for the days asked, as a
+// reference sketch has it, register for register.
+func testUniques(t *testing.T, e *env) {
+	k := e.key("a")
+	d0 := e.base().Add(-rollup.Day)
+	other := e.s
+	if e.h.Another != nil {
+		other = e.h.Another()
+	}
+	rnd := rand.New(rand.NewPCG(5, 6))
+	ref := [2]*hll.Sketch{new(hll.Sketch), new(hll.Sketch)}
+	var batches []analytics.Batch
+	for i := range 8 {
+		b := analytics.Batch{At: e.at()}
+		for day := range 2 {
+			var sk hll.Sketch
+			for range 50 + 300*i {
+				h := rnd.Uint64()
+				if i%3 == 2 {
+					h = uint64(i) << 60 // repeated visitors
+				}
+				sk.Add(h)
+				ref[day].Add(h)
+			}
+			b.Uniques = append(b.Uniques, analytics.UniqueSketch{Key: k, Day: d0.Add(time.Duration(day) * rollup.Day), Sketch: sk.AppendBinary(nil)})
+		}
+		batches = append(batches, b)
+	}
+	for i, b := range batches {
+		s := e.s
+		if i%2 == 1 {
+			s = other
+		}
+		write(t, s, b)
+	}
+	write(t, e.s, batches[3]) // a resend
+	write(t, other, batches[0])
+	var both hll.Sketch
+	both.Merge(ref[0])
+	both.Merge(ref[1])
+	for _, r := range []struct {
+		name     string
+		from, to time.Time
+		want     *hll.Sketch
+	}{
+		{"first day", d0, d0.Add(rollup.Day), ref[0]},
+		{"second day", d0.Add(rollup.Day), d0.Add(2 * rollup.Day), ref[1]},
+		{"both", d0, d0.Add(2 * rollup.Day), &both},
+		{"neither", d0.Add(-5 * rollup.Day), d0, new(hll.Sketch)},
+	} {
+		got, err := e.s.Uniques(context.Background(), k, r.from, r.to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Estimate() != r.want.Estimate() || got.Len() != r.want.Len() {
+			t.Errorf("%s: %d registers estimating %d, want %d estimating %d", r.name, got.Len(), got.Estimate(), r.want.Len(), r.want.Estimate())
+		}
+	}
+	if got, _ := e.s.Uniques(context.Background(), e.key("b"), d0, d0.Add(2*rollup.Day)); got == nil || !got.Empty() {
+		t.Errorf("another key's uniques: %v, want none", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -25,6 +26,7 @@ type Memory struct {
 	progress rollup.Progress
 	applied  map[string]uint64 // the last Seq applied, by Batch.Writer
 	dims     map[memDim]int64
+	uniqs    map[memDim]*hll.Sketch // by key and day
 	ops      Ops
 
 	// DimRetention is how long breakdowns are kept (Expire); zero:
@@ -94,7 +96,7 @@ func NewMemory(plan *rollup.Plan) *Memory {
 	return &Memory{
 		plan: plan, series: map[memSeries]map[int64]*memCell{}, active: map[memQueue]*memKeys{},
 		marks: map[string]map[rollup.Mark]struct{}{}, progress: rollup.Progress{}, applied: map[string]uint64{},
-		dims: map[memDim]int64{},
+		dims: map[memDim]int64{}, uniqs: map[memDim]*hll.Sketch{},
 	}
 }
 
@@ -156,6 +158,15 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 	for _, d := range b.Dims {
 		m.dims[memDim{d.Key, d.Dim, d.Day.Unix(), d.Value}] += d.N
 	}
+	for _, u := range b.Uniques {
+		k := memDim{key: u.Key, day: u.Day.Unix()}
+		if m.uniqs[k] == nil {
+			m.uniqs[k] = new(hll.Sketch)
+		}
+		if err := m.uniqs[k].MergeBinary(u.Sketch); err != nil {
+			return fmt.Errorf("memory: %q: %w", u.Key, err)
+		}
+	}
 	m.announce(b.Active, b.Marks)
 	m.ops.Counts += int64(len(b.Counts))
 	m.ops.Dims += int64(len(b.Dims))
@@ -196,6 +207,22 @@ func (m *Memory) Dims(ctx context.Context, key string, dim visitor.Dim, from, to
 		}
 	}
 	return out, nil
+}
+
+// Uniques implements analytics.UniqueSource.
+func (m *Memory) Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: uniques: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sk := new(hll.Sketch)
+	for k, s := range m.uniqs {
+		if k.key == key && k.day >= ceilDay(from) && k.day < ceilDay(to) {
+			sk.Merge(s)
+		}
+	}
+	return sk, nil
 }
 
 // Top implements analytics.TopSource, by brute force.
@@ -401,6 +428,11 @@ func (m *Memory) Expire(now time.Time) error {
 	for k := range m.dims {
 		if !time.Unix(k.day, 0).Add(rollup.Day + keep).After(now) {
 			delete(m.dims, k)
+		}
+	}
+	for k := range m.uniqs {
+		if !time.Unix(k.day, 0).Add(rollup.Day + keep).After(now) {
+			delete(m.uniqs, k)
 		}
 	}
 	return nil

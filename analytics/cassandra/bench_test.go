@@ -17,9 +17,13 @@ import (
 // store's own work (state, statements, collection), not the network.
 type nopBackend struct{}
 
-func (nopBackend) writePoint(context.Context, pointRow) error { return nil }
-func (nopBackend) writeDims(context.Context, []dimRow) error  { return nil }
-func (nopBackend) writeTop(context.Context, []topRow) error   { return nil }
+func (nopBackend) writePoint(context.Context, pointRow) error    { return nil }
+func (nopBackend) writeDims(context.Context, []dimRow) error     { return nil }
+func (nopBackend) writeTop(context.Context, []topRow) error      { return nil }
+func (nopBackend) writeUniques(context.Context, []uniqRow) error { return nil }
+func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, time.Time) ([]uniqRow, error) {
+	return nil, nil
+}
 func (nopBackend) readTop(context.Context, time.Time, int) ([]topRow, error) {
 	return nil, nil
 }

@@ -51,6 +51,12 @@ type backend interface {
 	writeTop(ctx context.Context, rows []topRow) error
 	// readTop returns the rows of one partition of top_days.
 	readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error)
+	// writeUniques overwrites sketch registers of one link, each USING
+	// TIMESTAMP its value.
+	writeUniques(ctx context.Context, rows []uniqRow) error
+	// readUniques returns the registers of one partition of the uniques
+	// table whose day is in [from, to).
+	readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error)
 	// lease takes the rollup lease for holder, or renews it when holder
 	// holds it, for ttl seconds, and reports whether holder holds it:
 	// lightweight transactions.
@@ -118,7 +124,8 @@ type cqlBackend struct {
 	insertProgress, selectProgress,
 	takeLease, renewLease,
 	insertDim, selectDims,
-	insertTop, selectTop string
+	insertTop, selectTop,
+	insertUniq, selectUniqs string
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.SerialConsistency) *cqlBackend {
@@ -139,6 +146,8 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
 		insertTop:      fmt.Sprintf(insertTopCQL, ks),
 		selectTop:      fmt.Sprintf(selectTopCQL, ks),
+		insertUniq:     fmt.Sprintf(insertUniqCQL, ks),
+		selectUniqs:    fmt.Sprintf(selectUniqsCQL, ks),
 	}
 	for _, t := range tiers {
 		table := pointsTable(t)

@@ -31,6 +31,7 @@ type fakeDB struct {
 	progress map[int]fakeProgress
 	dims     map[fakeDimPart]map[fakeDimRow]fakeCell
 	top      map[fakeTopPart]map[fakeTopRow]fakeCell
+	uniqs    map[fakeDimPart]map[[2]int64]fakeCell // (day µs, reg) → rho
 	holder   gocql.UUID
 	leaseEnd time.Time
 	late     []func() // duplicates to apply later (applyLate)
@@ -167,6 +168,41 @@ func (db *fakeDB) readTop(ctx context.Context, day time.Time, shard int) ([]topR
 	return out, nil
 }
 
+func (db *fakeDB) writeUniques(ctx context.Context, rows []uniqRow) error {
+	p := fakeDimPart{rows[0].key, rows[0].bucket.UnixMicro()}
+	for _, r := range rows {
+		if r.ttl <= 0 || r.key != rows[0].key || !r.bucket.Equal(rows[0].bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+			panic("fake: a register without TTL, or a batch across partitions")
+		}
+	}
+	return db.do(ctx, "uniques", func() {
+		if db.uniqs[p] == nil {
+			db.uniqs[p] = map[[2]int64]fakeCell{}
+		}
+		for _, r := range rows {
+			k := [2]int64{r.day.UnixMicro(), int64(r.reg)}
+			c, exists := db.uniqs[p][k]
+			db.uniqs[p][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: int64(r.rho)}, ts: int64(r.rho), expires: db.expiry(r.ttl)})
+		}
+	})
+}
+
+func (db *fakeDB) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []uniqRow
+	for k, c := range db.uniqs[fakeDimPart{key, bucket.UnixMicro()}] {
+		if k[0] >= from.UnixMicro() && k[0] < to.UnixMicro() && !c.dead && db.live(c.expires) {
+			out = append(out, uniqRow{reg: int(k[1]), rho: int(c.v.Human)})
+		}
+	}
+	return out, nil
+}
+
 type fakeQueue struct {
 	step   int
 	period int64
@@ -196,7 +232,7 @@ var errFault = errors.New("fake: injected fault (timeout)")
 func newFakeDB(now time.Time) *fakeDB {
 	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
 		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{},
-		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}}
+		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}, uniqs: map[fakeDimPart]map[[2]int64]fakeCell{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.

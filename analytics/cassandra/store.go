@@ -479,7 +479,11 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err != nil {
 		return err
 	}
-	ops = append(ops, dops...)
+	uops, err := s.prepareUniques(b)
+	if err != nil {
+		return err
+	}
+	ops = append(append(ops, dops...), uops...)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if be, err = s.backend(); err != nil {

@@ -193,6 +193,10 @@ func (s *Store) expireDimsChunk(lo, hi []byte) (int, []byte, error) {
 				return 0, nil, err
 			}
 		}
+		if err := wb.Delete(appendUniqKey(nil, key, day), nil); err != nil {
+			it.Close()
+			return 0, nil, err
+		}
 		n++
 	}
 	if err := it.Close(); err != nil {

@@ -85,6 +85,9 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 			return fmt.Errorf("pebble: write: %w", err)
 		}
 	}
+	if err := s.addUniques(wb, b.Uniques); err != nil {
+		return fmt.Errorf("pebble: write: uniques: %w", err)
+	}
 	if deltas := topDeltas(b.Dims); deltas != nil {
 		if err := s.addTop(wb, deltas); err != nil {
 			return fmt.Errorf("pebble: write: top: %w", err)
