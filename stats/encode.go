@@ -101,6 +101,14 @@ func (c *curve) appendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
+	if c.compare != nil {
+		b = append(b, `,"compare":`...)
+		b = c.compare.appendJSON(b)
+		b = b[:len(b)-1] // its newline
+		b = append(b[:len(b)-1], `,"kind":"`...)
+		b = append(b, c.compareKind...)
+		b = append(b, `"}`...)
+	}
 	b = append(b, `,"points":`...)
 	b = c.appendPoints(b, c.points)
 	return append(b, "}\n"...)
@@ -148,8 +156,11 @@ func (c *curve) appendCSV(b []byte) []byte {
 	if c.stitched {
 		b = append(b, ",step"...)
 	}
+	if c.compare != nil {
+		b = append(b, ",compare_unix_seconds,compare_count,compare_bot_count"...)
+	}
 	b = append(b, '\n')
-	for _, p := range c.points {
+	for i, p := range c.points {
 		b = strconv.AppendInt(b, p.start, 10)
 		if p.null {
 			b = append(b, ",,"...)
@@ -162,6 +173,25 @@ func (c *curve) appendCSV(b []byte) []byte {
 		if c.stitched {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, p.step, 10)
+		}
+		if c.compare != nil {
+			// Point for point: the earlier range at the same step (a
+			// year back may have a bucket more or less).
+			if i < len(c.compare.points) {
+				e := c.compare.points[i]
+				b = append(b, ',')
+				b = strconv.AppendInt(b, e.start, 10)
+				if e.null {
+					b = append(b, ",,"...)
+				} else {
+					b = append(b, ',')
+					b = strconv.AppendInt(b, e.Human, 10)
+					b = append(b, ',')
+					b = strconv.AppendInt(b, e.Bot, 10)
+				}
+			} else {
+				b = append(b, ",,,"...)
+			}
 		}
 		b = append(b, '\n')
 	}

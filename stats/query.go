@@ -36,6 +36,7 @@ type query struct {
 	format   string
 	by       []visitor.Dim // breakdowns asked for, in the order asked
 	top      int           // top=N: the N most visited links; 0: none
+	compare  string        // "previous" or "year": the earlier range to answer beside; "": none
 }
 
 // paramError is a bad query parameter; the 400 answer names it.
@@ -179,6 +180,12 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 		}
 		q.top = n
 	}
+	switch c := v.Get("compare"); c {
+	case "", "previous", "year":
+		q.compare = c
+	default:
+		return query{}, badParam("compare", "%q is not previous or year", c)
+	}
 	switch f := v.Get("format"); f {
 	case "", formatJSON, formatCSV, formatHTML:
 		q.format = f
@@ -189,7 +196,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare"}
 
 // maxTop is the longest top list one answer has.
 const maxTop = 1000

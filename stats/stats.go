@@ -240,6 +240,9 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.shortKey = shortKey
+	if c.compare != nil {
+		c.compare.shortKey = shortKey
+	}
 	h := w.Header()
 	h.Set("Cache-Control", "no-store") // counts change at every flush
 	h.Set("Linkgate-Known", c.known())
@@ -321,6 +324,9 @@ type curve struct {
 	// uniques is the estimate of unique visitors over the breakdown days,
 	// when they are counted.
 	uniques *uniquesAnswer
+	// compare is the answer for the earlier range (compare=), of its kind.
+	compare     *curve
+	compareKind string
 }
 
 // uniquesAnswer is the unique visitors of an answer.
@@ -486,6 +492,11 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			return nil, err
 		}
 	}
+	if q.compare != "" {
+		if err := s.compareWith(ctx, c, key, q, now); err != nil {
+			return nil, err
+		}
+	}
 	if ur, ok := s.r.(UniqueReader); ok && s.o.Uniques {
 		c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
 		sk, err := ur.Uniques(ctx, key, c.dimFrom, q.to)
@@ -594,5 +605,45 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		}
 		c.top = append(c.top, topAnswer{key: l.Key, visits: l.Visits, points: lc.points})
 	}
+	return nil
+}
+
+// compareWith answers q's earlier range into c.compare: the period of the
+// same length just before it (previous), or the same dates a year earlier
+// (year), at the same step while its tier keeps the earlier range (else at
+// the step a query of that range gets), with the same breakdowns and
+// uniques.
+func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, now time.Time) error {
+	e := q
+	e.compare, e.top = "", 0
+	switch q.compare {
+	case "previous":
+		e.from, e.to = q.from.Add(-q.to.Sub(q.from)), q.from
+	case "year":
+		e.from, e.to = q.from.AddDate(-1, 0, 0), q.to.AddDate(-1, 0, 0)
+	}
+	if !c.stitched {
+		// The same buckets, point for point, while the tier still keeps
+		// the earlier range; else the finest that does.
+		e.step = 0
+		if t, err := rollup.WithStep(s.tiers, c.step); err == nil && !e.from.Before(now.Add(-t.Retention)) {
+			e.step = c.step
+		}
+	}
+	if e.from.Before(s.earliest) {
+		return badParam("compare", "the earlier range starts before %s, where curves begin", s.earliest.Format(time.RFC3339))
+	}
+	ec, err := s.curve(ctx, key, e, now)
+	if err != nil {
+		var pe *paramError
+		if errors.As(err, &pe) {
+			return badParam("compare", "the earlier range: %s", pe.Error())
+		}
+		return err
+	}
+	if ec.readErr != nil && c.readErr == nil {
+		c.readErr = ec.readErr
+	}
+	c.compare, c.compareKind = ec, q.compare
 	return nil
 }

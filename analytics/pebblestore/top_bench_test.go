@@ -37,10 +37,17 @@ func bigTopStore(b *testing.B) *pebblestore.Store {
 		b.Skip("set LINKGATE_MEASURE_TOP=1 to build a store of 100,000 links and measure (a minute or two)")
 	}
 	bigOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "linkgate-top-*")
-		if err != nil {
-			bigErr = err
-			return
+		// LINKGATE_MEASURE_TOP_DIR names a store an earlier run built the
+		// same day, kept to measure again without building.
+		dir, kept := os.Getenv("LINKGATE_MEASURE_TOP_DIR"), true
+		if dir == "" {
+			kept = false
+			var err error
+			if dir, err = os.MkdirTemp("", "linkgate-top-*"); err != nil {
+				bigErr = err
+				return
+			}
+			b.Cleanup(func() { os.RemoveAll(dir) })
 		}
 		s, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
 		if err != nil {
@@ -50,6 +57,9 @@ func bigTopStore(b *testing.B) *pebblestore.Store {
 		bigStore = s
 		today := rollup.Align(time.Now().UTC(), rollup.Day)
 		bigDay0 = today.Add(-29 * rollup.Day)
+		if kept {
+			return
+		}
 		seq := uint64(0)
 		values := [5][]string{{"news.example", "direct", "t.co"}, {"newsletter", "qr", "direct"}, {"DE", "FR", "US"}, {"mobile", "desktop", "tablet"}, {"Safari", "Chrome", "Firefox"}}
 		for d := range 30 {
