@@ -38,6 +38,16 @@ func (c *curve) appendJSON(b []byte) []byte {
 	if !c.expiredBefore.IsZero() {
 		b = appendField(b, "expired_before", c.expiredBefore.Unix())
 	}
+	if c.tz != "" {
+		tz, _ := json.Marshal(c.tz)
+		b = append(b, `,"tz":`...)
+		b = append(b, tz...)
+		if c.tzAsked != "" {
+			asked, _ := json.Marshal(c.tzAsked)
+			b = append(b, `,"tz_asked":`...)
+			b = append(b, asked...)
+		}
+	}
 	if u := c.uniques; u != nil {
 		kind := "one_day"
 		if u.days > 1 {

@@ -34,9 +34,10 @@ type query struct {
 	step     time.Duration
 	stitch   bool
 	format   string
-	by       []visitor.Dim // breakdowns asked for, in the order asked
-	top      int           // top=N: the N most visited links; 0: none
-	compare  string        // "previous" or "year": the earlier range to answer beside; "": none
+	by       []visitor.Dim  // breakdowns asked for, in the order asked
+	top      int            // top=N: the N most visited links; 0: none
+	compare  string         // "previous" or "year": the earlier range to answer beside; "": none
+	tz       *time.Location // tz=: day and week buckets start at its midnights; nil: UTC
 }
 
 // paramError is a bad query parameter; the 400 answer names it.
@@ -180,6 +181,13 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 		}
 		q.top = n
 	}
+	if name := v.Get("tz"); name != "" {
+		loc, err := time.LoadLocation(name)
+		if err != nil || name == "Local" {
+			return query{}, badParam("tz", "%q is not a time zone of the IANA database like Europe/Paris or America/New_York", name)
+		}
+		q.tz = loc
+	}
 	switch c := v.Get("compare"); c {
 	case "", "previous", "year":
 		q.compare = c
@@ -196,7 +204,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz"}
 
 // maxTop is the longest top list one answer has.
 const maxTop = 1000

@@ -324,6 +324,9 @@ type curve struct {
 	// uniques is the estimate of unique visitors over the breakdown days,
 	// when they are counted.
 	uniques *uniquesAnswer
+	// tz names the zone the buckets start in when tz= was asked;
+	// tzAsked the zone asked for, when the answer could not use it.
+	tz, tzAsked string
 	// compare is the answer for the earlier range (compare=), of its kind.
 	compare     *curve
 	compareKind string
@@ -412,6 +415,15 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 		}
 		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
 	}
+	if q.tz != nil && !q.stitch && segs[0].Tier.Step >= rollup.Day {
+		lc, ok, err := s.localCurve(ctx, key, q, segs[0].Tier.Step, now)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return s.finish(ctx, lc, key, q, now)
+		}
+	}
 	n := 0
 	for _, sg := range segs {
 		n += rollup.NumBuckets(sg.From, sg.To, sg.Tier.Step)
@@ -482,6 +494,23 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			c.rangeTotal = c.rangeTotal.Add(p.Visits)
 		}
 	}
+	if q.tz != nil {
+		c.tz = "UTC"
+		if q.tz.String() != "UTC" {
+			c.tzAsked = q.tz.String()
+		}
+		if segs[0].Tier.Step < rollup.Day && !q.stitch {
+			// Minutes and hours are the same instants in any zone a whole
+			// number of hours from UTC.
+			c.tz, c.tzAsked = q.tz.String(), ""
+		}
+	}
+	return s.finish(ctx, c, key, q, now)
+}
+
+// finish adds to c what every answer has beside its points: breakdowns,
+// top list, comparison, uniques and the all-time total.
+func (s *API) finish(ctx context.Context, c *curve, key string, q query, now time.Time) (*curve, error) {
 	if len(q.by) > 0 {
 		if err := s.breakdowns(ctx, c, key, q); err != nil {
 			return nil, err
