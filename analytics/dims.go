@@ -31,7 +31,8 @@ type dimPendKey struct {
 	value string
 }
 
-// addDims adds the dimensions of a swap's snapshot to p.
+// addDims adds the dimensions of a swap's snapshot to p: each link's, added
+// to all links' too, and those of visits not tracked per link.
 func (p *pending) addDims(s snapshot) {
 	for _, links := range s.links {
 		for key, e := range links {
@@ -41,6 +42,7 @@ func (p *pending) addDims(s snapshot) {
 			for d, list := range e.dims {
 				for _, c := range list {
 					p.addDim(dimPendKey{key, c.day, visitor.Dim(d), c.value}, c.n)
+					p.addDim(dimPendKey{AllLinks, c.day, visitor.Dim(d), c.value}, c.n)
 				}
 			}
 		}
@@ -241,6 +243,7 @@ func (p *pending) addUniques(s snapshot) {
 		for key, e := range links {
 			for i := range e.uniq {
 				p.uniq(key, e.uniq[i].day).Merge(&e.uniq[i].sk)
+				p.uniq(AllLinks, e.uniq[i].day).Merge(&e.uniq[i].sk)
 			}
 		}
 	}

@@ -299,3 +299,37 @@ func BenchmarkMiddlewareFeatures(b *testing.B) {
 		})
 	}
 }
+
+// TestDimsBeyondMaxKeys: a visit to a link past max_keys is not counted
+// per link, but its features and its visitor still count for all links.
+func TestDimsBeyondMaxKeys(t *testing.T) {
+	rec := analytics.NewRecorder(1, nil)
+	rec.SetMaxValues(10)
+	st := analyticstest.NewMemory(analyticstest.DefaultPlan)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
+	now := time.Now().UTC()
+	for i, key := range []string{"a", "b", "b", "a"} { // b is beyond max_keys
+		fe := visitor.Features{visitor.Referrer: key + ".example"}
+		rec.RecordVisit(key, now, false, &fe, uint64(i+1)*0x9E3779B97F4A7C15)
+	}
+	day, next := rollup.Align(now, rollup.Day), rollup.Align(now, rollup.Day).Add(rollup.Day)
+	for _, flushed := range []bool{false, true} {
+		if flushed {
+			if err := f.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := f.Reader(st).Dims(t.Context(), analytics.AllLinks, visitor.Referrer, day, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []analytics.DimValue{{"a.example", 2}, {"b.example", 2}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("flushed %v: all links by referrer (-want +got):\n%s", flushed, diff)
+		}
+		sk, err := f.Reader(st).Uniques(t.Context(), analytics.AllLinks, day, next)
+		if err != nil || sk.Estimate() != 4 {
+			t.Errorf("flushed %v: all links' uniques %v, %v; want 4", flushed, sk.Estimate(), err)
+		}
+	}
+}

@@ -60,9 +60,9 @@ type shard struct {
 	links    map[string]*entry
 	sized    int                  // the size links was made for: see fresh
 	all      entry                // every visit recorded in this shard, overflow included
-	allDims  map[allDimKey]int64  // all links' visits per day, dimension and value
+	allDims  map[allDimKey]int64  // the features of visits not tracked per link (max_keys), per day, dimension and value
 	allVals  [visitor.NumDims]int // values per dimension in allDims
-	allUniq  []dayUniq            // all links' visitor sketches (a visitor counts once per link)
+	allUniq  []dayUniq            // the visitor sketches of visits not tracked per link
 	overflow int64                // visits not tracked per link because max_keys or max_buffer_bytes was reached
 	human    int64                // visits recorded since the last swap, for the metric
 	bot      int64
@@ -316,16 +316,19 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 	}
 	s.all.add(minute, bot)
 	day := int32(floorDiv(minute, 1440))
-	if f != nil {
-		s.addAllDims(day, f, maxValues)
-	}
-	if uniq != 0 && !bot {
-		s.allUniq = addUniq(s.allUniq, day, uniq)
-	}
 	e := s.links[key]
 	if e == nil {
 		k, ok := r.admit(key)
 		if !ok {
+			// Not tracked per link: its features and visitor count for
+			// all links together still (those of tracked links are added
+			// to all links' at the swap, off the request's path).
+			if f != nil {
+				s.addAllDims(day, f, maxValues)
+			}
+			if uniq != 0 && !bot {
+				s.allUniq = addUniq(s.allUniq, day, uniq)
+			}
 			s.overflow++
 			s.mu.Unlock()
 			r.cores.Put(i)
@@ -529,8 +532,9 @@ func (r *Recorder) visits(key string, fn func(minuteCount)) {
 }
 
 // dimsOf calls fn for every value of dim recorded for key since the last
-// swap (AllLinks: all links together), per shard: the same value may come
-// more than once.
+// swap (AllLinks: all links together, which walks every link tracked, a
+// shard at a time), per shard and link: the same value may come more than
+// once.
 func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value string, n int64)) {
 	for i := range r.shards {
 		s := &r.shards[i]
@@ -539,6 +543,13 @@ func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value 
 			for k, n := range s.allDims {
 				if k.dim == dim {
 					fn(k.day, k.value, n)
+				}
+			}
+			for _, e := range s.links {
+				if e.dims != nil {
+					for _, c := range e.dims[dim] {
+						fn(c.day, c.value, c.n)
+					}
 				}
 			}
 		} else if e := s.links[key]; e != nil && e.dims != nil {
@@ -556,15 +567,19 @@ func (r *Recorder) uniqOf(key string, fn func(day int32, sk *hll.Sketch)) {
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		us := s.allUniq
-		if key != AllLinks {
-			us = nil
-			if e := s.links[key]; e != nil {
-				us = e.uniq
+		if key == AllLinks {
+			for j := range s.allUniq {
+				fn(s.allUniq[j].day, &s.allUniq[j].sk)
 			}
-		}
-		for j := range us {
-			fn(us[j].day, &us[j].sk)
+			for _, e := range s.links {
+				for j := range e.uniq {
+					fn(e.uniq[j].day, &e.uniq[j].sk)
+				}
+			}
+		} else if e := s.links[key]; e != nil {
+			for j := range e.uniq {
+				fn(e.uniq[j].day, &e.uniq[j].sk)
+			}
 		}
 		s.mu.Unlock()
 	}
