@@ -120,17 +120,19 @@ type dayUniq struct {
 	sk  hll.Sketch
 }
 
-// addUniq adds a visitor hash to the sketch of day in us.
-func addUniq(us []dayUniq, day int32, h uint64) []dayUniq {
-	for i := range us {
-		if us[i].day == day {
-			us[i].sk.Add(h)
-			return us
-		}
+// addUniq adds a visitor hash to the sketch of day in us, and returns by
+// how many bytes the sketches grew.
+func addUniq(us []dayUniq, day int32, h uint64) ([]dayUniq, int64) {
+	i := 0
+	for i < len(us) && us[i].day != day {
+		i++
 	}
-	us = append(us, dayUniq{day: day})
-	us[len(us)-1].sk.Add(h)
-	return us
+	if i == len(us) {
+		us = append(us, dayUniq{day: day})
+	}
+	before := us[i].sk.Bytes()
+	us[i].sk.Add(h)
+	return us, int64(us[i].sk.Bytes() - before)
 }
 
 // dimCount is the visits of one value of a dimension on one UTC day; day
@@ -327,7 +329,10 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 				s.addAllDims(day, f, maxValues)
 			}
 			if uniq != 0 && !bot {
-				s.allUniq = addUniq(s.allUniq, day, uniq)
+				var grew int64
+				s.allUniq, grew = addUniq(s.allUniq, day, uniq)
+				s.bytes += grew
+				r.bytes.Add(grew)
 			}
 			s.overflow++
 			s.mu.Unlock()
@@ -355,8 +360,15 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 			r.bytes.Add(grew)
 		}
 	}
-	if uniq != 0 && !bot {
-		e.uniq = addUniq(e.uniq, day, uniq)
+	// A sketch grows to 4 KB: within max_buffer_bytes only (past it, the
+	// visit's visitor is not counted; its visit is).
+	if uniq != 0 && !bot && r.bytes.Load() < r.maxBytes.Load() {
+		var grew int64
+		e.uniq, grew = addUniq(e.uniq, day, uniq)
+		if grew != 0 {
+			s.bytes += grew
+			r.bytes.Add(grew)
+		}
 	}
 	s.mu.Unlock()
 	r.cores.Put(i)

@@ -120,6 +120,15 @@ func (s *Sketch) Len() int {
 	return n
 }
 
+// Bytes returns about how much memory s's registers take: 4 a register
+// while sparse, M once dense.
+func (s *Sketch) Bytes() int {
+	if s.dense != nil {
+		return M
+	}
+	return 4 * cap(s.sparse)
+}
+
 // Empty reports whether nothing was added.
 func (s *Sketch) Empty() bool { return s.dense == nil && len(s.sparse) == 0 }
 
