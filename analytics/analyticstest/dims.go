@@ -191,16 +191,36 @@ func testDimsExpiry(t *testing.T, e *env) {
 	k := e.key("a")
 	old, young := e.base().Add(-5*rollup.Day), e.base()
 	w := e.dimWriter("w")
-	write(t, e.s, w.batch(dv{k, visitor.OS, old, "Linux", 1, 0}, dv{k, visitor.OS, young, "iOS", 2, 0}))
+	write(t, e.s, w.batch(dv{k, visitor.OS, old, "Linux", 1, 0}, dv{k, visitor.OS, young, "iOS", 2, 0},
+		dv{analytics.AllLinks, analytics.DimLink, old, k, 7, 0}, dv{analytics.AllLinks, analytics.DimLink, young, k, 3, 0}))
+	top := func() int64 {
+		t.Helper()
+		links, err := e.s.Top(context.Background(), old, young.Add(rollup.Day), 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range links {
+			if l.Key == k {
+				return l.Visits
+			}
+		}
+		return 0
+	}
 	keep := time.Duration(analytics.DefaultDimRetentionDays) * rollup.Day
 	if err := e.h.Expire(old.Add(rollup.Day + keep - time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	checkDims(t, e.s, k, visitor.OS, old, young.Add(rollup.Day), val("iOS", 2), val("Linux", 1))
+	if n := top(); n != 10 {
+		t.Errorf("top visits before expiry: %d, want 10", n)
+	}
 	if err := e.h.Expire(old.Add(rollup.Day + keep + time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	checkDims(t, e.s, k, visitor.OS, old, young.Add(rollup.Day), val("iOS", 2))
+	if n := top(); n != 3 {
+		t.Errorf("top visits after the old day expired: %d, want 3", n)
+	}
 }
 
 // testDimsYear reads a year of a link's breakdown: 366 days of three

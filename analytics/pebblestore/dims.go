@@ -197,6 +197,10 @@ func (s *Store) expireDimsChunk(lo, hi []byte) (int, []byte, error) {
 			it.Close()
 			return 0, nil, err
 		}
+		if err := wb.Delete(appendTopCountKey(nil, day, key), nil); err != nil {
+			it.Close()
+			return 0, nil, err
+		}
 		n++
 	}
 	if err := it.Close(); err != nil {

@@ -21,15 +21,17 @@ import (
 // day) keep, per day, each link's count and an index of the day's links by
 // count:
 //
-//	'n' day key        -> count   the link's human visits of the day
-//	'o' day ^count key -> empty   the day's links, most visited first
+//	'n' uvarint(len(key)) key day -> count   the link's human visits of the day
+//	'o' day ^count key            -> empty   the day's links, most visited first
 //
 // day is unix seconds as start is; ^count is the count's bits inverted
 // (big-endian), so that an iterator over a day's 'o' range meets its links
-// from the most visited down. Write reads the 'n' entries it changes and
-// moves their 'o' entries, under the commit lock, in the batch's atomic
-// commit: a link's entries cost two keys per day, and a flush reads one
-// key per (link, day) it changes.
+// from the most visited down, and a link's counts of a range of days are
+// one iterator range. Write reads the 'n' entries it changes and moves
+// their 'o' entries, under the commit lock, in the batch's atomic commit:
+// a link's entries cost two keys per day (and the (day, link) index entry
+// the breakdowns share, for expiry), and a flush reads one key per (link,
+// day) it changes.
 //
 // Top answers with the threshold algorithm (Fagin, Lotem and Naor): it
 // reads the days' indexes in parallel, most visited first, sums each link
@@ -39,10 +41,14 @@ import (
 // reads depends on how skewed the traffic is, not on how many links there
 // are (BenchmarkTopMonth).
 
-func appendTopCountKey(b []byte, day int64, key string) []byte {
+func appendTopCountPrefix(b []byte, key string) []byte {
 	b = append(b, 'n')
-	b = binary.BigEndian.AppendUint64(b, timeBits(day))
+	b = binary.AppendUvarint(b, uint64(len(key)))
 	return append(b, key...)
+}
+
+func appendTopCountKey(b []byte, day int64, key string) []byte {
+	return binary.BigEndian.AppendUint64(appendTopCountPrefix(b, key), timeBits(day))
 }
 
 func appendTopIndexKey(b []byte, day int64, count int64, key string) []byte {
@@ -92,6 +98,11 @@ func (s *Store) addTop(wb *pebble.Batch, deltas map[topKey]int64) error {
 		}
 		if err := wb.Set(appendTopIndexKey(nil, tk.day, old+n, tk.key), nil, nil); err != nil {
 			return err
+		}
+		if old == 0 {
+			if err := wb.Set(appendDimIndexKey(nil, tk.day, tk.key), nil, nil); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -158,6 +169,13 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 		c.ok = it.First()
 		days = append(days, c)
 	}
+	// Each link met is summed over the range with one seek of this
+	// iterator over its counts.
+	counts, err := snap.NewIter(&pebble.IterOptions{LowerBound: []byte{'n'}, UpperBound: []byte{'o'}})
+	if err != nil {
+		return nil, fmt.Errorf("pebble: top: %w", err)
+	}
+	defer counts.Close()
 	sums := map[string]int64{}
 	var best []analytics.TopLink // the n best so far, most visited first
 	var k []byte
@@ -173,18 +191,18 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 				c.last = int64(^binary.BigEndian.Uint64(ik[9:17]))
 				key := string(ik[17:])
 				if _, seen := sums[key]; !seen {
+					k = appendTopCountPrefix(k[:0], key)
+					plen := len(k)
 					var total int64
-					for d := lo; d < hi; d += 86400 {
-						k = appendTopCountKey(k[:0], d, key)
-						v, cl, err := snap.Get(k)
-						if errors.Is(err, pebble.ErrNotFound) {
-							continue
+					for ok := counts.SeekGE(binary.BigEndian.AppendUint64(k, timeBits(lo))); ok; ok = counts.Next() {
+						ck := counts.Key()
+						if len(ck) != plen+8 || string(ck[:plen]) != string(k[:plen]) || int64(binary.BigEndian.Uint64(ck[plen:])^1<<63) >= hi {
+							break
 						}
-						if err != nil {
-							return nil, fmt.Errorf("pebble: top: %w", err)
+						x, w := binary.Varint(counts.Value())
+						if w <= 0 {
+							return nil, fmt.Errorf("pebble: top: bad count of %q", key)
 						}
-						x, _ := binary.Varint(v)
-						cl.Close()
 						total += x
 					}
 					sums[key] = total
@@ -225,8 +243,9 @@ func insertTop(best []analytics.TopLink, l analytics.TopLink, n int) []analytics
 	return best
 }
 
-// expireTop deletes the top entries of the days that ended at least the
-// breakdowns' retention before now: two range deletes.
+// expireTop deletes the index entries of the days that ended at least the
+// breakdowns' retention before now: one range delete. Their counts go with
+// the breakdowns, through the (day, link) index (expireDims).
 func (s *Store) expireTop(now time.Time) error {
 	keep := time.Duration(s.dimRetention.Load())
 	cut := now.Add(-keep-rollup.Day).Unix() + 1 // days starting before it
@@ -234,7 +253,7 @@ func (s *Store) expireTop(now time.Time) error {
 	defer s.commit.Unlock()
 	wb := s.db.NewBatch()
 	defer wb.Close()
-	for _, p := range []byte{'n', 'o'} {
+	for _, p := range []byte{'o'} {
 		lo := append([]byte{p}, binary.BigEndian.AppendUint64(nil, timeBits(-1<<62))...)
 		hi := append([]byte{p}, binary.BigEndian.AppendUint64(nil, timeBits(cut))...)
 		if err := wb.DeleteRange(lo, hi, nil); err != nil {
