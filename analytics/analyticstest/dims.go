@@ -243,13 +243,18 @@ func testDimsYear(t *testing.T, e *env) {
 }
 
 // testTop writes the human visits of 60 links over four days (skewed: a
-// few links take most visits, many tie) through two writers, in several
+// few links take most visits, many tie) through two writers (and two
+// stores, as two gateways, when the backend has them), in several
 // batches, one replayed, and checks the most visited links of ranges of
 // days against a count of everything written.
 func testTop(t *testing.T, e *env) {
 	d0 := e.base().Add(-3 * rollup.Day)
 	day := func(i int) time.Time { return d0.Add(time.Duration(i) * rollup.Day) }
 	ws := []*dimWriter{e.dimWriter("w1"), e.dimWriter("w2")}
+	stores := []Store{e.s, e.s} // the second writer through a second store when the backend has one
+	if e.h.Another != nil {
+		stores[1] = e.h.Another()
+	}
 	ref := map[int]map[string]int64{} // day → link → visits
 	var replay analytics.Batch
 	for round := range 6 {
@@ -272,7 +277,7 @@ func testTop(t *testing.T, e *env) {
 			}
 		}
 		b := ws[round%2].batch(vs...)
-		write(t, e.s, b)
+		write(t, stores[round%2], b)
 		if round == 2 {
 			replay = b
 		}
