@@ -499,9 +499,10 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 		if q.tz.String() != "UTC" {
 			c.tzAsked = q.tz.String()
 		}
-		if segs[0].Tier.Step < rollup.Day && !q.stitch {
-			// Minutes and hours are the same instants in any zone a whole
-			// number of hours from UTC.
+		if step := segs[0].Tier.Step; step < rollup.Day && !q.stitch && onStep(q.tz, q.from, q.to, step) {
+			// Minutes and hours are the same instants in a zone whose
+			// offset is a whole number of steps (a zone 5:30 from UTC
+			// has hours of its own: those buckets are UTC's).
 			c.tz, c.tzAsked = q.tz.String(), ""
 		}
 	}
@@ -675,4 +676,21 @@ func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, no
 	}
 	c.compare, c.compareKind = ec, q.compare
 	return nil
+}
+
+// onStep says whether loc's offset from UTC is a whole number of steps
+// throughout [from, to] (checked at both ends and at every change between
+// them, which time.Location gives by ZoneBounds).
+func onStep(loc *time.Location, from, to time.Time, step time.Duration) bool {
+	for t := from; ; {
+		_, off := t.In(loc).Zone()
+		if time.Duration(off)*time.Second%step != 0 {
+			return false
+		}
+		_, end := t.In(loc).ZoneBounds()
+		if end.IsZero() || !end.Before(to) {
+			return true
+		}
+		t = end
+	}
 }

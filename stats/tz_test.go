@@ -84,6 +84,16 @@ func TestTimeZoneDays(t *testing.T) {
 	if a.TZ != "Europe/Paris" || time.Unix(a.From, 0).In(mustZone("Europe/Paris")).Weekday() != time.Monday {
 		t.Errorf("weeks: tz %q from %v", a.TZ, time.Unix(a.From, 0))
 	}
+	// Hours: the same instants in Paris, not in Kolkata.
+	if a := get("last=6h&step=1h&tz=Europe/Paris"); a.TZ != "Europe/Paris" {
+		t.Errorf("hours in Paris: tz %q", a.TZ)
+	}
+	if a := get("last=6h&step=1h&tz=Asia/Kolkata"); a.TZ != "UTC" || a.TZAsked != "Asia/Kolkata" {
+		t.Errorf("hours in Kolkata: tz %q asked %q, want UTC buckets, saying so", a.TZ, a.TZAsked)
+	}
+	if a := get("last=6h&step=5m&tz=Asia/Kolkata"); a.TZ != "Asia/Kolkata" {
+		t.Errorf("5 minutes in Kolkata: tz %q", a.TZ)
+	}
 	w := statsGet(t, h, "/abc?tz=Mars/Olympus")
 	if w.Code != 400 || !strings.Contains(w.Body.String(), `"name":"tz"`) {
 		t.Errorf("tz=Mars/Olympus: %d %s", w.Code, w.Body)
