@@ -26,6 +26,7 @@ import (
 const measureLinks = 100_000
 
 var (
+	bigDir   string // the store built, to remove at the end
 	bigOnce  sync.Once
 	bigStore *pebblestore.Store
 	bigDay0  time.Time
@@ -47,7 +48,7 @@ func bigTopStore(b *testing.B) *pebblestore.Store {
 				bigErr = err
 				return
 			}
-			b.Cleanup(func() { os.RemoveAll(dir) })
+			bigDir = dir // removed by TestMain once every benchmark ran
 		}
 		s, err := pebblestore.Open(dir, analyticstest.DefaultPlan, nil)
 		if err != nil {
@@ -124,4 +125,16 @@ func BenchmarkBreakdownYear(b *testing.B) {
 			b.Fatalf("breakdown = %d values, %v", len(vals), err)
 		}
 	}
+}
+
+// TestMain removes the store the measurements built, once all ran.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bigStore != nil {
+		bigStore.Close()
+	}
+	if bigDir != "" {
+		os.RemoveAll(bigDir)
+	}
+	os.Exit(code)
 }
