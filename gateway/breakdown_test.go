@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,8 +11,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 	"github.com/linkgate/linkgate/visitor/visitortest"
 )
 
@@ -241,5 +247,81 @@ func TestUniquesEndToEnd(t *testing.T) {
 	off := start(t, analyticsConfig(up.URL, embeddedStore(t.TempDir()), "100ms"))
 	if u, _ := read(off, "/stats/go?last=1h"); u != nil {
 		t.Errorf("without a secret: uniques %+v, want none", u)
+	}
+}
+
+// TestBreakdownsThroughOutageAndRestart: the embedded store's folder is
+// unusable (a file stands in its place): visits are journaled with their
+// breakdowns and visitors; /stats answers them, partial, from the journal;
+// the gateway stops with the store still down; once the folder is usable,
+// the next gateway writes the journal and every breakdown and unique
+// count is exact.
+func TestBreakdownsThroughOutageAndRestart(t *testing.T) {
+	up := tinyURL(t)
+	dir := t.TempDir()
+	store := filepath.Join(dir, "analytics")
+	if err := os.WriteFile(store, []byte("not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setenv(t, "LG_TEST_UNIQUES", "a-secret-of-32-bytes-for-testing")
+	cfg := analyticsConfig(up.URL, embeddedStore(store), "100ms") + "  uniques: {secret_env: LG_TEST_UNIQUES}\n"
+	gw := start(t, cfg)
+	for i := range 30 {
+		ref := []string{"https://news.example/", "https://t.co/x", ""}[i%3]
+		resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i%10), "Referer", ref)
+		if resp.StatusCode != 302 {
+			t.Fatalf("GET /go: %d", resp.StatusCode)
+		}
+	}
+	want := []string{"direct=10", "news.example=10", "t.co=10"}
+	type answer struct {
+		Partial   bool                        `json:"partial"`
+		Breakdown map[string][]map[string]any `json:"breakdown"`
+		Uniques   struct{ Count int64 }       `json:"uniques"`
+	}
+	read := func(gw *running) answer {
+		t.Helper()
+		resp, b := testkit.Do(t, "GET", gw.url("/stats/go?last=1h&by=referrer"), nil, "Accept", "application/json")
+		var a answer
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &a) != nil {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return a
+	}
+	testkit.Eventually(t, 5*time.Second, "the journal holds the visits", func() bool {
+		a := read(gw)
+		return a.Partial && cmp.Equal(want, values(breakdownAnswer{Breakdown: a.Breakdown}, "referrer")) && a.Uniques.Count == 10
+	})
+	if err := gw.shutdown(); err != nil {
+		t.Fatalf("shutdown with the store down and the journal writable: %v", err)
+	}
+	if err := os.Remove(store); err != nil {
+		t.Fatal(err)
+	}
+	gw = start(t, cfg)
+	testkit.Eventually(t, 10*time.Second, "the journal written to the store", func() bool {
+		a := read(gw)
+		return !a.Partial && cmp.Equal(want, values(breakdownAnswer{Breakdown: a.Breakdown}, "referrer")) && a.Uniques.Count == 10
+	})
+	if a := read(gw); a.Partial || !cmp.Equal(want, values(breakdownAnswer{Breakdown: a.Breakdown}, "referrer")) || a.Uniques.Count != 10 {
+		t.Errorf("after the restart: %+v, want %v and 10 visitors, whole", a, want)
+	}
+	// In the store itself, once the gateway has stopped: written once.
+	if err := gw.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pebblestore.Open(store, analyticstest.DefaultPlan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	vals, err := s.Dims(t.Context(), "go", visitor.Referrer, now.Add(-rollup.Day), now.Add(rollup.Day))
+	analytics.SortDims(vals)
+	if err != nil || fmt.Sprint(vals) != "[{direct 10} {news.example 10} {t.co 10}]" {
+		t.Errorf("the store holds %v, %v; want each referrer's 10 visits once", vals, err)
+	}
+	if sk, err := s.Uniques(t.Context(), "go", now.Add(-rollup.Day), now.Add(rollup.Day)); err != nil || sk.Estimate() != 10 {
+		t.Errorf("the store's sketch estimates %v, %v; want 10", sk.Estimate(), err)
 	}
 }
