@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitor"
@@ -332,4 +335,72 @@ func TestDimsBeyondMaxKeys(t *testing.T) {
 			t.Errorf("flushed %v: all links' uniques %v, %v; want 4", flushed, sk.Estimate(), err)
 		}
 	}
+}
+
+// TestTopWithUnsaved: the Reader's top list is exact at every moment,
+// whether the visits are stored or still in memory: a link with stored
+// visits overtaken by one whose visits are not flushed yet, a link only in
+// memory, and ties, against a count of every visit.
+func TestTopWithUnsaved(t *testing.T) {
+	for _, st := range []analytics.Store{analyticstest.NewMemory(analyticstest.DefaultPlan), openPebble(t)} {
+		rec := analytics.NewRecorder(1000, nil)
+		f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
+		now := time.Now().UTC()
+		ref := map[string]int64{}
+		visit := func(key string, n int) {
+			for range n {
+				rec.Record(key, now, false)
+				ref[key]++
+			}
+			rec.Record(key, now, true) // bots never rank
+		}
+		check := func(when string, n int) {
+			t.Helper()
+			var want []analytics.TopLink
+			for k, v := range ref {
+				want = append(want, analytics.TopLink{Key: k, Visits: v})
+			}
+			slices.SortFunc(want, func(a, b analytics.TopLink) int {
+				if a.Visits != b.Visits {
+					return int(b.Visits - a.Visits)
+				}
+				return strings.Compare(a.Key, b.Key)
+			})
+			want = want[:min(n, len(want))]
+			got, err := f.Reader(st).Top(t.Context(), now.Add(-rollup.Day), now.Add(rollup.Day), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%T %s: top %d (-want +got):\n%s", st, when, n, diff)
+			}
+		}
+		for i := range 20 {
+			visit(fmt.Sprintf("l%02d", i), 40-i)
+		}
+		check("all in memory", 5)
+		if err := f.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		check("all stored", 5)
+		visit("l10", 30) // stored 30, now 60: first
+		visit("new", 35) // only in memory
+		visit("l04", 1)  // 36 + 1
+		check("some unsaved", 5)
+		check("some unsaved", 3)
+		check("some unsaved", 25)
+		if err := f.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		check("flushed again", 5)
+	}
+}
+
+func openPebble(t *testing.T) analytics.Store {
+	s, err := pebblestore.Open(t.TempDir(), analyticstest.DefaultPlan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

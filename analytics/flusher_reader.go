@@ -1,9 +1,11 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/hll"
@@ -204,14 +206,93 @@ func (r *Reader) Dims(ctx context.Context, key string, dim visitor.Dim, from, to
 }
 
 // Top returns the n links with the most human visits over the UTC days
-// whose start lies in [from, to), as the store has them: visits not
-// flushed yet join at the next flush (at most flush_interval later).
+// whose start lies in [from, to), the store's and those not written yet,
+// most visited first (ties by key). A link with visits not written yet
+// joins the store's top n when its visits could lift it there: its stored
+// visits are read (TopCounts) and added. See Flusher.Reader for its
+// errors; with the store unreadable, the list is of the unsaved visits.
 func (r *Reader) Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error) {
 	ts, ok := r.f.w.(TopSource)
 	if !ok {
 		return nil, ErrNoDims
 	}
-	return ts.Top(ctx, from, to, n)
+	lo, hi := rollup.AlignUp(from, rollup.Day), rollup.AlignUp(to, rollup.Day)
+	for try := 1; ; try++ {
+		last := r.f.lastTry(try)
+		v := r.f.dimView(ctx, AllLinks, DimLink)
+		top, err := ts.Top(ctx, from, to, n)
+		unsaved := map[string]int64{}
+		r.f.scanDims(v, func(d DimCount) {
+			if !d.Day.Before(lo) && d.Day.Before(hi) {
+				unsaved[d.Value] += d.N
+			}
+		})
+		var stored map[string]int64
+		if err == nil && len(unsaved) > 0 {
+			stored, err = r.topStored(ctx, ts, top, unsaved, from, to, n)
+		}
+		last()
+		if try < readTries && ctx.Err() == nil && r.f.moved(v) {
+			continue
+		}
+		if err != nil {
+			top, stored = nil, nil
+		}
+		totals := make(map[string]int64, len(top)+len(stored))
+		for _, l := range top {
+			totals[l.Key] = l.Visits
+		}
+		for k, c := range stored {
+			totals[k] = c
+		}
+		for k, c := range unsaved {
+			if _, ok := totals[k]; ok || err != nil || len(top) < n {
+				totals[k] += c // a link outside a short list has nothing stored
+			}
+		}
+		out := make([]TopLink, 0, len(totals))
+		for k, c := range totals {
+			if c > 0 {
+				out = append(out, TopLink{k, c})
+			}
+		}
+		slices.SortFunc(out, func(a, b TopLink) int {
+			return cmp.Or(cmp.Compare(b.Visits, a.Visits), strings.Compare(a.Key, b.Key))
+		})
+		out = out[:min(n, len(out))]
+		if err != nil {
+			return out, unsavedOnly{err}
+		}
+		return out, nil
+	}
+}
+
+// topStored returns the stored visits of the links with unsaved visits
+// that could lift them into the top n: those not in the store's top (top)
+// whose unsaved visits exceed the n-th total's margin over the n-th
+// stored count. A link outside top has at most that count stored.
+func (r *Reader) topStored(ctx context.Context, ts TopSource, top []TopLink, unsaved map[string]int64, from, to time.Time, n int) (map[string]int64, error) {
+	if len(top) < n {
+		return nil, nil // every link with stored visits is in top
+	}
+	in := make(map[string]bool, len(top))
+	totals := make([]int64, 0, len(top))
+	for _, l := range top {
+		in[l.Key] = true
+		totals = append(totals, l.Visits+unsaved[l.Key])
+	}
+	slices.Sort(totals)
+	threshold, nth := totals[len(totals)-n], top[n-1].Visits // the n-th total and stored count
+	var keys []string
+	for k, c := range unsaved {
+		if !in[k] && nth+c >= threshold {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return ts.TopCounts(ctx, keys, from, to)
 }
 
 // Uniques returns the union of key's unique-visitor sketches of the UTC

@@ -551,7 +551,16 @@ func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value 
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		if key == AllLinks {
+		if key == AllLinks && dim == DimLink {
+			// Every link's human visits per day, as the swap makes them.
+			for k, e := range s.links {
+				e.each(func(c minuteCount) {
+					if c.Human != 0 {
+						fn(int32(floorDiv(c.minute, 1440)), k, c.Human)
+					}
+				})
+			}
+		} else if key == AllLinks {
 			for k, n := range s.allDims {
 				if k.dim == dim {
 					fn(k.day, k.value, n)

@@ -125,6 +125,9 @@ type TopSource interface {
 	// days whose start lies in [from, to), most visited first (ties by
 	// key), with their visits over those days.
 	Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error)
+	// TopCounts returns the human visits of each of keys over the same
+	// days, as Top counts them (0 for a link without any).
+	TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error)
 }
 
 // DimValue is the visits of one value of a dimension over a range of days.

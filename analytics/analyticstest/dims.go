@@ -318,6 +318,17 @@ func testTop(t *testing.T, e *env) {
 			t.Errorf("Top(days %d to %d, %d) (-want +got):\n%s", r.lo, r.hi, r.n, diff)
 		}
 	}
+	// TopCounts: a few links' visits, one never visited.
+	keys := []string{e.key("l00"), e.key("l45"), e.key("l59"), e.key("never")}
+	got, err := e.s.TopCounts(context.Background(), keys, day(1), day(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if w := ref[1][k] + ref[2][k]; got[k] != w {
+			t.Errorf("TopCounts(%s, days 1 to 3) = %d, want %d", k, got[k], w)
+		}
+	}
 }
 
 // testUniques writes sketches of visitor hashes for two days, from two

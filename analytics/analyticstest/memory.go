@@ -239,6 +239,24 @@ func (m *Memory) Top(ctx context.Context, from, to time.Time, n int) ([]analytic
 	return out, nil
 }
 
+// TopCounts implements analytics.TopSource.
+func (m *Memory) TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error) {
+	vals, err := m.Dims(ctx, analytics.AllLinks, analytics.DimLink, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		out[k] = 0
+	}
+	for _, v := range vals {
+		if _, ok := out[v.Value]; ok {
+			out[v.Value] = v.Count
+		}
+	}
+	return out, nil
+}
+
 // ceilDay returns the first UTC day start at or after t, in unix seconds.
 func ceilDay(t time.Time) int64 {
 	d := rollup.AlignUp(t, rollup.Day)

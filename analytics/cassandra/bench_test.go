@@ -27,6 +27,9 @@ func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, tim
 func (nopBackend) readTop(context.Context, time.Time, int) ([]topRow, error) {
 	return nil, nil
 }
+func (nopBackend) readTopLink(context.Context, time.Time, int, string) ([]topRow, error) {
+	return nil, nil
+}
 func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, time.Time) ([]dimReadRow, error) {
 	return nil, nil
 }

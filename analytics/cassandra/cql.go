@@ -51,6 +51,9 @@ type backend interface {
 	writeTop(ctx context.Context, rows []topRow) error
 	// readTop returns the rows of one partition of top_days.
 	readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error)
+	// readTopLink returns the rows of one link in a partition of
+	// top_days (one per writer generation).
+	readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error)
 	// writeUniques overwrites sketch registers of one link, each USING
 	// TIMESTAMP its value.
 	writeUniques(ctx context.Context, rows []uniqRow) error
@@ -124,7 +127,7 @@ type cqlBackend struct {
 	insertProgress, selectProgress,
 	takeLease, renewLease,
 	insertDim, selectDims,
-	insertTop, selectTop,
+	insertTop, selectTop, selectTopLink,
 	insertUniq, selectUniqs string
 }
 
@@ -146,6 +149,7 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
 		insertTop:      fmt.Sprintf(insertTopCQL, ks),
 		selectTop:      fmt.Sprintf(selectTopCQL, ks),
+		selectTopLink:  fmt.Sprintf(selectTopLinkCQL, ks),
 		insertUniq:     fmt.Sprintf(insertUniqCQL, ks),
 		selectUniqs:    fmt.Sprintf(selectUniqsCQL, ks),
 	}

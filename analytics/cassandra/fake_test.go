@@ -203,6 +203,17 @@ func (db *fakeDB) readUniques(ctx context.Context, key string, bucket, from, to 
 	return out, nil
 }
 
+func (db *fakeDB) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
+	rows, err := db.readTop(ctx, day, shard)
+	var out []topRow
+	for _, r := range rows {
+		if r.key == key {
+			out = append(out, r)
+		}
+	}
+	return out, err
+}
+
 type fakeQueue struct {
 	step   int
 	period int64

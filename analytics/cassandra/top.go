@@ -25,8 +25,9 @@ import (
 // (the embedded store reads a sorted index instead).
 
 const (
-	insertTopCQL = `INSERT INTO %s.top_days (day, shard, short_key, writer, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectTopCQL = `SELECT short_key, visits FROM %s.top_days WHERE day = ? AND shard = ?`
+	insertTopCQL     = `INSERT INTO %s.top_days (day, shard, short_key, writer, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectTopCQL     = `SELECT short_key, visits FROM %s.top_days WHERE day = ? AND shard = ?`
+	selectTopLinkCQL = `SELECT visits FROM %s.top_days WHERE day = ? AND shard = ? AND short_key = ?`
 )
 
 type topRow struct {
@@ -123,6 +124,50 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 		return strings.Compare(a.Key, b.Key)
 	})
 	return out[:min(n, len(out))], nil
+}
+
+// TopCounts implements analytics.TopSource: a read per key and day.
+func (s *Store) TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: top counts: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
+	out := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		out[k] = 0
+		for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
+			rows, err := be.readTopLink(ctx, day, shardOf(k), k)
+			if err != nil {
+				return nil, fmt.Errorf("cassandra: top counts: %w", err)
+			}
+			for _, r := range rows {
+				out[k] += r.count
+			}
+		}
+	}
+	return out, nil
+}
+
+func (b *cqlBackend) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
+	it := b.s.Query(b.selectTopLink, day, shard, key).WithContext(ctx).Idempotent(true).Iter()
+	var out []topRow
+	var r topRow
+	for it.Scan(&r.count) {
+		out = append(out, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b counted) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
+	b.c.reads.Add(1)
+	return b.be.readTopLink(ctx, day, shard, key)
 }
 
 func (b *cqlBackend) writeTop(ctx context.Context, rows []topRow) error {

@@ -221,6 +221,44 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 	}
 }
 
+// TopCounts implements analytics.TopSource: one seek per key.
+func (s *Store) TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: top counts: %w", err)
+	}
+	lo, hi := rollup.AlignUp(from, rollup.Day).Unix(), rollup.AlignUp(to, rollup.Day).Unix()
+	out := make(map[string]int64, len(keys))
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'n'}, UpperBound: []byte{'o'}})
+	if err != nil {
+		return nil, fmt.Errorf("pebble: top counts: %w", err)
+	}
+	defer it.Close()
+	var k []byte
+	for _, key := range keys {
+		k = appendTopCountPrefix(k[:0], key)
+		plen := len(k)
+		var total int64
+		for ok := lo < hi && it.SeekGE(binary.BigEndian.AppendUint64(k, timeBits(lo))); ok; ok = it.Next() {
+			ck := it.Key()
+			if len(ck) != plen+8 || string(ck[:plen]) != string(k[:plen]) || int64(binary.BigEndian.Uint64(ck[plen:])^1<<63) >= hi {
+				break
+			}
+			x, w := binary.Varint(it.Value())
+			if w <= 0 {
+				return nil, fmt.Errorf("pebble: top counts: bad count of %q", key)
+			}
+			total += x
+		}
+		out[key] = total
+	}
+	return out, nil
+}
+
 // insertTop inserts l into best, kept sorted (most visits first, then by
 // key) and at most n long.
 func insertTop(best []analytics.TopLink, l analytics.TopLink, n int) []analytics.TopLink {
