@@ -40,10 +40,11 @@ type backend interface {
 	writeProgress(ctx context.Context, step int, done time.Time) error
 	// readProgress returns every queue's progress.
 	readProgress(ctx context.Context) (rollup.Progress, error)
-	// writeDims overwrites rows of the dims table of one partition (link,
-	// bucket), each with its r.ttl and r.ts, in one statement: a batch
-	// when there are several.
-	writeDims(ctx context.Context, rows []dimRow) error
+	// writeLink overwrites rows of the dims table (each with its ttl and
+	// ts) and of the uniques table (each USING TIMESTAMP its value) of
+	// one partition key (link, bucket), which the two tables share, in
+	// one statement: a batch when there are several rows.
+	writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error
 	// readDims returns the rows of one partition of the dims table of one
 	// dimension whose day is in [from, to).
 	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
@@ -54,9 +55,6 @@ type backend interface {
 	// readTopLink returns the rows of one link in a partition of
 	// top_days (one per writer generation).
 	readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error)
-	// writeUniques overwrites sketch registers of one link, each USING
-	// TIMESTAMP its value.
-	writeUniques(ctx context.Context, rows []uniqRow) error
 	// readUniques returns the registers of one partition of the uniques
 	// table whose day is in [from, to).
 	readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
@@ -27,16 +26,17 @@ import (
 // link's 366 days (as the day tier's), so a year's breakdown reads at most
 // two; rows expire (USING TTL) the dimension retention after their day.
 // The values of one link changed in a flush are one unlogged batch of one
-// partition (up to maxDimBatch rows): the statements of a flush are about
-// the links whose breakdowns changed, the rows the (link, dimension,
-// value)s.
+// partition (up to maxLinkBatch rows), with its sketch's registers, whose
+// table shares the partition key: the statements of a flush are about the
+// links whose breakdowns changed, the rows the (link, dimension, value)s.
 
 // dimSpan is the time a partition of the dims table covers.
 const dimSpan = 366 * rollup.Day
 
-// maxDimBatch bounds the rows of one batch of breakdowns: values of at most
-// 100 bytes keep it under Cassandra's default batch size warning (5 KB).
-const maxDimBatch = 40
+// maxLinkBatch bounds the rows of one batch of a link's breakdowns and
+// sketch registers: 40 values of at most 100 bytes, or 100 registers of a
+// few bytes, keep it under Cassandra's default batch size warning (5 KB).
+const maxLinkBatch = 40
 
 type dimRow struct {
 	key    string
@@ -82,27 +82,16 @@ func (s *Store) SetDimRetention(d time.Duration) {
 	}
 }
 
-// prepareDims returns the statements that write b's breakdowns: one batch
-// per link and partition, up to maxDimBatch rows each.
-func (s *Store) prepareDims(b analytics.Batch) ([]op, error) {
-	if len(b.Dims) == 0 {
-		return nil, nil
-	}
+// dimRows returns the rows of b's breakdowns (DimLink's go to top_days:
+// prepareTop).
+func (s *Store) dimRows(b analytics.Batch) ([]dimRow, error) {
 	anon := gocql.MustRandomUUID()
 	keep := time.Duration(s.dimRetention.Load())
 	ts := b.At.UnixMicro()
-	var ops []op
-	var cur []dimRow
-	flush := func() {
-		if len(cur) > 0 {
-			rows := cur
-			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeDims(ctx, rows) })
-			cur = nil
-		}
-	}
+	var rows []dimRow
 	for _, d := range b.Dims {
 		if d.Dim == analytics.DimLink {
-			continue // prepareTop
+			continue
 		}
 		switch {
 		case d.Dim > analytics.DimLink:
@@ -117,15 +106,71 @@ func (s *Store) prepareDims(b analytics.Batch) ([]op, error) {
 		if b.Writer != "" {
 			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
 		}
-		if r.ttl <= 0 || r.count == 0 {
-			continue
+		if r.ttl > 0 && r.count != 0 {
+			rows = append(rows, r)
 		}
-		if n := len(cur); n > 0 && (cur[0].key != r.key || !cur[0].bucket.Equal(r.bucket) || n >= maxDimBatch) {
-			flush()
-		}
-		cur = append(cur, r)
 	}
-	flush()
+	return rows, nil
+}
+
+// linkPart is what a batch writes to one partition (link, 366 days) of
+// the dims and uniques tables, which share their partition key: one
+// mutation on each replica.
+type linkPart struct {
+	key    string
+	bucket time.Time
+	dims   []dimRow
+	regs   []uniqRow
+}
+
+// prepareLinks returns the statements that write b's breakdowns and
+// sketches: per link and partition, its rows of both tables in unlogged
+// batches of up to maxLinkBatch, so that a link visited in a flush costs
+// one statement for both, and its top-list row (prepareTop).
+func (s *Store) prepareLinks(b analytics.Batch) ([]op, error) {
+	dims, err := s.dimRows(b)
+	if err != nil {
+		return nil, err
+	}
+	regs, err := s.uniqRows(b)
+	if err != nil {
+		return nil, err
+	}
+	type pk struct {
+		key    string
+		bucket int64
+	}
+	parts := map[pk]*linkPart{}
+	var order []*linkPart
+	part := func(key string, bucket time.Time) *linkPart {
+		k := pk{key, bucket.Unix()}
+		p := parts[k]
+		if p == nil {
+			p = &linkPart{key: key, bucket: bucket}
+			parts[k] = p
+			order = append(order, p)
+		}
+		return p
+	}
+	for _, r := range dims {
+		p := part(r.key, r.bucket)
+		p.dims = append(p.dims, r)
+	}
+	for _, r := range regs {
+		p := part(r.key, r.bucket)
+		p.regs = append(p.regs, r)
+	}
+	var ops []op
+	for _, p := range order {
+		ds, rs := p.dims, p.regs
+		for len(ds)+len(rs) > 0 {
+			nd := min(len(ds), maxLinkBatch)
+			nr := min(len(rs), maxLinkBatch-nd)
+			d, r := ds[:nd:nd], rs[:nr:nr]
+			ds, rs = ds[nd:], rs[nr:]
+			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLink(ctx, d, r) })
+		}
+	}
 	return append(ops, s.prepareTop(b)...), nil
 }
 
@@ -166,27 +211,29 @@ func (s *Store) Dims(ctx context.Context, key string, dim visitor.Dim, from, to 
 	return out, nil
 }
 
-var errDimBatch = errors.New("cassandra: a batch of breakdowns across partitions")
-
 const (
 	insertDimCQL  = `INSERT INTO %s.dims (short_key, bucket, dim, day, value, writer, visits) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
 	selectDimsCQL = `SELECT day, value, writer, visits FROM %s.dims WHERE short_key = ? AND bucket = ? AND dim = ? AND day >= ? AND day < ?`
 )
 
-func (b *cqlBackend) writeDims(ctx context.Context, rows []dimRow) error {
-	args := func(r dimRow) []any {
+func (b *cqlBackend) writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error {
+	dimArgs := func(r dimRow) []any {
 		return []any{r.key, r.bucket, r.dim, r.day, r.value, r.writer, r.count, r.ttl, r.ts}
 	}
-	if len(rows) == 1 {
-		return b.s.Query(b.insertDim, args(rows[0])...).WithContext(ctx).Idempotent(true).Exec()
+	if len(dims) == 1 && len(regs) == 0 {
+		return b.s.Query(b.insertDim, dimArgs(dims[0])...).WithContext(ctx).Idempotent(true).Exec()
 	}
-	// An unlogged batch of one partition: one mutation on each replica.
+	if len(dims) == 0 && len(regs) == 1 {
+		return b.s.Query(b.insertUniq, uniqArgs(regs[0])...).WithContext(ctx).Idempotent(true).Exec()
+	}
+	// An unlogged batch of one partition key, over the two tables that
+	// share it: one mutation on each replica.
 	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-	for _, r := range rows {
-		if r.key != rows[0].key || !r.bucket.Equal(rows[0].bucket) {
-			return errDimBatch
-		}
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: args(r), Idempotent: true})
+	for _, r := range dims {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: dimArgs(r), Idempotent: true})
+	}
+	for _, r := range regs {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertUniq, Args: uniqArgs(r), Idempotent: true})
 	}
 	return b.s.ExecuteBatch(batch)
 }
@@ -205,10 +252,11 @@ func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time,
 	return out, nil
 }
 
-func (b counted) writeDims(ctx context.Context, rows []dimRow) error {
-	b.c.dims.Add(int64(len(rows)))
-	b.c.dimsSent.Add(1)
-	return b.be.writeDims(ctx, rows)
+func (b counted) writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error {
+	b.c.dims.Add(int64(len(dims)))
+	b.c.uniques.Add(int64(len(regs)))
+	b.c.linkSent.Add(1)
+	return b.be.writeLink(ctx, dims, regs)
 }
 
 func (b counted) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {

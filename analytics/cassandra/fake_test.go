@@ -83,20 +83,39 @@ type fakeDimRow struct {
 	writer gocql.UUID
 }
 
-func (db *fakeDB) writeDims(ctx context.Context, rows []dimRow) error {
+func (db *fakeDB) writeLink(ctx context.Context, rows []dimRow, regs []uniqRow) error {
+	key, bucket := "", time.Time{}
+	if len(rows) > 0 {
+		key, bucket = rows[0].key, rows[0].bucket
+	} else {
+		key, bucket = regs[0].key, regs[0].bucket
+	}
+	for _, r := range regs {
+		if r.ttl <= 0 || r.key != key || !r.bucket.Equal(bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+			panic("fake: a register without TTL, or a batch across partitions")
+		}
+	}
 	for _, r := range rows {
 		if r.ttl <= 0 || r.ts <= 0 {
 			panic("fake: a breakdown row without TTL or timestamp")
 		}
-		if r.key != rows[0].key || !r.bucket.Equal(rows[0].bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+		if r.key != key || !r.bucket.Equal(bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
 			panic("fake: a batch of breakdowns across partitions, or in the wrong one")
 		}
 	}
-	// A batch of one partition is one mutation: all of it or none.
+	// A batch of one partition key is one mutation: all of it or none.
 	return db.do(ctx, "dims", func() {
-		pk := fakeDimPart{rows[0].key, rows[0].bucket.UnixMicro()}
+		pk := fakeDimPart{key, bucket.UnixMicro()}
 		if db.dims[pk] == nil {
 			db.dims[pk] = map[fakeDimRow]fakeCell{}
+		}
+		if db.uniqs[pk] == nil {
+			db.uniqs[pk] = map[[2]int64]fakeCell{}
+		}
+		for _, r := range regs {
+			k := [2]int64{r.day.UnixMicro(), int64(r.reg)}
+			c, exists := db.uniqs[pk][k]
+			db.uniqs[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: int64(r.rho)}, ts: int64(r.rho), expires: db.expiry(r.ttl)})
 		}
 		for _, r := range rows {
 			k := fakeDimRow{r.dim, r.day.UnixMicro(), r.value, r.writer}
@@ -166,25 +185,6 @@ func (db *fakeDB) readTop(ctx context.Context, day time.Time, shard int) ([]topR
 		}
 	}
 	return out, nil
-}
-
-func (db *fakeDB) writeUniques(ctx context.Context, rows []uniqRow) error {
-	p := fakeDimPart{rows[0].key, rows[0].bucket.UnixMicro()}
-	for _, r := range rows {
-		if r.ttl <= 0 || r.key != rows[0].key || !r.bucket.Equal(rows[0].bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
-			panic("fake: a register without TTL, or a batch across partitions")
-		}
-	}
-	return db.do(ctx, "uniques", func() {
-		if db.uniqs[p] == nil {
-			db.uniqs[p] = map[[2]int64]fakeCell{}
-		}
-		for _, r := range rows {
-			k := [2]int64{r.day.UnixMicro(), int64(r.reg)}
-			c, exists := db.uniqs[p][k]
-			db.uniqs[p][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: int64(r.rho)}, ts: int64(r.rho), expires: db.expiry(r.ttl)})
-		}
-	})
 }
 
 func (db *fakeDB) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {

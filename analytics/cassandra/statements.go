@@ -24,22 +24,21 @@ type Statements struct {
 	Progress    int64 // rollup_progress rows written
 	Leases      int64 // lease transactions (each one or two LWTs)
 	Dims        int64 // breakdown rows written
-	DimsSent    int64 // statements that wrote them: a batch per link of up to maxDimBatch rows
+	Uniques     int64 // sketch registers written
+	LinkSent    int64 // statements that wrote them: per link and partition, batches of up to maxLinkBatch rows of both
 	Top         int64 // top_days rows written: a link's human visits of a day
 	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxActiveBatch rows
-	Uniques     int64 // sketch registers written
-	UniquesSent int64 // statements that wrote them: a batch per link and day of up to maxActiveBatch registers
 	Reads       int64 // SELECTs of any table
 }
 
 // Writes returns the statements that write: all but Reads and Leases.
 func (s Statements) Writes() int64 {
-	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.DimsSent + s.TopSent + s.UniquesSent
+	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent
 }
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads, dims, dimsSent, top, topSent, uniques, uniquesSent atomic.Int64
+	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
@@ -48,8 +47,7 @@ func (s *Store) Statements() Statements {
 	return Statements{
 		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
-		Dims: c.dims.Load(), DimsSent: c.dimsSent.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
-		Uniques: c.uniques.Load(), UniquesSent: c.uniquesSent.Load(),
+		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
 	}
 }
 

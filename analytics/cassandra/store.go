@@ -475,15 +475,11 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err != nil {
 		return err
 	}
-	dops, err := s.prepareDims(b)
+	lops, err := s.prepareLinks(b)
 	if err != nil {
 		return err
 	}
-	uops, err := s.prepareUniques(b)
-	if err != nil {
-		return err
-	}
-	ops = append(append(ops, dops...), uops...)
+	ops = append(ops, lops...)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if be, err = s.backend(); err != nil {

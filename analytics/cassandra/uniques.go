@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
@@ -23,7 +21,8 @@ import (
 // uses LeveledCompactionStrategy, not the time windows of the others; its
 // rows expire by TTL, which does not depend on the timestamp.) A flush
 // writes the registers its sketches set, a link's in unlogged batches of
-// up to maxActiveBatch; a read merges the rows of the range's days.
+// up to maxLinkBatch with its breakdowns (the tables share their partition
+// key); a read merges the rows of the range's days.
 
 const (
 	insertUniqCQL  = `INSERT INTO %s.uniques (short_key, bucket, day, reg, rho) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
@@ -37,10 +36,10 @@ type uniqRow struct {
 	ttl         int
 }
 
-// prepareUniques returns the statements that write b's sketches.
-func (s *Store) prepareUniques(b analytics.Batch) ([]op, error) {
+// uniqRows returns the registers of b's sketches as rows.
+func (s *Store) uniqRows(b analytics.Batch) ([]uniqRow, error) {
 	keep := time.Duration(s.dimRetention.Load())
-	var ops []op
+	var rows []uniqRow
 	for _, u := range b.Uniques {
 		if !rollup.Align(u.Day, rollup.Day).Equal(u.Day) {
 			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a UTC day", u.Key, u.Day)
@@ -54,18 +53,11 @@ func (s *Store) prepareUniques(b analytics.Batch) ([]op, error) {
 			continue
 		}
 		day := u.Day.UTC()
-		var rows []uniqRow
 		sk.Each(func(idx uint16, rho uint8) {
 			rows = append(rows, uniqRow{u.Key, partitionOf(day, dimSpan), day, int(idx), int(rho), ttl})
 		})
-		for len(rows) > 0 {
-			n := min(len(rows), maxActiveBatch)
-			batch := rows[:n:n]
-			rows = rows[n:]
-			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeUniques(ctx, batch) })
-		}
 	}
-	return ops, nil
+	return rows, nil
 }
 
 // Uniques implements analytics.UniqueSource.
@@ -97,16 +89,10 @@ func (s *Store) Uniques(ctx context.Context, key string, from, to time.Time) (*h
 	return sk, nil
 }
 
-func (b *cqlBackend) writeUniques(ctx context.Context, rows []uniqRow) error {
-	args := func(r uniqRow) []any { return []any{r.key, r.bucket, r.day, r.reg, r.rho, r.ttl, int64(r.rho)} }
-	if len(rows) == 1 {
-		return b.s.Query(b.insertUniq, args(rows[0])...).WithContext(ctx).Idempotent(true).Exec()
-	}
-	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-	for _, r := range rows {
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertUniq, Args: args(r), Idempotent: true})
-	}
-	return b.s.ExecuteBatch(batch)
+// uniqArgs are the values of a register's insert: written USING
+// TIMESTAMP its value.
+func uniqArgs(r uniqRow) []any {
+	return []any{r.key, r.bucket, r.day, r.reg, r.rho, r.ttl, int64(r.rho)}
 }
 
 func (b *cqlBackend) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
@@ -120,12 +106,6 @@ func (b *cqlBackend) readUniques(ctx context.Context, key string, bucket, from, 
 		return nil, err
 	}
 	return out, nil
-}
-
-func (b counted) writeUniques(ctx context.Context, rows []uniqRow) error {
-	b.c.uniques.Add(int64(len(rows)))
-	b.c.uniquesSent.Add(1)
-	return b.be.writeUniques(ctx, rows)
 }
 
 func (b counted) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {

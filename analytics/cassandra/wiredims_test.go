@@ -35,7 +35,7 @@ func TestWireDims(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := s.Statements()
-	if n, sent := after.Dims-before.Dims, after.DimsSent-before.DimsSent; n != 4 || sent != 2 {
+	if n, sent := after.Dims-before.Dims, after.LinkSent-before.LinkSent; n != 4 || sent != 2 {
 		t.Errorf("counted %d rows in %d statements, want 4 in 2", n, sent)
 	}
 	srv.Mu.Lock()
