@@ -551,7 +551,8 @@ func recordOldest(rec []byte) time.Time {
 //	  uvarint first, uvarint seq, varint At (unix ns), uvarint counts,
 //	  per count: uvarint len(key) key, uvarint step (s), varint start (unix s),
 //	  varint human, varint bot
-//	  (version 2) uvarint dims, per dim: uvarint len(key) key, byte dim,
+//	  (version 2) uvarint dims, per dim: uvarint len(key) key (0 and no
+//	  bytes: the key of the dim before), byte dim,
 //	  varint day (unix days), uvarint len(value) value, varint n,
 //	  varint cum, uvarint gen
 //	  (version 3) uvarint uniques, per sketch: uvarint len(key) key,
@@ -588,9 +589,15 @@ func appendBatch(out []byte, b *Batch, attempted bool) []byte {
 		out = binary.AppendVarint(out, c.Bot)
 	}
 	out = binary.AppendUvarint(out, uint64(len(b.Dims)))
-	for _, d := range b.Dims {
-		out = binary.AppendUvarint(out, uint64(len(d.Key)))
-		out = append(out, d.Key...)
+	prev := ""
+	for i, d := range b.Dims {
+		if i > 0 && d.Key == prev {
+			out = append(out, 0) // the key of the count before (no key is empty)
+		} else {
+			out = binary.AppendUvarint(out, uint64(len(d.Key)))
+			out = append(out, d.Key...)
+		}
+		prev = d.Key
 		out = append(out, byte(d.Dim))
 		out = binary.AppendVarint(out, int64(unixDay(d.Day)))
 		out = binary.AppendUvarint(out, uint64(len(d.Value)))
@@ -836,8 +843,17 @@ func (r *recordReader) dims(fn func(DimCount), key string) {
 		r.err = errRecord
 		return
 	}
+	var prev []byte
 	for range n {
 		k := r.bytes()
+		if len(k) == 0 {
+			k = prev // the key of the count before
+		}
+		if len(k) == 0 {
+			r.err = errRecord
+			return
+		}
+		prev = k
 		dim := visitor.Dim(r.byte())
 		day := r.varint()
 		v := r.bytes()
