@@ -83,3 +83,56 @@ func TestTimeZoneOnStore(t *testing.T) {
 		t.Errorf("the day of the change has 24 hours: %v", a.Points)
 	}
 }
+
+// TestCompareOnStore: on the embedded store, through the tier-correct
+// reader, compare=previous answers the two hours before the two asked,
+// point for point, and compare=year a year back, where nothing was.
+func TestCompareOnStore(t *testing.T) {
+	s, err := pebblestore.Open(t.TempDir(), analyticstest.DefaultPlan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := rollup.Align(time.Now().UTC(), time.Hour).Add(-10 * time.Minute) // whole hours before it
+	b := analytics.Batch{At: time.Now()}
+	minute := func(ago time.Duration, n int64) {
+		b.Counts = append(b.Counts, analytics.Count{Key: "k", Step: time.Minute, Start: rollup.Align(now.Add(-ago), time.Minute), Visits: analytics.Visits{Human: n}})
+	}
+	minute(30*time.Minute, 5)  // this range: 5 + 2
+	minute(90*time.Minute, 2)  //
+	minute(150*time.Minute, 7) // the previous range: 7 + 1
+	minute(200*time.Minute, 1) //
+	minute(5*time.Hour, 100)   // neither
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	h := stats.New(rollup.NewReader(s, analyticstest.DefaultPlan), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return now }})
+	for _, tc := range []struct {
+		kind             string
+		main, earlier    int64
+		earlierStepsSame bool
+	}{{"previous", 7, 8, true}, {"year", 7, 0, false}} {
+		w := statsGet(t, h, "/k?from="+fmt.Sprint(now.Add(-2*time.Hour).Unix())+"&to="+fmt.Sprint(now.Unix())+"&step=5m&compare="+tc.kind)
+		var a struct {
+			RangeTotal int64 `json:"range_total"`
+			Step       int64
+			Points     [][]*int64
+			Compare    struct {
+				Kind       string
+				RangeTotal int64 `json:"range_total"`
+				Step       int64
+				From, To   int64
+				Points     [][]*int64
+			}
+		}
+		if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &a) != nil {
+			t.Fatalf("%s: %d %s", tc.kind, w.Code, w.Body)
+		}
+		if a.RangeTotal != tc.main || a.Compare.RangeTotal != tc.earlier || a.Compare.Kind != tc.kind {
+			t.Errorf("compare=%s: %d visits against %d (%s), want %d against %d", tc.kind, a.RangeTotal, a.Compare.RangeTotal, a.Compare.Kind, tc.main, tc.earlier)
+		}
+		if tc.earlierStepsSame && (a.Compare.Step != a.Step || len(a.Compare.Points) != len(a.Points) || a.Compare.To != now.Add(-2*time.Hour).Unix()) {
+			t.Errorf("compare=%s: step %d, %d points, to %d; want %d, %d, %d", tc.kind, a.Compare.Step, len(a.Compare.Points), a.Compare.To, a.Step, len(a.Points), now.Add(-2*time.Hour).Unix())
+		}
+	}
+}
