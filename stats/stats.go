@@ -112,7 +112,11 @@ type Options struct {
 // "/{short_key}" for one link. Only GET and HEAD are allowed.
 //
 // The query parameters are those of parseQuery: last or from/to, step,
-// stitch, format; any other is a 400 naming it. A range starting before
+// stitch, format, by (breakdowns), top (the most visited links, all links
+// only), compare (previous or year) and tz (local day and week buckets);
+// any other is a 400 naming it. Breakdowns, unique visitors (present when
+// o.Uniques) and top lists are per UTC day: the days that overlap the
+// range ("breakdown_from", "breakdown_to"). A range starting before
 // 1970 (from=0) starts at the coarsest tier's first bucket after the unix
 // epoch (1970-01-05, a Monday, with weekly tiers), as the answer's "from"
 // shows. The answer is JSON unless format or the Accept header asks for CSV
