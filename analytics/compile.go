@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/route"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // Plan is the compiled analytics section: every check done, the route and
@@ -25,7 +27,32 @@ type Plan struct {
 	// rollup is the batch periods and tiers the flusher, the readers, the
 	// stores and the rollup worker share: the one plan built.
 	rollup *rollup.Plan
+	// visit reads a visit's features; nil when dimensions are off.
+	visit *visitor.Reader
+	// uniques hashes visitors; nil when no secret is set.
+	uniques *visitor.Uniques
+	trust   *forwarded.Trust
 }
+
+// Env is what CompileEnv needs beside the section: the gateway's decision
+// of who the client is (server.trusted_proxies), which the country of a
+// visit is looked up for.
+type Env struct {
+	// Trust decides the client address. Nil: the connection's peer.
+	Trust *forwarded.Trust
+	// Getenv reads the environment variable analytics.uniques.secret_env
+	// names. Nil: no variable is set.
+	Getenv func(string) string
+}
+
+// minSecretBytes is the shortest uniques secret: 128 bits.
+const minSecretBytes = 16
+
+// Limits of analytics.dimensions.
+const (
+	maxMaxValues        = 10_000
+	maxDimRetentionDays = 20 * 365 // Cassandra's longest TTL
+)
 
 // Config returns the section the plan was compiled from. Do not modify
 // its slices.
@@ -48,7 +75,13 @@ const cassandraMaxTTL = 20 * rollup.Year
 // it opens no store. Errors start with the field's path in the config file
 // (`analytics.retention: ...`). A disabled section is still checked, so
 // that enabling it later cannot surprise.
-func Compile(cfg Config) (*Plan, error) {
+func Compile(cfg Config) (*Plan, error) { return CompileEnv(cfg, Env{}) }
+
+// CompileEnv is Compile with what the rest of the config decides: the
+// gateway's compile step calls it. It reads the country database
+// (analytics.geoip.path) whole, so that a file it accepts is one the
+// gateway can use.
+func CompileEnv(cfg Config, env Env) (*Plan, error) {
 	p := &Plan{cfg: cfg}
 	p.cfg.Retention = slices.Clone(cfg.Retention)
 	mt, err := cfg.Match.Compile()
@@ -113,6 +146,9 @@ func Compile(cfg Config) (*Plan, error) {
 			}
 		}
 	}
+	if err := p.compileDims(env); err != nil {
+		return nil, err
+	}
 	if err := rollup.ValidateTiers(cfg.Retention); err != nil {
 		return nil, fmt.Errorf("analytics.retention: %w", err)
 	}
@@ -123,4 +159,49 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("analytics.retention: with rollup_grace %v: %w", cfg.Grace(), err)
 	}
 	return p, nil
+}
+
+// compileDims checks analytics.dimensions and analytics.geoip and builds
+// the visit reader.
+func (p *Plan) compileDims(env Env) error {
+	d := p.cfg.Dimensions
+	switch {
+	case d.MaxValues < 0 || d.MaxValues > maxMaxValues:
+		return fmt.Errorf("analytics.dimensions.max_values: %d is not between 0 (no breakdowns) and %d", d.MaxValues, maxMaxValues)
+	case d.RetentionDays < 1 || d.RetentionDays > maxDimRetentionDays:
+		return fmt.Errorf("analytics.dimensions.retention_days: %d is not between 1 and %d (20 years)", d.RetentionDays, maxDimRetentionDays)
+	}
+	for i, name := range d.SourceParams {
+		if name == "" || strings.ContainsAny(name, "&=;#? ") {
+			return fmt.Errorf("analytics.dimensions.source_params[%d]: %q is not a query parameter name", i, name)
+		}
+	}
+	var geo *visitor.GeoIP
+	if path := p.cfg.GeoIP.Path; path != "" {
+		var err error
+		if geo, err = visitor.OpenGeoIP(path); err != nil {
+			return fmt.Errorf("analytics.geoip.path: %w", err)
+		}
+	}
+	if d.MaxValues > 0 {
+		p.visit = visitor.New(visitor.Options{Trust: env.Trust, GeoIP: geo, SourceParams: slices.Clone(d.SourceParams)})
+	}
+	p.trust = env.Trust
+	if name := p.cfg.Uniques.SecretEnv; name != "" && env.Getenv != nil {
+		if secret := strings.TrimSpace(env.Getenv(name)); secret != "" {
+			if len(secret) < minSecretBytes {
+				return fmt.Errorf("analytics.uniques.secret_env: the secret in %s has %d bytes; give at least %d (openssl rand -hex 32)", name, len(secret), minSecretBytes)
+			}
+			p.uniques = visitor.NewUniques([]byte(secret))
+		}
+	}
+	return nil
+}
+
+// Uniques reports whether unique visitors are counted: a secret is set.
+func (p *Plan) Uniques() bool { return p.uniques != nil }
+
+// DimRetention returns how long breakdowns are kept after their day.
+func (p *Plan) DimRetention() time.Duration {
+	return time.Duration(p.cfg.Dimensions.RetentionDays) * rollup.Day
 }

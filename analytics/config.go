@@ -39,6 +39,43 @@ type Config struct {
 	MaxBufferBytes int64 `yaml:"max_buffer_bytes"`
 	// Journal is where counts the store refused wait on local disk.
 	Journal JournalConfig `yaml:"journal"`
+
+	// GeoIP is the country database; without one, countries are off.
+	GeoIP GeoIPConfig `yaml:"geoip"`
+	// Dimensions configures the breakdowns of visits by where they come
+	// from (referrer, source, country, device, browser, OS).
+	Dimensions DimensionsConfig `yaml:"dimensions"`
+	// Uniques configures the unique-visitor counts.
+	Uniques UniquesConfig `yaml:"uniques"`
+}
+
+// UniquesConfig names the secret of the unique-visitor hashes.
+type UniquesConfig struct {
+	// SecretEnv is the environment variable holding the secret (at least
+	// 16 bytes); unset or empty: no unique visitors. The secret is never
+	// stored.
+	SecretEnv string `yaml:"secret_env"`
+}
+
+// GeoIPConfig names the country database.
+type GeoIPConfig struct {
+	// Path is a MaxMind-format .mmdb file (GeoLite2-Country, or the CC0
+	// geo-whois-asn-country of ip-location-db); empty: no country.
+	Path string `yaml:"path"`
+}
+
+// DimensionsConfig configures the breakdowns (see Dimensions in the
+// package documentation).
+type DimensionsConfig struct {
+	// MaxValues caps the values counted per link, UTC day and dimension:
+	// beyond it a visit's value counts as "other". 0: no breakdowns.
+	MaxValues int `yaml:"max_values"`
+	// RetentionDays is how long the daily breakdowns are kept.
+	RetentionDays int `yaml:"retention_days"`
+	// SourceParams are the query parameters that name a visit's source,
+	// in order of precedence; a visit without any has its referrer as
+	// source.
+	SourceParams []string `yaml:"source_params"`
 }
 
 // JournalConfig configures the journal of counts not yet in the store
@@ -78,6 +115,14 @@ const (
 	maxKeyBytesLimit = 65535
 )
 
+// Defaults of analytics.dimensions: a hundred values of each dimension per
+// link and day (the breakdowns of the products analysts compare with show
+// a few dozen), kept 400 days, as the day tier is by default.
+const (
+	DefaultMaxValues        = 100
+	DefaultDimRetentionDays = 400
+)
+
 // DefaultConfig returns the defaults of the analytics section.
 func DefaultConfig() Config {
 	return Config{
@@ -99,6 +144,11 @@ func DefaultConfig() Config {
 		MaxKeyBytes:    DefaultMaxKeyBytes,
 		MaxBufferBytes: DefaultMaxBufferBytes,
 		Journal:        JournalConfig{MaxBytes: DefaultJournalMaxBytes},
+		Uniques:        UniquesConfig{SecretEnv: "LINKGATE_UNIQUES_SECRET"},
+		Dimensions: DimensionsConfig{
+			MaxValues: DefaultMaxValues, RetentionDays: DefaultDimRetentionDays,
+			SourceParams: []string{"utm_source", "src"},
+		},
 	}
 }
 

@@ -36,6 +36,20 @@
 // the all-links total (key AllLinks) and in linkgate_analytics_overflow_total,
 // never dropped silently.
 //
+// # Where visits come from
+//
+// With analytics.dimensions on, each visit's features (package visitor:
+// referrer, source, country, device, browser, OS) are counted with it per
+// link, UTC day, dimension and value, capped at max_values values per
+// (link, day, dimension) with the rest as "other" (dims.go); every link's
+// human visits of the day are counted as DimLink of all links, for top
+// lists; and with a uniques secret, each human visit's visitor hash goes
+// into its link's HyperLogLog sketch of the day (package hll). They travel
+// in the interval's Batch (Dims, Uniques), journal record and Write, and
+// stores apply them once per batch identity (breakdowns, top counts) or
+// merge them idempotently (sketches). Flusher.Reader adds what is not
+// written yet, as for counts.
+//
 // # Flushing
 //
 // Every flush_interval a Flusher swaps each shard's map for an empty one and,

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -117,6 +118,8 @@ type Flusher struct {
 	// Record never takes mu.
 	mu       sync.Mutex
 	seq      uint64      // the last Seq given
+	lastAt   time.Time   // the At of the last batch made
+	dims     dimState    // the cumulative counts of the dimensions written
 	queue    []*interval // batches in memory only, oldest first; the journal's are older
 	queued   int         // entries (counts) in queue
 	j        *spool      // nil: none, or not open yet
@@ -477,12 +480,24 @@ func (f *Flusher) takeLocked() {
 	}
 	p := newPending()
 	p.add(snap, f.plan.Tiers()[0].Step)
-	if p.n > 0 {
+	p.addDims(snap)
+	p.addUniques(snap)
+	if p.n > 0 || len(p.dims) > 0 || len(p.uniqs) > 0 {
 		f.seq++
-		b := Batch{Writer: f.writer, Seq: f.seq, At: f.opts.Now().UTC()}
+		// At grows with Seq, to the microsecond: a store that keeps the
+		// newest cumulative count of a writer's dimension by write
+		// timestamp relies on it (DimCount).
+		at := f.opts.Now().UTC()
+		if at.UnixMicro() <= f.lastAt.UnixMicro() {
+			at = time.UnixMicro(f.lastAt.UnixMicro() + 1).UTC()
+		}
+		f.lastAt = at
+		b := Batch{Writer: f.writer, Seq: f.seq, At: at}
 		b.Counts = p.place(b.At, f.plan)
+		b.Dims = f.dims.batch(p.dims, int(f.rec.maxValues.Load()), unixDay(at))
+		b.Uniques = p.uniqueSketches()
 		f.queue = append(f.queue, &interval{b: b})
-		f.queued += len(b.Counts)
+		f.queued += b.entries()
 	}
 	if f.fails > 0 || len(f.queue) > 1 || f.writing != nil || f.j.waiting() {
 		f.journalLocked()
@@ -515,7 +530,7 @@ func (f *Flusher) journalLocked() error {
 			return err
 		}
 		f.queue = f.queue[1:]
-		f.queued -= len(iv.b.Counts)
+		f.queued -= iv.b.entries()
 	}
 	f.queue = nil // release the array
 	return nil
@@ -533,7 +548,7 @@ func (f *Flusher) boundLocked() {
 			f.queue = f.queue[1:]
 		}
 		n := batchVisits(&iv.b)
-		f.queued -= len(iv.b.Counts)
+		f.queued -= iv.b.entries()
 		f.dropped += uint64(n)
 		f.m.droppedVisits(n)
 		f.log.Error("analytics: counts dropped: neither the store nor the journal takes them and memory is full",
@@ -597,7 +612,7 @@ func (f *Flusher) writeNext(ctx context.Context) (more bool, err error) {
 	}
 	if len(f.queue) > 0 && f.queue[0] == iv {
 		f.queue = f.queue[1:]
-		f.queued -= len(iv.b.Counts)
+		f.queued -= iv.b.entries()
 		if len(f.queue) == 0 {
 			f.queue = nil
 		}
@@ -785,6 +800,8 @@ func announcedExpired(a announced, at time.Time, plan *rollup.Plan) bool {
 type pending struct {
 	links map[string]*linkCounts
 	n     int // entries: (link, bucket) counts
+	dims  map[dimPendKey]int64
+	uniqs map[uniqKey]*hll.Sketch
 }
 
 type bucketKey struct {

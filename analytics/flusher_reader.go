@@ -1,12 +1,16 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // ErrUnsavedOnly is matched (errors.Is) by the errors of a Flusher's Reader
@@ -32,6 +36,7 @@ func (e unsavedOnly) Is(target error) bool { return target == ErrUnsavedOnly }
 type Reader struct {
 	f     *Flusher
 	store *rollup.Reader
+	dims  DimSource // nil when the store keeps none
 }
 
 // readWait bounds how long a read waits for a Write in progress to return
@@ -73,7 +78,8 @@ const readTries = 4
 // matching ErrUnsavedOnly: less than the truth, but not nothing, and
 // never a count twice.
 func (f *Flusher) Reader(store rollup.Source) *Reader {
-	return &Reader{f, rollup.NewReader(store, f.plan)}
+	dims, _ := store.(DimSource)
+	return &Reader{f, rollup.NewReader(store, f.plan), dims}
 }
 
 // Points returns the buckets of key in the tier of the given step whose
@@ -161,4 +167,152 @@ func (r *Reader) Total(ctx context.Context, key string) (Visits, error) {
 		}
 		return total, nil
 	}
+}
+
+// ErrNoDims is returned by Reader.Dims when the store keeps no
+// breakdowns.
+var ErrNoDims = errors.New("analytics: the store keeps no breakdowns")
+
+// Dims returns key's visits per value of dim over the UTC days whose start
+// lies in [from, to), the store's and those not written yet, sorted by
+// count, largest first. See Flusher.Reader for its errors.
+func (r *Reader) Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]DimValue, error) {
+	if r.dims == nil {
+		return nil, ErrNoDims
+	}
+	lo, hi := rollup.AlignUp(from, rollup.Day), rollup.AlignUp(to, rollup.Day)
+	for try := 1; ; try++ {
+		last := r.f.lastTry(try)
+		v := r.f.dimView(ctx, key, dim)
+		vals, err := r.dims.Dims(ctx, key, dim, from, to)
+		last()
+		if try < readTries && ctx.Err() == nil && r.f.moved(v) {
+			continue
+		}
+		if err != nil {
+			vals = nil
+		}
+		r.f.scanDims(v, func(d DimCount) {
+			if !d.Day.Before(lo) && d.Day.Before(hi) {
+				vals = append(vals, DimValue{d.Value, d.N})
+			}
+		})
+		vals = sumDims(vals)
+		if err != nil {
+			return vals, unsavedOnly{err}
+		}
+		return vals, nil
+	}
+}
+
+// Top returns the n links with the most human visits over the UTC days
+// whose start lies in [from, to), the store's and those not written yet,
+// most visited first (ties by key). A link with visits not written yet
+// joins the store's top n when its visits could lift it there: its stored
+// visits are read (TopCounts) and added. See Flusher.Reader for its
+// errors; with the store unreadable, the list is of the unsaved visits.
+func (r *Reader) Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error) {
+	ts, ok := r.f.w.(TopSource)
+	if !ok {
+		return nil, ErrNoDims
+	}
+	lo, hi := rollup.AlignUp(from, rollup.Day), rollup.AlignUp(to, rollup.Day)
+	for try := 1; ; try++ {
+		last := r.f.lastTry(try)
+		v := r.f.dimView(ctx, AllLinks, DimLink)
+		top, err := ts.Top(ctx, from, to, n)
+		unsaved := map[string]int64{}
+		r.f.scanDims(v, func(d DimCount) {
+			if !d.Day.Before(lo) && d.Day.Before(hi) {
+				unsaved[d.Value] += d.N
+			}
+		})
+		var stored map[string]int64
+		if err == nil && len(unsaved) > 0 {
+			stored, err = r.topStored(ctx, ts, top, unsaved, from, to, n)
+		}
+		last()
+		if try < readTries && ctx.Err() == nil && r.f.moved(v) {
+			continue
+		}
+		if err != nil {
+			top, stored = nil, nil
+		}
+		totals := make(map[string]int64, len(top)+len(stored))
+		for _, l := range top {
+			totals[l.Key] = l.Visits
+		}
+		for k, c := range stored {
+			totals[k] = c
+		}
+		for k, c := range unsaved {
+			if _, ok := totals[k]; ok || err != nil || len(top) < n {
+				totals[k] += c // a link outside a short list has nothing stored
+			}
+		}
+		out := make([]TopLink, 0, len(totals))
+		for k, c := range totals {
+			if c > 0 {
+				out = append(out, TopLink{k, c})
+			}
+		}
+		slices.SortFunc(out, func(a, b TopLink) int {
+			return cmp.Or(cmp.Compare(b.Visits, a.Visits), strings.Compare(a.Key, b.Key))
+		})
+		out = out[:min(n, len(out))]
+		if err != nil {
+			return out, unsavedOnly{err}
+		}
+		return out, nil
+	}
+}
+
+// topStored returns the stored visits of the links with unsaved visits
+// that could lift them into the top n: those not in the store's top (top)
+// whose unsaved visits exceed the n-th total's margin over the n-th
+// stored count. A link outside top has at most that count stored.
+func (r *Reader) topStored(ctx context.Context, ts TopSource, top []TopLink, unsaved map[string]int64, from, to time.Time, n int) (map[string]int64, error) {
+	if len(top) < n {
+		return nil, nil // every link with stored visits is in top
+	}
+	in := make(map[string]bool, len(top))
+	totals := make([]int64, 0, len(top))
+	for _, l := range top {
+		in[l.Key] = true
+		totals = append(totals, l.Visits+unsaved[l.Key])
+	}
+	slices.Sort(totals)
+	threshold, nth := totals[len(totals)-n], top[n-1].Visits // the n-th total and stored count
+	var keys []string
+	for k, c := range unsaved {
+		if !in[k] && nth+c >= threshold {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return ts.TopCounts(ctx, keys, from, to)
+}
+
+// Uniques returns the union of key's unique-visitor sketches of the UTC
+// days whose start lies in [from, to): the store's and those not written
+// yet. See Flusher.Reader for its errors.
+func (r *Reader) Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error) {
+	us, ok := r.f.w.(UniqueSource)
+	if !ok {
+		return nil, ErrNoDims
+	}
+	lo, hi := unixDay(rollup.AlignUp(from, rollup.Day)), unixDay(rollup.AlignUp(to, rollup.Day))
+	sk := new(hll.Sketch)
+	v := r.f.uniqView(key, lo, hi, sk)
+	stored, err := us.Uniques(ctx, key, from, to)
+	if err == nil && stored != nil {
+		sk.Merge(stored)
+	}
+	r.f.scanUniques(v, lo, hi, sk)
+	if err != nil {
+		return sk, unsavedOnly{err}
+	}
+	return sk, nil
 }

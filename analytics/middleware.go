@@ -5,13 +5,16 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // NewMiddleware returns the middleware that counts visits: a request that
 // matches the plan's route (its {short_key} names the link) and that the
 // next handler answers with a status in count_status is recorded in rec,
 // as a bot visit when its User-Agent is a known bot and bots is "separate".
-// Anything else, a 404 for an unknown key above all, is not a visit, so
+// With dimensions on, the visit's features (package visitor: referrer,
+// source, country, device, browser, OS) are counted with it. Anything
+// else, a 404 for an unknown key above all, is not a visit, so
 // random paths cannot grow memory or storage; nor is a request whose short
 // key is longer than analytics.max_key_bytes (default 256), counted instead
 // in linkgate_analytics_keys_too_long_total, so that made-up keys of tens
@@ -22,7 +25,7 @@ import (
 //
 //	handler := analytics.NewMiddleware(plan, rec)(proxyHandler)
 func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
-	mt, count, bots, maxKey := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes
+	mt, count, bots, maxKey, visit, uniques := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes, p.visit, p.uniques
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
@@ -51,7 +54,20 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 				}
 				bot = true
 			}
-			rec.Record(key, time.Now(), bot)
+			now := time.Now()
+			var u uint64
+			if uniques != nil && !bot {
+				if c, ok := p.trust.Client(r); ok {
+					u = uniques.Hash(now, c.Addr, r.UserAgent(), key)
+				}
+			}
+			if visit == nil {
+				rec.RecordVisit(key, now, bot, nil, u)
+				return
+			}
+			var f visitor.Features
+			visit.Read(r, bot, &f)
+			rec.RecordVisit(key, now, bot, &f, u)
 		})
 	}
 }

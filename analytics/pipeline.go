@@ -44,6 +44,7 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 	cfg := plan.Config()
 	rec := NewRecorder(cfg.MaxKeys, m)
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
+	rec.SetMaxValues(cfg.Dimensions.MaxValues)
 	fl := NewFlusher(rec, store, plan.Rollup(), FlusherOptions{
 		Interval:        cfg.FlushInterval,
 		JournalPath:     DefaultJournalPath(cfg),
@@ -76,6 +77,7 @@ func (p *Pipeline) Middleware(plan *Plan) func(http.Handler) http.Handler {
 func (p *Pipeline) Apply(plan *Plan) {
 	p.rec.SetMaxKeys(plan.Config().MaxKeys)
 	p.rec.SetMaxBytes(plan.Config().MaxBufferBytes)
+	p.rec.SetMaxValues(plan.Config().Dimensions.MaxValues)
 }
 
 // RestartOnly returns the analytics section a reload from run to next runs
@@ -88,9 +90,11 @@ func (p *Pipeline) Apply(plan *Plan) {
 //     flush_interval and rollup_grace, which NewPipeline reads once, since
 //     the pipeline lives as long as the process so that counts in memory
 //     survive reloads;
-//   - taken from next: match, count_status, bots and max_key_bytes, read by
-//     each snapshot's Middleware, and max_keys and max_buffer_bytes, which
-//     Apply hands to the running pipeline.
+//   - taken from next: match, count_status, bots, max_key_bytes, geoip and
+//     dimensions.source_params, read by each snapshot's Middleware, and
+//     max_keys, max_buffer_bytes and dimensions.max_values, which Apply
+//     hands to the running pipeline.
+//   - dimensions.retention_days is given to the store at start, so kept.
 //
 // next is not modified.
 func RestartOnly(run, next Config) (eff Config, changed []string) {
@@ -111,6 +115,8 @@ func RestartOnly(run, next Config) (eff Config, changed []string) {
 	keep("analytics.retention", slices.Equal(run.Retention, next.Retention), func() { eff.Retention = run.Retention })
 	keep("analytics.flush_interval", run.FlushInterval == next.FlushInterval, func() { eff.FlushInterval = run.FlushInterval })
 	keep("analytics.rollup_grace", run.RollupGrace == next.RollupGrace, func() { eff.RollupGrace = run.RollupGrace })
+	keep("analytics.dimensions.retention_days", run.Dimensions.RetentionDays == next.Dimensions.RetentionDays,
+		func() { eff.Dimensions.RetentionDays = run.Dimensions.RetentionDays })
 	return eff, changed
 }
 

@@ -98,7 +98,8 @@ func TestPipelineApply(t *testing.T) {
 // value and named by RestartOnly. A new field fails here until it is put on
 // one side.
 func TestRestartOnlyDecidesEveryField(t *testing.T) {
-	reloadable := []string{"match.methods", "match.path", "count_status", "bots", "max_key_bytes", "max_keys", "max_buffer_bytes"}
+	reloadable := []string{"match.methods", "match.path", "count_status", "bots", "max_key_bytes", "max_keys", "max_buffer_bytes",
+		"geoip.path", "dimensions.max_values", "dimensions.source_params", "uniques.secret_env"}
 	fields := yamlLeaves(reflect.TypeFor[analytics.Config](), "")
 	for _, f := range reloadable {
 		if !slices.Contains(fields, f) {

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // numShards is the number of independently locked parts of a Recorder. A
@@ -31,8 +34,11 @@ var shardSeed = maphash.MakeSeed()
 // max_keys). Use NewRecorder; the zero Recorder is not usable.
 type Recorder struct {
 	maxKeys atomic.Int64 // distinct links tracked at most between two swaps
-	keys    atomic.Int64 // distinct links in the directory now
-	m       *Metrics
+	// maxValues caps the values of one dimension a link's entry holds
+	// between two swaps (SetMaxValues); 0: dimensions are not counted.
+	maxValues atomic.Int64
+	keys      atomic.Int64 // distinct links in the directory now
+	m         *Metrics
 	// maxBytes caps the bytes of the shards' link entries between two
 	// swaps; bytes is what they take now (key length + linkOverhead each).
 	maxBytes atomic.Int64
@@ -52,10 +58,13 @@ type Recorder struct {
 type shard struct {
 	mu       sync.Mutex
 	links    map[string]*entry
-	sized    int   // the size links was made for: see fresh
-	all      entry // every visit recorded in this shard, overflow included
-	overflow int64 // visits not tracked per link because max_keys or max_buffer_bytes was reached
-	human    int64 // visits recorded since the last swap, for the metric
+	sized    int                  // the size links was made for: see fresh
+	all      entry                // every visit recorded in this shard, overflow included
+	allDims  map[allDimKey]int64  // the features of visits not tracked per link (max_keys), per day, dimension and value
+	allVals  [visitor.NumDims]int // values per dimension in allDims
+	allUniq  []dayUniq            // the visitor sketches of visits not tracked per link
+	overflow int64                // visits not tracked per link because max_keys or max_buffer_bytes was reached
+	human    int64                // visits recorded since the last swap, for the metric
 	bot      int64
 	bytes    int64    // key length + linkOverhead of each entry in links
 	_        [32]byte // keep neighbouring shards' locks off one cache line
@@ -101,6 +110,74 @@ type minuteCount struct {
 type entry struct {
 	last minuteCount
 	more []minuteCount
+	dims *entryDims // nil until a visit with features
+	uniq []dayUniq  // the sketches of its visitors, per UTC day
+}
+
+// dayUniq is the sketch of a link's visitors on one UTC day.
+type dayUniq struct {
+	day int32
+	sk  hll.Sketch
+}
+
+// addUniq adds a visitor hash to the sketch of day in us, and returns by
+// how many bytes the sketches grew.
+func addUniq(us []dayUniq, day int32, h uint64) ([]dayUniq, int64) {
+	i := 0
+	for i < len(us) && us[i].day != day {
+		i++
+	}
+	if i == len(us) {
+		us = append(us, dayUniq{day: day})
+	}
+	before := us[i].sk.Bytes()
+	us[i].sk.Add(h)
+	return us, int64(us[i].sk.Bytes() - before)
+}
+
+// dimCount is the visits of one value of a dimension on one UTC day; day
+// is Unix seconds / 86400.
+type dimCount struct {
+	day   int32
+	value string
+	n     int64
+}
+
+// entryDims is a link's visits per dimension, day and value since the last
+// swap: a short list per dimension (a link sees a few referrers and
+// browsers in an interval), scanned.
+type entryDims [visitor.NumDims][]dimCount
+
+// allDimKey is a value of a dimension on a day, for all links together.
+type allDimKey struct {
+	day   int32
+	dim   visitor.Dim
+	value string
+}
+
+// dimOverhead is what a value costs in memory besides its bytes.
+const dimOverhead = 48
+
+// addDim counts a visit of value v of dimension d on day in e, and returns
+// the bytes the entry grew by. Past maxValues values of d, v counts as
+// visitor.Other. Values of the referrer and the source may point into the
+// request: they are copied when new.
+func (e *entry) addDim(d visitor.Dim, day int32, v string, maxValues int) int64 {
+	list := e.dims[d]
+	for i := range list {
+		if c := &list[i]; c.day == day && c.value == v {
+			c.n++
+			return 0
+		}
+	}
+	if len(list) >= maxValues && v != visitor.Other {
+		return e.addDim(d, day, visitor.Other, maxValues+1)
+	}
+	if d <= visitor.Source {
+		v = strings.Clone(v)
+	}
+	e.dims[d] = append(list, dimCount{day: day, value: v, n: 1})
+	return int64(len(v)) + dimOverhead
 }
 
 func (e *entry) add(minute int64, bot bool) {
@@ -156,6 +233,7 @@ func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 	for i := range r.shards {
 		r.index[i] = uint32(i)
 		r.shards[i].links = make(map[string]*entry)
+		r.shards[i].allDims = make(map[allDimKey]int64)
 		r.dir[i].links = make(map[string]struct{})
 	}
 	r.cores.New = func() any { return &r.index[r.next.Add(1)%numShards] }
@@ -168,6 +246,14 @@ func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 // links already tracked stay tracked until the next flush.
 func (r *Recorder) SetMaxKeys(n int) {
 	r.maxKeys.Store(int64(max(n, 1)))
+}
+
+// SetMaxValues sets how many values of one dimension a link's entry holds
+// at most between two flushes (analytics.dimensions.max_values); further
+// values count as visitor.Other. 0 turns dimensions off: RecordVisit then
+// counts the visits alone. It takes effect at once.
+func (r *Recorder) SetMaxValues(n int) {
+	r.maxValues.Store(int64(max(n, 0)))
 }
 
 // SetMaxBytes sets how many bytes the links tracked between two flushes
@@ -206,7 +292,22 @@ func unixMinute(t time.Time) int64 {
 // visit to a link this core has seen since the last flush does not allocate;
 // key is copied when it is new, so it may point into a request.
 func (r *Recorder) Record(key string, t time.Time, bot bool) {
+	r.RecordVisit(key, t, bot, nil, 0)
+}
+
+// RecordVisit is Record with the visit's features (f may be nil: none),
+// counted per UTC day of t and dimension, for the link and for all links
+// together, while dimensions are on (SetMaxValues), and the visitor's hash
+// (visitor.Uniques; 0: none), added to the sketch of the link's unique
+// visitors of the day when the visit is human. A visit to a link this
+// core has seen since the last flush, with values seen too, does not
+// allocate (a sketch allocates as it grows).
+func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
 	minute := unixMinute(t)
+	maxValues := int(r.maxValues.Load())
+	if maxValues == 0 {
+		f = nil
+	}
 	i := r.cores.Get().(*uint32)
 	s := &r.shards[*i]
 	s.mu.Lock()
@@ -216,10 +317,23 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 		s.human++
 	}
 	s.all.add(minute, bot)
+	day := int32(floorDiv(minute, 1440))
 	e := s.links[key]
 	if e == nil {
 		k, ok := r.admit(key)
 		if !ok {
+			// Not tracked per link: its features and visitor count for
+			// all links together still (those of tracked links are added
+			// to all links' at the swap, off the request's path).
+			if f != nil {
+				s.addAllDims(day, f, maxValues)
+			}
+			if uniq != 0 && !bot {
+				var grew int64
+				s.allUniq, grew = addUniq(s.allUniq, day, uniq)
+				s.bytes += grew
+				r.bytes.Add(grew)
+			}
 			s.overflow++
 			s.mu.Unlock()
 			r.cores.Put(i)
@@ -231,8 +345,65 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 		s.bytes += int64(len(k)) + linkOverhead
 	}
 	e.add(minute, bot)
+	if f != nil {
+		if e.dims == nil {
+			e.dims = new(entryDims)
+		}
+		var grew int64
+		for d, v := range f {
+			if v != "" {
+				grew += e.addDim(visitor.Dim(d), day, v, maxValues)
+			}
+		}
+		if grew > 0 {
+			s.bytes += grew
+			r.bytes.Add(grew)
+		}
+	}
+	// A sketch grows to 4 KB: within max_buffer_bytes only (past it, the
+	// visit's visitor is not counted; its visit is).
+	if uniq != 0 && !bot && r.bytes.Load() < r.maxBytes.Load() {
+		var grew int64
+		e.uniq, grew = addUniq(e.uniq, day, uniq)
+		if grew != 0 {
+			s.bytes += grew
+			r.bytes.Add(grew)
+		}
+	}
 	s.mu.Unlock()
 	r.cores.Put(i)
+}
+
+// addAllDims counts a visit's features for all links together, at most
+// maxValues values per dimension in the shard, the others as visitor.Other.
+// Called with s.mu held.
+func (s *shard) addAllDims(day int32, f *visitor.Features, maxValues int) {
+	for d, v := range f {
+		if v == "" {
+			continue
+		}
+		k := allDimKey{day, visitor.Dim(d), v}
+		if _, ok := s.allDims[k]; !ok {
+			if s.allVals[d] >= maxValues {
+				k.value = visitor.Other
+			} else if visitor.Dim(d) <= visitor.Source {
+				k.value = strings.Clone(v)
+			}
+			if _, ok := s.allDims[k]; !ok {
+				s.allVals[d]++
+			}
+		}
+		s.allDims[k]++
+	}
+}
+
+// floorDiv returns a / b rounded down (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
 }
 
 // admit reports whether key gets an entry in a shard in this interval: it
@@ -269,8 +440,10 @@ func (r *Recorder) admit(key string) (string, bool) {
 
 // snapshot is what a swap takes out of a Recorder.
 type snapshot struct {
-	links      []map[string]*entry // per link, one map per shard that had any
-	all        []minuteCount       // all links together, overflow included
+	links      []map[string]*entry   // per link, one map per shard that had any
+	all        []minuteCount         // all links together, overflow included
+	allDims    []map[allDimKey]int64 // all links' dimensions, one map per shard that had any
+	allUniq    []dayUniq             // all links' visitor sketches, of every shard
 	overflow   int64
 	human, bot int64
 }
@@ -306,6 +479,13 @@ func (r *Recorder) swap() snapshot {
 		}
 		sAll := s.all
 		s.all = entry{}
+		snap.allUniq = append(snap.allUniq, s.allUniq...)
+		s.allUniq = nil
+		if len(s.allDims) > 0 {
+			snap.allDims = append(snap.allDims, s.allDims)
+			s.allDims = make(map[allDimKey]int64, len(s.allDims))
+			s.allVals = [visitor.NumDims]int{}
+		}
 		snap.overflow += s.overflow
 		snap.human += s.human
 		snap.bot += s.bot
@@ -358,6 +538,69 @@ func (r *Recorder) visits(key string, fn func(minuteCount)) {
 		s.mu.Lock()
 		if e := s.links[key]; e != nil {
 			e.each(fn)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// dimsOf calls fn for every value of dim recorded for key since the last
+// swap (AllLinks: all links together, which walks every link tracked, a
+// shard at a time), per shard and link: the same value may come more than
+// once.
+func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value string, n int64)) {
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		if key == AllLinks && dim == DimLink {
+			// Every link's human visits per day, as the swap makes them.
+			for k, e := range s.links {
+				e.each(func(c minuteCount) {
+					if c.Human != 0 {
+						fn(int32(floorDiv(c.minute, 1440)), k, c.Human)
+					}
+				})
+			}
+		} else if key == AllLinks {
+			for k, n := range s.allDims {
+				if k.dim == dim {
+					fn(k.day, k.value, n)
+				}
+			}
+			for _, e := range s.links {
+				if e.dims != nil {
+					for _, c := range e.dims[dim] {
+						fn(c.day, c.value, c.n)
+					}
+				}
+			}
+		} else if e := s.links[key]; e != nil && e.dims != nil {
+			for _, c := range e.dims[dim] {
+				fn(c.day, c.value, c.n)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// uniqOf calls fn with every sketch recorded for key since the last swap
+// (AllLinks: all links together).
+func (r *Recorder) uniqOf(key string, fn func(day int32, sk *hll.Sketch)) {
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		if key == AllLinks {
+			for j := range s.allUniq {
+				fn(s.allUniq[j].day, &s.allUniq[j].sk)
+			}
+			for _, e := range s.links {
+				for j := range e.uniq {
+					fn(e.uniq[j].day, &e.uniq[j].sk)
+				}
+			}
+		} else if e := s.links[key]; e != nil {
+			for j := range e.uniq {
+				fn(e.uniq[j].day, &e.uniq[j].sk)
+			}
 		}
 		s.mu.Unlock()
 	}

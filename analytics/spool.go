@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/journal"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // DefaultJournalMaxBytes is analytics.journal.max_bytes' default: 256 MiB,
@@ -303,6 +305,18 @@ type foldRun struct {
 	b      Batch
 	counts map[foldKey]Visits
 	order  []foldKey
+	dims   map[foldDimKey]*DimCount // counts of a value added up; the latest Cum
+	uniqs  map[uniqKey]*hll.Sketch  // sketches of a link's day merged
+}
+
+// foldDimKey is a DimCount's identity in a fold: its generation too, since
+// a store keeps a row per generation.
+type foldDimKey struct {
+	key   string
+	dim   visitor.Dim
+	day   int64
+	value string
+	gen   uint64
 }
 
 func (r *foldRun) add(b Batch, step time.Duration) {
@@ -317,6 +331,28 @@ func (r *foldRun) add(b Batch, step time.Duration) {
 		}
 		r.counts[k] = v.Add(c.Visits)
 	}
+	for _, d := range b.Dims {
+		k := foldDimKey{d.Key, d.Dim, d.Day.Unix(), d.Value, d.Gen}
+		if r.dims == nil {
+			r.dims = make(map[foldDimKey]*DimCount)
+		}
+		if c := r.dims[k]; c != nil {
+			c.N += d.N
+			c.Cum = max(c.Cum, d.Cum)
+			continue
+		}
+		r.dims[k] = &d
+	}
+	for _, u := range b.Uniques {
+		if r.uniqs == nil {
+			r.uniqs = make(map[uniqKey]*hll.Sketch)
+		}
+		k := uniqKey{u.Key, unixDay(u.Day)}
+		if r.uniqs[k] == nil {
+			r.uniqs[k] = new(hll.Sketch)
+		}
+		r.uniqs[k].MergeBinary(u.Sketch) // decoded from the journal: checked by its CRC
+	}
 }
 
 func (r *foldRun) batch() Batch {
@@ -328,6 +364,13 @@ func (r *foldRun) batch() Batch {
 	slices.SortFunc(b.Counts, func(x, y Count) int {
 		return cmp.Or(strings.Compare(x.Key, y.Key), cmp.Compare(x.Step, y.Step), x.Start.Compare(y.Start))
 	})
+	b.Dims = make([]DimCount, 0, len(r.dims))
+	for _, d := range r.dims {
+		b.Dims = append(b.Dims, *d)
+	}
+	slices.SortFunc(b.Dims, func(x, y DimCount) int { return cmp.Or(compareDims(x, y), cmp.Compare(x.Gen, y.Gen)) })
+	p := pending{uniqs: r.uniqs}
+	b.Uniques = p.uniqueSketches()
 	return b
 }
 
@@ -508,10 +551,17 @@ func recordOldest(rec []byte) time.Time {
 //	  uvarint first, uvarint seq, varint At (unix ns), uvarint counts,
 //	  per count: uvarint len(key) key, uvarint step (s), varint start (unix s),
 //	  varint human, varint bot
+//	  (version 2) uvarint dims, per dim: uvarint len(key) key (0 and no
+//	  bytes: the key of the dim before), byte dim,
+//	  varint day (unix days), uvarint len(value) value, varint n,
+//	  varint cum, uvarint gen
+//	  (version 3) uvarint uniques, per sketch: uvarint len(key) key,
+//	  varint day (unix days), uvarint len(sketch) sketch
 //
 // Active entries and marks are not kept: they are worked out when the
-// batch is written.
-const recordVersion = 1
+// batch is written. Records of versions 1 (without dims) and 2 (without
+// uniques) are read too.
+const recordVersion = 3
 
 func appendRecordHeader(b []byte, n int) []byte {
 	b = append(b, 'L', 'J', recordVersion)
@@ -538,6 +588,32 @@ func appendBatch(out []byte, b *Batch, attempted bool) []byte {
 		out = binary.AppendVarint(out, c.Human)
 		out = binary.AppendVarint(out, c.Bot)
 	}
+	out = binary.AppendUvarint(out, uint64(len(b.Dims)))
+	prev := ""
+	for i, d := range b.Dims {
+		if i > 0 && d.Key == prev {
+			out = append(out, 0) // the key of the count before (no key is empty)
+		} else {
+			out = binary.AppendUvarint(out, uint64(len(d.Key)))
+			out = append(out, d.Key...)
+		}
+		prev = d.Key
+		out = append(out, byte(d.Dim))
+		out = binary.AppendVarint(out, int64(unixDay(d.Day)))
+		out = binary.AppendUvarint(out, uint64(len(d.Value)))
+		out = append(out, d.Value...)
+		out = binary.AppendVarint(out, d.N)
+		out = binary.AppendVarint(out, d.Cum)
+		out = binary.AppendUvarint(out, d.Gen)
+	}
+	out = binary.AppendUvarint(out, uint64(len(b.Uniques)))
+	for _, u := range b.Uniques {
+		out = binary.AppendUvarint(out, uint64(len(u.Key)))
+		out = append(out, u.Key...)
+		out = binary.AppendVarint(out, int64(unixDay(u.Day)))
+		out = binary.AppendUvarint(out, uint64(len(u.Sketch)))
+		out = append(out, u.Sketch...)
+	}
 	return out
 }
 
@@ -545,8 +621,9 @@ var errRecord = errors.New("analytics: journal: bad record")
 
 // recordReader reads a record's fields.
 type recordReader struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version byte
 }
 
 func (r *recordReader) uvarint() uint64 {
@@ -597,10 +674,11 @@ func (r *recordReader) byte() byte {
 }
 
 func (r *recordReader) header() int {
-	if len(r.b) < 3 || r.b[0] != 'L' || r.b[1] != 'J' || r.b[2] != recordVersion {
+	if len(r.b) < 3 || r.b[0] != 'L' || r.b[1] != 'J' || r.b[2] < 1 || r.b[2] > recordVersion {
 		r.err = errRecord
 		return 0
 	}
+	r.version = r.b[2]
 	r.b = r.b[3:]
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
@@ -645,6 +723,8 @@ func decodeRecord(rec []byte) ([]interval, error) {
 			}
 			b.b.Counts = append(b.b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: Visits{Human: h, Bot: bot}})
 		}
+		r.dims(func(d DimCount) { b.b.Dims = append(b.b.Dims, d) }, "")
+		r.uniques(func(u UniqueSketch) { b.b.Uniques = append(b.b.Uniques, u) }, "")
 		out = append(out, b)
 	}
 	if r.err != nil {
@@ -673,6 +753,120 @@ func scanRecord(rec []byte, key string, fn func(step time.Duration, start time.T
 				fn(time.Duration(step)*time.Second, time.Unix(start, 0).UTC(), Visits{Human: h, Bot: bot})
 			}
 		}
+		r.dims(nil, "")
+		r.uniques(nil, "")
 	}
 	return r.err
+}
+
+// scanRecordDims calls fn for each dimension count of key in rec.
+func scanRecordDims(rec []byte, key string, fn func(DimCount)) error {
+	r := &recordReader{b: rec}
+	nb := r.header()
+	var b interval
+	for range nb {
+		nc := r.batchHeader(&b)
+		for range nc {
+			r.bytes()
+			r.uvarint()
+			r.varint()
+			r.varint()
+			r.varint()
+		}
+		r.dims(fn, key)
+		r.uniques(nil, "")
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return r.err
+}
+
+// scanRecordUniques calls fn for each sketch of key in rec.
+func scanRecordUniques(rec []byte, key string, fn func(UniqueSketch)) error {
+	r := &recordReader{b: rec}
+	nb := r.header()
+	var b interval
+	for range nb {
+		nc := r.batchHeader(&b)
+		for range nc {
+			r.bytes()
+			r.uvarint()
+			r.varint()
+			r.varint()
+			r.varint()
+		}
+		r.dims(nil, "")
+		r.uniques(fn, key)
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return r.err
+}
+
+// uniques reads a batch's sketches (none before version 3), calling fn
+// (when not nil) for those of key, or of every key when key is "", with
+// copies.
+func (r *recordReader) uniques(fn func(UniqueSketch), key string) {
+	if r.version < 3 || r.err != nil {
+		return
+	}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errRecord
+		return
+	}
+	for range n {
+		k := r.bytes()
+		day := r.varint()
+		sk := r.bytes()
+		if r.err != nil {
+			return
+		}
+		if fn != nil && (key == "" || string(k) == key) {
+			fn(UniqueSketch{Key: string(k), Day: time.Unix(day*86400, 0).UTC(), Sketch: slices.Clone(sk)})
+		}
+	}
+}
+
+// dims reads a batch's dimension counts (none in a version 1 record),
+// calling fn (when not nil) for those of key, or of every key when key is
+// "". The values passed are copied only when fn keeps them: a DimCount
+// passed for a given key holds its own strings.
+func (r *recordReader) dims(fn func(DimCount), key string) {
+	if r.version < 2 || r.err != nil {
+		return
+	}
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = errRecord
+		return
+	}
+	var prev []byte
+	for range n {
+		k := r.bytes()
+		if len(k) == 0 {
+			k = prev // the key of the count before
+		}
+		if len(k) == 0 {
+			r.err = errRecord
+			return
+		}
+		prev = k
+		dim := visitor.Dim(r.byte())
+		day := r.varint()
+		v := r.bytes()
+		cnt, cum, gen := r.varint(), r.varint(), r.uvarint()
+		if r.err != nil {
+			return
+		}
+		if dim > DimLink {
+			r.err = errRecord
+			return
+		}
+		if fn != nil && (key == "" || string(k) == key) {
+			fn(DimCount{Key: string(k), Day: time.Unix(day*86400, 0).UTC(), Dim: dim, Value: string(v), N: cnt, Cum: cum, Gen: gen})
+		}
+	}
 }

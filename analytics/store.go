@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // AllLinks is the key under which visits to all links together are stored.
@@ -58,6 +60,88 @@ type Batch struct {
 	Counts []Count
 	Active []rollup.Active
 	Marks  []rollup.Mark
+	// Dims are the interval's visits per link, UTC day, dimension and
+	// value, sorted by link, dimension, day and value.
+	Dims []DimCount
+	// Uniques are the interval's unique-visitor sketches per link and UTC
+	// day. A store merges each into what it holds (each register's
+	// maximum), which is idempotent: they need no identity.
+	Uniques []UniqueSketch
+}
+
+// UniqueSketch is a HyperLogLog sketch (package hll, encoded by
+// Sketch.AppendBinary) of the visitor hashes of one link's human visits on
+// one UTC day.
+type UniqueSketch struct {
+	Key    string
+	Day    time.Time
+	Sketch []byte
+}
+
+// UniqueSource reads unique visitors. Every Store is one.
+type UniqueSource interface {
+	// Uniques returns the union of key's sketches of the UTC days whose
+	// start lies in [from, to), and how many days had one.
+	Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error)
+}
+
+// DimCount is visits of one value of one dimension of one link on one UTC
+// day: N are those of the batch, to add. Cum is the count of the same
+// (link, day, dimension, value) in every batch of the writer's generation
+// Gen so far, this one included: a store that keeps one row per writer
+// overwrites it with Cum (Cassandra, under a writer id derived from
+// Batch.Writer and Gen, with a write timestamp of Batch.At, which grows
+// with Seq), so that a resent or replayed batch, or an older one landing
+// late, never counts twice. A writer starts a new generation whenever it
+// forgets the cumulative counts of some (link, day, dimension) (at the end
+// of a day, or to bound its memory), so that a Cum never goes back within
+// a generation.
+type DimCount struct {
+	Key   string      // short_key, or AllLinks
+	Day   time.Time   // the UTC day's start
+	Dim   visitor.Dim // which dimension
+	Value string      // its value, or visitor.Other beyond the cap
+	N     int64       // visits of this batch
+	Cum   int64       // visits of the writer's generation so far, N included
+	Gen   uint64      // the writer's generation of Cum
+}
+
+// DimLink is the dimension of AllLinks whose values are the links: a
+// DimCount of it counts the human visits of the link named by its Value on
+// its day. The flusher writes it for every link visited, uncapped, so that
+// stores can answer the most visited links of a range (TopSource) from
+// what flushes wrote, without reading every link's curve.
+const DimLink = visitor.NumDims
+
+// TopLink is a link and its human visits over a range.
+type TopLink struct {
+	Key    string
+	Visits int64
+}
+
+// TopSource answers the most visited links. Every Store is one.
+type TopSource interface {
+	// Top returns the n links with the most human visits over the UTC
+	// days whose start lies in [from, to), most visited first (ties by
+	// key), with their visits over those days.
+	Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error)
+	// TopCounts returns the human visits of each of keys over the same
+	// days, as Top counts them (0 for a link without any).
+	TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error)
+}
+
+// DimValue is the visits of one value of a dimension over a range of days.
+type DimValue struct {
+	Value string
+	Count int64
+}
+
+// DimSource reads breakdowns. Every Store is one.
+type DimSource interface {
+	// Dims returns key's visits per value of dim over the UTC days whose
+	// start lies in [from, to), summed over days and writers, in no
+	// particular order, leaving out values without visits.
+	Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]DimValue, error)
 }
 
 // FirstSeq returns the first Seq b covers: First, or Seq when First is 0.
@@ -97,7 +181,14 @@ type Writer interface {
 type Store interface {
 	Writer
 	rollup.Store
+	DimSource
+	TopSource
+	UniqueSource
 	// Close stops the store's background work and releases it. The
 	// Pipeline calls it once, after the final flush.
 	Close() error
 }
+
+// entries returns how many entries b holds: its counts and its
+// dimensions' values.
+func (b *Batch) entries() int { return len(b.Counts) + len(b.Dims) + len(b.Uniques) }

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/journal"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // view is what a read copied, under f.mu, of the counts of one key that
@@ -19,6 +21,8 @@ type view struct {
 	from, to journal.Pos
 	version  uint64
 	busy     bool // a Write was in progress when v was copied
+	dim      visitor.Dim
+	dims     []DimCount // of dimView: in the recorder and in the queue
 }
 
 // view copies what a read of key needs of the unsaved counts. A Write in
@@ -118,4 +122,109 @@ func (f *Flusher) noteBacklogLocked() {
 		d += f.j.dropped
 	}
 	f.droppedN.Store(d)
+}
+
+// dimView is view for a read of key's breakdown by dim: the values in
+// memory and the bounds of the journal.
+func (f *Flusher) dimView(ctx context.Context, key string, dim visitor.Dim) view {
+	f.mu.Lock()
+	if in := f.writing; in != nil {
+		f.mu.Unlock()
+		t := time.NewTimer(readWait)
+		select {
+		case <-in.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		f.mu.Lock()
+	}
+	defer f.mu.Unlock()
+	v := view{key: key, version: f.version, busy: f.writing != nil, dim: dim}
+	f.rec.dimsOf(key, dim, func(day int32, value string, n int64) {
+		v.dims = append(v.dims, DimCount{Key: key, Dim: dim, Day: time.Unix(int64(day)*86400, 0).UTC(), Value: value, N: n})
+	})
+	for _, iv := range f.queue {
+		ds := iv.b.Dims // sorted by key, then dim
+		i, _ := slices.BinarySearchFunc(ds, key, func(d DimCount, k string) int { return strings.Compare(d.Key, k) })
+		for ; i < len(ds) && ds[i].Key == key; i++ {
+			if ds[i].Dim == dim {
+				v.dims = append(v.dims, ds[i])
+			}
+		}
+	}
+	if f.j.waiting() {
+		v.j, v.from, v.to = f.j, f.j.j.Acked(), f.j.j.End()
+	}
+	return v
+}
+
+// scanDims calls each with every dimension count of v, those in the
+// journal streamed from disk without f.mu.
+func (f *Flusher) scanDims(v view, each func(DimCount)) {
+	for _, d := range v.dims {
+		each(d)
+	}
+	if v.j == nil {
+		return
+	}
+	err := v.j.j.Scan(v.from, func(end journal.Pos, rec []byte) error {
+		if v.to.Less(end) {
+			return errStopScan
+		}
+		return scanRecordDims(rec, v.key, func(d DimCount) {
+			if d.Dim == v.dim {
+				each(d)
+			}
+		})
+	})
+	if err != nil && err != errStopScan {
+		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", v.key, "err", err)
+	}
+}
+
+// uniqView copies, under f.mu, key's sketches not in the store yet (in the
+// recorder and the queue) merged into sk, and the bounds of the journal.
+// Sketches merge idempotently, so a sketch seen both here and in the store
+// counts once: a read needs no retry.
+func (f *Flusher) uniqView(key string, lo, hi int32, sk *hll.Sketch) view {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rec.uniqOf(key, func(day int32, s *hll.Sketch) {
+		if day >= lo && day < hi {
+			sk.Merge(s)
+		}
+	})
+	for _, iv := range f.queue {
+		for _, u := range iv.b.Uniques {
+			if d := unixDay(u.Day); u.Key == key && d >= lo && d < hi {
+				sk.MergeBinary(u.Sketch)
+			}
+		}
+	}
+	v := view{key: key}
+	if f.j.waiting() {
+		v.j, v.from, v.to = f.j, f.j.j.Acked(), f.j.j.End()
+	}
+	return v
+}
+
+// scanUniques merges into sk the sketches of v's key in the journal.
+func (f *Flusher) scanUniques(v view, lo, hi int32, sk *hll.Sketch) {
+	if v.j == nil {
+		return
+	}
+	err := v.j.j.Scan(v.from, func(end journal.Pos, rec []byte) error {
+		if v.to.Less(end) {
+			return errStopScan
+		}
+		return scanRecordUniques(rec, v.key, func(u UniqueSketch) {
+			if d := unixDay(u.Day); d >= lo && d < hi {
+				sk.MergeBinary(u.Sketch)
+			}
+		})
+	})
+	if err != nil && err != errStopScan {
+		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", v.key, "err", err)
+	}
 }

@@ -92,6 +92,10 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return c.Analytics.Journal.MaxBytes }},
 	{field: "stats.read_timeout", min: dur(10 * time.Millisecond), max: dur(time.Minute),
 		get: func(c *config.Config) int64 { return dur(c.Stats.ReadTimeout) }},
+	{field: "analytics.dimensions.max_values", min: 1, max: 10_000, count: true, zero: "no breakdowns",
+		get: func(c *config.Config) int64 { return int64(c.Analytics.Dimensions.MaxValues) }},
+	{field: "analytics.dimensions.retention_days", min: 1, max: 7300, count: true,
+		get: func(c *config.Config) int64 { return int64(c.Analytics.Dimensions.RetentionDays) }},
 	{field: "analytics.rollup_grace", min: dur(time.Second), max: dur(24 * time.Hour),
 		get: func(c *config.Config) int64 { return dur(c.Analytics.RollupGrace) }},
 }

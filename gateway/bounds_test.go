@@ -134,8 +134,12 @@ func TestReadmeBounds(t *testing.T) {
 		if want := "`" + b.MinS + "` to `" + b.MaxS + "`"; !strings.Contains(meaning, want) {
 			t.Errorf("README: the row of %s does not give its range %s: %q", b.Field, want, meaning)
 		}
-		if b.Zero && !strings.Contains(meaning, "`0s`") {
-			t.Errorf("README: the row of %s does not say what 0s means: %q", b.Field, meaning)
+		zero := "`0`"
+		if b.Duration {
+			zero = "`0s`"
+		}
+		if b.Zero && !strings.Contains(meaning, zero) {
+			t.Errorf("README: the row of %s does not say what %s means: %q", b.Field, zero, meaning)
 		}
 	}
 }

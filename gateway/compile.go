@@ -102,7 +102,7 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if p.proxy, err = proxy.Compile(cfg.Upstream, p.trust, headers); err != nil {
 		return nil, err
 	}
-	if p.analytics, err = analytics.Compile(cfg.Analytics); err != nil {
+	if p.analytics, err = analytics.CompileEnv(cfg.Analytics, analytics.Env{Trust: p.trust, Getenv: getenv}); err != nil {
 		return nil, err
 	}
 	if err := stats.Compile(cfg.Stats); err != nil {

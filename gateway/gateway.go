@@ -227,6 +227,7 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.cassandra: %w", err)
 		}
+		st.SetDimRetention(p.DimRetention())
 		return st, nil
 	default:
 		// Opens in the background too: a folder that is read-only, not a
@@ -238,6 +239,7 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.embedded.path: %w", err)
 		}
+		st.SetDimRetention(p.DimRetention())
 		return st, nil
 	}
 }
@@ -361,7 +363,8 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 			problem.Write(w, http.StatusNotFound, "analytics are disabled on this gateway")
 		})
 	}
-	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log})
+	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log,
+		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues, Uniques: plan.analytics.Uniques()})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,12 +31,7 @@ func TestReloadKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	stay.Start()
 	t.Cleanup(stay.Close)
 	other := testkit.Named(t, "other")
-	// The upstreams answer at once; a slow answer here is the machine's
-	// load (32 clients on 2 shared cores), not a reload's doing.
-	config := func(targets ...string) string {
-		return strings.Replace(testkit.BaseConfig(targets...), "response_header_timeout: 1s", "response_header_timeout: 10s", 1)
-	}
-	gw := start(t, config(stay.URL))
+	gw := start(t, testkit.BaseConfig(stay.URL))
 
 	const clients, reloads = 32, 20
 	stop := make(chan struct{})
@@ -73,9 +67,9 @@ func TestReloadKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "load on every client connection", func() bool { return served.Load() > 5*clients })
 	before, totalBefore := opened.Load(), metric(t, gw, "linkgate_upstream_connections_opened_total")
 	for i := range reloads {
-		cfg := config(stay.URL)
+		cfg := testkit.BaseConfig(stay.URL)
 		if i%2 == 0 {
-			cfg = config(stay.URL, other.URL)
+			cfg = testkit.BaseConfig(stay.URL, other.URL)
 		}
 		testkit.WriteFile(t, gw.path, cfg)
 		if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {

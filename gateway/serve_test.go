@@ -273,7 +273,7 @@ func TestSlowUpstreamIs504(t *testing.T) {
 	}))
 	defer up.Close()
 	defer close(release)
-	gw := start(t, strings.Replace(testkit.BaseConfig(up.URL), "response_header_timeout: 1s", "response_header_timeout: 200ms", 1))
+	gw := start(t, strings.Replace(testkit.BaseConfig(up.URL), "response_header_timeout: 10s", "response_header_timeout: 200ms", 1))
 	begin := time.Now()
 	resp, b := testkit.Do(t, "GET", gw.url("/slow"), nil)
 	testkit.Problem(t, resp, b, http.StatusGatewayTimeout)

@@ -2,7 +2,11 @@ package stats
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
+	"strings"
+
+	"github.com/linkgate/linkgate/analytics/hll"
 )
 
 // appendJSON appends c as the stats API's JSON object (documented on
@@ -34,8 +38,97 @@ func (c *curve) appendJSON(b []byte) []byte {
 	if !c.expiredBefore.IsZero() {
 		b = appendField(b, "expired_before", c.expiredBefore.Unix())
 	}
-	b = append(b, `,"points":[`...)
-	for i, p := range c.points {
+	if c.tz != "" {
+		tz, _ := json.Marshal(c.tz)
+		b = append(b, `,"tz":`...)
+		b = append(b, tz...)
+		if c.tzAsked != "" {
+			asked, _ := json.Marshal(c.tzAsked)
+			b = append(b, `,"tz_asked":`...)
+			b = append(b, asked...)
+		}
+	}
+	if u := c.uniques; u != nil {
+		kind := "one_day"
+		if u.days > 1 {
+			kind = "sum_of_days"
+		}
+		b = append(b, `,"uniques":{"count":`...)
+		b = strconv.AppendInt(b, u.count, 10)
+		b = append(b, `,"kind":"`...)
+		b = append(b, kind...)
+		b = append(b, `","days":`...)
+		b = strconv.AppendInt(b, int64(u.days), 10)
+		b = append(b, `,"error":`...)
+		b = strconv.AppendFloat(b, math.Round(hll.StdError*1000)/1000, 'f', -1, 64)
+		b = append(b, '}')
+	}
+	if c.hasTop || c.uniques != nil {
+		if len(c.breakdown) == 0 {
+			b = appendField(b, "breakdown_from", c.dimFrom.Unix())
+			b = appendField(b, "breakdown_to", c.dimTo.Unix())
+		}
+	}
+	if c.hasTop {
+		b = append(b, `,"top":[`...)
+		for i, l := range c.top {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			key, _ := json.Marshal(l.key)
+			b = append(b, `{"short_key":`...)
+			b = append(b, key...)
+			b = appendField(b, "total", l.visits)
+			b = append(b, `,"points":`...)
+			b = c.appendPoints(b, l.points)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(c.breakdown) > 0 {
+		b = appendField(b, "breakdown_from", c.dimFrom.Unix())
+		b = appendField(b, "breakdown_to", c.dimTo.Unix())
+		b = append(b, `,"breakdown":{`...)
+		for i, d := range c.breakdown {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, d.dim.String()...)
+			b = append(b, `":[`...)
+			for j, v := range d.values {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				val, _ := json.Marshal(v.Value)
+				b = append(b, `{"value":`...)
+				b = append(b, val...)
+				b = append(b, `,"count":`...)
+				b = strconv.AppendInt(b, v.Count, 10)
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	if c.compare != nil {
+		b = append(b, `,"compare":`...)
+		b = c.compare.appendJSON(b)
+		b = b[:len(b)-1] // its newline
+		b = append(b[:len(b)-1], `,"kind":"`...)
+		b = append(b, c.compareKind...)
+		b = append(b, `"}`...)
+	}
+	b = append(b, `,"points":`...)
+	b = c.appendPoints(b, c.points)
+	return append(b, "}\n"...)
+}
+
+// appendPoints appends points as a JSON array of [start, humans, bots]
+// (and step, when stitched).
+func (c *curve) appendPoints(b []byte, points []curvePoint) []byte {
+	b = append(b, '[')
+	for i, p := range points {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -55,7 +148,7 @@ func (c *curve) appendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
-	return append(b, "]}\n"...)
+	return append(b, ']')
 }
 
 func appendField(b []byte, name string, v int64) []byte {
@@ -73,8 +166,11 @@ func (c *curve) appendCSV(b []byte) []byte {
 	if c.stitched {
 		b = append(b, ",step"...)
 	}
+	if c.compare != nil {
+		b = append(b, ",compare_unix_seconds,compare_count,compare_bot_count"...)
+	}
 	b = append(b, '\n')
-	for _, p := range c.points {
+	for i, p := range c.points {
 		b = strconv.AppendInt(b, p.start, 10)
 		if p.null {
 			b = append(b, ",,"...)
@@ -88,6 +184,64 @@ func (c *curve) appendCSV(b []byte) []byte {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, p.step, 10)
 		}
+		if c.compare != nil {
+			// Point for point: the earlier range at the same step (a
+			// year back may have a bucket more or less).
+			if i < len(c.compare.points) {
+				e := c.compare.points[i]
+				b = append(b, ',')
+				b = strconv.AppendInt(b, e.start, 10)
+				if e.null {
+					b = append(b, ",,"...)
+				} else {
+					b = append(b, ',')
+					b = strconv.AppendInt(b, e.Human, 10)
+					b = append(b, ',')
+					b = strconv.AppendInt(b, e.Bot, 10)
+				}
+			} else {
+				b = append(b, ",,,"...)
+			}
+		}
+		b = append(b, '\n')
+	}
+	return b
+}
+
+// appendBreakdownCSV appends c's breakdowns as CSV: a header line
+// "dimension,value,count" and one row per value, breakdown after
+// breakdown in the order asked. Values never hold commas, quotes or line
+// breaks (package visitor removes them).
+func (c *curve) appendBreakdownCSV(b []byte) []byte {
+	b = append(b, "dimension,value,count\n"...)
+	for _, d := range c.breakdown {
+		for _, v := range d.values {
+			b = append(b, d.dim.String()...)
+			b = append(b, ',')
+			b = append(b, v.Value...)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, v.Count, 10)
+			b = append(b, '\n')
+		}
+	}
+	return b
+}
+
+// appendTopCSV appends c's top list as CSV: "short_key,total" and a row per
+// link, most visited first; a key holding a comma or a quote is quoted
+// (RFC 4180).
+func (c *curve) appendTopCSV(b []byte) []byte {
+	b = append(b, "short_key,total\n"...)
+	for _, l := range c.top {
+		if strings.ContainsAny(l.key, ",\"\r\n") {
+			b = append(b, '"')
+			b = append(b, strings.ReplaceAll(l.key, `"`, `""`)...)
+			b = append(b, '"')
+		} else {
+			b = append(b, l.key...)
+		}
+		b = append(b, ',')
+		b = strconv.AppendInt(b, l.visits, 10)
 		b = append(b, '\n')
 	}
 	return b

@@ -10,6 +10,7 @@ import (
 
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/suggest"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // Limits on what one stats query may ask for.
@@ -33,6 +34,10 @@ type query struct {
 	step     time.Duration
 	stitch   bool
 	format   string
+	by       []visitor.Dim  // breakdowns asked for, in the order asked
+	top      int            // top=N: the N most visited links; 0: none
+	compare  string         // "previous" or "year": the earlier range to answer beside; "": none
+	tz       *time.Location // tz=: day and week buckets start at its midnights; nil: UTC
 }
 
 // paramError is a bad query parameter; the 400 answer names it.
@@ -59,6 +64,7 @@ func badParam(param, format string, args ...any) error {
 //	step=1m|5m|1h|1d|1w       the resolution; the handler checks it is a tier's
 //	stitch=true               the mixed-resolution curve; not with step
 //	format=json|csv|html      the answer's format; otherwise the Accept header
+//	by=referrer,source,...    breakdowns (any of visitor.Names), per UTC day
 //
 // Any other parameter is an error rather than ignored: a misspelt one
 // (lst=1h) would otherwise answer the 24 h default as if it had been read.
@@ -152,6 +158,42 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 	if q.stitch && q.step != 0 {
 		return query{}, badParam("stitch", "cannot be combined with step: a stitched curve has its own steps")
 	}
+	if s := v.Get("by"); s != "" {
+		for name := range strings.SplitSeq(s, ",") {
+			name = strings.TrimSpace(name)
+			d, ok := visitor.ParseDim(name)
+			if !ok {
+				reason := fmt.Sprintf("%q is not one of %s", name, strings.Join(visitor.Names(), ", "))
+				if guess := suggest.Closest(name, visitor.Names()...); guess != "" {
+					reason = fmt.Sprintf("%q is not one of %s (did you mean %s?)", name, strings.Join(visitor.Names(), ", "), guess)
+				}
+				return query{}, badParam("by", "%s", reason)
+			}
+			if !slices.Contains(q.by, d) {
+				q.by = append(q.by, d)
+			}
+		}
+	}
+	if s := v.Get("top"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxTop {
+			return query{}, badParam("top", "%q is not a number of links from 1 to %d", s, maxTop)
+		}
+		q.top = n
+	}
+	if name := v.Get("tz"); name != "" {
+		loc, err := time.LoadLocation(name)
+		if err != nil || name == "Local" {
+			return query{}, badParam("tz", "%q is not a time zone of the IANA database like Europe/Paris or America/New_York", name)
+		}
+		q.tz = loc
+	}
+	switch c := v.Get("compare"); c {
+	case "", "previous", "year":
+		q.compare = c
+	default:
+		return query{}, badParam("compare", "%q is not previous or year", c)
+	}
 	switch f := v.Get("format"); f {
 	case "", formatJSON, formatCSV, formatHTML:
 		q.format = f
@@ -162,7 +204,10 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz"}
+
+// maxTop is the longest top list one answer has.
+const maxTop = 1000
 
 // checkParams returns an error naming the first parameter of v, in sorted
 // order, that parseQuery does not read, with the known one it is closest to

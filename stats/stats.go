@@ -13,15 +13,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/bearer"
 	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // Reader is what the API reads: every tier of a link complete, and its
@@ -36,6 +39,31 @@ type Reader interface {
 	Points(ctx context.Context, key string, step time.Duration, from, to time.Time) ([]rollup.Point, error)
 	// Total returns key's all-time visits, with the same errors as Points.
 	Total(ctx context.Context, key string) (rollup.Visits, error)
+}
+
+// TopReader is what the API reads for top lists (top=N): analytics.Reader
+// is one.
+type TopReader interface {
+	// Top returns the n links with the most human visits over the UTC days
+	// whose start lies in [from, to), most visited first.
+	Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error)
+}
+
+// UniqueReader is what the API reads for unique visitors: analytics.Reader
+// is one.
+type UniqueReader interface {
+	// Uniques returns the union of key's unique-visitor sketches of the
+	// UTC days whose start lies in [from, to), with the same errors as
+	// Points.
+	Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error)
+}
+
+// DimReader is what the API reads for breakdowns (by=): analytics.Reader
+// is one. A Reader without it answers by= with a 400.
+type DimReader interface {
+	// Dims returns key's visits per value of dim over the UTC days whose
+	// start lies in [from, to), with the same errors as Points.
+	Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]analytics.DimValue, error)
 }
 
 // API is the stats API: one link's all-time totals and its curve over a
@@ -64,6 +92,13 @@ type Options struct {
 	// Log receives a line when reads fall back to the unsaved counts, at
 	// most one a second per API (with the number held back). Nil: none.
 	Log *slog.Logger
+	// MaxValues is how many values of a breakdown an answer lists; the
+	// rest are added to "other" (analytics.dimensions.max_values). 0:
+	// breakdowns are off, and by= is a 400.
+	MaxValues int
+	// Uniques says whether unique visitors are counted (a secret is set):
+	// every data answer then has them.
+	Uniques bool
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -77,7 +112,11 @@ type Options struct {
 // "/{short_key}" for one link. Only GET and HEAD are allowed.
 //
 // The query parameters are those of parseQuery: last or from/to, step,
-// stitch, format; any other is a 400 naming it. A range starting before
+// stitch, format, by (breakdowns), top (the most visited links, all links
+// only), compare (previous or year) and tz (local day and week buckets);
+// any other is a 400 naming it. Breakdowns, unique visitors (present when
+// o.Uniques) and top lists are per UTC day: the days that overlap the
+// range ("breakdown_from", "breakdown_to"). A range starting before
 // 1970 (from=0) starts at the coarsest tier's first bucket after the unix
 // epoch (1970-01-05, a Monday, with weekly tiers), as the answer's "from"
 // shows. The answer is JSON unless format or the Accept header asks for CSV
@@ -205,6 +244,9 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.shortKey = shortKey
+	if c.compare != nil {
+		c.compare.shortKey = shortKey
+	}
 	h := w.Header()
 	h.Set("Cache-Control", "no-store") // counts change at every flush
 	h.Set("Linkgate-Known", c.known())
@@ -214,8 +256,19 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !c.expiredBefore.IsZero() {
 		h.Set("Linkgate-Expired-Before", strconv.FormatInt(c.expiredBefore.Unix(), 10))
 	}
+	if c.uniques != nil {
+		h.Set("Linkgate-Uniques", strconv.FormatInt(c.uniques.count, 10))
+	}
 	if format == formatCSV {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
+		if len(c.breakdown) > 0 {
+			writeBody(w, r, c.appendBreakdownCSV(nil))
+			return
+		}
+		if c.hasTop {
+			writeBody(w, r, c.appendTopCSV(nil))
+			return
+		}
 		writeBody(w, r, c.appendCSV(make([]byte, 0, 32+len(c.points)*32)))
 		return
 	}
@@ -265,6 +318,42 @@ type curve struct {
 	expiredBefore time.Time
 	// readErr is the first Reader error: the answer is partial.
 	readErr error
+	// breakdown is the answer's breakdowns, in the order asked (by=);
+	// their days are [dimFrom, dimTo).
+	breakdown      []dimAnswer
+	dimFrom, dimTo time.Time
+	// top is the most visited links (top=N), each with its curve.
+	top    []topAnswer
+	hasTop bool
+	// uniques is the estimate of unique visitors over the breakdown days,
+	// when they are counted.
+	uniques *uniquesAnswer
+	// tz names the zone the buckets start in when tz= was asked;
+	// tzAsked the zone asked for, when the answer could not use it.
+	tz, tzAsked string
+	// compare is the answer for the earlier range (compare=), of its kind.
+	compare     *curve
+	compareKind string
+}
+
+// uniquesAnswer is the unique visitors of an answer.
+type uniquesAnswer struct {
+	count int64
+	days  int
+}
+
+// topAnswer is one link of a top list: its visits over the breakdown days
+// and its curve over the answer's buckets.
+type topAnswer struct {
+	key    string
+	visits int64
+	points []curvePoint
+}
+
+// dimAnswer is one breakdown of an answer.
+type dimAnswer struct {
+	dim    visitor.Dim
+	values []analytics.DimValue // sorted by count, largest first
 }
 
 // curvePoint is one bucket of a curve.
@@ -329,6 +418,15 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			return nil, badParam("from", "%v", err)
 		}
 		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
+	}
+	if q.tz != nil && !q.stitch && segs[0].Tier.Step >= rollup.Day {
+		lc, ok, err := s.localCurve(ctx, key, q, segs[0].Tier.Step, now)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return s.finish(ctx, lc, key, q, now)
+		}
 	}
 	n := 0
 	for _, sg := range segs {
@@ -400,6 +498,55 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			c.rangeTotal = c.rangeTotal.Add(p.Visits)
 		}
 	}
+	if q.tz != nil {
+		c.tz = "UTC"
+		if q.tz.String() != "UTC" {
+			c.tzAsked = q.tz.String()
+		}
+		if step := segs[0].Tier.Step; step < rollup.Day && !q.stitch && onStep(q.tz, q.from, q.to, step) {
+			// Minutes and hours are the same instants in a zone whose
+			// offset is a whole number of steps (a zone 5:30 from UTC
+			// has hours of its own: those buckets are UTC's).
+			c.tz, c.tzAsked = q.tz.String(), ""
+		}
+	}
+	return s.finish(ctx, c, key, q, now)
+}
+
+// finish adds to c what every answer has beside its points: breakdowns,
+// top list, comparison, uniques and the all-time total.
+func (s *API) finish(ctx context.Context, c *curve, key string, q query, now time.Time) (*curve, error) {
+	if len(q.by) > 0 {
+		if err := s.breakdowns(ctx, c, key, q); err != nil {
+			return nil, err
+		}
+	}
+	if q.top > 0 {
+		if err := s.topLinks(ctx, c, key, q, now); err != nil {
+			return nil, err
+		}
+	}
+	if q.compare != "" {
+		if err := s.compareWith(ctx, c, key, q, now); err != nil {
+			return nil, err
+		}
+	}
+	if ur, ok := s.r.(UniqueReader); ok && s.o.Uniques {
+		c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+		sk, err := ur.Uniques(ctx, key, c.dimFrom, q.to)
+		if err != nil {
+			if c.readErr == nil {
+				c.readErr = fmt.Errorf("stats: uniques of %q: %w", key, err)
+			}
+			if !errors.Is(err, analytics.ErrUnsavedOnly) {
+				sk = nil
+			}
+		}
+		c.uniques = &uniquesAnswer{days: int(c.dimTo.Sub(c.dimFrom) / rollup.Day)}
+		if sk != nil {
+			c.uniques.count = sk.Estimate()
+		}
+	}
 	total, err := s.r.Total(ctx, key)
 	if err != nil {
 		if c.readErr == nil {
@@ -411,4 +558,143 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 	}
 	c.total = total
 	return c, nil
+}
+
+// breakdowns reads the breakdowns q asks for into c: the UTC days that
+// overlap the range, each breakdown cut to MaxValues values, the rest
+// added to "other".
+func (s *API) breakdowns(ctx context.Context, c *curve, key string, q query) error {
+	dr, ok := s.r.(DimReader)
+	if !ok || s.o.MaxValues <= 0 {
+		return badParam("by", "breakdowns are off on this gateway (analytics.dimensions.max_values is 0)")
+	}
+	c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+	for _, d := range q.by {
+		vals, err := dr.Dims(ctx, key, d, c.dimFrom, q.to)
+		if err != nil {
+			if c.readErr == nil {
+				c.readErr = fmt.Errorf("stats: breakdown of %q by %v: %w", key, d, err)
+			}
+			if !errors.Is(err, analytics.ErrUnsavedOnly) {
+				vals = nil
+			}
+		}
+		c.breakdown = append(c.breakdown, dimAnswer{d, capValues(vals, s.o.MaxValues)})
+	}
+	return nil
+}
+
+// capValues returns vals sorted by count, largest first, at most max of
+// them, the visits of the others added to visitor.Other.
+func capValues(vals []analytics.DimValue, max int) []analytics.DimValue {
+	vals = slices.Clone(vals)
+	analytics.SortDims(vals)
+	var other int64
+	out := vals[:0]
+	for _, v := range vals {
+		switch {
+		case v.Value == visitor.Other:
+			other += v.Count
+		case len(out) < max:
+			out = append(out, v)
+		default:
+			other += v.Count
+		}
+	}
+	if other > 0 {
+		out = append(out, analytics.DimValue{Value: visitor.Other, Count: other})
+		analytics.SortDims(out)
+	}
+	return out
+}
+
+// topLinks reads the q.top most visited links of the range's UTC days into
+// c, each with its curve at c's buckets. Only the all-links answer has one.
+func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now time.Time) error {
+	tr, ok := s.r.(TopReader)
+	if key != analytics.AllLinks {
+		return badParam("top", "top lists are of all links: ask /stats?top=N")
+	}
+	if !ok {
+		return badParam("top", "this gateway keeps no top lists")
+	}
+	c.hasTop = true
+	c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+	links, err := tr.Top(ctx, c.dimFrom, q.to, q.top)
+	if err != nil {
+		if c.readErr == nil {
+			c.readErr = fmt.Errorf("stats: top links: %w", err)
+		}
+		return nil
+	}
+	sub := q
+	sub.by, sub.top = nil, 0
+	for _, l := range links {
+		lc, err := s.curve(ctx, l.Key, sub, now)
+		if err != nil {
+			return err
+		}
+		if lc.readErr != nil && c.readErr == nil {
+			c.readErr = lc.readErr
+		}
+		c.top = append(c.top, topAnswer{key: l.Key, visits: l.Visits, points: lc.points})
+	}
+	return nil
+}
+
+// compareWith answers q's earlier range into c.compare: the period of the
+// same length just before it (previous), or the same dates a year earlier
+// (year), at the same step while its tier keeps the earlier range (else at
+// the step a query of that range gets), with the same breakdowns and
+// uniques.
+func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, now time.Time) error {
+	e := q
+	e.compare, e.top = "", 0
+	switch q.compare {
+	case "previous":
+		e.from, e.to = q.from.Add(-q.to.Sub(q.from)), q.from
+	case "year":
+		e.from, e.to = q.from.AddDate(-1, 0, 0), q.to.AddDate(-1, 0, 0)
+	}
+	if !c.stitched {
+		// The same buckets, point for point, while the tier still keeps
+		// the earlier range; else the finest that does.
+		e.step = 0
+		if t, err := rollup.WithStep(s.tiers, c.step); err == nil && !e.from.Before(now.Add(-t.Retention)) {
+			e.step = c.step
+		}
+	}
+	if e.from.Before(s.earliest) {
+		return badParam("compare", "the earlier range starts before %s, where curves begin", s.earliest.Format(time.RFC3339))
+	}
+	ec, err := s.curve(ctx, key, e, now)
+	if err != nil {
+		var pe *paramError
+		if errors.As(err, &pe) {
+			return badParam("compare", "the earlier range: %s", pe.Error())
+		}
+		return err
+	}
+	if ec.readErr != nil && c.readErr == nil {
+		c.readErr = ec.readErr
+	}
+	c.compare, c.compareKind = ec, q.compare
+	return nil
+}
+
+// onStep says whether loc's offset from UTC is a whole number of steps
+// throughout [from, to] (checked at both ends and at every change between
+// them, which time.Location gives by ZoneBounds).
+func onStep(loc *time.Location, from, to time.Time, step time.Duration) bool {
+	for t := from; ; {
+		_, off := t.In(loc).Zone()
+		if time.Duration(off)*time.Second%step != 0 {
+			return false
+		}
+		_, end := t.In(loc).ZoneBounds()
+		if end.IsZero() || !end.Before(to) {
+			return true
+		}
+		t = end
+	}
 }

@@ -117,6 +117,13 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"Progress", testProgress},
 		{"RollupDurable", testRollupDurable},
 		{"RollupExact", testRollupExact},
+		{"DimsPerDay", testDimsPerDay},
+		{"DimsResentOnce", testDimsResentOnce},
+		{"DimsWriters", testDimsWriters},
+		{"DimsExpiry", testDimsExpiry},
+		{"DimsYear", testDimsYear},
+		{"Top", testTop},
+		{"Uniques", testUniques},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := DefaultPlan

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // Memory is a Store in memory, written for plainness rather than speed:
@@ -23,7 +25,13 @@ type Memory struct {
 	marks    map[string]map[rollup.Mark]struct{} // by key
 	progress rollup.Progress
 	applied  map[string]uint64 // the last Seq applied, by Batch.Writer
+	dims     map[memDim]int64
+	uniqs    map[memDim]*hll.Sketch // by key and day
 	ops      Ops
+
+	// DimRetention is how long breakdowns are kept (Expire); zero:
+	// analytics.DefaultDimRetentionDays.
+	DimRetention time.Duration
 
 	// Fail, when set, is called before every write operation ("write",
 	// "apply", "advance") and fails it, applying nothing, when it returns
@@ -36,11 +44,19 @@ type Memory struct {
 // and progress update.
 type Ops struct {
 	Counts, Active, Marks, Rows, MarkDeletes, Advances int64
+	Dims                                               int64 // (link, day, dimension, value) counts
 }
 
 // Writes returns the sum of o's counts.
 func (o Ops) Writes() int64 {
-	return o.Counts + o.Active + o.Marks + o.Rows + o.MarkDeletes + o.Advances
+	return o.Counts + o.Active + o.Marks + o.Rows + o.MarkDeletes + o.Advances + o.Dims
+}
+
+type memDim struct {
+	key   string
+	dim   visitor.Dim
+	day   int64 // unix seconds
+	value string
 }
 
 type memSeries struct {
@@ -80,6 +96,7 @@ func NewMemory(plan *rollup.Plan) *Memory {
 	return &Memory{
 		plan: plan, series: map[memSeries]map[int64]*memCell{}, active: map[memQueue]*memKeys{},
 		marks: map[string]map[rollup.Mark]struct{}{}, progress: rollup.Progress{}, applied: map[string]uint64{},
+		dims: map[memDim]int64{}, uniqs: map[memDim]*hll.Sketch{},
 	}
 }
 
@@ -123,6 +140,11 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 			return err
 		}
 	}
+	for _, d := range b.Dims {
+		if err := checkDim(d); err != nil {
+			return err
+		}
+	}
 	if b.Writer != "" {
 		if b.FirstSeq() <= m.applied[b.Writer] {
 			return nil // applied already
@@ -133,9 +155,112 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 		cell := m.cell(c.Key, c.Step, c.Start)
 		cell.flushed = cell.flushed.Add(c.Visits)
 	}
+	for _, d := range b.Dims {
+		m.dims[memDim{d.Key, d.Dim, d.Day.Unix(), d.Value}] += d.N
+	}
+	for _, u := range b.Uniques {
+		k := memDim{key: u.Key, day: u.Day.Unix()}
+		if m.uniqs[k] == nil {
+			m.uniqs[k] = new(hll.Sketch)
+		}
+		if err := m.uniqs[k].MergeBinary(u.Sketch); err != nil {
+			return fmt.Errorf("memory: %q: %w", u.Key, err)
+		}
+	}
 	m.announce(b.Active, b.Marks)
 	m.ops.Counts += int64(len(b.Counts))
+	m.ops.Dims += int64(len(b.Dims))
 	return nil
+}
+
+// checkDim checks what every store checks of a DimCount: a dimension, a
+// day's start, a value.
+func checkDim(d analytics.DimCount) error {
+	switch {
+	case d.Dim > analytics.DimLink:
+		return fmt.Errorf("memory: %q: no dimension %d", d.Key, d.Dim)
+	case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
+		return fmt.Errorf("memory: %q: %v is not the start of a UTC day", d.Key, d.Day)
+	case d.Value == "":
+		return fmt.Errorf("memory: %q: an empty value of %v", d.Key, d.Dim)
+	}
+	return nil
+}
+
+// Dims implements analytics.DimSource.
+func (m *Memory) Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]analytics.DimValue, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: dims: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sums := map[string]int64{}
+	for k, n := range m.dims {
+		if k.key == key && k.dim == dim && k.day >= ceilDay(from) && k.day < ceilDay(to) {
+			sums[k.value] += n
+		}
+	}
+	var out []analytics.DimValue
+	for v, n := range sums {
+		if n != 0 {
+			out = append(out, analytics.DimValue{Value: v, Count: n})
+		}
+	}
+	return out, nil
+}
+
+// Uniques implements analytics.UniqueSource.
+func (m *Memory) Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: uniques: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sk := new(hll.Sketch)
+	for k, s := range m.uniqs {
+		if k.key == key && k.day >= ceilDay(from) && k.day < ceilDay(to) {
+			sk.Merge(s)
+		}
+	}
+	return sk, nil
+}
+
+// Top implements analytics.TopSource, by brute force.
+func (m *Memory) Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	vals, err := m.Dims(ctx, analytics.AllLinks, analytics.DimLink, from, to)
+	if err != nil {
+		return nil, err
+	}
+	analytics.SortDims(vals)
+	out := make([]analytics.TopLink, 0, min(n, len(vals)))
+	for _, v := range vals[:min(n, len(vals))] {
+		out = append(out, analytics.TopLink{Key: v.Value, Visits: v.Count})
+	}
+	return out, nil
+}
+
+// TopCounts implements analytics.TopSource.
+func (m *Memory) TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error) {
+	vals, err := m.Dims(ctx, analytics.AllLinks, analytics.DimLink, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		out[k] = 0
+	}
+	for _, v := range vals {
+		if _, ok := out[v.Value]; ok {
+			out[v.Value] = v.Count
+		}
+	}
+	return out, nil
+}
+
+// ceilDay returns the first UTC day start at or after t, in unix seconds.
+func ceilDay(t time.Time) int64 {
+	d := rollup.AlignUp(t, rollup.Day)
+	return d.Unix()
 }
 
 func (m *Memory) cell(key string, step time.Duration, start time.Time) *memCell {
@@ -312,6 +437,20 @@ func (m *Memory) Expire(now time.Time) error {
 			if t.Expires() && !time.Unix(start, 0).Add(t.Step+t.Retention).After(now) {
 				delete(cells, start)
 			}
+		}
+	}
+	keep := m.DimRetention
+	if keep == 0 {
+		keep = analytics.DefaultDimRetentionDays * rollup.Day
+	}
+	for k := range m.dims {
+		if !time.Unix(k.day, 0).Add(rollup.Day + keep).After(now) {
+			delete(m.dims, k)
+		}
+	}
+	for k := range m.uniqs {
+		if !time.Unix(k.day, 0).Add(rollup.Day + keep).After(now) {
+			delete(m.uniqs, k)
 		}
 	}
 	return nil

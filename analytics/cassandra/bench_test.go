@@ -17,7 +17,21 @@ import (
 // store's own work (state, statements, collection), not the network.
 type nopBackend struct{}
 
-func (nopBackend) writePoint(context.Context, pointRow) error { return nil }
+func (nopBackend) writePoint(context.Context, pointRow) error           { return nil }
+func (nopBackend) writeLink(context.Context, []dimRow, []uniqRow) error { return nil }
+func (nopBackend) writeTop(context.Context, []topRow) error             { return nil }
+func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, time.Time) ([]uniqRow, error) {
+	return nil, nil
+}
+func (nopBackend) readTop(context.Context, time.Time, int) ([]topRow, error) {
+	return nil, nil
+}
+func (nopBackend) readTopLink(context.Context, time.Time, int, string) ([]topRow, error) {
+	return nil, nil
+}
+func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, time.Time) ([]dimReadRow, error) {
+	return nil, nil
+}
 func (nopBackend) readPoints(context.Context, string, string, time.Time, time.Time, time.Time) ([]analytics.Point, error) {
 	return nil, nil
 }

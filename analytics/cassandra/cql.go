@@ -40,6 +40,24 @@ type backend interface {
 	writeProgress(ctx context.Context, step int, done time.Time) error
 	// readProgress returns every queue's progress.
 	readProgress(ctx context.Context) (rollup.Progress, error)
+	// writeLink overwrites rows of the dims table (each with its ttl and
+	// ts) and of the uniques table (each USING TIMESTAMP its value) of
+	// one partition key (link, bucket), which the two tables share, in
+	// one statement: a batch when there are several rows.
+	writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error
+	// readDims returns the rows of one partition of the dims table of one
+	// dimension whose day is in [from, to).
+	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
+	// writeTop overwrites rows of top_days of one partition (day, shard).
+	writeTop(ctx context.Context, rows []topRow) error
+	// readTop returns the rows of one partition of top_days.
+	readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error)
+	// readTopLink returns the rows of one link in a partition of
+	// top_days (one per writer generation).
+	readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error)
+	// readUniques returns the registers of one partition of the uniques
+	// table whose day is in [from, to).
+	readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error)
 	// lease takes the rollup lease for holder, or renews it when holder
 	// holds it, for ttl seconds, and reports whether holder holds it:
 	// lightweight transactions.
@@ -105,7 +123,10 @@ type cqlBackend struct {
 	insertActive, selectActive,
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
-	takeLease, renewLease string
+	takeLease, renewLease,
+	insertDim, selectDims,
+	insertTop, selectTop, selectTopLink,
+	insertUniq, selectUniqs string
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.SerialConsistency) *cqlBackend {
@@ -122,6 +143,13 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 		selectProgress: fmt.Sprintf(selectProgressCQL, ks),
 		takeLease:      fmt.Sprintf(takeLeaseCQL, ks),
 		renewLease:     fmt.Sprintf(renewLeaseCQL, ks),
+		insertDim:      fmt.Sprintf(insertDimCQL, ks),
+		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
+		insertTop:      fmt.Sprintf(insertTopCQL, ks),
+		selectTop:      fmt.Sprintf(selectTopCQL, ks),
+		selectTopLink:  fmt.Sprintf(selectTopLinkCQL, ks),
+		insertUniq:     fmt.Sprintf(insertUniqCQL, ks),
+		selectUniqs:    fmt.Sprintf(selectUniqsCQL, ks),
 	}
 	for _, t := range tiers {
 		table := pointsTable(t)

@@ -29,6 +29,9 @@ type fakeDB struct {
 	active   map[fakeQueue]map[string]time.Time // key → expiry
 	marks    map[string]map[fakeMarkKey]fakeMark
 	progress map[int]fakeProgress
+	dims     map[fakeDimPart]map[fakeDimRow]fakeCell
+	top      map[fakeTopPart]map[fakeTopRow]fakeCell
+	uniqs    map[fakeDimPart]map[[2]int64]fakeCell // (day µs, reg) → rho
 	holder   gocql.UUID
 	leaseEnd time.Time
 	late     []func() // duplicates to apply later (applyLate)
@@ -68,6 +71,149 @@ type fakeCell struct {
 	dead    bool      // a tombstone
 }
 
+type fakeDimPart struct {
+	key    string
+	bucket int64
+}
+
+type fakeDimRow struct {
+	dim    int
+	day    int64
+	value  string
+	writer gocql.UUID
+}
+
+func (db *fakeDB) writeLink(ctx context.Context, rows []dimRow, regs []uniqRow) error {
+	key, bucket := "", time.Time{}
+	if len(rows) > 0 {
+		key, bucket = rows[0].key, rows[0].bucket
+	} else {
+		key, bucket = regs[0].key, regs[0].bucket
+	}
+	for _, r := range regs {
+		if r.ttl <= 0 || r.key != key || !r.bucket.Equal(bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+			panic("fake: a register without TTL, or a batch across partitions")
+		}
+	}
+	for _, r := range rows {
+		if r.ttl <= 0 || r.ts <= 0 {
+			panic("fake: a breakdown row without TTL or timestamp")
+		}
+		if r.key != key || !r.bucket.Equal(bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+			panic("fake: a batch of breakdowns across partitions, or in the wrong one")
+		}
+	}
+	// A batch of one partition key is one mutation: all of it or none.
+	return db.do(ctx, "dims", func() {
+		pk := fakeDimPart{key, bucket.UnixMicro()}
+		if db.dims[pk] == nil {
+			db.dims[pk] = map[fakeDimRow]fakeCell{}
+		}
+		if db.uniqs[pk] == nil {
+			db.uniqs[pk] = map[[2]int64]fakeCell{}
+		}
+		for _, r := range regs {
+			k := [2]int64{r.day.UnixMicro(), int64(r.reg)}
+			c, exists := db.uniqs[pk][k]
+			db.uniqs[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: int64(r.rho)}, ts: int64(r.rho), expires: db.expiry(r.ttl)})
+		}
+		for _, r := range rows {
+			k := fakeDimRow{r.dim, r.day.UnixMicro(), r.value, r.writer}
+			c, exists := db.dims[pk][k]
+			db.dims[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+		}
+	})
+}
+
+func (db *fakeDB) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	db.partitionsRead++
+	var out []dimReadRow
+	for k, c := range db.dims[fakeDimPart{key, bucket.UnixMicro()}] {
+		if k.dim == dim && k.day >= from.UnixMicro() && k.day < to.UnixMicro() && !c.dead && db.live(c.expires) {
+			out = append(out, dimReadRow{day: time.UnixMicro(k.day).UTC(), value: k.value, writer: k.writer, count: c.v.Human})
+		}
+	}
+	return out, nil
+}
+
+type fakeTopPart struct {
+	day   int64
+	shard int
+}
+
+type fakeTopRow struct {
+	key    string
+	writer gocql.UUID
+}
+
+func (db *fakeDB) writeTop(ctx context.Context, rows []topRow) error {
+	p := fakeTopPart{rows[0].day.UnixMicro(), rows[0].shard}
+	for _, r := range rows {
+		if r.ttl <= 0 || r.ts <= 0 || (fakeTopPart{r.day.UnixMicro(), r.shard}) != p || shardOf(r.key) != r.shard {
+			panic("fake: a top row without TTL or timestamp, or a batch across partitions")
+		}
+	}
+	return db.do(ctx, "top", func() {
+		if db.top[p] == nil {
+			db.top[p] = map[fakeTopRow]fakeCell{}
+		}
+		for _, r := range rows {
+			k := fakeTopRow{r.key, r.writer}
+			c, exists := db.top[p][k]
+			db.top[p][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+		}
+	})
+}
+
+func (db *fakeDB) readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []topRow
+	for k, c := range db.top[fakeTopPart{day.UnixMicro(), shard}] {
+		if !c.dead && db.live(c.expires) {
+			out = append(out, topRow{key: k.key, count: c.v.Human})
+		}
+	}
+	return out, nil
+}
+
+func (db *fakeDB) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []uniqRow
+	for k, c := range db.uniqs[fakeDimPart{key, bucket.UnixMicro()}] {
+		if k[0] >= from.UnixMicro() && k[0] < to.UnixMicro() && !c.dead && db.live(c.expires) {
+			out = append(out, uniqRow{reg: int(k[1]), rho: int(c.v.Human)})
+		}
+	}
+	return out, nil
+}
+
+func (db *fakeDB) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
+	rows, err := db.readTop(ctx, day, shard)
+	var out []topRow
+	for _, r := range rows {
+		if r.key == key {
+			out = append(out, r)
+		}
+	}
+	return out, err
+}
+
 type fakeQueue struct {
 	step   int
 	period int64
@@ -96,7 +242,8 @@ var errFault = errors.New("fake: injected fault (timeout)")
 
 func newFakeDB(now time.Time) *fakeDB {
 	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
-		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}}
+		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{},
+		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}, uniqs: map[fakeDimPart]map[[2]int64]fakeCell{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.

@@ -151,6 +151,9 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 			keyspace, pointsTable(total), columns, rollup.FormatDuration(total.Step)))
 	}
 	stmts = append(stmts,
+		dimsSchema(keyspace),
+		topSchema(keyspace),
+		uniquesSchema(keyspace),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_active (
     step      int,
     period    timestamp,

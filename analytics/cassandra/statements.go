@@ -23,17 +23,22 @@ type Statements struct {
 	MarkDeletes int64 // marks deleted once processed
 	Progress    int64 // rollup_progress rows written
 	Leases      int64 // lease transactions (each one or two LWTs)
+	Dims        int64 // breakdown rows written
+	Uniques     int64 // sketch registers written
+	LinkSent    int64 // statements that wrote them: per link and partition, batches of up to maxLinkBatch rows of both
+	Top         int64 // top_days rows written: a link's human visits of a day
+	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxActiveBatch rows
 	Reads       int64 // SELECTs of any table
 }
 
 // Writes returns the statements that write: all but Reads and Leases.
 func (s Statements) Writes() int64 {
-	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress
+	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent
 }
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads atomic.Int64
+	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
@@ -42,6 +47,7 @@ func (s *Store) Statements() Statements {
 	return Statements{
 		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
+		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
 	}
 }
 

@@ -191,6 +191,8 @@ type Store struct {
 	stmts statements
 
 	wmu sync.Mutex // serializes Write
+
+	dimRetention atomic.Int64 // how long breakdowns are kept, ns
 }
 
 // writerSpace is the namespace of the batch writer ids (the name-based
@@ -292,6 +294,7 @@ func newStore(plan *rollup.Plan, log *slog.Logger) *Store {
 	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
+	s.dimRetention.Store(int64(analytics.DefaultDimRetentionDays * rollup.Day))
 	return s
 }
 
@@ -472,6 +475,11 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err != nil {
 		return err
 	}
+	lops, err := s.prepareLinks(b)
+	if err != nil {
+		return err
+	}
+	ops = append(ops, lops...)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if be, err = s.backend(); err != nil {

@@ -58,6 +58,14 @@ func (s *Store) Expire(now time.Time) error {
 	if err := s.expireRollup(now); err != nil {
 		return fmt.Errorf("pebble: expire: %w", err)
 	}
+	if err := s.expireTop(now); err != nil {
+		return fmt.Errorf("pebble: expire top: %w", err)
+	}
+	if n, err := s.expireDims(now); err != nil {
+		return fmt.Errorf("pebble: expire breakdowns: %w", err)
+	} else {
+		total += n
+	}
 	s.log.Debug("expired buckets", "now", now, "buckets", total)
 	return nil
 }

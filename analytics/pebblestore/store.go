@@ -82,6 +82,9 @@ type Store struct {
 	// expiring serializes Expire calls.
 	expiring sync.Mutex
 
+	// dimRetention is how long breakdowns are kept, in nanoseconds.
+	dimRetention atomic.Int64
+
 	// stopExpiry ends the background opening (Start) and expiry (Open,
 	// Start); expiryDone is closed when they have returned. Both nil for a
 	// store opened without them.
@@ -288,6 +291,7 @@ func newStore(path string, fs vfs.FS, plan *rollup.Plan, log *slog.Logger) *Stor
 	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
+	s.dimRetention.Store(int64(DefaultDimRetention))
 	return s
 }
 

@@ -36,7 +36,7 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	wb := s.db.NewBatchWithSize(len(b.Counts)*64 + len(b.Active)*32 + len(b.Marks)*48)
+	wb := s.db.NewBatchWithSize(len(b.Counts)*64 + len(b.Active)*32 + len(b.Marks)*48 + len(b.Dims)*48)
 	defer wb.Close()
 	var k, v []byte
 	for _, c := range b.Counts {
@@ -55,6 +55,9 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 		if err := wb.Set(k, nil, nil); err != nil {
 			return fmt.Errorf("pebble: write: %w", err)
 		}
+	}
+	if err := addDims(wb, b.Dims); err != nil {
+		return fmt.Errorf("pebble: write: %w", err)
 	}
 	if err := s.addRollup(wb, b.Active, b.Marks); err != nil {
 		return fmt.Errorf("pebble: write: %w", err)
@@ -80,6 +83,14 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 		}
 		if err := wb.Set(k, binary.BigEndian.AppendUint64(nil, b.Seq), nil); err != nil {
 			return fmt.Errorf("pebble: write: %w", err)
+		}
+	}
+	if err := s.addUniques(wb, b.Uniques); err != nil {
+		return fmt.Errorf("pebble: write: uniques: %w", err)
+	}
+	if deltas := topDeltas(b.Dims); deltas != nil {
+		if err := s.addTop(wb, deltas); err != nil {
+			return fmt.Errorf("pebble: write: top: %w", err)
 		}
 	}
 	if err := s.commitBatch(wb, pebble.Sync); err != nil {

@@ -39,7 +39,7 @@ admin:
 upstream:
   targets: [%s]
   dial_timeout: 500ms
-  response_header_timeout: 1s
+  response_header_timeout: 10s # the machine's load must not turn a slow answer into a 504
   health_check: {path: /healthz, interval: 100ms}
 analytics:
   enabled: false

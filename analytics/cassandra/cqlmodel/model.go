@@ -193,6 +193,7 @@ func bindTypes(q string) []Col {
 		"short_key": TypeVarchar, "bucket": TypeTimestamp, "start": TypeTimestamp, "writer": TypeUUID,
 		"human": TypeBigint, "bot": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
 		"id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "holder": TypeUUID, "name": TypeVarchar,
+		"dim": TypeInt, "day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt,
 	}
 	var cols []Col
 	rest := q
@@ -229,6 +230,7 @@ func bindTypes(q string) []Col {
 var resultTypes = map[string]uint16{
 	"start": TypeTimestamp, "writer": TypeUUID, "human": TypeBigint, "bot": TypeBigint,
 	"step": TypeInt, "id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "short_key": TypeVarchar,
+	"day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt,
 }
 
 // SelectCols returns the columns a SELECT of the Store's returns.

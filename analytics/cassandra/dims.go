@@ -1,0 +1,282 @@
+package cassandra
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
+)
+
+// Breakdowns
+//
+// The dims table keeps, per link, UTC day, dimension and value, one row per
+// writer generation (analytics.DimCount): the writer's cumulative count, a
+// plain INSERT written USING TIMESTAMP the batch's At, which grows with the
+// batch's Seq, so that the newest cumulative count wins whatever order the
+// copies land in: a retry, a resend, a journal replayed by another process
+// after a crash, or an older batch arriving late write the same or an
+// older value, never a sum. Readers add up the writers. A partition is a
+// link's 366 days (as the day tier's), so a year's breakdown reads at most
+// two; rows expire (USING TTL) the dimension retention after their day.
+// The values of one link changed in a flush are one unlogged batch of one
+// partition (up to maxLinkBatch rows), with its sketch's registers, whose
+// table shares the partition key: the statements of a flush are about the
+// links whose breakdowns changed, the rows the (link, dimension, value)s.
+
+// dimSpan is the time a partition of the dims table covers.
+const dimSpan = 366 * rollup.Day
+
+// maxLinkBatch bounds the rows of one batch of a link's breakdowns and
+// sketch registers: 40 values of at most 100 bytes, or 100 registers of a
+// few bytes, keep it under Cassandra's default batch size warning (5 KB).
+const maxLinkBatch = 40
+
+type dimRow struct {
+	key    string
+	bucket time.Time
+	dim    int
+	day    time.Time
+	value  string
+	writer gocql.UUID
+	count  int64
+	ttl    int
+	ts     int64 // µs
+}
+
+// dimReadRow is a row read back.
+type dimReadRow struct {
+	day    time.Time
+	value  string
+	writer gocql.UUID
+	count  int64
+}
+
+// dimWriter returns the writer id of the rows of writer's generation gen:
+// a version 5 UUID, the same in every process.
+func dimWriter(writer string, gen uint64) gocql.UUID {
+	h := sha1.New()
+	h.Write(writerSpace[:])
+	h.Write([]byte("dims"))
+	h.Write(binary.AppendUvarint(nil, uint64(len(writer))))
+	h.Write([]byte(writer))
+	h.Write(binary.BigEndian.AppendUint64(nil, gen))
+	var u gocql.UUID
+	copy(u[:], h.Sum(nil))
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// SetDimRetention sets how long breakdowns are kept after their day
+// (analytics.dimensions.retention_days): their rows' TTL.
+func (s *Store) SetDimRetention(d time.Duration) {
+	if d > 0 {
+		s.dimRetention.Store(int64(d))
+	}
+}
+
+// dimRows returns the rows of b's breakdowns (DimLink's go to top_days:
+// prepareTop).
+func (s *Store) dimRows(b analytics.Batch) ([]dimRow, error) {
+	anon := gocql.MustRandomUUID()
+	keep := time.Duration(s.dimRetention.Load())
+	ts := b.At.UnixMicro()
+	var rows []dimRow
+	for _, d := range b.Dims {
+		if d.Dim == analytics.DimLink {
+			continue
+		}
+		switch {
+		case d.Dim > analytics.DimLink:
+			return nil, fmt.Errorf("cassandra: write: %q: no dimension %d", d.Key, d.Dim)
+		case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
+			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a UTC day", d.Key, d.Day)
+		case d.Value == "":
+			return nil, fmt.Errorf("cassandra: write: %q: an empty value of %v", d.Key, d.Dim)
+		}
+		r := dimRow{key: d.Key, bucket: partitionOf(d.Day.UTC(), dimSpan), dim: int(d.Dim), day: d.Day.UTC(), value: d.Value,
+			writer: anon, count: d.N, ts: ts, ttl: ttlOf(d.Day.Add(rollup.Day + keep).Sub(b.At))}
+		if b.Writer != "" {
+			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
+		}
+		if r.ttl > 0 && r.count != 0 {
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// linkPart is what a batch writes to one partition (link, 366 days) of
+// the dims and uniques tables, which share their partition key: one
+// mutation on each replica.
+type linkPart struct {
+	key    string
+	bucket time.Time
+	dims   []dimRow
+	regs   []uniqRow
+}
+
+// prepareLinks returns the statements that write b's breakdowns and
+// sketches: per link and partition, its rows of both tables in unlogged
+// batches of up to maxLinkBatch, so that a link visited in a flush costs
+// one statement for both, and its top-list row (prepareTop).
+func (s *Store) prepareLinks(b analytics.Batch) ([]op, error) {
+	dims, err := s.dimRows(b)
+	if err != nil {
+		return nil, err
+	}
+	regs, err := s.uniqRows(b)
+	if err != nil {
+		return nil, err
+	}
+	type pk struct {
+		key    string
+		bucket int64
+	}
+	parts := map[pk]*linkPart{}
+	var order []*linkPart
+	part := func(key string, bucket time.Time) *linkPart {
+		k := pk{key, bucket.Unix()}
+		p := parts[k]
+		if p == nil {
+			p = &linkPart{key: key, bucket: bucket}
+			parts[k] = p
+			order = append(order, p)
+		}
+		return p
+	}
+	for _, r := range dims {
+		p := part(r.key, r.bucket)
+		p.dims = append(p.dims, r)
+	}
+	for _, r := range regs {
+		p := part(r.key, r.bucket)
+		p.regs = append(p.regs, r)
+	}
+	var ops []op
+	for _, p := range order {
+		ds, rs := p.dims, p.regs
+		for len(ds)+len(rs) > 0 {
+			nd := min(len(ds), maxLinkBatch)
+			nr := min(len(rs), maxLinkBatch-nd)
+			d, r := ds[:nd:nd], rs[:nr:nr]
+			ds, rs = ds[nd:], rs[nr:]
+			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLink(ctx, d, r) })
+		}
+	}
+	return append(ops, s.prepareTop(b)...), nil
+}
+
+// Dims implements analytics.DimSource: one read per partition of the
+// range (at most two for a year), the writers' rows added up.
+func (s *Store) Dims(ctx context.Context, key string, dim visitor.Dim, from, to time.Time) ([]analytics.DimValue, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: dims: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
+	keep := time.Duration(s.dimRetention.Load())
+	if now := s.now().UTC(); lo.Before(now.Add(-keep - 2*rollup.Day)) {
+		lo = rollup.Align(now.Add(-keep-2*rollup.Day), rollup.Day) // nothing older is kept
+	}
+	if !lo.Before(hi) {
+		return nil, nil
+	}
+	sums := map[string]int64{}
+	for p := partitionOf(lo, dimSpan); p.Before(hi); p = p.Add(dimSpan) {
+		rows, err := be.readDims(ctx, key, p, int(dim), latest(lo, p), earliest(hi, p.Add(dimSpan)))
+		if err != nil {
+			return nil, fmt.Errorf("cassandra: dims: %w", err)
+		}
+		for _, r := range rows {
+			sums[r.value] += r.count
+		}
+	}
+	out := make([]analytics.DimValue, 0, len(sums))
+	for v, n := range sums {
+		if n != 0 {
+			out = append(out, analytics.DimValue{Value: v, Count: n})
+		}
+	}
+	return out, nil
+}
+
+const (
+	insertDimCQL  = `INSERT INTO %s.dims (short_key, bucket, dim, day, value, writer, visits) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectDimsCQL = `SELECT day, value, writer, visits FROM %s.dims WHERE short_key = ? AND bucket = ? AND dim = ? AND day >= ? AND day < ?`
+)
+
+func (b *cqlBackend) writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error {
+	dimArgs := func(r dimRow) []any {
+		return []any{r.key, r.bucket, r.dim, r.day, r.value, r.writer, r.count, r.ttl, r.ts}
+	}
+	if len(dims) == 1 && len(regs) == 0 {
+		return b.s.Query(b.insertDim, dimArgs(dims[0])...).WithContext(ctx).Idempotent(true).Exec()
+	}
+	if len(dims) == 0 && len(regs) == 1 {
+		return b.s.Query(b.insertUniq, uniqArgs(regs[0])...).WithContext(ctx).Idempotent(true).Exec()
+	}
+	// An unlogged batch of one partition key, over the two tables that
+	// share it: one mutation on each replica.
+	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	for _, r := range dims {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: dimArgs(r), Idempotent: true})
+	}
+	for _, r := range regs {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertUniq, Args: uniqArgs(r), Idempotent: true})
+	}
+	return b.s.ExecuteBatch(batch)
+}
+
+func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	it := b.s.Query(b.selectDims, key, bucket, dim, from, to).WithContext(ctx).Idempotent(true).Iter()
+	var out []dimReadRow
+	var r dimReadRow
+	for it.Scan(&r.day, &r.value, &r.writer, &r.count) {
+		r.day = r.day.UTC()
+		out = append(out, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b counted) writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error {
+	b.c.dims.Add(int64(len(dims)))
+	b.c.uniques.Add(int64(len(regs)))
+	b.c.linkSent.Add(1)
+	return b.be.writeLink(ctx, dims, regs)
+}
+
+func (b counted) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	b.c.reads.Add(1)
+	return b.be.readDims(ctx, key, bucket, dim, from, to)
+}
+
+// dimsSchema returns the CQL that creates the dims table.
+func dimsSchema(keyspace string) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.dims (
+    short_key text,
+    bucket    timestamp,
+    dim       int,
+    day       timestamp,
+    value     text,
+    writer    uuid,
+    visits    bigint,
+    PRIMARY KEY ((short_key, bucket), dim, day, value, writer)
+) WITH CLUSTERING ORDER BY (dim ASC, day ASC, value ASC, writer ASC)
+    AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
+    AND gc_grace_seconds = 10800
+    AND comment = 'visits per link, UTC day, dimension (0 referrer, 1 source, 2 country, 3 device, 4 browser, 5 os) and value; one row per writer generation holding its cumulative count, written USING TIMESTAMP the batch time; partition = 366 days; USING TTL'`, keyspace)
+}

@@ -1,0 +1,127 @@
+package cassandra
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// Unique visitors
+//
+// A sketch's registers are rows of the uniques table, one per (link, day,
+// register), its value written USING TIMESTAMP the value itself: the
+// largest value offered for a register wins whatever order the writes land
+// in, which is exactly a sketch's merge (each register's maximum), across
+// retries, replays and every gateway of a fleet, with no writer id and no
+// state. (Such timestamps are a few microseconds after 1970, so the table
+// uses LeveledCompactionStrategy, not the time windows of the others; its
+// rows expire by TTL, which does not depend on the timestamp.) A flush
+// writes the registers its sketches set, a link's in unlogged batches of
+// up to maxLinkBatch with its breakdowns (the tables share their partition
+// key); a read merges the rows of the range's days.
+
+const (
+	insertUniqCQL  = `INSERT INTO %s.uniques (short_key, bucket, day, reg, rho) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectUniqsCQL = `SELECT reg, rho FROM %s.uniques WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
+)
+
+type uniqRow struct {
+	key         string
+	bucket, day time.Time
+	reg, rho    int
+	ttl         int
+}
+
+// uniqRows returns the registers of b's sketches as rows.
+func (s *Store) uniqRows(b analytics.Batch) ([]uniqRow, error) {
+	keep := time.Duration(s.dimRetention.Load())
+	var rows []uniqRow
+	for _, u := range b.Uniques {
+		if !rollup.Align(u.Day, rollup.Day).Equal(u.Day) {
+			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a UTC day", u.Key, u.Day)
+		}
+		var sk hll.Sketch
+		if err := sk.MergeBinary(u.Sketch); err != nil {
+			return nil, fmt.Errorf("cassandra: write: %q: %w", u.Key, err)
+		}
+		ttl := ttlOf(u.Day.Add(rollup.Day + keep).Sub(b.At))
+		if ttl <= 0 {
+			continue
+		}
+		day := u.Day.UTC()
+		sk.Each(func(idx uint16, rho uint8) {
+			rows = append(rows, uniqRow{u.Key, partitionOf(day, dimSpan), day, int(idx), int(rho), ttl})
+		})
+	}
+	return rows, nil
+}
+
+// Uniques implements analytics.UniqueSource.
+func (s *Store) Uniques(ctx context.Context, key string, from, to time.Time) (*hll.Sketch, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: uniques: %w", err)
+	}
+	be, err := s.backend()
+	if err != nil {
+		return nil, err
+	}
+	sk := new(hll.Sketch)
+	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
+	keep := time.Duration(s.dimRetention.Load())
+	if now := s.now().UTC(); lo.Before(now.Add(-keep - 2*rollup.Day)) {
+		lo = rollup.Align(now.Add(-keep-2*rollup.Day), rollup.Day)
+	}
+	for p := partitionOf(lo, dimSpan); p.Before(hi); p = p.Add(dimSpan) {
+		regs, err := be.readUniques(ctx, key, p, latest(lo, p), earliest(hi, p.Add(dimSpan)))
+		if err != nil {
+			return nil, fmt.Errorf("cassandra: uniques: %w", err)
+		}
+		for _, r := range regs {
+			if r.reg >= 0 && r.reg < hll.M && r.rho > 0 && r.rho <= 64 {
+				sk.Set(uint16(r.reg), uint8(r.rho))
+			}
+		}
+	}
+	return sk, nil
+}
+
+// uniqArgs are the values of a register's insert: written USING
+// TIMESTAMP its value.
+func uniqArgs(r uniqRow) []any {
+	return []any{r.key, r.bucket, r.day, r.reg, r.rho, r.ttl, int64(r.rho)}
+}
+
+func (b *cqlBackend) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
+	it := b.s.Query(b.selectUniqs, key, bucket, from, to).WithContext(ctx).Idempotent(true).Iter()
+	var out []uniqRow
+	var r uniqRow
+	for it.Scan(&r.reg, &r.rho) {
+		out = append(out, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b counted) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
+	b.c.reads.Add(1)
+	return b.be.readUniques(ctx, key, bucket, from, to)
+}
+
+func uniquesSchema(keyspace string) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.uniques (
+    short_key text,
+    bucket    timestamp,
+    day       timestamp,
+    reg       int,
+    rho       int,
+    PRIMARY KEY ((short_key, bucket), day, reg)
+) WITH compaction = {'class': 'LeveledCompactionStrategy'}
+    AND gc_grace_seconds = 10800
+    AND comment = 'unique visitors: the HyperLogLog registers of a link per UTC day, each written USING TIMESTAMP its value so that the largest wins; partition = 366 days; USING TTL'`, keyspace)
+}

@@ -1,0 +1,279 @@
+package analytics
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/visitor"
+)
+
+// Dimensions
+//
+// A visit's features (package visitor) are counted per link, UTC day,
+// dimension and value, in memory by the Recorder (at most max_values
+// values of a dimension per link entry and interval, the others as
+// visitor.Other) and flushed with the visits, as Batch.Dims. The flusher
+// keeps, per (link, day, dimension), the values this process has written
+// today and yesterday and their cumulative counts (dimState): the cap of
+// max_values values per (link, day, dimension) is applied there, for the
+// whole day, and each DimCount carries the cumulative count that a store
+// keeping one row per writer overwrites (see DimCount).
+
+// dimPendKey is one value of a dimension of a link on a day, on its way to
+// a Batch.
+type dimPendKey struct {
+	key   string
+	day   int32
+	dim   visitor.Dim
+	value string
+}
+
+// addDims adds the dimensions of a swap's snapshot to p: each link's, added
+// to all links' too, and those of visits not tracked per link.
+func (p *pending) addDims(s snapshot) {
+	for _, links := range s.links {
+		for key, e := range links {
+			if e.dims == nil {
+				continue
+			}
+			for d, list := range e.dims {
+				for _, c := range list {
+					p.addDim(dimPendKey{key, c.day, visitor.Dim(d), c.value}, c.n)
+					p.addDim(dimPendKey{AllLinks, c.day, visitor.Dim(d), c.value}, c.n)
+				}
+			}
+		}
+	}
+	for _, m := range s.allDims {
+		for k, n := range m {
+			p.addDim(dimPendKey{AllLinks, k.day, k.dim, k.value}, n)
+		}
+	}
+	// Every link's human visits per day, as DimLink of all links.
+	for _, links := range s.links {
+		for key, e := range links {
+			e.each(func(c minuteCount) {
+				if c.Human != 0 {
+					p.addDim(dimPendKey{AllLinks, int32(floorDiv(c.minute, 1440)), DimLink, key}, c.Human)
+				}
+			})
+		}
+	}
+}
+
+func (p *pending) addDim(k dimPendKey, n int64) {
+	if p.dims == nil {
+		p.dims = make(map[dimPendKey]int64)
+	}
+	p.dims[k] += n
+}
+
+// dimStateMaxBytes bounds the memory of a Flusher's dimState: 64 MiB,
+// about 600,000 (link, day, dimension, value) entries with keys of 20
+// bytes. Past it the state is forgotten whole and a new generation begins
+// (the cap of values then starts again for the day).
+const dimStateMaxBytes = 64 << 20
+
+// dimDayKey is a link's dimension on a day.
+type dimDayKey struct {
+	key string
+	day int32
+	dim visitor.Dim
+}
+
+// dimDay is what a Flusher has written of one (link, day, dimension): its
+// values' cumulative counts in generation gen.
+type dimDay struct {
+	gen  uint64
+	vals map[string]int64
+}
+
+// dimState is a Flusher's dimDays. Guarded by the Flusher's mu.
+type dimState struct {
+	m      map[dimDayKey]*dimDay
+	bytes  int64
+	gen    uint64 // the generation new entries get
+	oldest int32  // no entry is of a day before it
+}
+
+const dimDayOverhead = 160 // an entry: its map slot, struct and map of values
+const dimValueOverhead = 48
+
+// batch returns p's dimensions as DimCounts for a batch made on the UTC
+// day today, with values past maxValues per (link, day, dimension) as
+// visitor.Other, sorted by link, dimension, day and value; it updates the
+// cumulative counts.
+func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []DimCount {
+	if len(p) == 0 {
+		return nil
+	}
+	if st.m == nil {
+		st.m = make(map[dimDayKey]*dimDay)
+	}
+	// Forget days before yesterday: a later count for them starts a new
+	// generation of their rows.
+	if keep := today - 1; st.oldest < keep {
+		forgot := false
+		for k := range st.m {
+			if k.day < keep {
+				st.drop(k)
+				forgot = true
+			}
+		}
+		if forgot {
+			st.gen++
+		}
+		st.oldest = keep
+	}
+	if st.bytes > dimStateMaxBytes {
+		clear(st.m)
+		st.bytes = 0
+		st.gen++
+	}
+	keys := make([]dimPendKey, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b dimPendKey) int {
+		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.dim, b.dim), cmp.Compare(a.day, b.day),
+			strings.Compare(a.value, b.value))
+	})
+	type outKey struct {
+		dk    dimDayKey
+		value string
+	}
+	agg := make(map[outKey]int64, len(keys))
+	order := make([]outKey, 0, len(keys))
+	for _, k := range keys {
+		dk := dimDayKey{k.key, k.day, k.dim}
+		dd := st.m[dk]
+		if dd == nil {
+			dd = &dimDay{gen: st.gen, vals: make(map[string]int64, 1)}
+			st.m[dk] = dd
+			st.bytes += int64(len(k.key)) + dimDayOverhead
+			st.oldest = min(st.oldest, k.day)
+		}
+		v := k.value
+		if _, ok := dd.vals[v]; !ok {
+			if v != visitor.Other && k.dim != DimLink && len(dd.vals)-hasOther(dd) >= maxValues {
+				v = visitor.Other
+			}
+			if _, ok := dd.vals[v]; !ok {
+				st.bytes += int64(len(v)) + dimValueOverhead
+			}
+		}
+		dd.vals[v] += p[k]
+		ok := outKey{dk, v}
+		if _, seen := agg[ok]; !seen {
+			order = append(order, ok)
+		}
+		agg[ok] += p[k]
+	}
+	out := make([]DimCount, 0, len(order))
+	for _, ok := range order {
+		dd := st.m[ok.dk]
+		out = append(out, DimCount{Key: ok.dk.key, Day: time.Unix(int64(ok.dk.day)*86400, 0).UTC(), Dim: ok.dk.dim,
+			Value: ok.value, N: agg[ok], Cum: dd.vals[ok.value], Gen: dd.gen})
+	}
+	// Other sorts among the values, not where the cap put it.
+	slices.SortFunc(out, compareDims)
+	return out
+}
+
+func hasOther(dd *dimDay) int {
+	if _, ok := dd.vals[visitor.Other]; ok {
+		return 1
+	}
+	return 0
+}
+
+func (st *dimState) drop(k dimDayKey) {
+	dd := st.m[k]
+	st.bytes -= int64(len(k.key)) + dimDayOverhead
+	for v := range dd.vals {
+		st.bytes -= int64(len(v)) + dimValueOverhead
+	}
+	delete(st.m, k)
+}
+
+// compareDims orders DimCounts by link, dimension, day and value.
+func compareDims(a, b DimCount) int {
+	return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Dim, b.Dim), a.Day.Compare(b.Day), strings.Compare(a.Value, b.Value))
+}
+
+// unixDay returns t's UTC day as Unix seconds / 86400.
+func unixDay(t time.Time) int32 { return int32(floorDiv(t.Unix(), 86400)) }
+
+// sumDims adds up values: the DimValues of vs with the same value, sorted
+// by count, largest first, then by value.
+func sumDims(vs []DimValue) []DimValue {
+	m := make(map[string]int64, len(vs))
+	for _, v := range vs {
+		m[v.Value] += v.Count
+	}
+	out := make([]DimValue, 0, len(m))
+	for v, n := range m {
+		if n != 0 {
+			out = append(out, DimValue{v, n})
+		}
+	}
+	SortDims(out)
+	return out
+}
+
+// SortDims sorts values by count, largest first, then by value.
+func SortDims(vs []DimValue) {
+	slices.SortFunc(vs, func(a, b DimValue) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Value, b.Value))
+	})
+}
+
+// uniqKey is a link's day, for its sketch of unique visitors.
+type uniqKey struct {
+	key string
+	day int32
+}
+
+// addUniques merges the visitor sketches of a swap's snapshot into p.
+func (p *pending) addUniques(s snapshot) {
+	for _, links := range s.links {
+		for key, e := range links {
+			for i := range e.uniq {
+				p.uniq(key, e.uniq[i].day).Merge(&e.uniq[i].sk)
+				p.uniq(AllLinks, e.uniq[i].day).Merge(&e.uniq[i].sk)
+			}
+		}
+	}
+	for i := range s.allUniq {
+		p.uniq(AllLinks, s.allUniq[i].day).Merge(&s.allUniq[i].sk)
+	}
+}
+
+func (p *pending) uniq(key string, day int32) *hll.Sketch {
+	if p.uniqs == nil {
+		p.uniqs = make(map[uniqKey]*hll.Sketch)
+	}
+	k := uniqKey{key, day}
+	sk := p.uniqs[k]
+	if sk == nil {
+		sk = new(hll.Sketch)
+		p.uniqs[k] = sk
+	}
+	return sk
+}
+
+// uniqueSketches returns p's sketches, encoded, sorted by link and day.
+func (p *pending) uniqueSketches() []UniqueSketch {
+	if len(p.uniqs) == 0 {
+		return nil
+	}
+	out := make([]UniqueSketch, 0, len(p.uniqs))
+	for k, sk := range p.uniqs {
+		out = append(out, UniqueSketch{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Sketch: sk.AppendBinary(nil)})
+	}
+	slices.SortFunc(out, func(a, b UniqueSketch) int { return cmp.Or(strings.Compare(a.Key, b.Key), a.Day.Compare(b.Day)) })
+	return out
+}
