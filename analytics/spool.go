@@ -390,7 +390,7 @@ func (sp *spool) dropOldest() error {
 		}
 		records++
 		var n int64
-		if scanRecord(rec, AllLinks, func(_ time.Duration, _ time.Time, v Visits) { n += v.Human + v.Bot }) == nil {
+		if scanRecord(rec, AllLinks, recordScan{counts: func(_ time.Duration, _ time.Time, v Visits) { n += v.Human + v.Bot }}) == nil {
 			visits += n
 		}
 		return nil
@@ -507,7 +507,7 @@ func (sp *spool) eachIn(from, to journal.Pos, key string, fn func(step time.Dura
 		if to.Less(end) {
 			return errStopScan
 		}
-		return scanRecord(rec, key, fn)
+		return scanRecord(rec, key, recordScan{counts: fn})
 	})
 	if err == errStopScan {
 		return nil
@@ -733,9 +733,17 @@ func decodeRecord(rec []byte) ([]interval, error) {
 	return out, nil
 }
 
-// scanRecord calls fn for each count of key in rec, without copying the
-// others.
-func scanRecord(rec []byte, key string, fn func(step time.Duration, start time.Time, v Visits)) error {
+// recordScan says what scanRecord passes on of one key's data in a record;
+// a nil func skips that part.
+type recordScan struct {
+	counts  func(step time.Duration, start time.Time, v Visits)
+	dims    func(DimCount)
+	uniques func(UniqueSketch)
+}
+
+// scanRecord calls the funcs of sc with key's counts, breakdown values and
+// sketches in rec, without copying the others.
+func scanRecord(rec []byte, key string, sc recordScan) error {
 	r := &recordReader{b: rec}
 	nb := r.header()
 	var b interval
@@ -749,55 +757,12 @@ func scanRecord(rec []byte, key string, fn func(step time.Duration, start time.T
 			if r.err != nil {
 				return r.err
 			}
-			if string(k) == key {
-				fn(time.Duration(step)*time.Second, time.Unix(start, 0).UTC(), Visits{Human: h, Bot: bot})
+			if sc.counts != nil && string(k) == key {
+				sc.counts(time.Duration(step)*time.Second, time.Unix(start, 0).UTC(), Visits{Human: h, Bot: bot})
 			}
 		}
-		r.dims(nil, "")
-		r.uniques(nil, "")
-	}
-	return r.err
-}
-
-// scanRecordDims calls fn for each dimension count of key in rec.
-func scanRecordDims(rec []byte, key string, fn func(DimCount)) error {
-	r := &recordReader{b: rec}
-	nb := r.header()
-	var b interval
-	for range nb {
-		nc := r.batchHeader(&b)
-		for range nc {
-			r.bytes()
-			r.uvarint()
-			r.varint()
-			r.varint()
-			r.varint()
-		}
-		r.dims(fn, key)
-		r.uniques(nil, "")
-		if r.err != nil {
-			return r.err
-		}
-	}
-	return r.err
-}
-
-// scanRecordUniques calls fn for each sketch of key in rec.
-func scanRecordUniques(rec []byte, key string, fn func(UniqueSketch)) error {
-	r := &recordReader{b: rec}
-	nb := r.header()
-	var b interval
-	for range nb {
-		nc := r.batchHeader(&b)
-		for range nc {
-			r.bytes()
-			r.uvarint()
-			r.varint()
-			r.varint()
-			r.varint()
-		}
-		r.dims(nil, "")
-		r.uniques(fn, key)
+		r.dims(sc.dims, key)
+		r.uniques(sc.uniques, key)
 		if r.err != nil {
 			return r.err
 		}

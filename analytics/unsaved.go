@@ -25,9 +25,9 @@ type view struct {
 	dims     []DimCount // of dimView: in the recorder and in the queue
 }
 
-// view copies what a read of key needs of the unsaved counts. A Write in
-// progress is waited for up to readWait (see Reader).
-func (f *Flusher) view(ctx context.Context, key string) view {
+// lockForView takes f.mu for a read's view, once a Write in progress, if
+// any, has returned or readWait has passed (see Reader).
+func (f *Flusher) lockForView(ctx context.Context) {
 	f.mu.Lock()
 	if in := f.writing; in != nil {
 		f.mu.Unlock()
@@ -40,6 +40,11 @@ func (f *Flusher) view(ctx context.Context, key string) view {
 		t.Stop()
 		f.mu.Lock()
 	}
+}
+
+// view copies what a read of key needs of the unsaved counts.
+func (f *Flusher) view(ctx context.Context, key string) view {
+	f.lockForView(ctx)
 	defer f.mu.Unlock()
 	v := view{key: key, version: f.version, busy: f.writing != nil}
 	f.rec.visits(key, func(c minuteCount) {
@@ -127,18 +132,7 @@ func (f *Flusher) noteBacklogLocked() {
 // dimView is view for a read of key's breakdown by dim: the values in
 // memory and the bounds of the journal.
 func (f *Flusher) dimView(ctx context.Context, key string, dim visitor.Dim) view {
-	f.mu.Lock()
-	if in := f.writing; in != nil {
-		f.mu.Unlock()
-		t := time.NewTimer(readWait)
-		select {
-		case <-in.done:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-		f.mu.Lock()
-	}
+	f.lockForView(ctx)
 	defer f.mu.Unlock()
 	v := view{key: key, version: f.version, busy: f.writing != nil, dim: dim}
 	f.rec.dimsOf(key, dim, func(day int32, value string, n int64) {
@@ -172,11 +166,11 @@ func (f *Flusher) scanDims(v view, each func(DimCount)) {
 		if v.to.Less(end) {
 			return errStopScan
 		}
-		return scanRecordDims(rec, v.key, func(d DimCount) {
+		return scanRecord(rec, v.key, recordScan{dims: func(d DimCount) {
 			if d.Dim == v.dim {
 				each(d)
 			}
-		})
+		}})
 	})
 	if err != nil && err != errStopScan {
 		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", v.key, "err", err)
@@ -218,11 +212,11 @@ func (f *Flusher) scanUniques(v view, lo, hi int32, sk *hll.Sketch) {
 		if v.to.Less(end) {
 			return errStopScan
 		}
-		return scanRecordUniques(rec, v.key, func(u UniqueSketch) {
+		return scanRecord(rec, v.key, recordScan{uniques: func(u UniqueSketch) {
 			if d := unixDay(u.Day); d >= lo && d < hi {
 				sk.MergeBinary(u.Sketch)
 			}
-		})
+		}})
 	})
 	if err != nil && err != errStopScan {
 		f.log.Error("analytics: journal unreadable: a read misses its counts", "key", v.key, "err", err)
