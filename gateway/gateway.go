@@ -290,7 +290,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		s.proxy = old.proxy
 	case old != nil:
 		// The targets that stay keep their kept-alive connections.
-		s.proxy = proxy.Renew(old.proxy, plan.proxy, g.proxyM, g.log)
+		s.proxy = proxy.Renew([]*proxy.Proxy{old.proxy}, plan.proxy, g.proxyM, g.log)
 	default:
 		s.proxy = proxy.New(plan.proxy, g.proxyM, g.log)
 	}
