@@ -35,7 +35,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !g.current().proxy.Ready() {
+		if !g.current().ready() {
 			problem.Write(w, http.StatusServiceUnavailable, "no healthy upstream target")
 			return
 		}
@@ -93,6 +93,9 @@ func (g *Gateway) handleReload(w http.ResponseWriter, r *http.Request) {
 type HealthDetail struct {
 	// Ready is /readyz's answer: some upstream target is healthy.
 	Ready bool `json:"ready"`
+	// Pools is the health of each upstream pool: the default pool
+	// (upstream) and each route's.
+	Pools []PoolHealth `json:"pools"`
 	// Analytics is the analytics pipeline's health; nil (null) when
 	// analytics are off.
 	Analytics *analytics.Health `json:"analytics"`
@@ -101,7 +104,8 @@ type HealthDetail struct {
 // handleHealth answers the health detail as JSON, 200 whatever the state:
 // the state is in the body, and the request itself succeeded.
 func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
-	d := HealthDetail{Ready: g.current().proxy.Ready()}
+	s := g.current()
+	d := HealthDetail{Ready: s.ready(), Pools: s.poolHealth()}
 	if g.pipeline != nil {
 		h := g.pipeline.Health()
 		d.Analytics = &h

@@ -63,6 +63,26 @@ func badConfigs(target string) []struct{ name, yaml, want string } {
 			"analytics.retention"},
 		{"bad stats prefix", base + "stats:\n  prefix: stats\n", "stats.prefix:"},
 		{"unknown field", base + "limiter:\n  stroe: memory\n", "limiter.stroe:"},
+		{"route without hosts", base + "routes:\n  - upstream: {targets: [http://127.0.0.1:2]}\n", fmt.Sprintf(":%d: routes[0].hosts: none given", nl+2)},
+		{"route host in two routes", base + "routes:\n  - hosts: [a.example]\n    upstream: {targets: [http://127.0.0.1:2]}\n  - hosts: [b.example, A.Example.]\n    upstream: {targets: [http://127.0.0.1:3]}\n",
+			fmt.Sprintf(":%d: routes[1].hosts[1]:", nl+4)},
+		{"route host not a name", base + "routes:\n  - hosts: [\"a.*.example\"]\n    upstream: {targets: [http://127.0.0.1:2]}\n", fmt.Sprintf(":%d: routes[0].hosts[0]:", nl+2)},
+		{"route host with a path", base + "routes:\n  - hosts: [a.example/x]\n    upstream: {targets: [http://127.0.0.1:2]}\n", fmt.Sprintf(":%d: routes[0].hosts[0]:", nl+2)},
+		{"route without targets", base + "routes:\n  - hosts: [a.example]\n    upstream: {dial_timeout: 1s}\n", fmt.Sprintf(":%d: routes[0].upstream.targets: none given", nl+3)},
+		{"route target not a URL", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [ftp://127.0.0.1:2]\n", fmt.Sprintf(":%d: routes[0].upstream.targets[0]:", nl+4)},
+		{"unknown field in a route", base + "routes:\n  - hosts: [a.example]\n    upstrem: {targets: [http://127.0.0.1:2]}\n",
+			fmt.Sprintf(":%d: routes[0].upstrem: unknown field (did you mean upstream?)", nl+3)},
+		{"unknown field in a route's pool", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [http://127.0.0.1:2]\n      dial_timeuot: 1s\n",
+			fmt.Sprintf(":%d: routes[0].upstream.dial_timeuot: unknown field (did you mean dial_timeout?)", nl+5)},
+		{"route tls without https", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [http://127.0.0.1:2]\n      tls: {server_name: b.internal}\n",
+			fmt.Sprintf(":%d: routes[0].upstream.tls.server_name: set, but no target", nl+5)},
+		{"route CA file missing", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [https://127.0.0.1:2]\n      tls: {ca_file: /nonexistent/ca.pem}\n",
+			fmt.Sprintf(":%d: routes[0].upstream.tls.ca_file:", nl+5)},
+		{"upstream tls without a default pool", strings.Replace(base, "  targets: ["+target+"]\n", "  tls: {server_name: b.internal}\n", 1) +
+			"routes:\n  - hosts: [a.example]\n    upstream: {targets: [http://127.0.0.1:2]}\n", "upstream.tls: set, but upstream lists no targets"},
+		{"stats host wildcard", base + "stats:\n  host: \"*.sho.rt\"\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
+		{"stats host with a port", base + "stats:\n  host: sho.rt:443\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
+		{"unknown field in stats", base + "stats:\n  hots: sho.rt\n", fmt.Sprintf(":%d: stats.hots: unknown field (did you mean host?); stats has prefix, token_env, read_timeout, host", nl+2)},
 	}
 }
 

@@ -54,6 +54,7 @@ import (
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
 )
 
@@ -118,7 +119,7 @@ type snapshot struct {
 	eff        *config.Config // the file, with the running values of the restart-only fields
 	gen        int64
 	handler    http.Handler
-	proxy      *proxy.Proxy
+	pools      []*pool // in plan.pools' order
 	limitStore limitStore
 	limiter    *limit.Limiter
 }
@@ -285,15 +286,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 			s = nil
 		}
 	}()
-	switch {
-	case old != nil && old.plan.proxy.Equal(plan.proxy):
-		s.proxy = old.proxy
-	case old != nil:
-		// The targets that stay keep their kept-alive connections.
-		s.proxy = proxy.Renew([]*proxy.Proxy{old.proxy}, plan.proxy, g.proxyM, g.log)
-	default:
-		s.proxy = proxy.New(plan.proxy, g.proxyM, g.log)
-	}
+	g.buildPools(s, old)
 	if old != nil && old.plan.limit.SameStore(plan.limit) {
 		s.limitStore = old.limitStore
 	} else {
@@ -306,19 +299,25 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 
 	sc := plan.cfg.Server
 	var access *accessLog
-	var next http.Handler = s.proxy
 	if sc.AccessLog {
 		access = &accessLog{log: g.log, trust: plan.trust}
-		next = upstreamTimer(next)
 	}
-	if g.pipeline != nil {
-		next = g.pipeline.Middleware(plan.analytics)(next)
+	// Each pool's proxy behind the limiter and the visit counter, which
+	// see every host alike: a short key is a short key on every domain,
+	// and a rule may name hosts.
+	for _, p := range s.pools {
+		var next http.Handler = p.proxy
+		if access != nil {
+			next = upstreamTimer(next)
+		}
+		if g.pipeline != nil {
+			next = g.pipeline.Middleware(plan.analytics)(next)
+		}
+		p.handler = s.limiter.Middleware(next)
 	}
-	next = s.limiter.Middleware(next)
-
 	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
-	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, g.statsHandler(plan), next))
+	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, g.statsHandler(plan), s.router()))
 	return s, nil
 }
 
@@ -327,8 +326,11 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 // patterns prefix, prefix/* and /* would route them (by the escaped path
 // when the request has one; 405 for a method chi does not know, so that
 // PROPFIND or FOO never reach the upstream), without the router: the
-// proxied path, every visit's, pays no routing context.
-func splitStats(prefix string, stats, next http.Handler) http.Handler {
+// proxied path, every visit's, pays no routing context. With host set
+// (stats.host), only the requests for that host go to stats: on every
+// other host the prefix is a path like any other, proxied (a branded
+// domain may have a short key "stats").
+func splitStats(prefix, host string, stats, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
@@ -345,7 +347,7 @@ func splitStats(prefix string, stats, next http.Handler) http.Handler {
 		if p == "" {
 			p = r.URL.Path
 		}
-		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') && (host == "" || route.RequestHost(r.Host) == host) {
 			stats.ServeHTTP(w, r)
 			return
 		}
@@ -398,8 +400,14 @@ func refuseMethods(allow []string) func(http.Handler) http.Handler {
 
 // closeReplaced releases what s built that old does not share.
 func (s *snapshot) closeReplaced(old *snapshot) {
-	if s.proxy != nil && (old == nil || s.proxy != old.proxy) {
-		s.proxy.Close()
+	var keep []*proxy.Proxy
+	if old != nil {
+		keep = old.proxies()
+	}
+	for _, p := range s.proxies() {
+		if !slices.Contains(keep, p) {
+			p.Close()
+		}
 	}
 	if s.limitStore != nil && (old == nil || s.limitStore != old.limitStore) {
 		s.limitStore.Close()
