@@ -134,6 +134,17 @@ func goodConfigs(target, dir string) []struct{ name, yaml string } {
 		{"cassandra nobody listens on", strings.Replace(base, "  enabled: false\n", "  enabled: true\n  store: cassandra\n  cassandra: {hosts: [127.0.0.1:1]}\n  embedded: {path: "+dir+"/b}\n", 1)},
 		{"embedded analytics, custom tiers and prefix", strings.Replace(base, "  enabled: false\n", "  enabled: true\n  embedded: {path: "+dir+"/c}\n  retention: [5m:1d, 1h:30d]\n  match: {path: \"/r/{short_key}\"}\n", 1) + "stats: {prefix: /s}\n"},
 		{"every timeout zero", strings.Replace(base, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 0s\n  read_timeout: 0s\n  write_timeout: 0s\n  idle_timeout: 0s\n", 1)},
+		{"routes beside the default pool, a stats host", base + `routes:
+  - hosts: [sho.rt, "*.sho.rt", 10.0.0.5, "[::1]", bücher.example]
+    upstream: {targets: [` + target + `, https://127.0.0.1:2], dial_timeout: 10ms, health_check: {path: /up, interval: 1h}}
+  - hosts: ["*.links.example"]
+    upstream: {targets: [` + target + `]}
+stats: {host: stats.sho.rt}
+`},
+		{"routes without a default pool", strings.Replace(base, "  targets: ["+target+"]\n", "", 1) + `routes:
+  - hosts: [sho.rt, 127.0.0.1]
+    upstream: {targets: [` + target + `, https://127.0.0.1:2], tls: {server_name: web.internal}, max_idle_conns_per_host: 1}
+`},
 	}
 }
 
