@@ -263,3 +263,24 @@ routes:
 		}
 	}
 }
+
+// TestRuleHostsThroughGateway: a rule whose match lists a route's hosts
+// limits the requests for them, read from the file, and leaves the other
+// hosts' alone.
+func TestRuleHostsThroughGateway(t *testing.T) {
+	def, own := hostEcho(t, "default"), hostEcho(t, "own")
+	gw := start(t, routesConfig(def.URL, route("sho.rt, www.sho.rt", own.URL))+`rules:
+  - name: own_login
+    match: {methods: [GET], path: /login, hosts: [sho.rt, www.sho.rt]}
+    key: ip
+    limits: [1/m]
+`)
+	for i, tc := range []struct {
+		host string
+		want int
+	}{{"sho.rt", 200}, {"www.sho.rt", 429}, {"other.example", 200}, {"other.example", 200}} {
+		if resp, body := hostGet(t, gw, tc.host, "/login"); resp.StatusCode != tc.want {
+			t.Errorf("request %d for %s: %d %s, want %d", i, tc.host, resp.StatusCode, body, tc.want)
+		}
+	}
+}
