@@ -99,6 +99,15 @@ type HealthDetail struct {
 	// Analytics is the analytics pipeline's health; nil (null) when
 	// analytics are off.
 	Analytics *analytics.Health `json:"analytics"`
+	// TLSStorage is the certificate storage's state; nil (null) when no
+	// certificate is obtained by ACME.
+	TLSStorage *StorageHealth `json:"tls_storage"`
+}
+
+// StorageHealth is whether a store answers.
+type StorageHealth struct {
+	State  string `json:"state"`            // "ok", or "connecting" until it answers
+	Reason string `json:"reason,omitempty"` // why it does not answer yet
 }
 
 // handleHealth answers the health detail as JSON, 200 whatever the state:
@@ -109,6 +118,12 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if g.pipeline != nil {
 		h := g.pipeline.Health()
 		d.Analytics = &h
+	}
+	if e := g.edge; e != nil && e.Managed() {
+		d.TLSStorage = &StorageHealth{State: "ok"}
+		if err := e.StorageState(); err != nil {
+			d.TLSStorage = &StorageHealth{State: "connecting", Reason: err.Error()}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
