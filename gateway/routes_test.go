@@ -1,12 +1,16 @@
 package gateway_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -282,5 +286,66 @@ func TestRuleHostsThroughGateway(t *testing.T) {
 		if resp, body := hostGet(t, gw, tc.host, "/login"); resp.StatusCode != tc.want {
 			t.Errorf("request %d for %s: %d %s, want %d", i, tc.host, resp.StatusCode, body, tc.want)
 		}
+	}
+}
+
+// TestRouteUpstreamTLS: a route's pool reaches an HTTPS upstream that
+// requires a client certificate, with the route's CA bundle, server name
+// and client certificate read from the file's paths; a reload after the
+// client certificate was replaced by one the upstream does not trust
+// takes it up (the pool's requests then fail with 502), and one after the
+// right certificate is back serves again.
+func TestRouteUpstreamTLS(t *testing.T) {
+	serverCA, clientCA, stranger := edgetest.NewCA(t), edgetest.NewCA(t), edgetest.NewCA(t)
+	certPEM, keyPEM := serverCA.Issue(t, "web.internal")
+	serverCert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "secure %s client=%s", r.Proto, r.TLS.PeerCertificates[0].Subject.CommonName)
+	}))
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCA.Pool()}
+	up.EnableHTTP2 = true
+	up.Config.ErrorLog = log.New(io.Discard, "", 0)
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, serverCA.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := filepath.Join(dir, "client")
+	os.Mkdir(client, 0o700)
+	certFile, keyFile, _ := clientCA.WritePair(t, client, "gateway.internal")
+	cfg := routesConfig(hostEcho(t, "default").URL, fmt.Sprintf(`  - hosts: [secure.example]
+    upstream:
+      targets: [%s]
+      dial_timeout: 500ms
+      health_check: {interval: 100ms}
+      tls: {ca_file: %s, server_name: web.internal, cert_file: %s, key_file: %s}
+`, up.URL, caFile, certFile, keyFile))
+	gw := start(t, cfg)
+	if resp, body := hostGet(t, gw, "secure.example", "/x"); resp.StatusCode != 200 || body != "secure HTTP/2.0 client=gateway.internal" {
+		t.Fatalf("secure.example: %d %q", resp.StatusCode, body)
+	}
+	reload := func() {
+		t.Helper()
+		if resp, msg := reloadEndpoint(t, gw); resp.StatusCode != 200 {
+			t.Fatalf("reload: %d %s", resp.StatusCode, msg)
+		}
+	}
+	stranger.WritePair(t, client, "gateway.internal")
+	reload()
+	resp, body := hostGet(t, gw, "secure.example", "/x")
+	testkit.Problem(t, resp, body, http.StatusBadGateway)
+	clientCA.WritePair(t, client, "gateway.internal")
+	reload()
+	testkit.Eventually(t, 5*time.Second, "secure.example served with the trusted certificate back", func() bool {
+		resp, _ := hostGet(t, gw, "secure.example", "/x")
+		return resp.StatusCode == 200
+	})
+	if _, body := hostGet(t, gw, "other.example", "/x"); body != "default host=other.example" {
+		t.Errorf("the default pool: %q", body)
 	}
 }
