@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,9 +205,24 @@ func TestRoutesReload(t *testing.T) {
 	hourly := func(cfg string) string { return strings.ReplaceAll(cfg, "interval: 100ms", "interval: 1h") }
 	gw := start(t, hourly(routesConfig(def.URL+", "+moving.URL, route("sho.rt", own.URL))))
 	testkit.Eventually(t, 5*time.Second, "the first health check of moving", func() bool { return checks.Load() > 0 })
-	for range 4 {
-		hostGet(t, gw, "new.example", "/x")
+	// Requests at once, so that moving keeps several idle connections: the
+	// new pool's first health check takes one while the requests below
+	// take another.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, gw.url("/x"), nil)
+			req.Host = "new.example"
+			resp, err := testkit.Client.Do(req)
+			if err != nil {
+				t.Errorf("new.example: %v", err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
 	}
+	wg.Wait()
 	reload := func(cfg string) {
 		t.Helper()
 		testkit.WriteFile(t, gw.path, hourly(cfg))
