@@ -4,18 +4,21 @@
 // on reload, serves the client and admin listeners, and shuts down in
 // order. The command (cmd/gateway) only parses flags and signals.
 //
-// A request goes: Gateway.ServeHTTP → the current snapshot's router →
-// the stats API (under stats.prefix, never proxied), or the limiter
-// (limit.Limiter.Middleware) → the visit counter
-// (analytics.Pipeline.Middleware) → the reverse proxy (proxy.Proxy).
+// A request goes: Gateway.ServeHTTP → the current snapshot's chain → the
+// stats API (under stats.prefix, on stats.host when set; never proxied),
+// or the pool of its host (routes, else the upstream section, else a 421)
+// → the limiter (limit.Limiter.Middleware) → the visit counter
+// (analytics.Pipeline.Middleware) → the pool's reverse proxy
+// (proxy.Proxy).
 //
 // What lives how long:
 //   - the process: metrics, the analytics pipeline (recorder, flusher,
 //     store), the listeners and their http.Server settings;
 //   - a snapshot: the compiled plan, the router, the limiter (over a store
-//     kept while its settings do not change), the proxy (kept while the
-//     upstream section and the trusted proxies do not change; a proxy
-//     built on reload keeps the connections of the targets that stay).
+//     kept while its settings do not change), a proxy per pool (kept while
+//     the pool's section and the trusted proxies do not change; a proxy
+//     built on reload keeps the connections of the targets that stay, in
+//     whichever pool they were).
 //
 // A reload compiles the file, builds a new snapshot and swaps it in
 // atomically; a request reads the snapshot once, so it finishes on the
