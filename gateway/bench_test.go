@@ -13,6 +13,7 @@ import (
 
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // BenchmarkServeVisit is one redirect through the whole gateway, as every
@@ -57,7 +58,9 @@ func TestServeVisitAllocs(t *testing.T) {
 		}
 		allocs[routes] = got
 	}
-	if allocs[true] > allocs[false] {
+	// The race detector drops a quarter of what goes back to a sync.Pool,
+	// at random: counts then differ by one or two from run to run.
+	if allocs[true] > allocs[false] && !testkit.Race {
 		t.Errorf("a visit routed by its host allocates %.1f times, %.1f more than on one pool", allocs[true], allocs[true]-allocs[false])
 	}
 }
