@@ -16,6 +16,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,12 +39,13 @@ import (
 type Config struct {
 	Server    Server           `yaml:"server"`
 	Admin     Admin            `yaml:"admin"`
-	Upstream  proxy.Config     `yaml:"upstream"`
+	Upstream  proxy.Config     `yaml:"upstream"` // the default pool: hosts no route names
+	Routes    []Route          `yaml:"routes"`
 	Identity  limit.Identity   `yaml:"identity"`
 	Limiter   limit.Config     `yaml:"limiter"`
 	Rules     []limit.Rule     `yaml:"rules"`
 	Analytics analytics.Config `yaml:"analytics"`
-	Stats     stats.Config     `yaml:"stats"`
+	Stats     Stats            `yaml:"stats"`
 	Runtime   Runtime          `yaml:"runtime"`
 
 	src source // where the fields are in the file, for Locate
@@ -88,6 +90,45 @@ type Server struct {
 	TLS edge.Config `yaml:"tls"`
 }
 
+// Route sends the requests for some hosts to an upstream pool of their
+// own (a "routes" entry): a branded domain's clicks to the servers that
+// redirect them, the service's own site to its web servers. The hosts no
+// route names go to the upstream section, the default pool.
+type Route struct {
+	// Hosts are the names the route serves, as a request's Host names
+	// them: exact names (or IP addresses) and *.suffix wildcards one label
+	// deep, as certificates take them. A host is in one route at most.
+	Hosts []string `yaml:"hosts"`
+	// Upstream is the route's pool: the fields of the upstream section,
+	// with the same defaults.
+	Upstream proxy.Config `yaml:"upstream"`
+}
+
+// UnmarshalYAML decodes a route over the defaults of its pool, as Parse
+// decodes the file over Default (list items otherwise start from the zero
+// value). It has the older form of yaml's Unmarshaler, which decodes with
+// the file's own decoder, so that unknown fields inside a route are still
+// errors, with their lines.
+func (r *Route) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Route // without this method
+	p := plain{Upstream: proxy.DefaultConfig()}
+	if err := unmarshal(&p); err != nil {
+		return err
+	}
+	*r = Route(p)
+	return nil
+}
+
+// Stats is the "stats" section: where and how the stats API is served
+// (stats.Config) and on which host (Host), which is the gateway's routing.
+type Stats struct {
+	stats.Config `yaml:",inline"`
+	// Host is the one host whose requests under stats.prefix are the stats
+	// API and chart page; on every other host those paths are proxied like
+	// any other. "": every host.
+	Host string `yaml:"host"`
+}
+
 // Admin is the operator's listener.
 type Admin struct {
 	Listen   string `yaml:"listen"`
@@ -114,7 +155,7 @@ func Default() *Config {
 		Identity:  limit.DefaultIdentity(),
 		Limiter:   limit.DefaultConfig(),
 		Analytics: analytics.DefaultConfig(),
-		Stats:     stats.DefaultConfig(),
+		Stats:     Stats{Config: stats.DefaultConfig()},
 		Runtime:   Runtime{GOGC: DefaultGOGC},
 	}
 }
@@ -399,26 +440,47 @@ func fieldsAt(path string) []string {
 	if t.Kind() != reflect.Struct {
 		return nil
 	}
+	return fieldsOf(t)
+}
+
+// fieldsOf returns the names of the fields of struct type t, as a file
+// writes them.
+func fieldsOf(t reflect.Type) []string {
 	var names []string
 	for i := range t.NumField() {
-		if n := yamlName(t.Field(i)); n != "" {
+		if f := t.Field(i); inline(f) {
+			names = append(names, fieldsOf(f.Type)...)
+		} else if n := yamlName(f); n != "" {
 			names = append(names, n)
 		}
 	}
 	return names
 }
 
-// yamlField returns the field of struct type t that a file names name.
+// yamlField returns the field of struct type t that a file names name,
+// looking into the structs t inlines.
 func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
 	if t.Kind() != reflect.Struct {
 		return reflect.StructField{}, false
 	}
 	for i := range t.NumField() {
-		if yamlName(t.Field(i)) == name {
-			return t.Field(i), true
+		f := t.Field(i)
+		if inline(f) {
+			if g, ok := yamlField(f.Type, name); ok {
+				return g, true
+			}
+		} else if yamlName(f) == name {
+			return f, true
 		}
 	}
 	return reflect.StructField{}, false
+}
+
+// inline reports whether f's fields are written at its struct's level
+// (yaml:",inline").
+func inline(f reflect.StructField) bool {
+	_, flags, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return f.IsExported() && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(flags, ","), "inline")
 }
 
 // yamlName is the name a file gives f, "" when it has none.

@@ -50,13 +50,30 @@ type Options struct {
 	// say). Nil: the address.
 	ClientKey func(netip.Addr) string
 	// Storage is where certificates are kept, closed by Close when it has
-	// a Close method. Nil: the file storage at storage.path.
+	// a Close method. Nil: the file storage at storage.path. A Storage
+	// that connects in the background (Connecting) is waited for: see
+	// Connecting.
 	Storage certmagic.Storage
 	// ListenHost, TLSPort and HTTPPort are where the gateway answers ACME
 	// challenges: certmagic must not open listeners of its own. HTTPPort
 	// 0: no plain listener, so no HTTP-01.
 	ListenHost        string
 	TLSPort, HTTPPort int
+}
+
+// Connecting is a certificate Storage that connects in the background
+// (edge/cassandra): the gateway starts listening before it answers. Until
+// Ready returns nil the edge serves the certificates it has (the static
+// one, those in memory), obtains nothing, and fails a handshake for a name
+// it has no certificate for at once, with a log line, without asking the
+// ask endpoint: it could neither load a stored certificate nor lock the
+// name across the fleet before ordering one. The certificates of
+// acme.domains are managed once Connected is closed.
+type Connecting interface {
+	// Ready returns nil once the storage answers, else why it does not.
+	Ready() error
+	// Connected is closed once the storage is connected.
+	Connected() <-chan struct{}
 }
 
 // Edge is a running TLS edge. It is safe for concurrent use. Create it
@@ -80,6 +97,7 @@ type Edge struct {
 
 	stop context.CancelFunc
 	done chan struct{}
+	bg   sync.WaitGroup // goroutines waiting for the storage to connect
 }
 
 // certState is what the edge knows of an ACME name beyond the cache.
@@ -163,14 +181,51 @@ func (e *Edge) startACME(ctx context.Context, plan *Plan) error {
 	})
 	magic.Issuers = []certmagic.Issuer{e.issuer}
 	e.magic = magic
-	if len(plan.domains) > 0 {
-		if err := magic.ManageAsync(ctx, plan.domains); err != nil {
-			e.cache.Stop()
-			return fmt.Errorf("edge: acme.domains: %w", err)
-		}
+	if len(plan.domains) == 0 {
+		return nil
+	}
+	if c, ok := st.(Connecting); ok && c.Ready() != nil {
+		// Managing loads the certificates from storage and orders those it
+		// lacks: it waits for the storage.
+		e.log.Warn("the certificate storage is not connected yet: the certificates of acme.domains are managed once it is", "domains", plan.domains)
+		e.bg.Go(func() {
+			select {
+			case <-c.Connected():
+			case <-ctx.Done():
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if err := magic.ManageAsync(ctx, plan.domains); err != nil {
+				e.log.Error("managing the certificates of acme.domains failed", "err", err)
+			}
+		})
+		return nil
+	}
+	if err := magic.ManageAsync(ctx, plan.domains); err != nil {
+		e.cache.Stop()
+		return fmt.Errorf("edge: acme.domains: %w", err)
 	}
 	return nil
 }
+
+// storageReady returns nil when the certificate storage can be used now,
+// else why not (a Connecting storage not connected yet).
+func (e *Edge) storageReady() error {
+	if c, ok := e.storage.(Connecting); ok {
+		return c.Ready()
+	}
+	return nil
+}
+
+// StorageState returns nil when the certificate storage answers, else why
+// it does not yet; nil without ACME (no storage).
+func (e *Edge) StorageState() error { return e.storageReady() }
+
+// Managed reports whether the edge obtains certificates by ACME, and so
+// keeps a certificate storage.
+func (e *Edge) Managed() bool { return e.magic != nil }
 
 // Apply makes plan's reloadable settings current: the static certificate,
 // the on-demand settings and HSTS. The ACME settings and the storage stay
@@ -185,6 +240,7 @@ func (e *Edge) Apply(plan *Plan) {
 func (e *Edge) Close() {
 	e.stop()
 	<-e.done
+	e.bg.Wait()
 	if e.cache != nil {
 		e.cache.Stop()
 	}

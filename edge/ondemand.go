@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/certmagic"
 
 	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/logthrottle"
 )
 
 // gate decides which names certmagic may hold a certificate for, and caps
@@ -26,6 +27,8 @@ type gate struct {
 	plan   atomic.Pointer[Plan]
 	limit  atomic.Pointer[limit.Gate]
 	client *http.Client
+
+	logs logthrottle.Throttle[string] // repeated log lines, by kind
 
 	mu      sync.Mutex
 	answers map[string]answer       // the ask endpoint's answers, until they expire
@@ -57,6 +60,7 @@ var errOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour reached
 
 func newGate(e *Edge, plan *Plan) (*gate, error) {
 	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}}
+	g.logs.Every = 10 * time.Second
 	g.client = &http.Client{
 		// The ask endpoint is the operator's own service: no redirects to
 		// follow, no environment proxy.
@@ -93,6 +97,15 @@ func (g *gate) apply(plan *Plan) error {
 // with no certificate in memory (before loading one from storage, and
 // before ordering one) and before renewing one on demand. nil allows it.
 func (g *gate) decide(ctx context.Context, name string) error {
+	if err := g.e.storageReady(); err != nil {
+		// Nothing can be loaded or ordered without the storage: fail the
+		// handshake now rather than at its deadline, and ask no one.
+		g.e.m.decisions.WithLabelValues("unavailable").Inc()
+		if n, ok := g.logs.Allow("storage", time.Now()); ok {
+			g.e.log.Warn("TLS handshake for a name without a certificate in memory refused: the certificate storage is not connected yet", "name", name, "err", err, "suppressed", n)
+		}
+		return fmt.Errorf("edge: %s: %w", name, err)
+	}
 	p := g.plan.Load()
 	if slices.Contains(p.domains, name) {
 		return nil

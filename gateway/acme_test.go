@@ -283,7 +283,15 @@ func TestOnDemandCassandraStorage(t *testing.T) {
     storage: {cassandra: {hosts: [%s], timeout: 2s}}
 `, p.Directory, p.CARootFile, askURL, m.Addr()))
 	}
+	// The storage connects in the background (TestCertStorageConnectsLate):
+	// wait for it, as a handshake before would fail at once.
+	connected := func(gw *running) {
+		testkit.Eventually(t, 10*time.Second, "the certificate storage connected", func() bool {
+			return gw.logs.Logged("certificate storage connected to cassandra", nil)
+		})
+	}
 	a := start(t, cfg(ask.URL))
+	connected(a)
 	c, err := handshake(a.g.Addr(), p, "fleet.ok.test")
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +306,7 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 		t.Fatalf("Cassandra holds %q after %d lightweight transactions; want fleet.ok.test's certificate, locked while obtained", m.Keys(), m.LWT())
 	}
 	b := start(t, cfg("http://"+testkit.DeadAddr(t)))
+	connected(b)
 	c, err = handshake(b.g.Addr(), p, "fleet.ok.test")
 	if err != nil {
 		t.Fatalf("the second gateway: %v", err)

@@ -35,7 +35,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !g.current().proxy.Ready() {
+		if !g.current().ready() {
 			problem.Write(w, http.StatusServiceUnavailable, "no healthy upstream target")
 			return
 		}
@@ -93,18 +93,37 @@ func (g *Gateway) handleReload(w http.ResponseWriter, r *http.Request) {
 type HealthDetail struct {
 	// Ready is /readyz's answer: some upstream target is healthy.
 	Ready bool `json:"ready"`
+	// Pools is the health of each upstream pool: the default pool
+	// (upstream) and each route's.
+	Pools []PoolHealth `json:"pools"`
 	// Analytics is the analytics pipeline's health; nil (null) when
 	// analytics are off.
 	Analytics *analytics.Health `json:"analytics"`
+	// TLSStorage is the certificate storage's state; nil (null) when no
+	// certificate is obtained by ACME.
+	TLSStorage *StorageHealth `json:"tls_storage"`
+}
+
+// StorageHealth is whether a store answers.
+type StorageHealth struct {
+	State  string `json:"state"`            // "ok", or "connecting" until it answers
+	Reason string `json:"reason,omitempty"` // why it does not answer yet
 }
 
 // handleHealth answers the health detail as JSON, 200 whatever the state:
 // the state is in the body, and the request itself succeeded.
 func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
-	d := HealthDetail{Ready: g.current().proxy.Ready()}
+	s := g.current()
+	d := HealthDetail{Ready: s.ready(), Pools: s.poolHealth()}
 	if g.pipeline != nil {
 		h := g.pipeline.Health()
 		d.Analytics = &h
+	}
+	if e := g.edge; e != nil && e.Managed() {
+		d.TLSStorage = &StorageHealth{State: "ok"}
+		if err := e.StorageState(); err != nil {
+			d.TLSStorage = &StorageHealth{State: "connecting", Reason: err.Error()}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

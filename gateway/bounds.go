@@ -3,10 +3,12 @@ package gateway
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/proxy"
 )
 
 // bound is the range Compile accepts for one duration or size of the file:
@@ -23,6 +25,9 @@ type bound struct {
 	bytes    bool   // a size in bytes (else a duration or a count)
 	count    bool   // a count of things, neither a duration nor bytes
 	get      func(*config.Config) int64
+	// list, for a field of each item of a list (field "routes[].…"),
+	// returns its value in every item; get is then nil.
+	list func(*config.Config) []int64
 }
 
 const (
@@ -33,6 +38,17 @@ const (
 )
 
 func dur(d time.Duration) int64 { return int64(d) }
+
+// eachRoute returns the value get reads from the pool of every route.
+func eachRoute(get func(proxy.Config) int64) func(*config.Config) []int64 {
+	return func(c *config.Config) []int64 {
+		out := make([]int64, len(c.Routes))
+		for i, r := range c.Routes {
+			out[i] = get(r.Upstream)
+		}
+		return out
+	}
+}
 
 // bounds lists every duration and size of the file (a test walks
 // config.Config to keep it complete); the README's configuration table
@@ -74,6 +90,14 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return dur(c.Upstream.HealthCheck.Interval) }},
 	{field: "upstream.max_idle_conns_per_host", min: 1, max: 65536, count: true,
 		get: func(c *config.Config) int64 { return int64(c.Upstream.MaxIdleConnsPerHost) }},
+	{field: "routes[].upstream.dial_timeout", min: dur(10 * time.Millisecond), max: dur(time.Minute),
+		list: eachRoute(func(u proxy.Config) int64 { return dur(u.DialTimeout) })},
+	{field: "routes[].upstream.response_header_timeout", min: dur(100 * time.Millisecond), max: dur(time.Hour),
+		list: eachRoute(func(u proxy.Config) int64 { return dur(u.ResponseHeaderTimeout) })},
+	{field: "routes[].upstream.health_check.interval", min: dur(100 * time.Millisecond), max: dur(time.Hour),
+		list: eachRoute(func(u proxy.Config) int64 { return dur(u.HealthCheck.Interval) })},
+	{field: "routes[].upstream.max_idle_conns_per_host", min: 1, max: 65536, count: true,
+		list: eachRoute(func(u proxy.Config) int64 { return int64(u.MaxIdleConnsPerHost) })},
 	{field: "identity.max_body_bytes", min: 1, max: 16 * mib, bytes: true,
 		get: func(c *config.Config) int64 { return c.Identity.MaxBodyBytes }},
 	{field: "limiter.memcached.timeout", min: dur(time.Millisecond), max: dur(10 * time.Second),
@@ -104,17 +128,31 @@ var bounds = []bound{
 // bound, with the range it can take.
 func checkBounds(c *config.Config) error {
 	for _, b := range bounds {
-		v := b.get(c)
-		if v == 0 && b.zero != "" || v >= b.min && v <= b.max {
+		if b.list == nil {
+			if err := b.check(b.field, b.get(c)); err != nil {
+				return err
+			}
 			continue
 		}
-		rel, limit := "less", b.min
-		if v > b.max {
-			rel, limit = "more", b.max
+		for i, v := range b.list(c) {
+			if err := b.check(strings.Replace(b.field, "[]", "["+strconv.Itoa(i)+"]", 1), v); err != nil {
+				return err
+			}
 		}
-		return fmt.Errorf("%s: %s is %s than %s; it can be %s", b.field, b.format(v), rel, b.format(limit), b.describe())
 	}
 	return nil
+}
+
+// check returns an error naming field when v is outside b.
+func (b bound) check(field string, v int64) error {
+	if v == 0 && b.zero != "" || v >= b.min && v <= b.max {
+		return nil
+	}
+	rel, limit := "less", b.min
+	if v > b.max {
+		rel, limit = "more", b.max
+	}
+	return fmt.Errorf("%s: %s is %s than %s; it can be %s", field, b.format(v), rel, b.format(limit), b.describe())
 }
 
 // format writes v as the file would: a Go duration, or a number.

@@ -17,7 +17,7 @@ import (
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
 )
 
@@ -30,7 +30,10 @@ import (
 type Plan struct {
 	cfg        *config.Config
 	trust      *forwarded.Trust
-	proxy      *proxy.Plan
+	pools      []poolPlan        // the default pool first, when there is one, then the routes'
+	hosts      *route.Hosts[int] // a route's host pattern → its pool, an index into pools
+	fallback   int               // the default pool's index in pools; -1: none (421)
+	statsHost  string            // the stats API's host, as route.RequestHost writes it; "": every host
 	limit      *limit.Plan
 	analytics  *analytics.Plan
 	tls        *edge.Plan
@@ -99,14 +102,21 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 		return nil, err
 	}
 	headers := forwarded.NewPolicy(identity, cfg.Server.UnderscoresInHeaders)
-	if p.proxy, err = proxy.Compile(cfg.Upstream, p.trust, headers); err != nil {
+	if p.pools, p.hosts, p.fallback, err = compilePools(cfg, p.trust, headers); err != nil {
 		return nil, err
 	}
 	if p.analytics, err = analytics.CompileEnv(cfg.Analytics, analytics.Env{Trust: p.trust, Getenv: getenv}); err != nil {
 		return nil, err
 	}
-	if err := stats.Compile(cfg.Stats); err != nil {
+	if err := stats.Compile(cfg.Stats.Config); err != nil {
 		return nil, err
+	}
+	if h := cfg.Stats.Host; h != "" {
+		n, err := route.HostPattern(h)
+		if err != nil || strings.HasPrefix(n, "*.") {
+			return nil, fmt.Errorf("stats.host: %q is not a host name or IP address (one host, no wildcard)", h)
+		}
+		p.statsHost = n
 	}
 	if name := cfg.Admin.TokenEnv; name != "" {
 		// Unset, the admin API is off (403): it fails closed, as the

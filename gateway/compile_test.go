@@ -71,6 +71,26 @@ func badConfigs(target string) []struct{ name, yaml, want string } {
 			"analytics.dimensions.source_params[1]:"},
 		{"bad stats prefix", base + "stats:\n  prefix: stats\n", "stats.prefix:"},
 		{"unknown field", base + "limiter:\n  stroe: memory\n", "limiter.stroe:"},
+		{"route without hosts", base + "routes:\n  - upstream: {targets: [http://127.0.0.1:2]}\n", fmt.Sprintf(":%d: routes[0].hosts: none given", nl+2)},
+		{"route host in two routes", base + "routes:\n  - hosts: [a.example]\n    upstream: {targets: [http://127.0.0.1:2]}\n  - hosts: [b.example, A.Example.]\n    upstream: {targets: [http://127.0.0.1:3]}\n",
+			fmt.Sprintf(":%d: routes[1].hosts[1]:", nl+4)},
+		{"route host not a name", base + "routes:\n  - hosts: [\"a.*.example\"]\n    upstream: {targets: [http://127.0.0.1:2]}\n", fmt.Sprintf(":%d: routes[0].hosts[0]:", nl+2)},
+		{"route host with a path", base + "routes:\n  - hosts: [a.example/x]\n    upstream: {targets: [http://127.0.0.1:2]}\n", fmt.Sprintf(":%d: routes[0].hosts[0]:", nl+2)},
+		{"route without targets", base + "routes:\n  - hosts: [a.example]\n    upstream: {dial_timeout: 1s}\n", fmt.Sprintf(":%d: routes[0].upstream.targets: none given", nl+3)},
+		{"route target not a URL", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [ftp://127.0.0.1:2]\n", fmt.Sprintf(":%d: routes[0].upstream.targets[0]:", nl+4)},
+		{"unknown field in a route", base + "routes:\n  - hosts: [a.example]\n    upstrem: {targets: [http://127.0.0.1:2]}\n",
+			fmt.Sprintf(":%d: routes[0].upstrem: unknown field (did you mean upstream?)", nl+3)},
+		{"unknown field in a route's pool", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [http://127.0.0.1:2]\n      dial_timeuot: 1s\n",
+			fmt.Sprintf(":%d: routes[0].upstream.dial_timeuot: unknown field (did you mean dial_timeout?)", nl+5)},
+		{"route tls without https", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [http://127.0.0.1:2]\n      tls: {server_name: b.internal}\n",
+			fmt.Sprintf(":%d: routes[0].upstream.tls.server_name: set, but no target", nl+5)},
+		{"route CA file missing", base + "routes:\n  - hosts: [a.example]\n    upstream:\n      targets: [https://127.0.0.1:2]\n      tls: {ca_file: /nonexistent/ca.pem}\n",
+			fmt.Sprintf(":%d: routes[0].upstream.tls.ca_file:", nl+5)},
+		{"upstream tls without a default pool", strings.Replace(base, "  targets: ["+target+"]\n", "  tls: {server_name: b.internal}\n", 1) +
+			"routes:\n  - hosts: [a.example]\n    upstream: {targets: [http://127.0.0.1:2]}\n", "upstream.tls: set, but upstream lists no targets"},
+		{"stats host wildcard", base + "stats:\n  host: \"*.sho.rt\"\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
+		{"stats host with a port", base + "stats:\n  host: sho.rt:443\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
+		{"unknown field in stats", base + "stats:\n  hots: sho.rt\n", fmt.Sprintf(":%d: stats.hots: unknown field (did you mean host?); stats has prefix, token_env, read_timeout, host", nl+2)},
 	}
 }
 
@@ -122,6 +142,17 @@ func goodConfigs(target, dir string) []struct{ name, yaml string } {
 		{"cassandra nobody listens on", strings.Replace(base, "  enabled: false\n", "  enabled: true\n  store: cassandra\n  cassandra: {hosts: [127.0.0.1:1]}\n  embedded: {path: "+dir+"/b}\n", 1)},
 		{"embedded analytics, custom tiers and prefix", strings.Replace(base, "  enabled: false\n", "  enabled: true\n  embedded: {path: "+dir+"/c}\n  retention: [5m:1d, 1h:30d]\n  match: {path: \"/r/{short_key}\"}\n", 1) + "stats: {prefix: /s}\n"},
 		{"every timeout zero", strings.Replace(base, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 0s\n  read_timeout: 0s\n  write_timeout: 0s\n  idle_timeout: 0s\n", 1)},
+		{"routes beside the default pool, a stats host", base + `routes:
+  - hosts: [sho.rt, "*.sho.rt", 10.0.0.5, "[::1]", bücher.example]
+    upstream: {targets: [` + target + `, https://127.0.0.1:2], dial_timeout: 10ms, health_check: {path: /up, interval: 1h}}
+  - hosts: ["*.links.example"]
+    upstream: {targets: [` + target + `]}
+stats: {host: stats.sho.rt}
+`},
+		{"routes without a default pool", strings.Replace(base, "  targets: ["+target+"]\n", "", 1) + `routes:
+  - hosts: [sho.rt, 127.0.0.1]
+    upstream: {targets: [` + target + `, https://127.0.0.1:2], tls: {server_name: web.internal}, max_idle_conns_per_host: 1}
+`},
 	}
 }
 

@@ -79,17 +79,17 @@ func (g *Gateway) startEdge(p *Plan) error {
 
 // openCertStorage is the one place that picks the certificate storage:
 // Cassandra when storage.cassandra.hosts is set (a fleet shares it), else
-// nil, which the edge takes as the file storage at storage.path. Cassandra
-// must answer at start: without its storage the edge could neither serve
-// a stored certificate nor lock a name before ordering it.
+// nil, which the edge takes as the file storage at storage.path. The
+// Cassandra storage connects in the background, as every store of the
+// gateway does: the gateway listens at once, serves the certificates it
+// has in memory or from static files, and obtains new ones once the
+// storage answers (see edge.Connecting).
 func (g *Gateway) openCertStorage(c edge.Config) (certmagic.Storage, error) {
 	cc := c.Storage.Cassandra
 	if !c.Managed() || len(cc.Hosts) == 0 {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*cc.Timeout)
-	defer cancel()
-	st, err := certcassandra.Open(ctx, cc, g.log.With("component", "tls"), certcassandra.Options{})
+	st, err := certcassandra.Open(context.Background(), cc, g.log.With("component", "tls"), certcassandra.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: server.tls.storage.cassandra: %w", err)
 	}

@@ -4,18 +4,21 @@
 // on reload, serves the client and admin listeners, and shuts down in
 // order. The command (cmd/gateway) only parses flags and signals.
 //
-// A request goes: Gateway.ServeHTTP → the current snapshot's router →
-// the stats API (under stats.prefix, never proxied), or the limiter
-// (limit.Limiter.Middleware) → the visit counter
-// (analytics.Pipeline.Middleware) → the reverse proxy (proxy.Proxy).
+// A request goes: Gateway.ServeHTTP → the current snapshot's chain → the
+// stats API (under stats.prefix, on stats.host when set; never proxied),
+// or the pool of its host (routes, else the upstream section, else a 421)
+// → the limiter (limit.Limiter.Middleware) → the visit counter
+// (analytics.Pipeline.Middleware) → the pool's reverse proxy
+// (proxy.Proxy).
 //
 // What lives how long:
 //   - the process: metrics, the analytics pipeline (recorder, flusher,
 //     store), the listeners and their http.Server settings;
 //   - a snapshot: the compiled plan, the router, the limiter (over a store
-//     kept while its settings do not change), the proxy (kept while the
-//     upstream section and the trusted proxies do not change; a proxy
-//     built on reload keeps the connections of the targets that stay).
+//     kept while its settings do not change), a proxy per pool (kept while
+//     the pool's section and the trusted proxies do not change; a proxy
+//     built on reload keeps the connections of the targets that stay, in
+//     whichever pool they were).
 //
 // A reload compiles the file, builds a new snapshot and swaps it in
 // atomically; a request reads the snapshot once, so it finishes on the
@@ -54,6 +57,7 @@ import (
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
 )
 
@@ -118,7 +122,7 @@ type snapshot struct {
 	eff        *config.Config // the file, with the running values of the restart-only fields
 	gen        int64
 	handler    http.Handler
-	proxy      *proxy.Proxy
+	pools      []*pool // in plan.pools' order
 	limitStore limitStore
 	limiter    *limit.Limiter
 }
@@ -287,15 +291,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 			s = nil
 		}
 	}()
-	switch {
-	case old != nil && old.plan.proxy.Equal(plan.proxy):
-		s.proxy = old.proxy
-	case old != nil:
-		// The targets that stay keep their kept-alive connections.
-		s.proxy = proxy.Renew(old.proxy, plan.proxy, g.proxyM, g.log)
-	default:
-		s.proxy = proxy.New(plan.proxy, g.proxyM, g.log)
-	}
+	g.buildPools(s, old)
 	if old != nil && old.plan.limit.SameStore(plan.limit) {
 		s.limitStore = old.limitStore
 	} else {
@@ -308,19 +304,25 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 
 	sc := plan.cfg.Server
 	var access *accessLog
-	var next http.Handler = s.proxy
 	if sc.AccessLog {
 		access = &accessLog{log: g.log, trust: plan.trust}
-		next = upstreamTimer(next)
 	}
-	if g.pipeline != nil {
-		next = g.pipeline.Middleware(plan.analytics)(next)
+	// Each pool's proxy behind the limiter and the visit counter, which
+	// see every host alike: a short key is a short key on every domain,
+	// and a rule may name hosts.
+	for _, p := range s.pools {
+		var next http.Handler = p.proxy
+		if access != nil {
+			next = upstreamTimer(next)
+		}
+		if g.pipeline != nil {
+			next = g.pipeline.Middleware(plan.analytics)(next)
+		}
+		p.handler = s.limiter.Middleware(next)
 	}
-	next = s.limiter.Middleware(next)
-
 	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
-	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, g.statsHandler(plan), next))
+	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, g.statsHandler(plan), s.router()))
 	return s, nil
 }
 
@@ -329,8 +331,11 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 // patterns prefix, prefix/* and /* would route them (by the escaped path
 // when the request has one; 405 for a method chi does not know, so that
 // PROPFIND or FOO never reach the upstream), without the router: the
-// proxied path, every visit's, pays no routing context.
-func splitStats(prefix string, stats, next http.Handler) http.Handler {
+// proxied path, every visit's, pays no routing context. With host set
+// (stats.host), only the requests for that host go to stats: on every
+// other host the prefix is a path like any other, proxied (a branded
+// domain may have a short key "stats").
+func splitStats(prefix, host string, stats, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
@@ -347,7 +352,7 @@ func splitStats(prefix string, stats, next http.Handler) http.Handler {
 		if p == "" {
 			p = r.URL.Path
 		}
-		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || rest[0] == '/') && (host == "" || route.RequestHost(r.Host) == host) {
 			stats.ServeHTTP(w, r)
 			return
 		}
@@ -401,8 +406,14 @@ func refuseMethods(allow []string) func(http.Handler) http.Handler {
 
 // closeReplaced releases what s built that old does not share.
 func (s *snapshot) closeReplaced(old *snapshot) {
-	if s.proxy != nil && (old == nil || s.proxy != old.proxy) {
-		s.proxy.Close()
+	var keep []*proxy.Proxy
+	if old != nil {
+		keep = old.proxies()
+	}
+	for _, p := range s.proxies() {
+		if !slices.Contains(keep, p) {
+			p.Close()
+		}
 	}
 	if s.limitStore != nil && (old == nil || s.limitStore != old.limitStore) {
 		s.limitStore.Close()

@@ -93,14 +93,31 @@ func decodesItself(t reflect.Type) bool {
 }
 
 // commentedField is a field the example shows as a commented-out line:
-// "  # read_timeout: 60s   # what it does".
-var commentedField = regexp.MustCompile(`^(\s*)# ([a-z_]+:(?:\s.*)?)$`)
+// "  # read_timeout: 60s   # what it does", or an item of a list:
+// "  # - hosts: [sho.rt]   # what it does".
+var commentedField = regexp.MustCompile(`^(\s*)# ((?:- )?[a-z_]+:(?:\s.*)?)$`)
 
-// uncomment returns src with its commented-out fields made real.
-func uncomment(src string) string {
+// uncomment returns src with its commented-out fields made real. A
+// commented-out list item ("  # - hosts: ...") and the commented-out lines
+// indented under it are an example entry of a list that is empty by
+// default (routes), not a default: they stay comments unless entries is
+// set, for the check that every field is documented.
+func uncomment(src string, entries bool) string {
 	lines := strings.Split(src, "\n")
+	entry := -1 // the indentation of the "#" of the example entry being read; -1: none
 	for i, l := range lines {
-		if m := commentedField.FindStringSubmatch(l); m != nil {
+		m := commentedField.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		switch indent := len(m[1]); {
+		case entry >= 0 && indent > entry:
+		case strings.HasPrefix(m[2], "- "):
+			entry = indent
+		default:
+			entry = -1
+		}
+		if entry < 0 || entries {
 			lines[i] = m[1] + m[2]
 		}
 	}
@@ -134,7 +151,7 @@ func TestExampleIsTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	uncommented := filepath.Join(t.TempDir(), "uncommented.yaml")
-	if err := os.WriteFile(uncommented, []byte(uncomment(string(example))), 0o644); err != nil {
+	if err := os.WriteFile(uncommented, []byte(uncomment(string(example), false)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{examplePath, uncommented} {
@@ -157,7 +174,7 @@ func TestExampleDocumentsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := uncomment(string(src))
+	text := uncomment(string(src), true)
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		t.Fatalf("%s with its commented-out fields uncommented: %v", examplePath, err)
@@ -385,7 +402,6 @@ func TestReadmeConfigTable(t *testing.T) {
 		t.Errorf("README configuration table: rows for fields config.Config does not have: %s", strings.Join(extra, ", "))
 	}
 
-	baseline := parseDoc(t, baseDoc())
 	for _, f := range fields {
 		row, ok := rows[f]
 		if !ok {
@@ -395,7 +411,7 @@ func TestReadmeConfigTable(t *testing.T) {
 			if row.required {
 				checkRequired(t, f)
 			} else {
-				checkDefault(t, f, row.def, baseline)
+				checkDefault(t, f, row.def, parseDoc(t, docFor(f)))
 			}
 			checkRestart(t, f, row.restart)
 		})
@@ -411,6 +427,18 @@ func baseDoc() map[string]any {
 			"name": "r", "match": map[string]any{"path": "/x"}, "key": "ip", "limits": []any{"1/s"},
 		}},
 	}
+}
+
+// docFor is baseDoc with a route when f is a field of routes[], so that the
+// first route's field can be set and changed.
+func docFor(f string) map[string]any {
+	doc := baseDoc()
+	if strings.HasPrefix(f, "routes[]") {
+		doc["routes"] = []any{map[string]any{
+			"hosts": []any{"r.example"}, "upstream": map[string]any{"targets": []any{"http://127.0.0.1:2"}},
+		}}
+	}
+	return doc
 }
 
 func parseDoc(t *testing.T, doc map[string]any) *config.Config {
@@ -457,7 +485,7 @@ func checkDefault(t *testing.T, f, cell string, baseline *config.Config) {
 	if err := yaml.Unmarshal([]byte(vals[0]), &v); err != nil {
 		t.Fatalf("README: the default of %s, %q, is not YAML: %v", f, vals[0], err)
 	}
-	doc := baseDoc()
+	doc := docFor(f)
 	m, name := parent(doc, f)
 	m[name] = v
 	if d := cmp.Diff(baseline, parseDoc(t, doc), cmpConfig); d != "" {
@@ -468,7 +496,7 @@ func checkDefault(t *testing.T, f, cell string, baseline *config.Config) {
 // checkRequired: a file without f fails the compile, naming f (or the
 // struct holding it).
 func checkRequired(t *testing.T, f string) {
-	doc := baseDoc()
+	doc := docFor(f)
 	m, name := parent(doc, f)
 	delete(m, name)
 	_, err := gateway.Compile(parseDoc(t, doc), getenv)
@@ -484,7 +512,7 @@ func checkRequired(t *testing.T, f string) {
 // checkRestart: a reload that changes f keeps its running value exactly
 // when the README marks f so.
 func checkRestart(t *testing.T, f string, marked bool) {
-	run, next := parseDoc(t, baseDoc()), parseDoc(t, baseDoc())
+	run, next := parseDoc(t, docFor(f)), parseDoc(t, docFor(f))
 	change(t, field(t, reflect.ValueOf(next).Elem(), f), f)
 	kept := slices.ContainsFunc(gateway.RestartOnly(run, next), func(n string) bool {
 		return n == f || strings.HasPrefix(f, n+".")
@@ -503,22 +531,38 @@ func field(t *testing.T, v reflect.Value, f string) reflect.Value {
 	t.Helper()
 	for _, p := range strings.Split(f, ".") {
 		name, list := strings.CutSuffix(p, "[]")
-		found := false
-		for i := range v.NumField() {
-			tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-			if v.Type().Field(i).IsExported() && tag == name {
-				v, found = v.Field(i), true
-				break
-			}
-		}
+		got, found := yamlField(v, name)
 		if !found {
 			t.Fatalf("no field %s in %s", name, v.Type())
 		}
+		v = got
 		if list {
 			v = v.Index(0)
 		}
 	}
 	return v
+}
+
+// yamlField returns the field of struct v that a file names name, looking
+// into the structs v inlines.
+func yamlField(v reflect.Value, name string) (reflect.Value, bool) {
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, flags, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if slices.Contains(strings.Split(flags, ","), "inline") {
+			if got, ok := yamlField(v.Field(i), name); ok {
+				return got, true
+			}
+			continue
+		}
+		if tag == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
 }
 
 // change gives v a different value of its type.

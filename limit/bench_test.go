@@ -8,13 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/linkgate/linkgate/route"
 )
 
 func benchLimiter(b *testing.B) (*Limiter, *rule) {
 	b.Helper()
-	rules := []Rule{{Name: "login_ip", Match: route.Match{Methods: []string{"POST"}, Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
+	rules := []Rule{{Name: "login_ip", Match: Match{Methods: []string{"POST"}, Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
 	l := New(compileT(b, rules, DefaultConfig()), NewMemory(), NewMetrics(nil), nil)
 	return l, l.rules[0]
 }
@@ -121,7 +119,7 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkMiddlewareMiss(b *testing.B) {
 	var rules []Rule
 	for _, p := range []string{"/login", "/api/login", "/shorten"} {
-		rules = append(rules, Rule{Name: "r" + strconv.Itoa(len(rules)), Match: route.Match{Methods: []string{"POST"}, Path: p}, Key: IP, Limits: mustLimits(b, "5/m")})
+		rules = append(rules, Rule{Name: "r" + strconv.Itoa(len(rules)), Match: Match{Methods: []string{"POST"}, Path: p}, Key: IP, Limits: mustLimits(b, "5/m")})
 	}
 	l := New(compileT(b, rules, DefaultConfig()), NewMemory(), NewMetrics(nil), nil)
 	h := l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -143,7 +141,7 @@ func (w *discardWriter) WriteHeader(int)             {}
 // second on every check (no reuse of the read set): the general Load path
 // with the seed's decomposition.
 func BenchmarkCheckCountExact(b *testing.B) {
-	rules := []Rule{{Name: "login_ip", Match: route.Match{Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
+	rules := []Rule{{Name: "login_ip", Match: Match{Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
 	cfg := DefaultConfig()
 	cfg.Precision = "exact"
 	l := New(compileT(b, rules, cfg), NewMemory(), nil, nil)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/route"
 )
 
 // Plan is the compiled form of the limiter's part of the config (the rules,
@@ -182,9 +183,18 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 			return nil, fmt.Errorf("name: %q may hold only letters, digits and _ . : -", r.Name)
 		}
 	}
-	mt, err := r.Match.Compile()
+	mt, err := r.Match.Route().Compile()
 	if err != nil {
 		return nil, fmt.Errorf("match: %w", err)
+	}
+	var hosts *route.Hosts[struct{}]
+	if len(r.Match.Hosts) > 0 {
+		hosts = &route.Hosts[struct{}]{}
+		for i, h := range r.Match.Hosts {
+			if err := hosts.Add(h, struct{}{}); err != nil {
+				return nil, fmt.Errorf("match.hosts[%d]: %w", i, err)
+			}
+		}
 	}
 	switch r.Key {
 	case IP:
@@ -218,7 +228,7 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 	if r.OnUnreadable != "" && r.Key != Email {
 		return nil, fmt.Errorf("on_unreadable: only email rules read a request's body; this rule's key is %s", r.Key)
 	}
-	cr := &rule{Rule: r, match: mt, plan: newBucketPlan(r.Limits, prec), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
+	cr := &rule{Rule: r, match: mt, hosts: hosts, plan: newBucketPlan(r.Limits, prec), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
 	for i, a := range r.Allow {
 		if r.Key == IP {
 			p, err := forwarded.ParsePrefix(a)

@@ -26,19 +26,34 @@ const (
 // Name is the seed's event: part of every counter key, so counts survive an
 // edit of the limits.
 type Rule struct {
-	Name        string      `yaml:"name"`
-	Match       route.Match `yaml:"match"`
-	Key         Feature     `yaml:"key"`
-	Limits      []Limit     `yaml:"limits"`
-	CountStatus []int       `yaml:"count_status,omitempty"` // count a hit only for these upstream statuses; empty: every request
-	Shadow      bool        `yaml:"shadow,omitempty"`       // log and count would-be rejections, block nothing
-	Strict      bool        `yaml:"strict,omitempty"`       // count before checking, so that several gateways never overshoot
-	Allow       []string    `yaml:"allow,omitempty"`        // CIDRs (ip rules) or feature values this rule never limits
+	Name        string   `yaml:"name"`
+	Match       Match    `yaml:"match"`
+	Key         Feature  `yaml:"key"`
+	Limits      []Limit  `yaml:"limits"`
+	CountStatus []int    `yaml:"count_status,omitempty"` // count a hit only for these upstream statuses; empty: every request
+	Shadow      bool     `yaml:"shadow,omitempty"`       // log and count would-be rejections, block nothing
+	Strict      bool     `yaml:"strict,omitempty"`       // count before checking, so that several gateways never overshoot
+	Allow       []string `yaml:"allow,omitempty"`        // CIDRs (ip rules) or feature values this rule never limits
 	// OnUnreadable is what an email rule does with a request whose email
 	// the gateway cannot tell (see OnUnreadableReject): reject, skip or
 	// key_by_ip. Empty means reject.
 	OnUnreadable string `yaml:"on_unreadable,omitempty"`
 }
+
+// Match is the requests a rule applies to: the methods and chi-style path
+// pattern of a route.Match, on the hosts listed.
+type Match struct {
+	Methods []string `yaml:"methods,omitempty"` // all when empty
+	Path    string   `yaml:"path"`
+	// Hosts are the hosts whose requests the rule applies to, as the
+	// gateway's routes name them: exact names (or IP addresses) and
+	// *.suffix one label deep, matched against the request's Host, port
+	// and case aside. Empty: every host.
+	Hosts []string `yaml:"hosts,omitempty"`
+}
+
+// Route returns m's methods and path.
+func (m Match) Route() route.Match { return route.Match{Methods: m.Methods, Path: m.Path} }
 
 // The on_unreadable policies of an email rule, for a request whose email
 // the gateway cannot be sure to read as the upstream will (a body it cannot

@@ -5,13 +5,12 @@ import (
 	"testing"
 
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/route"
 )
 
 // TestCompileEdgeFields: the fields of the edge hardening are checked, and
 // a bad value's error names the field.
 func TestCompileEdgeFields(t *testing.T) {
-	email := limit.Rule{Name: "e", Match: route.Match{Path: "/login"}, Key: limit.Email, Limits: limits(t, "5/m")}
+	email := limit.Rule{Name: "e", Match: limit.Match{Path: "/login"}, Key: limit.Email, Limits: limits(t, "5/m")}
 	withPolicy := func(r limit.Rule, p string) []limit.Rule { r.OnUnreadable = p; return []limit.Rule{r} }
 	ip := email
 	ip.Key = limit.IP

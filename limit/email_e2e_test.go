@@ -18,7 +18,6 @@ import (
 	"unicode/utf16"
 
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/route"
 )
 
 // loginUpstream is a standard Go login service with the two handlers common
@@ -95,9 +94,9 @@ func newLoginGateway(t *testing.T, policy string) *loginGateway {
 	id := limit.DefaultIdentity()
 	id.MaxBodyBytes = maxBody
 	rules := []limit.Rule{
-		{Name: "login_email", Match: route.Match{Methods: []string{"POST"}, Path: "/login"}, Key: limit.Email,
+		{Name: "login_email", Match: limit.Match{Methods: []string{"POST"}, Path: "/login"}, Key: limit.Email,
 			Limits: limits(t, "5/m"), CountStatus: []int{401}, OnUnreadable: policy},
-		{Name: "api_login_email", Match: route.Match{Methods: []string{"POST"}, Path: "/api/login"}, Key: limit.Email,
+		{Name: "api_login_email", Match: limit.Match{Methods: []string{"POST"}, Path: "/api/login"}, Key: limit.Email,
 			Limits: limits(t, "5/m"), CountStatus: []int{401}, OnUnreadable: policy},
 	}
 	l := limit.New(compile(t, rules, id, limit.DefaultConfig()), limit.NewMemory(), nil, nil)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/route"
 )
 
 func ExampleLimiter_Middleware() {
@@ -16,7 +15,7 @@ func ExampleLimiter_Middleware() {
 	clock := func() time.Time { return now }
 	rules := []limit.Rule{{
 		Name:   "login_ip",
-		Match:  route.Match{Methods: []string{"POST"}, Path: "/login"},
+		Match:  limit.Match{Methods: []string{"POST"}, Path: "/login"},
 		Key:    limit.IP,
 		Limits: []limit.Limit{{N: 2, Window: time.Second}, {N: 5, Window: time.Minute}},
 	}}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/linkgate/linkgate/route"
 )
 
 // Gate is one rule checked outside an HTTP request, counted in a Store
@@ -31,7 +29,7 @@ func NewGate(name string, limits []Limit, store Store) (*Gate, error) {
 
 // defaultGateMatch satisfies compileRule: a Gate is never matched
 // against a request.
-var defaultGateMatch = route.Match{Path: "/"}
+var defaultGateMatch = Match{Path: "/"}
 
 // Allow counts one event of value at now and reports whether every limit
 // still held. A store error is returned with ok true: the caller decides

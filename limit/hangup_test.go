@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/route"
 )
 
 // The victim of the password guessing in these tests, and the upstream's
@@ -46,7 +45,7 @@ func TestHangUpAfterStatusIsCounted(t *testing.T) {
 	defer upSrv.Close()
 	target, _ := url.Parse(upSrv.URL)
 	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }}
-	rule := limit.Rule{Name: "login_email", Match: route.Match{Methods: []string{"POST"}, Path: "/login"}, Key: limit.Email,
+	rule := limit.Rule{Name: "login_email", Match: limit.Match{Methods: []string{"POST"}, Path: "/login"}, Key: limit.Email,
 		Limits: limits(t, "5/m"), CountStatus: []int{401}}
 	l := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), limit.NewMemory(), nil, nil)
 	gw := l.Middleware(proxy)

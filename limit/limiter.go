@@ -35,6 +35,7 @@ type Limiter struct {
 type rule struct {
 	Rule
 	match      *route.Matcher
+	hosts      *route.Hosts[struct{}] // nil: every host
 	plan       *bucketPlan
 	allowNets  []netip.Prefix
 	allowVals  map[string]bool

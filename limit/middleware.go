@@ -66,7 +66,16 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		matched := buf[:0]
 		q := route.Folding{Method: r.Method, Path: r.URL.Path}
 		f := features{l: l, r: r}
+		host, hostDone := "", false
 		for _, ru := range l.rules {
+			if ru.hosts != nil {
+				if !hostDone {
+					host, hostDone = route.RequestHost(r.Host), true
+				}
+				if !ru.hosts.Match(host) {
+					continue
+				}
+			}
 			if q.Match(ru.match) || f.routedAs(&q, ru.match) {
 				matched = append(matched, ru)
 			}

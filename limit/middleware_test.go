@@ -27,7 +27,6 @@ import (
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/route"
 )
 
 // env is a limiter in front of a tiny upstream, served over real HTTP on
@@ -134,7 +133,7 @@ func limits(t *testing.T, specs ...string) []limit.Limit {
 	return ls
 }
 
-var loginPost = route.Match{Methods: []string{"POST"}, Path: "/login"}
+var loginPost = limit.Match{Methods: []string{"POST"}, Path: "/login"}
 
 func loginEmailRule(t *testing.T) limit.Rule {
 	return limit.Rule{Name: "login_email", Match: loginPost, Key: limit.Email, Limits: limits(t, "5/m", "10/d"), CountStatus: []int{401, 403}}
@@ -225,7 +224,7 @@ func TestCountStatusReusesTheWrap(t *testing.T) {
 func TestEmailFromJSON(t *testing.T) {
 	for _, policy := range []string{"", limit.OnUnreadableSkip} {
 		t.Run("on_unreadable="+policy, func(t *testing.T) {
-			e := newEnv(t, []limit.Rule{{Name: "signup", Match: route.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h"), OnUnreadable: policy}}, envOpt{})
+			e := newEnv(t, []limit.Rule{{Name: "signup", Match: limit.Match{Path: "/signup"}, Key: limit.Email, Limits: limits(t, "2/h"), OnUnreadable: policy}}, envOpt{})
 			post := func(body string) int {
 				r, _ := e.do("POST", "/signup", strings.NewReader(body), "Content-Type", "application/json; charset=utf-8")
 				return r.StatusCode
@@ -423,7 +422,7 @@ func TestHeadersAndProblem(t *testing.T) {
 }
 
 func TestUserRuleOnlyFromTrustedPeer(t *testing.T) {
-	rule := limit.Rule{Name: "api_user", Match: route.Match{Path: "/api/*"}, Key: limit.User, Limits: limits(t, "2/m")}
+	rule := limit.Rule{Name: "api_user", Match: limit.Match{Path: "/api/*"}, Key: limit.User, Limits: limits(t, "2/m")}
 	untrusted := newEnv(t, []limit.Rule{rule}, envOpt{trusted: []string{"10.0.0.0/8"}})
 	for i := range 5 {
 		if r, _ := untrusted.do("GET", "/api/x", nil, "X-User-ID", "u1"); r.StatusCode != 200 {
@@ -591,7 +590,7 @@ func TestBlockedClientCostsNoStoreOp(t *testing.T) {
 func TestAdmin(t *testing.T) {
 	em := loginEmailRule(t)
 	ip := ipRule(t, "1/m")
-	ip.Match = route.Match{Path: "/ip"}
+	ip.Match = limit.Match{Path: "/ip"}
 	e := newEnv(t, []limit.Rule{em, ip}, envOpt{trusted: []string{"127.0.0.0/8"}})
 	// Mounted as cmd/gateway does: a chi sub-route, then StripPrefix.
 	mux := chi.NewRouter()
@@ -713,7 +712,7 @@ func TestCompileRejects(t *testing.T) {
 		{"name with space", []limit.Rule{good, {Name: "a b", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s")}}, nil, nil, "rules[1].name:"},
 		{"bad key", []limit.Rule{{Name: "x", Match: loginPost, Key: "cookie", Limits: limits(t, "1/s")}}, nil, nil, "rules[0].key:"},
 		{"no limits", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP}}, nil, nil, "rules[0].limits:"},
-		{"bad path", []limit.Rule{{Name: "x", Match: route.Match{Path: "login"}, Key: limit.IP, Limits: limits(t, "1/s")}}, nil, nil, "rules[0].match:"},
+		{"bad path", []limit.Rule{{Name: "x", Match: limit.Match{Path: "login"}, Key: limit.IP, Limits: limits(t, "1/s")}}, nil, nil, "rules[0].match:"},
 		{"bad status", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), CountStatus: []int{401, 42}}}, nil, nil, "rules[0].count_status[1]:"},
 		{"strict and count_status", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.Email, Limits: limits(t, "1/s"), Strict: true, CountStatus: []int{401}}}, nil, nil, "rules[0].strict:"},
 		{"bad allow", []limit.Rule{{Name: "x", Match: loginPost, Key: limit.IP, Limits: limits(t, "1/s"), Allow: []string{"10.0.0.0/8", "not-a-cidr"}}}, nil, nil, "rules[0].allow[1]:"},
@@ -930,5 +929,61 @@ func TestRepeatedLogsThrottled(t *testing.T) {
 				t.Errorf("%s decisions = %v, want at least %v", tc.outcome, got, min)
 			}
 		})
+	}
+}
+
+// TestRuleHosts: a rule whose match lists hosts applies to the requests
+// for those hosts only (exact names and one-label wildcards, port and case
+// aside), counting them together under its name; on other hosts it is not
+// checked at all.
+func TestRuleHosts(t *testing.T) {
+	rule := limit.Rule{Name: "brand_ip", Match: limit.Match{Path: "/{short_key}", Hosts: []string{"*.brand.example", "Sho.RT"}},
+		Key: limit.IP, Limits: limits(t, "2/m")}
+	e := newEnv(t, []limit.Rule{rule}, envOpt{})
+	get := func(host string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", e.srv.URL+"/go", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i, tc := range []struct {
+		host string
+		want int
+	}{
+		{"a.brand.example", 200},
+		{"sho.rt:443", 200},
+		{"B.Brand.Example", 429}, // the third of the rule's hosts together
+		{"other.example", 200},   // not the rule's
+		{"brand.example", 200},   // a wildcard needs one label more
+		{"a.b.brand.example", 200},
+		{"sho.rt.", 429},
+	} {
+		if got := get(tc.host); got != tc.want {
+			t.Errorf("request %d, Host %s: %d, want %d", i, tc.host, got, tc.want)
+		}
+	}
+	if got, want := e.metric("brand_ip", "allowed")+e.metric("brand_ip", "limited"), 4.0; got != want {
+		t.Errorf("%v decisions of the rule, want %v: other hosts were checked", got, want)
+	}
+}
+
+func TestRuleHostsCompile(t *testing.T) {
+	r := limit.Rule{Name: "r", Match: limit.Match{Path: "/x", Hosts: []string{"sho.rt", "a.*.example"}}, Key: limit.IP, Limits: limits(t, "1/s")}
+	_, err := limit.Compile([]limit.Rule{r}, limit.DefaultIdentity(), limit.DefaultConfig(), nil)
+	if err == nil || !strings.HasPrefix(err.Error(), `rules[0].match.hosts[1]: "a.*.example" is not`) {
+		t.Errorf("error %v, want one naming rules[0].match.hosts[1]", err)
+	}
+	r.Match.Hosts = []string{"sho.rt", "SHO.rt"}
+	_, err = limit.Compile([]limit.Rule{r}, limit.DefaultIdentity(), limit.DefaultConfig(), nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "rules[0].match.hosts[1]:") || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("error %v, want one naming rules[0].match.hosts[1] listed twice", err)
 	}
 }

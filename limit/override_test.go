@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"slices"
 	"testing"
-
-	"github.com/linkgate/linkgate/route"
 )
 
 // TestOverrides: the methods a request names as overrides, in its headers
@@ -84,7 +82,7 @@ func TestBodyOverrides(t *testing.T) {
 // override names, wherever it names it, and a POST whose form body cannot
 // be read matches the rules of other methods on its path.
 func TestMiddlewareOverrides(t *testing.T) {
-	rules := []Rule{{Name: "change_email", Match: route.Match{Methods: []string{"PUT"}, Path: "/account"}, Key: IP, Limits: mustLimits(t, "1/m")}}
+	rules := []Rule{{Name: "change_email", Match: Match{Methods: []string{"PUT"}, Path: "/account"}, Key: IP, Limits: mustLimits(t, "1/m")}}
 	for _, tc := range []struct {
 		name, method, query, body string
 		hdr                       []string

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/linkgate/linkgate/route"
 )
 
 // refClient is the brute-force reference of one client under one rule: the
@@ -115,7 +113,7 @@ func replayReference(t *testing.T, specs []string, prec string, strict, plain bo
 	}
 	cfg := DefaultConfig()
 	cfg.Precision = prec
-	rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, specs...), Strict: strict}
+	rule := Rule{Name: "r", Match: Match{Path: "/"}, Key: IP, Limits: mustLimits(t, specs...), Strict: strict}
 	l := New(compileT(t, []Rule{rule}, cfg), store, nil, nil)
 	r := l.rules[0]
 	p := r.plan

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/linkgate/linkgate/route"
 )
 
 // plainStore hides Memory's span fast path, so that the Limiter takes the
@@ -43,7 +41,7 @@ func TestSpanPathMatchesLoadPath(t *testing.T) {
 		t.Run(variant.name, func(t *testing.T) {
 			var now time.Time
 			clock := func() time.Time { return now }
-			rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, variant.specs...), Shadow: variant.shadow, Strict: variant.strict}
+			rule := Rule{Name: "r", Match: Match{Path: "/"}, Key: IP, Limits: mustLimits(t, variant.specs...), Shadow: variant.shadow, Strict: variant.strict}
 			fast := New(compileT(t, []Rule{rule}, DefaultConfig()), NewMemoryAt(clock), nil, nil)
 			slow := New(compileT(t, []Rule{rule}, DefaultConfig()), plainStore{NewMemoryAt(clock)}, nil, nil)
 			rng := rand.New(rand.NewPCG(5, 6))
@@ -71,7 +69,7 @@ func TestSpanPathMatchesLoadPath(t *testing.T) {
 // must land in its own second's bucket.
 func TestCountAfterResponseKeepsBuckets(t *testing.T) {
 	m := NewMemory()
-	rule := Rule{Name: "r", Match: route.Match{Path: "/"}, Key: IP, Limits: mustLimits(t, "100/m")}
+	rule := Rule{Name: "r", Match: Match{Path: "/"}, Key: IP, Limits: mustLimits(t, "100/m")}
 	l := New(compileT(t, []Rule{rule}, DefaultConfig()), m, nil, nil)
 	ctx := context.Background()
 	t100 := time.Unix(1_800_000_100, 0)

@@ -67,14 +67,17 @@ func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 	return Renew(nil, plan, m, log)
 }
 
-// Renew is New for a plan that replaces old's (a reload): the targets that
-// both list, with the same dial timeout and idle cap, keep old's idle
-// connections, which old's Close then leaves open. old may be nil.
-func Renew(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
+// Renew is New for a plan that replaces the Proxies of old (a reload):
+// the http:// targets that plan lists and one of old lists too, with the
+// same dial timeout and idle cap, keep that Proxy's idle connections,
+// which its Close then leaves open. The gateway passes every Proxy of the
+// running config, one per pool, so that a target keeps its connections
+// when it moves from one pool to another. old may be empty.
+func Renew(old []*Proxy, plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 	return newProxy(old, plan, m, log, false)
 }
 
-func newProxy(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib bool) *Proxy {
+func newProxy(old []*Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib bool) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -92,8 +95,8 @@ func newProxy(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib bool)
 		checkTimeout: cfg.DialTimeout,
 		done:         make(chan struct{}),
 	}
-	if old != nil {
-		p.opened = old.opened
+	if len(old) > 0 {
+		p.opened = old[0].opened
 	}
 	p.h1 = !stdlib
 	for _, t := range p.pool.targets {
@@ -102,11 +105,15 @@ func newProxy(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib bool)
 	if p.h1 {
 		for _, t := range p.pool.targets {
 			key := poolKey{addr: hostPort(t.url), dialTimeout: cfg.DialTimeout, maxIdle: cfg.MaxIdleConnsPerHost}
-			if old != nil && old.h1 {
-				for _, ot := range old.pool.targets {
+		search:
+			for _, o := range old {
+				if o == nil || !o.h1 {
+					continue
+				}
+				for _, ot := range o.pool.targets {
 					if ot.h1.key == key {
 						t.h1 = ot.h1
-						break
+						break search
 					}
 				}
 			}
@@ -116,7 +123,7 @@ func newProxy(old *Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib bool)
 			t.h1.acquire()
 		}
 	}
-	p.transport = newTransport(cfg, p.dial)
+	p.transport = newTransport(plan, p.dial)
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:      p.rewrite,
 		Transport:    retrier{p},

@@ -658,7 +658,7 @@ func TestRenewKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 		return len(n) == 2 && n[0] > 0 && n[1] > 0
 	})
 	openedBefore := old.ConnectionsOpened()
-	next := proxy.Renew(old, plan(t, config(stay.URL, added.URL)), m, nil)
+	next := proxy.Renew([]*proxy.Proxy{old}, plan(t, config(stay.URL, added.URL)), m, nil)
 	defer next.Close()
 	old.Close()
 	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health checks", func() bool { return added.checks.Load() > 0 })
@@ -679,5 +679,51 @@ func TestRenewKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	// Only the new target needed connections (and its health check).
 	if got := next.ConnectionsOpened() - openedBefore; got > 2 {
 		t.Errorf("renewed proxy opened %d connections, want at most 2 (to the added target)", got)
+	}
+}
+
+// TestRenewFromSeveralPools: a target that moves from one pool to another
+// on reload keeps its connections: Renew looks in every Proxy it is given.
+func TestRenewFromSeveralPools(t *testing.T) {
+	a := newUpstream(t, "a", nil)
+	var dials, checks atomic.Int64
+	b := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			checks.Add(1)
+		}
+	}))
+	b.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	b.Start()
+	defer b.Close()
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	oldA := proxy.New(plan(t, config(a.URL)), m, nil)
+	oldB := proxy.New(plan(t, config(b.URL)), m, nil)
+	for _, p := range []*proxy.Proxy{oldA, oldB} {
+		front := httptest.NewServer(p)
+		(&fixture{p: p, front: front}).get(t, "/k")
+		front.Close()
+	}
+	testkit.Eventually(t, 10*time.Second, "an idle connection in each pool", func() bool {
+		return oldA.IdleConns()[0] > 0 && oldB.IdleConns()[0] > 0
+	})
+	before, checked := dials.Load(), checks.Load()
+	next := proxy.Renew([]*proxy.Proxy{oldA, oldB}, plan(t, config(b.URL)), m, nil)
+	defer next.Close()
+	oldA.Close()
+	oldB.Close()
+	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health check", func() bool { return checks.Load() > checked })
+	front := httptest.NewServer(next)
+	defer front.Close()
+	for range 3 {
+		if resp, body := (&fixture{p: next, front: front}).get(t, "/k"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	if got := dials.Load() - before; got != 0 {
+		t.Errorf("the target that moved to another pool was dialed %d times: its idle connections were lost", got)
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -18,20 +19,29 @@ var ErrNoHealthyTarget = errors.New("proxy: no healthy upstream target")
 // upstream.max_idle_conns_per_host (Go's default of 2 idle connections per
 // host makes a loaded proxy open thousands of connections a second), the
 // plan's dial and response-header timeouts, no environment proxy, and no
-// transparent gzip (the body is passed on exactly as the upstream sent it).
+// transparent gzip (the body is passed on exactly as the upstream sent it),
+// and the pool's TLS settings (upstream.tls) for https:// targets.
 // BenchmarkBareReverseProxy uses it for the bare httputil.ReverseProxy the
 // proxy is compared with.
 func NewTransport(p *Plan) *http.Transport {
 	d := &net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	return newTransport(p.cfg, d.DialContext)
+	return newTransport(p, d.DialContext)
 }
 
-func newTransport(cfg Config, dial func(context.Context, string, string) (net.Conn, error)) *http.Transport {
+func newTransport(p *Plan, dial func(context.Context, string, string) (net.Conn, error)) *http.Transport {
+	cfg := p.cfg
 	https := false
 	for _, t := range cfg.Targets {
 		https = https || strings.HasPrefix(t, "https:")
 	}
+	var tc *tls.Config
+	if p.tls != nil {
+		// A copy per transport: setting up HTTP/2 adds "h2" to the
+		// transport's NextProtos, and the plan may serve several proxies.
+		tc = p.tls.Clone()
+	}
 	return &http.Transport{
+		TLSClientConfig:     tc,
 		Proxy:               nil, // never an environment proxy: packages do not read the environment
 		DialContext:         dial,
 		MaxIdleConns:        0, // no global cap; the per-host cap bounds the pool

@@ -3,7 +3,10 @@
 // ("/login", "/{short_key}", "/api/*"). Several patterns may match one request
 // (every matching limiter rule is checked), so each pattern gets its own
 // matcher instead of being one route of a shared router; the matching itself
-// is chi's, so patterns mean exactly what they mean in chi.
+// is chi's, so patterns mean exactly what they mean in chi. Hosts matches a
+// request's host against exact names and one-label wildcards, for the
+// gateway's routes to upstream pools, the limiter rules that name hosts and
+// the stats host.
 package route
 
 import (

@@ -20,6 +20,13 @@
 // ... IF owner = refreshes it every third of the TTL while it is held, and
 // DELETE ... IF owner = releases it. A holder that dies stops refreshing,
 // and its lock expires by the TTL.
+//
+// Open returns at once and connects in the background, with retries and
+// backoff, creating the keyspace and tables when missing: a gateway starts
+// while Cassandra boots, and serves the certificates it has in memory or
+// from static files meanwhile. Until the Store is connected every method
+// fails fast with an error wrapping ErrNotConnected; Ready and Connected
+// say when it is.
 package cassandra
 
 import (
@@ -33,17 +40,19 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/edge"
+	"github.com/linkgate/linkgate/logthrottle"
 )
 
 // Store is certmagic.Storage on Cassandra. It is safe for concurrent use.
 type Store struct {
-	s      *gocql.Session
+	sess   atomic.Pointer[gocql.Session] // nil until connected
 	cons   gocql.Consistency
 	serial gocql.SerialConsistency
 	ttl    time.Duration
@@ -52,9 +61,23 @@ type Store struct {
 	log    *slog.Logger
 	q      statements
 
-	mu   sync.Mutex
-	held map[string]*heldLock // by lock name
+	mu      sync.Mutex
+	held    map[string]*heldLock // by lock name
+	connErr error                // guarded by mu: why it is not connected yet
+	closed  bool                 // guarded by mu
+
+	connected chan struct{} // closed once connected
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when connecting has stopped
+	closeOnce sync.Once
 }
+
+// ErrNotConnected is wrapped by the errors of a Store that has not
+// connected to its cluster yet.
+var ErrNotConnected = errors.New("cassandra: the certificate storage is not connected")
+
+// ErrClosed is returned by a Store after Close.
+var ErrClosed = errors.New("cassandra: the certificate storage is closed")
 
 type heldLock struct {
 	owner string
@@ -103,11 +126,21 @@ type Options struct {
 	PollInterval time.Duration
 	// LockTTL replaces cfg.LockTTL when positive (a dying holder in tests).
 	LockTTL time.Duration
+	// RetryInterval is the first wait between two attempts to connect,
+	// doubled after each failed one up to 30 s. 0: half a second.
+	RetryInterval time.Duration
 }
 
-// Open connects to cfg's cluster, creates the keyspace and tables when
-// missing, and returns the Store. cfg was checked by edge.Compile.
+// Open returns a Store for cfg's cluster and starts connecting to it in
+// the background, creating the keyspace and tables when missing, retrying
+// with backoff (half a second, doubling up to 30 s) until it succeeds or
+// Close is called. It does not wait for the network: ctx bounds Open
+// itself only. cfg was checked by edge.Compile, so Open fails only when
+// ctx is done. The caller must call Close.
 func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cassandra: open: %w", err)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -119,25 +152,10 @@ func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) 
 	if strings.HasPrefix(strings.ToUpper(cfg.Consistency), "LOCAL_") {
 		serial = gocql.LocalSerial
 	}
-	c := gocql.NewCluster(cfg.Hosts...)
-	c.Consistency = cons
-	c.SerialConsistency = serial
-	c.Timeout = cfg.Timeout
-	c.ConnectTimeout = cfg.Timeout
-	c.ProtoVersion = 4
-	sess, err := c.CreateSession()
-	if err != nil {
-		return nil, fmt.Errorf("cassandra: connect %v: %w", cfg.Hosts, err)
-	}
-	for _, st := range Schema(cfg) {
-		if err := sess.Query(st).WithContext(ctx).Exec(); err != nil {
-			sess.Close()
-			return nil, fmt.Errorf("cassandra: create schema: %w", err)
-		}
-	}
 	s := &Store{
-		s: sess, cons: cons, serial: serial, ttl: cfg.LockTTL, poll: time.Second,
+		cons: cons, serial: serial, ttl: cfg.LockTTL, poll: time.Second,
 		owner: randomID(), log: log, q: newStatements(cfg.Keyspace), held: map[string]*heldLock{},
+		connErr: errors.New("connecting"), connected: make(chan struct{}), done: make(chan struct{}),
 	}
 	if o.PollInterval > 0 {
 		s.poll = o.PollInterval
@@ -145,23 +163,111 @@ func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) 
 	if o.LockTTL > 0 {
 		s.ttl = o.LockTTL
 	}
+	wait := o.RetryInterval
+	if wait <= 0 {
+		wait = 500 * time.Millisecond
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.connect(cctx, wait, func(ctx context.Context) (*gocql.Session, error) {
+		c := gocql.NewCluster(cfg.Hosts...)
+		c.Consistency = cons
+		c.SerialConsistency = serial
+		c.Timeout = cfg.Timeout
+		c.ConnectTimeout = cfg.Timeout
+		c.ProtoVersion = 4
+		c.Logger = gocqlLogger{log: log, keys: &logthrottle.Throttle[string]{Every: 10 * time.Second}}
+		sess, err := c.CreateSession()
+		if err != nil {
+			return nil, fmt.Errorf("connect %v: %w", cfg.Hosts, err)
+		}
+		for _, st := range Schema(cfg) {
+			if err := sess.Query(st).WithContext(ctx).Exec(); err != nil {
+				sess.Close()
+				return nil, fmt.Errorf("create schema: %w", err)
+			}
+		}
+		return sess, nil
+	})
 	return s, nil
 }
 
-// Close releases the locks still held and closes the session.
-func (s *Store) Close() {
+// connect calls dial until it succeeds or ctx is done, backing off from
+// wait, doubling up to 30 s between attempts.
+func (s *Store) connect(ctx context.Context, wait time.Duration, dial func(context.Context) (*gocql.Session, error)) {
+	defer close(s.done)
+	for attempt := 1; ; attempt++ {
+		sess, err := dial(ctx)
+		if err == nil {
+			s.mu.Lock()
+			closed := s.closed
+			if !closed {
+				s.sess.Store(sess)
+				s.connErr = nil
+				close(s.connected)
+			}
+			s.mu.Unlock()
+			if closed {
+				sess.Close()
+			} else {
+				s.log.Info("certificate storage connected to cassandra", "attempts", attempt)
+			}
+			return
+		}
+		s.mu.Lock()
+		s.connErr = err
+		s.mu.Unlock()
+		s.log.Warn("certificate storage: cassandra not reachable yet; retrying", "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// Ready returns nil once the Store is connected and its tables are in
+// place, or the reason it is not (an error wrapping ErrNotConnected).
+func (s *Store) Ready() error {
 	s.mu.Lock()
-	names := make([]string, 0, len(s.held))
-	for n := range s.held {
-		names = append(names, n)
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.sess.Load() == nil:
+		return fmt.Errorf("%w: %v", ErrNotConnected, s.connErr)
 	}
-	s.mu.Unlock()
-	for _, n := range names {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.Unlock(ctx, n)
-		cancel()
-	}
-	s.s.Close()
+	return nil
+}
+
+// Connected is closed once the Store is connected.
+func (s *Store) Connected() <-chan struct{} { return s.connected }
+
+// Close stops connecting, releases the locks still held and closes the
+// session. Calls after the first do nothing.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.cancel()
+		<-s.done
+		s.mu.Lock()
+		names := make([]string, 0, len(s.held))
+		for n := range s.held {
+			names = append(names, n)
+		}
+		s.mu.Unlock()
+		for _, n := range names {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s.Unlock(ctx, n)
+			cancel()
+		}
+		if sess := s.sess.Load(); sess != nil {
+			sess.Close()
+		}
+	})
 }
 
 // abandon stops refreshing every lock held and closes the session without
@@ -174,7 +280,32 @@ func (s *Store) abandon() {
 	}
 	s.held = map[string]*heldLock{}
 	s.mu.Unlock()
-	s.s.Close()
+	s.cancel()
+	<-s.done
+	if sess := s.sess.Load(); sess != nil {
+		sess.Close()
+	}
+}
+
+// gocqlLogger passes gocql's own lines (a host down, a failed dial) to the
+// log, each kind (its format) at most once every 10 s: while Cassandra is
+// away gocql retries every connection and would log several lines a
+// second.
+type gocqlLogger struct {
+	log  *slog.Logger
+	keys *logthrottle.Throttle[string]
+}
+
+func (l gocqlLogger) Print(v ...any)   { l.emit(fmt.Sprintf("%T", v), fmt.Sprint(v...)) }
+func (l gocqlLogger) Println(v ...any) { l.emit(fmt.Sprintf("%T", v), fmt.Sprintln(v...)) }
+func (l gocqlLogger) Printf(format string, v ...any) {
+	l.emit(format, fmt.Sprintf(format, v...))
+}
+
+func (l gocqlLogger) emit(kind, msg string) {
+	if n, ok := l.keys.Allow(kind, time.Now()); ok {
+		l.log.Info(strings.TrimSpace(msg), "source", "gocql", "suppressed", n)
+	}
 }
 
 func randomID() string {
@@ -183,8 +314,10 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
+// query is stmt on the session. The caller checked Ready: a Store's
+// methods return its error before they build a query.
 func (s *Store) query(ctx context.Context, stmt string, args ...any) *gocql.Query {
-	return s.s.Query(stmt, args...).WithContext(ctx).Consistency(s.cons)
+	return s.sess.Load().Query(stmt, args...).WithContext(ctx).Consistency(s.cons)
 }
 
 // split returns a key's folder ("" at the top) and last component.
@@ -201,6 +334,9 @@ func clean(key string) string { return strings.Trim(path.Clean("/"+key), "/") }
 // Store puts value at key, then lists it in its folder and each folder in
 // its parent.
 func (s *Store) Store(ctx context.Context, key string, value []byte) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
 	key = clean(key)
 	if key == "" {
 		return errors.New("cassandra: store: empty key")
@@ -224,6 +360,9 @@ func (s *Store) Store(ctx context.Context, key string, value []byte) error {
 
 // Load returns the value at key, fs.ErrNotExist when there is none.
 func (s *Store) Load(ctx context.Context, key string) ([]byte, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
 	var value []byte
 	var modified time.Time
 	err := s.query(ctx, s.q.get, clean(key)).Scan(&value, &modified)
@@ -242,6 +381,9 @@ type entry struct {
 }
 
 func (s *Store) entries(ctx context.Context, dir string) ([]entry, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
 	it := s.query(ctx, s.q.list, dir).Iter()
 	var out []entry
 	var e entry
@@ -312,6 +454,9 @@ func (s *Store) List(ctx context.Context, prefix string, recursive bool) ([]stri
 
 // Stat describes key: a file with its size and time, or a folder.
 func (s *Store) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error) {
+	if err := s.Ready(); err != nil {
+		return certmagic.KeyInfo{}, err
+	}
 	key = clean(key)
 	var value []byte
 	var modified time.Time
@@ -336,6 +481,9 @@ func ttlSeconds(d time.Duration) int { return max(int((d+time.Second-1)/time.Sec
 
 // TryLock takes the lock name if no one holds it.
 func (s *Store) TryLock(ctx context.Context, name string) (bool, error) {
+	if err := s.Ready(); err != nil {
+		return false, err
+	}
 	owner := s.owner + "-" + randomID()
 	cur := map[string]any{}
 	applied, err := s.query(ctx, s.q.lock, name, owner, ttlSeconds(s.ttl)).SerialConsistency(s.serial).MapScanCAS(cur)

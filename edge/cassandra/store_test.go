@@ -2,6 +2,7 @@ package cassandra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -13,12 +14,29 @@ import (
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/edge/cassandra/cqlmodel"
 	"github.com/linkgate/linkgate/edge/storagetest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 func config(hosts ...string) edge.Cassandra {
 	c := edge.DefaultConfig().Storage.Cassandra
 	c.Hosts = hosts
 	return c
+}
+
+// open opens a Store and waits until it is connected.
+func open(t testing.TB, c edge.Cassandra, o Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), c, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Connected():
+	case <-time.After(20 * time.Second):
+		s.Close()
+		t.Fatalf("not connected within 20s: %v", s.Ready())
+	}
+	return s
 }
 
 // TestConformanceOnModel runs the storage suite on the CQL protocol model:
@@ -32,10 +50,7 @@ func TestConformanceOnModel(t *testing.T) {
 			m = cqlmodel.New(t)
 			models[t.Name()] = m
 		}
-		s, err := Open(context.Background(), config(m.Addr()), nil, Options{PollInterval: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := open(t, config(m.Addr()), Options{PollInterval: 50 * time.Millisecond})
 		t.Cleanup(s.Close)
 		return s
 	})
@@ -53,10 +68,7 @@ func TestConformanceOnCluster(t *testing.T) {
 		c := config(strings.Split(hosts, ",")...)
 		c.Keyspace = ks + "_" + strings.NewReplacer("/", "_", "-", "_").Replace(strings.ToLower(t.Name()))[len("testconformanceoncluster_"):]
 		c.Consistency = "QUORUM"
-		s, err := Open(context.Background(), c, nil, Options{PollInterval: 200 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := open(t, c, Options{PollInterval: 200 * time.Millisecond})
 		t.Cleanup(s.Close)
 		return s
 	})
@@ -70,11 +82,7 @@ func TestDeadHolderLockExpires(t *testing.T) {
 	m := cqlmodel.New(t)
 	ctx := context.Background()
 	open := func() *Store {
-		s, err := Open(ctx, config(m.Addr()), nil, Options{PollInterval: 50 * time.Millisecond, LockTTL: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		return open(t, config(m.Addr()), Options{PollInterval: 50 * time.Millisecond, LockTTL: time.Second})
 	}
 	alive, other := open(), open()
 	defer alive.Close()
@@ -105,5 +113,84 @@ func TestDeadHolderLockExpires(t *testing.T) {
 	other.Unlock(ctx, "orphan")
 	if ddl := m.DDL(); m.LWT() == 0 || len(ddl) == 0 || !strings.HasPrefix(ddl[0], "CREATE KEYSPACE IF NOT EXISTS linkgate ") {
 		t.Errorf("lightweight transactions %d, DDL %q", m.LWT(), ddl)
+	}
+}
+
+// TestConnectsInTheBackground: Open returns at once while nothing answers
+// at the configured address; every operation fails fast with
+// ErrNotConnected meanwhile; when the cluster (the CQL model) comes up
+// later the Store connects by itself, creates its tables and works.
+func TestConnectsInTheBackground(t *testing.T) {
+	addr := testkit.DeadAddr(t)
+	t0 := time.Now()
+	s, err := Open(context.Background(), config(addr), nil, Options{RetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if took := time.Since(t0); took > 100*time.Millisecond {
+		t.Errorf("Open took %v with nothing listening: it waited for the network", took)
+	}
+	ctx := context.Background()
+	t0 = time.Now()
+	if err := s.Ready(); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Ready = %v, want ErrNotConnected", err)
+	}
+	if _, err := s.Load(ctx, "certificates/x/x.crt"); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Load = %v, want ErrNotConnected (not fs.ErrNotExist: the certificate may well be stored)", err)
+	}
+	if err := s.Store(ctx, "k", []byte("v")); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Store = %v, want ErrNotConnected", err)
+	}
+	if ok, err := s.TryLock(ctx, "issue_cert_x"); ok || !errors.Is(err, ErrNotConnected) {
+		t.Errorf("TryLock = %v, %v; want false, ErrNotConnected", ok, err)
+	}
+	if _, err := s.List(ctx, "certificates", true); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("List = %v, want ErrNotConnected", err)
+	}
+	if s.Exists(ctx, "k") {
+		t.Error("Exists while not connected")
+	}
+	if took := time.Since(t0); took > 100*time.Millisecond {
+		t.Errorf("operations took %v while not connected, want them to fail fast", took)
+	}
+	select {
+	case <-s.Connected():
+		t.Fatal("connected with nothing listening")
+	default:
+	}
+
+	m := cqlmodel.NewAt(t, addr)
+	select {
+	case <-s.Connected():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not connected 10s after the cluster came up: %v", s.Ready())
+	}
+	if err := s.Store(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Load(ctx, "k"); err != nil || string(v) != "v" {
+		t.Errorf("Load = %q, %v", v, err)
+	}
+	if ddl := m.DDL(); len(ddl) == 0 {
+		t.Error("the tables were not created once connected")
+	}
+}
+
+// TestCloseWhileConnecting: Close stops the attempts to connect at once.
+func TestCloseWhileConnecting(t *testing.T) {
+	s, err := Open(context.Background(), config(testkit.DeadAddr(t)), nil, Options{RetryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the next attempt to connect")
+	}
+	if err := s.Ready(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ready after Close = %v, want ErrClosed", err)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
-	"github.com/linkgate/linkgate/route"
 )
 
 // TestOutageLogsAFewLinesPerSecond: while memcached is down under load,
@@ -33,7 +32,7 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	store := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: 100 * time.Millisecond, MaxIdleConns: 32}, memcached.NewMetrics(reg), log)
 	defer store.Close()
-	post := route.Match{Methods: []string{"POST"}, Path: "/login"}
+	post := limit.Match{Methods: []string{"POST"}, Path: "/login"}
 	lim := func(s string) []limit.Limit { l, _ := limit.ParseLimit(s); return []limit.Limit{l} }
 	rules := []limit.Rule{
 		{Name: "login_ip", Match: post, Key: limit.IP, Limits: lim("100000/s")},
@@ -141,7 +140,7 @@ func TestStorePolicyAnswers(t *testing.T) {
 			cfg := limit.DefaultConfig()
 			cfg.OnStoreError = tc.policy
 			lim, _ := limit.ParseLimit("10/m")
-			rule := limit.Rule{Name: "login_ip", Match: route.Match{Path: "/login"}, Key: limit.IP, Limits: []limit.Limit{lim}}
+			rule := limit.Rule{Name: "login_ip", Match: limit.Match{Path: "/login"}, Key: limit.IP, Limits: []limit.Limit{lim}}
 			l := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), cfg), store, nil, nil)
 			var reached atomic.Int64
 			srv := httptest.NewServer(l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

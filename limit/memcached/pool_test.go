@@ -18,7 +18,6 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
-	"github.com/linkgate/linkgate/route"
 )
 
 // mcStat reads one statistic of a memcached ("curr_connections").
@@ -67,7 +66,7 @@ func burst(t *testing.T, s *memcached.Store, n, rounds int) float64 {
 		}
 		return ls
 	}
-	rule := limit.Rule{Name: "burst", Match: route.Match{Path: "/{key}"}, Key: limit.IP, Limits: limits("1000000/s", "1000000/d")}
+	rule := limit.Rule{Name: "burst", Match: limit.Match{Path: "/{key}"}, Key: limit.IP, Limits: limits("1000000/s", "1000000/d")}
 	l := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), s, limit.NewMetrics(reg), nil)
 	srv := httptest.NewServer(l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	defer srv.Close()

@@ -14,7 +14,6 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
-	"github.com/linkgate/linkgate/route"
 )
 
 // TestConcurrentChecksShareReads: the checks of one counter that arrive
@@ -119,7 +118,7 @@ func TestBlockedClientCostsNoRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule := limit.Rule{Name: "blocked_ip", Match: route.Match{Path: "/{key}"}, Key: limit.IP, Limits: []limit.Limit{l}}
+	rule := limit.Rule{Name: "blocked_ip", Match: limit.Match{Path: "/{key}"}, Key: limit.IP, Limits: []limit.Limit{l}}
 	lim := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), s, limit.NewMetrics(prometheus.NewRegistry()), nil)
 	h := lim.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	do := func() int {

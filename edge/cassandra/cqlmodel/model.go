@@ -44,9 +44,13 @@ type lockRow struct {
 }
 
 // New starts a model on loopback until the test ends.
-func New(t testing.TB) *Model {
+func New(t testing.TB) *Model { return NewAt(t, "127.0.0.1:0") }
+
+// NewAt starts a model listening on addr until the test ends: a cluster
+// that comes up after the clients configured with addr started.
+func NewAt(t testing.TB, addr string) *Model {
 	m := &Model{kv: map[string]kvRow{}, dirs: map[string]map[string]bool{}, locks: map[string]lockRow{}}
-	m.Server = cqlwire.Start(t, "127.0.0.1:0", m)
+	m.Server = cqlwire.Start(t, addr, m)
 	return m
 }
 

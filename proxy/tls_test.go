@@ -1,0 +1,253 @@
+package proxy_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/proxy"
+)
+
+// mtlsUpstream is an HTTPS upstream on loopback whose certificate, from
+// serverCA, names only backend.internal (not 127.0.0.1), and which
+// requires a client certificate from clientCA. It answers with the
+// protocol and the client certificate's name.
+func mtlsUpstream(t *testing.T, serverCA, clientCA *edgetest.CA) *httptest.Server {
+	t.Helper()
+	certPEM, keyPEM := serverCA.Issue(t, "backend.internal")
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Proto", r.Proto)
+		if len(r.TLS.PeerCertificates) > 0 {
+			w.Header().Set("X-Client", r.TLS.PeerCertificates[0].Subject.CommonName)
+		}
+		w.Header().Set("X-SNI", r.TLS.ServerName)
+	}))
+	s.TLS = &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    clientCA.Pool(),
+	}
+	s.EnableHTTP2 = true
+	s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// writeFile writes data into a file of dir and returns its path.
+func writeFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestUpstreamTLS: a pool reaches an HTTPS target that requires a client
+// certificate, whose own certificate is from a private CA and names
+// neither its address nor the system's roots, with upstream.tls's CA
+// bundle, server name and client certificate, over HTTP/2; leaving out
+// any of them makes the request fail with 502 and the target unhealthy.
+func TestUpstreamTLS(t *testing.T) {
+	serverCA, clientCA, otherCA := edgetest.NewCA(t), edgetest.NewCA(t), edgetest.NewCA(t)
+	up := mtlsUpstream(t, serverCA, clientCA)
+	dir := t.TempDir()
+	ca := writeFile(t, dir, "server-ca.pem", serverCA.PEM)
+	otherCAFile := writeFile(t, dir, "other-ca.pem", otherCA.PEM)
+	c, k := clientCA.Issue(t, "linkgate")
+	cert, key := writeFile(t, dir, "client.pem", c), writeFile(t, dir, "client.key", k)
+	c, k = otherCA.Issue(t, "linkgate")
+	strangerCert, strangerKey := writeFile(t, dir, "stranger.pem", c), writeFile(t, dir, "stranger.key", k)
+
+	full := proxy.TLS{CAFile: ca, ServerName: "backend.internal", CertFile: cert, KeyFile: key}
+	for _, tc := range []struct {
+		name string
+		tls  func(*proxy.TLS)
+		ok   bool
+	}{
+		{"ca, server name and client certificate", func(*proxy.TLS) {}, true},
+		{"no client certificate", func(c *proxy.TLS) { c.CertFile, c.KeyFile = "", "" }, false},
+		{"a client certificate the target does not trust", func(c *proxy.TLS) { c.CertFile, c.KeyFile = strangerCert, strangerKey }, false},
+		{"the system's roots", func(c *proxy.TLS) { c.CAFile = "" }, false},
+		{"another CA", func(c *proxy.TLS) { c.CAFile = otherCAFile }, false},
+		{"the target's address as the name", func(c *proxy.TLS) { c.ServerName = "" }, false},
+		{"a name the certificate does not hold", func(c *proxy.TLS) { c.ServerName = "other.internal" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config(up.URL)
+			cfg.TLS = full
+			tc.tls(&cfg.TLS)
+			f := start(t, cfg)
+			resp, body := f.get(t, "/k")
+			if !tc.ok {
+				wantProblem(t, resp, body, http.StatusBadGateway)
+				testkit.Eventually(t, 5*time.Second, "the target out of the pool", func() bool { return !f.p.Ready() })
+				return
+			}
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Client") != "linkgate" || resp.Header.Get("X-SNI") != "backend.internal" {
+				t.Fatalf("%d %q: client %q, SNI %q; want 200 to linkgate's certificate naming backend.internal", resp.StatusCode, body, resp.Header.Get("X-Client"), resp.Header.Get("X-SNI"))
+			}
+			if p := resp.Header.Get("X-Proto"); p != "HTTP/2.0" {
+				t.Errorf("the upstream was reached over %s, want HTTP/2.0", p)
+			}
+			if f.healthy(t, up.URL) != 1 {
+				t.Error("the target's health check failed over mutual TLS")
+			}
+		})
+	}
+}
+
+// TestUpstreamTLSCompile: the files of upstream.tls are read by the
+// compile step, and every way they cannot be used is refused there,
+// naming the field under the pool's own path.
+func TestUpstreamTLSCompile(t *testing.T) {
+	ca := edgetest.NewCA(t)
+	dir := t.TempDir()
+	caFile := writeFile(t, dir, "ca.pem", ca.PEM)
+	c, k := ca.Issue(t, "linkgate")
+	cert, key := writeFile(t, dir, "client.pem", c), writeFile(t, dir, "client.key", k)
+	_, k2 := ca.Issue(t, "other")
+	otherKey := writeFile(t, dir, "other.key", k2)
+	serverOnly, serverOnlyKey := serverOnlyCert(t, dir)
+	notPEM := writeFile(t, dir, "not.pem", []byte("not a certificate"))
+	for _, tc := range []struct {
+		name    string
+		targets []string
+		tls     proxy.TLS
+		err     string // "": accepted
+	}{
+		{"all set", []string{"https://127.0.0.1:1"}, proxy.TLS{CAFile: caFile, ServerName: "backend.internal", CertFile: cert, KeyFile: key}, ""},
+		{"an IP address as the name", []string{"https://127.0.0.1:1"}, proxy.TLS{ServerName: "10.0.0.7"}, ""},
+		{"mixed targets", []string{"http://127.0.0.1:1", "https://127.0.0.1:2"}, proxy.TLS{CAFile: caFile}, ""},
+		{"no https target", []string{"http://127.0.0.1:1"}, proxy.TLS{ServerName: "backend.internal"}, "routes[1].upstream.tls.server_name: set, but no target"},
+		{"missing CA file", []string{"https://127.0.0.1:1"}, proxy.TLS{CAFile: filepath.Join(dir, "nope.pem")}, "routes[1].upstream.tls.ca_file: open"},
+		{"CA file without PEM", []string{"https://127.0.0.1:1"}, proxy.TLS{CAFile: notPEM}, "routes[1].upstream.tls.ca_file: " + notPEM + " holds no PEM certificate"},
+		{"wildcard name", []string{"https://127.0.0.1:1"}, proxy.TLS{ServerName: "*.internal"}, "routes[1].upstream.tls.server_name:"},
+		{"name with a port", []string{"https://127.0.0.1:1"}, proxy.TLS{ServerName: "backend.internal:443"}, "routes[1].upstream.tls.server_name:"},
+		{"certificate without key", []string{"https://127.0.0.1:1"}, proxy.TLS{CertFile: cert}, "routes[1].upstream.tls.cert_file: cert_file and key_file go together"},
+		{"key without certificate", []string{"https://127.0.0.1:1"}, proxy.TLS{KeyFile: key}, "routes[1].upstream.tls.cert_file: cert_file and key_file go together"},
+		{"key of another certificate", []string{"https://127.0.0.1:1"}, proxy.TLS{CertFile: cert, KeyFile: otherKey}, "routes[1].upstream.tls.cert_file:"},
+		{"missing key file", []string{"https://127.0.0.1:1"}, proxy.TLS{CertFile: cert, KeyFile: filepath.Join(dir, "nope.key")}, "routes[1].upstream.tls.key_file: open"},
+		{"a server-only certificate", []string{"https://127.0.0.1:1"}, proxy.TLS{CertFile: serverOnly, KeyFile: serverOnlyKey}, "routes[1].upstream.tls.cert_file: " + serverOnly + " is not for client authentication"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config(tc.targets...)
+			cfg.TLS = tc.tls
+			_, err := proxy.CompileAt("routes[1].upstream", cfg, nil, forwarded.Policy{})
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.err)):
+				t.Errorf("error %v, want one starting with %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// serverOnlyCert writes a self-signed certificate for server
+// authentication only, and its key.
+func serverOnlyCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "server only"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	return writeFile(t, dir, "server-only.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		writeFile(t, dir, "server-only.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+}
+
+// TestUpstreamTLSFilesChangeThePlan: a plan compiled again after the CA
+// or the client certificate changed on disk is not Equal to the running
+// one, so a reload builds a Proxy with the new files.
+func TestUpstreamTLSFilesChangeThePlan(t *testing.T) {
+	ca := edgetest.NewCA(t)
+	dir := t.TempDir()
+	caFile := writeFile(t, dir, "ca.pem", ca.PEM)
+	c, k := ca.Issue(t, "linkgate")
+	cert, key := writeFile(t, dir, "client.pem", c), writeFile(t, dir, "client.key", k)
+	cfg := config("https://127.0.0.1:1")
+	cfg.TLS = proxy.TLS{CAFile: caFile, CertFile: cert, KeyFile: key}
+	a, b := plan(t, cfg), plan(t, cfg)
+	if !a.Equal(b) {
+		t.Fatal("two plans of the same files differ")
+	}
+	c, k = ca.Issue(t, "linkgate")
+	writeFile(t, dir, "client.pem", c)
+	writeFile(t, dir, "client.key", k)
+	if a.Equal(plan(t, cfg)) {
+		t.Error("a new client certificate left the plan Equal")
+	}
+	writeFile(t, dir, "ca.pem", edgetest.NewCA(t).PEM)
+	if b.Equal(plan(t, cfg)) {
+		t.Error("a new CA bundle left the plan Equal")
+	}
+}
+
+// TestUpstreamTLSHTTPTarget: a plain target beside an https one in a pool
+// with TLS settings is still reached, through the same transport.
+func TestUpstreamTLSHTTPTarget(t *testing.T) {
+	serverCA, clientCA := edgetest.NewCA(t), edgetest.NewCA(t)
+	secure := mtlsUpstream(t, serverCA, clientCA)
+	plain := newUpstream(t, "plain", nil)
+	dir := t.TempDir()
+	c, k := clientCA.Issue(t, "linkgate")
+	cfg := config(secure.URL, plain.URL)
+	cfg.TLS = proxy.TLS{CAFile: writeFile(t, dir, "ca.pem", serverCA.PEM), ServerName: "backend.internal",
+		CertFile: writeFile(t, dir, "c.pem", c), KeyFile: writeFile(t, dir, "c.key", k)}
+	reg := prometheus.NewRegistry()
+	p := proxy.New(plan(t, cfg), proxy.NewMetrics(reg), nil)
+	defer p.Close()
+	f := &fixture{p: p, reg: reg, front: httptest.NewServer(p)}
+	defer f.front.Close()
+	var secureHits, plainHits int
+	for range 4 {
+		resp, body := f.get(t, "/k")
+		switch {
+		case resp.StatusCode != http.StatusOK:
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		case resp.Header.Get("X-Client") == "linkgate":
+			secureHits++
+		case resp.Header.Get("X-Upstream") == "plain":
+			plainHits++
+		}
+	}
+	if secureHits != 2 || plainHits != 2 {
+		t.Errorf("https target served %d, plain %d; want 2 each", secureHits, plainHits)
+	}
+}
