@@ -70,17 +70,27 @@ func newPool(urls []*url.URL, m *Metrics) *pool {
 	return p
 }
 
-// pick returns the next healthy target in round-robin order, or nil when all
-// are down. One atomic add per call, no lock.
+// pick returns the next healthy target in round-robin order, or the next
+// target when none is healthy (nil only for a pool without targets). One
+// atomic add per call, no lock.
 func (p *pool) pick() *target {
 	n := uint64(len(p.ring))
+	if n == 0 {
+		return nil
+	}
 	start := p.next.Add(1) - 1
 	for i := range n {
 		if t := p.ring[(start+i)%n]; t.healthy.Load() {
 			return t
 		}
 	}
-	return nil
+	// Every target is out: try them all the same, in turn, as Envoy's
+	// panic routing does. A check or a connection that failed under a
+	// moment's load takes a target out until the next check; with every
+	// target out, refusing every request would turn that moment into an
+	// outage, while a target that is really down answers a connection
+	// refused as fast as the refusal would.
+	return p.ring[start%n]
 }
 
 // pickExcept is pick skipping the targets already tried (the retry path).

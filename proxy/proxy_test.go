@@ -662,9 +662,10 @@ func TestRenewKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	defer next.Close()
 	old.Close()
 	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health checks", func() bool { return added.checks.Load() > 0 })
-	if n := next.IdleConns(); n[0] == 0 {
-		t.Fatal("no idle connection to the target that stayed after the old proxy closed")
-	}
+	// A health check may hold the connection for a moment: idle again soon.
+	testkit.Eventually(t, 5*time.Second, "an idle connection to the target that stayed, after the old proxy closed", func() bool {
+		return next.IdleConns()[0] > 0
+	})
 	if n := old.IdleConns(); n[1] != 0 {
 		t.Errorf("%d idle connections to the dropped target left open", n[1])
 	}

@@ -578,7 +578,9 @@ func testLongRange(t *testing.T, e *env) {
 		b.Counts = append(b.Counts, count(k, rollup.Day, start, int64(i+1), int64(i%2)))
 		days = append(days, point(start, int64(i+1), int64(i%2)))
 	}
-	min0 := e.base().Add(-rollup.Day)
+	// The last whole day of minutes before this hour: all of it within
+	// the finest tier's retention (2 days) whatever the time of day.
+	min0 := rollup.Align(e.now, time.Hour).Add(-rollup.Day)
 	var minutes []analytics.Point
 	for i := range 1440 {
 		if i%7 == 3 {
