@@ -83,7 +83,7 @@ func TestReloadKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	total := metric(t, gw, "linkgate_upstream_connections_opened_total") - totalBefore
 	t.Logf("%d reloads under %d client connections: %d new connections to the target that stayed, %.0f to both (%d requests)", reloads, clients, got, total, served.Load())
 	if failed.Load() > 0 {
-		t.Errorf("%d requests failed", failed.Load())
+		t.Errorf("%d requests failed; the gateway's log:\n%s", failed.Load(), gw.logs)
 	}
 	// Health checks and the odd connection the pool's cap or a burst
 	// needs, not a pool per reload.
