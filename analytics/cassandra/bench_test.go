@@ -23,10 +23,14 @@ func (nopBackend) writeTop(context.Context, []topRow) error             { return
 func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, time.Time) ([]uniqRow, error) {
 	return nil, nil
 }
-func (nopBackend) readTop(context.Context, time.Time, int) ([]topRow, error) {
+func (nopBackend) readTopKeys(context.Context, time.Time, int, []string) ([]topRow, error) {
 	return nil, nil
 }
-func (nopBackend) readTopLink(context.Context, time.Time, int, string) ([]topRow, error) {
+func (nopBackend) writeLeaders(context.Context, []leaderRow) error { return nil }
+func (nopBackend) readLeaders(context.Context, time.Time) ([]leaderRow, error) {
+	return nil, nil
+}
+func (nopBackend) readLeader(context.Context, time.Time, gocql.UUID) ([]leaderRow, error) {
 	return nil, nil
 }
 func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, time.Time) ([]dimReadRow, error) {

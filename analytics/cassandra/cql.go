@@ -50,11 +50,16 @@ type backend interface {
 	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
 	// writeTop overwrites rows of top_days of one partition (day, shard).
 	writeTop(ctx context.Context, rows []topRow) error
-	// readTop returns the rows of one partition of top_days.
-	readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error)
-	// readTopLink returns the rows of one link in a partition of
-	// top_days (one per writer generation).
-	readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error)
+	// readTopKeys returns the rows of keys in one partition of top_days
+	// (one per link and writer generation): short_key IN keys.
+	readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error)
+	// writeLeaders overwrites slots of top_leaders of one partition (day).
+	writeLeaders(ctx context.Context, rows []leaderRow) error
+	// readLeaders returns the slots of one partition of top_leaders.
+	readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error)
+	// readLeader returns the slots of one writer generation in a
+	// partition of top_leaders.
+	readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error)
 	// readUniques returns the registers of one partition of the uniques
 	// table whose day is in [from, to).
 	readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error)
@@ -125,7 +130,8 @@ type cqlBackend struct {
 	insertProgress, selectProgress,
 	takeLease, renewLease,
 	insertDim, selectDims,
-	insertTop, selectTop, selectTopLink,
+	insertTop, selectTopKeys,
+	insertLeader, selectLeaders, selectLeader,
 	insertUniq, selectUniqs string
 }
 
@@ -146,8 +152,10 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 		insertDim:      fmt.Sprintf(insertDimCQL, ks),
 		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
 		insertTop:      fmt.Sprintf(insertTopCQL, ks),
-		selectTop:      fmt.Sprintf(selectTopCQL, ks),
-		selectTopLink:  fmt.Sprintf(selectTopLinkCQL, ks),
+		selectTopKeys:  fmt.Sprintf(selectTopKeysCQL, ks),
+		insertLeader:   fmt.Sprintf(insertLeaderCQL, ks),
+		selectLeaders:  fmt.Sprintf(selectLeadersCQL, ks),
+		selectLeader:   fmt.Sprintf(selectLeaderCQL, ks),
 		insertUniq:     fmt.Sprintf(insertUniqCQL, ks),
 		selectUniqs:    fmt.Sprintf(selectUniqsCQL, ks),
 	}

@@ -126,8 +126,8 @@ type linkPart struct {
 // prepareLinks returns the statements that write b's breakdowns and
 // sketches: per link and partition, its rows of both tables in unlogged
 // batches of up to maxLinkBatch, so that a link visited in a flush costs
-// one statement for both, and its top-list row (prepareTop).
-func (s *Store) prepareLinks(b analytics.Batch) ([]op, error) {
+// one statement for both, and its top-list rows (prepareTop).
+func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch) ([]op, error) {
 	dims, err := s.dimRows(b)
 	if err != nil {
 		return nil, err
@@ -171,7 +171,11 @@ func (s *Store) prepareLinks(b analytics.Batch) ([]op, error) {
 			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLink(ctx, d, r) })
 		}
 	}
-	return append(ops, s.prepareTop(b)...), nil
+	tops, err := s.prepareTop(ctx, be, b)
+	if err != nil {
+		return nil, err
+	}
+	return append(ops, tops...), nil
 }
 
 // Dims implements analytics.DimSource: one read per partition of the

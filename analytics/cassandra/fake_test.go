@@ -31,7 +31,8 @@ type fakeDB struct {
 	progress map[int]fakeProgress
 	dims     map[fakeDimPart]map[fakeDimRow]fakeCell
 	top      map[fakeTopPart]map[fakeTopRow]fakeCell
-	uniqs    map[fakeDimPart]map[[2]int64]fakeCell // (day µs, reg) → rho
+	leaders  map[int64]map[fakeLeaderRow]fakeLeader // day µs → slots
+	uniqs    map[fakeDimPart]map[[2]int64]fakeCell  // (day µs, reg) → rho
 	holder   gocql.UUID
 	leaseEnd time.Time
 	late     []func() // duplicates to apply later (applyLate)
@@ -171,19 +172,81 @@ func (db *fakeDB) writeTop(ctx context.Context, rows []topRow) error {
 	})
 }
 
-func (db *fakeDB) readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error) {
+func (db *fakeDB) readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if len(keys) == 0 || len(keys) > maxTopKeys {
+		panic("fake: a read of top_days without keys, or of too many")
 	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	db.tick()
 	var out []topRow
 	for k, c := range db.top[fakeTopPart{day.UnixMicro(), shard}] {
-		if !c.dead && db.live(c.expires) {
+		if slices.Contains(keys, k.key) && !c.dead && db.live(c.expires) {
 			out = append(out, topRow{key: k.key, count: c.v.Human})
 		}
 	}
+	return out, nil
+}
+
+type fakeLeaderRow struct {
+	writer gocql.UUID
+	slot   int
+}
+
+type fakeLeader struct {
+	key string
+	fakeCell
+}
+
+func (db *fakeDB) writeLeaders(ctx context.Context, rows []leaderRow) error {
+	for _, r := range rows {
+		if r.ttl <= 0 || r.ts <= 0 || !r.day.Equal(rows[0].day) || r.slot < 0 || r.slot >= topLeaders {
+			panic("fake: a top_leaders row without TTL or timestamp, out of the slots, or a batch across partitions")
+		}
+	}
+	return db.do(ctx, "leaders", func() {
+		day := rows[0].day.UnixMicro()
+		if db.leaders[day] == nil {
+			db.leaders[day] = map[fakeLeaderRow]fakeLeader{}
+		}
+		for _, r := range rows {
+			k := fakeLeaderRow{r.writer, r.slot}
+			c, exists := db.leaders[day][k]
+			n := fakeLeader{r.key, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)}}
+			// Last write wins per cell; a tie goes to the greater value,
+			// as Cassandra breaks it.
+			if !exists || n.ts > c.ts || n.ts == c.ts && (n.key > c.key || n.key == c.key && n.v.Human > c.v.Human) {
+				db.leaders[day][k] = n
+			}
+		}
+	})
+}
+
+func (db *fakeDB) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
+	return db.readLeader(ctx, day, gocql.UUID{})
+}
+
+// readLeader returns the slots of writer, or of all writers for the zero
+// UUID, in clustering order.
+func (db *fakeDB) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []leaderRow
+	for k, c := range db.leaders[day.UnixMicro()] {
+		if (writer == gocql.UUID{} || k.writer == writer) && db.live(c.expires) {
+			out = append(out, leaderRow{day: day, writer: k.writer, slot: k.slot, key: c.key, count: c.v.Human})
+		}
+	}
+	slices.SortFunc(out, func(a, b leaderRow) int {
+		return cmp.Or(slices.Compare(a.writer[:], b.writer[:]), cmp.Compare(a.slot, b.slot))
+	})
 	return out, nil
 }
 
@@ -201,17 +264,6 @@ func (db *fakeDB) readUniques(ctx context.Context, key string, bucket, from, to 
 		}
 	}
 	return out, nil
-}
-
-func (db *fakeDB) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
-	rows, err := db.readTop(ctx, day, shard)
-	var out []topRow
-	for _, r := range rows {
-		if r.key == key {
-			out = append(out, r)
-		}
-	}
-	return out, err
 }
 
 type fakeQueue struct {
@@ -243,7 +295,7 @@ var errFault = errors.New("fake: injected fault (timeout)")
 func newFakeDB(now time.Time) *fakeDB {
 	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
 		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{},
-		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}, uniqs: map[fakeDimPart]map[[2]int64]fakeCell{}}
+		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}, leaders: map[int64]map[fakeLeaderRow]fakeLeader{}, uniqs: map[fakeDimPart]map[[2]int64]fakeCell{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.

@@ -53,14 +53,21 @@ func TestFlushStatementsWithDims(t *testing.T) {
 		st := s.Statements()
 		d := func(a, b int64) int64 { return a - b }
 		t.Logf("flush %d of %d links, 6 dimensions each: %d write statements: %d counts, %d Active entries in %d batches, "+
-			"%d breakdown rows and %d sketch registers in %d batches, %d top rows in %d batches",
+			"%d breakdown rows and %d sketch registers in %d batches, %d top rows in %d batches, %d top-list slots in %d batches",
 			round+1, links, d(st.Writes(), before.Writes()), d(st.Points, before.Points), d(st.Active, before.Active), d(st.ActiveSent, before.ActiveSent),
-			d(st.Dims, before.Dims), d(st.Uniques, before.Uniques), d(st.LinkSent, before.LinkSent), d(st.Top, before.Top), d(st.TopSent, before.TopSent))
+			d(st.Dims, before.Dims), d(st.Uniques, before.Uniques), d(st.LinkSent, before.LinkSent), d(st.Top, before.Top), d(st.TopSent, before.TopSent),
+			d(st.Leaders, before.Leaders), d(st.LeadersSent, before.LeadersSent))
 		if d(st.Dims, before.Dims) != 6*links+10 {
 			t.Errorf("%d breakdown rows, want %d: one per link and dimension, and all links' ten values", d(st.Dims, before.Dims), 6*links+10)
 		}
 		if d(st.LinkSent, before.LinkSent) > links+hll.M/maxLinkBatch+10 { // all links' sketch is dense
 			t.Errorf("%d breakdown and sketch statements, want one batch per link", d(st.LinkSent, before.LinkSent))
+		}
+		// Every link's count changed, but only the writer's 2,000 most
+		// visited of the day have a slot: the top list adds about 2% to
+		// the top_days batches, not a statement per link.
+		if d(st.Leaders, before.Leaders) != topLeaders || d(st.LeadersSent, before.LeadersSent) > topLeaders/maxActiveBatch+topLeaders*40/maxActiveBatchBytes+1 {
+			t.Errorf("%d top-list slots in %d batches, want %d in batches of up to %d", d(st.Leaders, before.Leaders), d(st.LeadersSent, before.LeadersSent), topLeaders, maxActiveBatch)
 		}
 		at = at.Add(10 * time.Second)
 	}

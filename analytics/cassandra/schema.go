@@ -153,6 +153,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 	stmts = append(stmts,
 		dimsSchema(keyspace),
 		topSchema(keyspace),
+		leadersSchema(keyspace),
 		uniquesSchema(keyspace),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_active (
     step      int,

@@ -28,17 +28,20 @@ type Statements struct {
 	LinkSent    int64 // statements that wrote them: per link and partition, batches of up to maxLinkBatch rows of both
 	Top         int64 // top_days rows written: a link's human visits of a day
 	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxActiveBatch rows
+	Leaders     int64 // top_leaders slots written: a link among its writer generation's topLeaders of a day
+	LeadersSent int64 // statements that wrote them: batches of one day of up to maxActiveBatch slots
 	Reads       int64 // SELECTs of any table
+	TopRows     int64 // rows the reads of top_days and top_leaders returned
 }
 
 // Writes returns the statements that write: all but Reads and Leases.
 func (s Statements) Writes() int64 {
-	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent
+	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent + s.LeadersSent
 }
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent atomic.Int64
+	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent, leaders, leadersSent, topRows atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
@@ -48,6 +51,7 @@ func (s *Store) Statements() Statements {
 		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
 		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
+		Leaders: c.leaders.Load(), LeadersSent: c.leadersSent.Load(), TopRows: c.topRows.Load(),
 	}
 }
 

@@ -193,6 +193,8 @@ type Store struct {
 	wmu sync.Mutex // serializes Write
 
 	dimRetention atomic.Int64 // how long breakdowns are kept, ns
+
+	leaders leaderSets // the top lists this Store writes (top.go)
 }
 
 // writerSpace is the namespace of the batch writer ids (the name-based
@@ -475,7 +477,7 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if err != nil {
 		return err
 	}
-	lops, err := s.prepareLinks(b)
+	lops, err := s.prepareLinks(ctx, be, b)
 	if err != nil {
 		return err
 	}

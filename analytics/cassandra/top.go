@@ -1,10 +1,13 @@
 package cassandra
 
 import (
+	"cmp"
+	"container/heap"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -16,18 +19,71 @@ import (
 // Top links
 //
 // A flush's analytics.DimLink counts (each link's human visits per UTC
-// day) go to top_days, one partition per (day, shard) (the shard a hash of
-// the link, as for Active entries), one row per link and writer generation
-// holding its cumulative count, written as breakdowns are (USING
-// TIMESTAMP the batch time, a TTL of the breakdowns' retention). Top reads
-// the 16 partitions of each day of the range and adds up: its cost is the
-// links visited in the range, not all links, but it reads each of them
-// (the embedded store reads a sorted index instead).
+// day) go to two tables, both written as breakdowns are (USING TIMESTAMP
+// the batch time, a TTL of the breakdowns' retention after the day):
+//
+//   - top_days, one partition per (day, shard) (the shard a hash of the
+//     link, as for Active entries), one row per link and writer generation
+//     holding its cumulative count: every link's exact count of a day,
+//     read by key (TopCounts), never whole.
+//   - top_leaders, one partition per day, holding per writer generation
+//     (the writer id of the breakdowns' rows) its topLeaders most visited
+//     links of the day: topLeaders slots, each (link, cumulative count).
+//
+// A Store keeps in memory, per writer generation and day it writes, the
+// links of its slots as a min-heap of their counts. A flush's links
+// update it: a link already there gets its new count, one that is not
+// enters when the list is not full or when its count exceeds the smallest
+// (which it then replaces, in the same slot). Counts only grow within a
+// generation, so the list is always exactly the generation's topLeaders
+// most visited links of the day (a link out of it has at most the
+// smallest count in it). The flush writes the slots of its links that are
+// in the list: at most min(links, topLeaders) rows per (generation, day),
+// in unlogged batches of one partition, and never a delete. A list the
+// Store does not hold (a journal replayed by another process, a
+// generation the Store dropped to bound its memory) is read back from
+// top_leaders first: one read per (generation, day) and process.
+//
+// Retries and replays change nothing: a resent batch finds its links in
+// the list already, in the same slots, and writes the same rows; an older
+// batch replayed writes older counts with an older timestamp, which lose
+// to what the slots hold (last write wins).
+//
+// Top reads the range's top_leaders partitions (one per day, at most
+// topLeaders rows per writer generation of the day), and bounds each
+// listed link's total: at least the counts listed, at most those plus, for
+// every full list it is missing from, that list's smallest count. Links
+// whose upper bound is below the n-th best lower bound cannot make the top
+// n; the others' exact totals are read from top_days (one read per day,
+// shard and 100 links). So its reads are bounded by the days, the writer
+// generations and topLeaders, not by the links visited.
+//
+// The answer is exact when every link of the true top n is listed for at
+// least one (day, writer generation) of the range, which holds whenever
+// the n-th total reached is at least the sum of the smallest counts of
+// the full lists (a link listed nowhere has at most that): always for a
+// single day of a single writer generation (n ≤ 1,000 < topLeaders), and
+// with several gateways sharing the traffic unless one link ranks below
+// every gateway's 2,000th on every day of the range and still beats the
+// n-th. It can miss a link in the true top n only in that case: a link
+// that is never among any writer's 2,000 most visited of any day, yet
+// whose visits over a long range add up past links that were. Such a
+// link is then left out, and the list holds the next ones with their
+// exact totals; a link listed is never given a wrong total.
+
+// topLeaders is how many links a writer generation lists per day: twice
+// the largest top=N the stats API asks for.
+const topLeaders = 2000
+
+// maxTopKeys bounds the links of one read of top_days (short_key IN ?).
+const maxTopKeys = 100
 
 const (
 	insertTopCQL     = `INSERT INTO %s.top_days (day, shard, short_key, writer, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectTopCQL     = `SELECT short_key, visits FROM %s.top_days WHERE day = ? AND shard = ?`
-	selectTopLinkCQL = `SELECT visits FROM %s.top_days WHERE day = ? AND shard = ? AND short_key = ?`
+	selectTopKeysCQL = `SELECT short_key, visits FROM %s.top_days WHERE day = ? AND shard = ? AND short_key IN ?`
+	insertLeaderCQL  = `INSERT INTO %s.top_leaders (day, writer, slot, short_key, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectLeadersCQL = `SELECT writer, slot, short_key, visits FROM %s.top_leaders WHERE day = ?`
+	selectLeaderCQL  = `SELECT writer, slot, short_key, visits FROM %s.top_leaders WHERE day = ? AND writer = ?`
 )
 
 type topRow struct {
@@ -40,9 +96,22 @@ type topRow struct {
 	ts     int64
 }
 
-// prepareTop returns the statements that write b's DimLink counts: one
-// unlogged batch per (day, shard) of up to maxActiveBatch rows.
-func (s *Store) prepareTop(b analytics.Batch) []op {
+// leaderRow is a slot of a writer generation's list of a day.
+type leaderRow struct {
+	day    time.Time
+	writer gocql.UUID
+	slot   int
+	key    string
+	count  int64
+	ttl    int
+	ts     int64
+}
+
+// prepareTop returns the statements that write b's DimLink counts: to
+// top_days one unlogged batch per (day, shard) of up to maxActiveBatch
+// rows, and to top_leaders the slots of the links that are in their
+// writer generation's list, in batches of one day.
+func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) ([]op, error) {
 	anon := gocql.MustRandomUUID()
 	keep := time.Duration(s.dimRetention.Load())
 	type part struct {
@@ -51,6 +120,7 @@ func (s *Store) prepareTop(b analytics.Batch) []op {
 	}
 	parts := map[part][]topRow{}
 	var order []part
+	var rows []topRow
 	for _, d := range b.Dims {
 		if d.Dim != analytics.DimLink {
 			continue
@@ -63,6 +133,7 @@ func (s *Store) prepareTop(b analytics.Batch) []op {
 		if r.ttl <= 0 || r.count == 0 {
 			continue
 		}
+		rows = append(rows, r)
 		p := part{r.day.Unix(), r.shard}
 		if _, ok := parts[p]; !ok {
 			order = append(order, p)
@@ -79,10 +150,196 @@ func (s *Store) prepareTop(b analytics.Batch) []op {
 			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeTop(ctx, batch) })
 		}
 	}
-	return ops
+	leaders, err := s.leaders.update(ctx, be, rows, b.Writer == "")
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: write: top list: %w", err)
+	}
+	for len(leaders) > 0 {
+		n, bytes := 0, 0
+		for n < len(leaders) && n < maxActiveBatch && leaders[n].day.Equal(leaders[0].day) &&
+			(n == 0 || bytes+len(leaders[n].key) <= maxActiveBatchBytes) {
+			bytes += len(leaders[n].key) + 40 // the key and the other columns
+			n++
+		}
+		batch := leaders[:n:n]
+		leaders = leaders[n:]
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLeaders(ctx, batch) })
+	}
+	return ops, nil
 }
 
-// Top implements analytics.TopSource.
+// leaderSets are the lists a Store writes, by writer generation and day.
+type leaderSets struct {
+	mu   sync.Mutex
+	sets map[leaderID]*leaderSet
+	tick uint64 // counts updates, for dropping the least recently used set
+}
+
+// maxLeaderSets bounds the lists a Store holds (each at most topLeaders
+// links): a writer has one generation at a time, and writes today's and
+// now and then yesterday's or an older day's visits.
+const maxLeaderSets = 16
+
+type leaderID struct {
+	writer gocql.UUID
+	day    int64
+}
+
+// leaderSet is a writer generation's list of a day: a min-heap by count
+// (then by key, the greater first), each link in a slot of its own.
+type leaderSet struct {
+	items []*leader
+	byKey map[string]*leader
+	next  int   // the first slot never taken
+	free  []int // slots below next not taken, the lowest last
+	used  uint64
+}
+
+type leader struct {
+	key   string
+	count int64
+	slot  int
+	index int // in items
+}
+
+func (h *leaderSet) Len() int { return len(h.items) }
+func (h *leaderSet) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	return a.count < b.count || a.count == b.count && a.key > b.key
+}
+func (h *leaderSet) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].index, h.items[j].index = i, j
+}
+func (h *leaderSet) Push(x any) {
+	l := x.(*leader)
+	l.index = len(h.items)
+	h.items = append(h.items, l)
+}
+func (h *leaderSet) Pop() any {
+	l := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return l
+}
+
+// add counts key's count into the list and reports whether key is in it.
+func (h *leaderSet) add(key string, count int64) bool {
+	if l, ok := h.byKey[key]; ok {
+		if count > l.count { // an older batch replayed brings an older count
+			l.count = count
+			heap.Fix(h, l.index)
+		}
+		return true
+	}
+	if len(h.items) < topLeaders {
+		l := &leader{key: key, count: count, slot: h.next}
+		if n := len(h.free); n > 0 {
+			l.slot, h.free = h.free[n-1], h.free[:n-1]
+		} else {
+			h.next++
+		}
+		h.byKey[key] = l
+		heap.Push(h, l)
+		return true
+	}
+	least := h.items[0]
+	if count <= least.count {
+		return false
+	}
+	delete(h.byKey, least.key)
+	least.key, least.count = key, count // the same slot, now key's
+	h.byKey[key] = least
+	heap.Fix(h, 0)
+	return true
+}
+
+// update counts rows (a batch's top_days rows) into their lists and
+// returns the slots to write: those of the rows' links in their lists,
+// with the rows' counts, TTLs and timestamps. A batch without an identity
+// (anon) has a list of its own, not kept. A list not held is read back
+// from the store first.
+func (ls *leaderSets) update(ctx context.Context, be backend, rows []topRow, anon bool) ([]leaderRow, error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.sets == nil {
+		ls.sets = map[leaderID]*leaderSet{}
+	}
+	var out []leaderRow
+	sets := map[leaderID]*leaderSet{}
+	var order []leaderID
+	for _, r := range rows {
+		id := leaderID{r.writer, r.day.Unix()}
+		if _, ok := sets[id]; !ok {
+			set, err := ls.get(ctx, be, id, anon)
+			if err != nil {
+				return nil, err
+			}
+			sets[id] = set
+			order = append(order, id)
+		}
+		sets[id].add(r.key, r.count)
+	}
+	// The slots once the whole batch is counted: a link that entered and
+	// was pushed out again by the batch's next ones is not written.
+	for _, r := range rows {
+		if l, ok := sets[leaderID{r.writer, r.day.Unix()}].byKey[r.key]; ok {
+			out = append(out, leaderRow{day: r.day, writer: r.writer, slot: l.slot, key: r.key, count: r.count, ttl: r.ttl, ts: r.ts})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b leaderRow) int { return a.day.Compare(b.day) })
+	return out, nil
+}
+
+// get returns the list id, read back from the store when not held. The
+// caller holds mu.
+func (ls *leaderSets) get(ctx context.Context, be backend, id leaderID, anon bool) (*leaderSet, error) {
+	ls.tick++
+	if set, ok := ls.sets[id]; ok {
+		set.used = ls.tick
+		return set, nil
+	}
+	set := &leaderSet{byKey: map[string]*leader{}, used: ls.tick}
+	if anon {
+		return set, nil // a random writer id: nothing stored under it
+	}
+	stored, err := be.readLeader(ctx, time.Unix(id.day, 0).UTC(), id.writer)
+	if err != nil {
+		return nil, err
+	}
+	// The slots as stored; a batch of slots that failed for good leaves
+	// a hole, which the next link to enter takes.
+	used := map[int]bool{}
+	for _, r := range stored {
+		if r.slot < 0 || r.slot >= topLeaders || used[r.slot] || set.byKey[r.key] != nil {
+			continue
+		}
+		used[r.slot] = true
+		l := &leader{key: r.key, count: r.count, slot: r.slot, index: len(set.items)}
+		set.byKey[r.key] = l
+		set.items = append(set.items, l)
+		set.next = max(set.next, r.slot+1)
+	}
+	for slot := set.next - 1; slot >= 0; slot-- {
+		if !used[slot] {
+			set.free = append(set.free, slot)
+		}
+	}
+	heap.Init(set)
+	if len(ls.sets) >= maxLeaderSets {
+		var old leaderID
+		oldest := ^uint64(0)
+		for k, v := range ls.sets {
+			if v.used < oldest {
+				old, oldest = k, v.used
+			}
+		}
+		delete(ls.sets, old)
+	}
+	ls.sets[id] = set
+	return set, nil
+}
+
+// Top implements analytics.TopSource: see "Top links" above.
 func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: top: %w", err)
@@ -91,42 +348,91 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
-	keep := time.Duration(s.dimRetention.Load())
-	if now := s.now().UTC(); lo.Before(now.Add(-keep - 2*rollup.Day)) {
-		lo = rollup.Align(now.Add(-keep-2*rollup.Day), rollup.Day)
+	lo, hi := s.topDays(from, to)
+	type list struct {
+		writer gocql.UUID
+		day    int64
 	}
-	sums := map[string]int64{}
+	type listed struct {
+		list  list
+		count int64
+	}
+	counts := map[list][]int64{}
+	links := map[string][]listed{}
 	for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
-		for shard := range activeShards {
-			rows, err := be.readTop(ctx, day, shard)
-			if err != nil {
-				return nil, fmt.Errorf("cassandra: top: %w", err)
-			}
-			for _, r := range rows {
-				sums[r.key] += r.count
-			}
+		rows, err := be.readLeaders(ctx, day)
+		if err != nil {
+			return nil, fmt.Errorf("cassandra: top: %w", err)
+		}
+		for _, r := range rows {
+			l := list{r.writer, day.Unix()}
+			counts[l] = append(counts[l], r.count)
+			links[r.key] = append(links[r.key], listed{l, r.count})
 		}
 	}
-	out := make([]analytics.TopLink, 0, len(sums))
-	for k, v := range sums {
+	// least is what a link missing from a list has at most there: the
+	// list's smallest count when it is full, else nothing.
+	least := make(map[list]int64, len(counts))
+	var missing int64 // a link listed nowhere has at most this
+	for l, cs := range counts {
+		if len(cs) >= topLeaders {
+			least[l] = slices.Min(cs)
+			missing += least[l]
+		}
+	}
+	type bounds struct {
+		key       string
+		low, high int64
+	}
+	bs := make([]bounds, 0, len(links))
+	for k, ls := range links {
+		b := bounds{key: k, high: missing}
+		for _, x := range ls {
+			b.low += x.count
+			b.high += x.count - least[x.list]
+		}
+		bs = append(bs, b)
+	}
+	var floor int64 // the n-th best lower bound: the n-th total is at least this
+	if n > 0 && len(bs) >= n {
+		slices.SortFunc(bs, func(a, b bounds) int { return cmp.Compare(b.low, a.low) })
+		floor = bs[n-1].low
+	}
+	var keys []string
+	for _, b := range bs {
+		if b.high >= floor && b.high > 0 {
+			keys = append(keys, b.key)
+		}
+	}
+	totals, err := s.topCounts(ctx, be, keys, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: top: %w", err)
+	}
+	out := make([]analytics.TopLink, 0, len(totals))
+	for k, v := range totals {
 		if v > 0 {
 			out = append(out, analytics.TopLink{Key: k, Visits: v})
 		}
 	}
 	slices.SortFunc(out, func(a, b analytics.TopLink) int {
-		if a.Visits != b.Visits {
-			if a.Visits > b.Visits {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(b.Visits, a.Visits), strings.Compare(a.Key, b.Key))
 	})
 	return out[:min(n, len(out))], nil
 }
 
-// TopCounts implements analytics.TopSource: a read per key and day.
+// topDays returns the days [lo, hi) a top list of [from, to) reads: the
+// days whose start lies in the range, clamped to what is kept.
+func (s *Store) topDays(from, to time.Time) (lo, hi time.Time) {
+	lo, hi = rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
+	keep := time.Duration(s.dimRetention.Load())
+	if now := s.now().UTC(); lo.Before(now.Add(-keep - 2*rollup.Day)) {
+		lo = rollup.Align(now.Add(-keep-2*rollup.Day), rollup.Day)
+	}
+	return lo, hi
+}
+
+// TopCounts implements analytics.TopSource: a read per day, shard and
+// maxTopKeys of keys.
 func (s *Store) TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: top counts: %w", err)
@@ -135,39 +441,61 @@ func (s *Store) TopCounts(ctx context.Context, keys []string, from, to time.Time
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
+	lo, hi := s.topDays(from, to)
+	out, err := s.topCounts(ctx, be, keys, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: top counts: %w", err)
+	}
+	return out, nil
+}
+
+// topCounts returns the totals of keys over the days [lo, hi) from
+// top_days, reading the partitions concurrently (at most parallel at a
+// time).
+func (s *Store) topCounts(ctx context.Context, be backend, keys []string, lo, hi time.Time) (map[string]int64, error) {
 	out := make(map[string]int64, len(keys))
+	var shards [activeShards][]string
 	for _, k := range keys {
-		out[k] = 0
-		for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
-			rows, err := be.readTopLink(ctx, day, shardOf(k), k)
-			if err != nil {
-				return nil, fmt.Errorf("cassandra: top counts: %w", err)
-			}
-			for _, r := range rows {
-				out[k] += r.count
+		if _, ok := out[k]; !ok {
+			out[k] = 0
+			shards[shardOf(k)] = append(shards[shardOf(k)], k)
+		}
+	}
+	type read struct {
+		day   time.Time
+		shard int
+		keys  []string
+	}
+	var reads []read
+	for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
+		for shard, ks := range shards {
+			for len(ks) > 0 {
+				n := min(len(ks), maxTopKeys)
+				reads = append(reads, read{day, shard, ks[:n:n]})
+				ks = ks[n:]
 			}
 		}
 	}
-	return out, nil
-}
-
-func (b *cqlBackend) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
-	it := b.s.Query(b.selectTopLink, day, shard, key).WithContext(ctx).Idempotent(true).Iter()
-	var out []topRow
-	var r topRow
-	for it.Scan(&r.count) {
-		out = append(out, r)
-	}
-	if err := it.Close(); err != nil {
+	var mu sync.Mutex
+	err := runAll(ctx, len(reads), func(ctx context.Context, i int) error {
+		r := reads[i]
+		rows, err := be.readTopKeys(ctx, r.day, r.shard, r.keys)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, row := range rows {
+			if _, ok := out[row.key]; ok {
+				out[row.key] += row.count
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-func (b counted) readTopLink(ctx context.Context, day time.Time, shard int, key string) ([]topRow, error) {
-	b.c.reads.Add(1)
-	return b.be.readTopLink(ctx, day, shard, key)
 }
 
 func (b *cqlBackend) writeTop(ctx context.Context, rows []topRow) error {
@@ -182,11 +510,44 @@ func (b *cqlBackend) writeTop(ctx context.Context, rows []topRow) error {
 	return b.s.ExecuteBatch(batch)
 }
 
-func (b *cqlBackend) readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error) {
-	it := b.s.Query(b.selectTop, day, shard).WithContext(ctx).Idempotent(true).Iter()
+func (b *cqlBackend) readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error) {
+	it := b.s.Query(b.selectTopKeys, day, shard, keys).WithContext(ctx).Idempotent(true).Iter()
 	var out []topRow
 	var r topRow
 	for it.Scan(&r.key, &r.count) {
+		out = append(out, r)
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (b *cqlBackend) writeLeaders(ctx context.Context, rows []leaderRow) error {
+	args := func(r leaderRow) []any { return []any{r.day, r.writer, r.slot, r.key, r.count, r.ttl, r.ts} }
+	if len(rows) == 1 {
+		return b.s.Query(b.insertLeader, args(rows[0])...).WithContext(ctx).Idempotent(true).Exec()
+	}
+	// An unlogged batch of one partition (the day): one mutation.
+	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	for _, r := range rows {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertLeader, Args: args(r), Idempotent: true})
+	}
+	return b.s.ExecuteBatch(batch)
+}
+
+func (b *cqlBackend) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
+	return b.scanLeaders(b.s.Query(b.selectLeaders, day).WithContext(ctx).Idempotent(true).Iter())
+}
+
+func (b *cqlBackend) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+	return b.scanLeaders(b.s.Query(b.selectLeader, day, writer).WithContext(ctx).Idempotent(true).Iter())
+}
+
+func (b *cqlBackend) scanLeaders(it *gocql.Iter) ([]leaderRow, error) {
+	var out []leaderRow
+	var r leaderRow
+	for it.Scan(&r.writer, &r.slot, &r.key, &r.count) {
 		out = append(out, r)
 	}
 	if err := it.Close(); err != nil {
@@ -201,9 +562,31 @@ func (b counted) writeTop(ctx context.Context, rows []topRow) error {
 	return b.be.writeTop(ctx, rows)
 }
 
-func (b counted) readTop(ctx context.Context, day time.Time, shard int) ([]topRow, error) {
+func (b counted) readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error) {
 	b.c.reads.Add(1)
-	return b.be.readTop(ctx, day, shard)
+	rows, err := b.be.readTopKeys(ctx, day, shard, keys)
+	b.c.topRows.Add(int64(len(rows)))
+	return rows, err
+}
+
+func (b counted) writeLeaders(ctx context.Context, rows []leaderRow) error {
+	b.c.leaders.Add(int64(len(rows)))
+	b.c.leadersSent.Add(1)
+	return b.be.writeLeaders(ctx, rows)
+}
+
+func (b counted) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
+	b.c.reads.Add(1)
+	rows, err := b.be.readLeaders(ctx, day)
+	b.c.topRows.Add(int64(len(rows)))
+	return rows, err
+}
+
+func (b counted) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+	b.c.reads.Add(1)
+	rows, err := b.be.readLeader(ctx, day, writer)
+	b.c.topRows.Add(int64(len(rows)))
+	return rows, err
 }
 
 func topSchema(keyspace string) string {
@@ -217,4 +600,17 @@ func topSchema(keyspace string) string {
 ) WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
     AND gc_grace_seconds = 10800
     AND comment = 'human visits per link and UTC day, for top lists; one row per writer generation holding its cumulative count, USING TIMESTAMP the batch time; 16 shards per day; USING TTL'`, keyspace)
+}
+
+func leadersSchema(keyspace string) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.top_leaders (
+    day       timestamp,
+    writer    uuid,
+    slot      int,
+    short_key text,
+    visits    bigint,
+    PRIMARY KEY ((day), writer, slot)
+) WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
+    AND gc_grace_seconds = 10800
+    AND comment = 'per UTC day and writer generation, its 2000 most visited links (human visits), in slots overwritten USING TIMESTAMP the batch time; for top lists; USING TTL'`, keyspace)
 }

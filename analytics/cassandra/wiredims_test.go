@@ -87,9 +87,10 @@ func check(t *testing.T, v [][]byte, key string, gen uint64) {
 
 // TestWireTopAndUniques sends a flush's top-list counts and a sketch
 // through gocql to the protocol model: every statement is accepted with
-// its values bound as the table's types, the sketch's registers each
-// written USING TIMESTAMP its value, and reads of both, and of a
-// breakdown, parse the model's rows.
+// its values bound as the table's types (the links of a top_days read as
+// a list bound to short_key IN ?), the sketch's registers each written
+// USING TIMESTAMP its value, and reads of both, and of a breakdown, parse
+// the model's rows.
 func TestWireTopAndUniques(t *testing.T) {
 	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
@@ -110,7 +111,7 @@ func TestWireTopAndUniques(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Mu.Lock()
-	var tops, regs int
+	var tops, leaders, regs int
 	for _, st := range append(srv.Applied, func() (all []cqlmodel.Stmt) {
 		for _, bt := range srv.Batches {
 			all = append(all, bt.Stmts...)
@@ -120,6 +121,8 @@ func TestWireTopAndUniques(t *testing.T) {
 		switch {
 		case strings.HasPrefix(st.Q, "INSERT INTO ks.top_days"):
 			tops++
+		case strings.HasPrefix(st.Q, "INSERT INTO ks.top_leaders"):
+			leaders++
 		case strings.HasPrefix(st.Q, "INSERT INTO ks.uniques"):
 			regs++
 			rho := int64(binary.BigEndian.Uint32(st.Values[4]))
@@ -129,15 +132,22 @@ func TestWireTopAndUniques(t *testing.T) {
 		}
 	}
 	srv.Mu.Unlock()
-	if tops < 2 || regs < 5 {
-		t.Errorf("%d top rows and %d registers seen, want 2 and 5", tops, regs)
+	if tops < 2 || leaders < 2 || regs < 5 {
+		t.Errorf("%d top rows, %d top-list slots and %d registers seen, want 2, 2 and 5", tops, leaders, regs)
 	}
+	var inList [][]byte // the short_key IN ? values of the top_days read
 	srv.Mu.Lock()
 	srv.Rows = func(q string, values [][]byte) ([]cqlmodel.Col, [][][]byte) {
 		cols := cqlmodel.SelectCols(q)
 		switch {
+		case strings.Contains(q, "FROM ks.top_leaders"):
+			w := dimWriter("w", 0)
+			return cols, [][][]byte{{w[:], cqlmodel.BE32(0), []byte("go"), cqlmodel.BE64(3)}}
 		case strings.Contains(q, "FROM ks.top_days"):
 			if int32(binary.BigEndian.Uint32(values[1])) == int32(shardOf("go")) {
+				srv.Mu.Lock() // Rows is called without it
+				inList = append(inList, values[2])
+				srv.Mu.Unlock()
 				return cols, [][][]byte{{[]byte("go"), cqlmodel.BE64(3)}}
 			}
 		case strings.Contains(q, "FROM ks.dims"):
@@ -157,6 +167,13 @@ func TestWireTopAndUniques(t *testing.T) {
 	if err != nil || len(top) != 1 || top[0] != (analytics.TopLink{Key: "go", Visits: 3}) {
 		t.Errorf("Top = %v, %v; want go 3", top, err)
 	}
+	// A list<text> of one element: its count, then the element's length
+	// and bytes.
+	srv.Mu.Lock()
+	if want := []byte{0, 0, 0, 1, 0, 0, 0, 2, 'g', 'o'}; len(inList) != 1 || string(inList[0]) != string(want) {
+		t.Errorf("top_days read with short_key IN %q, want %q", inList, want)
+	}
+	srv.Mu.Unlock()
 	vals, err := s.Dims(context.Background(), "go", visitor.Referrer, day, day.Add(rollup.Day))
 	if err != nil || len(vals) != 1 || vals[0] != (analytics.DimValue{Value: "news.example", Count: 6}) {
 		t.Errorf("Dims = %v, %v; want the two writers' rows added: news.example 6", vals, err)

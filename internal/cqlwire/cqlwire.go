@@ -27,12 +27,22 @@ const (
 	TypeUUID      = 0x000C
 	TypeVarchar   = 0x000D
 	TypeInet      = 0x0010
+	TypeList      = 0x0020 // followed by its element's type (Col.Elem)
 )
 
 // Col is a column or a bind marker: its name and CQL type.
 type Col struct {
 	Name string
 	Type uint16
+	Elem uint16 // a TypeList's element type
+}
+
+// option writes c's type: its id, and a list's element type.
+func (b *wbuf) option(c Col) {
+	b.short(c.Type)
+	if c.Type == TypeList {
+		b.short(c.Elem)
+	}
 }
 
 // Stmt is a statement of an EXECUTE or a BATCH: its text (as prepared)
@@ -225,13 +235,13 @@ func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, 
 		switch {
 		case strings.HasPrefix(q, "SELECT * FROM system.local"):
 			answer(Answer{
-				Cols: []Col{{"key", TypeVarchar}, {"data_center", TypeVarchar}, {"rack", TypeVarchar}, {"release_version", TypeVarchar},
-					{"partitioner", TypeVarchar}, {"rpc_address", TypeInet}, {"native_port", TypeInt}},
+				Cols: []Col{{Name: "key", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}, {Name: "rack", Type: TypeVarchar}, {Name: "release_version", Type: TypeVarchar},
+					{Name: "partitioner", Type: TypeVarchar}, {Name: "rpc_address", Type: TypeInet}, {Name: "native_port", Type: TypeInt}},
 				Rows: [][][]byte{{[]byte("local"), []byte("dc1"), []byte("rack1"), []byte("4.0.11"),
 					[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), {127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}},
 			})
 		case strings.HasPrefix(q, "SELECT * FROM system.peers"):
-			answer(Answer{Cols: []Col{{"peer", TypeVarchar}, {"data_center", TypeVarchar}}})
+			answer(Answer{Cols: []Col{{Name: "peer", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}}})
 		default:
 			answer(s.h.Query(q))
 		}
@@ -310,7 +320,7 @@ func preparedResult(id []byte, binds, result []Col) []byte {
 	b.string("t")
 	for _, c := range binds {
 		b.string(c.Name)
-		b.short(c.Type)
+		b.option(c)
 	}
 	b.int(1)
 	b.int(int32(len(result)))
@@ -318,7 +328,7 @@ func preparedResult(id []byte, binds, result []Col) []byte {
 	b.string("t")
 	for _, c := range result {
 		b.string(c.Name)
-		b.short(c.Type)
+		b.option(c)
 	}
 	return b
 }
@@ -332,7 +342,7 @@ func rowsResult(cols []Col, rows [][][]byte) []byte {
 	b.string("t")
 	for _, c := range cols {
 		b.string(c.Name)
-		b.short(c.Type)
+		b.option(c)
 	}
 	b.int(int32(len(rows)))
 	for _, r := range rows {

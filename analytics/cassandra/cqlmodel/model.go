@@ -69,6 +69,7 @@ const (
 	TypeUUID      = cqlwire.TypeUUID
 	TypeInet      = cqlwire.TypeInet
 	TypeVarchar   = cqlwire.TypeVarchar
+	TypeList      = cqlwire.TypeList
 )
 
 // New starts a Server on a free loopback port; it stops at the end of t.
@@ -193,7 +194,7 @@ func bindTypes(q string) []Col {
 		"short_key": TypeVarchar, "bucket": TypeTimestamp, "start": TypeTimestamp, "writer": TypeUUID,
 		"human": TypeBigint, "bot": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
 		"id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "holder": TypeUUID, "name": TypeVarchar,
-		"dim": TypeInt, "day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt,
+		"dim": TypeInt, "day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt, "slot": TypeInt,
 	}
 	var cols []Col
 	rest := q
@@ -220,6 +221,8 @@ func bindTypes(q string) []Col {
 			cols = append(cols, Col{Name: "[timestamp]", Type: TypeBigint})
 		case "LIMIT":
 			cols = append(cols, Col{Name: "[limit]", Type: TypeInt})
+		case "IN":
+			cols = append(cols, Col{Name: "in(" + fields[i-2] + ")", Type: TypeList, Elem: types[fields[i-2]]})
 		default:
 			cols = append(cols, Col{Name: fields[i-2], Type: types[fields[i-2]]})
 		}
@@ -230,7 +233,7 @@ func bindTypes(q string) []Col {
 var resultTypes = map[string]uint16{
 	"start": TypeTimestamp, "writer": TypeUUID, "human": TypeBigint, "bot": TypeBigint,
 	"step": TypeInt, "id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "short_key": TypeVarchar,
-	"day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt,
+	"day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt, "slot": TypeInt,
 }
 
 // SelectCols returns the columns a SELECT of the Store's returns.
