@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/limit"
 )
@@ -92,6 +93,8 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return c.Analytics.Journal.MaxBytes }},
 	{field: "stats.read_timeout", min: dur(10 * time.Millisecond), max: dur(time.Minute),
 		get: func(c *config.Config) int64 { return dur(c.Stats.ReadTimeout) }},
+	{field: "analytics.live.max_links", min: 1, max: analytics.MaxLiveLinks, count: true, zero: "all links only",
+		get: func(c *config.Config) int64 { return int64(c.Analytics.Live.MaxLinks) }},
 	{field: "analytics.dimensions.max_values", min: 1, max: 10_000, count: true, zero: "no breakdowns",
 		get: func(c *config.Config) int64 { return int64(c.Analytics.Dimensions.MaxValues) }},
 	{field: "analytics.dimensions.retention_days", min: 1, max: 7300, count: true,
