@@ -8,6 +8,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/stats"
 )
 
 // bound is the range Compile accepts for one duration or size of the file:
@@ -95,6 +96,8 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return dur(c.Stats.ReadTimeout) }},
 	{field: "analytics.live.max_links", min: 1, max: analytics.MaxLiveLinks, count: true, zero: "all links only",
 		get: func(c *config.Config) int64 { return int64(c.Analytics.Live.MaxLinks) }},
+	{field: "stats.live.max_streams", min: 1, max: stats.MaxStreamsLimit, count: true, zero: "no live stream",
+		get: func(c *config.Config) int64 { return int64(c.Stats.Live.MaxStreams) }},
 	{field: "analytics.dimensions.max_values", min: 1, max: 10_000, count: true, zero: "no breakdowns",
 		get: func(c *config.Config) int64 { return int64(c.Analytics.Dimensions.MaxValues) }},
 	{field: "analytics.dimensions.retention_days", min: 1, max: 7300, count: true,

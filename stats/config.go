@@ -14,16 +14,30 @@ type Config struct {
 	// answer is partial (from the counts the gateway holds), so /stats
 	// answers quickly while the store hangs.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// Live bounds the live streams.
+	Live LiveConfig `yaml:"live"`
+}
+
+// LiveConfig is the "stats.live" section.
+type LiveConfig struct {
+	// MaxStreams caps the live streams open at once on this gateway; 0:
+	// none (format=events answers 503).
+	MaxStreams int `yaml:"max_streams"`
 }
 
 // DefaultConfig returns the defaults of the stats section.
-func DefaultConfig() Config { return Config{Prefix: "/stats", ReadTimeout: time.Second} }
+func DefaultConfig() Config {
+	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams}}
+}
 
 // Compile checks the stats section. Errors start with the field's
 // path in the config file.
 func Compile(c Config) error {
 	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
 		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	}
+	if c.Live.MaxStreams < 0 || c.Live.MaxStreams > MaxStreamsLimit {
+		return fmt.Errorf("stats.live.max_streams: %d is not between 0 and %d", c.Live.MaxStreams, MaxStreamsLimit)
 	}
 	return nil
 }

@@ -99,6 +99,11 @@ type Options struct {
 	// Uniques says whether unique visitors are counted (a secret is set):
 	// every data answer then has them.
 	Uniques bool
+	// Live is what the live stream (format=events) reads, and Streams
+	// bounds the streams; both outlive the API (they are the process's).
+	// Nil: no live view (format=events is a 404).
+	Live    LiveSource
+	Streams *Streams
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -225,6 +230,10 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.authorized(r) {
 		writeUnauthorized(w, r)
+		return
+	}
+	if format == formatEvents {
+		s.serveLive(w, r, key, shortKey)
 		return
 	}
 	ctx := r.Context()
