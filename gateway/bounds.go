@@ -98,6 +98,8 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return int64(c.Analytics.Live.MaxLinks) }},
 	{field: "stats.live.max_streams", min: 1, max: stats.MaxStreamsLimit, count: true, zero: "no live stream",
 		get: func(c *config.Config) int64 { return int64(c.Stats.Live.MaxStreams) }},
+	{field: "stats.share.max_ttl", min: dur(time.Minute), max: dur(10 * 365 * 24 * time.Hour),
+		get: func(c *config.Config) int64 { return dur(c.Stats.Share.MaxTTL) }},
 	{field: "analytics.dimensions.max_values", min: 1, max: 10_000, count: true, zero: "no breakdowns",
 		get: func(c *config.Config) int64 { return int64(c.Analytics.Dimensions.MaxValues) }},
 	{field: "analytics.dimensions.retention_days", min: 1, max: 7300, count: true,

@@ -16,6 +16,18 @@ type Config struct {
 	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// Live bounds the live streams.
 	Live LiveConfig `yaml:"live"`
+	// Share configures share tokens.
+	Share ShareConfig `yaml:"share"`
+}
+
+// ShareConfig is the "stats.share" section (see Sharer).
+type ShareConfig struct {
+	// KeyEnv names the environment variable holding the key share tokens
+	// are signed with (at least 16 bytes); unset or empty: no sharing.
+	// The key is never stored: rotating it revokes every token.
+	KeyEnv string `yaml:"key_env"`
+	// MaxTTL is the longest lifetime of a share token, made or accepted.
+	MaxTTL time.Duration `yaml:"max_ttl"`
 }
 
 // LiveConfig is the "stats.live" section.
@@ -27,7 +39,8 @@ type LiveConfig struct {
 
 // DefaultConfig returns the defaults of the stats section.
 func DefaultConfig() Config {
-	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams}}
+	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams},
+		Share: ShareConfig{KeyEnv: "LINKGATE_SHARE_KEY", MaxTTL: DefaultShareMaxTTL}}
 }
 
 // Compile checks the stats section. Errors start with the field's

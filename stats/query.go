@@ -207,7 +207,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz", "share"}
 
 // maxTop is the longest top list one answer has.
 const maxTop = 1000

@@ -104,6 +104,9 @@ type Options struct {
 	// Nil: no live view (format=events is a 404).
 	Live    LiveSource
 	Streams *Streams
+	// Share checks share tokens (the share parameter, or a bearer token
+	// that is one). Its zero value accepts none.
+	Share Sharer
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -228,8 +231,7 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveChart(w)
 		return
 	}
-	if !s.authorized(r) {
-		writeUnauthorized(w, r)
+	if !s.allow(w, r, key) {
 		return
 	}
 	if format == formatEvents {
@@ -293,6 +295,52 @@ const partialReason = "store unreachable"
 // authorized says whether r carries the bearer token, when one is required.
 func (s *API) authorized(r *http.Request) bool {
 	return s.o.Token == "" || bearer.Match(r, s.o.Token)
+}
+
+// allow says whether r may read key's data: it carries the stats token
+// (or none is required), or a share token granting key. Otherwise it
+// answers 401 (no token, or a share token that is not valid: its problem
+// names the share parameter) or 403 (a valid share token of another link).
+func (s *API) allow(w http.ResponseWriter, r *http.Request, key string) bool {
+	tok := r.URL.Query().Get("share")
+	if tok == "" {
+		if b, ok := bearerToken(r); ok && strings.HasPrefix(b, sharePrefix) {
+			tok = b
+		}
+	}
+	if tok == "" {
+		if s.authorized(r) {
+			return true
+		}
+		writeUnauthorized(w, r)
+		return false
+	}
+	g, err := s.o.Share.Verify(tok, s.o.Now())
+	if err != nil {
+		problem.WriteDetails(w, problem.Details{Status: http.StatusUnauthorized, Detail: strings.TrimPrefix(err.Error(), "stats: "),
+			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": strings.TrimPrefix(err.Error(), "stats: ")}}}})
+		return false
+	}
+	if !g.Allows(key) {
+		what := "all links together"
+		if key != analytics.AllLinks {
+			what = "the link " + strconv.Quote(key)
+		}
+		problem.WriteDetails(w, problem.Details{Status: http.StatusForbidden, Detail: "the share token is not for " + what,
+			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": "not for " + what}}}})
+		return false
+	}
+	return true
+}
+
+// bearerToken returns the token of r's Authorization header, if it has
+// one of the Bearer scheme (case-insensitive, RFC 6750 section 2.1).
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // writeUnauthorized answers 401 with the RFC 6750 challenge.
