@@ -369,7 +369,7 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 	g.streams.SetMax(plan.cfg.Stats.Live.MaxStreams)
 	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log,
 		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues, Uniques: plan.analytics.Uniques(),
-		Live: g.pipeline, Streams: g.streams, Share: plan.share})
+		Live: g.pipeline, Streams: g.streams, Share: plan.share, FrameAncestors: plan.cfg.Stats.Embed.FrameAncestors})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())

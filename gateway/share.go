@@ -24,10 +24,12 @@ type Shared struct {
 	All      bool      `json:"all"`
 	Issued   time.Time `json:"issued"`
 	Expires  time.Time `json:"expires"`
-	// Page is the chart page's path with the token and Data the JSON
-	// answer's: append them to the gateway's address.
-	Page string `json:"page"`
-	Data string `json:"data"`
+	// Page is the chart page's path with the token, Embed the embed
+	// view's and Data the JSON answer's: append them to the gateway's
+	// address.
+	Page  string `json:"page"`
+	Embed string `json:"embed"`
+	Data  string `json:"data"`
 }
 
 // MakeShare makes a share token under the plan's key (stats.share.key_env)
@@ -54,7 +56,7 @@ func (p *Plan) MakeShare(key string, all bool, ttl time.Duration, now time.Time)
 	q := "share=" + url.QueryEscape(tok)
 	return Shared{
 		Token: tok, ShortKey: key, All: all, Issued: g.Issued, Expires: g.Expires,
-		Page: path + "?" + q, Data: path + "?format=json&" + q,
+		Page: path + "?" + q, Embed: path + "?format=embed&" + q, Data: path + "?format=json&" + q,
 	}, nil
 }
 

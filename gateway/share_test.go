@@ -22,7 +22,7 @@ func TestShareTokens(t *testing.T) {
 	dir := t.TempDir()
 	cfg := analyticsConfig(up.URL, embeddedStore(dir), "10s") +
 		"admin:\n  token_env: LG_TEST_ADMIN_TOKEN\n" +
-		"stats:\n  token_env: LG_TEST_SHARE_STATS\n  share: {key_env: LG_TEST_SHARE_KEY, max_ttl: 720h}\n"
+		"stats:\n  token_env: LG_TEST_SHARE_STATS\n  share: {key_env: LG_TEST_SHARE_KEY, max_ttl: 720h}\n  embed: {frame_ancestors: [\"https://blog.example\"]}\n"
 	cfg = strings.Replace(cfg, "admin:\n  listen: 127.0.0.1:0\n", "", 1)
 	cfg = strings.Replace(cfg, "admin:\n  token_env", "admin:\n  listen: 127.0.0.1:0\n  token_env", 1)
 	gw := start(t, cfg)
@@ -35,6 +35,7 @@ func TestShareTokens(t *testing.T) {
 		Token    string `json:"token"`
 		ShortKey string `json:"short_key"`
 		Page     string `json:"page"`
+		Embed    string `json:"embed"`
 		Data     string `json:"data"`
 	}
 	share := func(g *running, body, ctype string) (*http.Response, shared, string) {
@@ -60,6 +61,12 @@ func TestShareTokens(t *testing.T) {
 	}
 	if r, b := testkit.Do(t, "GET", gw.url(sh.Page), nil, "Accept", "text/html"); r.StatusCode != 200 || !strings.Contains(b, "<html") {
 		t.Errorf("the page with the share token: %d", r.StatusCode)
+	}
+	if r, _ := testkit.Do(t, "GET", gw.url(sh.Embed), nil); r.StatusCode != 200 || !strings.HasSuffix(r.Header.Get("Content-Security-Policy"), "frame-ancestors https://blog.example") {
+		t.Errorf("the embed view: %d, CSP %q; want it framed by https://blog.example only", r.StatusCode, r.Header.Get("Content-Security-Policy"))
+	}
+	if r, _ := testkit.Do(t, "GET", gw.url(sh.Page), nil, "Accept", "text/html"); !strings.HasSuffix(r.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("the page's CSP %q: it may be framed", r.Header.Get("Content-Security-Policy"))
 	}
 	if r, b := testkit.Do(t, "GET", gw.url("/stats/gh?share="+sh.Token), nil); r.StatusCode != 403 {
 		t.Errorf("another link with go's token: %d %s, want 403", r.StatusCode, b)

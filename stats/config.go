@@ -2,9 +2,16 @@ package stats
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
+
+// ancestorSource is a source of CSP's frame-ancestors (CSP Level 3 section
+// 2.3.1): *, 'self', a scheme (https:), or a host with an optional scheme, a
+// leading "*." and a port; no 'none' (an empty list says it) and nothing
+// that would end the directive (a space, ";" or ",").
+var ancestorSource = regexp.MustCompile(`^(?i:\*|'self'|[a-z][a-z0-9+.-]*:|([a-z][a-z0-9+.-]*://)?(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)*(:([0-9]{1,5}|\*))?(/[^\s;,']*)?)$`)
 
 // Config is the "stats" section: where the gateway serves /stats.
 type Config struct {
@@ -18,6 +25,16 @@ type Config struct {
 	Live LiveConfig `yaml:"live"`
 	// Share configures share tokens.
 	Share ShareConfig `yaml:"share"`
+	// Embed configures the embed view.
+	Embed EmbedConfig `yaml:"embed"`
+}
+
+// EmbedConfig is the "stats.embed" section.
+type EmbedConfig struct {
+	// FrameAncestors are the sources whose pages may show the embed view
+	// (format=embed) in an iframe, as CSP's frame-ancestors takes them:
+	// https://blog.example, https://*.example.com, 'self'. Empty: none.
+	FrameAncestors []string `yaml:"frame_ancestors"`
 }
 
 // ShareConfig is the "stats.share" section (see Sharer).
@@ -48,6 +65,11 @@ func DefaultConfig() Config {
 func Compile(c Config) error {
 	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
 		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	}
+	for i, a := range c.Embed.FrameAncestors {
+		if !ancestorSource.MatchString(a) {
+			return fmt.Errorf("stats.embed.frame_ancestors[%d]: %q is not a CSP source like https://blog.example, https://*.example.com, https: or 'self'", i, a)
+		}
 	}
 	if c.Live.MaxStreams < 0 || c.Live.MaxStreams > MaxStreamsLimit {
 		return fmt.Errorf("stats.live.max_streams: %d is not between 0 and %d", c.Live.MaxStreams, MaxStreamsLimit)

@@ -27,6 +27,8 @@ const (
 	formatHTML = "html"
 	// formatEvents is the live stream (Server-Sent Events).
 	formatEvents = "events"
+	// formatEmbed is the chart page laid out for an iframe.
+	formatEmbed = "embed"
 )
 
 // query is a parsed stats request. The zero step means "choose the tier";
@@ -65,8 +67,9 @@ func badParam(param, format string, args ...any) error {
 //	                          and from to 24h before to; from < to. Not with last.
 //	step=1m|5m|1h|1d|1w       the resolution; the handler checks it is a tier's
 //	stitch=true               the mixed-resolution curve; not with step
-//	format=json|csv|html|events  the answer's format (events: the live
-//	                          stream); otherwise the Accept header
+//	format=json|csv|html|embed|events  the answer's format (embed: the
+//	                          page for an iframe; events: the live stream);
+//	                          otherwise the Accept header
 //	by=referrer,source,...    breakdowns (any of visitor.Names), per UTC day
 //
 // Any other parameter is an error rather than ignored: a misspelt one
@@ -198,10 +201,10 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 		return query{}, badParam("compare", "%q is not previous or year", c)
 	}
 	switch f := v.Get("format"); f {
-	case "", formatJSON, formatCSV, formatHTML, formatEvents:
+	case "", formatJSON, formatCSV, formatHTML, formatEvents, formatEmbed:
 		q.format = f
 	default:
-		return query{}, badParam("format", "%q is not json, csv, html or events", f)
+		return query{}, badParam("format", "%q is not json, csv, html, embed or events", f)
 	}
 	return q, nil
 }

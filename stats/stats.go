@@ -107,6 +107,9 @@ type Options struct {
 	// Share checks share tokens (the share parameter, or a bearer token
 	// that is one). Its zero value accepts none.
 	Share Sharer
+	// FrameAncestors are the CSP sources (stats.embed.frame_ancestors)
+	// that may frame the embed view (format=embed). Empty: none may.
+	FrameAncestors []string
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -227,8 +230,8 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if format == "" {
 		format = negotiate(r.Header.Get("Accept"))
 	}
-	if format == formatHTML {
-		serveChart(w)
+	if format == formatHTML || format == formatEmbed {
+		serveChart(w, format == formatEmbed, s.o.FrameAncestors)
 		return
 	}
 	if !s.allow(w, r, key) {

@@ -285,7 +285,7 @@ func share(args []string, stdout io.Writer, getenv func(string) string) error {
 	if sh.All {
 		what = "all links"
 	}
-	fmt.Fprintf(stdout, "token   %s\nfor     %s\nexpires %s\npage    %s\ndata    %s\n",
-		sh.Token, what, sh.Expires.Format(time.RFC3339), sh.Page, sh.Data)
+	fmt.Fprintf(stdout, "token   %s\nfor     %s\nexpires %s\npage    %s\nembed   %s\ndata    %s\n",
+		sh.Token, what, sh.Expires.Format(time.RFC3339), sh.Page, sh.Embed, sh.Data)
 	return nil
 }
