@@ -408,6 +408,10 @@ type topAnswer struct {
 	key    string
 	visits int64
 	points []curvePoint
+	// rangeTotal is the human visits of points (not null);
+	// compareTotal those of the earlier range, when compare= was asked.
+	rangeTotal   int64
+	compareTotal *int64
 }
 
 // dimAnswer is one breakdown of an answer.
@@ -688,7 +692,14 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		return nil
 	}
 	sub := q
-	sub.by, sub.top = nil, 0
+	sub.by, sub.top, sub.compare = nil, 0, ""
+	var early query
+	if q.compare != "" {
+		if early, err = s.earlier(q, c.step, c.stitched, now); err != nil {
+			return err
+		}
+		early.by, early.top, early.compare = nil, 0, ""
+	}
 	for _, l := range links {
 		lc, err := s.curve(ctx, l.Key, sub, now)
 		if err != nil {
@@ -697,7 +708,18 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		if lc.readErr != nil && c.readErr == nil {
 			c.readErr = lc.readErr
 		}
-		c.top = append(c.top, topAnswer{key: l.Key, visits: l.Visits, points: lc.points})
+		ta := topAnswer{key: l.Key, visits: l.Visits, points: lc.points, rangeTotal: lc.rangeTotal.Human}
+		if q.compare != "" {
+			ec, err := s.curve(ctx, l.Key, early, now)
+			if err != nil {
+				return badParam("compare", "the earlier range: %v", err)
+			}
+			if ec.readErr != nil && c.readErr == nil {
+				c.readErr = ec.readErr
+			}
+			ta.compareTotal = &ec.rangeTotal.Human
+		}
+		c.top = append(c.top, ta)
 	}
 	return nil
 }
@@ -708,24 +730,9 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 // the step a query of that range gets), with the same breakdowns and
 // uniques.
 func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, now time.Time) error {
-	e := q
-	e.compare, e.top = "", 0
-	switch q.compare {
-	case "previous":
-		e.from, e.to = q.from.Add(-q.to.Sub(q.from)), q.from
-	case "year":
-		e.from, e.to = q.from.AddDate(-1, 0, 0), q.to.AddDate(-1, 0, 0)
-	}
-	if !c.stitched {
-		// The same buckets, point for point, while the tier still keeps
-		// the earlier range; else the finest that does.
-		e.step = 0
-		if t, err := rollup.WithStep(s.tiers, c.step); err == nil && !e.from.Before(now.Add(-t.Retention)) {
-			e.step = c.step
-		}
-	}
-	if e.from.Before(s.earliest) {
-		return badParam("compare", "the earlier range starts before %s, where curves begin", s.earliest.Format(time.RFC3339))
+	e, err := s.earlier(q, c.step, c.stitched, now)
+	if err != nil {
+		return err
 	}
 	ec, err := s.curve(ctx, key, e, now)
 	if err != nil {
@@ -740,6 +747,32 @@ func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, no
 	}
 	c.compare, c.compareKind = ec, q.compare
 	return nil
+}
+
+// earlier returns the query of q's earlier range (q.compare), at step
+// (the answer's, unless stitched) while its tier keeps that range, else
+// at the step a query of it gets.
+func (s *API) earlier(q query, step time.Duration, stitched bool, now time.Time) (query, error) {
+	e := q
+	e.compare, e.top = "", 0
+	switch q.compare {
+	case "previous":
+		e.from, e.to = q.from.Add(-q.to.Sub(q.from)), q.from
+	case "year":
+		e.from, e.to = q.from.AddDate(-1, 0, 0), q.to.AddDate(-1, 0, 0)
+	}
+	if !stitched {
+		// The same buckets, point for point, while the tier still keeps
+		// the earlier range; else the finest that does.
+		e.step = 0
+		if t, err := rollup.WithStep(s.tiers, step); err == nil && !e.from.Before(now.Add(-t.Retention)) {
+			e.step = step
+		}
+	}
+	if e.from.Before(s.earliest) {
+		return query{}, badParam("compare", "the earlier range starts before %s, where curves begin", s.earliest.Format(time.RFC3339))
+	}
+	return e, nil
 }
 
 // onStep says whether loc's offset from UTC is a whole number of steps
