@@ -204,6 +204,11 @@ func New(r Reader, tiers []rollup.Tier, o Options) *API {
 
 // ServeHTTP answers one stats request.
 func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/graphite/"); ok {
+		// No short key holds a "/": the path is the Graphite API's.
+		s.serveGraphite(w, r, "/"+rest)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		problem.Write(w, http.StatusMethodNotAllowed, "the stats API is read-only: use GET or HEAD")
