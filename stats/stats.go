@@ -223,7 +223,17 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.o.Now()
-	q, err := parseQuery(r.URL.Query(), now, s.earliest)
+	v := r.URL.Query()
+	if v.Get("last") == "all" {
+		// Everything the store keeps: the coarsest tier's retention.
+		if v.Has("from") || v.Has("to") {
+			writeParamError(w, badParam("last", "cannot be combined with from or to"))
+			return
+		}
+		v.Del("last")
+		v.Set("from", strconv.FormatInt(s.keptFrom(now).Unix(), 10))
+	}
+	q, err := parseQuery(v, now, s.earliest)
 	if err != nil {
 		writeParamError(w, err)
 		return
@@ -447,6 +457,17 @@ func (c *curve) known() string {
 		return "unknown"
 	}
 	return "false"
+}
+
+// keptFrom returns the start of what the store keeps at now (last=all):
+// the first bucket of the coarsest tier not expired, or where curves begin
+// when it never expires.
+func (s *API) keptFrom(now time.Time) time.Time {
+	t := s.tiers[len(s.tiers)-1]
+	if eb := expiredBefore(t, now); !eb.IsZero() && eb.After(s.earliest) && now.Sub(eb) < maxRange {
+		return eb
+	}
+	return s.earliest
 }
 
 // expiredBefore returns the start of the first bucket of t kept at now:

@@ -611,3 +611,27 @@ func TestStatsPartialLogThrottled(t *testing.T) {
 		t.Errorf("%d lines for 50 partial reads within a second or two, want 1 (2 across a second's edge):\n%s", n, logs.String())
 	}
 }
+
+// TestLastAll: last=all is everything the store keeps (the coarsest tier's
+// retention, 5 years of weeks by default): no point of it expired; with
+// from or to it is a 400 naming last.
+func TestLastAll(t *testing.T) {
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
+	w := statsGet(t, h, "/abc?last=all")
+	var a struct {
+		From, Step    int64
+		ExpiredBefore *int64 `json:"expired_before"`
+		Points        [][]*int64
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || w.Code != 200 {
+		t.Fatalf("last=all: %d %s", w.Code, w.Body)
+	}
+	years := float64(statsNow.Unix()-a.From) / (365.25 * 86400)
+	if a.Step != 604800 || a.ExpiredBefore != nil || years < 4.97 || years > 5.02 || a.Points[0][1] == nil {
+		t.Errorf("last=all: from %d (%.2f years back), step %d, expired_before %v; want 5 years of weeks, none expired", a.From, years, a.Step, a.ExpiredBefore)
+	}
+	w = statsGet(t, h, "/abc?last=all&to=1795000000")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), `"name":"last"`) {
+		t.Errorf("last=all&to: %d %s, want a 400 naming last", w.Code, w.Body)
+	}
+}
