@@ -619,7 +619,7 @@ func (e *gEval) fetch(path string) ([]*gSeries, error) {
 			}
 			if c == nil {
 				var err error
-				c, err = e.api.curve(e.ctx, k.key, query{from: e.from, to: e.to, step: e.step}, e.now)
+				c, err = e.api.points(e.ctx, k.key, query{from: e.from, to: e.to, step: e.step}, e.now)
 				if err != nil {
 					return nil, err
 				}

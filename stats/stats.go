@@ -489,6 +489,17 @@ func expiredBefore(t rollup.Tier, now time.Time) time.Time {
 // what the Reader returned beside it (ErrUnsavedOnly) is used. The only
 // error returned is a *paramError.
 func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
+	c, err := s.points(ctx, key, q, now)
+	if err != nil {
+		return nil, err
+	}
+	return s.finish(ctx, c, key, q, now)
+}
+
+// points is curve without what finish adds (breakdowns, top list,
+// comparison, uniques, the all-time total): the curve alone, as a top
+// list's links and the Graphite API need it.
+func (s *API) points(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
 	var segs []rollup.Segment
 	switch {
 	case q.stitch:
@@ -515,7 +526,7 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			return nil, err
 		}
 		if ok {
-			return s.finish(ctx, lc, key, q, now)
+			return lc, nil
 		}
 	}
 	n := 0
@@ -600,7 +611,7 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			c.tz, c.tzAsked = q.tz.String(), ""
 		}
 	}
-	return s.finish(ctx, c, key, q, now)
+	return c, nil
 }
 
 // finish adds to c what every answer has beside its points: breakdowns,
@@ -727,7 +738,7 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		early.by, early.top, early.compare = nil, 0, ""
 	}
 	for _, l := range links {
-		lc, err := s.curve(ctx, l.Key, sub, now)
+		lc, err := s.points(ctx, l.Key, sub, now)
 		if err != nil {
 			return err
 		}
@@ -736,7 +747,7 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		}
 		ta := topAnswer{key: l.Key, visits: l.Visits, points: lc.points, rangeTotal: lc.rangeTotal.Human}
 		if q.compare != "" {
-			ec, err := s.curve(ctx, l.Key, early, now)
+			ec, err := s.points(ctx, l.Key, early, now)
 			if err != nil {
 				return badParam("compare", "the earlier range: %v", err)
 			}
