@@ -289,6 +289,7 @@ type Options struct {
 type Page struct {
 	b       *Browser
 	t       testing.TB
+	mobile  bool
 	session string
 	target  string
 	context string
@@ -319,7 +320,7 @@ func (b *Browser) NewPage(t testing.TB, o Options) *Page {
 		"width": o.Width, "height": o.Height})), &tg)
 	var at struct{ SessionID string }
 	json.Unmarshal(must(b.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tg.TargetID, "flatten": true})), &at)
-	p := &Page{b: b, t: t, session: at.SessionID, target: tg.TargetID, context: bc.BrowserContextID, download: make(chan string, 4)}
+	p := &Page{b: b, t: t, mobile: o.Mobile, session: at.SessionID, target: tg.TargetID, context: bc.BrowserContextID, download: make(chan string, 4)}
 	p.events = b.subscribe(p.session)
 	go p.watch()
 	for _, c := range []struct {
@@ -345,13 +346,17 @@ func (b *Browser) NewPage(t testing.TB, o Options) *Page {
 			"downloadPath": o.DownloadDir, "eventsEnabled": true}))
 		bev := b.subscribe("")
 		go func() {
+			// The browser's download events are of every context: this
+			// page's are those its frame began (a page's main frame has
+			// its target's id).
+			mine := map[string]bool{}
 			for e := range bev {
-				if e.Method != "Browser.downloadProgress" {
-					continue
-				}
-				var d struct{ GUID, State string }
+				var d struct{ GUID, State, FrameID string }
 				json.Unmarshal(e.Params, &d)
-				if d.State == "completed" {
+				switch {
+				case e.Method == "Browser.downloadWillBegin" && d.FrameID == p.target:
+					mine[d.GUID] = true
+				case e.Method == "Browser.downloadProgress" && d.State == "completed" && mine[d.GUID]:
 					select {
 					case p.download <- d.GUID:
 					default:
@@ -397,7 +402,10 @@ func (p *Page) watch() {
 				Entry struct{ Level, Source, Text string }
 			}
 			json.Unmarshal(e.Params, &x)
-			if x.Entry.Level == "error" {
+			// A response's status is the server's answer, which the test
+			// checks itself; everything else logged as an error (a CSP
+			// violation, a failed script) is the page's.
+			if x.Entry.Level == "error" && x.Entry.Source != "network" {
 				msg = x.Entry.Source + ": " + x.Entry.Text
 			}
 		case "Runtime.consoleAPICalled":
@@ -419,7 +427,7 @@ func (p *Page) watch() {
 }
 
 // Errors returns the exceptions and console errors (CSP violations among
-// them) the page had so far.
+// them) the page had so far; failed responses are not among them.
 func (p *Page) Errors() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -549,12 +557,16 @@ func (p *Page) Click(x, y float64) {
 }
 
 // ClickSelector clicks the middle of the first element matching the CSS
-// selector, scrolled into view.
+// selector, scrolled into view: with a finger (Tap) on a mobile page.
 func (p *Page) ClickSelector(sel string) {
 	p.t.Helper()
 	var box struct{ X, Y float64 }
 	p.Eval(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) throw new Error("no element " + %q);
 		e.scrollIntoView({block: "center"}); const r = e.getBoundingClientRect(); return {x: r.x + r.width / 2, y: r.y + r.height / 2}; })()`, sel, sel), &box)
+	if p.mobile {
+		p.Tap(box.X, box.Y)
+		return
+	}
 	p.Click(box.X, box.Y)
 }
 
