@@ -132,12 +132,17 @@ func (r *Recorder) recordLive(s *shard, e *entry, key string, owned bool, tick u
 	}
 	lr := e.live
 	if lr == nil || lr.dead {
+		if e.liveRefused == tick {
+			r.refuseLive(tick) // refused already in this bucket: not tried again per visit
+			return
+		}
 		lr = s.live[key]
 		if lr == nil {
 			if !owned {
 				key = strings.Clone(key) // it may point into the request
 			}
 			if lr = r.admitLive(s, key, tick); lr == nil {
+				e.liveRefused = tick
 				return
 			}
 		}
@@ -155,8 +160,7 @@ func (r *Recorder) admitLive(s *shard, key string, tick uint32) *liveRing {
 		r.refuseLive(tick)
 		return nil
 	}
-	if r.liveRings.Add(1) > max {
-		r.liveRings.Add(-1)
+	if !r.takeLive(max) {
 		// Full: rings of links not visited for a window may still hold
 		// the room. Sweep this shard, at most once per bucket.
 		if s.liveSwept == tick {
@@ -165,8 +169,7 @@ func (r *Recorder) admitLive(s *shard, key string, tick uint32) *liveRing {
 		}
 		s.liveSwept = tick
 		r.sweepShard(s, tick)
-		if r.liveRings.Add(1) > max {
-			r.liveRings.Add(-1)
+		if !r.takeLive(max) {
 			r.refuseLive(tick)
 			return nil
 		}
@@ -187,6 +190,20 @@ func (r *Recorder) refuseLive(tick uint32) {
 	}
 }
 
+// takeLive counts a new ring when fewer than max are held. A plain read
+// first: at the cap, a flood of new links writes nothing to the counter
+// every core shares.
+func (r *Recorder) takeLive(max int64) bool {
+	if r.liveRings.Load() >= max {
+		return false
+	}
+	if r.liveRings.Add(1) > max {
+		r.liveRings.Add(-1)
+		return false
+	}
+	return true
+}
+
 // sweepShard removes the rings of s without a visit in the window ending
 // at tick. Called with s.mu held.
 func (r *Recorder) sweepShard(s *shard, tick uint32) {
@@ -200,16 +217,27 @@ func (r *Recorder) sweepShard(s *shard, tick uint32) {
 }
 
 // sweepLive removes the rings without a visit in the window ending at now,
-// a shard at a time: the flusher calls it at every flush.
+// a shard at a time: the flusher calls it at every flush, and it sweeps
+// at most once a minute (a ring goes stale in 15).
 func (r *Recorder) sweepLive(now time.Time) {
 	tick := liveTick(now)
+	if last := r.liveSweep.Load(); tick >= last && tick < last+liveSweepTicks {
+		return
+	}
+	r.liveSweep.Store(tick)
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		r.sweepShard(s, tick)
+		if len(s.live) > 0 {
+			r.sweepShard(s, tick)
+		}
 		s.mu.Unlock()
 	}
 }
+
+// liveSweepTicks is how many live buckets apart sweepLive sweeps: a
+// minute.
+const liveSweepTicks = uint32(time.Minute / LiveStep)
 
 // SetLiveLinks sets how many link rings the live view keeps at most
 // (analytics.live.max_links; a link visited on several cores has a ring

@@ -26,6 +26,7 @@ func liveSums(pts []analytics.Point) (human, bot int64) {
 // apart, a late clock reading in its own bucket, and nothing older.
 func TestLiveBuckets(t *testing.T) {
 	rec := analytics.NewRecorder(100, nil)
+	rec.SetLiveLinks(analytics.DefaultLiveLinks)
 	now := time.Date(2026, 11, 26, 12, 0, 5, 0, time.UTC) // in the bucket 12:00:00
 	rec.Record("go", now.Add(-20*time.Minute), false)     // outside the window
 	rec.Record("go", now.Add(-14*time.Minute-55*time.Second), false)
@@ -139,6 +140,7 @@ func TestLiveCap(t *testing.T) {
 // read and flushes sweep it are all counted (run with -race).
 func TestLiveConcurrent(t *testing.T) {
 	rec := analytics.NewRecorder(1000, nil)
+	rec.SetLiveLinks(analytics.DefaultLiveLinks)
 	now := time.Now()
 	f := analytics.NewFlusher(rec, analyticstest.NewMemory(analyticstest.DefaultPlan), analyticstest.DefaultPlan,
 		analytics.FlusherOptions{}, nil, nil)
@@ -178,7 +180,7 @@ func TestLiveConcurrent(t *testing.T) {
 // key and at most 1.5 KB. It is the heap of a recorder following the links
 // less that of one that does not.
 func TestLiveMemory(t *testing.T) {
-	const n = 5_000
+	const n = 4_000
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%07d", i)

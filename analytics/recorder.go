@@ -55,6 +55,7 @@ type Recorder struct {
 	liveMax     atomic.Int64
 	liveRings   atomic.Int64
 	liveRefused atomic.Uint32
+	liveSweep   atomic.Uint32 // the live bucket of the last sweepLive
 	index       [numShards]uint32 // what cores hands out points here: no allocation
 	shards      [numShards]shard
 	dir         [numShards]dirShard
@@ -126,6 +127,9 @@ type entry struct {
 	dims *entryDims // nil until a visit with features
 	uniq []dayUniq  // the sketches of its visitors, per UTC day
 	live *liveRing  // the link's live ring in this shard, once looked up
+	// liveRefused is the live bucket in which the link was refused a
+	// ring (the cap reached): not tried again within it.
+	liveRefused uint32
 }
 
 // dayUniq is the sketch of a link's visitors on one UTC day.
@@ -239,11 +243,11 @@ func (e *entry) each(fn func(minuteCount)) {
 
 // NewRecorder returns a Recorder that tracks at most maxKeys distinct links
 // between two flushes (see SetMaxKeys), in at most DefaultMaxBufferBytes
-// (see SetMaxBytes). m may be nil.
+// (see SetMaxBytes), and follows no link live until SetLiveLinks (all links
+// together always). m may be nil.
 func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 	r := &Recorder{m: m}
 	r.SetMaxKeys(maxKeys)
-	r.SetLiveLinks(DefaultLiveLinks)
 	r.SetMaxBytes(DefaultMaxBufferBytes)
 	for i := range r.shards {
 		r.index[i] = uint32(i)
