@@ -55,7 +55,7 @@ type Recorder struct {
 	liveMax     atomic.Int64
 	liveRings   atomic.Int64
 	liveRefused atomic.Uint32
-	liveSweep   atomic.Uint32 // the live bucket of the last sweepLive
+	liveSweep   atomic.Uint32     // the live bucket of the last sweepLive
 	index       [numShards]uint32 // what cores hands out points here: no allocation
 	shards      [numShards]shard
 	dir         [numShards]dirShard
