@@ -106,6 +106,8 @@ func CompileEnv(cfg Config, env Env) (*Plan, error) {
 		return nil, fmt.Errorf("analytics.flush_interval: %v is shorter than 100ms", cfg.FlushInterval)
 	case cfg.MaxKeys <= 0:
 		return nil, fmt.Errorf("analytics.max_keys: must be positive")
+	case cfg.Live.MaxLinks < 0 || cfg.Live.MaxLinks > MaxLiveLinks:
+		return nil, fmt.Errorf("analytics.live.max_links: %d is not between 0 (all links only) and %d", cfg.Live.MaxLinks, MaxLiveLinks)
 	case cfg.MaxKeyBytes < 1 || cfg.MaxKeyBytes > maxKeyBytesLimit:
 		return nil, fmt.Errorf("analytics.max_key_bytes: %d is not between 1 and %d", cfg.MaxKeyBytes, maxKeyBytesLimit)
 	case cfg.MaxBufferBytes <= 0:

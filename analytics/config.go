@@ -47,6 +47,16 @@ type Config struct {
 	Dimensions DimensionsConfig `yaml:"dimensions"`
 	// Uniques configures the unique-visitor counts.
 	Uniques UniquesConfig `yaml:"uniques"`
+	// Live configures the live view's memory (see Recorder.Live).
+	Live LiveConfig `yaml:"live"`
+}
+
+// LiveConfig bounds the live view: the last 15 minutes in 10-second
+// buckets, per link, held in memory beside the counts waiting for a flush.
+type LiveConfig struct {
+	// MaxLinks caps the links followed (a link visited on several cores
+	// counts once per core); 0: none, only all links together.
+	MaxLinks int `yaml:"max_links"`
 }
 
 // UniquesConfig names the secret of the unique-visitor hashes.
@@ -145,6 +155,7 @@ func DefaultConfig() Config {
 		MaxBufferBytes: DefaultMaxBufferBytes,
 		Journal:        JournalConfig{MaxBytes: DefaultJournalMaxBytes},
 		Uniques:        UniquesConfig{SecretEnv: "LINKGATE_UNIQUES_SECRET"},
+		Live:           LiveConfig{MaxLinks: DefaultLiveLinks},
 		Dimensions: DimensionsConfig{
 			MaxValues: DefaultMaxValues, RetentionDays: DefaultDimRetentionDays,
 			SourceParams: []string{"utm_source", "src"},

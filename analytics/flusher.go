@@ -474,6 +474,7 @@ func (f *Flusher) Close(ctx context.Context) error {
 // that a crash loses no more than this interval.
 func (f *Flusher) takeLocked() {
 	snap := f.rec.swap()
+	f.rec.sweepLive(f.opts.Now())
 	if snap.overflow > 0 {
 		f.log.Warn("analytics: max_keys or max_buffer_bytes reached; visits to further links counted in the all-links total only",
 			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load(), "max_buffer_bytes", f.rec.maxBytes.Load())

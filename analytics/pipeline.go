@@ -45,6 +45,7 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 	rec := NewRecorder(cfg.MaxKeys, m)
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
 	rec.SetMaxValues(cfg.Dimensions.MaxValues)
+	rec.SetLiveLinks(cfg.Live.MaxLinks)
 	fl := NewFlusher(rec, store, plan.Rollup(), FlusherOptions{
 		Interval:        cfg.FlushInterval,
 		JournalPath:     DefaultJournalPath(cfg),
@@ -72,13 +73,19 @@ func (p *Pipeline) Middleware(plan *Plan) func(http.Handler) http.Handler {
 }
 
 // Apply takes the settings of a new config that the pipeline holds and a
-// reload changes: max_keys and max_buffer_bytes. Which analytics fields a
-// reload applies and which wait for a restart is RestartOnly's to decide.
+// reload changes: max_keys, max_buffer_bytes, dimensions.max_values and
+// live.max_links. Which analytics fields a reload applies and which wait
+// for a restart is RestartOnly's to decide.
 func (p *Pipeline) Apply(plan *Plan) {
 	p.rec.SetMaxKeys(plan.Config().MaxKeys)
 	p.rec.SetMaxBytes(plan.Config().MaxBufferBytes)
 	p.rec.SetMaxValues(plan.Config().Dimensions.MaxValues)
+	p.rec.SetLiveLinks(plan.Config().Live.MaxLinks)
 }
+
+// Live returns key's visits (AllLinks: all links together) in the last
+// LiveWindow, per LiveStep, from this process's memory: see Recorder.Live.
+func (p *Pipeline) Live(key string, now time.Time) ([]Point, bool) { return p.rec.Live(key, now) }
 
 // RestartOnly returns the analytics section a reload from run to next runs
 // with, eff, and the names of the fields that differ but change only on
@@ -92,8 +99,8 @@ func (p *Pipeline) Apply(plan *Plan) {
 //     survive reloads;
 //   - taken from next: match, count_status, bots, max_key_bytes, geoip and
 //     dimensions.source_params, read by each snapshot's Middleware, and
-//     max_keys, max_buffer_bytes and dimensions.max_values, which Apply
-//     hands to the running pipeline.
+//     max_keys, max_buffer_bytes, dimensions.max_values and
+//     live.max_links, which Apply hands to the running pipeline.
 //   - dimensions.retention_days is given to the store at start, so kept.
 //
 // next is not modified.

@@ -47,11 +47,18 @@ type Recorder struct {
 	// shard: a sync.Pool's fast path is per P. The pool may drop an index
 	// (at a GC); the core then gets the next one, which changes only where
 	// its visits are kept.
-	cores  sync.Pool
-	next   atomic.Uint32
-	index  [numShards]uint32 // what cores hands out points here: no allocation
-	shards [numShards]shard
-	dir    [numShards]dirShard
+	cores sync.Pool
+	next  atomic.Uint32
+	// liveMax caps the live view's link rings (SetLiveLinks), liveRings
+	// counts them; liveRefused is the live bucket of the last visit that
+	// could not be followed (see Live).
+	liveMax     atomic.Int64
+	liveRings   atomic.Int64
+	liveRefused atomic.Uint32
+	liveSweep   atomic.Uint32     // the live bucket of the last sweepLive
+	index       [numShards]uint32 // what cores hands out points here: no allocation
+	shards      [numShards]shard
+	dir         [numShards]dirShard
 }
 
 // shard is one part of a Recorder. Everything in it is guarded by mu.
@@ -66,8 +73,15 @@ type shard struct {
 	overflow int64                // visits not tracked per link because max_keys or max_buffer_bytes was reached
 	human    int64                // visits recorded since the last swap, for the metric
 	bot      int64
-	bytes    int64    // key length + linkOverhead of each entry in links
-	_        [32]byte // keep neighbouring shards' locks off one cache line
+	bytes    int64 // key length + linkOverhead of each entry in links
+	// live is the live view's rings of the links recorded here, kept
+	// across swaps; allLive that of all links together; liveSwept the
+	// live bucket this shard was last swept in because the cap was
+	// reached (see live.go).
+	live      map[string]*liveRing
+	allLive   liveRing
+	liveSwept uint32
+	_         [32]byte // keep neighbouring shards' locks off one cache line
 }
 
 // dirShard is one part of the directory of links tracked since the last
@@ -112,6 +126,10 @@ type entry struct {
 	more []minuteCount
 	dims *entryDims // nil until a visit with features
 	uniq []dayUniq  // the sketches of its visitors, per UTC day
+	live *liveRing  // the link's live ring in this shard, once looked up
+	// liveRefused is the live bucket in which the link was refused a
+	// ring (the cap reached): not tried again within it.
+	liveRefused uint32
 }
 
 // dayUniq is the sketch of a link's visitors on one UTC day.
@@ -225,7 +243,8 @@ func (e *entry) each(fn func(minuteCount)) {
 
 // NewRecorder returns a Recorder that tracks at most maxKeys distinct links
 // between two flushes (see SetMaxKeys), in at most DefaultMaxBufferBytes
-// (see SetMaxBytes). m may be nil.
+// (see SetMaxBytes), and follows no link live until SetLiveLinks (all links
+// together always). m may be nil.
 func NewRecorder(maxKeys int, m *Metrics) *Recorder {
 	r := &Recorder{m: m}
 	r.SetMaxKeys(maxKeys)
@@ -318,7 +337,7 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 	}
 	s.all.add(minute, bot)
 	day := int32(floorDiv(minute, 1440))
-	e := s.links[key]
+	e, owned := s.links[key], false
 	if e == nil {
 		k, ok := r.admit(key)
 		if !ok {
@@ -335,6 +354,7 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 				r.bytes.Add(grew)
 			}
 			s.overflow++
+			r.recordLive(s, nil, key, false, liveTick(t), bot)
 			s.mu.Unlock()
 			r.cores.Put(i)
 			r.m.overflowed()
@@ -343,8 +363,10 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 		e = &entry{last: minuteCount{minute: minute}}
 		s.links[k] = e
 		s.bytes += int64(len(k)) + linkOverhead
+		key, owned = k, true // the entry's copy: a new live ring shares it
 	}
 	e.add(minute, bot)
+	r.recordLive(s, e, key, owned, liveTick(t), bot)
 	if f != nil {
 		if e.dims == nil {
 			e.dims = new(entryDims)

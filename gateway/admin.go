@@ -48,6 +48,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Get("/config", g.handleConfig)
 		r.Get("/health", g.handleHealth)
 		r.Get("/certificates", g.handleCertificates)
+		r.Post("/share", g.handleShare)
 		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
 		})

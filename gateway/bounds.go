@@ -6,9 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/stats"
 )
 
 // bound is the range Compile accepts for one duration or size of the file:
@@ -116,6 +118,12 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return c.Analytics.Journal.MaxBytes }},
 	{field: "stats.read_timeout", min: dur(10 * time.Millisecond), max: dur(time.Minute),
 		get: func(c *config.Config) int64 { return dur(c.Stats.ReadTimeout) }},
+	{field: "analytics.live.max_links", min: 1, max: analytics.MaxLiveLinks, count: true, zero: "all links only",
+		get: func(c *config.Config) int64 { return int64(c.Analytics.Live.MaxLinks) }},
+	{field: "stats.live.max_streams", min: 1, max: stats.MaxStreamsLimit, count: true, zero: "no live stream",
+		get: func(c *config.Config) int64 { return int64(c.Stats.Live.MaxStreams) }},
+	{field: "stats.share.max_ttl", min: dur(time.Minute), max: dur(10 * 365 * 24 * time.Hour),
+		get: func(c *config.Config) int64 { return dur(c.Stats.Share.MaxTTL) }},
 	{field: "analytics.dimensions.max_values", min: 1, max: 10_000, count: true, zero: "no breakdowns",
 		get: func(c *config.Config) int64 { return int64(c.Analytics.Dimensions.MaxValues) }},
 	{field: "analytics.dimensions.retention_days", min: 1, max: 7300, count: true,

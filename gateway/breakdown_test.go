@@ -139,9 +139,11 @@ func TestTopLinksEndToEnd(t *testing.T) {
 	}
 	testkit.Do(t, "GET", gw.url("/go"), nil, "User-Agent", "Twitterbot/1.0") // a bot: not ranked
 	type top struct {
-		ShortKey string    `json:"short_key"`
-		Total    int64     `json:"total"`
-		Points   [][]int64 `json:"points"`
+		ShortKey     string    `json:"short_key"`
+		Total        int64     `json:"total"`
+		RangeTotal   int64     `json:"range_total"`
+		CompareTotal *int64    `json:"compare_range_total"`
+		Points       [][]int64 `json:"points"`
 	}
 	check := func(when string, gw *running) {
 		t.Helper()
@@ -162,10 +164,18 @@ func TestTopLinksEndToEnd(t *testing.T) {
 		for _, p := range got[0].Points {
 			human, bot = human+p[1], bot+p[2]
 		}
-		if human != 5 || bot != 1 {
-			t.Errorf("%s: go's curve sums to %d human, %d bot; want 5 and 1", when, human, bot)
+		if human != 5 || bot != 1 || got[0].RangeTotal != 5 || got[0].CompareTotal != nil {
+			t.Errorf("%s: go's curve sums to %d human, %d bot, range_total %d, compare_range_total %v; want 5, 1, 5 and none", when, human, bot, got[0].RangeTotal, got[0].CompareTotal)
 		}
-		resp, b := testkit.Do(t, "GET", gw.url("/stats?last=1h&top=5&format=csv"), nil)
+		// With compare, each link has the human visits of the range
+		// before: none in the hour before the last.
+		resp, b := testkit.Do(t, "GET", gw.url("/stats?last=1h&top=2&compare=previous"), nil, "Accept", "application/json")
+		var c struct{ Top []top }
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &c) != nil || len(c.Top) != 2 || c.Top[1].RangeTotal != 3 ||
+			c.Top[1].CompareTotal == nil || *c.Top[1].CompareTotal != 0 {
+			t.Errorf("%s: top with compare: %d %.400s; want gh with range_total 3 and compare_range_total 0", when, resp.StatusCode, b)
+		}
+		resp, b = testkit.Do(t, "GET", gw.url("/stats?last=1h&top=5&format=csv"), nil)
 		if want := "short_key,total\ngo,5\ngh,3\nex,1\n"; resp.StatusCode != 200 || b != want {
 			t.Errorf("%s: CSV %d %q, want %q", when, resp.StatusCode, b, want)
 		}

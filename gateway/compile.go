@@ -37,8 +37,9 @@ type Plan struct {
 	limit      *limit.Plan
 	analytics  *analytics.Plan
 	tls        *edge.Plan
-	adminToken string // "": /admin/* answers 403
-	statsToken string // "": /stats is open
+	adminToken string       // "": /admin/* answers 403
+	statsToken string       // "": /stats is open
+	share      stats.Sharer // its Key is nil: no share tokens
 }
 
 // Config returns the file the plan was compiled from, as read.
@@ -130,8 +131,21 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 			return nil, fmt.Errorf("stats.token_env: the environment variable %s is not set or empty; /stats would be open to anyone (set it, or remove token_env to serve /stats openly)", name)
 		}
 	}
+	if name := cfg.Stats.Share.KeyEnv; name != "" {
+		key := strings.TrimSpace(getenv(name))
+		if key != "" && len(key) < stats.MinShareKeyBytes {
+			return nil, fmt.Errorf("stats.share.key_env: the key in %s is %d bytes, fewer than %d (openssl rand -hex 32 makes one)", name, len(key), stats.MinShareKeyBytes)
+		}
+		if key != "" {
+			p.share.Key = []byte(key)
+		}
+	}
+	p.share.MaxTTL = cfg.Stats.Share.MaxTTL
 	return p, nil
 }
+
+// Share returns the share tokens of the plan: what signs and checks them.
+func (p *Plan) Share() stats.Sharer { return p.share }
 
 // compileEdge checks server.tls and the listeners beside server.listen.
 func compileEdge(cfg *config.Config) (*edge.Plan, error) {

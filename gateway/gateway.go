@@ -103,6 +103,8 @@ type Gateway struct {
 	// pipeline runs for the life of the process (nil when analytics are
 	// off): counts in memory survive reloads, the store is chosen at start.
 	pipeline *analytics.Pipeline
+	// streams bounds the live streams of /stats, which outlive reloads.
+	streams *stats.Streams
 
 	mu     sync.Mutex // serializes reloads and Close
 	closed bool       // guarded by mu
@@ -156,6 +158,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		mcM:     memcached.NewMetrics(reg),
 		visitsM: analytics.NewMetrics(reg),
 		edgeM:   edge.NewMetrics(reg),
+		streams: stats.NewStreams(plan.cfg.Stats.Live.MaxStreams),
 	}
 	if opts.Listen {
 		var err error
@@ -368,8 +371,10 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 			problem.Write(w, http.StatusNotFound, "analytics are disabled on this gateway")
 		})
 	}
+	g.streams.SetMax(plan.cfg.Stats.Live.MaxStreams)
 	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log,
-		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues, Uniques: plan.analytics.Uniques()})
+		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues, Uniques: plan.analytics.Uniques(),
+		Live: g.pipeline, Streams: g.streams, Share: plan.share, FrameAncestors: plan.cfg.Stats.Embed.FrameAncestors})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())
@@ -544,6 +549,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		g.mu.Lock() // no reload may swap a snapshot in under Close
 		defer g.mu.Unlock()
 		g.closed = true
+		g.streams.Close()
 		var errs []error
 		if g.pipeline != nil {
 			errs = append(errs, g.pipeline.Close(ctx))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/internal/browser"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -29,7 +30,9 @@ import (
 // intervals, health checks and timeouts, not on the CPU.
 func TestMain(m *testing.M) {
 	testkit.SetParallel(8)
-	os.Exit(m.Run())
+	code := m.Run()
+	browser.CloseShared() // the page tests' Chromium, if they started it
+	os.Exit(code)
 }
 
 // env is the environment the gateways under test see; setenv changes it

@@ -184,6 +184,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	g.log.Info("shutting down", "drain_timeout", timeout)
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	g.streams.Close() // live streams never go idle: the drain would wait for them
 	for _, s := range servers {
 		if err := s.Shutdown(dctx); err != nil {
 			// Requests still running past the deadline are cut off, so that

@@ -16,9 +16,10 @@ import (
 var chartHTML []byte
 
 // chartCSP lets the page run its own inline script and style, identified by
-// their hashes (CSP Level 3), fetch from its origin, and nothing else.
+// their hashes (CSP Level 3), fetch from its origin, and nothing else; no
+// page may frame it but the embed view's ancestors.
 var chartCSP = "default-src 'none'; connect-src 'self'; script-src " + inlineHash("script") +
-	"; style-src " + inlineHash("style") + "; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	"; style-src " + inlineHash("style") + "; base-uri 'none'; form-action 'none'; frame-ancestors "
 
 // inlineHash returns the CSP source of the page's one inline <tag> element.
 func inlineHash(tag string) string {
@@ -32,11 +33,16 @@ func inlineHash(tag string) string {
 	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }
 
-// serveChart writes the chart page.
-func serveChart(w http.ResponseWriter) {
+// serveChart writes the chart page: framed by none, or, as the embed view,
+// by the sources of ancestors (none when it is empty).
+func serveChart(w http.ResponseWriter, embed bool, ancestors []string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", chartCSP)
+	fa := "'none'"
+	if embed && len(ancestors) > 0 {
+		fa = strings.Join(ancestors, " ")
+	}
+	h.Set("Content-Security-Policy", chartCSP+fa)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-cache")
 	w.Write(chartHTML)

@@ -2,9 +2,16 @@ package stats
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
+
+// ancestorSource is a source of CSP's frame-ancestors (CSP Level 3 section
+// 2.3.1): *, 'self', a scheme (https:), or a host with an optional scheme, a
+// leading "*." and a port; no 'none' (an empty list says it) and nothing
+// that would end the directive (a space, ";" or ",").
+var ancestorSource = regexp.MustCompile(`^(?i:\*|'self'|[a-z][a-z0-9+.-]*:|([a-z][a-z0-9+.-]*://)?(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)*(:([0-9]{1,5}|\*))?(/[^\s;,']*)?)$`)
 
 // Config is the "stats" section: where the gateway serves /stats.
 type Config struct {
@@ -14,16 +21,58 @@ type Config struct {
 	// answer is partial (from the counts the gateway holds), so /stats
 	// answers quickly while the store hangs.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// Live bounds the live streams.
+	Live LiveConfig `yaml:"live"`
+	// Share configures share tokens.
+	Share ShareConfig `yaml:"share"`
+	// Embed configures the embed view.
+	Embed EmbedConfig `yaml:"embed"`
+}
+
+// EmbedConfig is the "stats.embed" section.
+type EmbedConfig struct {
+	// FrameAncestors are the sources whose pages may show the embed view
+	// (format=embed) in an iframe, as CSP's frame-ancestors takes them:
+	// https://blog.example, https://*.example.com, 'self'. Empty: none.
+	FrameAncestors []string `yaml:"frame_ancestors"`
+}
+
+// ShareConfig is the "stats.share" section (see Sharer).
+type ShareConfig struct {
+	// KeyEnv names the environment variable holding the key share tokens
+	// are signed with (at least 16 bytes); unset or empty: no sharing.
+	// The key is never stored: rotating it revokes every token.
+	KeyEnv string `yaml:"key_env"`
+	// MaxTTL is the longest lifetime of a share token, made or accepted.
+	MaxTTL time.Duration `yaml:"max_ttl"`
+}
+
+// LiveConfig is the "stats.live" section.
+type LiveConfig struct {
+	// MaxStreams caps the live streams open at once on this gateway; 0:
+	// none (format=events answers 503).
+	MaxStreams int `yaml:"max_streams"`
 }
 
 // DefaultConfig returns the defaults of the stats section.
-func DefaultConfig() Config { return Config{Prefix: "/stats", ReadTimeout: time.Second} }
+func DefaultConfig() Config {
+	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams},
+		Share: ShareConfig{KeyEnv: "LINKGATE_SHARE_KEY", MaxTTL: DefaultShareMaxTTL}}
+}
 
 // Compile checks the stats section. Errors start with the field's
 // path in the config file.
 func Compile(c Config) error {
 	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
 		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	}
+	for i, a := range c.Embed.FrameAncestors {
+		if !ancestorSource.MatchString(a) {
+			return fmt.Errorf("stats.embed.frame_ancestors[%d]: %q is not a CSP source like https://blog.example, https://*.example.com, https: or 'self'", i, a)
+		}
+	}
+	if c.Live.MaxStreams < 0 || c.Live.MaxStreams > MaxStreamsLimit {
+		return fmt.Errorf("stats.live.max_streams: %d is not between 0 and %d", c.Live.MaxStreams, MaxStreamsLimit)
 	}
 	return nil
 }

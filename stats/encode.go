@@ -79,6 +79,10 @@ func (c *curve) appendJSON(b []byte) []byte {
 			b = append(b, `{"short_key":`...)
 			b = append(b, key...)
 			b = appendField(b, "total", l.visits)
+			b = appendField(b, "range_total", l.rangeTotal)
+			if l.compareTotal != nil {
+				b = appendField(b, "compare_range_total", *l.compareTotal)
+			}
 			b = append(b, `,"points":`...)
 			b = c.appendPoints(b, l.points)
 			b = append(b, '}')

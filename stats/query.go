@@ -25,6 +25,10 @@ const (
 	formatJSON = "json"
 	formatCSV  = "csv"
 	formatHTML = "html"
+	// formatEvents is the live stream (Server-Sent Events).
+	formatEvents = "events"
+	// formatEmbed is the chart page laid out for an iframe.
+	formatEmbed = "embed"
 )
 
 // query is a parsed stats request. The zero step means "choose the tier";
@@ -63,7 +67,9 @@ func badParam(param, format string, args ...any) error {
 //	                          and from to 24h before to; from < to. Not with last.
 //	step=1m|5m|1h|1d|1w       the resolution; the handler checks it is a tier's
 //	stitch=true               the mixed-resolution curve; not with step
-//	format=json|csv|html      the answer's format; otherwise the Accept header
+//	format=json|csv|html|embed|events  the answer's format (embed: the
+//	                          page for an iframe; events: the live stream);
+//	                          otherwise the Accept header
 //	by=referrer,source,...    breakdowns (any of visitor.Names), per UTC day
 //
 // Any other parameter is an error rather than ignored: a misspelt one
@@ -195,16 +201,16 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 		return query{}, badParam("compare", "%q is not previous or year", c)
 	}
 	switch f := v.Get("format"); f {
-	case "", formatJSON, formatCSV, formatHTML:
+	case "", formatJSON, formatCSV, formatHTML, formatEvents, formatEmbed:
 		q.format = f
 	default:
-		return query{}, badParam("format", "%q is not json, csv or html", f)
+		return query{}, badParam("format", "%q is not json, csv, html, embed or events", f)
 	}
 	return q, nil
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz", "share"}
 
 // maxTop is the longest top list one answer has.
 const maxTop = 1000
@@ -294,6 +300,7 @@ func parseTime(s string) (time.Time, error) {
 func negotiate(accept string) string {
 	offers := [...]struct{ typ, format string }{
 		{"application/json", formatJSON}, {"text/csv", formatCSV}, {"text/html", formatHTML},
+		{"text/event-stream", formatEvents},
 	}
 	best, bestQ := formatJSON, 0.0
 	for _, o := range offers {

@@ -99,6 +99,17 @@ type Options struct {
 	// Uniques says whether unique visitors are counted (a secret is set):
 	// every data answer then has them.
 	Uniques bool
+	// Live is what the live stream (format=events) reads, and Streams
+	// bounds the streams; both outlive the API (they are the process's).
+	// Nil: no live view (format=events is a 404).
+	Live    LiveSource
+	Streams *Streams
+	// Share checks share tokens (the share parameter, or a bearer token
+	// that is one). Its zero value accepts none.
+	Share Sharer
+	// FrameAncestors are the CSP sources (stats.embed.frame_ancestors)
+	// that may frame the embed view (format=embed). Empty: none may.
+	FrameAncestors []string
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -193,6 +204,11 @@ func New(r Reader, tiers []rollup.Tier, o Options) *API {
 
 // ServeHTTP answers one stats request.
 func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/graphite/"); ok {
+		// No short key holds a "/": the path is the Graphite API's.
+		s.serveGraphite(w, r, "/"+rest)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		problem.Write(w, http.StatusMethodNotAllowed, "the stats API is read-only: use GET or HEAD")
@@ -207,7 +223,17 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.o.Now()
-	q, err := parseQuery(r.URL.Query(), now, s.earliest)
+	v := r.URL.Query()
+	if v.Get("last") == "all" {
+		// Everything the store keeps: the coarsest tier's retention.
+		if v.Has("from") || v.Has("to") {
+			writeParamError(w, badParam("last", "cannot be combined with from or to"))
+			return
+		}
+		v.Del("last")
+		v.Set("from", strconv.FormatInt(s.keptFrom(now).Unix(), 10))
+	}
+	q, err := parseQuery(v, now, s.earliest)
 	if err != nil {
 		writeParamError(w, err)
 		return
@@ -219,12 +245,15 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if format == "" {
 		format = negotiate(r.Header.Get("Accept"))
 	}
-	if format == formatHTML {
-		serveChart(w)
+	if format == formatHTML || format == formatEmbed {
+		serveChart(w, format == formatEmbed, s.o.FrameAncestors)
 		return
 	}
-	if !s.authorized(r) {
-		writeUnauthorized(w, r)
+	if !s.allow(w, r, key) {
+		return
+	}
+	if format == formatEvents {
+		s.serveLive(w, r, key, shortKey)
 		return
 	}
 	ctx := r.Context()
@@ -284,6 +313,52 @@ const partialReason = "store unreachable"
 // authorized says whether r carries the bearer token, when one is required.
 func (s *API) authorized(r *http.Request) bool {
 	return s.o.Token == "" || bearer.Match(r, s.o.Token)
+}
+
+// allow says whether r may read key's data: it carries the stats token
+// (or none is required), or a share token granting key. Otherwise it
+// answers 401 (no token, or a share token that is not valid: its problem
+// names the share parameter) or 403 (a valid share token of another link).
+func (s *API) allow(w http.ResponseWriter, r *http.Request, key string) bool {
+	tok := r.URL.Query().Get("share")
+	if tok == "" {
+		if b, ok := bearerToken(r); ok && strings.HasPrefix(b, sharePrefix) {
+			tok = b
+		}
+	}
+	if tok == "" {
+		if s.authorized(r) {
+			return true
+		}
+		writeUnauthorized(w, r)
+		return false
+	}
+	g, err := s.o.Share.Verify(tok, s.o.Now())
+	if err != nil {
+		problem.WriteDetails(w, problem.Details{Status: http.StatusUnauthorized, Detail: strings.TrimPrefix(err.Error(), "stats: "),
+			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": strings.TrimPrefix(err.Error(), "stats: ")}}}})
+		return false
+	}
+	if !g.Allows(key) {
+		what := "all links together"
+		if key != analytics.AllLinks {
+			what = "the link " + strconv.Quote(key)
+		}
+		problem.WriteDetails(w, problem.Details{Status: http.StatusForbidden, Detail: "the share token is not for " + what,
+			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": "not for " + what}}}})
+		return false
+	}
+	return true
+}
+
+// bearerToken returns the token of r's Authorization header, if it has
+// one of the Bearer scheme (case-insensitive, RFC 6750 section 2.1).
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // writeUnauthorized answers 401 with the RFC 6750 challenge.
@@ -348,6 +423,10 @@ type topAnswer struct {
 	key    string
 	visits int64
 	points []curvePoint
+	// rangeTotal is the human visits of points (not null);
+	// compareTotal those of the earlier range, when compare= was asked.
+	rangeTotal   int64
+	compareTotal *int64
 }
 
 // dimAnswer is one breakdown of an answer.
@@ -380,6 +459,17 @@ func (c *curve) known() string {
 	return "false"
 }
 
+// keptFrom returns the start of what the store keeps at now (last=all):
+// the first bucket of the coarsest tier not expired, or where curves begin
+// when it never expires.
+func (s *API) keptFrom(now time.Time) time.Time {
+	t := s.tiers[len(s.tiers)-1]
+	if eb := expiredBefore(t, now); !eb.IsZero() && eb.After(s.earliest) && now.Sub(eb) < maxRange {
+		return eb
+	}
+	return s.earliest
+}
+
 // expiredBefore returns the start of the first bucket of t kept at now:
 // buckets are kept at least until their end plus the retention (see
 // New), so one starting at or before now - retention - step may be
@@ -399,6 +489,17 @@ func expiredBefore(t rollup.Tier, now time.Time) time.Time {
 // what the Reader returned beside it (ErrUnsavedOnly) is used. The only
 // error returned is a *paramError.
 func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
+	c, err := s.points(ctx, key, q, now)
+	if err != nil {
+		return nil, err
+	}
+	return s.finish(ctx, c, key, q, now)
+}
+
+// points is curve without what finish adds (breakdowns, top list,
+// comparison, uniques, the all-time total): the curve alone, as a top
+// list's links and the Graphite API need it.
+func (s *API) points(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
 	var segs []rollup.Segment
 	switch {
 	case q.stitch:
@@ -425,7 +526,7 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			return nil, err
 		}
 		if ok {
-			return s.finish(ctx, lc, key, q, now)
+			return lc, nil
 		}
 	}
 	n := 0
@@ -510,7 +611,7 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 			c.tz, c.tzAsked = q.tz.String(), ""
 		}
 	}
-	return s.finish(ctx, c, key, q, now)
+	return c, nil
 }
 
 // finish adds to c what every answer has beside its points: breakdowns,
@@ -628,16 +729,34 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		return nil
 	}
 	sub := q
-	sub.by, sub.top = nil, 0
+	sub.by, sub.top, sub.compare = nil, 0, ""
+	var early query
+	if q.compare != "" {
+		if early, err = s.earlier(q, c.step, c.stitched, now); err != nil {
+			return err
+		}
+		early.by, early.top, early.compare = nil, 0, ""
+	}
 	for _, l := range links {
-		lc, err := s.curve(ctx, l.Key, sub, now)
+		lc, err := s.points(ctx, l.Key, sub, now)
 		if err != nil {
 			return err
 		}
 		if lc.readErr != nil && c.readErr == nil {
 			c.readErr = lc.readErr
 		}
-		c.top = append(c.top, topAnswer{key: l.Key, visits: l.Visits, points: lc.points})
+		ta := topAnswer{key: l.Key, visits: l.Visits, points: lc.points, rangeTotal: lc.rangeTotal.Human}
+		if q.compare != "" {
+			ec, err := s.points(ctx, l.Key, early, now)
+			if err != nil {
+				return badParam("compare", "the earlier range: %v", err)
+			}
+			if ec.readErr != nil && c.readErr == nil {
+				c.readErr = ec.readErr
+			}
+			ta.compareTotal = &ec.rangeTotal.Human
+		}
+		c.top = append(c.top, ta)
 	}
 	return nil
 }
@@ -648,24 +767,9 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 // the step a query of that range gets), with the same breakdowns and
 // uniques.
 func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, now time.Time) error {
-	e := q
-	e.compare, e.top = "", 0
-	switch q.compare {
-	case "previous":
-		e.from, e.to = q.from.Add(-q.to.Sub(q.from)), q.from
-	case "year":
-		e.from, e.to = q.from.AddDate(-1, 0, 0), q.to.AddDate(-1, 0, 0)
-	}
-	if !c.stitched {
-		// The same buckets, point for point, while the tier still keeps
-		// the earlier range; else the finest that does.
-		e.step = 0
-		if t, err := rollup.WithStep(s.tiers, c.step); err == nil && !e.from.Before(now.Add(-t.Retention)) {
-			e.step = c.step
-		}
-	}
-	if e.from.Before(s.earliest) {
-		return badParam("compare", "the earlier range starts before %s, where curves begin", s.earliest.Format(time.RFC3339))
+	e, err := s.earlier(q, c.step, c.stitched, now)
+	if err != nil {
+		return err
 	}
 	ec, err := s.curve(ctx, key, e, now)
 	if err != nil {
@@ -680,6 +784,32 @@ func (s *API) compareWith(ctx context.Context, c *curve, key string, q query, no
 	}
 	c.compare, c.compareKind = ec, q.compare
 	return nil
+}
+
+// earlier returns the query of q's earlier range (q.compare), at step
+// (the answer's, unless stitched) while its tier keeps that range, else
+// at the step a query of it gets.
+func (s *API) earlier(q query, step time.Duration, stitched bool, now time.Time) (query, error) {
+	e := q
+	e.compare, e.top = "", 0
+	switch q.compare {
+	case "previous":
+		e.from, e.to = q.from.Add(-q.to.Sub(q.from)), q.from
+	case "year":
+		e.from, e.to = q.from.AddDate(-1, 0, 0), q.to.AddDate(-1, 0, 0)
+	}
+	if !stitched {
+		// The same buckets, point for point, while the tier still keeps
+		// the earlier range; else the finest that does.
+		e.step = 0
+		if t, err := rollup.WithStep(s.tiers, step); err == nil && !e.from.Before(now.Add(-t.Retention)) {
+			e.step = step
+		}
+	}
+	if e.from.Before(s.earliest) {
+		return query{}, badParam("compare", "the earlier range starts before %s, where curves begin", s.earliest.Format(time.RFC3339))
+	}
+	return e, nil
 }
 
 // onStep says whether loc's offset from UTC is a whole number of steps

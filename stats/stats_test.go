@@ -498,6 +498,44 @@ func TestStatsChartPage(t *testing.T) {
 	}
 }
 
+// TestEmbedFrameAncestors: no page may frame the chart page; the embed view
+// may be framed by the configured sources only, and by none without them.
+func TestEmbedFrameAncestors(t *testing.T) {
+	now := func() time.Time { return statsNow }
+	open := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: now})
+	framed := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: now,
+		FrameAncestors: []string{"https://blog.example", "https://*.example.com"}})
+	for _, c := range []struct {
+		h      *stats.API
+		target string
+		want   string
+	}{
+		{open, "/abc?format=html", "frame-ancestors 'none'"},
+		{open, "/abc?format=embed", "frame-ancestors 'none'"},
+		{framed, "/abc?format=html", "frame-ancestors 'none'"},
+		{framed, "/abc?format=embed&last=7d", "frame-ancestors https://blog.example https://*.example.com"},
+	} {
+		w := statsGet(t, c.h, c.target)
+		if csp := w.Header().Get("Content-Security-Policy"); w.Code != 200 || !strings.HasSuffix(csp, c.want) {
+			t.Errorf("GET %s: %d, CSP %q; want it to end with %q", c.target, w.Code, csp, c.want)
+		}
+	}
+	for _, bad := range []string{"https://a.example; script-src *", "'none'", "https://a.example b.example", "**", "'unsafe-inline'", "https://a.example,b"} {
+		cfg := stats.DefaultConfig()
+		cfg.Embed.FrameAncestors = []string{"https://ok.example", bad}
+		if err := stats.Compile(cfg); err == nil || !strings.Contains(err.Error(), "stats.embed.frame_ancestors[1]") {
+			t.Errorf("frame_ancestors %q: %v, want an error naming stats.embed.frame_ancestors[1]", bad, err)
+		}
+	}
+	for _, good := range []string{"*", "'self'", "https:", "https://blog.example:8443", "http://localhost:3000", "https://*.example.com/embed/"} {
+		cfg := stats.DefaultConfig()
+		cfg.Embed.FrameAncestors = []string{good}
+		if err := stats.Compile(cfg); err != nil {
+			t.Errorf("frame_ancestors %q: %v", good, err)
+		}
+	}
+}
+
 func BenchmarkStatsYear(b *testing.B) {
 	for _, target := range []string{"/abc?last=1y", "/abc?last=1y&stitch=true", "/abc?last=1y&format=csv"} {
 		b.Run(target, func(b *testing.B) {
@@ -571,5 +609,29 @@ func TestStatsPartialLogThrottled(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "answering from unsaved counts"); n < 1 || n > 2 {
 		t.Errorf("%d lines for 50 partial reads within a second or two, want 1 (2 across a second's edge):\n%s", n, logs.String())
+	}
+}
+
+// TestLastAll: last=all is everything the store keeps (the coarsest tier's
+// retention, 5 years of weeks by default): no point of it expired; with
+// from or to it is a 400 naming last.
+func TestLastAll(t *testing.T) {
+	h := stats.New(newStatsReader(), rollup.DefaultTiers(), stats.Options{Now: func() time.Time { return statsNow }})
+	w := statsGet(t, h, "/abc?last=all")
+	var a struct {
+		From, Step    int64
+		ExpiredBefore *int64 `json:"expired_before"`
+		Points        [][]*int64
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil || w.Code != 200 {
+		t.Fatalf("last=all: %d %s", w.Code, w.Body)
+	}
+	years := float64(statsNow.Unix()-a.From) / (365.25 * 86400)
+	if a.Step != 604800 || a.ExpiredBefore != nil || years < 4.97 || years > 5.02 || a.Points[0][1] == nil {
+		t.Errorf("last=all: from %d (%.2f years back), step %d, expired_before %v; want 5 years of weeks, none expired", a.From, years, a.Step, a.ExpiredBefore)
+	}
+	w = statsGet(t, h, "/abc?last=all&to=1795000000")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), `"name":"last"`) {
+		t.Errorf("last=all&to: %d %s, want a 400 naming last", w.Code, w.Body)
 	}
 }

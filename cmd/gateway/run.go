@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/gateway"
+	"github.com/linkgate/linkgate/rollup"
 )
 
 const usage = `linkgate: a reverse proxy for a tiny-URL service that limits abuse and counts visits.
@@ -26,6 +27,9 @@ Usage:
   gateway check-config FILE    compile FILE as start-up and reload do; exit 1 naming the field on error
   gateway version              print the version
   gateway probe URL            exit 0 when URL answers 2xx (container health checks)
+  gateway share [-config FILE] [-ttl 30d] (-all | SHORT_KEY)
+                               print a read-only share token of a link's stats (or all links'),
+                               signed with the key of stats.share.key_env
 
 Flags:
 `
@@ -66,6 +70,8 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 				return errors.New("usage: gateway probe URL")
 			}
 			return probe(ctx, args[2])
+		case "share":
+			return share(args[2:], stdout, getenv)
 		}
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
@@ -85,7 +91,7 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway: unexpected argument %q (subcommands: check-config, version, probe)", fs.Arg(0))
+		return fmt.Errorf("gateway: unexpected argument %q (subcommands: check-config, version, probe, share)", fs.Arg(0))
 	}
 	log, err := newLogger(stdout, *logFormat, *logLevel)
 	if err != nil {
@@ -241,5 +247,45 @@ func probe(ctx context.Context, url string) error {
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("probe: %s answered %s", url, resp.Status)
 	}
+	return nil
+}
+
+// share is "gateway share": it compiles the config as the gateway does (so
+// the key is the one it checks tokens with), makes a share token and prints
+// it with the paths it opens.
+func share(args []string, stdout io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("gateway share", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	path := fs.String("config", "configs/gateway.quickstart.yaml", "config file")
+	ttl := fs.String("ttl", "30d", "how long the token is valid: 24h, 30d, 8w (at most stats.share.max_ttl)")
+	all := fs.Bool("all", false, "a token for all links (their page, and each link's)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	key := fs.Arg(0)
+	if fs.NArg() > 1 || (key == "") == !*all {
+		return errors.New("usage: gateway share [-config FILE] [-ttl 30d] (-all | SHORT_KEY)")
+	}
+	d, err := rollup.ParseDuration(*ttl)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("gateway share: -ttl %q is not a duration like 24h, 30d or 8w", *ttl)
+	}
+	plan, err := gateway.Load(*path, getenv)
+	if err != nil {
+		return err
+	}
+	sh, err := plan.MakeShare(key, *all, d, time.Now())
+	if err != nil {
+		return fmt.Errorf("gateway share: %w", err)
+	}
+	what := "link " + sh.ShortKey
+	if sh.All {
+		what = "all links"
+	}
+	fmt.Fprintf(stdout, "token   %s\nfor     %s\nexpires %s\npage    %s\nembed   %s\ndata    %s\n",
+		sh.Token, what, sh.Expires.Format(time.RFC3339), sh.Page, sh.Embed, sh.Data)
 	return nil
 }
