@@ -90,7 +90,7 @@ func badConfigs(target string) []struct{ name, yaml, want string } {
 			"routes:\n  - hosts: [a.example]\n    upstream: {targets: [http://127.0.0.1:2]}\n", "upstream.tls: set, but upstream lists no targets"},
 		{"stats host wildcard", base + "stats:\n  host: \"*.sho.rt\"\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
 		{"stats host with a port", base + "stats:\n  host: sho.rt:443\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
-		{"unknown field in stats", base + "stats:\n  hots: sho.rt\n", fmt.Sprintf(":%d: stats.hots: unknown field (did you mean host?); stats has prefix, token_env, read_timeout, host", nl+2)},
+		{"unknown field in stats", base + "stats:\n  hots: sho.rt\n", fmt.Sprintf(":%d: stats.hots: unknown field (did you mean host?); stats has prefix, token_env, read_timeout, live, share, embed, host", nl+2)},
 	}
 }
 
