@@ -48,7 +48,8 @@ func analyticsGateway(up string, settings string) string {
 }
 
 // visitor sends visits to 20 links until stopped, noting when each 302
-// arrived.
+// arrived. The visits come from three referrers in turn (one of them
+// none: "direct"), so that a breakdown can be checked against the count.
 type visitor struct {
 	mu   sync.Mutex
 	at   []time.Time
@@ -67,7 +68,11 @@ func visit(url string) *visitor {
 				return
 			default:
 			}
-			resp, err := c.Get(fmt.Sprintf("%s/link%02d", url, i%20))
+			req, _ := http.NewRequest("GET", fmt.Sprintf("%s/link%02d", url, i%20), nil)
+			if ref := referrers[i%len(referrers)]; ref != "" {
+				req.Header.Set("Referer", ref)
+			}
+			resp, err := c.Do(req)
 			if err != nil {
 				time.Sleep(5 * time.Millisecond)
 				continue
@@ -83,6 +88,9 @@ func visit(url string) *visitor {
 	}()
 	return v
 }
+
+// referrers are the Referer headers of the visitor's visits, in turn.
+var referrers = []string{"https://news.example/story", "", "https://t.co/x"}
 
 func (v *visitor) halt() {
 	close(v.stop)
@@ -163,6 +171,37 @@ func checkLoss(t *testing.T, row string, v *visitor, killed time.Time, counted i
 	}
 }
 
+// checkBreakdown checks that the referrer breakdown of all links holds as
+// many visits as the counts, counted visits, from the three referrers:
+// the journal and its replay keep a visit's features with its count.
+func checkBreakdown(t *testing.T, row string, gw *process, counted int) {
+	t.Helper()
+	resp, err := testkit.Client.Get(gw.url("gateway", "/stats?last=1h&by=referrer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a struct {
+		Breakdown struct {
+			Referrer []struct {
+				Value string
+				Count int
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: /stats?by=referrer: %d %v", row, resp.StatusCode, err)
+	}
+	sum, values := 0, map[string]bool{}
+	for _, r := range a.Breakdown.Referrer {
+		sum += r.Count
+		values[r.Value] = true
+	}
+	if sum != counted || len(values) != 3 || !values["news.example"] || !values["direct"] || !values["t.co"] {
+		t.Errorf("%s: referrers %+v: %d visits, want %d from news.example, direct and t.co", row, a.Breakdown.Referrer, sum, counted)
+	}
+}
+
 // rounds is how many random kills a test makes: LINKGATE_KILL_ROUNDS, or
 // one. A round costs several seconds of real time, and one random moment
 // per run of the suite is what a newcomer's run can afford; the
@@ -204,6 +243,7 @@ func TestKill9DuringCassandraOutage(t *testing.T) {
 		sent, _ := v.sent(time.Time{})
 		counted := settle(t, gw2, sent-sentAfter(v, killed))
 		checkLoss(t, fmt.Sprintf("cassandra down, round %d", r), v, killed, counted)
+		checkBreakdown(t, fmt.Sprintf("cassandra down, round %d", r), gw2, counted)
 		gw2.stop()
 	}
 }
@@ -244,6 +284,7 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 		sent, _ := v.sent(time.Time{})
 		counted := settle(t, gw2, sent-sentAfter(v, killed))
 		checkLoss(t, fmt.Sprintf("pebble disk full, round %d", r), v, killed, counted)
+		checkBreakdown(t, fmt.Sprintf("pebble disk full, round %d", r), gw2, counted)
 		gw2.stop()
 	}
 }
@@ -346,6 +387,7 @@ func TestKill9FullDiskDefaultLayout(t *testing.T) {
 		sent, _ := v.sent(time.Time{})
 		counted := settle(t, gw2, sent-sentAfter(v, killed))
 		checkLoss(t, fmt.Sprintf("volume full, default layout, round %d", r), v, killed, counted)
+		checkBreakdown(t, fmt.Sprintf("volume full, default layout, round %d", r), gw2, counted)
 		gw2.stop()
 	}
 }
@@ -375,6 +417,7 @@ func TestKill9StoreHealthy(t *testing.T) {
 		sent, _ := v.sent(time.Time{})
 		counted := settle(t, gw2, sent-sentAfter(v, killed))
 		checkLoss(t, fmt.Sprintf("store healthy, round %d", r), v, killed, counted)
+		checkBreakdown(t, fmt.Sprintf("store healthy, round %d", r), gw2, counted)
 		gw2.stop()
 	}
 }
