@@ -42,6 +42,10 @@ func newAsk(t *testing.T) *askServer {
 }
 
 // acmeConfig is a gateway ordering from pebble on demand, asking ask.
+// Tests that run at once name hosts of their own: certmagic coordinates
+// the loading of a name's certificate process-wide, across gateways, so a
+// handshake for a name another test's gateway is loading can be handed
+// that gateway's certificate (from that test's pebble).
 func acmeConfig(upstream string, p *edgetest.Pebble, ask, storage string) string {
 	return tlsConfig(upstream, fmt.Sprintf(`  tls:
     acme: {ca: %s, ca_root: %s, email: ops@example.com}

@@ -67,6 +67,7 @@ func setField(t *testing.T, path, v string) []byte {
 // the range (1ns health checks, a two-terabyte header limit), and every
 // value at the edges of the range is accepted and builds a gateway.
 func TestBoundsRefused(t *testing.T) {
+	t.Parallel()
 	for _, b := range gateway.Bounds() {
 		t.Run(b.Field, func(t *testing.T) {
 			bad := []int64{b.Max + 1, 2_000_000_000_000}

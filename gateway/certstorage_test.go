@@ -22,6 +22,7 @@ import (
 // name of acme.domains is obtained, and an on-demand name is allowed,
 // obtained from pebble and stored in Cassandra.
 func TestCertStorageConnectsLate(t *testing.T) {
+	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
 	ask := newAsk(t)
 	ca := edgetest.NewCA(t)
@@ -44,7 +45,7 @@ func TestCertStorageConnectsLate(t *testing.T) {
 	if resp, body := get(t, tlsClient(ca, "static.test", true), base+"/x", "Host", "static.test"); resp.StatusCode != 200 || !strings.Contains(body, "xfp=https") {
 		t.Errorf("the static certificate's name with the storage down: %d %q", resp.StatusCode, body)
 	}
-	for _, name := range []string{"brand.ok.test", "managed.ok.test"} {
+	for _, name := range []string{"late.ok.test", "managed.ok.test"} {
 		t0 := time.Now()
 		if c, err := handshake(gw.g.Addr(), p, name); err == nil {
 			c.Close()
@@ -74,7 +75,7 @@ func TestCertStorageConnectsLate(t *testing.T) {
 	if h := tlsStorage(t, gw); h.State != "ok" {
 		t.Errorf("/admin/health tls_storage = %+v once connected, want ok", h)
 	}
-	c, err := handshake(gw.g.Addr(), p, "brand.ok.test")
+	c, err := handshake(gw.g.Addr(), p, "late.ok.test")
 	if err != nil {
 		t.Fatalf("the on-demand name once the storage connected: %v", err)
 	}

@@ -170,6 +170,7 @@ func TestMalformedChunkedBodyIsTheClients(t *testing.T) {
 // TestTraceAndConnectRefused: TRACE and CONNECT are answered 405 unless
 // server.allow_methods lists them.
 func TestTraceAndConnectRefused(t *testing.T) {
+	t.Parallel()
 	var reached atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
@@ -207,6 +208,7 @@ func TestTraceAndConnectRefused(t *testing.T) {
 // pauses longer than server.body_timeout (408, connection closed), and the
 // upstream request is abandoned; a body sent briskly passes.
 func TestSlowBodyCutOff(t *testing.T) {
+	t.Parallel()
 	got := make(chan string, 4)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -284,6 +286,7 @@ func TestSlowBodyCutOff(t *testing.T) {
 // 400 after twice the timeout: the server drained the unread body under a
 // fresh deadline before writing the answer.)
 func TestSlowBodyOnEmailRoute(t *testing.T) {
+	t.Parallel()
 	var reached atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {

@@ -66,6 +66,7 @@ func TestStatsOneVary(t *testing.T) {
 // config change. The watch once restarted its wait at every event of the
 // folder, so such a neighbour kept any file change from ever reloading.
 func TestWatchIgnoresOtherFiles(t *testing.T) {
+	t.Parallel()
 	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
 	gw := start(t, testkit.BaseConfig(a.URL))
 	stop := make(chan struct{})
@@ -105,6 +106,7 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 // over the old one; the events name ..data, never gateway.yaml, and the
 // watch still reloads.
 func TestWatchKubernetesConfigMap(t *testing.T) {
+	t.Parallel()
 	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
 	dir := t.TempDir()
 	version := func(name, cfg string) {

@@ -282,6 +282,7 @@ func TestReloadReusesUnchangedParts(t *testing.T) {
 // (which here compiles: the rules are cut off). The watch reloads once,
 // on the whole file, and never the empty or the partial one.
 func TestWatchWaitsForAWholeFile(t *testing.T) {
+	t.Parallel()
 	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
 	rules := "rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [1/m]}\n"
 	gw := start(t, testkit.BaseConfig(a.URL)+rules)

@@ -94,6 +94,7 @@ func TestRoutesByHost(t *testing.T) {
 // neither proxied nor counted by the limiter; the stats API is still the
 // gateway's.
 func TestRoutesWithoutDefaultPool(t *testing.T) {
+	t.Parallel()
 	own := hostEcho(t, "own")
 	ca := edgetest.NewCA(t)
 	cert, key, _ := ca.WritePair(t, t.TempDir(), "sho.rt", "other.example")

@@ -196,6 +196,7 @@ func TestTLSStaticCertificate(t *testing.T) {
 // the body (429 after its limit), and the stream limit is advertised in
 // SETTINGS; h2c on the internal listener serves the same handler.
 func TestHTTP2KeepsTheLimits(t *testing.T) {
+	t.Parallel()
 	ca := edgetest.NewCA(t)
 	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test")
 	up := echoProto(t)
@@ -336,7 +337,7 @@ func TestTLSRealClients(t *testing.T) {
 	}
 	succeeded, _ := strconv.Atoi(string(m[3]))
 	if string(proto[1]) != "h2" || succeeded != 2000 || string(m[4]) != "0" || string(m[5]) != "0" {
-		t.Errorf("h2load: protocol %s, %s succeeded, %s failed, %s errored; want h2 and 2000/0/0\n%s", proto[1], m[3], m[4], m[5], out)
+		t.Errorf("h2load: protocol %s, %s succeeded, %s failed, %s errored; want h2 and 2000/0/0\n%s\ngateway log:\n%s", proto[1], m[3], m[4], m[5], out, gw.logs.String())
 	}
 	if got := hits.Load() - before; got != 2000 {
 		t.Errorf("the upstream saw %d requests of h2load's 2000", got)
