@@ -55,6 +55,10 @@ type h1State struct {
 
 	conn   atomic.Pointer[h1Conn] // the connection ctx's cancellation aborts
 	cancel func()                 // st.abort, bound once
+	// spoiled: an abort may still run (disarm came too late), and would
+	// hit the connection of whatever exchange had st next: st is not put
+	// back in the pool.
+	spoiled bool
 }
 
 type span struct{ n0, n1, v0, v1 int }
@@ -68,6 +72,9 @@ var h1States = sync.Pool{New: func() any {
 }}
 
 func (st *h1State) release() {
+	if st.spoiled {
+		return
+	}
 	clear(st.out)
 	clear(st.fields)
 	clear(st.tried)
@@ -90,6 +97,21 @@ func (st *h1State) abort() {
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// disarm stops the abort that context.AfterFunc registered for the
+// exchange (stop is what it returned) and says whether it did. When the
+// context ended first, the abort has started on a goroutine of its own and
+// may not have read st.conn yet: st is spoiled, so that the abort cannot
+// reach the connection of a later exchange that takes st from the pool (a
+// health check timing out under load once cut a proxied request short
+// with a 504 that way).
+func (st *h1State) disarm(stop func() bool) bool {
+	if stop() {
+		return true
+	}
+	st.spoiled = true
+	return false
+}
 
 // copyBuffers are the 32 KiB buffers bodies are copied through.
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
@@ -280,7 +302,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 	var headAt time.Time
 	streamed := false // the body was read after the head, maybe for long
 	defer func() {
-		if !stop() {
+		if !st.disarm(stop) {
 			reuse = false // the cancellation has set (or is setting) the connection's deadline
 		}
 		st.conn.Store(nil)
@@ -1240,7 +1262,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	defer st.conn.Store(nil)
 	c.nc.SetReadDeadline(time.Time{}) // ctx bounds the check; a connection put back may hold a past deadline
 	if _, err := c.nc.Write(st.head); err != nil {
-		stop()
+		st.disarm(stop)
 		c.nc.Close()
 		if c.reused {
 			return 0, staleError{err}
@@ -1251,7 +1273,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	var err error
 	for {
 		if h, err = st.readHead(c.br, http.MethodGet); err != nil {
-			stop()
+			st.disarm(stop)
 			c.nc.Close()
 			if c.reused && h.status == 0 && isClosed(err) {
 				return 0, staleError{err}
@@ -1280,7 +1302,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 			whole = st.readFields(c.br, &budget) == nil
 		}
 	}
-	if stop() && whole && !h.closeConn {
+	if st.disarm(stop) && whole && !h.closeConn {
 		t.h1.put(c, time.Now())
 	} else {
 		c.nc.Close()
