@@ -80,12 +80,8 @@ func (s *API) serveGraphite(w http.ResponseWriter, r *http.Request, rest string)
 		writeParamError(w, badParam("body", "%v", err))
 		return
 	}
-	ctx := r.Context()
-	if s.o.ReadTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.o.ReadTimeout)
-		defer cancel()
-	}
+	ctx, cancel := s.readContext(r)
+	defer cancel()
 	var body []byte
 	var err error
 	if rest == "/render" {

@@ -256,12 +256,8 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveLive(w, r, key, shortKey)
 		return
 	}
-	ctx := r.Context()
-	if s.o.ReadTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.o.ReadTimeout)
-		defer cancel()
-	}
+	ctx, cancel := s.readContext(r)
+	defer cancel()
 	c, err := s.curve(ctx, key, q, now)
 	if err != nil {
 		writeParamError(w, err)
@@ -827,4 +823,13 @@ func onStep(loc *time.Location, from, to time.Time, step time.Duration) bool {
 		}
 		t = end
 	}
+}
+
+// readContext is r's context bounded by stats.read_timeout: the store
+// reads of one request stop there, and the answer is partial.
+func (s *API) readContext(r *http.Request) (context.Context, context.CancelFunc) {
+	if s.o.ReadTimeout > 0 {
+		return context.WithTimeout(r.Context(), s.o.ReadTimeout)
+	}
+	return r.Context(), func() {}
 }

@@ -499,13 +499,21 @@ func (s *Store) topCounts(ctx context.Context, be backend, keys []string, lo, hi
 }
 
 func (b *cqlBackend) writeTop(ctx context.Context, rows []topRow) error {
-	args := func(r topRow) []any { return []any{r.day, r.shard, r.key, r.writer, r.count, r.ttl, r.ts} }
-	if len(rows) == 1 {
-		return b.s.Query(b.insertTop, args(rows[0])...).WithContext(ctx).Idempotent(true).Exec()
+	return b.writeRows(ctx, b.insertTop, len(rows), func(i int) []any {
+		r := rows[i]
+		return []any{r.day, r.shard, r.key, r.writer, r.count, r.ttl, r.ts}
+	})
+}
+
+// writeRows inserts n rows of one partition with stmt, args(i) giving the
+// values of the i-th: one statement, or an unlogged batch (one mutation).
+func (b *cqlBackend) writeRows(ctx context.Context, stmt string, n int, args func(i int) []any) error {
+	if n == 1 {
+		return b.s.Query(stmt, args(0)...).WithContext(ctx).Idempotent(true).Exec()
 	}
 	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-	for _, r := range rows {
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertTop, Args: args(r), Idempotent: true})
+	for i := range n {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: stmt, Args: args(i), Idempotent: true})
 	}
 	return b.s.ExecuteBatch(batch)
 }
@@ -524,16 +532,10 @@ func (b *cqlBackend) readTopKeys(ctx context.Context, day time.Time, shard int, 
 }
 
 func (b *cqlBackend) writeLeaders(ctx context.Context, rows []leaderRow) error {
-	args := func(r leaderRow) []any { return []any{r.day, r.writer, r.slot, r.key, r.count, r.ttl, r.ts} }
-	if len(rows) == 1 {
-		return b.s.Query(b.insertLeader, args(rows[0])...).WithContext(ctx).Idempotent(true).Exec()
-	}
-	// An unlogged batch of one partition (the day): one mutation.
-	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
-	for _, r := range rows {
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertLeader, Args: args(r), Idempotent: true})
-	}
-	return b.s.ExecuteBatch(batch)
+	return b.writeRows(ctx, b.insertLeader, len(rows), func(i int) []any {
+		r := rows[i]
+		return []any{r.day, r.writer, r.slot, r.key, r.count, r.ttl, r.ts}
+	})
 }
 
 func (b *cqlBackend) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
