@@ -129,13 +129,21 @@ func TestMemoryPerLink(t *testing.T) {
 	runtime.KeepAlive(keys) // else freed between the two readings
 }
 
+// BenchmarkRecord is a visit to a known link, without the live view and
+// with it (the link followed live, as analytics.live.max_links does by
+// default): live is what the last 15 minutes add to a visit.
 func BenchmarkRecord(b *testing.B) {
-	rec := analytics.NewRecorder(1000, nil)
-	now := monday
-	rec.Record("abc123", now, false)
-	b.ReportAllocs()
-	for b.Loop() {
-		rec.Record("abc123", now, false)
+	for _, live := range []int{0, analytics.DefaultLiveLinks} {
+		b.Run(map[bool]string{false: "plain", true: "live"}[live > 0], func(b *testing.B) {
+			rec := analytics.NewRecorder(1000, nil)
+			rec.SetLiveLinks(live)
+			now := time.Now()
+			rec.Record("abc123", now, false)
+			b.ReportAllocs()
+			for b.Loop() {
+				rec.Record("abc123", now, false)
+			}
+		})
 	}
 }
 
