@@ -69,6 +69,15 @@ func (e *notCountError) Error() string {
 	return fmt.Sprintf("key %q holds %q, not a count", e.key, e.value)
 }
 
+// isNotCount reports whether err is a *notCountError.
+func isNotCount(err error) bool {
+	if err == nil {
+		return false
+	}
+	var nce *notCountError // escapes: declared only when there is an error
+	return errors.As(err, &nce)
+}
+
 // getMulti reads the counts of c's buckets into counts[:len(buckets)] (0
 // for a missing key) with one get command, bounded in all by the
 // timeout. Its error wraps memcache.ErrMalformedKey for a key memcached
@@ -98,8 +107,7 @@ func (sv *server) getMulti(c limit.Counter, buckets []limit.Bucket, counts []int
 	b.r.Reset(nc)
 	err = b.exchange(nc, counts)
 	b.r.Reset(nil) // drop the connection from the pooled reader
-	var nce *notCountError
-	if err != nil && !errors.As(err, &nce) {
+	if err != nil && !isNotCount(err) {
 		nc.Close()
 		clear(counts)
 		return err

@@ -1,7 +1,6 @@
 package memcached
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -177,8 +176,7 @@ var errReadTimeout = fmt.Errorf("memcached: timeout")
 func (sv *server) read(c limit.Counter, buckets []limit.Bucket, counts []int64) error {
 	inc(sv.opGet)
 	err := sv.getMulti(c, buckets, counts)
-	var nce *notCountError
-	if err != nil && errors.As(err, &nce) {
+	if isNotCount(err) {
 		sv.result(opGet, nil)
 		return err
 	}
