@@ -288,7 +288,10 @@ func (b *getBuf) find(key []byte, next int) int {
 			i -= n
 		}
 		k := b.keys[i]
-		if !b.seen[i] && bytes.Equal(b.cmd[k.start:k.end], key) {
+		// The keys share their counter part and end in the bucket's
+		// start: the length and the last digit tell most apart.
+		if !b.seen[i] && int(k.end-k.start) == len(key) && b.cmd[k.end-1] == key[len(key)-1] &&
+			bytes.Equal(b.cmd[k.start:k.end], key) {
 			return i
 		}
 	}
