@@ -182,9 +182,8 @@ func (s *Store) BreakerOpen(addr string) bool {
 // flight as unapplied: it may then be off by that flush's increments.
 //
 // ctx is checked before the read; the read itself is bounded by the
-// configured timeout, not by ctx (gomemcache takes no context, and a
-// goroutine per check to watch ctx would cost more than the round trip it
-// guards). While the breaker is open Load fails at once with ErrUnavailable.
+// configured timeout, not by ctx (a goroutine per check to watch ctx would
+// cost more than the round trip it guards). While the breaker is open Load fails at once with ErrUnavailable.
 func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucket, counts []int64) error {
 	if len(counts) < len(buckets) {
 		return fmt.Errorf("memcached: load: %d counts for %d buckets", len(counts), len(buckets))
@@ -328,7 +327,7 @@ func (a *staticAddr) String() string  { return a.addr }
 
 // oneServer is the gomemcache selector of a client that talks to one server:
 // the Store picks the server itself, once per counter, so every key of a
-// counter goes to one server and a GetMulti is one get command.
+// counter goes to one server (the reads, getmulti.go, go to it too).
 type oneServer struct{ addr net.Addr }
 
 func (o oneServer) PickServer(string) (net.Addr, error) { return o.addr, nil }
@@ -347,8 +346,9 @@ type server struct {
 	opGet, opIncr, opAdd, opDelete, opProbe prometheus.Counter
 	dials                                   prometheus.Counter
 
-	// spare holds connections dialed ahead of need (warm): the client's
-	// dials take them first. gomemcache keeps the connections a burst used
+	// spare holds connections dialed ahead of need (warm), and is the idle
+	// pool of the reads (getmulti.go): the client's dials take them first.
+	// gomemcache keeps the connections a burst used
 	// (up to MaxIdleConns), but has none before the first burst nor after
 	// an outage, when every request in flight would dial at once; on a
 	// loaded machine, those dials are what miss the timeout.
