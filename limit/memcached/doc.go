@@ -1,5 +1,7 @@
 // Package memcached is the distributed limit.Store: bucket counters on one
-// or more memcached servers, through github.com/bradfitz/gomemcache.
+// or more memcached servers. The read of a check is a get command of its
+// own (getmulti.go, see Performance); increments, adds, deletes and the
+// probe go through github.com/bradfitz/gomemcache.
 //
 // # Keys
 //
@@ -27,7 +29,7 @@
 // the order of the server list does not matter, but every gateway must name
 // the servers alike. The Store keeps one gomemcache client per server and
 // picks the server itself, so a check of 144 buckets (2/s, 5/m, 10/h, 100/d)
-// is one get command to one server: exactly one round trip, however many
+// is one get command (its own) to one server: exactly one round trip, however many
 // servers there are (TestLoadIsOneRoundTrip counts them through a TCP proxy),
 // and a second one only when a flush of the same counter overlaps the read
 // (below).
@@ -78,7 +80,10 @@
 // arriving at once) finds no connection and dials one per check; on a
 // loaded machine those dozens of simultaneous dials are what missed the
 // 100 ms timeout (tens of store errors at the start of a load, 503s under
-// on_store_error: deny). gomemcache keeps 2 idle connections by default, so
+// on_store_error: deny). The reads take their connections from this pool
+// and put them back after a clean answer; gomemcache (the flusher's
+// operations) takes from it when its own idle list is empty. gomemcache
+// keeps 2 idle connections by default, so
 // a pool smaller than the checks in flight also redials under steady load:
 // linkgate_memcached_dials_total shows it. Size max_idle_conns to the
 // requests on limited routes in flight at once plus the flusher's four;
@@ -88,11 +93,15 @@
 //
 // # Failure
 //
-// Each operation is bounded by limit.Memcached.Timeout (default 100 ms) as
-// gomemcache's dial and read/write timeout. ctx is checked before each
-// operation, not during it: gomemcache takes no context, and a goroutine per
-// check to watch ctx would cost more than the round trip it guards, so a
-// cancelled check returns within the timeout at worst.
+// Each operation is bounded by limit.Memcached.Timeout (default 100 ms): a
+// read, dial included, by one deadline; gomemcache's operations by its dial
+// and read/write timeout. ctx is checked before each operation, not during
+// it: gomemcache takes no context, and a goroutine per check to watch ctx
+// would cost more than the round trip it guards, so a cancelled check
+// returns within the timeout at worst. A read whose answer is malformed,
+// cut short or late is a failure like a refused connection (the breaker
+// counts it), and its connection is closed, never read again; a key that
+// holds something other than a count is an error of that check only.
 //
 // Each server has a circuit breaker. Three failures (timeouts, refused or
 // broken connections, server errors; not misses), each within a second of
@@ -130,26 +139,38 @@
 // serial, 64 at once of 64 clients (parallel), and 64 at once of one client
 // (oneclient, what a load test from one address makes); BenchmarkFloor is
 // gomemcache's GetMulti of the same 144 keys alone. On the shared 2-core
-// machine (load average 4-6), memcached and the benchmark sharing the
-// cores:
+// machine, memcached and the benchmark sharing the cores:
 //
 //	go test -run '^$' -bench 'Decision|Floor' -benchmem -count 3 ./limit/memcached
-//	Decision/serial     72-89 µs/op     11,000-14,000 decisions/s    44-49 µs gateway CPU  23-24 µs memcached CPU  33 allocs
-//	Decision/parallel   76-108 µs/op     9,000-13,000 decisions/s    48-53 µs gateway CPU  25-26 µs memcached CPU  35 allocs
-//	Decision/oneclient  4.6-9.9 µs/op  100,000-218,000 decisions/s   3.1-3.6 µs gateway CPU  1.0-1.1 µs memcached CPU  1 alloc
+//	Decision/serial     65-69 µs/op    14,500-15,300 decisions/s   36-38 µs gateway CPU     32-33 µs memcached CPU   2 allocs
+//	Decision/parallel   27-29 µs/op    33,900-36,500 decisions/s   18.0-20.8 µs gateway CPU 24-26 µs memcached CPU   2 allocs
+//	Decision/oneclient  3.3-3.4 µs/op  293,000-301,000 decisions/s   3.2-3.3 µs gateway CPU   1.6 µs memcached CPU    0 allocs
 //
-// (The benchmark runs at Go's GOGC of 100; at the gateway's default
-// runtime.gogc of 400, parallel measured 33-35 µs gateway CPU, about 29,000
-// decisions per second per core.)
+// 1e6 / gateway CPU is 48,000-55,000 decisions per second per core for 64
+// clients at once at Go's GOGC of 100, and the same at the gateway's
+// default runtime.gogc of 400 (parallel 17.8-18.1 µs, one run of three
+// 26 µs on a busy moment of the machine): there is next to no garbage left
+// to collect. Decisions of one client share reads: about 300,000 per second
+// per core.
 //
-// A decision of its own costs about what gomemcache's multi-get of its
-// keys costs alone: 1e6 / gateway CPU is about 20,000 decisions per second
-// per core, a third of it in gomemcache (the command built with
-// fmt.Fprintf and strings.Join, the answer parsed into an item map), a
-// fifth system calls, a tenth building the 144 keys, the rest garbage
-// collection. Decisions of one client share reads: about 300,000 per second
-// per core. Merging the reads of distinct counters into one command was
-// measured too and dropped: with 64 clients it doubled the CPU per decision
-// (the parsing is per key, and reads that wait longer overlap flushes of
-// their counter and are made again).
+// The read is our own because gomemcache's GetMulti was the floor: with
+// it, parallel cost 50-55 µs of gateway CPU and 34 allocations (27 KB) a
+// decision at GOGC 100 (about 19,000 per second per core; 31-34 µs, about
+// 31,000, at GOGC 400), measured alongside on the same machine. Its
+// profile: nearly half the gateway CPU in GetMulti (legalKey over each key,
+// the command built with fmt.Fprintf and strings.Join of 144 strings, a
+// goroutine per call, a map and an Item per key found, a deadline set per
+// answer line), a sixth building the 144 key strings, a fifth garbage
+// collection. getmulti.go writes the keys straight into a pooled buffer,
+// sends it in one write, and parses the answer from a pooled reader into
+// the counts, matching each answered key to the one requested (memcached
+// answers in request order, skipping misses). Its profile now: a quarter
+// of the gateway CPU is the write system call (on loopback, the kernel
+// delivering the 4.5 KB command to memcached), an eighth the reads, a
+// seventh formatting the 144 keys into the command, a twelfth matching the
+// answered keys, a sixth the scheduler waiting for answers; allocation and
+// garbage collection about 1%. Merging the reads of distinct counters into
+// one command was measured too and dropped: with 64 clients it doubled the
+// CPU per decision (the parsing is per key, and reads that wait longer
+// overlap flushes of their counter and are made again).
 package memcached

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/bradfitz/gomemcache/memcache"
-
 	"github.com/linkgate/linkgate/limit"
 )
 
@@ -30,8 +28,8 @@ import (
 //
 // No check waits longer than the configured timeout for the read on its
 // way or for its group's answer: one that would is answered with an error,
-// as a read that timed out. (A get itself is bounded by gomemcache's
-// timeout per read and write, as before.)
+// as a read that timed out. (A get itself is bounded by the timeout in
+// all: getMulti.go.)
 
 // readKey is what makes two checks read the same keys.
 type readKey struct {
@@ -173,29 +171,14 @@ func (sv *server) readDone(sh *shard, rk readKey, st *readState, err error) {
 // shared read.
 var errReadTimeout = fmt.Errorf("memcached: timeout")
 
-// read is one get command of c's buckets, its result fed to the breaker.
+// read is one get command of c's buckets (getMulti), its result fed to
+// the breaker: a value that is not a count is an answer, not a failure.
 func (sv *server) read(c limit.Counter, buckets []limit.Bucket, counts []int64) error {
-	keys := bucketKeys(c, buckets)
 	inc(sv.opGet)
-	items, err := sv.client.GetMulti(keys)
-	return fillCounts(keys, counts, items, sv.result(opGet, err))
-}
-
-// fillCounts sets counts from the items of keys, 0 for a missing key.
-func fillCounts(keys []string, counts []int64, items map[string]*memcache.Item, err error) error {
-	if err != nil {
-		clear(counts[:len(keys)])
+	err := sv.getMulti(c, buckets, counts)
+	if isNotCount(err) {
+		sv.result(opGet, nil)
 		return err
 	}
-	for i, k := range keys {
-		counts[i] = 0
-		if it := items[k]; it != nil {
-			n, ok := parseCount(it.Value)
-			if !ok {
-				return fmt.Errorf("key %q holds %q, not a count", k, it.Value)
-			}
-			counts[i] = n
-		}
-	}
-	return nil
+	return sv.result(opGet, err)
 }

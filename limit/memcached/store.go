@@ -135,6 +135,7 @@ func (s *Store) Close() error {
 		}
 		for _, sv := range s.servers {
 			sv.client.Close()
+			sv.connGen.Add(1)
 			sv.drainSpare()
 			if sv.open.Load() {
 				s.m.setBreaker(sv.addr, -1)
@@ -181,9 +182,8 @@ func (s *Store) BreakerOpen(addr string) bool {
 // flight as unapplied: it may then be off by that flush's increments.
 //
 // ctx is checked before the read; the read itself is bounded by the
-// configured timeout, not by ctx (gomemcache takes no context, and a
-// goroutine per check to watch ctx would cost more than the round trip it
-// guards). While the breaker is open Load fails at once with ErrUnavailable.
+// configured timeout, not by ctx (a goroutine per check to watch ctx would
+// cost more than the round trip it guards). While the breaker is open Load fails at once with ErrUnavailable.
 func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucket, counts []int64) error {
 	if len(counts) < len(buckets) {
 		return fmt.Errorf("memcached: load: %d counts for %d buckets", len(counts), len(buckets))
@@ -318,26 +318,6 @@ func (s *Store) check(ctx context.Context, op string) error {
 	return nil
 }
 
-// bucketKeys returns the keys of buckets of c, built in one string.
-func bucketKeys(c limit.Counter, buckets []limit.Bucket) []string {
-	var cb [maxKeyLen]byte
-	counter := appendCounter(cb[:0], c)
-	var sb strings.Builder
-	sb.Grow(len(buckets) * (len(counter) + 14))
-	keys := make([]string, len(buckets))
-	var kb [maxKeyLen]byte
-	offs := make([]int, len(buckets)+1)
-	for i, b := range buckets {
-		sb.Write(appendBucket(append(kb[:0], counter...), b))
-		offs[i+1] = sb.Len()
-	}
-	all := sb.String()
-	for i := range buckets {
-		keys[i] = all[offs[i]:offs[i+1]]
-	}
-	return keys
-}
-
 // staticAddr is a server address resolved at each dial (net.Dial takes a
 // host name), so DNS changes are followed and New needs no DNS.
 type staticAddr struct{ network, addr string }
@@ -347,7 +327,7 @@ func (a *staticAddr) String() string  { return a.addr }
 
 // oneServer is the gomemcache selector of a client that talks to one server:
 // the Store picks the server itself, once per counter, so every key of a
-// counter goes to one server and a GetMulti is one get command.
+// counter goes to one server (the reads, getmulti.go, go to it too).
 type oneServer struct{ addr net.Addr }
 
 func (o oneServer) PickServer(string) (net.Addr, error) { return o.addr, nil }
@@ -366,12 +346,17 @@ type server struct {
 	opGet, opIncr, opAdd, opDelete, opProbe prometheus.Counter
 	dials                                   prometheus.Counter
 
-	// spare holds connections dialed ahead of need (warm): the client's
-	// dials take them first. gomemcache keeps the connections a burst used
+	// spare holds connections dialed ahead of need (warm), and is the idle
+	// pool of the reads (getmulti.go): the client's dials take them first.
+	// gomemcache keeps the connections a burst used
 	// (up to MaxIdleConns), but has none before the first burst nor after
 	// an outage, when every request in flight would dial at once; on a
 	// loaded machine, those dials are what miss the timeout.
 	spare chan net.Conn
+	// connGen counts the times the breaker (or Close) dropped the idle
+	// connections: a read's connection of an older generation is closed
+	// rather than put back in spare.
+	connGen atomic.Uint64
 
 	// The circuit breaker: open after failThreshold failures each within
 	// failSpan of the previous; closed by a successful probe.
@@ -424,6 +409,7 @@ func (sv *server) result(op string, err error) error {
 		// since killed): close them, so that after recovery no request
 		// fails on a stale one.
 		sv.client.Close()
+		sv.connGen.Add(1)
 		sv.drainSpare()
 		sv.m.setBreaker(sv.addr, 1)
 		sv.log.Warn("memcached: circuit breaker open: operations fail at once until a probe succeeds", "failures", n, "err", err)
