@@ -75,8 +75,15 @@ func (s *Streams) acquire() bool {
 func (s *Streams) release() { s.open.Add(-1) }
 
 // livePoll is how often a stream looks at the live buckets: a visit shows
-// within it. Reading them takes each core's shard lock for a moment.
-const livePoll = time.Second
+// within it. Reading them takes each core's shard lock for a moment. (A
+// variable for the tests.)
+var livePoll = time.Second
+
+// liveWriteTimeout is how long a client has to take one event: one that
+// stops reading (its connection open, its window full) is let go with its
+// place, rather than holding a stream and a blocked handler for ever. (A
+// variable for the tests.)
+var liveWriteTimeout = 30 * time.Second
 
 // liveRetry is the reconnection delay the stream asks EventSource clients
 // for (the "retry" field), in milliseconds.
@@ -116,10 +123,9 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		return
 	}
 	defer s.o.Streams.release()
-	// A stream is a response that lasts: no write deadline of the server
-	// (server.write_timeout) may cut it.
+	// A stream is a response that lasts: the server's write deadline
+	// (server.write_timeout) gives way to one per event.
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -142,6 +148,7 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		if from != lastFrom || total != lastTotal {
 			lastFrom, lastTotal = from, total
 			b = appendLiveEvent(b, shortKey, pts, complete, s.o.Now())
+			_ = rc.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
 			if _, err := w.Write(b); err != nil {
 				return
 			}

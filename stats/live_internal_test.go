@@ -1,0 +1,70 @@
+package stats
+
+import (
+	"context"
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// busyLive is a LiveSource whose count grows at every read: every poll
+// makes an event.
+type busyLive struct{ n int64 }
+
+func (l *busyLive) Live(string, time.Time) ([]rollup.Point, bool) {
+	l.n++
+	pts := make([]rollup.Point, 90)
+	for i := range pts {
+		pts[i].Start = time.Unix(int64(i)*10, 0)
+		pts[i].Human = l.n
+	}
+	return pts, true
+}
+
+type noReader struct{}
+
+func (noReader) Points(context.Context, string, time.Duration, time.Time, time.Time) ([]rollup.Point, error) {
+	return nil, nil
+}
+func (noReader) Total(context.Context, string) (rollup.Visits, error) { return rollup.Visits{}, nil }
+
+// TestLiveStreamLetsAStalledClientGo: a client that opens a live stream
+// and stops reading while events keep coming is let go once an event
+// waits past the write timeout: the handler returns and the stream's
+// place is free again, instead of a handler blocked for as long as the
+// client keeps its connection open.
+func TestLiveStreamLetsAStalledClientGo(t *testing.T) {
+	poll, timeout := livePoll, liveWriteTimeout
+	livePoll, liveWriteTimeout = time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { livePoll, liveWriteTimeout = poll, timeout })
+
+	streams := NewStreams(1)
+	srv := httptest.NewServer(New(noReader{}, rollup.DefaultTiers(), Options{Live: &busyLive{}, Streams: streams}))
+	t.Cleanup(srv.Close)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	if _, err := c.Write([]byte("GET /go?format=events HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Never read: the events fill the socket buffers, then a write waits.
+	deadline := time.Now().Add(20 * time.Second)
+	for streams.Open() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // the stream's start
+	}
+	if streams.Open() != 1 {
+		t.Fatal("the stream never opened")
+	}
+	for streams.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a client that stopped reading still holds its stream after 20 s")
+		}
+		time.Sleep(20 * time.Millisecond) // the buffers filling, then the write timeout
+	}
+}
