@@ -38,7 +38,7 @@ func (noReader) Total(context.Context, string) (rollup.Visits, error) { return r
 // client keeps its connection open.
 func TestLiveStreamLetsAStalledClientGo(t *testing.T) {
 	poll, timeout := livePoll, liveWriteTimeout
-	livePoll, liveWriteTimeout = time.Millisecond, 300*time.Millisecond
+	livePoll, liveWriteTimeout = 100*time.Microsecond, 300*time.Millisecond
 	t.Cleanup(func() { livePoll, liveWriteTimeout = poll, timeout })
 
 	streams := NewStreams(1)
