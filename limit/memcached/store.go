@@ -56,6 +56,7 @@ type Store struct {
 	seeds   []uint64 // rendezvous hashes of servers, same order
 	log     *slog.Logger
 	m       *Metrics
+	reuse   int64 // reuseWindow in nanoseconds; tests set their own
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -92,7 +93,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{log: log, m: m, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{log: log, m: m, reuse: int64(reuseWindow), stop: make(chan struct{}), done: make(chan struct{})}
 	for _, a := range cfg.Servers {
 		na := &staticAddr{network: "unix", addr: a}
 		if !strings.Contains(a, "/") {
@@ -206,7 +207,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 	}
 	for attempt := 1; ; attempt++ {
 		final := attempt == loadAttempts
-		e, pin, inflight := sh.pin(c, buckets, counts)
+		e, pin, inflight := sh.pin(c, buckets, counts, s.reuse)
 		if e == nil {
 			return nil // answered from the last read (read.go)
 		}
@@ -222,6 +223,9 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 		exact := sh.addLocal(e, pin, inflight == nil, buckets, counts, final, at, err == nil)
 		if err != nil {
 			return fmt.Errorf("memcached: load: %w", err)
+		}
+		if !exact && final {
+			sv.inexact.Add(1)
 		}
 		if exact || final {
 			return nil
@@ -377,6 +381,7 @@ type server struct {
 
 	shards   [numShards]shard
 	npending atomic.Int64 // pending (counter, bucket) increments in all shards
+	inexact  atomic.Int64 // Loads whose last read overlapped a flush (tests)
 	kick     chan struct{}
 }
 
@@ -843,9 +848,10 @@ func (sh *shard) add(c limit.Counter, buckets []limit.Bucket, n int64) int {
 
 // pin marks a Load of c as started and returns c's entry, its generations
 // and the channel of its in-flight send (nil when none). If the last read
-// of c's buckets still answers (answer), pin fills counts from it and the
-// pending increments instead and returns a nil entry: the Load is done.
-func (sh *shard) pin(c limit.Counter, buckets []limit.Bucket, counts []int64) (*entry, pinned, chan struct{}) {
+// of c's buckets still answers (answer; reuse is the window in
+// nanoseconds), pin fills counts from it and the pending increments
+// instead and returns a nil entry: the Load is done.
+func (sh *shard) pin(c limit.Counter, buckets []limit.Bucket, counts []int64, reuse int64) (*entry, pinned, chan struct{}) {
 	now := mono()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -855,7 +861,7 @@ func (sh *shard) pin(c limit.Counter, buckets []limit.Bucket, counts []int64) (*
 		sh.m[c] = e
 	}
 	if a := &e.last; a.counts != nil && a.gen == e.gen && a.wgen == e.wgen && e.done == nil &&
-		now-a.at < int64(reuseWindow) && a.key == keyOf(buckets) {
+		now-a.at < reuse && a.key == keyOf(buckets) {
 		copy(counts, a.counts)
 		addDeltas(e.pending, buckets, counts)
 		return nil, pinned{}, nil
