@@ -447,7 +447,7 @@ if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 	done
 	if want gateway-mc && [[ $gets_before != "?" && $gets_after != "?" ]]; then
 		reqs=$(cat "$results"/load.gateway-mc.round*.txt | awk '/ requests in / {n += $1} END {print n + 0}')
-		awk -v g=$((gets_after - gets_before)) -v r="$reqs" 'BEGIN {printf "gateway-mc memcached gets per request during the timed load runs: %.3f (%d gets, %d requests)\n", r > 0 ? g / r : 0, g, r}'
+		awk -v g=$((gets_after - gets_before)) -v r="$reqs" 'BEGIN {printf "gateway-mc memcached gets per request during the timed load runs: %.3f (%d gets, %d requests)\n", (r > 0 ? g / r : 0), g, r}'
 	fi
 } | tee "$results/summary.txt"
 echo "bench: raw wrk output in $results" >&2
