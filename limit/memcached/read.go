@@ -21,6 +21,21 @@ import (
 // sent: the read it waits for starts after it pinned its counter (Load), as
 // its own would.
 //
+// A read's answer also serves the checks of its counter and buckets that
+// come within reuseWindow (1 ms, a fifth of the flush interval) after it
+// arrived: they take its counts plus the pending increments at once (pin,
+// store.go), without a get and without waiting, as long as it still
+// holds: it was exact (nothing of the counter in flight when its Load
+// pinned the counter, no send begun before it returned: the rule by which
+// Load accepts a read), no send of the counter's increments has begun
+// since (so memcached holds what it held then of this Store's increments,
+// and pending all the others), and no AddNow or Reset of the counter
+// through this Store has ended since. The Store's own increments are thus
+// exact as with a read of their own; the other gateways' are seen at most
+// reuseWindow later than they would be. A counter keeps one such answer,
+// in its entry, which the flusher drops with the entry when the counter
+// has nothing pending.
+//
 // Checks of distinct counters each send their own get at once: merging
 // them into one command was measured to cost more than it saves (the
 // parsing is per key, and the longer a read waits the more often it
