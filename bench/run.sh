@@ -309,6 +309,9 @@ done
 opened() { # the upstream connections gateway $1 opened so far
 	http_get "${admin_port[$1]}" /metrics | awk '/^linkgate_upstream_connections_opened_total/ {printf "%d", $2; found = 1} END {if (!found) print "?"}'
 }
+mc_gets() { # the memcached get commands gateway-mc sent so far
+	http_get "${admin_port[gateway-mc]}" /metrics | awk '/^linkgate_memcached_ops_total\{op="get"\}/ {printf "%d", $2; found = 1} END {if (!found) print "?"}'
+}
 
 # ticks PID...: user+system CPU clock ticks of the processes and of their
 # children (nginx's workers), from /proc.
@@ -337,6 +340,8 @@ if ((warm > 0)); then
 fi
 declare -A opened_before opened_after
 for t in "${gateways[@]}"; do opened_before[$t]=$(opened "$t"); done
+gets_before=? gets_after=?
+if want gateway-mc; then gets_before=$(mc_gets); fi
 
 # to_ms turns wrk's 123.45us / 1.23ms / 1.01s into milliseconds.
 to_ms='function ms(v) { if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000; if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0; if (v ~ /s$/) return substr(v, 1, length(v) - 1) * 1000; return v }'
@@ -378,6 +383,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 run_phase load "$THREADS" "$CONNS"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 for t in "${gateways[@]}"; do opened_after[$t]=$(opened "$t"); done
+if want gateway-mc; then gets_after=$(mc_gets); fi
 if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 
 {
@@ -439,5 +445,9 @@ if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 			echo "$t upstream connections opened during the $ROUNDS timed load runs: $((opened_after[$t] - opened_before[$t])) (client connections: $CONNS)"
 		fi
 	done
+	if want gateway-mc && [[ $gets_before != "?" && $gets_after != "?" ]]; then
+		reqs=$(cat "$results"/load.gateway-mc.round*.txt | awk '/ requests in / {n += $1} END {print n + 0}')
+		awk -v g=$((gets_after - gets_before)) -v r="$reqs" 'BEGIN {printf "gateway-mc memcached gets per request during the timed load runs: %.3f (%d gets, %d requests)\n", (r > 0 ? g / r : 0), g, r}'
+	fi
 } | tee "$results/summary.txt"
 echo "bench: raw wrk output in $results" >&2

@@ -1,5 +1,7 @@
 package memcached
 
+import "time"
+
 // Gathered returns how many checks wait, in all, for a read of their
 // counter that another check sends for them.
 func (s *Store) Gathered() int {
@@ -15,6 +17,23 @@ func (s *Store) Gathered() int {
 			}
 			sh.mu.Unlock()
 		}
+	}
+	return n
+}
+
+// ReuseWindow is how long a read answers the checks that follow it.
+const ReuseWindow = reuseWindow
+
+// SetReuseWindow sets how long after its answer a read answers the
+// checks of its counter; call it before the Store is used.
+func (s *Store) SetReuseWindow(d time.Duration) { s.reuse = int64(d) }
+
+// Inexact returns how many Loads ended on a read that overlapped a flush
+// of their counter, counting its increments in flight as unapplied.
+func (s *Store) Inexact() int64 {
+	var n int64
+	for _, sv := range s.servers {
+		n += sv.inexact.Load()
 	}
 	return n
 }

@@ -21,6 +21,21 @@ import (
 // sent: the read it waits for starts after it pinned its counter (Load), as
 // its own would.
 //
+// A read's answer also serves the checks of its counter and buckets that
+// come within reuseWindow (1 ms, a fifth of the flush interval) after it
+// arrived: they take its counts plus the pending increments at once (pin,
+// store.go), without a get and without waiting, as long as it still
+// holds: it was exact (nothing of the counter in flight when its Load
+// pinned the counter, no send begun before it returned: the rule by which
+// Load accepts a read), no send of the counter's increments has begun
+// since (so memcached holds what it held then of this Store's increments,
+// and pending all the others), and no AddNow or Reset of the counter
+// through this Store has ended since. The Store's own increments are thus
+// exact as with a read of their own; the other gateways' are seen at most
+// reuseWindow later than they would be. A counter keeps one such answer,
+// in its entry, which the flusher drops with the entry when the counter
+// has nothing pending.
+//
 // Checks of distinct counters each send their own get at once: merging
 // them into one command was measured to cost more than it saves (the
 // parsing is per key, and the longer a read waits the more often it
@@ -33,9 +48,19 @@ import (
 
 // readKey is what makes two checks read the same keys.
 type readKey struct {
-	c           limit.Counter
+	c limit.Counter
+	bucketsKey
+}
+
+// bucketsKey tells the bucket lists of a counter apart: a rule's list at a
+// given time is determined by its first and last buckets and its length.
+type bucketsKey struct {
 	first, last limit.Bucket
 	n           int
+}
+
+func keyOf(buckets []limit.Bucket) bucketsKey {
+	return bucketsKey{first: buckets[0], last: buckets[len(buckets)-1], n: len(buckets)}
 }
 
 // readState is the reads of one readKey: the one on its way and the group
@@ -49,21 +74,23 @@ type readState struct {
 // readGroup is the checks that share one read.
 type readGroup struct {
 	waiting int           // checks that joined it; guarded by the shard's mu
-	done    chan struct{} // closed when counts and err are set
+	done    chan struct{} // closed when counts, at and err are set
 	expired <-chan time.Time
 	timer   *time.Timer
 	counts  []int64
+	at      int64 // mono() when the answer arrived
 	err     error
 }
 
 // getCounts reads the counts of c's buckets into counts (0 when missing),
-// sharing the read with the concurrent checks of the same counter.
-func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, counts []int64) error {
+// sharing the read with the concurrent checks of the same counter. It
+// returns when the answer arrived (mono()).
+func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, counts []int64) (int64, error) {
 	if sv.open.Load() {
-		return ErrUnavailable
+		return 0, ErrUnavailable
 	}
 	counts = counts[:len(buckets)]
-	rk := readKey{c: c, first: buckets[0], last: buckets[len(buckets)-1], n: len(buckets)}
+	rk := readKey{c: c, bucketsKey: keyOf(buckets)}
 	sh.mu.Lock()
 	if sh.reads == nil {
 		sh.reads = map[readKey]*readState{}
@@ -78,8 +105,9 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 		st.busy = make(chan struct{})
 		sh.mu.Unlock()
 		err := sv.read(c, buckets, counts)
+		at := mono()
 		sv.readDone(sh, rk, st, err)
-		return err
+		return at, err
 	}
 	g := st.next
 	if g != nil {
@@ -92,15 +120,15 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 			case <-g.done: // both ready: the answer is there
 			default:
 				clear(counts)
-				return fmt.Errorf("memcached: no answer within %v: %w", sv.timeout, errReadTimeout)
+				return 0, fmt.Errorf("memcached: no answer within %v: %w", sv.timeout, errReadTimeout)
 			}
 		}
 		if g.err != nil {
 			clear(counts)
-			return g.err
+			return 0, g.err
 		}
 		copy(counts, g.counts)
-		return nil
+		return g.at, nil
 	}
 	// The first to wait for the next read: it sends it for the group.
 	g = &readGroup{done: make(chan struct{})}
@@ -121,7 +149,7 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 		g.err = fmt.Errorf("memcached: the read before took over %v: %w", sv.timeout, errReadTimeout)
 		close(g.done)
 		clear(counts)
-		return g.err
+		return 0, g.err
 	}
 	sh.mu.Lock()
 	if st.next == g {
@@ -134,7 +162,7 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 		sh.mu.Unlock()
 		close(g.done)
 		clear(counts)
-		return g.err
+		return 0, g.err
 	}
 	if st.busy == nil {
 		st.busy = make(chan struct{})
@@ -146,10 +174,11 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 	}
 	sh.mu.Unlock()
 	g.err = sv.read(c, buckets, counts)
+	g.at = mono()
 	g.counts = slices.Clone(counts) // counts is the caller's, who adds to it
 	close(g.done)
 	sv.readDone(sh, rk, st, g.err)
-	return g.err
+	return g.at, g.err
 }
 
 // readDone ends st's read on its way, which ended with err, dropping st

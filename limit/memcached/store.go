@@ -34,6 +34,12 @@ const (
 	closeWait      = 2 * time.Second        // how long Close waits for the final flush
 	loadAttempts   = 3                      // reads of one Load when flushes of its counter overlap them
 	numShards      = 64                     // pending-increment shards per server; a power of two
+	// reuseWindow is how long after its answer arrived a read of a counter
+	// answers that counter's checks without another get (read.go): a fifth
+	// of the flush interval, so it adds at most 1 ms to how late a gateway
+	// sees the other gateways' increments (one flush plus a round trip
+	// without it).
+	reuseWindow = flushInterval / 5
 )
 
 // ErrUnavailable is wrapped by the errors of operations refused at once
@@ -50,6 +56,7 @@ type Store struct {
 	seeds   []uint64 // rendezvous hashes of servers, same order
 	log     *slog.Logger
 	m       *Metrics
+	reuse   int64 // reuseWindow in nanoseconds; tests set their own
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -86,7 +93,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{log: log, m: m, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{log: log, m: m, reuse: int64(reuseWindow), stop: make(chan struct{}), done: make(chan struct{})}
 	for _, a := range cfg.Servers {
 		na := &staticAddr{network: "unix", addr: a}
 		if !strings.Contains(a, "/") {
@@ -200,7 +207,10 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 	}
 	for attempt := 1; ; attempt++ {
 		final := attempt == loadAttempts
-		e, gen, inflight := sh.pin(c)
+		e, pin, inflight := sh.pin(c, buckets, counts, s.reuse)
+		if e == nil {
+			return nil // answered from the last read (read.go)
+		}
 		if inflight != nil && !final {
 			sh.unpin(e)
 			sv.await(ctx, inflight)
@@ -209,10 +219,13 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 			}
 			continue
 		}
-		err := sv.getCounts(sh, c, buckets, counts)
-		exact := sh.addLocal(c, e, gen, inflight == nil, buckets, counts, final)
+		at, err := sv.getCounts(sh, c, buckets, counts)
+		exact := sh.addLocal(e, pin, inflight == nil, buckets, counts, final, at, err == nil)
 		if err != nil {
 			return fmt.Errorf("memcached: load: %w", err)
+		}
+		if !exact && final {
+			sv.inexact.Add(1)
 		}
 		if exact || final {
 			return nil
@@ -264,7 +277,8 @@ func (s *Store) AddNow(ctx context.Context, c limit.Counter, buckets []limit.Buc
 	if n == 0 {
 		return nil
 	}
-	sv, _ := s.locate(c)
+	sv, sh := s.locate(c)
+	defer sh.written(c)
 	var buf [maxKeyLen]byte
 	for _, b := range buckets {
 		if err := ctx.Err(); err != nil {
@@ -287,6 +301,7 @@ func (s *Store) Reset(ctx context.Context, c limit.Counter, buckets []limit.Buck
 		return err
 	}
 	sv, sh := s.locate(c)
+	defer sh.written(c)
 	dropped, inflight := sh.drop(c, buckets)
 	if dropped > 0 {
 		sv.npending.Add(-int64(dropped))
@@ -366,6 +381,7 @@ type server struct {
 
 	shards   [numShards]shard
 	npending atomic.Int64 // pending (counter, bucket) increments in all shards
+	inexact  atomic.Int64 // Loads whose last read overlapped a flush (tests)
 	kick     chan struct{}
 }
 
@@ -766,9 +782,35 @@ type entry struct {
 	inflight []delta // sent, not yet acknowledged
 	spare    []delta // a drained slice to reuse
 	gen      uint64  // incremented when a send of pending starts
+	wgen     uint64  // incremented when an AddNow or a Reset of the counter through this Store ends
 	done     chan struct{}
 	readers  int // Loads between pin and addLocal; the entry stays while > 0
+	last     answer
 }
+
+// answer is the last exact read of a counter (read.go): the counts
+// memcached answered, without this Store's increments, the buckets they
+// are of, when the answer arrived and the generations it was taken at. It
+// answers the checks of the same buckets until reuseWindow after at, as
+// long as gen and wgen are the entry's: no send of the counter's
+// increments began since (memcached holds what it held then of this
+// Store's increments, and pending all the rest) and no AddNow or Reset
+// through this Store ended since.
+type answer struct {
+	key       bucketsKey
+	counts    []int64 // nil when there is no answer; reused
+	at        int64   // mono() when the answer arrived
+	gen, wgen uint64
+}
+
+// pinned is what a Load saw of its counter's entry when it pinned it.
+type pinned struct{ gen, wgen uint64 }
+
+// epoch is the origin of mono.
+var epoch = time.Now()
+
+// mono returns the monotonic time in nanoseconds since epoch.
+func mono() int64 { return int64(time.Since(epoch)) }
 
 func (e *entry) find(l limit.Level, start int64) int {
 	for i := range e.pending {
@@ -804,9 +846,13 @@ func (sh *shard) add(c limit.Counter, buckets []limit.Bucket, n int64) int {
 	return created
 }
 
-// pin marks a Load of c as started and returns c's entry, its generation
-// and the channel of its in-flight send (nil when none).
-func (sh *shard) pin(c limit.Counter) (*entry, uint64, chan struct{}) {
+// pin marks a Load of c as started and returns c's entry, its generations
+// and the channel of its in-flight send (nil when none). If the last read
+// of c's buckets still answers (answer; reuse is the window in
+// nanoseconds), pin fills counts from it and the pending increments
+// instead and returns a nil entry: the Load is done.
+func (sh *shard) pin(c limit.Counter, buckets []limit.Bucket, counts []int64, reuse int64) (*entry, pinned, chan struct{}) {
+	now := mono()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[c]
@@ -814,8 +860,14 @@ func (sh *shard) pin(c limit.Counter) (*entry, uint64, chan struct{}) {
 		e = &entry{}
 		sh.m[c] = e
 	}
+	if a := &e.last; a.counts != nil && a.gen == e.gen && a.wgen == e.wgen && e.done == nil &&
+		now-a.at < reuse && a.key == keyOf(buckets) {
+		copy(counts, a.counts)
+		addDeltas(e.pending, buckets, counts)
+		return nil, pinned{}, nil
+	}
 	e.readers++
-	return e, e.gen, e.done
+	return e, pinned{e.gen, e.wgen}, e.done
 }
 
 func (sh *shard) unpin(e *entry) {
@@ -824,18 +876,28 @@ func (sh *shard) unpin(e *entry) {
 	sh.mu.Unlock()
 }
 
-// addLocal ends a Load pinned at generation gen: it adds c's pending
-// increments of buckets to counts, and the in-flight ones too if final. It
-// reports whether the read was exact: nothing was in flight when it began
-// and no send began during it, so memcached held every acknowledged
-// increment and none of the pending ones.
-func (sh *shard) addLocal(c limit.Counter, e *entry, gen uint64, idle bool, buckets []limit.Bucket, counts []int64, final bool) bool {
+// addLocal ends a Load pinned at p: it adds c's pending increments of
+// buckets to counts, and the in-flight ones too if final. It reports
+// whether the read was exact: nothing was in flight when it began and no
+// send began during it, so memcached held every acknowledged increment and
+// none of the pending ones. An exact read that succeeded (ok) and whose
+// answer arrived at at becomes the counter's last answer, unless one as
+// recent is there, or an AddNow or Reset of the counter ended during it.
+func (sh *shard) addLocal(e *entry, p pinned, idle bool, buckets []limit.Bucket, counts []int64, final bool, at int64, ok bool) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e.readers--
-	exact := idle && e.gen == gen
+	exact := idle && e.gen == p.gen
 	if !exact && !final {
 		return false
+	}
+	if exact && ok && e.wgen == p.wgen {
+		a := &e.last
+		k := keyOf(buckets)
+		if a.counts == nil || a.key != k || a.gen != p.gen || a.wgen != p.wgen || at > a.at {
+			a.key, a.at, a.gen, a.wgen = k, at, p.gen, p.wgen
+			a.counts = append(a.counts[:0], counts[:len(buckets)]...)
+		}
 	}
 	addDeltas(e.pending, buckets, counts)
 	if !exact {
@@ -852,6 +914,16 @@ func addDeltas(ds []delta, buckets []limit.Bucket, counts []int64) {
 			}
 		}
 	}
+}
+
+// written records that an AddNow or a Reset of c through this Store
+// ended: the last read of c answers no more checks.
+func (sh *shard) written(c limit.Counter) {
+	sh.mu.Lock()
+	if e := sh.m[c]; e != nil {
+		e.wgen++
+	}
+	sh.mu.Unlock()
 }
 
 // drop removes the pending increments of buckets of c; it returns how many
