@@ -52,7 +52,10 @@
 // so a client never sees its own hits vanish. If a flush of the same counter
 // overlaps the read, whether memcached applied it is unknown: Load waits for
 // the acknowledgement (one or two round trips of the flusher) and reads
-// again. AddNow increments synchronously (one to three round trips per
+// again. A third read that still overlaps a flush (a counter hit without
+// pause, as in an attack) counts the increments in flight as not applied:
+// those memcached had applied count twice for that check, by at most one
+// flush's increments of the counter, erring towards limiting. AddNow increments synchronously (one to three round trips per
 // bucket), for strict rules.
 //
 // # Overshoot
