@@ -24,6 +24,17 @@ func (l *busyLive) Live(string, time.Time) ([]rollup.Point, bool) {
 	return pts, true
 }
 
+// smallSendBuffers gives the connections it accepts a small send buffer.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
 type noReader struct{}
 
 func (noReader) Points(context.Context, string, time.Duration, time.Time, time.Time) ([]rollup.Point, error) {
@@ -42,7 +53,9 @@ func TestLiveStreamLetsAStalledClientGo(t *testing.T) {
 	t.Cleanup(func() { livePoll, liveWriteTimeout = poll, timeout })
 
 	streams := NewStreams(1)
-	srv := httptest.NewServer(New(noReader{}, rollup.DefaultTiers(), Options{Live: &busyLive{}, Streams: streams}))
+	srv := httptest.NewUnstartedServer(New(noReader{}, rollup.DefaultTiers(), Options{Live: &busyLive{}, Streams: streams}))
+	srv.Listener = smallSendBuffers{srv.Listener} // filled by a few events
+	srv.Start()
 	t.Cleanup(srv.Close)
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
