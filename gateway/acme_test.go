@@ -333,7 +333,11 @@ func TestACMEChallenges(t *testing.T) {
 	// pebble logs its HTTP-01 requests, not its TLS-ALPN-01 handshakes.
 	for ch, validated := range map[string]string{"http-01": "validate w/ HTTP: http://site.example:", "tls-alpn-01": "set VALID by completed challenge"} {
 		t.Run(ch, func(t *testing.T) {
-			tlsPort, httpPort := edgetest.FreePort(t), edgetest.FreePort(t)
+			// The gateway's two ports are held while pebble starts (seconds
+			// on a loaded machine, when another process could take them)
+			// and let go just before the gateway binds them.
+			tlsLn, httpLn := holdPort(t), holdPort(t)
+			tlsPort, httpPort := tlsLn.Addr().(*net.TCPAddr).Port, httpLn.Addr().(*net.TCPAddr).Port
 			p := edgetest.StartPebble(t, edgetest.PebbleOptions{Validate: true, HTTPPort: httpPort, TLSPort: tlsPort})
 			up := echoProto(t)
 			cfg := strings.Replace(tlsConfig(up.URL, fmt.Sprintf(`  http_listen: 127.0.0.1:%d
@@ -341,6 +345,8 @@ func TestACMEChallenges(t *testing.T) {
     acme: {ca: %s, ca_root: %s, domains: [site.example], challenges: [%s]}
     storage: {path: %s}
 `, httpPort, p.Directory, p.CARootFile, ch, t.TempDir())), "listen: 127.0.0.1:0\n  trusted", fmt.Sprintf("listen: 127.0.0.1:%d\n  trusted", tlsPort), 1)
+			tlsLn.Close()
+			httpLn.Close()
 			gw := start(t, cfg)
 			var c *tls.Conn
 			testkit.Eventually(t, 20*time.Second, "site.example obtained by "+ch, func() bool {
@@ -354,4 +360,16 @@ func TestACMEChallenges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdPort listens on a free loopback port until the test ends or the
+// caller closes it, so that no other process takes the port meanwhile.
+func holdPort(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
