@@ -257,7 +257,7 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	})
 	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // key generation takes seconds on a loaded machine
 	for {
 		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmtPort))
 		if err == nil {
@@ -269,7 +269,7 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pebble did not answer within 15s: %v\n%s", err, p.Log())
+			t.Fatalf("pebble did not answer within 30s: %v\n%s", err, p.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
