@@ -183,6 +183,23 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 		}
 		t.Skipf("SKIPPED: pebble is not installed (apt-get install pebble; test.sh installs it): %v", err)
 	}
+	for attempt := 1; ; attempt++ {
+		p, busy := startPebble(t, o, bin)
+		if !busy {
+			return p
+		}
+		if attempt == 3 {
+			t.Fatalf("pebble could not bind its ports in 3 attempts:\n%s", p.Log())
+		}
+		// Another process took a port between FreePort and pebble's
+		// bind (pebble generates its keys first): new ports.
+	}
+}
+
+// startPebble is one attempt of StartPebble; busy: pebble exited because
+// one of its ports was taken.
+func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy bool) {
+	t.Helper()
 	dir := t.TempDir()
 	ca := NewCA(t)
 	c, k := ca.Issue(t, "127.0.0.1", "localhost")
@@ -193,8 +210,8 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 		}
 		return p
 	}
-	p := &Pebble{CARootFile: write("ca.pem", ca.PEM)}
-	acmePort, mgmtPort := FreePort(t), FreePort(t)
+	p = &Pebble{CARootFile: write("ca.pem", ca.PEM)}
+	acmePort, mgmtPort := pebblePort(t), pebblePort(t)
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress":           fmt.Sprintf("127.0.0.1:%d", acmePort),
 		"managementListenAddress": fmt.Sprintf("127.0.0.1:%d", mgmtPort),
@@ -257,8 +274,24 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 	})
 	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	// exited reports whether pebble has exited, and why, as busy when a
+	// port was taken (it logs "Listening on" before it binds).
+	exited := func() (bool, bool) {
+		select {
+		case <-scanned:
+			return true, strings.Contains(p.Log(), "address already in use")
+		default:
+			return false, false
+		}
+	}
 	deadline := time.Now().Add(30 * time.Second) // key generation takes seconds on a loaded machine
 	for {
+		if dead, busy := exited(); dead {
+			if busy {
+				return p, true
+			}
+			t.Fatalf("pebble exited:\n%s", p.Log())
+		}
 		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/roots/0", mgmtPort))
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
@@ -273,12 +306,25 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The answer may have come from another process on a port pebble
+	// failed to bind: it exits within moments of that.
+	time.Sleep(100 * time.Millisecond)
+	if dead, busy := exited(); dead {
+		if busy {
+			return p, true
+		}
+		t.Fatalf("pebble exited:\n%s", p.Log())
+	}
 	p.Roots = x509.NewCertPool()
 	if !p.Roots.AppendCertsFromPEM(p.RootPEM) {
 		t.Fatalf("pebble's root is not PEM: %q", p.RootPEM)
 	}
-	return p
+	return p, false
 }
+
+// pebblePort picks the ports pebble itself binds (a variable for the
+// tests of StartPebble's retry).
+var pebblePort = FreePort
 
 func (o PebbleOptions) port(p int, t testing.TB) int {
 	if p > 0 {
