@@ -307,8 +307,9 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The answer may have come from another process on a port pebble
-	// failed to bind: it exits within moments of that.
-	time.Sleep(100 * time.Millisecond)
+	// failed to bind: it exits within a moment of that (the bind comes
+	// before any answer it could give).
+	time.Sleep(20 * time.Millisecond)
 	if dead, busy := exited(); dead {
 		if busy {
 			return p, true
