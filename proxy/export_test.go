@@ -41,3 +41,6 @@ func (p *Proxy) SetIdleSince(d time.Duration) {
 		t.h1.mu.Unlock()
 	}
 }
+
+// CheckRounds is how many rounds of health checks p has completed.
+func (p *Proxy) CheckRounds() int64 { return p.rounds.Load() }

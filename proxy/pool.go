@@ -139,6 +139,7 @@ func (p *Proxy) healthLoop(ctx context.Context, interval time.Duration) {
 	defer tick.Stop()
 	for {
 		p.checkAll(ctx)
+		p.rounds.Add(1)
 		now := time.Now()
 		for _, t := range p.pool.targets {
 			if t.h1 != nil {

@@ -51,6 +51,7 @@ type Proxy struct {
 
 	stop      context.CancelFunc
 	done      chan struct{} // closed when the health loop has returned
+	rounds    atomic.Int64  // health-check rounds completed
 	closeOnce sync.Once
 }
 

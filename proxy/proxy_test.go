@@ -653,15 +653,18 @@ func TestRenewKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	for range 4 {
 		f.get(t, "/k")
 	}
-	testkit.Eventually(t, 10*time.Second, "idle connections to both targets", func() bool {
+	testkit.Eventually(t, 10*time.Second, "idle connections to both targets, the first checks done", func() bool {
 		n := old.IdleConns()
-		return len(n) == 2 && n[0] > 0 && n[1] > 0
+		return len(n) == 2 && n[0] > 0 && n[1] > 0 && old.CheckRounds() > 0
 	})
 	openedBefore := old.ConnectionsOpened()
 	next := proxy.Renew([]*proxy.Proxy{old}, plan(t, config(stay.URL, added.URL)), m, nil)
 	defer next.Close()
 	old.Close()
-	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health checks", func() bool { return added.checks.Load() > 0 })
+	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health checks", func() bool { return next.CheckRounds() > 0 })
+	if added.checks.Load() == 0 {
+		t.Errorf("the renewed proxy's first round did not check the added target")
+	}
 	// A health check may hold the connection for a moment: idle again soon.
 	testkit.Eventually(t, 5*time.Second, "an idle connection to the target that stayed, after the old proxy closed", func() bool {
 		return next.IdleConns()[0] > 0
@@ -708,15 +711,20 @@ func TestRenewFromSeveralPools(t *testing.T) {
 		(&fixture{p: p, front: front}).get(t, "/k")
 		front.Close()
 	}
-	testkit.Eventually(t, 10*time.Second, "an idle connection in each pool", func() bool {
-		return oldA.IdleConns()[0] > 0 && oldB.IdleConns()[0] > 0
+	// The old proxies' first health checks done (none in flight for
+	// Close to cut, none to take for the renewed proxy's own).
+	testkit.Eventually(t, 10*time.Second, "an idle connection in each pool, the first checks done", func() bool {
+		return oldA.IdleConns()[0] > 0 && oldB.IdleConns()[0] > 0 && oldA.CheckRounds() > 0 && oldB.CheckRounds() > 0
 	})
 	before, checked := dials.Load(), checks.Load()
 	next := proxy.Renew([]*proxy.Proxy{oldA, oldB}, plan(t, config(b.URL)), m, nil)
 	defer next.Close()
 	oldA.Close()
 	oldB.Close()
-	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health check", func() bool { return checks.Load() > checked })
+	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first health check", func() bool { return next.CheckRounds() > 0 })
+	if checks.Load() == checked {
+		t.Errorf("the renewed proxy's first round checked nothing on b")
+	}
 	front := httptest.NewServer(next)
 	defer front.Close()
 	for range 3 {
