@@ -26,7 +26,11 @@ const ReuseWindow = reuseWindow
 
 // SetReuseWindow sets how long after its answer a read answers the
 // checks of its counter; call it before the Store is used.
-func (s *Store) SetReuseWindow(d time.Duration) { s.reuse = int64(d) }
+func (s *Store) SetReuseWindow(d time.Duration) {
+	for _, sv := range s.servers {
+		sv.reuse = int64(d)
+	}
+}
 
 // Inexact returns how many Loads ended on a read that overlapped a flush
 // of their counter, counting its increments in flight as unapplied.
@@ -36,4 +40,12 @@ func (s *Store) Inexact() int64 {
 		n += sv.inexact.Load()
 	}
 	return n
+}
+
+// FlushNow runs a flush of every server at once, as the flusher's tick
+// does.
+func (s *Store) FlushNow() {
+	for _, sv := range s.servers {
+		sv.flush()
+	}
 }

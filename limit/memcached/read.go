@@ -33,8 +33,8 @@ import (
 // through this Store has ended since. The Store's own increments are thus
 // exact as with a read of their own; the other gateways' are seen at most
 // reuseWindow later than they would be. A counter keeps one such answer,
-// in its entry, which the flusher drops with the entry when the counter
-// has nothing pending.
+// in its entry, which the flusher drops with the entry once the counter
+// has nothing pending and the answer is older than the window.
 //
 // Checks of distinct counters each send their own get at once: merging
 // them into one command was measured to cost more than it saves (the

@@ -56,7 +56,6 @@ type Store struct {
 	seeds   []uint64 // rendezvous hashes of servers, same order
 	log     *slog.Logger
 	m       *Metrics
-	reuse   int64 // reuseWindow in nanoseconds; tests set their own
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -93,7 +92,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{log: log, m: m, reuse: int64(reuseWindow), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{log: log, m: m, stop: make(chan struct{}), done: make(chan struct{})}
 	for _, a := range cfg.Servers {
 		na := &staticAddr{network: "unix", addr: a}
 		if !strings.Contains(a, "/") {
@@ -109,6 +108,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) *Store {
 			dials: m.dialCounter(a),
 			kick:  make(chan struct{}, 1),
 			spare: make(chan net.Conn, idle),
+			reuse: int64(reuseWindow),
 		}
 		c.DialContext = sv.dial
 		for i := range sv.shards {
@@ -207,7 +207,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 	}
 	for attempt := 1; ; attempt++ {
 		final := attempt == loadAttempts
-		e, pin, inflight := sh.pin(c, buckets, counts, s.reuse)
+		e, pin, inflight := sh.pin(c, buckets, counts, sv.reuse)
 		if e == nil {
 			return nil // answered from the last read (read.go)
 		}
@@ -383,6 +383,7 @@ type server struct {
 	npending atomic.Int64 // pending (counter, bucket) increments in all shards
 	inexact  atomic.Int64 // Loads whose last read overlapped a flush (tests)
 	kick     chan struct{}
+	reuse    int64 // reuseWindow in nanoseconds; tests set their own
 }
 
 func inc(c prometheus.Counter) {
@@ -632,6 +633,7 @@ func (sv *server) run(stop <-chan struct{}) {
 func (sv *server) flush() {
 	var work []limit.Counter
 	var shardOf []*shard
+	now := mono()
 	for i := range sv.shards {
 		sh := &sv.shards[i]
 		sh.mu.Lock()
@@ -640,7 +642,9 @@ func (sv *server) flush() {
 			case len(e.pending) > 0:
 				work = append(work, c)
 				shardOf = append(shardOf, sh)
-			case e.readers == 0 && e.done == nil:
+			case e.readers == 0 && e.done == nil && (e.last.counts == nil || now-e.last.at >= sv.reuse):
+				// Nothing pending, nobody reading, no answer that still
+				// serves checks: the entry goes.
 				delete(sh.m, c)
 			}
 		}
