@@ -148,76 +148,28 @@ func (s *Store) expireDims(now time.Time) (int, error) {
 	cut := now.Add(-keep - rollup.Day).Unix() // a day starting at or before it has ended keep ago
 	lo := appendDimIndexKey(nil, -1<<63, "")
 	hi := appendDimIndexKey(nil, cut+1, "")
-	total := 0
-	for {
-		if s.closing.Load() {
-			return total, ErrClosed
-		}
-		n, next, err := s.expireDimsChunk(lo, hi)
-		total += n
-		if err != nil || next == nil {
-			return total, err
-		}
-		lo = next
-	}
+	return s.expireIndex(lo, hi, expireChunk/8, deleteDims)
 }
 
-func (s *Store) expireDimsChunk(lo, hi []byte) (int, []byte, error) {
-	s.commit.Lock()
-	defer s.commit.Unlock()
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return 0, nil, err
+// deleteDims deletes the breakdowns, the visitors' sketch and the top-list
+// count of the (day, link) that the breakdowns index entry index names:
+// one range delete per dimension.
+func deleteDims(wb *pebble.Batch, index []byte) error {
+	if len(index) < 9 {
+		return fmt.Errorf("bad dims index key %q", index)
 	}
-	wb := s.db.NewBatch()
-	defer wb.Close()
-	n := 0
-	var next, a, b []byte
-	for ok := it.First(); ok; ok = it.Next() {
-		if n == expireChunk/8 {
-			next = slices.Clone(it.Key())
-			break
+	day := int64(binary.BigEndian.Uint64(index[1:9]) ^ 1<<63)
+	key := string(index[9:])
+	var a, b []byte
+	for d := range visitor.NumDims {
+		a = appendDimKey(a[:0], key, d, day, "")
+		b = appendDimKey(b[:0], key, d, day+1, "")
+		if err := wb.DeleteRange(a, b, nil); err != nil {
+			return err
 		}
-		k := it.Key()
-		if len(k) < 9 {
-			it.Close()
-			return 0, nil, fmt.Errorf("bad dims index key %q", k)
-		}
-		day := int64(binary.BigEndian.Uint64(k[1:9]) ^ 1<<63)
-		key := string(k[9:])
-		for d := range visitor.NumDims {
-			a = appendDimKey(a[:0], key, d, day, "")
-			b = appendDimKey(b[:0], key, d, day+1, "")
-			if err := wb.DeleteRange(a, b, nil); err != nil {
-				it.Close()
-				return 0, nil, err
-			}
-		}
-		if err := wb.Delete(appendUniqKey(nil, key, day), nil); err != nil {
-			it.Close()
-			return 0, nil, err
-		}
-		if err := wb.Delete(appendTopCountKey(nil, day, key), nil); err != nil {
-			it.Close()
-			return 0, nil, err
-		}
-		n++
 	}
-	if err := it.Close(); err != nil {
-		return 0, nil, err
+	if err := wb.Delete(appendUniqKey(nil, key, day), nil); err != nil {
+		return err
 	}
-	if n == 0 {
-		return 0, nil, nil
-	}
-	end := hi
-	if next != nil {
-		end = next
-	}
-	if err := wb.DeleteRange(lo, end, nil); err != nil {
-		return 0, nil, err
-	}
-	if err := s.commitBatch(wb, pebble.NoSync); err != nil {
-		return 0, nil, err
-	}
-	return n, next, nil
+	return wb.Delete(appendTopCountKey(nil, day, key), nil)
 }

@@ -40,19 +40,10 @@ func (s *Store) Expire(now time.Time) error {
 		cut := now.Add(-t.Retention - t.Step).Unix()
 		lo := appendIndexKey(nil, t.Step, -1<<63, "")
 		hi := appendIndexKey(nil, t.Step, cut+1, "")
-		for {
-			if s.closing.Load() {
-				return ErrClosed
-			}
-			n, next, err := s.expireChunk(lo, hi)
-			total += n
-			if err != nil {
-				return fmt.Errorf("pebble: expire %v: %w", t, err)
-			}
-			if next == nil {
-				break
-			}
-			lo = next
+		n, err := s.expireIndex(lo, hi, expireChunk, deleteBucket)
+		total += n
+		if err != nil {
+			return fmt.Errorf("pebble: expire %v: %w", t, err)
 		}
 	}
 	if err := s.expireRollup(now); err != nil {
@@ -124,10 +115,28 @@ func (s *Store) expireRollup(now time.Time) error {
 	return s.commitBatch(wb, pebble.NoSync)
 }
 
-// expireChunk deletes up to expireChunk buckets named by the index in
-// [lo, hi), and the index entries it walked. It returns how many it deleted
-// and where to go on, nil when it reached hi.
-func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
+// expireIndex deletes, for each index entry in [lo, hi), what del
+// deletes of it, and the index entries, chunk entries per committed batch
+// so that Write waits for one chunk at most. It returns how many entries
+// it walked.
+func (s *Store) expireIndex(lo, hi []byte, chunk int, del func(wb *pebble.Batch, index []byte) error) (int, error) {
+	total := 0
+	for {
+		if s.closing.Load() {
+			return total, ErrClosed
+		}
+		n, next, err := s.expireIndexChunk(lo, hi, chunk, del)
+		total += n
+		if err != nil || next == nil {
+			return total, err
+		}
+		lo = next
+	}
+}
+
+// expireIndexChunk is one batch of expireIndex: up to chunk entries from
+// lo. It returns where to go on, nil when it reached hi.
+func (s *Store) expireIndexChunk(lo, hi []byte, chunk int, del func(wb *pebble.Batch, index []byte) error) (int, []byte, error) {
 	s.commit.Lock()
 	defer s.commit.Unlock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -138,23 +147,12 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 	defer wb.Close()
 	n := 0
 	var next []byte
-	var pk []byte
 	for ok := it.First(); ok; ok = it.Next() {
-		if n == expireChunk {
+		if n == chunk {
 			next = slices.Clone(it.Key())
 			break
 		}
-		step, start, key, err := parseIndexKey(it.Key())
-		if err != nil {
-			it.Close()
-			return 0, nil, err
-		}
-		pk = appendPointKey(pk[:0], key, step, start)
-		if err := wb.Delete(pk, nil); err != nil {
-			it.Close()
-			return 0, nil, err
-		}
-		if err := wb.Delete(append(pk, 'r'), nil); err != nil {
+		if err := del(wb, it.Key()); err != nil {
 			it.Close()
 			return 0, nil, err
 		}
@@ -178,6 +176,20 @@ func (s *Store) expireChunk(lo, hi []byte) (int, []byte, error) {
 		return 0, nil, err
 	}
 	return n, next, nil
+}
+
+// deleteBucket deletes the bucket, and its rolled-up mark, that the
+// bucket index entry index names.
+func deleteBucket(wb *pebble.Batch, index []byte) error {
+	step, start, key, err := parseIndexKey(index)
+	if err != nil {
+		return err
+	}
+	pk := appendPointKey(nil, key, step, start)
+	if err := wb.Delete(pk, nil); err != nil {
+		return err
+	}
+	return wb.Delete(append(pk, 'r'), nil)
 }
 
 // run calls Expire with now at once and then at every tick until ctx is
