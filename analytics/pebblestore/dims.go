@@ -25,9 +25,7 @@ import (
 // so that the database's one merge operator adds it.
 
 func appendDimPrefix(b []byte, key string, dim visitor.Dim) []byte {
-	b = append(b, 'v')
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	b = append(b, key...)
+	b = appendLinkKey(b, 'v', key)
 	return append(b, byte(dim))
 }
 

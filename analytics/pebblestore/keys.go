@@ -9,12 +9,18 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
+// appendLinkKey appends the start that every key about one link shares:
+// its kind's tag, then the short key, its length first.
+func appendLinkKey(b []byte, tag byte, key string) []byte {
+	b = append(b, tag)
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	return append(b, key...)
+}
+
 // appendPointKey appends the key of a bucket's flushed counts; the rolled
 // value's is the same followed by 'r'.
 func appendPointKey(b []byte, key string, step time.Duration, start int64) []byte {
-	b = append(b, 'p')
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	b = append(b, key...)
+	b = appendLinkKey(b, 'p', key)
 	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
 	return binary.BigEndian.AppendUint64(b, timeBits(start))
 }
@@ -47,9 +53,7 @@ func appendActiveKey(b []byte, step time.Duration, period int64, key string) []b
 }
 
 func appendMarkKey(b []byte, key string, step time.Duration, start int64, id uint64) []byte {
-	b = append(b, 'd')
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	b = append(b, key...)
+	b = appendLinkKey(b, 'd', key)
 	b = binary.BigEndian.AppendUint32(b, uint32(step/time.Second))
 	b = binary.BigEndian.AppendUint64(b, timeBits(start))
 	return binary.BigEndian.AppendUint64(b, id)

@@ -42,9 +42,7 @@ import (
 // are (BenchmarkTopMonth).
 
 func appendTopCountPrefix(b []byte, key string) []byte {
-	b = append(b, 'n')
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	return append(b, key...)
+	return appendLinkKey(b, 'n', key)
 }
 
 func appendTopCountKey(b []byte, day int64, key string) []byte {

@@ -25,9 +25,7 @@ import (
 // identity. They expire with the breakdowns, through the same 'x' index.
 
 func appendUniqPrefix(b []byte, key string) []byte {
-	b = append(b, 'u')
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	return append(b, key...)
+	return appendLinkKey(b, 'u', key)
 }
 
 func appendUniqKey(b []byte, key string, day int64) []byte {
