@@ -510,6 +510,23 @@ const (
 	maxActiveBatchBytes = 4 << 10
 )
 
+// partitioned gathers rows by partition, in the order in which the
+// partitions first appear: a batch writes the rows of one partition.
+type partitioned[K comparable, R any] struct {
+	order []K
+	rows  map[K][]R
+}
+
+func (p *partitioned[K, R]) add(k K, r R) {
+	if p.rows == nil {
+		p.rows = map[K][]R{}
+	}
+	if _, ok := p.rows[k]; !ok {
+		p.order = append(p.order, k)
+	}
+	p.rows[k] = append(p.rows[k], r)
+}
+
 // announce returns the statements that store Active entries and marks made
 // at at: the entries of one partition (step, period, shard) in batches of
 // up to maxActiveBatch, so that announcing every link at the first flush
@@ -521,8 +538,7 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 		period int64
 		shard  int
 	}
-	var order []partition
-	parts := map[partition][]activeRow{}
+	var parts partitioned[partition, activeRow]
 	for _, a := range as {
 		src, span, err := s.source(a.Step)
 		if err != nil {
@@ -533,15 +549,11 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 		if r.ttl <= 0 {
 			continue // its data has expired: nothing left to roll (and TTL 0 would keep it forever)
 		}
-		p := partition{r.step, r.period.Unix(), r.shard}
-		if _, ok := parts[p]; !ok {
-			order = append(order, p)
-		}
-		parts[p] = append(parts[p], r)
+		parts.add(partition{r.step, r.period.Unix(), r.shard}, r)
 	}
 	var ops []op
-	for _, p := range order {
-		rows := parts[p]
+	for _, p := range parts.order {
+		rows := parts.rows[p]
 		for len(rows) > 0 {
 			n, bytes := 0, 0
 			for n < len(rows) && n < maxActiveBatch && (n == 0 || bytes+len(rows[n].key) <= maxActiveBatchBytes) {

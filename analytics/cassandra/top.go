@@ -118,8 +118,7 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 		day   int64
 		shard int
 	}
-	parts := map[part][]topRow{}
-	var order []part
+	var parts partitioned[part, topRow]
 	var rows []topRow
 	for _, d := range b.Dims {
 		if d.Dim != analytics.DimLink {
@@ -134,15 +133,11 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 			continue
 		}
 		rows = append(rows, r)
-		p := part{r.day.Unix(), r.shard}
-		if _, ok := parts[p]; !ok {
-			order = append(order, p)
-		}
-		parts[p] = append(parts[p], r)
+		parts.add(part{r.day.Unix(), r.shard}, r)
 	}
 	var ops []op
-	for _, p := range order {
-		rows := parts[p]
+	for _, p := range parts.order {
+		rows := parts.rows[p]
 		for len(rows) > 0 {
 			n := min(len(rows), maxActiveBatch)
 			batch := rows[:n:n]
