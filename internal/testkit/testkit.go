@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -129,6 +130,36 @@ func DeadAddr(t testing.TB) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// ServeTCP listens on a free loopback port until the test ends and runs
+// handle on a goroutine of its own for each connection it accepts, the
+// first numbered 0. At the end it closes the listener and the connections
+// and waits for the handlers. It returns the address.
+func ServeTCP(t testing.TB, handle func(id int, c net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var conns sync.Map
+	t.Cleanup(func() {
+		l.Close()
+		conns.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for id := 0; ; id++ {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Store(c, true)
+			wg.Go(func() { handle(id, c) })
+		}
+	})
+	return l.Addr().String()
 }
 
 // Body GETs url and returns the answer's body.

@@ -233,28 +233,8 @@ type fakeServer struct {
 
 func startFake(t *testing.T) *fakeServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeServer{addr: l.Addr().String(), closed: map[int]bool{}}
-	var wg sync.WaitGroup
-	var conns sync.Map
-	t.Cleanup(func() {
-		l.Close()
-		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for id := 0; ; id++ {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Store(nc, true)
-			wg.Go(func() { f.serve(id, nc) })
-		}
-	})
+	f := &fakeServer{closed: map[int]bool{}}
+	f.addr = testkit.ServeTCP(t, f.serve)
 	return f
 }
 

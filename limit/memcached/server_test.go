@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // proxy is a TCP proxy in front of a memcached that counts the commands
@@ -33,34 +35,18 @@ func (p *proxy) HoldGets() (release func()) {
 
 func startProxy(t testing.TB, backend string) *proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{Addr: l.Addr().String(), verbs: map[string]int{}}
-	var wg sync.WaitGroup
-	var conns sync.Map
-	t.Cleanup(func() {
-		l.Close()
-		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", backend)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			conns.Store(c, true)
-			conns.Store(b, true)
-			wg.Go(func() { io.Copy(c, b); c.Close() })
-			wg.Go(func() { p.pipe(b, c); b.Close() })
+	p := &proxy{verbs: map[string]int{}}
+	p.Addr = testkit.ServeTCP(t, func(_ int, c net.Conn) {
+		defer c.Close()
+		b, err := net.Dial("tcp", backend)
+		if err != nil {
+			return
 		}
+		var answers sync.WaitGroup
+		answers.Go(func() { io.Copy(c, b); c.Close() })
+		p.pipe(b, c)
+		b.Close()
+		answers.Wait()
 	})
 	return p
 }

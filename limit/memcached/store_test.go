@@ -499,29 +499,15 @@ func BenchmarkFloor(b *testing.B) {
 // A server that accepts connections but never answers costs each call the
 // configured timeout until the breaker opens; then calls fail at once.
 func TestTimeoutOpensBreaker(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns sync.WaitGroup
-	t.Cleanup(func() { l.Close(); conns.Wait() })
-	conns.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() { io.Copy(io.Discard, c); c.Close() }) // read, never answer
-		}
-	})
+	addr := testkit.ServeTCP(t, func(_ int, c net.Conn) { io.Copy(io.Discard, c); c.Close() }) // read, never answer
 	const timeout = 50 * time.Millisecond
-	s := memcached.New(limit.Memcached{Servers: []string{l.Addr().String()}, Timeout: timeout}, nil, nil)
+	s := memcached.New(limit.Memcached{Servers: []string{addr}, Timeout: timeout}, nil, nil)
 	defer s.Close()
 	ctx := context.Background()
 	c := limit.Counter{Rule: "hung", Value: "x"}
 	bs := []limit.Bucket{minute(time.Now())}
 	counts := make([]int64, 1)
-	for i := 0; !s.BreakerOpen(l.Addr().String()); i++ {
+	for i := 0; !s.BreakerOpen(addr); i++ {
 		if i == 10 {
 			t.Fatal("breaker still closed after 10 timed-out loads")
 		}
@@ -532,7 +518,7 @@ func TestTimeoutOpensBreaker(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	err = s.Load(ctx, c, bs, counts)
+	err := s.Load(ctx, c, bs, counts)
 	if d := time.Since(start); !errors.Is(err, memcached.ErrUnavailable) || d > 50*time.Millisecond {
 		t.Errorf("Load with the breaker open: %v after %v, want ErrUnavailable at once", err, d)
 	}
