@@ -205,13 +205,17 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 	if sv.open.Load() {
 		return fmt.Errorf("memcached: load: %w", ErrUnavailable)
 	}
-	for attempt := 1; ; attempt++ {
-		final := attempt == loadAttempts
+	// Up to loadAttempts reads, the last of which stands even if a flush
+	// overlapped it; waiting for a flush on its way (at most loadAttempts
+	// times) costs no read.
+	for reads, waits := 1, 0; ; {
+		final := reads == loadAttempts
 		e, pin, inflight := sh.pin(c, buckets, counts, sv.reuse)
 		if e == nil {
 			return nil // answered from the last read (read.go)
 		}
-		if inflight != nil && !final {
+		if inflight != nil && waits < loadAttempts {
+			waits++
 			sh.unpin(e)
 			sv.await(ctx, inflight)
 			if err := ctx.Err(); err != nil {
@@ -230,6 +234,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 		if exact || final {
 			return nil
 		}
+		reads++
 	}
 }
 
