@@ -158,8 +158,10 @@ func (t *Trust) Client(r *http.Request) (c Client, ok bool) {
 	c.ViaProxy = true
 	xff := r.Header.Values("X-Forwarded-For")
 	if len(xff) == 0 {
-		if a, err := parseEntry(r.Header.Get("X-Real-Ip")); err == nil {
-			c.Addr = a
+		if v := r.Header.Get("X-Real-Ip"); v != "" {
+			if a, err := parseEntry(v); err == nil {
+				c.Addr = a
+			}
 		}
 		return c, true
 	}

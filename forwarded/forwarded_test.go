@@ -132,6 +132,24 @@ func TestClient(t *testing.T) {
 	}
 }
 
+// TestClientAllocatesNothing: the limiter and the proxy each ask who a
+// request's client is; behind a trusted load balancer that sends no
+// X-Real-IP, the absent header once cost six allocations per request
+// (the parse errors of an empty value).
+func TestClientAllocatesNothing(t *testing.T) {
+	tr := mustParse(t, "10.0.0.0/8")
+	for _, r := range []*http.Request{
+		request("10.1.1.1:80"),
+		request("10.1.1.1:80", "X-Forwarded-For", "198.51.100.1, 10.2.2.2"),
+		request("10.1.1.1:80", "X-Real-Ip", "198.51.100.2"),
+		request("203.0.113.5:1234"),
+	} {
+		if n := testing.AllocsPerRun(100, func() { tr.Client(r) }); n != 0 {
+			t.Errorf("%s %v: %v allocations per Client, want 0", r.RemoteAddr, r.Header, n)
+		}
+	}
+}
+
 // TestMappedPrefixSameEverywhere is the case that once split the limiter
 // and the proxy: with trusted_proxies ["::ffff:127.0.0.0/104"] and a peer
 // of 127.0.0.1, both the client address and the forwarded headers must
