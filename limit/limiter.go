@@ -276,7 +276,11 @@ func (r *rule) counts(status int) bool {
 	return len(r.CountStatus) == 0 || slices.Contains(r.CountStatus, status)
 }
 
-// rateLimitItem formats the RateLimit field item of limit i.
-func (r *rule) rateLimitItem(i int, remaining, reset int64) string {
-	return r.quoted[i] + ";r=" + strconv.FormatInt(max(remaining, 0), 10) + ";t=" + strconv.FormatInt(max(reset, 0), 10)
+// appendRateLimitItem appends the RateLimit field item of limit i.
+func (r *rule) appendRateLimitItem(b []byte, i int, remaining, reset int64) []byte {
+	b = append(b, r.quoted[i]...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(remaining, 0), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, max(reset, 0), 10)
 }

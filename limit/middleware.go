@@ -92,7 +92,10 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		}
 		var pre, post [8]hit
 		before, after := pre[:0], post[:0]
-		var policies, states []string
+		var policyBuf [8]string
+		policies := policyBuf[:0]
+		var stateBuf [128]byte
+		states := stateBuf[:0] // the RateLimit field's items
 		for _, ru := range matched {
 			value, ok := f.get(ru.Key)
 			if !ok && ru.Key == Email && f.emailErr != nil {
@@ -145,8 +148,11 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				after = append(after, hit{ru, value})
 			}
 			if ru.headers && v.limit >= 0 {
+				if len(policies) > 0 {
+					states = append(states, ", "...)
+				}
 				policies = append(policies, ru.policy)
-				states = append(states, ru.rateLimitItem(v.limit, v.remaining, v.reset))
+				states = ru.appendRateLimitItem(states, v.limit, v.remaining, v.reset)
 			}
 		}
 		for _, h := range before {
@@ -157,7 +163,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			// "RateLimit-Policy" into a new string on every request.
 			h := w.Header()
 			h[hdrRateLimitPolicy] = []string{strings.Join(policies, ", ")}
-			h[hdrRateLimit] = []string{strings.Join(states, ", ")}
+			h[hdrRateLimit] = []string{string(states)}
 		}
 		if len(after) == 0 {
 			next.ServeHTTP(w, r)
@@ -201,7 +207,7 @@ func (l *Limiter) reject(w http.ResponseWriter, ru *rule, v verdict) {
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(retry, 10))
 	h.Set("RateLimit-Policy", ru.policy)
-	h.Set("RateLimit", ru.rateLimitItem(v.limit, 0, retry))
+	h.Set("RateLimit", string(ru.appendRateLimitItem(nil, v.limit, 0, retry)))
 	lim := ru.limitNames[v.limit]
 	problem.WriteDetails(w, problem.Details{
 		Status: http.StatusTooManyRequests,
