@@ -413,4 +413,18 @@ func TestHeaderTooLarge(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("70 KiB of headers: %d, want 431", resp.StatusCode)
 	}
+	// The client is still sending when the gateway answers: the answer
+	// ends with a half-close (the client reads it to its end), not with
+	// the reset of a close with unread bytes.
+	c, err := net.Dial("tcp", gw.g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 300<<10)+"\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	out, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(out), "HTTP/1.1 431 ") || !strings.HasSuffix(string(out), "431 Request Header Fields Too Large") {
+		t.Errorf("300 KiB of headers sent while the answer comes: %q, %v", out, err)
+	}
 }

@@ -67,6 +67,16 @@ type framingConn struct {
 	bad []string // request lines of heads with faulty framing, oldest first
 }
 
+// CloseWrite half-closes the connection: net/http does so after a 431 or
+// a 400, so that the client reads the answer to its end before the close
+// of a connection with unread bytes resets it.
+func (c *framingConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *framingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.scan(p[:n])
