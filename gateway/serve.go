@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/linkgate/linkgate/h1serve"
 	"log/slog"
 	"net"
 	"net/http"
@@ -94,6 +95,13 @@ func (g *Gateway) HTTPAddr() net.Addr { return addrOf(g.hln) }
 // (server.internal_listen), nil before Listen or without one.
 func (g *Gateway) InternalAddr() net.Addr { return addrOf(g.cln) }
 
+// server is what Serve starts and stops: an *http.Server, or h1serve's.
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {
 		return nil
@@ -132,9 +140,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams},
 		}
 	}
-	var servers []*http.Server
+	var servers []server
 	errc := make(chan error, 4)
-	start := func(name string, srv *http.Server, l net.Listener) {
+	start := func(name string, srv server, l net.Listener) {
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(l) }()
 		g.log.Info("listening", "server", name, "addr", l.Addr().String(), "version", g.opts.Version)
@@ -153,7 +161,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 			start("http", hsrv, g.hln)
 		}
 	} else {
-		start("gateway", newServer(g), framingListener{g.ln})
+		// Plain HTTP/1.1: the common request (a bodiless GET or HEAD) is
+		// served by h1serve's loop, every other connection by net/http.
+		start("gateway", h1serve.New(newServer(g)), framingListener{g.ln})
 	}
 	if g.cln != nil {
 		csrv := newServer(g)

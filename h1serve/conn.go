@@ -1,0 +1,442 @@
+package h1serve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// A connection's states, for Shutdown: it closes idle connections only.
+const (
+	stateActive int32 = iota // reading a head or serving a request
+	stateIdle                // waiting for the next request
+	stateClosed              // closed by Shutdown, or handed over
+)
+
+// watchAfter is how long a handler runs before the loop watches the
+// connection for the client leaving (which cancels the request's
+// context), as net/http watches for every request. Most requests end
+// sooner and cost no watch.
+const watchAfter = 20 * time.Millisecond
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	ctx    context.Context    // the connection's values
+	cancel context.CancelFunc // the running request's context
+	remote string
+	state  atomic.Int32
+
+	// The watch for the client leaving while a handler runs.
+	watchTimer *time.Timer
+	wmu        sync.Mutex
+	wcond      sync.Cond
+	inHandler  bool // a handler runs (the watch may read)
+	watching   bool // the watch is reading
+	aborting   bool // the loop cut the watch's read short
+	gone       bool // the watch saw the client leave
+
+	wdlSet  bool     // the handler set a write deadline (http.ResponseController)
+	seen    []string // intern's strings: Host, the target, the other fields' values
+	head    []byte   // a response's head, reused
+	staged  []byte   // a response's body before its head is written, reused
+	date    []byte   // the Date value, formatted once a second
+	dateSec int64
+	scratch [64]byte
+}
+
+func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
+	c.ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
+	c.wcond.L = &c.wmu
+	return c
+}
+
+// serve runs the loop until the connection closes or is handed over.
+func (c *conn) serve() {
+	handed := false
+	defer func() {
+		if !handed {
+			c.nc.Close()
+		}
+		if c.watchTimer != nil {
+			c.watchTimer.Stop()
+		}
+		c.s.untrack(c)
+	}()
+	c.br = bufio.NewReaderSize(c.nc, 4<<10)
+	c.bw = bufio.NewWriterSize(c.nc, 4<<10)
+	// As net/http: a zero timeout falls back on ReadTimeout, and one not
+	// positive means none.
+	hdrTimeout := c.s.srv.ReadHeaderTimeout
+	if hdrTimeout == 0 {
+		hdrTimeout = c.s.srv.ReadTimeout
+	}
+	idleTimeout := c.s.srv.IdleTimeout
+	if idleTimeout == 0 {
+		idleTimeout = c.s.srv.ReadTimeout
+	}
+	if hdrTimeout > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(hdrTimeout))
+	}
+	for first := true; ; first = false {
+		if !first {
+			if !c.state.CompareAndSwap(stateActive, stateIdle) || c.s.shutting.Load() {
+				return
+			}
+			if idleTimeout > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+			} else {
+				c.nc.SetReadDeadline(time.Time{})
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				return
+			}
+			if !c.state.CompareAndSwap(stateIdle, stateActive) {
+				return // Shutdown closed it
+			}
+		}
+		head, err := c.readHead(first, hdrTimeout)
+		if err != nil {
+			return
+		}
+		if c.s.shutting.Load() {
+			return // as net/http: a request read during shutdown is not served
+		}
+		r, ok := c.parse(head)
+		if !ok {
+			handed = c.handOver()
+			return
+		}
+		c.br.Discard(len(head))
+		if d := c.s.srv.WriteTimeout; d > 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(d))
+		}
+		if !c.serveRequest(r) {
+			return
+		}
+		if c.s.srv.WriteTimeout > 0 || c.wdlSet {
+			c.wdlSet = false
+			c.nc.SetWriteDeadline(time.Time{})
+		}
+	}
+}
+
+// readHead returns the next request's head (through its blank line) as it
+// sits in the read buffer, not consumed. A head that does not fit in the
+// buffer is returned as nil with no error: it is handed over. Once the
+// head's first bytes are in, the rest of it must come within
+// ReadHeaderTimeout (the first request's deadline was set when the
+// connection was accepted).
+func (c *conn) readHead(first bool, hdrTimeout time.Duration) ([]byte, error) {
+	deadlineSet := first
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		end, bare := headEnd(buf)
+		if end > 0 {
+			return buf[:end], nil
+		}
+		if bare || len(buf) == c.br.Size() || !maybeOurs(buf) {
+			return nil, nil // handed over without waiting for the rest
+		}
+		if !deadlineSet {
+			deadlineSet = true
+			if hdrTimeout > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(hdrTimeout))
+			} else {
+				c.nc.SetReadDeadline(time.Time{})
+			}
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// headEnd returns the length of the head b starts with, through the
+// CRLF of its empty line (0: not all in b yet), and whether a line of it
+// ends in a bare LF (which the loop leaves to net/http).
+func headEnd(b []byte) (int, bool) {
+	lineStart := 0
+	for {
+		i := bytes.IndexByte(b[lineStart:], '\n')
+		if i < 0 {
+			return 0, false
+		}
+		i += lineStart
+		if i == 0 || b[i-1] != '\r' {
+			return 0, true
+		}
+		if i == lineStart+1 && lineStart > 0 {
+			return i + 1, false
+		}
+		lineStart = i + 1
+	}
+}
+
+// maybeOurs reports whether a head starting with b may be one the loop
+// serves: it starts as a GET or HEAD does.
+func maybeOurs(b []byte) bool {
+	for _, m := range [...]string{"GET /", "HEAD /"} {
+		n := min(len(b), len(m))
+		if string(b[:n]) == m[:n] {
+			return true
+		}
+	}
+	return false
+}
+
+// handOver gives the connection, with what the loop read and did not
+// consume, to the net/http server.
+func (c *conn) handOver() bool {
+	if !c.state.CompareAndSwap(stateActive, stateClosed) {
+		return false
+	}
+	pending, _ := c.br.Peek(c.br.Buffered())
+	rc := &replayConn{Conn: c.nc, pending: bytes.Clone(pending)}
+	c.nc.SetReadDeadline(time.Time{})
+	c.nc.SetWriteDeadline(time.Time{})
+	return c.s.hand.give(rc)
+}
+
+// parse builds the request of head when the loop serves it: a GET or HEAD
+// in origin form, HTTP/1.1, CRLF line ends, a single valid Host, every
+// field name a token and every value valid, no Content-Length,
+// Transfer-Encoding, Expect or Upgrade, no obs-fold. Anything else is
+// handed to net/http, which answers it as it always does.
+func (c *conn) parse(head []byte) (*http.Request, bool) {
+	if head == nil {
+		return nil, false
+	}
+	line, rest, _ := bytes.Cut(head, crlf)
+	var method string
+	switch {
+	case bytes.HasPrefix(line, []byte("GET ")):
+		method, line = http.MethodGet, line[4:]
+	case bytes.HasPrefix(line, []byte("HEAD ")):
+		method, line = http.MethodHead, line[5:]
+	default:
+		return nil, false
+	}
+	target, ok := bytes.CutSuffix(line, []byte(" HTTP/1.1"))
+	if !ok || len(target) == 0 || target[0] != '/' {
+		return nil, false
+	}
+	for _, b := range target {
+		if b <= ' ' || b >= 0x7f {
+			return nil, false
+		}
+	}
+	h := make(http.Header, 8)
+	host := ""
+	hosts, i := 0, 2 // i: intern's position of the next field not Host (0: Host, 1: the target)
+	for len(rest) > 2 {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, crlf)
+		name, value, ok := bytes.Cut(l, []byte{':'})
+		if !ok || len(name) == 0 {
+			return nil, false
+		}
+		for _, b := range name {
+			if !httpguts.IsTokenRune(rune(b)) {
+				return nil, false // obs-fold, a space before the colon, a bad byte
+			}
+		}
+		value = bytes.Trim(value, " \t")
+		for _, b := range value {
+			if b < ' ' && b != '\t' || b == 0x7f {
+				return nil, false
+			}
+		}
+		key := canonicalKey(name)
+		switch key {
+		case "Content-Length", "Transfer-Encoding", "Expect", "Upgrade":
+			return nil, false
+		case "Host":
+			hosts++
+			host = c.intern(0, value)
+			continue
+		}
+		h[key] = append(h[key], c.intern(i, value))
+		i++
+	}
+	if hosts != 1 || !httpguts.ValidHostHeader(host) {
+		return nil, false
+	}
+	uri := c.intern(1, target)
+	u, err := url.ParseRequestURI(uri)
+	if err != nil || u.Host != "" {
+		return nil, false
+	}
+	if hp := h["Pragma"]; len(hp) > 0 && hp[0] == "no-cache" {
+		if _, ok := h["Cache-Control"]; !ok {
+			h["Cache-Control"] = []string{"no-cache"}
+		}
+	}
+	r := &http.Request{
+		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: http.NoBody, Host: host, RemoteAddr: c.remote, RequestURI: uri,
+		Close: httpguts.HeaderValuesContainsToken(h["Connection"], "close"),
+	}
+	return r, true
+}
+
+var crlf = []byte("\r\n")
+
+// intern returns b as a string: the one of the connection's previous
+// request at the same position when equal, as a client sends the same
+// Host and most of the same fields on every request of a connection.
+func (c *conn) intern(i int, b []byte) string {
+	if i < len(c.seen) && c.seen[i] == string(b) {
+		return c.seen[i]
+	}
+	s := string(b)
+	switch {
+	case i < len(c.seen):
+		c.seen[i] = s
+	case i == len(c.seen) && i < 32:
+		c.seen = append(c.seen, s)
+	}
+	return s
+}
+
+// canonicalKey is textproto.CanonicalMIMEHeaderKey of a token, without
+// an allocation for the names requests usually carry.
+func canonicalKey(name []byte) string {
+	switch string(name) { // no allocation: the compiler compares in place
+	case "Host", "host":
+		return "Host"
+	case "User-Agent", "user-agent":
+		return "User-Agent"
+	case "Accept", "accept":
+		return "Accept"
+	case "Accept-Encoding", "accept-encoding":
+		return "Accept-Encoding"
+	case "Accept-Language", "accept-language":
+		return "Accept-Language"
+	case "Connection", "connection":
+		return "Connection"
+	case "Referer", "referer":
+		return "Referer"
+	case "Cookie", "cookie":
+		return "Cookie"
+	case "X-Forwarded-For", "x-forwarded-for":
+		return "X-Forwarded-For"
+	}
+	return textproto.CanonicalMIMEHeaderKey(string(name))
+}
+
+// serveRequest runs the handler on r and finishes its answer; false when
+// the connection is to close.
+func (c *conn) serveRequest(r *http.Request) (keep bool) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	r = r.WithContext(ctx)
+	c.cancel = cancel // the watch's, while the handler runs
+	w := &response{c: c, req: r, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
+		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"), staged: c.staged[:0]}
+	c.startWatch()
+	defer func() {
+		if v := recover(); v != nil {
+			c.stopWatch()
+			cancel()
+			if v != http.ErrAbortHandler {
+				const size = 64 << 10
+				buf := make([]byte, size)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.s.logf("http: panic serving %v: %v\n%s", c.remote, v, buf)
+			}
+			c.bw.Flush() // what was committed, as net/http's final flush
+			keep = false
+		}
+	}()
+	c.s.handler().ServeHTTP(w, r)
+	c.stopWatch()
+	cancel()
+	w.finish()
+	if cap(w.head) <= 16<<10 {
+		c.head = w.head[:0]
+	}
+	if cap(w.staged) <= bufferBeforeChunking*2 {
+		c.staged = w.staged[:0]
+	}
+	if c.bw.Flush() != nil || w.werr != nil {
+		return false
+	}
+	return !w.closeAfter && !c.gone
+}
+
+// startWatch arms the watch for the client leaving.
+func (c *conn) startWatch() {
+	c.wmu.Lock()
+	c.inHandler = true
+	c.wmu.Unlock()
+	if c.watchTimer == nil {
+		c.watchTimer = time.AfterFunc(watchAfter, c.watch)
+	} else {
+		c.watchTimer.Reset(watchAfter)
+	}
+}
+
+// stopWatch disarms the watch, cutting its read short if it started.
+func (c *conn) stopWatch() {
+	c.watchTimer.Stop()
+	c.wmu.Lock()
+	c.inHandler = false
+	if c.watching {
+		c.aborting = true
+		c.nc.SetReadDeadline(aLongTimeAgo)
+		for c.watching {
+			c.wcond.Wait()
+		}
+		c.aborting = false
+	}
+	c.wmu.Unlock()
+}
+
+// watch reads from the connection while a handler runs: an error other
+// than stopWatch's deadline means the client left, and cancels the
+// request's context. A byte that arrives (the next request, pipelined)
+// stays in the buffer and ends the watch, as in net/http.
+func (c *conn) watch() {
+	c.wmu.Lock()
+	if !c.inHandler || c.watching {
+		c.wmu.Unlock()
+		return
+	}
+	c.watching = true
+	c.nc.SetReadDeadline(time.Time{})
+	c.wmu.Unlock()
+	_, err := c.br.Peek(1)
+	c.wmu.Lock()
+	if err != nil && !c.aborting {
+		c.gone = true
+		c.cancel()
+	}
+	c.watching = false
+	c.wcond.Broadcast()
+	c.wmu.Unlock()
+}
+
+// dateValue returns the Date field's value for now.
+func (c *conn) dateValue() []byte {
+	now := time.Now()
+	if sec := now.Unix(); sec != c.dateSec || c.date == nil {
+		c.dateSec = sec
+		c.date = now.UTC().AppendFormat(c.date[:0], http.TimeFormat)
+	}
+	return c.date
+}

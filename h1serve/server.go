@@ -1,0 +1,295 @@
+// Package h1serve serves HTTP/1.1 on a listener with a loop of its own for
+// the request a tiny-URL gateway sees most: a GET or HEAD whose head is
+// small, well formed and carries no body, no upgrade and no expectation.
+// Every other connection is handed, from its first request that is not
+// such a request, to a net/http server configured as the caller wants, so
+// that everything unusual (bodies, chunked framing, 100-continue,
+// upgrades, HTTP/1.0, malformed or oversized heads and their error
+// answers) is served exactly as net/http serves it.
+//
+// net/http's server costs about a third of a proxied request's CPU on
+// loopback: a goroutine per request to watch for the client leaving, a
+// header clone and sort per response, a second buffer before the
+// connection's. The loop here reads a request head straight from the
+// connection's buffer, answers through one buffered writer and watches
+// for the client leaving only while a handler runs longer than
+// watchAfter. Its requests and responses follow net/http's rules (the
+// differential tests hold both to the same answers): the same header
+// validation (anything net/http would refuse is handed to it), Host moved
+// out of the header, Pragma: no-cache implying Cache-Control, the same
+// Content-Length, chunking, Content-Type sniffing, Date, Connection:
+// close and trailer rules, the same timeouts (ReadHeaderTimeout,
+// IdleTimeout, WriteTimeout) and the same context values
+// (http.ServerContextKey, http.LocalAddrContextKey, ConnContext's).
+//
+// Not the same, and what the gateway needs of none of it:
+//   - response header fields are written in map order, not sorted (RFC
+//     9110 section 5.3: the order of fields with different names carries
+//     no meaning);
+//   - the loop's response writer cannot be hijacked (no request it serves
+//     asks for an upgrade) and has no ReadFrom, WriteString or
+//     CloseNotify: a body copied with io.Copy that ends within 2 KiB gets
+//     a Content-Length, as one written with Write does, where net/http
+//     would chunk it;
+//   - a handler that panics after writing part of a body has all it wrote
+//     sent before the connection is cut (net/http may hold back the last
+//     2 KiB); the client sees a cut answer either way;
+//   - srv.SetKeepAlivesEnabled(false) is not seen (Shutdown is).
+package h1serve
+
+import (
+	"context"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server serves a listener as srv would, with the loop for the common
+// request. srv's Handler, ReadHeaderTimeout, ReadTimeout (as the idle
+// timeout when IdleTimeout is 0), WriteTimeout, IdleTimeout, BaseContext,
+// ConnContext and ErrorLog apply to both; srv serves the connections
+// handed over.
+type Server struct {
+	srv  *http.Server
+	hand *handoff
+
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[*conn]struct{}
+	active   sync.WaitGroup // the loop's connections
+	shutting atomic.Bool
+}
+
+// New returns a Server serving like srv.
+func New(srv *http.Server) *Server {
+	return &Server{srv: srv, conns: make(map[*conn]struct{})}
+}
+
+// Serve accepts connections on l until Shutdown or Close, and returns
+// http.ErrServerClosed then (or the listener's error).
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.shutting.Load() || s.ln != nil {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.ln = l
+	s.hand = newHandoff(l.Addr())
+	s.mu.Unlock()
+	go s.srv.Serve(s.hand) // ends with Shutdown or Close
+
+	base := context.Background()
+	if s.srv.BaseContext != nil {
+		if base = s.srv.BaseContext(l); base == nil {
+			panic("h1serve: BaseContext returned a nil context")
+		}
+	}
+	base = context.WithValue(base, http.ServerContextKey, s.srv)
+	var delay time.Duration // how long to sleep on accept failure, as net/http
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return http.ErrServerClosed
+			}
+			// As net/http: a temporary failure (EMFILE, ENFILE, ...) is
+			// waited out, not the end of serving.
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.logf("http: Accept error: %v; retrying in %v", err, delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		ctx := base
+		if cc := s.srv.ConnContext; cc != nil {
+			if ctx = cc(ctx, nc); ctx == nil {
+				panic("h1serve: ConnContext returned nil")
+			}
+		}
+		c := newConn(s, nc, ctx)
+		if !s.track(c) {
+			nc.Close()
+			return http.ErrServerClosed
+		}
+		go c.serve()
+	}
+}
+
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.active.Add(1)
+	return true
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.active.Done()
+}
+
+// Shutdown stops accepting, closes the loop's idle connections, lets the
+// requests in flight end (their answers say Connection: close), and then
+// shuts srv down; ctx bounds the whole.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	done := make(chan struct{})
+	go func() { s.active.Wait(); close(done) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		s.closeIdle()
+		select {
+		case <-done:
+			waiting = false
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return s.srv.Shutdown(ctx)
+}
+
+// Close closes the listener and every connection, in flight or not.
+func (s *Server) Close() error {
+	s.stop()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	return s.srv.Close()
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Swap(true) {
+		return
+	}
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	if s.hand == nil {
+		s.hand = newHandoff(nil) // Serve never ran: srv.Shutdown must not wait for it
+	}
+}
+
+func (s *Server) closeIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.state.CompareAndSwap(stateIdle, stateClosed) {
+			c.nc.Close()
+		}
+	}
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.srv.ErrorLog != nil {
+		s.srv.ErrorLog.Printf(format, args...)
+	} else {
+		log.Printf(format, args...)
+	}
+}
+
+// handler is srv's Handler, or http.DefaultServeMux as net/http has it.
+func (s *Server) handler() http.Handler {
+	if s.srv.Handler == nil {
+		return http.DefaultServeMux
+	}
+	return s.srv.Handler
+}
+
+func (s *Server) keepAlives() bool { return !s.shutting.Load() }
+
+// handoff is the listener srv serves: the connections the loop hands over.
+type handoff struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newHandoff(addr net.Addr) *handoff {
+	return &handoff{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (h *handoff) Accept() (net.Conn, error) {
+	select {
+	case c := <-h.ch:
+		return c, nil
+	case <-h.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (h *handoff) Close() error {
+	h.once.Do(func() { close(h.done) })
+	return nil
+}
+
+func (h *handoff) Addr() net.Addr { return h.addr }
+
+// give passes c to srv; false when srv no longer accepts.
+func (h *handoff) give(c net.Conn) bool {
+	select {
+	case h.ch <- c:
+		return true
+	case <-h.done:
+		return false
+	}
+}
+
+// replayConn is a connection handed over with the bytes the loop had
+// read from it and not consumed: they are read first.
+type replayConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// Unwrap returns the connection accepted (a ConnContext looks for its own
+// wrapper there).
+func (c *replayConn) Unwrap() net.Conn { return c.Conn }
+
+// CloseWrite half-closes the connection when it can: net/http does so
+// after a 431 or 400 so that the client reads the answer before the
+// close resets the connection.
+func (c *replayConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+// closeWrite half-closes c, or the connection it wraps (Unwrap), when one
+// of them can; otherwise it does nothing.
+func closeWrite(c net.Conn) error {
+	for {
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			return cw.CloseWrite()
+		}
+		u, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = u.Unwrap()
+	}
+}

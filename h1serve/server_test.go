@@ -1,0 +1,364 @@
+package h1serve_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/h1serve"
+)
+
+// serve starts an h1serve.Server on a loopback port; srv's Handler and
+// timeouts apply.
+func serve(t *testing.T, srv *http.Server) (*h1serve.Server, string, chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h1serve.New(srv)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	t.Cleanup(func() { s.Close() })
+	return s, ln.Addr().String(), served
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+const get = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n"
+
+func readResponse(t *testing.T, c net.Conn, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading a response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading a body: %v", err)
+	}
+	return resp, string(body)
+}
+
+// closedWithin reports whether the server closes c within d.
+func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := br.ReadByte()
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func TestClientLeavingCancelsTheRequest(t *testing.T) {
+	ended := make(chan error, 1)
+	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			ended <- r.Context().Err()
+		case <-time.After(10 * time.Second):
+			ended <- errors.New("the context was not canceled")
+		}
+	})})
+	c, _ := dial(t, addr)
+	io.WriteString(c, get)
+	time.Sleep(60 * time.Millisecond) // past watchAfter: the watch reads
+	c.Close()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("handler ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler still runs 5 s after the client left")
+	}
+}
+
+func TestClientLeavingEarlyCancelsTheRequest(t *testing.T) {
+	// The client leaves before the watch starts: the watch's first read
+	// sees it.
+	ended := make(chan error, 1)
+	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			ended <- r.Context().Err()
+		case <-time.After(10 * time.Second):
+			ended <- errors.New("the context was not canceled")
+		}
+	})})
+	c, _ := dial(t, addr)
+	io.WriteString(c, get)
+	c.Close()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler ended with %v, want context.Canceled", err)
+	}
+}
+
+func TestWatchKeepsAPipelinedRequest(t *testing.T) {
+	// The second request arrives while the watch reads during the first:
+	// its bytes stay for the loop, the first request is not canceled, and
+	// both are answered in order.
+	var n atomic.Int32
+	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			time.Sleep(150 * time.Millisecond)
+		}
+		if r.Context().Err() != nil {
+			w.WriteHeader(http.StatusTeapot)
+		}
+		io.WriteString(w, r.URL.Path)
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET /one HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(60 * time.Millisecond)
+	io.WriteString(c, "GET /two HTTP/1.1\r\nHost: a\r\n\r\n")
+	for _, want := range []string{"/one", "/two"} {
+		resp, body := readResponse(t, c, br)
+		if resp.StatusCode != http.StatusOK || body != want {
+			t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, body, want)
+		}
+	}
+}
+
+func TestWatchEndsWithTheHandler(t *testing.T) {
+	// Slow handlers (the watch reads) on one connection, one after the
+	// other: each stop of the watch must leave the connection readable
+	// for the next request, with no request canceled.
+	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(30 * time.Millisecond)
+		if r.Context().Err() != nil {
+			w.WriteHeader(http.StatusTeapot)
+		}
+	})})
+	c, br := dial(t, addr)
+	for i := range 5 {
+		io.WriteString(c, get)
+		if resp, _ := readResponse(t, c, br); resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d, want 200", i, resp.StatusCode)
+		}
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	_, addr, _ := serve(t, &http.Server{IdleTimeout: 100 * time.Millisecond,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})})
+	c, br := dial(t, addr)
+	io.WriteString(c, get)
+	readResponse(t, c, br)
+	start := time.Now()
+	if !closedWithin(c, br, 3*time.Second) {
+		t.Fatal("an idle connection stayed open past IdleTimeout")
+	}
+	if d := time.Since(start); d < 80*time.Millisecond {
+		t.Fatalf("closed after %v, before IdleTimeout", d)
+	}
+}
+
+func TestReadHeaderTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first bool // the slow head is the connection's first request
+	}{{"first request", true}, {"later request", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var served atomic.Int32
+			_, addr, _ := serve(t, &http.Server{ReadHeaderTimeout: 150 * time.Millisecond, IdleTimeout: 10 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) })})
+			c, br := dial(t, addr)
+			if !tc.first {
+				io.WriteString(c, get)
+				readResponse(t, c, br)
+				time.Sleep(300 * time.Millisecond) // idle, well within IdleTimeout
+			}
+			io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n")
+			start := time.Now()
+			if !closedWithin(c, br, 3*time.Second) {
+				t.Fatal("a head that never ended kept the connection open past ReadHeaderTimeout")
+			}
+			if d := time.Since(start); d < 100*time.Millisecond {
+				t.Fatalf("closed after %v, before ReadHeaderTimeout", d)
+			}
+			if want := int32(map[bool]int{true: 0, false: 1}[tc.first]); served.Load() != want {
+				t.Fatalf("%d requests served, want %d", served.Load(), want)
+			}
+		})
+	}
+}
+
+func TestWriteTimeout(t *testing.T) {
+	werr := make(chan error, 1)
+	_, addr, _ := serve(t, &http.Server{WriteTimeout: 200 * time.Millisecond,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			chunk := bytes.Repeat([]byte("x"), 64<<10)
+			for range 4096 { // 256 MiB: more than the socket buffers hold
+				if _, err := w.Write(chunk); err != nil {
+					werr <- err
+					return
+				}
+			}
+			werr <- nil
+		})})
+	c, _ := dial(t, addr)
+	io.WriteString(c, get) // and never read
+	select {
+	case err := <-werr:
+		if err == nil {
+			t.Fatal("256 MiB written to a client that reads nothing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write still blocks 10 s after WriteTimeout")
+	}
+}
+
+func TestShutdownDrains(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	s, addr, served := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "done")
+	})})
+	idle, idleBR := dial(t, addr)
+	io.WriteString(idle, get)
+	readResponse(t, idle, idleBR)
+	busy, busyBR := dial(t, addr)
+	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	<-entered
+
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if !closedWithin(idle, idleBR, 3*time.Second) {
+		t.Fatal("Shutdown left an idle connection open")
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with a request in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("a new connection was accepted during Shutdown")
+	}
+	close(release)
+	resp, body := readResponse(t, busy, busyBR)
+	if body != "done" || !resp.Close {
+		t.Fatalf("the request in flight got %q, close %v; want done, with Connection: close", body, resp.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+	}
+}
+
+func TestShutdownDeadlineThenClose(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	s, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-r.Context().Done()
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, get)
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a request that never ends: %v, want the deadline", err)
+	}
+	s.Close()
+	if !closedWithin(c, br, 3*time.Second) {
+		t.Fatal("Close left the connection of a running request open")
+	}
+}
+
+func TestShutdownReachesHandedOverConnections(t *testing.T) {
+	// A connection served by net/http (a POST) is drained by Shutdown too.
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	s, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodPost {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, r.Method)
+	})})
+	c, br := dial(t, addr)
+	io.WriteString(c, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+	<-entered
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v with net/http's request in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if _, body := readResponse(t, c, br); body != "POST" {
+		t.Fatalf("got %q, want POST", body)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+func TestPanicIsLoggedAndClosesTheConnection(t *testing.T) {
+	var logged syncBuffer
+	_, addr, _ := serve(t, &http.Server{ErrorLog: log.New(&logged, "", 0),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/abort" {
+				panic(http.ErrAbortHandler)
+			}
+			panic("boom")
+		})})
+	for _, path := range []string{"/boom", "/abort"} {
+		c, br := dial(t, addr)
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		if !closedWithin(c, br, 3*time.Second) {
+			t.Fatalf("%s: a panicking handler left its connection open", path)
+		}
+	}
+	out := logged.String()
+	if !strings.Contains(out, "http: panic serving") || !strings.Contains(out, "boom") {
+		t.Fatalf("the panic was not logged: %q", out)
+	}
+	if strings.Count(out, "http: panic serving") != 1 {
+		t.Fatalf("http.ErrAbortHandler was logged: %q", out)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
