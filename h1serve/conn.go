@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
-	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +70,9 @@ func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
 func (c *conn) serve() {
 	handed := false
 	defer func() {
+		if v := recover(); v != nil { // the loop's own bug: the connection's end, not the process's
+			c.s.logf("h1serve: panic serving %v: %v\n%s", c.remote, v, debug.Stack())
+		}
 		if !handed {
 			c.nc.Close()
 		}
@@ -354,10 +357,7 @@ func (c *conn) serveRequest(r *http.Request) (keep bool) {
 			c.stopWatch()
 			cancel()
 			if v != http.ErrAbortHandler {
-				const size = 64 << 10
-				buf := make([]byte, size)
-				buf = buf[:runtime.Stack(buf, false)]
-				c.s.logf("http: panic serving %v: %v\n%s", c.remote, v, buf)
+				c.s.logf("http: panic serving %v: %v\n%s", c.remote, v, debug.Stack())
 			}
 			c.bw.Flush() // what was committed, as net/http's final flush
 			keep = false
