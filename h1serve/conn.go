@@ -97,21 +97,23 @@ func (c *conn) serve() {
 		c.nc.SetReadDeadline(time.Now().Add(hdrTimeout))
 	}
 	for first := true; ; first = false {
+		// Idle until the request's first byte (a new connection too: one
+		// that says nothing does not hold Shutdown up).
+		if !c.state.CompareAndSwap(stateActive, stateIdle) || c.s.shutting.Load() {
+			return
+		}
 		if !first {
-			if !c.state.CompareAndSwap(stateActive, stateIdle) || c.s.shutting.Load() {
-				return
-			}
 			if idleTimeout > 0 {
 				c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
 			} else {
 				c.nc.SetReadDeadline(time.Time{})
 			}
-			if _, err := c.br.Peek(1); err != nil {
-				return
-			}
-			if !c.state.CompareAndSwap(stateIdle, stateActive) {
-				return // Shutdown closed it
-			}
+		}
+		if _, err := c.br.Peek(1); err != nil {
+			return
+		}
+		if !c.state.CompareAndSwap(stateIdle, stateActive) {
+			return // Shutdown closed it
 		}
 		head, err := c.readHead(first, hdrTimeout)
 		if err != nil {

@@ -239,6 +239,7 @@ func TestShutdownDrains(t *testing.T) {
 	idle, idleBR := dial(t, addr)
 	io.WriteString(idle, get)
 	readResponse(t, idle, idleBR)
+	silent, silentBR := dial(t, addr) // connected, and says nothing
 	busy, busyBR := dial(t, addr)
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
 	<-entered
@@ -247,6 +248,9 @@ func TestShutdownDrains(t *testing.T) {
 	go func() { shut <- s.Shutdown(context.Background()) }()
 	if !closedWithin(idle, idleBR, 3*time.Second) {
 		t.Fatal("Shutdown left an idle connection open")
+	}
+	if !closedWithin(silent, silentBR, 3*time.Second) {
+		t.Fatal("Shutdown left open a connection that never sent a request")
 	}
 	select {
 	case err := <-shut:
