@@ -56,7 +56,7 @@ type conn struct {
 	staged  []byte   // a response's body before its head is written, reused
 	date    []byte   // the Date value, formatted once a second
 	dateSec int64
-	scratch [64]byte
+	scratch [128]byte // a chunk's size line, or the fields commit adds
 }
 
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
@@ -351,7 +351,7 @@ func (c *conn) serveRequest(r *http.Request) (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	r = r.WithContext(ctx)
 	c.cancel = cancel // the watch's, while the handler runs
-	w := &response{c: c, req: r, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
+	w := &response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
 		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"), staged: c.staged[:0]}
 	c.startWatch()
 	defer func() {

@@ -23,7 +23,6 @@ var errWriteAfterHandler = errors.New("h1serve: write after the handler returned
 // Connection and Transfer-Encoding as net/http decides them.
 type response struct {
 	c   *conn
-	req *http.Request
 	hdr http.Header
 
 	wroteHeader   bool  // the final status is set and the head built
