@@ -355,3 +355,42 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Error("an admin API left off is not logged at start")
 	}
 }
+
+// TestClientLeavingEndsTheUpstreamRequest: a client that hangs up while
+// the upstream thinks ends the upstream's request too (its connection is
+// cut), well before upstream.response_header_timeout, and counts as no
+// upstream failure.
+func TestClientLeavingEndsTheUpstreamRequest(t *testing.T) {
+	t.Parallel()
+	arrived, ended := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/slow" {
+			return
+		}
+		close(arrived)
+		select {
+		case <-r.Context().Done():
+			close(ended)
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer up.Close()
+	gw := start(t, testkit.BaseConfig(up.URL))
+	c, err := net.Dial("tcp", gw.g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-arrived
+	c.Close()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream's request still runs 5 s after its client left")
+	}
+	for _, reason := range []string{"unreachable", "timeout", "failed"} {
+		if n := metric(t, gw, `linkgate_upstream_errors_total{reason="`+reason+`"}`); n > 0 {
+			t.Errorf("linkgate_upstream_errors_total{reason=%q} = %v: a client leaving counted as an upstream failure", reason, n)
+		}
+	}
+}

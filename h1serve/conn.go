@@ -37,7 +37,7 @@ type conn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	ctx    context.Context    // the connection's values
-	cancel context.CancelFunc // the running request's context
+	cancel context.CancelFunc // the running request's context's, under wmu
 	remote string
 	state  atomic.Int32
 
@@ -49,6 +49,11 @@ type conn struct {
 	watching   bool // the watch is reading
 	aborting   bool // the loop cut the watch's read short
 	gone       bool // the watch saw the client leave
+	// The running request's context, its cancel, and the function
+	// AfterGone arranged for it (stopHook, bound once, stops it).
+	reqCtx   context.Context
+	hook     func()
+	stopHook func() bool
 
 	wdlSet  bool     // the handler set a write deadline (http.ResponseController)
 	seen    []string // intern's strings: Host, the target, the other fields' values
@@ -61,8 +66,10 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
-	c.ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
+	c.ctx = context.WithValue(ctx, connKey{}, c)
 	c.wcond.L = &c.wmu
+	c.stopHook = c.unhook
 	return c
 }
 
@@ -350,14 +357,13 @@ func canonicalKey(name []byte) string {
 func (c *conn) serveRequest(r *http.Request) (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	r = r.WithContext(ctx)
-	c.cancel = cancel // the watch's, while the handler runs
 	w := &response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
 		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"), staged: c.staged[:0]}
-	c.startWatch()
+	c.startWatch(ctx, cancel)
 	defer func() {
 		if v := recover(); v != nil {
-			c.stopWatch()
 			cancel()
+			c.stopWatch()
 			if v != http.ErrAbortHandler {
 				c.s.logf("http: panic serving %v: %v\n%s", c.remote, v, debug.Stack())
 			}
@@ -366,8 +372,8 @@ func (c *conn) serveRequest(r *http.Request) (keep bool) {
 		}
 	}()
 	c.s.handler().ServeHTTP(w, r)
-	c.stopWatch()
 	cancel()
+	c.stopWatch()
 	w.finish()
 	if cap(w.head) <= 16<<10 {
 		c.head = w.head[:0]
@@ -381,10 +387,12 @@ func (c *conn) serveRequest(r *http.Request) (keep bool) {
 	return !w.closeAfter && !c.gone
 }
 
-// startWatch arms the watch for the client leaving.
-func (c *conn) startWatch() {
+// startWatch arms the watch for the client leaving the request whose
+// context is ctx.
+func (c *conn) startWatch(ctx context.Context, cancel context.CancelFunc) {
 	c.wmu.Lock()
 	c.inHandler = true
+	c.reqCtx, c.cancel = ctx, cancel
 	c.wmu.Unlock()
 	if c.watchTimer == nil {
 		c.watchTimer = time.AfterFunc(watchAfter, c.watch)
@@ -393,7 +401,9 @@ func (c *conn) startWatch() {
 	}
 }
 
-// stopWatch disarms the watch, cutting its read short if it started.
+// stopWatch disarms the watch, cutting its read short if it started, once
+// the handler returned and its context ended; an AfterGone function not
+// stopped runs then, as context.AfterFunc's would.
 func (c *conn) stopWatch() {
 	c.watchTimer.Stop()
 	c.wmu.Lock()
@@ -406,7 +416,17 @@ func (c *conn) stopWatch() {
 		}
 		c.aborting = false
 	}
+	c.runHook()
+	c.reqCtx, c.cancel = nil, nil
 	c.wmu.Unlock()
+}
+
+// runHook starts the AfterGone function, if one waits; under wmu.
+func (c *conn) runHook() {
+	if f := c.hook; f != nil {
+		c.hook = nil
+		go f()
+	}
 }
 
 // watch reads from the connection while a handler runs: an error other
@@ -427,6 +447,7 @@ func (c *conn) watch() {
 	if err != nil && !c.aborting {
 		c.gone = true
 		c.cancel()
+		c.runHook()
 	}
 	c.watching = false
 	c.wcond.Broadcast()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/h1serve"
 )
 
 // The proxy's own HTTP/1.1 client, used for plans whose targets are all
@@ -296,7 +297,10 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, t *target, st *
 func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st *h1State, c *h1Conn, start time.Time, upType string) (err error) {
 	ctx := r.Context()
 	st.conn.Store(c)
-	stop := context.AfterFunc(ctx, st.cancel)
+	stop, ok := h1serve.AfterGone(ctx, st.cancel) // the plain listener's requests
+	if !ok {
+		stop = context.AfterFunc(ctx, st.cancel)
+	}
 	reuse := false
 	var bw *bodyWriter
 	var headAt time.Time

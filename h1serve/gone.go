@@ -1,0 +1,46 @@
+package h1serve
+
+import "context"
+
+// connKey is the context key of a request's connection (AfterGone).
+type connKey struct{}
+
+// AfterGone is context.AfterFunc for the context of a request the loop
+// serves, without its cost (a cancelation context's registration, a map
+// and three allocations for every call): f runs on a goroutine of its own
+// once the client has left or the handler has returned, unless stop
+// (which says whether it stopped f) came first. stop is good until the
+// handler returns.
+//
+// ok is false, and nothing is arranged, when ctx is not the context of a
+// request the loop serves now, or is derived from it with an end of its
+// own (its Done is not the request's), or when a function is arranged for
+// the request already: then use context.AfterFunc.
+func AfterGone(ctx context.Context, f func()) (stop func() bool, ok bool) {
+	c, _ := ctx.Value(connKey{}).(*conn)
+	if c == nil {
+		return nil, false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.reqCtx == nil || c.hook != nil || ctx.Done() != c.reqCtx.Done() {
+		return nil, false
+	}
+	c.hook = f
+	if c.reqCtx.Err() != nil { // ended already: f runs now
+		c.runHook()
+	}
+	return c.stopHook, true
+}
+
+// unhook stops the function AfterGone arranged; false when it ran or
+// runs.
+func (c *conn) unhook() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.hook == nil {
+		return false
+	}
+	c.hook = nil
+	return true
+}
