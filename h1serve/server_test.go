@@ -10,12 +10,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // serve starts an h1serve.Server on a loopback port; srv's Handler and
@@ -67,47 +67,37 @@ func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
 	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
 }
 
+// TestClientLeavingCancelsTheRequest: the request's context ends when the
+// client hangs up, whether the watch was reading then (the handler ran
+// past watchAfter) or starts after (its first read sees it).
 func TestClientLeavingCancelsTheRequest(t *testing.T) {
-	ended := make(chan error, 1)
-	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-			ended <- r.Context().Err()
-		case <-time.After(10 * time.Second):
-			ended <- errors.New("the context was not canceled")
-		}
-	})})
-	c, _ := dial(t, addr)
-	io.WriteString(c, get)
-	time.Sleep(60 * time.Millisecond) // past watchAfter: the watch reads
-	c.Close()
-	select {
-	case err := <-ended:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("handler ended with %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the handler still runs 5 s after the client left")
-	}
-}
-
-func TestClientLeavingEarlyCancelsTheRequest(t *testing.T) {
-	// The client leaves before the watch starts: the watch's first read
-	// sees it.
-	ended := make(chan error, 1)
-	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-			ended <- r.Context().Err()
-		case <-time.After(10 * time.Second):
-			ended <- errors.New("the context was not canceled")
-		}
-	})})
-	c, _ := dial(t, addr)
-	io.WriteString(c, get)
-	c.Close()
-	if err := <-ended; !errors.Is(err, context.Canceled) {
-		t.Fatalf("handler ended with %v, want context.Canceled", err)
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // from the request to the hang-up
+	}{{"while the watch reads", 60 * time.Millisecond}, {"before the watch starts", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ended := make(chan error, 1)
+			_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+					ended <- r.Context().Err()
+				case <-time.After(10 * time.Second):
+					ended <- errors.New("the context was not canceled")
+				}
+			})})
+			c, _ := dial(t, addr)
+			io.WriteString(c, get)
+			time.Sleep(tc.after)
+			c.Close()
+			select {
+			case err := <-ended:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("handler ended with %v, want context.Canceled", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the handler still runs 5 s after the client left")
+			}
+		})
 	}
 }
 
@@ -326,7 +316,7 @@ func TestShutdownReachesHandedOverConnections(t *testing.T) {
 }
 
 func TestPanicIsLoggedAndClosesTheConnection(t *testing.T) {
-	var logged syncBuffer
+	var logged testkit.Buffer
 	_, addr, _ := serve(t, &http.Server{ErrorLog: log.New(&logged, "", 0),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/abort" {
@@ -348,21 +338,4 @@ func TestPanicIsLoggedAndClosesTheConnection(t *testing.T) {
 	if strings.Count(out, "http: panic serving") != 1 {
 		t.Fatalf("http.ErrAbortHandler was logged: %q", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
