@@ -2,7 +2,8 @@
 # bench/run.sh: requests/s, latency and proxy CPU per request of the demo
 # service directly, through nginx with limit_req, through the bare
 # httputil.ReverseProxy floor (bench/floor) and through the gateway in
-# several configurations, all on loopback. Runs are interleaved (direct,
+# several configurations, all on loopback; on request also through a bare
+# Go relay (bench/relay: what Go itself costs, heads passed untouched). Runs are interleaved (direct,
 # nginx, floor, gateway, ..., then the next round in a rotated order) so
 # that a noisy neighbour hurts every target alike; the table shows the
 # median of the rounds and their spread. Two phases: "load" (CONNS
@@ -16,7 +17,7 @@
 #   BENCH_PATH [/go]                  a redirect, so analytics and the rules apply
 #   BENCH_RULES [none]                none | example: the rules of the "gateway" target
 #   BENCH_ANALYTICS [off]             off | on: analytics of the "gateway" target
-#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]
+#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]   (and relay)
 #   GATEWAY_BIN [built from ./cmd/gateway]   a gateway binary to measure instead
 #   RESULTS_DIR [bench/results/TIMESTAMP]   raw wrk output and the summary
 set -euo pipefail
@@ -59,7 +60,7 @@ warm=$(seconds "$WARMUP") || die "WARMUP=$WARMUP: want like 1s"
 [[ $BENCH_PATH == /* ]] || die "BENCH_PATH=$BENCH_PATH: want a path starting with /"
 targets=()
 for t in $BENCH_TARGETS; do
-	case $t in direct | nginx | floor | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
+	case $t in direct | nginx | floor | relay | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
 done
 ((${#targets[@]} > 0)) || die "BENCH_TARGETS is empty"
 want() { [[ " ${targets[*]} " == *" $1 "* ]]; }
@@ -108,7 +109,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "bench: building into $tmp" >&2
-pkgs=(./cmd/tinyurl ./bench/floor)
+pkgs=(./cmd/tinyurl ./bench/floor ./bench/relay)
 gateway_bin=$tmp/gateway
 if ((${#gateways[@]} > 0)); then
 	if [[ -n ${GATEWAY_BIN:-} ]]; then
@@ -181,6 +182,13 @@ if want floor; then
 	start floor "$tmp/floor" -listen "127.0.0.1:$floor_port" -target "http://127.0.0.1:$up_port"
 	wait_ready floor "$last_pid" "$floor_port"
 	url[floor]="http://127.0.0.1:$floor_port$BENCH_PATH"
+fi
+
+if want relay; then
+	relay_port=$(free_port)
+	start relay "$tmp/relay" -listen "127.0.0.1:$relay_port" -target "127.0.0.1:$up_port"
+	wait_ready relay "$last_pid" "$relay_port"
+	url[relay]="http://127.0.0.1:$relay_port$BENCH_PATH"
 fi
 
 if want nginx; then
@@ -429,6 +437,8 @@ if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 			i = "load" SUBSEP "gateway-ip"; m = "load" SUBSEP "gateway-mc"
 			if ((i in R) && (m in R) && R[i] > 0) printf "gateway-mc / gateway-ip req/s: %.2f\n", R[m] / R[i]
 			if ((f in R) && (d in R) && R[d] > 0) printf "floor / direct req/s:     %.2f\n", R[f] / R[d]
+			y = "load" SUBSEP "relay"
+			if ((y in R) && (x in R) && R[x] > 0) printf "relay / nginx req/s:      %.2f\n", R[y] / R[x]
 			# Added latency from the one-connection phase when it ran.
 			if (("latency" SUBSEP "direct") in P) {
 				for (j = 1; j <= n; j++) {

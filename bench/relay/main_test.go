@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestRelayPassesAnswersThrough: the relay passes a keep-alive client's
+// GETs to the upstream and their answers back untouched, on one upstream
+// connection per client connection, and ends a connection that sends a
+// body.
+func TestRelayPassesAnswersThrough(t *testing.T) {
+	var conns atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "https://go.dev/?a=b")
+		w.Header().Set("X-Seen-Path", r.URL.Path)
+		w.WriteHeader(http.StatusFound)
+		io.WriteString(w, "moved")
+	}))
+	up.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"relay", "-listen", "127.0.0.1:0", "-target", strings.TrimPrefix(up.URL, "http://")}, pw)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("no output: %v", <-done)
+	}
+	base, ok := strings.CutPrefix(lines.Text(), "relay listening on http://")
+	if !ok {
+		t.Fatalf("first line %q, want the address", lines.Text())
+	}
+	c, err := net.Dial("tcp", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for _, path := range []string{"/a", "/b", "/c"} {
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "https://go.dev/?a=b" ||
+			resp.Header.Get("X-Seen-Path") != path || string(body) != "moved" {
+			t.Fatalf("GET %s = %d %v %q", path, resp.StatusCode, resp.Header, body)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d upstream connections for one client connection, want 1", n)
+	}
+	io.WriteString(c, "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("a request with a body: %v, want the connection closed", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run = %v", err)
+	}
+}
