@@ -129,8 +129,8 @@ func (c *conn) serve() {
 		if c.s.shutting.Load() {
 			return // as net/http: a request read during shutdown is not served
 		}
-		r, ok := c.parse(head)
-		if !ok {
+		var r http.Request // the handler's is a copy with the request's context
+		if !c.parse(head, &r) {
 			handed = c.handOver()
 			return
 		}
@@ -138,7 +138,7 @@ func (c *conn) serve() {
 		if d := c.s.srv.WriteTimeout; d > 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(d))
 		}
-		if !c.serveRequest(r) {
+		if !c.serveRequest(&r) {
 			return
 		}
 		if c.s.srv.WriteTimeout > 0 || c.wdlSet {
@@ -230,9 +230,9 @@ func (c *conn) handOver() bool {
 // field name a token and every value valid, no Content-Length,
 // Transfer-Encoding, Expect or Upgrade, no obs-fold. Anything else is
 // handed to net/http, which answers it as it always does.
-func (c *conn) parse(head []byte) (*http.Request, bool) {
+func (c *conn) parse(head []byte, r *http.Request) bool {
 	if head == nil {
-		return nil, false
+		return false
 	}
 	line, rest, _ := bytes.Cut(head, crlf)
 	var method string
@@ -242,15 +242,15 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 	case bytes.HasPrefix(line, []byte("HEAD ")):
 		method, line = http.MethodHead, line[5:]
 	default:
-		return nil, false
+		return false
 	}
 	target, ok := bytes.CutSuffix(line, []byte(" HTTP/1.1"))
 	if !ok || len(target) == 0 || target[0] != '/' {
-		return nil, false
+		return false
 	}
 	for _, b := range target {
 		if b <= ' ' || b >= 0x7f {
-			return nil, false
+			return false
 		}
 	}
 	h := make(http.Header, 8)
@@ -261,23 +261,23 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 		l, rest, _ = bytes.Cut(rest, crlf)
 		name, value, ok := bytes.Cut(l, []byte{':'})
 		if !ok || len(name) == 0 {
-			return nil, false
+			return false
 		}
 		for _, b := range name {
 			if !httpguts.IsTokenRune(rune(b)) {
-				return nil, false // obs-fold, a space before the colon, a bad byte
+				return false // obs-fold, a space before the colon, a bad byte
 			}
 		}
 		value = bytes.Trim(value, " \t")
 		for _, b := range value {
 			if b < ' ' && b != '\t' || b == 0x7f {
-				return nil, false
+				return false
 			}
 		}
 		key := canonicalKey(name)
 		switch key {
 		case "Content-Length", "Transfer-Encoding", "Expect", "Upgrade":
-			return nil, false
+			return false
 		case "Host":
 			hosts++
 			host = c.intern(0, value)
@@ -287,24 +287,24 @@ func (c *conn) parse(head []byte) (*http.Request, bool) {
 		i++
 	}
 	if hosts != 1 || !httpguts.ValidHostHeader(host) {
-		return nil, false
+		return false
 	}
 	uri := c.intern(1, target)
 	u, err := url.ParseRequestURI(uri)
 	if err != nil || u.Host != "" {
-		return nil, false
+		return false
 	}
 	if hp := h["Pragma"]; len(hp) > 0 && hp[0] == "no-cache" {
 		if _, ok := h["Cache-Control"]; !ok {
 			h["Cache-Control"] = []string{"no-cache"}
 		}
 	}
-	r := &http.Request{
+	*r = http.Request{
 		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Body: http.NoBody, Host: host, RemoteAddr: c.remote, RequestURI: uri,
 		Close: httpguts.HeaderValuesContainsToken(h["Connection"], "close"),
 	}
-	return r, true
+	return true
 }
 
 var crlf = []byte("\r\n")
@@ -354,9 +354,9 @@ func canonicalKey(name []byte) string {
 
 // serveRequest runs the handler on r and finishes its answer; false when
 // the connection is to close.
-func (c *conn) serveRequest(r *http.Request) (keep bool) {
+func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
-	r = r.WithContext(ctx)
+	r := parsed.WithContext(ctx)
 	w := &response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
 		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"), staged: c.staged[:0]}
 	c.startWatch(ctx, cancel)

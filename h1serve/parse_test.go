@@ -41,7 +41,8 @@ func FuzzParse(f *testing.F) {
 		}
 		head = head[:end]
 		c := &conn{remote: "192.0.2.1:1"}
-		mine, ok := c.parse(head)
+		mine := new(http.Request)
+		ok := c.parse(head, mine)
 		if !ok {
 			return
 		}
