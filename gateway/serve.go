@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/linkgate/linkgate/h1serve"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/h1serve"
 )
 
 // Listen binds the client listener (server.listen), the admin listener
