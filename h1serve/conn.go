@@ -61,7 +61,7 @@ type conn struct {
 	staged  []byte   // a response's body before its head is written, reused
 	date    []byte   // the Date value, formatted once a second
 	dateSec int64
-	scratch [128]byte // a chunk's size line, or the fields commit adds
+	scratch [256]byte // a chunk's size line, or the fields commit adds
 }
 
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {

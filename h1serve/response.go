@@ -17,6 +17,8 @@ const bufferBeforeChunking = 2048
 
 var errWriteAfterHandler = errors.New("h1serve: write after the handler returned")
 
+var lastChunk = []byte("0\r\n") // before the trailers and the final CRLF
+
 // response is the loop's http.ResponseWriter. Its head is written as
 // net/http's chunkWriter.writeHeader writes it: the handler's fields as
 // they were at WriteHeader, then Date, Content-Length, Content-Type,
@@ -39,9 +41,9 @@ type response struct {
 
 	isHEAD, wantsClose bool
 	// Facts of the handler's fields at WriteHeader, for commit.
-	hasTE, hasCLField, haveType, hasCE, hasDate, trailers, dropConn bool
-	te                                                              string
-	trailerKeys                                                     []string
+	hasCLField, haveType, hasCE, hasDate, trailers, dropConn bool
+	te                                                       string // the first Transfer-Encoding
+	trailerKeys                                              []string
 }
 
 func (w *response) Header() http.Header { return w.hdr }
@@ -115,13 +117,12 @@ func (w *response) WriteHeader(code int) {
 			}
 		}
 	}
-	w.hasTE = te != ""
 	hasCL := w.contentLength != -1
 	w.closeAfter = w.wantsClose || connection == "close" || !w.c.s.keepAlives()
 	bodyAllowed := bodyAllowedForStatus(code)
 
 	// The fields net/http leaves out of the head.
-	dropCL := !bodyAllowed || hasCL && w.hasTE && te != "identity"
+	dropCL := !bodyAllowed || hasCL && te != "" && te != "identity"
 	if dropCL && bodyAllowed {
 		w.c.s.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.contentLength)
 		w.contentLength, hasCL = -1, false
@@ -135,7 +136,7 @@ func (w *response) WriteHeader(code int) {
 		switch {
 		case te == "identity":
 			w.closeAfter = true
-		case w.hasTE && te != "chunked":
+		case te != "" && te != "chunked":
 			dropTE = false
 		}
 	}
@@ -289,24 +290,25 @@ func (w *response) commit(first []byte) {
 		b = append(b, crlf...)
 	}
 	hasCL := w.contentLength != -1
-	if w.done && !w.trailers && !w.hasTE && bodyAllowed && !w.hasCLField && (!w.isHEAD || len(first) > 0) {
+	if w.done && !w.trailers && w.te == "" && bodyAllowed && !w.hasCLField && (!w.isHEAD || len(first) > 0) {
 		w.contentLength, hasCL = int64(len(first)), true
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, int64(len(first)), 10)
 		b = append(b, crlf...)
 	}
-	w.write(b)
-	if bodyAllowed && !w.hasCE && !w.haveType && !w.hasTE && len(first) > 0 {
-		w.write([]byte("Content-Type: " + http.DetectContentType(first) + "\r\n"))
+	if bodyAllowed && !w.hasCE && !w.haveType && w.te == "" && len(first) > 0 {
+		b = append(b, "Content-Type: "...)
+		b = append(b, http.DetectContentType(first)...)
+		b = append(b, crlf...)
 	}
 	if w.dropConn {
-		w.write([]byte("Connection: close\r\n"))
+		b = append(b, "Connection: close\r\n"...)
 	}
 	if !w.isHEAD && bodyAllowed && w.status != http.StatusNoContent && !hasCL && w.te != "identity" {
 		w.chunking = true
-		w.write([]byte("Transfer-Encoding: chunked\r\n"))
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	}
-	w.write(crlf)
+	w.write(append(b, crlf...))
 }
 
 // Flush sends what the handler wrote so far (its head first).
@@ -364,7 +366,7 @@ func (w *response) finish() {
 		w.body(w.staged)
 	}
 	if w.chunking {
-		w.write([]byte("0\r\n"))
+		w.write(lastChunk)
 		if t := w.finalTrailers(); t != nil {
 			if w.werr == nil {
 				w.werr = t.Write(w.c.bw)

@@ -277,19 +277,9 @@ func (c *replayConn) Unwrap() net.Conn { return c.Conn }
 // CloseWrite half-closes the connection when it can: net/http does so
 // after a 431 or 400 so that the client reads the answer before the
 // close resets the connection.
-func (c *replayConn) CloseWrite() error { return closeWrite(c.Conn) }
-
-// closeWrite half-closes c, or the connection it wraps (Unwrap), when one
-// of them can; otherwise it does nothing.
-func closeWrite(c net.Conn) error {
-	for {
-		if cw, ok := c.(interface{ CloseWrite() error }); ok {
-			return cw.CloseWrite()
-		}
-		u, ok := c.(interface{ Unwrap() net.Conn })
-		if !ok {
-			return nil
-		}
-		c = u.Unwrap()
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
 	}
+	return nil
 }
