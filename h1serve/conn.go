@@ -45,12 +45,12 @@ type conn struct {
 	watchTimer *time.Timer
 	wmu        sync.Mutex
 	wcond      sync.Cond
-	inHandler  bool // a handler runs (the watch may read)
 	watching   bool // the watch is reading
 	aborting   bool // the loop cut the watch's read short
 	gone       bool // the watch saw the client leave
-	// The running request's context, its cancel, and the function
-	// AfterGone arranged for it (stopHook, bound once, stops it).
+	// The running request's context (nil: no handler runs, the watch does
+	// not read), its cancel, and the function AfterGone arranged for it
+	// (stopHook, bound once, stops it).
 	reqCtx   context.Context
 	hook     func()
 	stopHook func() bool
@@ -391,7 +391,6 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 // context is ctx.
 func (c *conn) startWatch(ctx context.Context, cancel context.CancelFunc) {
 	c.wmu.Lock()
-	c.inHandler = true
 	c.reqCtx, c.cancel = ctx, cancel
 	c.wmu.Unlock()
 	if c.watchTimer == nil {
@@ -407,7 +406,7 @@ func (c *conn) startWatch(ctx context.Context, cancel context.CancelFunc) {
 func (c *conn) stopWatch() {
 	c.watchTimer.Stop()
 	c.wmu.Lock()
-	c.inHandler = false
+	c.reqCtx = nil
 	if c.watching {
 		c.aborting = true
 		c.nc.SetReadDeadline(aLongTimeAgo)
@@ -417,7 +416,7 @@ func (c *conn) stopWatch() {
 		c.aborting = false
 	}
 	c.runHook()
-	c.reqCtx, c.cancel = nil, nil
+	c.cancel = nil
 	c.wmu.Unlock()
 }
 
@@ -435,7 +434,7 @@ func (c *conn) runHook() {
 // stays in the buffer and ends the watch, as in net/http.
 func (c *conn) watch() {
 	c.wmu.Lock()
-	if !c.inHandler || c.watching {
+	if c.reqCtx == nil || c.watching {
 		c.wmu.Unlock()
 		return
 	}
