@@ -381,6 +381,9 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		h, err = st.readHead(c.br, r.Method)
 		if err != nil {
 			bw.stop(w, false)
+			if bw.cutShort() {
+				return bodyCutError{err}
+			}
 			if bodyTimedOut(ctx) {
 				return ErrBodyTimeout
 			}
@@ -940,6 +943,13 @@ type bodyWriter struct {
 
 	mu          sync.Mutex
 	headersSeen bool // guarded by mu
+
+	// cut: stop cut the writer's read of the client's body short. The
+	// read failed on the client's connection, so the server has ended the
+	// request's context and will close the connection after the answer;
+	// the body's failure is the proxy's doing, not the client's. Set and
+	// read by the handler's goroutine only.
+	cut bool
 }
 
 func startBody(nc net.Conn, r *http.Request, rht time.Duration) *bodyWriter {
@@ -1027,6 +1037,18 @@ func (bw *bodyWriter) copy(r *http.Request) error {
 	return nil
 }
 
+// cutShort reports whether stop cut the client's body short (false for a
+// nil bw).
+func (bw *bodyWriter) cutShort() bool { return bw != nil && bw.cut }
+
+// bodyCutError is an upstream failure that came while the client's body
+// was still arriving: the proxy stopped reading it (bodyWriter.cut). It is
+// answered as the failure it wraps, on a connection that then closes.
+type bodyCutError struct{ err error }
+
+func (e bodyCutError) Error() string { return e.err.Error() }
+func (e bodyCutError) Unwrap() error { return e.err }
+
 // headersRead tells the writer the response head is in: no deadline
 // for it any more.
 func (bw *bodyWriter) headersRead() {
@@ -1057,7 +1079,15 @@ func (bw *bodyWriter) stop(w http.ResponseWriter, complete bool) bool {
 	allSent := bw.eof.Load() || bw.cl > 0 && bw.sent.Load() == bw.cl
 	if !allSent || !complete {
 		bw.nc.SetWriteDeadline(aLongTimeAgo)
-		http.NewResponseController(w).SetReadDeadline(aLongTimeAgo)
+		if !allSent {
+			// The writer may be waiting for the client's next bytes. Once
+			// it has them all it only writes upstream, and the client's
+			// connection must not be touched: a past read deadline there
+			// would fail the server's next read and end the contexts of
+			// this request and of every later one on the connection.
+			bw.cut = true
+			http.NewResponseController(w).SetReadDeadline(aLongTimeAgo)
+		}
 		err := <-bw.done
 		bw.done <- err
 		return false

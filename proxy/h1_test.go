@@ -716,6 +716,72 @@ func h1Cases() []h1Case {
 			want: `400 close=true`,
 		},
 		{
+			// The request is on its way when the upstream breaks: the
+			// client still gets the 502, and the connection closes, as
+			// the rest of its body will not be read.
+			name: "upstream closes while the client is still sending the body",
+			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
+				io.ReadFull(req.Body, make([]byte, 5))
+				return false
+			}),
+			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
+				c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(time.Second))
+				io.WriteString(c, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello") // and no more
+				resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
+				if err != nil {
+					return "no answer"
+				}
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Sprint(resp.StatusCode, " close=", resp.Close, " problem=", strings.Contains(string(b), `"status":502`))
+			},
+			want: `502 close=true problem=true`,
+			// http.Transport goes on reading the client's body after the
+			// upstream closed, and answers only once it has it all.
+			stdlib: `no answer`,
+		},
+		{
+			// The body has all reached the upstream, which then breaks
+			// without answering: a 502 each time, and the client's
+			// kept-alive connection carries the next request. The body
+			// writer may not have reported its end yet when the answer's
+			// read fails; stopping it then must not cut the client's
+			// connection.
+			name: "upstream reads the whole body then closes, on one client connection",
+			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
+				io.Copy(io.Discard, req.Body)
+				return false
+			}),
+			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
+				c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				codes := map[int]int{}
+				for range 30 {
+					io.WriteString(c, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+					resp, err := http.ReadResponse(br, &http.Request{Method: "POST"})
+					if err != nil {
+						return fmt.Sprint(codes, " then no answer: ", err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					codes[resp.StatusCode]++
+					if resp.Close {
+						return fmt.Sprint(codes, " then the connection closed")
+					}
+				}
+				return fmt.Sprint(codes)
+			},
+			want: `map[502:30]`,
+		},
+		{
 			name: "a large body both ways, streamed",
 			upstream: handlerUpstream(func(w http.ResponseWriter, r *http.Request) {
 				// Read whole before answering: an answer that starts while

@@ -288,9 +288,15 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 // in time. t is the target tried last, nil for none. The detail never
 // names a target.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err error) {
-	target := ""
-	if t != nil {
-		target = t.name
+	var cut bodyCutError
+	if errors.As(err, &cut) {
+		// The proxy stopped reading the client's body when the upstream
+		// failed: the body's failed read and the request's ended context
+		// are its own doing. The rest of the body is unread, so the
+		// connection cannot carry another request.
+		w.Header().Set("Connection", "close")
+		p.upstreamFailed(w, r, t, cut.err)
+		return
 	}
 	if errors.Is(err, ErrBodyTimeout) || bodyTimedOut(r.Context()) {
 		// The client, not the upstream, was too slow: RFC 9110 §15.5.9.
@@ -316,6 +322,16 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err erro
 		w.Header().Set("Connection", "close")
 		problem.Write(w, http.StatusBadRequest, "the request body is malformed")
 		return
+	}
+	p.upstreamFailed(w, r, t, err)
+}
+
+// upstreamFailed answers a request that failed for the upstream's part
+// (fail).
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, t *target, err error) {
+	target := ""
+	if t != nil {
+		target = t.name
 	}
 	var ne net.Error
 	switch {
