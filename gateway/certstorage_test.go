@@ -27,7 +27,7 @@ func TestCertStorageConnectsLate(t *testing.T) {
 	ask := newAsk(t)
 	ca := edgetest.NewCA(t)
 	cert, key, _ := ca.WritePair(t, t.TempDir(), "static.test")
-	cassandra := testkit.DeadAddr(t)
+	cassandra := testkit.FreeAddr(t)
 	cfg := tlsConfig(echoProto(t).URL, fmt.Sprintf(`  tls:
     cert_file: %s
     key_file: %s

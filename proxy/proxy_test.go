@@ -300,7 +300,7 @@ func TestRetryOnlyReplayable(t *testing.T) {
 }
 
 func TestHealthCheckPutsTargetBack(t *testing.T) {
-	target := "http://" + testkit.DeadAddr(t)
+	target := "http://" + testkit.FreeAddr(t)
 	cfg := config(target)
 	cfg.HealthCheck.Interval = 50 * time.Millisecond
 	f := start(t, cfg)

@@ -121,7 +121,7 @@ func TestDeadHolderLockExpires(t *testing.T) {
 // ErrNotConnected meanwhile; when the cluster (the CQL model) comes up
 // later the Store connects by itself, creates its tables and works.
 func TestConnectsInTheBackground(t *testing.T) {
-	addr := testkit.DeadAddr(t)
+	addr := testkit.FreeAddr(t)
 	t0 := time.Now()
 	s, err := Open(context.Background(), config(addr), nil, Options{RetryInterval: 50 * time.Millisecond})
 	if err != nil {

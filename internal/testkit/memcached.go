@@ -33,7 +33,7 @@ func StartMemcached(t testing.TB) *Memcached {
 	if err != nil {
 		t.Skip("*** SKIPPED: memcached is not installed (./test.sh installs it; CI must have it) ***")
 	}
-	m := &Memcached{t: t, bin: bin, Addr: DeadAddr(t)}
+	m := &Memcached{t: t, bin: bin, Addr: FreeAddr(t)}
 	m.Start()
 	t.Cleanup(m.Kill)
 	return m

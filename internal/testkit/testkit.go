@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -117,11 +118,32 @@ func Problem(t testing.TB, resp *http.Response, body string, status int) map[str
 	return p
 }
 
-// DeadAddr returns a loopback address (host:port) nothing listens on: a
-// peer that refuses connections, or the port of a server the test starts
-// later. The port was free a moment ago; another process may take it
-// meanwhile, which the kernel makes rare by not handing it out again soon.
+// DeadAddr returns a loopback address (host:port) that refuses
+// connections until the test ends: a socket holds the port, bound but not
+// listening, so that no other server of a test running meanwhile can be
+// given it.
 func DeadAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
+
+// FreeAddr returns a loopback address (host:port) for a server the test
+// starts later. The port was free a moment ago; another process may take
+// it meanwhile, which the kernel makes rare by not handing it out again
+// soon.
+func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

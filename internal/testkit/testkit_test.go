@@ -1,13 +1,17 @@
 package testkit_test
 
 import (
+	"errors"
 	"go/parser"
 	"go/token"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -87,5 +91,21 @@ func TestLogsHandler(t *testing.T) {
 	logs.Clear()
 	if n := logs.Count("", nil); n != 0 {
 		t.Errorf("%d records after Clear", n)
+	}
+}
+
+// TestDeadAddrRefusesAndHoldsItsPort: a connection to DeadAddr is refused,
+// and no server can take the port while the test runs.
+func TestDeadAddrRefusesAndHoldsItsPort(t *testing.T) {
+	addr := testkit.DeadAddr(t)
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("dial %s: %v, want connection refused", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Errorf("a server could listen on %s", addr)
 	}
 }
