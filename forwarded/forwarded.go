@@ -301,9 +301,12 @@ var headerClasses = map[string]headerClass{
 	"X-Http-Method-Override": framing, "X-Http-Method": framing, "X-Method-Override": framing,
 }
 
-// passes reports whether the client's header k, one of h, may go on to the
-// upstream; viaProxy says whether the peer is a trusted proxy.
-func (p Policy) passes(h http.Header, k string, viaProxy bool) bool {
+// Passes reports whether the client's header k, one of h (the headers of
+// the request received), may go on to the upstream; viaProxy says whether
+// the peer is a trusted proxy (Forwarding.ViaProxy). It is what
+// SetHeaders decides for each header, for a client that writes the
+// request going upstream without a header map.
+func (p Policy) Passes(h http.Header, k string, viaProxy bool) bool {
 	if strings.IndexByte(k, '_') >= 0 {
 		return p.underscores && !p.shadows(h, k)
 	}
@@ -354,57 +357,74 @@ func (p Policy) shadows(h http.Header, k string) bool {
 //     identity to the upstream by setting it;
 //   - a header name with '_' is dropped, unless pol passes them on; even
 //     then, one that an upstream reading '_' as '-' would take for another
-//     header (X-User_ID for X-User-ID, Transfer_Encoding) is dropped.
+//     header of in (X-User_ID beside X-User-ID), or for one of those
+//     above or a framing header (Transfer_Encoding), is dropped.
 //
 // An X-Forwarded-For present in in with a nil value means "send none", as
 // for httputil.ProxyRequest.SetXForwarded.
 func (t *Trust) SetHeaders(out http.Header, in *http.Request, pol Policy) {
-	c, ok := t.Client(in)
+	f := t.Forwarding(in)
 	for k := range out {
-		if !pol.passes(out, k, c.ViaProxy) {
+		if !pol.Passes(in.Header, k, f.ViaProxy) {
 			delete(out, k)
 		}
-	}
-	peer := c.Peer.String()
-	if !ok {
-		peer = in.RemoteAddr
 	}
 	// The four values share one array (every request pays this): each
 	// header gets a slice of its own element, as Header.Set would give it
 	// a slice of its own.
-	vals := new([4]string)
-	set := func(i int, k, v string) {
-		vals[i] = v
-		out[k] = vals[i : i+1 : i+1]
+	vals := [...]string{f.For, f.RealIP, f.Proto, f.Host}
+	shared := vals[:]
+	for i, k := range [...]string{"X-Forwarded-For", "X-Real-Ip", "X-Forwarded-Proto", "X-Forwarded-Host"} {
+		if vals[i] != "" {
+			out[k] = shared[i : i+1 : i+1]
+		}
+	}
+}
+
+// Forwarding is what SetHeaders tells the upstream of a request: the
+// values of its four headers, "" for one not sent.
+type Forwarding struct {
+	ViaProxy bool   // the peer is a trusted proxy
+	For      string // X-Forwarded-For
+	RealIP   string // X-Real-IP: none when the peer's address is unknown
+	Proto    string // X-Forwarded-Proto
+	Host     string // X-Forwarded-Host
+}
+
+// Forwarding returns what SetHeaders sets for in.
+func (t *Trust) Forwarding(in *http.Request) Forwarding {
+	c, ok := t.Client(in)
+	f := Forwarding{ViaProxy: c.ViaProxy}
+	peer := c.Peer.String()
+	if !ok {
+		peer = in.RemoteAddr
 	}
 	prior, has := in.Header["X-Forwarded-For"]
 	switch {
 	case has && prior == nil:
-		delete(out, "X-Forwarded-For")
+		// none
 	case c.ViaProxy && len(prior) > 0:
-		set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+peer)
+		f.For = strings.Join(prior, ", ") + ", " + peer
 	default:
-		set(0, "X-Forwarded-For", peer)
+		f.For = peer
 	}
 	if ok {
-		real := peer
+		f.RealIP = peer
 		if c.Addr != c.Peer {
-			real = c.Addr.String()
+			f.RealIP = c.Addr.String()
 		}
-		set(1, "X-Real-Ip", real)
-	} else {
-		delete(out, "X-Real-Ip")
 	}
 	if v := in.Header.Get("X-Forwarded-Proto"); c.ViaProxy && v != "" {
-		set(2, "X-Forwarded-Proto", v)
+		f.Proto = v
 	} else if in.TLS != nil {
-		set(2, "X-Forwarded-Proto", "https")
+		f.Proto = "https"
 	} else {
-		set(2, "X-Forwarded-Proto", "http")
+		f.Proto = "http"
 	}
 	if v := in.Header.Get("X-Forwarded-Host"); c.ViaProxy && v != "" {
-		set(3, "X-Forwarded-Host", v)
+		f.Host = v
 	} else {
-		set(3, "X-Forwarded-Host", in.Host)
+		f.Host = in.Host
 	}
+	return f
 }

@@ -46,13 +46,12 @@ import (
 
 // h1State is the scratch of one proxied request, pooled.
 type h1State struct {
-	out    http.Header // the header going upstream
-	head   []byte      // the request head, written in one write
-	raw    []byte      // the response head's names and values, back to back
-	long   []byte      // a head line longer than the read buffer
-	spans  []span      // where each field of raw is
-	fields []field     // the response head's fields
-	tried  []*target   // targets a retry skips
+	head   []byte    // the request head, written in one write
+	raw    []byte    // the response head's names and values, back to back
+	long   []byte    // a head line longer than the read buffer
+	spans  []span    // where each field of raw is
+	fields []field   // the response head's fields
+	tried  []*target // targets a retry skips
 
 	conn   atomic.Pointer[h1Conn] // the connection ctx's cancellation aborts
 	cancel func()                 // st.abort, bound once
@@ -67,7 +66,7 @@ type span struct{ n0, n1, v0, v1 int }
 type field struct{ name, value string }
 
 var h1States = sync.Pool{New: func() any {
-	st := &h1State{out: make(http.Header, 16), head: make([]byte, 0, 1024), raw: make([]byte, 0, 1024)}
+	st := &h1State{head: make([]byte, 0, 1024), raw: make([]byte, 0, 1024)}
 	st.cancel = st.abort
 	return st
 }}
@@ -76,7 +75,6 @@ func (st *h1State) release() {
 	if st.spoiled {
 		return
 	}
-	clear(st.out)
 	clear(st.fields)
 	clear(st.tried)
 	st.fields, st.tried, st.spans = st.fields[:0], st.tried[:0], st.spans[:0]
@@ -190,23 +188,18 @@ func (p *Proxy) serveH1(w http.ResponseWriter, r *http.Request) {
 
 // writeHead writes into st.head the request head that goes upstream for
 // r: its request line, host (as the client sent it), the client's headers
-// less the hop-by-hop ones and those forwarded.Trust.SetHeaders removes,
-// the forwarding headers SetHeaders sets, and the framing of the body. It
-// returns the protocol r asks to switch to, if any.
+// less the hop-by-hop ones (and those its Connection field lists) and
+// those forwarded.Policy.Passes refuses, the forwarding headers of
+// forwarded.Trust.Forwarding, and the framing of the body: the head that
+// SetHeaders gives over a header map, written without one. It returns the
+// protocol r asks to switch to, if any.
 func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trust, pol forwarded.Policy) (upType string, err error) {
-	out := st.out
-	clear(out)
-	for k, v := range r.Header {
-		out[k] = v // shared: SetHeaders and the removals below replace or delete, never append
-	}
 	upType = upgradeType(r.Header)
 	if !isPrint(upType) {
 		return "", fmt.Errorf("proxy: client tried to switch to invalid protocol %q", upType)
 	}
-	removeHopByHop(out)
-	delete(out, "Content-Length")
-	delete(out, "Host")
-	trust.SetHeaders(out, r, pol)
+	f := trust.Forwarding(r)
+	conn := r.Header["Connection"]
 
 	b := append(st.head[:0], r.Method...)
 	b = append(b, ' ')
@@ -214,12 +207,18 @@ func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trus
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = appendValue(b, host)
 	b = append(b, "\r\n"...)
-	for k, vv := range out {
+	for k, vv := range r.Header {
+		if isHopByHop(k) || k == "Content-Length" || k == "Host" ||
+			len(conn) > 0 && listedByConnection(conn, k) || !pol.Passes(r.Header, k, f.ViaProxy) {
+			continue
+		}
 		for _, v := range vv {
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = appendValue(b, v)
-			b = append(b, "\r\n"...)
+			b = appendField(b, k, v)
+		}
+	}
+	for i, v := range [...]string{f.For, f.RealIP, f.Proto, f.Host} {
+		if v != "" {
+			b = appendField(b, forwardingNames[i], v)
 		}
 	}
 	if headerHasToken(r.Header["Te"], "trailers") {
@@ -256,6 +255,28 @@ func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trus
 	}
 	st.head = append(b, "\r\n"...)
 	return upType, nil
+}
+
+// forwardingNames are the names of forwarded.Forwarding's headers, in the
+// order writeHead writes them.
+var forwardingNames = [...]string{"X-Forwarded-For", "X-Real-Ip", "X-Forwarded-Proto", "X-Forwarded-Host"}
+
+// appendField appends the field "k: v" and its line end to b.
+func appendField(b []byte, k, v string) []byte {
+	b = append(b, k...)
+	b = append(b, ": "...)
+	b = appendValue(b, v)
+	return append(b, "\r\n"...)
+}
+
+// listedByConnection reports whether the Connection field values list
+// the field k, which is then hop-by-hop (RFC 9110 section 7.6.1). The
+// connection options close, keep-alive and upgrade name no field.
+func listedByConnection(values []string, k string) bool {
+	if strings.EqualFold(k, "close") {
+		return false // keep-alive and upgrade are hop-by-hop fields anyway
+	}
+	return headerHasToken(values, k)
 }
 
 // hasBody reports whether r's body is sent upstream (an empty one is not).
@@ -728,7 +749,7 @@ func (st *h1State) copyFields(hdr http.Header, h *respHead) {
 		if isHopByHop(f.name) || f.name == "Content-Length" && (h.chunked || i > 0 && seen(st.fields[:i], f.name)) {
 			continue
 		}
-		if len(listed) > 0 && listedIn(listed, f.name) {
+		if len(listed) > 0 && headerHasToken(listed, f.name) {
 			continue
 		}
 		if !fresh || seen(st.fields[:i], f.name) {
@@ -1114,47 +1135,6 @@ func isHopByHop(k string) bool {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
 		return true
-	}
-	return false
-}
-
-// removeHopByHop deletes from h the hop-by-hop fields and those its
-// Connection fields list.
-func removeHopByHop(h http.Header) {
-	for _, v := range h["Connection"] {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			tok = strings.TrimSpace(tok)
-			switch {
-			case tok == "":
-			case strings.EqualFold(tok, "close"), strings.EqualFold(tok, "keep-alive"), strings.EqualFold(tok, "upgrade"):
-				// Hop-by-hop already, or no field.
-			default:
-				for k := range h {
-					if strings.EqualFold(k, tok) {
-						delete(h, k)
-					}
-				}
-			}
-		}
-	}
-	for _, k := range [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
-		delete(h, k)
-	}
-}
-
-// listedIn reports whether a Connection field of values lists name.
-func listedIn(values []string, name string) bool {
-	for _, v := range values {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(tok), name) {
-				return true
-			}
-		}
 	}
 	return false
 }
