@@ -22,6 +22,7 @@ package forwarded
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -123,6 +124,19 @@ func Peer(r *http.Request) (netip.Addr, bool) {
 		return Normalize(a), true
 	}
 	return netip.Addr{}, false
+}
+
+// PeerText returns the text of a, the peer address of r (Peer): the host
+// part of r.RemoteAddr when it spells a so, which costs no allocation,
+// else a.String().
+func PeerText(r *http.Request, a netip.Addr) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		var buf [64]byte
+		if string(a.AppendTo(buf[:0])) == host {
+			return host
+		}
+	}
+	return a.String()
 }
 
 // Client is who sent a request, as a Trust sees it. Both addresses are
@@ -395,7 +409,7 @@ type Forwarding struct {
 func (t *Trust) Forwarding(in *http.Request) Forwarding {
 	c, ok := t.Client(in)
 	f := Forwarding{ViaProxy: c.ViaProxy}
-	peer := c.Peer.String()
+	peer := PeerText(in, c.Peer)
 	if !ok {
 		peer = in.RemoteAddr
 	}

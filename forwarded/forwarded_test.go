@@ -150,6 +150,33 @@ func TestClientAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestPeerText: the peer's text is the address's own spelling, taken from
+// RemoteAddr without allocating when RemoteAddr spells it so.
+func TestPeerText(t *testing.T) {
+	for _, tc := range []struct{ remote, want string }{
+		{"203.0.113.5:1234", "203.0.113.5"},
+		{"[2001:db8::1]:443", "2001:db8::1"},
+		{"[2001:DB8:0::1]:443", "2001:db8::1"},     // not as netip spells it
+		{"[::ffff:203.0.113.5]:80", "203.0.113.5"}, // normalized to IPv4
+		{"[fe80::1%eth0]:80", "fe80::1"},           // Normalize drops the zone
+		{"203.0.113.5", "203.0.113.5"},             // no port
+	} {
+		r := request(tc.remote)
+		a, ok := forwarded.Peer(r)
+		if !ok {
+			t.Fatalf("%s: no peer", tc.remote)
+		}
+		if got := forwarded.PeerText(r, a); got != tc.want || got != a.String() {
+			t.Errorf("PeerText(%s) = %q, want %q (a.String() %q)", tc.remote, got, tc.want, a.String())
+		}
+	}
+	r := request("203.0.113.5:1234")
+	a, _ := forwarded.Peer(r)
+	if n := testing.AllocsPerRun(100, func() { forwarded.PeerText(r, a) }); n != 0 {
+		t.Errorf("%v allocations per PeerText of %s, want 0", n, r.RemoteAddr)
+	}
+}
+
 // TestMappedPrefixSameEverywhere is the case that once split the limiter
 // and the proxy: with trusted_proxies ["::ffff:127.0.0.0/104"] and a peer
 // of 127.0.0.1, both the client address and the forwarded headers must

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/route"
@@ -161,9 +162,15 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		if len(policies) > 0 {
 			// Set by their canonical names: Header.Set would canonicalize
 			// "RateLimit-Policy" into a new string on every request.
+			// One array holds both values, each field a slice of its own
+			// element, as Header.Set would give it.
+			vals := &[2]string{policies[0], string(states)}
+			if len(policies) > 1 {
+				vals[0] = strings.Join(policies, ", ")
+			}
 			h := w.Header()
-			h[hdrRateLimitPolicy] = []string{strings.Join(policies, ", ")}
-			h[hdrRateLimit] = []string{string(states)}
+			h[hdrRateLimitPolicy] = vals[0:1:1]
+			h[hdrRateLimit] = vals[1:2:2]
 		}
 		if len(after) == 0 {
 			next.ServeHTTP(w, r)
@@ -331,7 +338,12 @@ func (f *features) client() {
 		c, ok := f.l.id.trust.Client(f.r)
 		f.addr, f.trusted = c.Addr, c.ViaProxy
 		if ok {
-			f.ip, f.ipOK = f.l.id.ipValue(f.addr), true
+			f.ipOK = true
+			if f.addr == c.Peer && f.addr.Is4() {
+				f.ip = forwarded.PeerText(f.r, f.addr) // ipValue's text, without allocating it
+			} else {
+				f.ip = f.l.id.ipValue(f.addr)
+			}
 		}
 	}
 }
