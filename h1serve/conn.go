@@ -55,6 +55,10 @@ type conn struct {
 	hook     func()
 	stopHook func() bool
 
+	// idleUntil is the read deadline armIdle set last (Unix ns), 0 when
+	// another may have been set since (setReadDeadline).
+	idleUntil atomic.Int64
+
 	wdlSet  bool     // the handler set a write deadline (http.ResponseController)
 	seen    []string // intern's strings: Host, the target, the other fields' values
 	head    []byte   // a response's head, reused
@@ -101,7 +105,7 @@ func (c *conn) serve() {
 		idleTimeout = c.s.srv.ReadTimeout
 	}
 	if hdrTimeout > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(hdrTimeout))
+		c.setReadDeadline(time.Now().Add(hdrTimeout))
 	}
 	for first := true; ; first = false {
 		// Idle until the request's first byte (a new connection too: one
@@ -111,9 +115,9 @@ func (c *conn) serve() {
 		}
 		if !first {
 			if idleTimeout > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+				c.armIdle(idleTimeout)
 			} else {
-				c.nc.SetReadDeadline(time.Time{})
+				c.setReadDeadline(time.Time{})
 			}
 		}
 		if _, err := c.br.Peek(1); err != nil {
@@ -148,6 +152,29 @@ func (c *conn) serve() {
 	}
 }
 
+// armIdle bounds the wait for the next request to d from now (the idle
+// timeout) with the least work: the read deadline is set to now+d+d/16
+// only when the one armIdle set last is not already between now+d and
+// that, so that a busy connection sets it about once every d/16 rather
+// than once a request (a deadline costs a runtime timer update). The
+// connection may thus stay idle up to d/16 longer than d.
+func (c *conn) armIdle(d time.Duration) {
+	want := time.Now().Add(d).UnixNano()
+	slack := int64(d / 16)
+	if cur := c.idleUntil.Load(); cur >= want && cur <= want+slack {
+		return
+	}
+	c.nc.SetReadDeadline(time.Unix(0, want+slack))
+	c.idleUntil.Store(want + slack)
+}
+
+// setReadDeadline sets the connection's read deadline to t; the next
+// armIdle sets its own.
+func (c *conn) setReadDeadline(t time.Time) error {
+	c.idleUntil.Store(0)
+	return c.nc.SetReadDeadline(t)
+}
+
 // readHead returns the next request's head (through its blank line) as it
 // sits in the read buffer, not consumed. A head that does not fit in the
 // buffer is returned as nil with no error: it is handed over. Once the
@@ -168,9 +195,9 @@ func (c *conn) readHead(first bool, hdrTimeout time.Duration) ([]byte, error) {
 		if !deadlineSet {
 			deadlineSet = true
 			if hdrTimeout > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(hdrTimeout))
+				c.setReadDeadline(time.Now().Add(hdrTimeout))
 			} else {
-				c.nc.SetReadDeadline(time.Time{})
+				c.setReadDeadline(time.Time{})
 			}
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
@@ -220,7 +247,7 @@ func (c *conn) handOver() bool {
 	}
 	pending, _ := c.br.Peek(c.br.Buffered())
 	rc := &replayConn{Conn: c.nc, pending: bytes.Clone(pending)}
-	c.nc.SetReadDeadline(time.Time{})
+	c.setReadDeadline(time.Time{})
 	c.nc.SetWriteDeadline(time.Time{})
 	return c.s.hand.give(rc)
 }
@@ -409,7 +436,7 @@ func (c *conn) stopWatch() {
 	c.reqCtx = nil
 	if c.watching {
 		c.aborting = true
-		c.nc.SetReadDeadline(aLongTimeAgo)
+		c.setReadDeadline(aLongTimeAgo)
 		for c.watching {
 			c.wcond.Wait()
 		}
@@ -439,7 +466,7 @@ func (c *conn) watch() {
 		return
 	}
 	c.watching = true
-	c.nc.SetReadDeadline(time.Time{})
+	c.setReadDeadline(time.Time{})
 	c.wmu.Unlock()
 	_, err := c.br.Peek(1)
 	c.wmu.Lock()

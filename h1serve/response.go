@@ -338,7 +338,7 @@ func (w *response) SetReadDeadline(t time.Time) error {
 	if w.done {
 		return errWriteAfterHandler
 	}
-	return w.c.nc.SetReadDeadline(t)
+	return w.c.setReadDeadline(t)
 }
 func (w *response) SetWriteDeadline(t time.Time) error {
 	if w.done {

@@ -161,6 +161,31 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+// TestIdleTimeoutCountsFromTheLastAnswer: the idle deadline is not set
+// anew for every request (armIdle), yet a connection busy for longer than
+// IdleTimeout stays open, and one idle after its last answer closes no
+// sooner than IdleTimeout after it.
+func TestIdleTimeoutCountsFromTheLastAnswer(t *testing.T) {
+	const idle = 160 * time.Millisecond
+	_, addr, _ := serve(t, &http.Server{IdleTimeout: idle,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})})
+	c, br := dial(t, addr)
+	var last time.Time
+	for end := time.Now().Add(3 * idle); time.Now().Before(end); time.Sleep(idle / 8) {
+		if _, err := io.WriteString(c, get); err != nil {
+			t.Fatal(err)
+		}
+		readResponse(t, c, br)
+		last = time.Now()
+	}
+	if !closedWithin(c, br, 3*time.Second) {
+		t.Fatal("an idle connection stayed open past IdleTimeout")
+	}
+	if d := time.Since(last); d < idle-20*time.Millisecond {
+		t.Fatalf("closed %v after the last answer, before IdleTimeout (%v)", d, idle)
+	}
+}
+
 func TestReadHeaderTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

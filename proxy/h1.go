@@ -365,6 +365,9 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		bw = startBody(nc, r, p.rht)
 	}
 	rht := p.rht
+	if expect || hasBody(r) {
+		c.rdl = time.Time{} // the body's writer sets deadlines of its own
+	}
 	switch {
 	case expect:
 		// Wait for the upstream's 100 (or its final answer, or a second)
@@ -377,7 +380,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		nc.SetReadDeadline(time.Time{})
 		sendBody()
 	default:
-		nc.SetReadDeadline(start.Add(rht))
+		c.armHeaderDeadline(start, rht)
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -450,6 +453,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		// A body to stream, or a protocol switch: no deadline from here.
 		// (A connection put back keeps its deadline: the next exchange
 		// sets its own before reading.)
+		c.rdl = time.Time{}
 		nc.SetReadDeadline(time.Time{})
 	}
 	if ctx.Err() != nil {
@@ -1274,6 +1278,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	st.conn.Store(c)
 	stop := context.AfterFunc(ctx, st.cancel)
 	defer st.conn.Store(nil)
+	c.rdl = time.Time{}
 	c.nc.SetReadDeadline(time.Time{}) // ctx bounds the check; a connection put back may hold a past deadline
 	if _, err := c.nc.Write(st.head); err != nil {
 		st.disarm(stop)

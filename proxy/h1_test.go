@@ -634,6 +634,35 @@ func h1Cases() []h1Case {
 			want: `504`,
 		},
 		{
+			// The own client does not set the deadline anew for every
+			// request on a kept-alive connection (armHeaderDeadline): a
+			// connection busy for longer than the timeout must not time
+			// out, and a slow answer on it must, no sooner than the
+			// timeout after its request.
+			name: "response_header_timeout on a busy kept-alive connection",
+			upstream: handlerUpstream(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/slow" {
+					select {
+					case <-r.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+				}
+			}),
+			cfg: func(c *proxy.Config) { c.ResponseHeaderTimeout = 200 * time.Millisecond },
+			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
+				codes := map[int]int{}
+				for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); {
+					resp, _ := send(t, "GET", front+"/fast", nil)
+					codes[resp.StatusCode]++
+				}
+				start := time.Now()
+				resp, _ := send(t, "GET", front+"/slow", nil)
+				took := time.Since(start)
+				return fmt.Sprint("fast ", len(codes), " status ", codes[200] > 0, ", slow ", resp.StatusCode, " after the timeout ", took >= 190*time.Millisecond, " within 2s ", took < 2*time.Second)
+			},
+			want: `fast 1 status true, slow 504 after the timeout true within 2s true`,
+		},
+		{
 			name: "a server that closes each kept-alive connection right after answering",
 			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")

@@ -60,6 +60,26 @@ type h1Conn struct {
 	raw    syscall.RawConn // nil when nc has none
 	idleAt time.Time       // when it was put back
 	reused bool            // it has carried a request before
+	// rdl is the read deadline armHeaderDeadline set last, zero when
+	// another may have been set since.
+	rdl time.Time
+}
+
+// armHeaderDeadline bounds the wait for the response head of a request
+// sent at start to rht (response_header_timeout) with the least work: the
+// read deadline is set to start+rht+rht/16 only when the one it set last
+// is not already between start+rht and that, so that a busy connection
+// sets it about once every rht/16 rather than once a request (a deadline
+// costs a runtime timer update). A head may thus be waited for up to
+// rht/16 longer than rht. Every other setter of c's read deadline must
+// clear rdl.
+func (c *h1Conn) armHeaderDeadline(start time.Time, rht time.Duration) {
+	want := start.Add(rht)
+	if !c.rdl.Before(want) && !c.rdl.After(want.Add(rht/16)) {
+		return
+	}
+	c.rdl = want.Add(rht / 16)
+	c.nc.SetReadDeadline(c.rdl)
 }
 
 func newH1Pool(key poolKey, opened *atomic.Int64, m *Metrics) *h1Pool {
@@ -95,6 +115,7 @@ func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
 		if check || idle >= staleCheckAfter {
 			// The last exchange's read deadline may have passed: the peek
 			// would fail on it, not on the socket.
+			c.rdl = time.Time{}
 			c.nc.SetReadDeadline(time.Time{})
 			if c.peerClosed() {
 				c.nc.Close()
