@@ -23,7 +23,9 @@ func AfterGone(ctx context.Context, f func()) (stop func() bool, ok bool) {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.reqCtx == nil || c.hook != nil || ctx.Done() != c.reqCtx.Done() {
+	// ctx == c.reqCtx first: Done makes the context's channel, which a
+	// request that ends normally never needs.
+	if c.reqCtx == nil || c.hook != nil || ctx != c.reqCtx && ctx.Done() != c.reqCtx.Done() {
 		return nil, false
 	}
 	c.hook = f
