@@ -31,6 +31,34 @@ type Match struct {
 type Matcher struct {
 	mux     *chi.Mux
 	methods []string
+	// simple is the pattern split into its segments when each is a
+	// literal or a whole "{name}" (the common "/{short_key}", "/login"):
+	// matchPath then walks the path itself, as chi would match it,
+	// without a routing context. nil: chi matches.
+	simple []segment
+}
+
+// segment is one segment of a simple pattern: the literal it must be, or
+// the name of the parameter it is.
+type segment struct {
+	literal, param string
+}
+
+// simplePattern splits pattern into segments when each is a literal
+// without chi's special characters or a whole "{name}" without a regular
+// expression; ok is false otherwise.
+func simplePattern(pattern string) (segs []segment, ok bool) {
+	for _, s := range strings.Split(pattern[1:], "/") {
+		switch {
+		case !strings.ContainsAny(s, "{}*:"):
+			segs = append(segs, segment{literal: s})
+		case len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' && !strings.ContainsAny(s[1:len(s)-1], "{}*:/"):
+			segs = append(segs, segment{param: s[1 : len(s)-1]})
+		default:
+			return nil, false
+		}
+	}
+	return segs, true
 }
 
 var ctxPool = sync.Pool{New: func() any { return chi.NewRouteContext() }}
@@ -57,7 +85,9 @@ func (m Match) Compile() (mt *Matcher, err error) {
 	}()
 	mux := chi.NewMux()
 	mux.HandleFunc(m.Path, func(http.ResponseWriter, *http.Request) {})
-	return &Matcher{mux: mux, methods: m.Methods}, nil
+	mt = &Matcher{mux: mux, methods: m.Methods}
+	mt.simple, _ = simplePattern(m.Path)
+	return mt, nil
 }
 
 // Match reports whether a request with method and path matches.
@@ -224,6 +254,9 @@ func (mt *Matcher) allows(method string) bool {
 // pattern without methods matches methods chi does not know too (PROPFIND,
 // FOO), which an upstream may route to the same handler.
 func (mt *Matcher) matchPath(path, name string) (string, bool) {
+	if mt.simple != nil {
+		return matchSimple(mt.simple, path, name)
+	}
 	rctx := ctxPool.Get().(*chi.Context)
 	rctx.Reset()
 	ok := mt.mux.Find(rctx, http.MethodGet, path) != ""
@@ -233,4 +266,38 @@ func (mt *Matcher) matchPath(path, name string) (string, bool) {
 	}
 	ctxPool.Put(rctx)
 	return v, ok
+}
+
+// matchSimple is matchPath for a simple pattern: path has as many
+// segments, each literal one equal, and the last not empty if it is a
+// parameter's.
+func matchSimple(segs []segment, path, name string) (v string, ok bool) {
+	if path == "" || path[0] != '/' {
+		return "", false
+	}
+	rest := path[1:]
+	for i, sg := range segs {
+		s := rest
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			if i == len(segs)-1 {
+				return "", false // more segments than the pattern
+			}
+			s, rest = rest[:j], rest[j+1:]
+		} else if i < len(segs)-1 {
+			return "", false // fewer
+		}
+		if sg.param == "" {
+			if s != sg.literal {
+				return "", false
+			}
+		} else {
+			if s == "" && i == len(segs)-1 {
+				return "", false // chi: a parameter matches nothing only where more path follows
+			}
+			if sg.param == name {
+				v = s
+			}
+		}
+	}
+	return v, true
 }
