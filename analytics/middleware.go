@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/linkgate/linkgate/internal/header"
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -38,7 +39,7 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			ww := proxy.StatusWriter(w, r) // the gateway's, when there is one
+			ww := proxy.StatusWriter(w) // the gateway's, when there is one
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 { // nothing written: net/http answers 200
@@ -48,7 +49,7 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 				return
 			}
 			bot := false
-			if bots != BotsCount && IsBot(r.UserAgent()) {
+			if bots != BotsCount && IsBot(header.First(r.Header, "User-Agent")) {
 				if bots == BotsIgnore {
 					return
 				}
@@ -58,7 +59,7 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 			var u uint64
 			if uniques != nil && !bot {
 				if c, ok := p.trust.Client(r); ok {
-					u = uniques.Hash(now, c.Addr, r.UserAgent(), key)
+					u = uniques.Hash(now, c.Addr, header.First(r.Header, "User-Agent"), key)
 				}
 			}
 			if visit == nil {

@@ -27,6 +27,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/linkgate/linkgate/internal/header"
 )
 
 // Trust is a parsed list of trusted proxies. The zero Trust (and a nil
@@ -170,9 +172,9 @@ func (t *Trust) Client(r *http.Request) (c Client, ok bool) {
 		return c, true
 	}
 	c.ViaProxy = true
-	xff := r.Header.Values("X-Forwarded-For")
+	xff := r.Header["X-Forwarded-For"]
 	if len(xff) == 0 {
-		if v := r.Header.Get("X-Real-Ip"); v != "" {
+		if v := header.First(r.Header, "X-Real-Ip"); v != "" {
 			if a, err := parseEntry(v); err == nil {
 				c.Addr = a
 			}
@@ -428,14 +430,14 @@ func (t *Trust) Forwarding(in *http.Request) Forwarding {
 			f.RealIP = c.Addr.String()
 		}
 	}
-	if v := in.Header.Get("X-Forwarded-Proto"); c.ViaProxy && v != "" {
+	if v := header.First(in.Header, "X-Forwarded-Proto"); c.ViaProxy && v != "" {
 		f.Proto = v
 	} else if in.TLS != nil {
 		f.Proto = "https"
 	} else {
 		f.Proto = "http"
 	}
-	if v := in.Header.Get("X-Forwarded-Host"); c.ViaProxy && v != "" {
+	if v := header.First(in.Header, "X-Forwarded-Host"); c.ViaProxy && v != "" {
 		f.Host = v
 	} else {
 		f.Host = in.Host

@@ -56,7 +56,7 @@ func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler 
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			ww := proxy.StatusWriter(w, r)
+			ww := proxy.StatusWriter(w)
 			var rec *accessRecord
 			if access != nil {
 				r, rec = access.begin(r)

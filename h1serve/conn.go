@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/linkgate/linkgate/internal/header"
 )
 
 // A connection's states, for Shutdown: it closes idle connections only.
@@ -385,7 +387,7 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	r := parsed.WithContext(ctx)
 	w := &response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
-		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"), staged: c.staged[:0]}
+		wantsClose: r.Close || hasToken(header.First(r.Header, "Connection"), "close"), staged: c.staged[:0]}
 	c.startWatch(ctx, cancel)
 	defer func() {
 		if v := recover(); v != nil {

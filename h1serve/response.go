@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/linkgate/linkgate/internal/header"
 )
 
 // bufferBeforeChunking is how much of a body is held before its head is
@@ -75,7 +77,7 @@ func (w *response) WriteHeader(code int) {
 	// An invalid Content-Length is taken out of the handler's map, but
 	// stays in the head net/http cloned before (unless chunking drops it).
 	invalidCL := false
-	if cl := h.Get("Content-Length"); cl != "" {
+	if cl := header.First(h, "Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.contentLength = v
 		} else {

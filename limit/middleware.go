@@ -176,7 +176,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ww := proxy.StatusWriter(w, r) // the gateway's, when there is one
+		ww := proxy.StatusWriter(w) // the gateway's, when there is one
 		returned := false
 		// Deferred, so that a handler that aborts is counted too:
 		// httputil.ReverseProxy panics with http.ErrAbortHandler when the

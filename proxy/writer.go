@@ -1,26 +1,72 @@
 package proxy
 
-import (
-	"net/http"
+import "net/http"
 
-	"github.com/go-chi/chi/v5/middleware"
-)
-
-// StatusWriter returns w as a chi middleware.WrapResponseWriter, which
-// records the status and the bytes of the answer to r: w itself when it is
-// one already, else a new wrap of w. One wrap thus serves a whole request:
-// the gateway's outermost middleware makes it, and the middlewares inside
+// StatusWriter returns w as a *Recorder, which records the status and the
+// bytes of the answer written through it: w itself when it is one
+// already, else a new wrap of w. One wrap thus serves a whole request: the
+// gateway's outermost middleware makes it, and the middlewares inside
 // that wait for the upstream's status (the limiter's count_status, the
-// visit counter) reuse it, as chi's own middlewares share theirs; each of
-// them still wraps for itself when used alone. Reuse assumes nothing has
-// answered through w yet, as holds for any middleware before it calls next.
-//
-// Status is 0 until a final status is written (a handler that writes
-// nothing answers 200). Flush, Hijack and http.ResponseController reach w
-// through the wrap.
-func StatusWriter(w http.ResponseWriter, r *http.Request) middleware.WrapResponseWriter {
-	if ww, ok := w.(middleware.WrapResponseWriter); ok {
-		return ww
+// visit counter) reuse it; each of them still wraps for itself when used
+// alone. Reuse assumes nothing has answered through w yet, as holds for
+// any middleware before it calls next.
+func StatusWriter(w http.ResponseWriter) *Recorder {
+	if rec, ok := w.(*Recorder); ok {
+		return rec
 	}
-	return middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+	return &Recorder{ResponseWriter: w}
 }
+
+// Recorder is a response writer that records what is written through it.
+// Status is 0 until a final status is written, by WriteHeader, a Write
+// (200) or a Flush (200); a handler that writes nothing answers 200.
+// Flush reaches the writer underneath, and so do Hijack, deadlines and
+// the other calls of http.ResponseController (Unwrap).
+type Recorder struct {
+	http.ResponseWriter
+	status, bytes int
+}
+
+// WriteHeader passes an interim (1xx) status on, and the first final one;
+// a later one is superfluous, as net/http ignores it too.
+func (w *Recorder) WriteHeader(code int) {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	if w.status == 0 {
+		w.status = code
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *Recorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK // the writer underneath answers 200 first
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+// Flush sends what is written so far, and the head: the status is 200
+// unless one was written.
+func (w *Recorder) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap is the writer underneath, for http.ResponseController.
+func (w *Recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Status is the final status written, 0 for none yet.
+func (w *Recorder) Status() int { return w.status }
+
+// BytesWritten is the number of body bytes written.
+func (w *Recorder) BytesWritten() int { return w.bytes }

@@ -4,18 +4,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/linkgate/linkgate/proxy"
 )
 
 // TestStatusWriter: a writer is wrapped once, and the wrap is reused; it
-// records the first final status written, and Flush reaches the writer
-// underneath.
+// records the first final status written, counts the body's bytes, and Flush and http.ResponseController reach the
+// writer underneath.
 func TestStatusWriter(t *testing.T) {
 	rec := httptest.NewRecorder()
-	r := httptest.NewRequest("GET", "/", nil)
-	ww := proxy.StatusWriter(rec, r)
-	if again := proxy.StatusWriter(ww, r); again != ww {
+	ww := proxy.StatusWriter(rec)
+	if again := proxy.StatusWriter(ww); again != ww {
 		t.Errorf("StatusWriter of a wrap = %p, want the wrap %p itself", again, ww)
 	}
 	if s := ww.Status(); s != 0 {
@@ -26,12 +26,41 @@ func TestStatusWriter(t *testing.T) {
 	if s := ww.Status(); s != http.StatusNotFound || rec.Code != http.StatusNotFound {
 		t.Errorf("Status %d, recorder %d; want 404 both", s, rec.Code)
 	}
-	f, ok := ww.(http.Flusher)
-	if !ok {
-		t.Fatalf("the wrap of a Flusher (%T) is no Flusher", ww)
+	ww.Write([]byte("abc"))
+	ww.Write([]byte("de"))
+	if n := ww.BytesWritten(); n != 5 || rec.Body.String() != "abcde" {
+		t.Errorf("BytesWritten %d, body %q; want 5, abcde", n, rec.Body.String())
 	}
+	var f http.Flusher = ww
 	f.Flush()
 	if !rec.Flushed {
 		t.Error("Flush did not reach the writer underneath")
 	}
+
+	// A write or a flush with no status first is a 200.
+	for name, write := range map[string]func(*proxy.Recorder){
+		"Write": func(w *proxy.Recorder) { w.Write([]byte("x")) },
+		"Flush": func(w *proxy.Recorder) { w.Flush() },
+	} {
+		w := proxy.StatusWriter(httptest.NewRecorder())
+		write(w)
+		if s := w.Status(); s != http.StatusOK {
+			t.Errorf("Status after a %s first = %d, want 200", name, s)
+		}
+	}
+
+	// http.ResponseController reaches the writer underneath through
+	// Unwrap: a recorder has no deadlines, so the call says so, rather
+	// than that the wrap has none.
+	under := &deadlineWriter{ResponseWriter: httptest.NewRecorder()}
+	if err := http.NewResponseController(proxy.StatusWriter(under)).SetReadDeadline(time.Now()); err != nil || !under.set {
+		t.Errorf("SetReadDeadline through the wrap: %v, reached %v; want nil, true", err, under.set)
+	}
 }
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	set bool
+}
+
+func (w *deadlineWriter) SetReadDeadline(time.Time) error { w.set = true; return nil }

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/internal/header"
 )
 
 // Dim names one feature of a visit: a dimension that link analytics break
@@ -126,7 +127,7 @@ func New(o Options) *Reader {
 // With a cached User-Agent it does not allocate, except for a Referer host
 // or source value with upper-case letters or escapes.
 func (rd *Reader) Read(r *http.Request, bot bool, f *Features) {
-	ref := ReferrerDomain(r.Header.Get("Referer"))
+	ref := ReferrerDomain(header.First(r.Header, "Referer"))
 	f[Referrer] = ref
 	f[Source] = ref
 	if src := rd.source(r.URL.RawQuery); src != "" {
@@ -139,7 +140,7 @@ func (rd *Reader) Read(r *http.Request, bot bool, f *Features) {
 			f[Country] = rd.geo.Country(c.Addr)
 		}
 	}
-	u := rd.ua.get(r.Header.Get("User-Agent"))
+	u := rd.ua.get(header.First(r.Header, "User-Agent"))
 	f[Device], f[Browser], f[OS] = u.device, u.browser, u.os
 	if bot {
 		f[Device] = Bot
