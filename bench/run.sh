@@ -17,7 +17,7 @@
 #   BENCH_PATH [/go]                  a redirect, so analytics and the rules apply
 #   BENCH_RULES [none]                none | example: the rules of the "gateway" target
 #   BENCH_ANALYTICS [off]             off | on: analytics of the "gateway" target
-#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]   (and relay)
+#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]   (and relay, nginx-id)
 #   GATEWAY_BIN [built from ./cmd/gateway]   a gateway binary to measure instead
 #   RESULTS_DIR [bench/results/TIMESTAMP]   raw wrk output and the summary
 set -euo pipefail
@@ -60,7 +60,7 @@ warm=$(seconds "$WARMUP") || die "WARMUP=$WARMUP: want like 1s"
 [[ $BENCH_PATH == /* ]] || die "BENCH_PATH=$BENCH_PATH: want a path starting with /"
 targets=()
 for t in $BENCH_TARGETS; do
-	case $t in direct | nginx | floor | relay | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
+	case $t in direct | nginx | nginx-id | floor | relay | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
 done
 ((${#targets[@]} > 0)) || die "BENCH_TARGETS is empty"
 want() { [[ " ${targets[*]} " == *" $1 "* ]]; }
@@ -85,7 +85,7 @@ apt_install() {
 	$sudo apt-get install -y -qq "$1" >&2
 }
 apt_install wrk wrk
-if want nginx; then apt_install nginx nginx; fi
+if want nginx || want nginx-id; then apt_install nginx nginx; fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 memcached_bin=$(command -v memcached || echo /usr/bin/memcached)
 if want gateway-mc; then
@@ -191,32 +191,36 @@ if want relay; then
 	url[relay]="http://127.0.0.1:$relay_port$BENCH_PATH"
 fi
 
-if want nginx; then
-	# nginx as an operator would put it in front: a kept-alive upstream
-	# pool, the forwarding headers, and limit_req on the client address at
-	# a rate the benchmark never reaches (the check is what is measured,
-	# as for the gateway's IP rule).
-	nginx_port=$(free_port)
-	mkdir -p "$tmp/nginx"
-	cat >"$tmp/nginx.conf" <<EOF
+# nginx_target NAME [DIRECTIVE...]: nginx as an operator would put it in
+# front, as target NAME: a kept-alive upstream pool, the forwarding
+# headers, and limit_req on the client address at a rate the benchmark
+# never reaches (the check is what is measured, as for the gateway's IP
+# rule); each DIRECTIVE is added to its location.
+nginx_target() {
+	local name=$1 port d extra=""
+	shift
+	for d in "$@"; do extra+="      $d"$'\n'; done
+	port=$(free_port)
+	mkdir -p "$tmp/$name"
+	cat >"$tmp/$name.conf" <<EOF
 worker_processes auto;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
+pid $tmp/$name/nginx.pid;
+error_log $tmp/$name/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy;
-  fastcgi_temp_path $tmp/nginx/fastcgi;
-  uwsgi_temp_path $tmp/nginx/uwsgi;
-  scgi_temp_path $tmp/nginx/scgi;
+  client_body_temp_path $tmp/$name/body;
+  proxy_temp_path $tmp/$name/proxy;
+  fastcgi_temp_path $tmp/$name/fastcgi;
+  uwsgi_temp_path $tmp/$name/uwsgi;
+  scgi_temp_path $tmp/$name/scgi;
   limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
   upstream tinyurl {
     server 127.0.0.1:$up_port;
     keepalive 1024;
   }
   server {
-    listen 127.0.0.1:$nginx_port;
+    listen 127.0.0.1:$port;
     location / {
       limit_req zone=ip burst=1000000 nodelay;
       proxy_pass http://tinyurl;
@@ -226,14 +230,20 @@ http {
       proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
       proxy_set_header X-Real-IP \$remote_addr;
       proxy_set_header X-Forwarded-Proto \$scheme;
-    }
+$extra    }
   }
 }
 EOF
-	"$nginx_bin" -t -q -e "$tmp/nginx/error.log" -c "$tmp/nginx.conf" || die "generated nginx config is invalid"
-	start nginx "$nginx_bin" -e "$tmp/nginx/error.log" -c "$tmp/nginx.conf" -g 'daemon off;'
-	wait_ready nginx "$last_pid" "$nginx_port"
-	url[nginx]="http://127.0.0.1:$nginx_port$BENCH_PATH"
+	"$nginx_bin" -t -q -e "$tmp/$name/error.log" -c "$tmp/$name.conf" || die "generated $name config is invalid"
+	start "$name" "$nginx_bin" -e "$tmp/$name/error.log" -c "$tmp/$name.conf" -g 'daemon off;'
+	wait_ready "$name" "$last_pid" "$port"
+	url[$name]="http://127.0.0.1:$port$BENCH_PATH"
+}
+if want nginx; then nginx_target nginx; fi
+# nginx-id: the same, forwarding besides what the gateway forwards too: a
+# request id (as the gateway's X-Request-ID) and X-Forwarded-Host.
+if want nginx-id; then
+	nginx_target nginx-id 'proxy_set_header X-Request-ID $request_id;' 'proxy_set_header X-Forwarded-Host $host;'
 fi
 
 if want gateway-mc; then
@@ -339,7 +349,7 @@ hz=$(getconf CLK_TCK)
 results=${RESULTS_DIR:-bench/results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$results"
 for t in "${gateways[@]}"; do cp "$tmp/$t.yaml" "$results/$t.yaml"; done
-if want nginx; then cp "$tmp/nginx.conf" "$results/nginx.conf"; fi
+for t in nginx nginx-id; do if want "$t"; then cp "$tmp/$t.conf" "$results/$t.conf"; fi; done
 
 if ((warm > 0)); then
 	for t in "${targets[@]}"; do
@@ -427,12 +437,13 @@ if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 			}
 			print ""
 			split("gateway-ip gateway gateway-mc", gs, " ")
-			f = "load" SUBSEP "floor"; x = "load" SUBSEP "nginx"; d = "load" SUBSEP "direct"
+			f = "load" SUBSEP "floor"; x = "load" SUBSEP "nginx"; xi = "load" SUBSEP "nginx-id"; d = "load" SUBSEP "direct"
 			for (j = 1; j <= 3; j++) {
 				g = "load" SUBSEP gs[j]
 				if (!(g in R)) continue
 				if ((f in R) && R[f] > 0) printf "%-10s / floor req/s:  %.2f\n", gs[j], R[g] / R[f]
 				if ((x in R) && R[x] > 0) printf "%-10s / nginx req/s:  %.2f   p99 %.2f× nginx'"'"'s\n", gs[j], R[g] / R[x], (Q[x] > 0 ? Q[g] / Q[x] : 0)
+				if ((xi in R) && R[xi] > 0) printf "%-10s / nginx-id req/s: %.2f   p99 %.2f× nginx-id'"'"'s\n", gs[j], R[g] / R[xi], (Q[xi] > 0 ? Q[g] / Q[xi] : 0)
 			}
 			i = "load" SUBSEP "gateway-ip"; m = "load" SUBSEP "gateway-mc"
 			if ((i in R) && (m in R) && R[i] > 0) printf "gateway-mc / gateway-ip req/s: %.2f\n", R[m] / R[i]
