@@ -754,12 +754,7 @@ func h1Cases() []h1Case {
 				return false
 			}),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
-				c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Second))
+				c := dialFront(t, front, time.Second)
 				io.WriteString(c, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello") // and no more
 				resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "POST"})
 				if err != nil {
@@ -786,12 +781,7 @@ func h1Cases() []h1Case {
 				return false
 			}),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
-				c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c := dialFront(t, front, 10*time.Second)
 				br := bufio.NewReader(c)
 				codes := map[int]int{}
 				for range 30 {
@@ -828,6 +818,19 @@ func h1Cases() []h1Case {
 			want: `200 3200000 true`,
 		},
 	}
+}
+
+// dialFront opens a connection to front that the test closes, with a
+// deadline d from now.
+func dialFront(t *testing.T, front string, d time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(d))
+	return c
 }
 
 // connsOf finds a raw upstream's connection count by test name.
