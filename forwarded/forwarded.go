@@ -411,9 +411,9 @@ type Forwarding struct {
 func (t *Trust) Forwarding(in *http.Request) Forwarding {
 	c, ok := t.Client(in)
 	f := Forwarding{ViaProxy: c.ViaProxy}
-	peer := PeerText(in, c.Peer)
-	if !ok {
-		peer = in.RemoteAddr
+	peer := in.RemoteAddr
+	if ok {
+		peer = PeerText(in, c.Peer)
 	}
 	prior, has := in.Header["X-Forwarded-For"]
 	switch {
