@@ -404,6 +404,51 @@ func TestReadTimeoutAlone(t *testing.T) {
 	}
 }
 
+// TestUpstreamBreaksMidBody: an upstream that closes while the client is
+// still sending its body (the client waits before the rest) is a 502 at
+// once, on a connection that then closes: not a 408 at body_timeout, nor
+// an empty answer. The proxy cutting the client's read short is not the
+// client being too slow.
+func TestUpstreamBreaksMidBody(t *testing.T) {
+	t.Parallel()
+	up := testkit.ServeTCP(t, func(_ int, c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/healthz" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+				continue
+			}
+			io.ReadFull(req.Body, make([]byte, 5))
+			return // and close
+		}
+	})
+	gw := start(t, testkit.BaseConfig("http://"+up))
+	c, err := net.Dial("tcp", gw.g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	begin := time.Now()
+	io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello") // and the rest never
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !resp.Close || !strings.Contains(string(body), `"status":502`) {
+		t.Errorf("%d close=%v %q, want a 502 problem and the connection closed", resp.StatusCode, resp.Close, body)
+	}
+	if d := time.Since(begin); d > 3*time.Second {
+		t.Errorf("answered after %v, want at once", d)
+	}
+}
+
 // TestHeaderTooLarge: headers beyond server.max_header_bytes get 431.
 func TestHeaderTooLarge(t *testing.T) {
 	t.Parallel()

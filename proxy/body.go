@@ -80,8 +80,9 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	if b.timedOut.Load() {
 		return 0, ErrBodyTimeout
 	}
+	var d time.Time
 	if !b.done.Load() {
-		d := b.end
+		d = b.end
 		if b.idle > 0 {
 			if next := time.Now().Add(b.idle); d.IsZero() || next.Before(d) {
 				d = next
@@ -92,7 +93,9 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
 	case err == nil:
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, os.ErrDeadlineExceeded) && !d.IsZero() && !time.Now().Before(d):
+		// This body's deadline, not another's (the proxy cutting the
+		// read short once the upstream failed).
 		b.timedOut.Store(true)
 		return n, ErrBodyTimeout
 	case err == io.EOF && !b.done.Load():

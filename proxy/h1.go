@@ -405,11 +405,14 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		h, err = st.readHead(c.br, r.Method)
 		if err != nil {
 			bw.stop(w, false)
-			if bw.cutShort() {
-				return bodyCutError{err}
-			}
+			// The client too slow comes first: its body's deadline passing
+			// also ends the request's context, whose abort may end this
+			// read before the body's writer has reported the failure.
 			if bodyTimedOut(ctx) {
 				return ErrBodyTimeout
+			}
+			if bw.cutShort() {
+				return bodyCutError{err}
 			}
 			if clientBodyFailed(ctx) {
 				return errClientBody
