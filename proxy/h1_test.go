@@ -725,10 +725,12 @@ func h1Cases() []h1Case {
 					send(t, "HEAD", front+"/x", nil)
 				}
 				// The first requests may race the first health check for
-				// the one connection; after them, every request reuses one.
-				return fmt.Sprint("at most two connections: ", connsOf[t.Name()].Load() <= 2)
+				// the one connection, and http.Transport puts a connection
+				// back on a goroutine of its own, so that under load the
+				// next request now and then finds none idle and dials.
+				return fmt.Sprint("at most five connections for 100 requests: ", connsOf[t.Name()].Load() <= 5)
 			},
-			want: `at most two connections: true`,
+			want: `at most five connections for 100 requests: true`,
 		},
 		{
 			name: "client's malformed chunked body is a 400",
