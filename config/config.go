@@ -10,6 +10,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,7 @@ type Config struct {
 type source struct {
 	file  string         // "" when parsed from bytes
 	lines map[string]int // field path → line
+	sum   [32]byte       // the SHA-256 of the bytes parsed
 }
 
 // Server is the client-facing listener.
@@ -263,8 +265,13 @@ func Parse(data []byte) (*Config, error) {
 		}
 	}
 	c.src.lines = lines
+	c.src.sum = sha256.Sum256(data)
 	return c, nil
 }
+
+// Sum is the SHA-256 of the file's contents as parsed: what a watch of
+// the file compares the file with to tell a change.
+func (c *Config) Sum() [32]byte { return c.src.sum }
 
 // ErrSecondDocument is the error of a file holding more than one YAML
 // document: the gateway would read the first and ignore the rest.

@@ -85,6 +85,13 @@ func startFile(t *testing.T, path string, watch bool) *running {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	return startPlan(t, plan, path, watch)
+}
+
+// startPlan is startFile with the plan loaded from path already.
+func startPlan(t *testing.T, plan *gateway.Plan, path string, watch bool) *running {
+	t.Helper()
+	var err error
 	r := &running{t: t, path: path, logs: &testkit.Logs{}, hup: make(chan os.Signal, 1), done: make(chan error, 1)}
 	r.g, err = gateway.New(plan, gateway.Options{
 		Path: path, Getenv: getenv, Log: slog.New(r.logs.Handler()), Watch: watch, Hangup: r.hup, Version: "test",

@@ -101,6 +101,26 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 	})
 }
 
+// TestWatchSeesAChangeBeforeItStarted: a file changed between the read of
+// the config that runs and the start of the watch (a ConfigMap update in
+// the gateway's first moments) is reloaded, though no event of the watch
+// tells of it.
+func TestWatchSeesAChangeBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	a, b := testkit.Named(t, "A"), testkit.Named(t, "B")
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	testkit.WriteFile(t, path, testkit.BaseConfig(a.URL))
+	plan, err := gateway.Load(path, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, path, testkit.BaseConfig(b.URL))
+	gw := startPlan(t, plan, path, true)
+	testkit.Eventually(t, 5*time.Second, "the change made before the watch started reloads", func() bool {
+		return testkit.Body(t, gw.url("/x")) == "B"
+	})
+}
+
 // TestWatchKubernetesConfigMap: a config mounted as a Kubernetes ConfigMap
 // is a link to ..data/gateway.yaml, and an update renames a new ..data link
 // over the old one; the events name ..data, never gateway.yaml, and the

@@ -29,7 +29,8 @@ import (
 // nor for settleTime before: a writer that pauses for less than twice
 // settleTime is waited for.
 func (g *Gateway) watch(ctx context.Context) {
-	sum := fileSum(g.opts.Path)
+	running := g.cur.Load().plan.cfg.Sum()
+	sum := running[:] // the file as the running config was read from it
 	var (
 		events <-chan fsnotify.Event
 		errs   <-chan error
@@ -50,6 +51,11 @@ func (g *Gateway) watch(ctx context.Context) {
 	settle.Stop()
 	var seen []byte // the content read at the last settle, if it was a change
 	names := watchedNames(g.opts.Path)
+	if events != nil && !bytes.Equal(fileSum(g.opts.Path), sum) {
+		// Changed between the running config's read and the watch's
+		// start: no event will tell.
+		settle.Reset(settleTime)
+	}
 	for {
 		select {
 		case <-ctx.Done():
