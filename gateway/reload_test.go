@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -170,8 +171,11 @@ func TestFailedReloadsLeakNothing(t *testing.T) {
 	restore := gateway.SetBuildHook(func() { panic("constructor exploded") })
 	defer restore()
 	next := testkit.BaseConfig(b.URL) + "limiter:\n  store: memcached\n  memcached: {servers: [127.0.0.1:1]}\n"
+	failed := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`)
 	testkit.WriteFile(t, gw.path, next)
-	time.Sleep(300 * time.Millisecond) // let the watch's own attempt pass
+	testkit.Eventually(t, 5*time.Second, "the watch's own attempt", func() bool {
+		return metric(t, gw, `linkgate_config_reloads_total{result="failed"}`) > failed
+	})
 	reloadEndpoint(t, gw)
 	base := runtime.NumGoroutine()
 	before := metric(t, gw, `linkgate_config_reloads_total{result="failed"}`)
@@ -246,12 +250,23 @@ func TestReloadKeepsInFlight(t *testing.T) {
 // the limiter store alone keeps them: the counters carry over and the
 // upstream connections are not opened again.
 func TestReloadReusesUnchangedParts(t *testing.T) {
-	up := testkit.Named(t, "ok")
+	var checks atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			checks.Add(1)
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
 	// Health checks an hour apart: one running beside a request would open
 	// a second connection to the upstream, reload or not.
 	cfg := strings.Replace(testkit.BaseConfig(up.URL), "interval: 100ms", "interval: 1h", 1) +
 		"rules:\n  - {name: ip, match: {path: /limited}, key: ip, limits: [3/m]}\n"
 	gw := start(t, cfg)
+	// The first check runs at start: a busy machine may run it late, beside
+	// the requests after the reload, were it not waited for.
+	testkit.Eventually(t, 5*time.Second, "the first health check", func() bool { return checks.Load() > 0 })
+	time.Sleep(100 * time.Millisecond) // its connection back in the pool
 	for i := range 3 {
 		if resp, _ := testkit.Do(t, "GET", gw.url("/limited"), nil); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d", i, resp.StatusCode)
