@@ -972,12 +972,16 @@ type bodyWriter struct {
 	mu          sync.Mutex
 	headersSeen bool // guarded by mu
 
-	// cut: stop cut the writer's read of the client's body short. The
-	// read failed on the client's connection, so the server has ended the
-	// request's context and will close the connection after the answer;
-	// the body's failure is the proxy's doing, not the client's. Set and
-	// read by the handler's goroutine only.
+	// cut: stop cut the writer's read of the client's body short, and
+	// that is why the read failed: the server has ended the request's
+	// context and will close the connection after the answer, and the
+	// body's failure is the proxy's doing, not the client's. Set and read
+	// by the handler's goroutine only, once the writer has ended.
 	cut bool
+	// cutting: stop is about to cut the read. ownFailure: the client's
+	// read failed before that (a malformed chunk, the client gone), which
+	// is then the client's failure even if stop cut the read too.
+	cutting, ownFailure atomic.Bool
 }
 
 func startBody(nc net.Conn, r *http.Request, rht time.Duration) *bodyWriter {
@@ -985,6 +989,9 @@ func startBody(nc net.Conn, r *http.Request, rht time.Duration) *bodyWriter {
 	go func() {
 		err := bw.copy(r)
 		if errors.Is(err, errClientRead) {
+			if !bw.cutting.Load() {
+				bw.ownFailure.Store(true)
+			}
 			// The client's body failed (too slow, malformed, the client
 			// gone): nothing more will be sent, so no answer is waited
 			// for unless it has begun (an upstream that answered early).
@@ -1113,11 +1120,31 @@ func (bw *bodyWriter) stop(w http.ResponseWriter, complete bool) bool {
 			// connection must not be touched: a past read deadline there
 			// would fail the server's next read and end the contexts of
 			// this request and of every later one on the connection.
-			bw.cut = true
-			http.NewResponseController(w).SetReadDeadline(aLongTimeAgo)
+			bw.cutting.Store(true)
+			rc := http.NewResponseController(w)
+			rc.SetReadDeadline(aLongTimeAgo)
+			// A reader of the body that sets deadlines of its own
+			// (BodyDeadline) sets one over the cut when the writer reads
+			// again: cut again until the writer has ended.
+			tick := time.NewTicker(10 * time.Millisecond)
+		wait:
+			for {
+				select {
+				case err := <-bw.done:
+					bw.done <- err
+					break wait
+				case <-tick.C:
+					rc.SetReadDeadline(aLongTimeAgo)
+				}
+			}
+			tick.Stop()
 		}
 		err := <-bw.done
 		bw.done <- err
+		// The writer's own failure first (its failed read set the
+		// upstream's deadline that ended the wait for the answer) is the
+		// client's, as when stop did not cut.
+		bw.cut = !allSent && !bw.ownFailure.Load()
 		return false
 	}
 	// The last bytes are on their way: wait for them, not for ever.
