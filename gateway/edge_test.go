@@ -411,21 +411,9 @@ func TestReadTimeoutAlone(t *testing.T) {
 // client being too slow.
 func TestUpstreamBreaksMidBody(t *testing.T) {
 	t.Parallel()
-	up := testkit.ServeTCP(t, func(_ int, c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			if req.URL.Path == "/healthz" {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-				continue
-			}
-			io.ReadFull(req.Body, make([]byte, 5))
-			return // and close
-		}
+	up, _ := testkit.RawHTTP(t, func(c net.Conn, _ *bufio.Reader, req *http.Request) bool {
+		io.ReadFull(req.Body, make([]byte, 5))
+		return false // and close
 	})
 	gw := start(t, testkit.BaseConfig("http://"+up))
 	c, err := net.Dial("tcp", gw.g.Addr().String())

@@ -40,59 +40,17 @@ var clients = []struct {
 }
 
 // rawUpstream is a loopback server that reads each request with
-// http.ReadRequest and lets serve write whatever bytes it likes; serve
-// returns false to close the connection. It counts connections.
+// http.ReadRequest and lets serve write whatever bytes it likes
+// (testkit.RawHTTP). It counts connections.
 type rawUpstream struct {
 	addr  string
-	conns atomic.Int64
+	conns *atomic.Int64
 }
 
 func newRawUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader, req *http.Request) bool) *rawUpstream {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &rawUpstream{addr: ln.Addr().String()}
-	var open []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u.conns.Add(1)
-			open = append(open, c)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if req.URL.Path == "/healthz" {
-						io.Copy(io.Discard, req.Body)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-						continue
-					}
-					if !serve(c, br, req) {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		for _, c := range open {
-			c.Close()
-		}
-	})
-	return u
+	addr, conns := testkit.RawHTTP(t, serve)
+	return &rawUpstream{addr: addr, conns: conns}
 }
 
 // frontFor serves a Proxy built by newProxy on loopback.
@@ -716,7 +674,7 @@ func h1Cases() []h1Case {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					return true
 				})
-				connsOf[t.Name()] = &u.conns
+				connsOf[t.Name()] = u.conns
 				return "http://" + u.addr
 			},
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {

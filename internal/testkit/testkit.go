@@ -10,6 +10,7 @@
 package testkit
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -182,6 +184,36 @@ func ServeTCP(t testing.TB, handle func(id int, c net.Conn)) string {
 		}
 	})
 	return l.Addr().String()
+}
+
+// RawHTTP serves HTTP/1.1 on a free loopback port until the test ends,
+// reading each request with http.ReadRequest and letting serve write
+// whatever bytes it likes as the answer; serve returns false to close the
+// connection. Health checks (GET /healthz) are answered 200 apart. It
+// returns the address and the count of connections accepted.
+func RawHTTP(t testing.TB, serve func(c net.Conn, br *bufio.Reader, req *http.Request) bool) (string, *atomic.Int64) {
+	t.Helper()
+	conns := new(atomic.Int64)
+	addr := ServeTCP(t, func(_ int, c net.Conn) {
+		conns.Add(1)
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/healthz" {
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+				continue
+			}
+			if !serve(c, br, req) {
+				return
+			}
+		}
+	})
+	return addr, conns
 }
 
 // Body GETs url and returns the answer's body.
