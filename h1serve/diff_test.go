@@ -916,19 +916,19 @@ func diffCases() []diffCase {
 				diffWrite(w, note, r.URL.Path)
 			}},
 		{name: "timeout/read-header", via: "", handler: diffOK,
-			config: func(s *http.Server) { s.ReadHeaderTimeout = 250 * time.Millisecond },
+			config: func(s *http.Server) { s.ReadHeaderTimeout = 500 * time.Millisecond },
 			ex:     oneExchange("GET / HTTP/1.1\r\nHost: exa")},
 		{name: "timeout/idle", via: "L", handler: diffOK, ex: oneExchange(diffGet()),
-			config: func(s *http.Server) { s.IdleTimeout = 250 * time.Millisecond }},
+			config: func(s *http.Server) { s.IdleTimeout = 500 * time.Millisecond }},
 		{name: "timeout/read-as-idle", via: "L", handler: diffOK, ex: oneExchange(diffGet()),
-			config: func(s *http.Server) { s.ReadTimeout = 250 * time.Millisecond }},
+			config: func(s *http.Server) { s.ReadTimeout = 500 * time.Millisecond }},
 		// A negative IdleTimeout or ReadHeaderTimeout means none (net/http's
 		// idleTimeout and readHeaderTimeout fall back on ReadTimeout only
 		// when they are 0).
 		{name: "timeout/idle-negative", via: "L", handler: diffOK, ex: oneExchange(diffGet()),
-			config: func(s *http.Server) { s.IdleTimeout = -1; s.ReadTimeout = 250 * time.Millisecond }},
+			config: func(s *http.Server) { s.IdleTimeout = -1; s.ReadTimeout = 500 * time.Millisecond }},
 		{name: "timeout/read-header-negative", via: "", handler: diffOK, ex: oneExchange("GET / HTTP/1.1\r\nHost: exa"),
-			config: func(s *http.Server) { s.ReadHeaderTimeout = -1; s.ReadTimeout = 250 * time.Millisecond }},
+			config: func(s *http.Server) { s.ReadHeaderTimeout = -1; s.ReadTimeout = 500 * time.Millisecond }},
 
 		// Server settings.
 		// SetKeepAlivesEnabled(false): every answer says Connection: close.
