@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/linkgate/linkgate/internal/testkit"
@@ -24,20 +22,7 @@ func TestFloorProxies(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"floor", "-listen", "127.0.0.1:0", "-target", up.URL}, pw)
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("no output: %v", <-done)
-	}
-	base, ok := strings.CutPrefix(lines.Text(), "floor listening on ")
-	if !ok {
-		t.Fatalf("first line %q, want the address", lines.Text())
-	}
+	base, lines, done := testkit.StartCommand(t, ctx, run, "floor", "-listen", "127.0.0.1:0", "-target", up.URL)
 	for range 50 {
 		resp, err := testkit.Client.Get(base + "/go")
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // TestRelayPassesAnswersThrough: the relay passes a keep-alive client's
@@ -35,21 +37,8 @@ func TestRelayPassesAnswersThrough(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"relay", "-listen", "127.0.0.1:0", "-target", strings.TrimPrefix(up.URL, "http://")}, pw)
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("no output: %v", <-done)
-	}
-	base, ok := strings.CutPrefix(lines.Text(), "relay listening on http://")
-	if !ok {
-		t.Fatalf("first line %q, want the address", lines.Text())
-	}
-	c, err := net.Dial("tcp", base)
+	base, _, done := testkit.StartCommand(t, ctx, run, "relay", "-listen", "127.0.0.1:0", "-target", strings.TrimPrefix(up.URL, "http://"))
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}

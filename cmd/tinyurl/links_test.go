@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,23 +23,12 @@ import (
 func runDemo(t *testing.T, args ...string) (base string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, append([]string{"tinyurl", "-listen", "127.0.0.1:0"}, args...), pw)
-		pw.Close()
+	t.Cleanup(cancel)
+	base, lines, done := testkit.StartCommand(t, ctx, run, append([]string{"tinyurl", "-listen", "127.0.0.1:0"}, args...)...)
+	go func() { // the request log
+		for lines.Scan() {
+		}
 	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		cancel()
-		t.Fatalf("no output: %v", <-done)
-	}
-	base, ok := strings.CutPrefix(lines.Text(), "tinyurl listening on ")
-	if !ok {
-		cancel()
-		t.Fatalf("first line %q, want the address", lines.Text())
-	}
-	go io.Copy(io.Discard, pr)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

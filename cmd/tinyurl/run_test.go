@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -257,21 +256,11 @@ func TestConcurrent(t *testing.T) {
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"tinyurl", "-listen", "127.0.0.1:0", "-password", "s3cret", "-log", "-links", ""}, pw)
-		pw.Close()
+	base, lines, done := testkit.StartCommand(t, ctx, run, "tinyurl", "-listen", "127.0.0.1:0", "-password", "s3cret", "-log", "-links", "")
+	go func() { // the request log
+		for lines.Scan() {
+		}
 	}()
-	lines := bufio.NewScanner(pr)
-	if !lines.Scan() {
-		t.Fatalf("no output: %v", <-done)
-	}
-	base, ok := strings.CutPrefix(lines.Text(), "tinyurl listening on ")
-	if !ok {
-		t.Fatalf("first line %q, want the address", lines.Text())
-	}
-	go io.Copy(io.Discard, pr) // the request log
 	if a := do(t, "GET", base+"/healthz", "", ""); a.status != 200 {
 		t.Errorf("healthz = %d", a.status)
 	}

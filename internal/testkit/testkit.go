@@ -11,6 +11,7 @@ package testkit
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -184,6 +185,31 @@ func ServeTCP(t testing.TB, handle func(id int, c net.Conn)) string {
 		}
 	})
 	return l.Addr().String()
+}
+
+// StartCommand runs a command's run function (run(ctx, args, stdout), as
+// cmd/tinyurl and the bench programs have it) with args on a goroutine and
+// waits for its first line of output, "ARGS[0] listening on ADDR". It
+// returns ADDR, the scanner of the rest of the output, and the channel
+// run's error arrives on, once the output is closed. Cancel ctx to stop
+// the command; a first line that is not the address fails t.
+func StartCommand(t testing.TB, ctx context.Context, run func(context.Context, []string, io.Writer) error, args ...string) (addr string, rest *bufio.Scanner, done <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, args, pw)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("%s: no output: %v", args[0], <-errc)
+	}
+	addr, ok := strings.CutPrefix(lines.Text(), args[0]+" listening on ")
+	if !ok {
+		t.Fatalf("%s: first line %q, want the address", args[0], lines.Text())
+	}
+	return addr, lines, errc
 }
 
 // RawHTTP serves HTTP/1.1 on a free loopback port until the test ends,
