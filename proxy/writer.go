@@ -55,10 +55,6 @@ func (w *Recorder) Flush() {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-		return
-	}
 	http.NewResponseController(w.ResponseWriter).Flush()
 }
 
