@@ -25,8 +25,10 @@ import (
 // are read as the next request. RFC 9112 §6.1: an HTTP/1.0 message with
 // Transfer-Encoding has faulty framing; close the connection after it.
 //
-// Since the handler cannot see the dropped header, the listener's
-// connections are wrapped: framingConn reads along with the server and
+// Since the handler cannot see the dropped header, the connections Go's
+// server reads are wrapped (on the plain listener, those h1serve hands
+// over: its loop serves no request with a body and needs no scan):
+// framingConn reads along with the server and
 // notes each request head that carries both fields, or Transfer-Encoding
 // on HTTP/1.0 (its request line). A chunked or HTTP/1.0 request whose
 // request line was so noted is answered 400 with the connection closed

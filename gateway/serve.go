@@ -163,7 +163,9 @@ func (g *Gateway) Serve(ctx context.Context) error {
 	} else {
 		// Plain HTTP/1.1: the common request (a bodiless GET or HEAD) is
 		// served by h1serve's loop, every other connection by net/http.
-		start("gateway", h1serve.New(newServer(g)), framingListener{g.ln})
+		hs := h1serve.New(newServer(g))
+		hs.HandOver(func(c net.Conn) net.Conn { return &framingConn{Conn: c} })
+		start("gateway", hs, g.ln)
 	}
 	if g.cln != nil {
 		csrv := newServer(g)

@@ -248,7 +248,10 @@ func (c *conn) handOver() bool {
 		return false
 	}
 	pending, _ := c.br.Peek(c.br.Buffered())
-	rc := &replayConn{Conn: c.nc, pending: bytes.Clone(pending)}
+	var rc net.Conn = &replayConn{Conn: c.nc, pending: bytes.Clone(pending)}
+	if c.s.wrap != nil {
+		rc = c.s.wrap(rc)
+	}
 	c.setReadDeadline(time.Time{})
 	c.nc.SetWriteDeadline(time.Time{})
 	return c.s.hand.give(rc)

@@ -56,6 +56,7 @@ import (
 type Server struct {
 	srv  *http.Server
 	hand *handoff
+	wrap func(net.Conn) net.Conn // HandOver's
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -68,6 +69,14 @@ type Server struct {
 func New(srv *http.Server) *Server {
 	return &Server{srv: srv, conns: make(map[*conn]struct{})}
 }
+
+// HandOver has f wrap every connection the loop hands to srv, before srv
+// sees it. The connection f wraps reads first what the loop had read and
+// not consumed, from the start of the request handed over, so that a
+// wrapper reading along with srv (a scan of request heads) sees exactly
+// the bytes srv parses, and none of those the loop served. Call it before
+// Serve.
+func (s *Server) HandOver(f func(net.Conn) net.Conn) { s.wrap = f }
 
 // Serve accepts connections on l until Shutdown or Close, and returns
 // http.ErrServerClosed then (or the listener's error).

@@ -364,3 +364,61 @@ func TestPanicIsLoggedAndClosesTheConnection(t *testing.T) {
 		t.Fatalf("http.ErrAbortHandler was logged: %q", out)
 	}
 }
+
+// readsConn records what is read through it.
+type readsConn struct {
+	net.Conn
+	read *testkit.Buffer
+}
+
+func (c readsConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Write(p[:n])
+	return n, err
+}
+
+func TestHandOverWrapsWhatNetHTTPReads(t *testing.T) {
+	// The wrapper reads exactly what net/http parses: from the request
+	// handed over (the bytes the loop had read of it too), and nothing
+	// of the requests the loop served before it.
+	var read testkit.Buffer
+	wrapped := make(chan bool, 4)
+	s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, r.Method)
+	}), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		_, ok := c.(readsConn)
+		wrapped <- ok
+		return ctx
+	}})
+	s.HandOver(func(c net.Conn) net.Conn { return readsConn{c, &read} })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	c, br := dial(t, ln.Addr().String())
+	io.WriteString(c, get)
+	if _, body := readResponse(t, c, br); body != "GET" {
+		t.Fatalf("first answer %q, want GET", body)
+	}
+	post := "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"
+	then := "GET /y HTTP/1.1\r\nHost: a\r\n\r\n"
+	io.WriteString(c, post+then)
+	for _, want := range []string{"POST", "GET"} {
+		if _, body := readResponse(t, c, br); body != want {
+			t.Fatalf("got %q, want %q", body, want)
+		}
+	}
+	if got := read.String(); got != post+then {
+		t.Fatalf("the wrapper read %q, want %q", got, post+then)
+	}
+	// ConnContext ran for the loop's connection (the raw one) and for the
+	// one handed over (wrapped).
+	for i, want := range []bool{false, true} {
+		if got := <-wrapped; got != want {
+			t.Fatalf("ConnContext %d saw the wrapper: %v, want %v", i, got, want)
+		}
+	}
+}
