@@ -1,10 +1,13 @@
 package forwarded_test
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -358,4 +361,63 @@ func FuzzClient(f *testing.F) {
 			t.Fatalf("X-Real-Ip %q, client %v", got, c.Addr)
 		}
 	})
+}
+
+// TestPeerAgreesWithNetip: Peer's IPv4 fast path gives what netip's
+// parsers give (the reference below) for every input, valid or not, and
+// takes every IPv4 address with a port that net.Conn spells.
+func TestPeerAgreesWithNetip(t *testing.T) {
+	ref := func(s string) (netip.Addr, bool) {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return forwarded.Normalize(ap.Addr()), true
+		}
+		if a, err := netip.ParseAddr(s); err == nil {
+			return forwarded.Normalize(a), true
+		}
+		return netip.Addr{}, false
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"0", "1", "9", "00", "01", "10", "99", "100", "199", "255", "256", "999", "1000", "65535", "65536", "", ".", ":", "a", " ", "-", "+", "[", "]", "::1", "%"}
+	valid, fast := 0, 0
+	for i := 0; i < 300000; i++ {
+		var s string
+		if i%2 == 0 { // an address's shape, its parts random
+			s = fmt.Sprintf("%d.%d.%d.%d:%d", rng.IntN(300), rng.IntN(300), rng.IntN(300), rng.IntN(300), rng.IntN(70000))
+			if rng.IntN(3) == 0 { // then one byte changed, dropped or doubled
+				j := rng.IntN(len(s))
+				switch rng.IntN(3) {
+				case 0:
+					s = s[:j] + pieces[rng.IntN(len(pieces))] + s[j+1:]
+				case 1:
+					s = s[:j] + s[j+1:]
+				default:
+					s = s[:j] + s[j:j+1] + s[j:]
+				}
+			}
+		} else {
+			for n := rng.IntN(12); n > 0; n-- {
+				s += pieces[rng.IntN(len(pieces))]
+			}
+		}
+		want, wantOK := ref(s)
+		got, gotOK := forwarded.Peer(request(s))
+		if got != want || gotOK != wantOK {
+			t.Fatalf("Peer(%q) = %v %v, netip gives %v %v", s, got, gotOK, want, wantOK)
+		}
+		if a, host, ok := forwarded.ParseIPv4Port(s); ok {
+			fast++
+			if a != want || host != a.String() {
+				t.Fatalf("the fast path took %q as %v (host %q), netip as %v", s, a, host, want)
+			}
+		}
+		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Is4() && ap.Addr().String()+":"+strconv.Itoa(int(ap.Port())) == s {
+			valid++
+			if _, _, ok := forwarded.ParseIPv4Port(s); !ok {
+				t.Fatalf("the fast path refused %q", s)
+			}
+		}
+	}
+	if valid < 10000 || fast < valid {
+		t.Fatalf("%d addresses as net.Conn spells them, %d taken by the fast path: the inputs miss the point", valid, fast)
+	}
 }

@@ -1,0 +1,3 @@
+package forwarded
+
+var ParseIPv4Port = parseIPv4Port
