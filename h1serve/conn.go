@@ -25,12 +25,6 @@ const (
 	stateClosed              // closed by Shutdown, or handed over
 )
 
-// watchAfter is how long a handler runs before the loop watches the
-// connection for the client leaving (which cancels the request's
-// context), as net/http watches for every request. Most requests end
-// sooner and cost no watch.
-const watchAfter = 20 * time.Millisecond
-
 var aLongTimeAgo = time.Unix(1, 0)
 
 type conn struct {
@@ -44,12 +38,14 @@ type conn struct {
 	state  atomic.Int32
 
 	// The watch for the client leaving while a handler runs.
-	watchTimer *time.Timer
-	wmu        sync.Mutex
-	wcond      sync.Cond
-	watching   bool // the watch is reading
-	aborting   bool // the loop cut the watch's read short
-	gone       bool // the watch saw the client leave
+	handlers atomic.Uint64 // handlers begun and ended: odd while one runs
+	scanned  uint64        // handlers when the scanner looked last (its own)
+	watched  uint64        // handlers when the scanner started a watch (its own)
+	wmu      sync.Mutex
+	wcond    sync.Cond
+	watching bool // the watch is reading
+	aborting bool // the loop cut the watch's read short
+	gone     bool // the watch saw the client leave
 	// The running request's context (nil: no handler runs, the watch does
 	// not read), its cancel, and the function AfterGone arranged for it
 	// (stopHook, bound once, stops it).
@@ -88,9 +84,6 @@ func (c *conn) serve() {
 		}
 		if !handed {
 			c.nc.Close()
-		}
-		if c.watchTimer != nil {
-			c.watchTimer.Stop()
 		}
 		c.s.untrack(c)
 	}()
@@ -420,23 +413,21 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 }
 
 // startWatch arms the watch for the client leaving the request whose
-// context is ctx.
+// context is ctx: the server's scanner starts it once the handler has run
+// for a while (Server.scan).
 func (c *conn) startWatch(ctx context.Context, cancel context.CancelFunc) {
 	c.wmu.Lock()
 	c.reqCtx, c.cancel = ctx, cancel
 	c.wmu.Unlock()
-	if c.watchTimer == nil {
-		c.watchTimer = time.AfterFunc(watchAfter, c.watch)
-	} else {
-		c.watchTimer.Reset(watchAfter)
-	}
+	c.handlers.Add(1)
+	c.s.scanning()
 }
 
 // stopWatch disarms the watch, cutting its read short if it started, once
 // the handler returned and its context ended; an AfterGone function not
 // stopped runs then, as context.AfterFunc's would.
 func (c *conn) stopWatch() {
-	c.watchTimer.Stop()
+	c.handlers.Add(1)
 	c.wmu.Lock()
 	c.reqCtx = nil
 	if c.watching {

@@ -910,7 +910,7 @@ func diffCases() []diffCase {
 			send: "GET /slow HTTP/1.1\r\n" + diffHost + "\r\nGET /fast HTTP/1.1\r\n" + diffHost + "\r\n", methods: []string{"GET", "GET"}}},
 			handler: func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 				if r.URL.Path == "/slow" {
-					time.Sleep(40 * time.Millisecond) // past the loop's watchAfter
+					time.Sleep(40 * time.Millisecond) // past the 20 ms after which the loop watches
 				}
 				note("context: %v", r.Context().Err())
 				diffWrite(w, note, r.URL.Path)

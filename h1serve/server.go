@@ -12,8 +12,8 @@
 // header clone and sort per response, a second buffer before the
 // connection's. The loop here reads a request head straight from the
 // connection's buffer, answers through one buffered writer and watches
-// for the client leaving only while a handler runs longer than
-// watchAfter. Its requests and responses follow net/http's rules (the
+// for the client leaving only while a handler runs longer than 10 to 20
+// ms (scanEvery). Its requests and responses follow net/http's rules (the
 // differential tests hold both to the same answers): the same header
 // validation (anything net/http would refuse is handed to it), Host moved
 // out of the header, Pragma: no-cache implying Cache-Control, the same
@@ -63,11 +63,14 @@ type Server struct {
 	conns    map[*conn]struct{}
 	active   sync.WaitGroup // the loop's connections
 	shutting atomic.Bool
+	scanner  atomic.Bool // scan runs
+	scanIdle int         // scanIdle, or fewer in the tests
+	scanEnds func()      // when set, runs as the scanner decides to end (the tests)
 }
 
 // New returns a Server serving like srv.
 func New(srv *http.Server) *Server {
-	return &Server{srv: srv, conns: make(map[*conn]struct{})}
+	return &Server{srv: srv, conns: make(map[*conn]struct{}), scanIdle: scanIdle}
 }
 
 // HandOver has f wrap every connection the loop hands to srv, before srv

@@ -68,8 +68,8 @@ func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) bool {
 }
 
 // TestClientLeavingCancelsTheRequest: the request's context ends when the
-// client hangs up, whether the watch was reading then (the handler ran
-// past watchAfter) or starts after (its first read sees it).
+// client hangs up, whether the watch was reading then (the handler had
+// run over 20 ms) or starts after (its first read sees it).
 func TestClientLeavingCancelsTheRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

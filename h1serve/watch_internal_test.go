@@ -1,0 +1,100 @@
+package h1serve
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// scanTest serves a handler that waits for its context to end (at most 5
+// s) and reports how it ended on the channel returned.
+// The scanner ends after every scan that finds no handler running.
+func scanTest(t *testing.T, began chan<- struct{}, ends func()) (*Server, string, <-chan error) {
+	ended := make(chan error, 1)
+	s := New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if began != nil {
+			began <- struct{}{}
+		}
+		select {
+		case <-r.Context().Done():
+			ended <- r.Context().Err()
+		case <-time.After(5 * time.Second):
+			ended <- errors.New("the context was not canceled")
+		}
+	})})
+	s.scanIdle, s.scanEnds = 1, ends
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	return s, ln.Addr().String(), ended
+}
+
+// hangUpAfter sends a request to addr and hangs up d later.
+func hangUpAfter(t *testing.T, addr string, d time.Duration) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(d)
+	c.Close()
+}
+
+// TestScannerMissesNoHandler: a handler that begins as the scanner
+// decides to end, having seen it still running, is watched all the same:
+// its client hangs up 40 ms into the request, and its context must end.
+func TestScannerMissesNoHandler(t *testing.T) {
+	began := make(chan struct{}, 1)
+	var once sync.Once
+	var addr string
+	ready := make(chan struct{})
+	s, addr, ended := scanTest(t, began, func() {
+		once.Do(func() {
+			<-ready
+			go hangUpAfter(t, addr, 40*time.Millisecond)
+			<-began // the handler has begun before the scanner says it ends
+		})
+	})
+	close(ready)
+	s.scanning() // as a request would
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the handler ended with %v, want context.Canceled", err)
+	}
+	// And the scanner ends once no handler runs.
+	deadline := time.Now().Add(2 * time.Second)
+	for s.scanner.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the scanner still runs with no handler running")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestScannerEndsAndStartsAgain: with the scanner ending after every scan
+// that finds no handler running, each request that follows is watched.
+func TestScannerEndsAndStartsAgain(t *testing.T) {
+	s, addr, ended := scanTest(t, nil, nil)
+	stopped := 0
+	for i := range 20 {
+		if !s.scanner.Load() {
+			stopped++
+		}
+		hangUpAfter(t, addr, 40*time.Millisecond)
+		if err := <-ended; !errors.Is(err, context.Canceled) {
+			t.Fatalf("request %d: the handler ended with %v, want context.Canceled", i, err)
+		}
+		time.Sleep(time.Duration(i%4) * scanEvery / 2) // the next begins at another point of the scanner's end
+	}
+	if stopped == 0 {
+		t.Fatal("the scanner never ended between requests: the test misses its point")
+	}
+}
