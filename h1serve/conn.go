@@ -32,8 +32,8 @@ type conn struct {
 	nc     net.Conn
 	br     *bufio.Reader
 	bw     *bufio.Writer
-	ctx    context.Context    // the connection's values
-	cancel context.CancelFunc // the running request's context's, under wmu
+	ctx    context.Context // the connection's values
+	ctxEnd bool            // ctx can end (BaseContext's, ConnContext's)
 	remote string
 	state  atomic.Int32
 
@@ -47,9 +47,9 @@ type conn struct {
 	aborting bool // the loop cut the watch's read short
 	gone     bool // the watch saw the client leave
 	// The running request's context (nil: no handler runs, the watch does
-	// not read), its cancel, and the function AfterGone arranged for it
-	// (stopHook, bound once, stops it).
-	reqCtx   context.Context
+	// not read), and the function AfterGone arranged for it (stopHook,
+	// bound once, stops it).
+	req      *reqContext
 	hook     func()
 	stopHook func() bool
 
@@ -70,6 +70,7 @@ func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
 	c.ctx = context.WithValue(ctx, connKey{}, c)
+	c.ctxEnd = c.ctx.Done() != nil
 	c.wcond.L = &c.wmu
 	c.stopHook = c.unhook
 	return c
@@ -380,14 +381,18 @@ func canonicalKey(name []byte) string {
 // serveRequest runs the handler on r and finishes its answer; false when
 // the connection is to close.
 func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
-	ctx, cancel := context.WithCancel(c.ctx)
-	r := parsed.WithContext(ctx)
-	w := &response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
+	x := &exchange{ctx: reqContext{Context: c.ctx}}
+	r := parsed.WithContext(&x.ctx)
+	x.w = response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
 		wantsClose: r.Close || hasToken(header.First(r.Header, "Connection"), "close"), staged: c.staged[:0]}
-	c.startWatch(ctx, cancel)
+	w := &x.w
+	if c.ctxEnd { // as a context derived from the connection's
+		defer context.AfterFunc(c.ctx, x.ctx.cancel)()
+	}
+	c.startWatch(&x.ctx)
 	defer func() {
 		if v := recover(); v != nil {
-			cancel()
+			x.ctx.cancel()
 			c.stopWatch()
 			if v != http.ErrAbortHandler {
 				c.s.logf("http: panic serving %v: %v\n%s", c.remote, v, debug.Stack())
@@ -397,7 +402,7 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 		}
 	}()
 	c.s.handler().ServeHTTP(w, r)
-	cancel()
+	x.ctx.cancel()
 	c.stopWatch()
 	w.finish()
 	if cap(w.head) <= 16<<10 {
@@ -412,12 +417,19 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 	return !w.closeAfter && !c.gone
 }
 
+// exchange is what the loop allocates for a request besides the
+// http.Request, in one piece: its context and its response writer.
+type exchange struct {
+	ctx reqContext
+	w   response
+}
+
 // startWatch arms the watch for the client leaving the request whose
 // context is ctx: the server's scanner starts it once the handler has run
 // for a while (Server.scan).
-func (c *conn) startWatch(ctx context.Context, cancel context.CancelFunc) {
+func (c *conn) startWatch(ctx *reqContext) {
 	c.wmu.Lock()
-	c.reqCtx, c.cancel = ctx, cancel
+	c.req = ctx
 	c.wmu.Unlock()
 	c.handlers.Add(1)
 	c.s.scanning()
@@ -429,7 +441,7 @@ func (c *conn) startWatch(ctx context.Context, cancel context.CancelFunc) {
 func (c *conn) stopWatch() {
 	c.handlers.Add(1)
 	c.wmu.Lock()
-	c.reqCtx = nil
+	c.req = nil
 	if c.watching {
 		c.aborting = true
 		c.setReadDeadline(aLongTimeAgo)
@@ -439,7 +451,6 @@ func (c *conn) stopWatch() {
 		c.aborting = false
 	}
 	c.runHook()
-	c.cancel = nil
 	c.wmu.Unlock()
 }
 
@@ -457,7 +468,7 @@ func (c *conn) runHook() {
 // stays in the buffer and ends the watch, as in net/http.
 func (c *conn) watch() {
 	c.wmu.Lock()
-	if c.reqCtx == nil || c.watching {
+	if c.req == nil || c.watching {
 		c.wmu.Unlock()
 		return
 	}
@@ -468,7 +479,7 @@ func (c *conn) watch() {
 	c.wmu.Lock()
 	if err != nil && !c.aborting {
 		c.gone = true
-		c.cancel()
+		c.req.cancel()
 		c.runHook()
 	}
 	c.watching = false

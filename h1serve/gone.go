@@ -6,8 +6,7 @@ import "context"
 type connKey struct{}
 
 // AfterGone is context.AfterFunc for the context of a request the loop
-// serves, without its cost (a cancelation context's registration, a map
-// and three allocations for every call): f runs on a goroutine of its own
+// serves, without its cost (five allocations for every call): f runs on a goroutine of its own
 // once the client has left or the handler has returned, unless stop
 // (which says whether it stopped f) came first. stop is good until the
 // handler returns.
@@ -23,13 +22,13 @@ func AfterGone(ctx context.Context, f func()) (stop func() bool, ok bool) {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	// ctx == c.reqCtx first: Done makes the context's channel, which a
+	// ctx == c.req first: Done makes the context's channel, which a
 	// request that ends normally never needs.
-	if c.reqCtx == nil || c.hook != nil || ctx != c.reqCtx && ctx.Done() != c.reqCtx.Done() {
+	if c.req == nil || c.hook != nil || ctx != context.Context(c.req) && ctx.Done() != c.req.Done() {
 		return nil, false
 	}
 	c.hook = f
-	if c.reqCtx.Err() != nil { // ended already: f runs now
+	if c.req.Err() != nil { // ended already: f runs now
 		c.runHook()
 	}
 	return c.stopHook, true

@@ -2,8 +2,12 @@ package h1serve_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -106,5 +110,117 @@ func TestAfterGone(t *testing.T) {
 	case name := <-ran:
 		t.Errorf("%s's function ran after all", name)
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestRequestContext: a request's context carries the connection's
+// values, ends with context.Canceled when the handler returns, and ends
+// what was derived from it then; contexts derived from it and
+// context.AfterFunc's functions cost no goroutine while it runs.
+func TestRequestContext(t *testing.T) {
+	type derived struct {
+		child, timeout context.Context
+		done           <-chan struct{}
+		errDuring      error
+		values         []any
+		goroutines     int
+		afterRan       chan struct{}
+		stoppedRan     chan struct{}
+	}
+	got := make(chan derived, 1)
+	srv := &http.Server{ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, ctxKey{}, "conn")
+	}}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := derived{afterRan: make(chan struct{}), stoppedRan: make(chan struct{})}
+		ctx := r.Context()
+		d.errDuring = ctx.Err()
+		d.done = ctx.Done()
+		d.values = []any{ctx.Value(ctxKey{}), ctx.Value(http.ServerContextKey) == srv, ctx.Value(http.LocalAddrContextKey) != nil}
+		before := runtime.NumGoroutine()
+		// Their cancels run only once the test has looked: the request's
+		// end must end them.
+		var cancels [52]context.CancelFunc
+		d.child, cancels[0] = context.WithCancel(ctx)
+		d.timeout, cancels[1] = context.WithTimeout(ctx, time.Hour)
+		for i := 2; i < len(cancels); i++ {
+			_, cancels[i] = context.WithCancel(ctx)
+		}
+		t.Cleanup(func() {
+			for _, cancel := range cancels {
+				cancel()
+			}
+		})
+		context.AfterFunc(ctx, func() { close(d.afterRan) })
+		stop := context.AfterFunc(ctx, func() { close(d.stoppedRan) })
+		d.goroutines = runtime.NumGoroutine() - before
+		if !stop() {
+			d.goroutines = -1
+		}
+		got <- d
+	})
+	_, addr, _ := serve(t, srv)
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	readResponse(t, c, br)
+	d := <-got
+	if d.errDuring != nil {
+		t.Errorf("Err during the handler: %v", d.errDuring)
+	}
+	if want := []any{"conn", true, true}; !slices.Equal(d.values, want) {
+		t.Errorf("values %v, want %v", d.values, want)
+	}
+	if d.goroutines != 0 {
+		t.Errorf("deriving 52 contexts and two AfterFuncs changed the goroutines by %d, want 0 (-1: stop failed)", d.goroutines)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(5 * time.Second):
+		t.Error("the request's Done channel still open 5 s after the handler returned")
+	}
+	for name, ctx := range map[string]context.Context{"WithCancel": d.child, "WithTimeout": d.timeout} {
+		select {
+		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), context.Canceled) {
+				t.Errorf("%s child: Err %v, Cause %v, want context.Canceled", name, ctx.Err(), context.Cause(ctx))
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s child not done 5 s after the handler returned", name)
+		}
+	}
+	select {
+	case <-d.afterRan:
+	case <-time.After(5 * time.Second):
+		t.Error("context.AfterFunc's function did not run after the handler returned")
+	}
+	select {
+	case <-d.stoppedRan:
+		t.Error("a stopped AfterFunc ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestRequestContextEndsWithTheBase: a request's context ends when
+// BaseContext's does, as one of net/http's.
+func TestRequestContextEndsWithTheBase(t *testing.T) {
+	base, cancel := context.WithCancelCause(context.Background())
+	ended := make(chan error, 1)
+	entered := make(chan struct{})
+	_, addr, _ := serve(t, &http.Server{BaseContext: func(net.Listener) context.Context { return base },
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(entered)
+			select {
+			case <-r.Context().Done():
+				ended <- r.Context().Err()
+			case <-time.After(5 * time.Second):
+				ended <- errors.New("not ended")
+			}
+		})})
+	c, _ := dial(t, addr)
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+	<-entered
+	cancel(errors.New("base ended"))
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
 	}
 }

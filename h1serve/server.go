@@ -34,7 +34,11 @@
 //   - a handler that panics after writing part of a body has all it wrote
 //     sent before the connection is cut (net/http may hold back the last
 //     2 KiB); the client sees a cut answer either way;
-//   - srv.SetKeepAlivesEnabled(false) is not seen (Shutdown is).
+//   - srv.SetKeepAlivesEnabled(false) is not seen (Shutdown is);
+//   - with a BaseContext or ConnContext that can end, context.Cause of a
+//     request's context that ended as its handler returned is nil (the
+//     base's cause, which has none), where net/http's says
+//     context.Canceled as Err does.
 package h1serve
 
 import (
