@@ -86,7 +86,9 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		now := l.now()
-		ctx := context.WithoutCancel(r.Context())
+		// Not the request's context: a client that leaves must not cut
+		// the count short (the stores read no values from it).
+		ctx := context.Background()
 		type hit struct {
 			r     *rule
 			value string
