@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -402,7 +403,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 				}
 			}
 		}
-		h, err = st.readHead(c.br, r.Method)
+		h, err = st.readHead(c, r.Method)
 		if err != nil {
 			bw.stop(w, false)
 			// The client too slow comes first: its body's deadline passing
@@ -554,10 +555,10 @@ func (st *h1State) readLine(br *bufio.Reader, budget *int) ([]byte, error) {
 	return line, nil
 }
 
-// readHead reads one response head from br into h and st.fields.
-func (st *h1State) readHead(br *bufio.Reader, method string) (h respHead, err error) {
+// readHead reads one response head from c into h and st.fields.
+func (st *h1State) readHead(c *h1Conn, method string) (h respHead, err error) {
 	budget := maxResponseHead
-	line, err := st.readLine(br, &budget)
+	line, err := st.readLine(c.br, &budget)
 	if err != nil {
 		return h, err
 	}
@@ -575,7 +576,7 @@ func (st *h1State) readHead(br *bufio.Reader, method string) (h respHead, err er
 	}
 	h.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
 	h.cl = -1
-	if err := st.readFields(br, &budget); err != nil {
+	if err := st.readFields(c.br, &budget, &c.last); err != nil {
 		h.status = -1
 		return h, err
 	}
@@ -657,8 +658,9 @@ func clip(b []byte) []byte { return b[:min(len(b), 64)] }
 // st.fields, names in canonical form. A field name that is not a token, a
 // value with control characters, and a folded line are errors, as for
 // http.ReadResponse (which folds; RFC 9112 section 5.2 lets a proxy refuse
-// instead).
-func (st *h1State) readFields(br *bufio.Reader, budget *int) error {
+// instead). Fields the same as last's (a connection's last response head:
+// an upstream sends much the same head every time) take last's strings.
+func (st *h1State) readFields(br *bufio.Reader, budget *int, last *lastFields) error {
 	raw := st.raw[:0]
 	spans := st.spans[:0]
 	for {
@@ -708,6 +710,10 @@ func (st *h1State) readFields(br *bufio.Reader, budget *int) error {
 	if len(spans) == 0 {
 		return nil
 	}
+	if last != nil && bytes.Equal(raw, last.raw) && slices.Equal(spans, last.spans) {
+		st.fields = append(st.fields, last.fields...)
+		return nil
+	}
 	all := string(raw) // one allocation holds every name and value
 	for _, s := range spans {
 		name, ok := commonHeaders[string(raw[s.n0:s.n1])]
@@ -716,8 +722,25 @@ func (st *h1State) readFields(br *bufio.Reader, budget *int) error {
 		}
 		st.fields = append(st.fields, field{name, all[s.v0:s.v1]})
 	}
+	if last != nil && len(raw) <= maxLastFields {
+		last.raw = append(last.raw[:0], raw...)
+		last.spans = append(last.spans[:0], spans...)
+		last.fields = append(last.fields[:0], st.fields...)
+	}
 	return nil
 }
+
+// lastFields is a connection's last response head's fields, as readFields
+// read them: their names and values back to back, where each is, and the
+// fields (strings).
+type lastFields struct {
+	raw    []byte
+	spans  []span
+	fields []field
+}
+
+// maxLastFields bounds the head a connection keeps (lastFields.raw).
+const maxLastFields = 4 << 10
 
 // commonHeaders interns the names most responses carry, so that their
 // keys in the response's header map share one string.
@@ -837,7 +860,7 @@ func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *
 	switch {
 	case h.chunked:
 		budget := maxResponseHead
-		if err := st.readFields(br, &budget); err != nil {
+		if err := st.readFields(br, &budget, nil); err != nil {
 			p.abort(r, err, "upstream trailers")
 		}
 		if len(h.trailers) > 0 {
@@ -1321,7 +1344,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	var h respHead
 	var err error
 	for {
-		if h, err = st.readHead(c.br, http.MethodGet); err != nil {
+		if h, err = st.readHead(c, http.MethodGet); err != nil {
 			st.disarm(stop)
 			c.nc.Close()
 			if c.reused && h.status == 0 && isClosed(err) {
@@ -1348,7 +1371,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	if h.chunked && err == nil {
 		if _, err := src.Read(make([]byte, 1)); err == io.EOF {
 			budget := maxResponseHead
-			whole = st.readFields(c.br, &budget) == nil
+			whole = st.readFields(c.br, &budget, nil) == nil
 		}
 	}
 	if st.disarm(stop) && whole && !h.closeConn {

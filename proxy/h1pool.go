@@ -60,6 +60,7 @@ type h1Conn struct {
 	raw    syscall.RawConn // nil when nc has none
 	idleAt time.Time       // when it was put back
 	reused bool            // it has carried a request before
+	last   lastFields      // its last response head's fields (readFields)
 	// rdl is the read deadline armHeaderDeadline set last, zero when
 	// another may have been set since.
 	rdl time.Time
