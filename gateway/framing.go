@@ -28,9 +28,9 @@ import (
 // Since the handler cannot see the dropped header, the connections Go's
 // server reads are wrapped (on the plain listener, those h1serve hands
 // over: its loop serves no request with a body and needs no scan):
-// framingConn reads along with the server and
-// notes each request head that carries both fields, or Transfer-Encoding
-// on HTTP/1.0 (its request line). A chunked or HTTP/1.0 request whose
+// framingConn reads along with the server and notes each request head
+// that carries both fields, or Transfer-Encoding on HTTP/1.0 (its request
+// line). A chunked or HTTP/1.0 request whose
 // request line was so noted is answered 400 with the connection closed
 // (refuseAmbiguousFraming). The scan sees exactly
 // the bytes the server parses, in the same order; where it cannot frame a

@@ -6,10 +6,10 @@ import "context"
 type connKey struct{}
 
 // AfterGone is context.AfterFunc for the context of a request the loop
-// serves, without its cost (five allocations for every call): f runs on a goroutine of its own
-// once the client has left or the handler has returned, unless stop
-// (which says whether it stopped f) came first. stop is good until the
-// handler returns.
+// serves, without its cost (five allocations for every call): f runs on
+// a goroutine of its own once the client has left or the handler has
+// returned, unless stop (which says whether it stopped f) came first.
+// stop is good until the handler returns.
 //
 // ok is false, and nothing is arranged, when ctx is not the context of a
 // request the loop serves now, or is derived from it with an end of its
