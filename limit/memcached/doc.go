@@ -138,11 +138,13 @@
 // A read's answer then serves the checks of the same counter and buckets
 // that come within 1 ms (reuseWindow, a fifth of the flush interval) after
 // it arrived, at once: its counts plus this gateway's pending increments,
-// no get, no wait. It stops serving as soon as a send of the counter's
-// increments begins (memcached may then hold some of them, which the
-// answer lacks: the check reads again, under Load's usual rule for a read
-// that overlaps a flush) and when an AddNow or a Reset of the counter
-// through this Store ends. So this gateway's own increments count exactly
+// no get, no wait. It goes on serving across a send of the counter's
+// increments: while the send is on its way the checks add its increments
+// too (the answer has none of them), and once memcached acknowledged it
+// whole the answer takes them in; a send that failed in part ends it
+// (memcached may or may not hold what failed: the check reads again). It
+// also ends when an AddNow or a Reset of the counter through this Store
+// ends. So this gateway's own increments count exactly
 // as with a read of their own (TestOwnIncrementsExactAtEveryCheck checks
 // every check of a tight add-and-check loop against a reference), and
 // another gateway's increment is seen at most 5 ms (its flush) + its

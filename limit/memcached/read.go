@@ -27,12 +27,14 @@ import (
 // store.go), without a get and without waiting, as long as it still
 // holds: it was exact (nothing of the counter in flight when its Load
 // pinned the counter, no send begun before it returned: the rule by which
-// Load accepts a read), no send of the counter's increments has begun
-// since (so memcached holds what it held then of this Store's increments,
-// and pending all the others), and no AddNow or Reset of the counter
-// through this Store has ended since. The Store's own increments are thus
-// exact as with a read of their own; the other gateways' are seen at most
-// reuseWindow later than they would be. A counter keeps one such answer,
+// Load accepts a read), every send of the counter's increments since was
+// acknowledged whole and taken into its counts (while one is on its way,
+// the checks add its increments as well: so the answer plus what is
+// pending and in flight is what memcached holds of this Store's
+// increments), and no AddNow or Reset of the counter through this Store
+// has ended since. The Store's own increments are thus exact as with a
+// read of their own; the other gateways' are seen at most reuseWindow
+// later than they would be. A counter keeps one such answer,
 // in its entry, which the flusher drops with the entry once the counter
 // has nothing pending and the answer is older than the window.
 //

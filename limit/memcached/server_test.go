@@ -22,6 +22,7 @@ type proxy struct {
 	verbs   map[string]int
 	getKeys atomic.Int64
 	hold    atomic.Pointer[chan struct{}] // when set, get commands wait for it to close
+	cutIncr atomic.Int32                  // incr commands still to cut: each closes its connection, not passed on
 }
 
 // HoldGets makes get commands wait (counted, not yet passed on) until the
@@ -63,6 +64,9 @@ func (p *proxy) pipe(dst io.Writer, src io.Reader) {
 				p.mu.Lock()
 				p.verbs[fields[0]]++
 				p.mu.Unlock()
+				if fields[0] == "incr" && p.cutIncr.Add(-1) >= 0 {
+					return
+				}
 				if fields[0] == "get" || fields[0] == "gets" {
 					p.getKeys.Add(int64(len(fields) - 1))
 					if h := p.hold.Load(); h != nil {

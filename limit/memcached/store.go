@@ -690,7 +690,14 @@ func (sv *server) send(sh *shard, c limit.Counter) {
 	}
 	batch := e.pending
 	e.pending, e.inflight = e.spare[:0], batch
+	// The last read, if it still holds, holds on across the send: its
+	// counts have none of the batch, which checks add while it is on
+	// its way and which it takes in once acknowledged.
+	carried := e.last.counts != nil && e.last.gen == e.gen && e.last.wgen == e.wgen
 	e.gen++
+	if carried {
+		e.last.gen = e.gen
+	}
 	done := make(chan struct{})
 	e.done = done
 	sh.mu.Unlock()
@@ -706,6 +713,13 @@ func (sv *server) send(sh *shard, c limit.Counter) {
 	}
 
 	sh.mu.Lock()
+	if a := &e.last; a.counts != nil && a.gen == e.gen {
+		if len(failed) == 0 {
+			addDeltas(batch, a.buckets, a.counts)
+		} else {
+			a.counts = nil // memcached may or may not have what failed
+		}
+	}
 	acked := len(batch)
 	for _, d := range failed {
 		if i := e.find(d.level, d.start); i >= 0 {
@@ -798,17 +812,21 @@ type entry struct {
 }
 
 // answer is the last exact read of a counter (read.go): the counts
-// memcached answered, without this Store's increments, the buckets they
-// are of, when the answer arrived and the generations it was taken at. It
-// answers the checks of the same buckets until reuseWindow after at, as
-// long as gen and wgen are the entry's: no send of the counter's
-// increments began since (memcached holds what it held then of this
-// Store's increments, and pending all the rest) and no AddNow or Reset
-// through this Store ended since.
+// memcached answered, without this Store's pending increments, the
+// buckets they are of, when the answer arrived and the generations it was
+// taken at. It answers the checks of the same buckets until reuseWindow
+// after at, as long as gen and wgen are the entry's: every send of the
+// counter's increments since was acknowledged whole, and the answer took
+// it in (server.send; while one is on its way, gen is already the
+// entry's and its increments are in flight), so that the counts plus the
+// pending and in-flight increments are what memcached holds of this
+// Store's increments; and no AddNow or Reset through this Store ended
+// since.
 type answer struct {
 	key       bucketsKey
-	counts    []int64 // nil when there is no answer; reused
-	at        int64   // mono() when the answer arrived
+	buckets   []limit.Bucket // reused
+	counts    []int64        // nil when there is no answer; reused
+	at        int64          // mono() when the answer arrived
 	gen, wgen uint64
 }
 
@@ -869,10 +887,11 @@ func (sh *shard) pin(c limit.Counter, buckets []limit.Bucket, counts []int64, re
 		e = &entry{}
 		sh.m[c] = e
 	}
-	if a := &e.last; a.counts != nil && a.gen == e.gen && a.wgen == e.wgen && e.done == nil &&
+	if a := &e.last; a.counts != nil && a.gen == e.gen && a.wgen == e.wgen &&
 		now-a.at < reuse && a.key == keyOf(buckets) {
 		copy(counts, a.counts)
 		addDeltas(e.pending, buckets, counts)
+		addDeltas(e.inflight, buckets, counts) // none unless a send the answer holds across is on its way
 		return nil, pinned{}, nil
 	}
 	e.readers++
@@ -905,6 +924,7 @@ func (sh *shard) addLocal(e *entry, p pinned, idle bool, buckets []limit.Bucket,
 		k := keyOf(buckets)
 		if a.counts == nil || a.key != k || a.gen != p.gen || a.wgen != p.wgen || at > a.at {
 			a.key, a.at, a.gen, a.wgen = k, at, p.gen, p.wgen
+			a.buckets = append(a.buckets[:0], buckets...)
 			a.counts = append(a.counts[:0], counts[:len(buckets)]...)
 		}
 	}
