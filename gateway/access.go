@@ -28,7 +28,7 @@ const requestIDHeader = "X-Request-Id"
 func requestID(trust *forwarded.Trust) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if ids := r.Header.Values(requestIDHeader); len(ids) != 1 || !validRequestID(ids[0]) || !fromTrustedProxy(trust, r) {
+			if ids := r.Header[requestIDHeader]; len(ids) != 1 || !validRequestID(ids[0]) || !fromTrustedProxy(trust, r) {
 				r.Header[requestIDHeader] = []string{newRequestID()} // Set, without canonicalizing a canonical name
 			}
 			next.ServeHTTP(w, r)

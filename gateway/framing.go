@@ -30,13 +30,12 @@ import (
 // over: its loop serves no request with a body and needs no scan):
 // framingConn reads along with the server and notes each request head
 // that carries both fields, or Transfer-Encoding on HTTP/1.0 (its request
-// line). A chunked or HTTP/1.0 request whose
-// request line was so noted is answered 400 with the connection closed
-// (refuseAmbiguousFraming). The scan sees exactly
-// the bytes the server parses, in the same order; where it cannot frame a
-// body it may note a line that is not a request line, which at worst
-// refuses a later chunked request of the same connection with the same
-// request line: the client's own.
+// line). A chunked or HTTP/1.0 request whose request line was so noted is
+// answered 400 with the connection closed (refuseAmbiguousFraming). The
+// scan sees exactly the bytes the server parses, in the same order; where
+// it cannot frame a body it may note a line that is not a request line,
+// which at worst refuses a later chunked request of the same connection
+// with the same request line: the client's own.
 
 // framingListener wraps the connections it accepts in framingConns.
 type framingListener struct{ net.Listener }
