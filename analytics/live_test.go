@@ -176,9 +176,9 @@ func TestLiveConcurrent(t *testing.T) {
 }
 
 // TestLiveMemory logs what the live view holds per link at worst (a visit
-// in every bucket of the window) and checks the README's bound: a link's
-// key and at most 1.5 KB. It is the heap of a recorder following the links
-// less that of one that does not.
+// in every bucket of the window) and checks the bound that
+// docs/configuration.md gives: a link's key and at most 1.5 KB. It is the
+// heap of a recorder following the links less that of one that does not.
 func TestLiveMemory(t *testing.T) {
 	const n = 4_000
 	keys := make([]string, n)
@@ -210,7 +210,7 @@ func TestLiveMemory(t *testing.T) {
 		t.Fatalf("%d links followed, want %d", r1.LiveLinks(), n)
 	}
 	if per > 1500 {
-		t.Errorf("%.0f bytes per link followed live, want at most 1500 (README)", per)
+		t.Errorf("%.0f bytes per link followed live, want at most 1500 (docs/configuration.md)", per)
 	}
 	runtime.KeepAlive(r0)
 	runtime.KeepAlive(r1)

@@ -124,7 +124,7 @@ func tail(s string) string {
 // back: every visit arrives once, and the heap grows by about one batch
 // (plus the Active entries the flusher remembers), not by the journal's
 // size. It logs the replay's time and the heap's peak. 8 MB normally (4
-// with -short); set LINKGATE_JOURNAL_MB for a bigger one (the README's
+// with -short); set LINKGATE_JOURNAL_MB for a bigger one (docs/durability.md's
 // figures are of 250).
 func TestJournalReplayBounded(t *testing.T) {
 	mb := 8 // a journal four times the working set of a replay, at least: enough to tell streaming from loading

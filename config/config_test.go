@@ -103,8 +103,9 @@ func TestLocate(t *testing.T) {
 	}
 }
 
-// TestBadLimitMessage is the README's example of check-config: the file,
-// the line and the field, then the limit's own error.
+// TestBadLimitMessage is the example of check-config that
+// docs/configuration.md gives: the file, the line and the field, then the
+// limit's own error.
 func TestBadLimitMessage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	data := "upstream:\n  targets: [http://127.0.0.1:1]\nrules:\n  - name: login_ip\n    match: {methods: [POST], path: /login}\n    key: ip\n    limits: [2/s, 5/fortnight]\n"

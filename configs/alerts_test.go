@@ -78,11 +78,12 @@ func servedMetrics(t *testing.T) map[string][]string {
 	return out
 }
 
-// readmeMetricLabels returns the README's metrics table: each metric's
-// labels, with the text that describes each (its values in backquotes).
-func readmeMetricLabels(t *testing.T) map[string]map[string]string {
+// docMetricLabels returns the metrics table of docs/operations.md: each
+// metric's labels, with the text that describes each (its values in
+// backquotes).
+func docMetricLabels(t *testing.T) map[string]map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	data, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,17 +108,18 @@ func readmeMetricLabels(t *testing.T) map[string]map[string]string {
 		}
 	}
 	if len(out) < 20 {
-		t.Fatalf("README: only %d rows in the metrics table", len(out))
+		t.Fatalf("docs/operations.md: only %d rows in the metrics table", len(out))
 	}
 	return out
 }
 
 // TestAlertRules: configs/alerts.yml is a Prometheus rule file whose every
 // rule has a name, an expression, a severity and a summary; every metric
-// it names is one the gateway registers and the README's metrics table
-// documents, every label it selects or groups by is one of that metric's,
-// and every value it selects is one the README lists for the label. With
-// promtool installed (Debian's prometheus package), promtool accepts it.
+// it names is one the gateway registers and the metrics table of
+// docs/operations.md documents, every label it selects or groups by is one
+// of that metric's, and every value it selects is one the table lists for
+// the label. With promtool installed (Debian's prometheus package),
+// promtool accepts it.
 func TestAlertRules(t *testing.T) {
 	path := filepath.Join(root, "configs", "alerts.yml")
 	data, err := os.ReadFile(path)
@@ -128,7 +130,7 @@ func TestAlertRules(t *testing.T) {
 	if err := yaml.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
-	served, readme := servedMetrics(t), readmeMetricLabels(t)
+	served, table := servedMetrics(t), docMetricLabels(t)
 	rules := 0
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
@@ -150,8 +152,8 @@ func TestAlertRules(t *testing.T) {
 				if _, ok := served[n]; !ok {
 					t.Errorf("rule %s: %s is not a metric the gateway registers", r.Alert, n)
 				}
-				if _, ok := readme[n]; !ok {
-					t.Errorf("rule %s: %s is not in the README's metrics table", r.Alert, n)
+				if _, ok := table[n]; !ok {
+					t.Errorf("rule %s: %s is not in the metrics table of docs/operations.md", r.Alert, n)
 				}
 				labels = append(labels, served[n]...)
 			}
@@ -177,10 +179,10 @@ func TestAlertRules(t *testing.T) {
 					if m[2] != "=" && m[2] != "=~" {
 						continue
 					}
-					documented := code.FindAllStringSubmatch(readme[name][m[1]], -1)
+					documented := code.FindAllStringSubmatch(table[name][m[1]], -1)
 					for v := range strings.SplitSeq(m[3], "|") {
 						if !slices.ContainsFunc(documented, func(d []string) bool { return d[1] == v }) {
-							t.Errorf("rule %s: %s{%s=%q}: the README lists no such value of %s", r.Alert, name, m[1], v, m[1])
+							t.Errorf("rule %s: %s{%s=%q}: docs/operations.md lists no such value of %s", r.Alert, name, m[1], v, m[1])
 						}
 					}
 				}

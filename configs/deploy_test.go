@@ -326,18 +326,26 @@ func TestComposeLoadsInCompose1(t *testing.T) {
 	}
 }
 
-// TestCassandraRecipe checks the README's recipe for the Cassandra
-// integration tests against the compose file: every CASSANDRA_HOSTS address
-// it gives must be published by the cassandra service on the host's
-// loopback, to the port the gateway's config connects to inside compose.
+// TestCassandraRecipe checks the recipes for the Cassandra integration
+// tests that README.md and docs/ give (docs/tests.md has one) against the
+// compose file: every CASSANDRA_HOSTS address they give must be published
+// by the cassandra service on the host's loopback, to the port the
+// gateway's config connects to inside compose.
 func TestCassandraRecipe(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	recipes := regexp.MustCompile(`CASSANDRA_HOSTS=(\S+)\s+\./test\.sh`).FindAllSubmatch(readme, -1)
+	var recipes [][][]byte
+	for _, p := range append(pages, filepath.Join(root, "README.md")) {
+		text, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recipes = append(recipes, regexp.MustCompile(`CASSANDRA_HOSTS=(\S+)\s+\./test\.sh`).FindAllSubmatch(text, -1)...)
+	}
 	if len(recipes) == 0 {
-		t.Fatal("README.md gives no CASSANDRA_HOSTS=... ./test.sh recipe")
+		t.Fatal("neither README.md nor docs/ gives a CASSANDRA_HOSTS=... ./test.sh recipe")
 	}
 	c := loadCompose(t)
 	cfg := gatewayConfig(t, c)
@@ -349,15 +357,15 @@ func TestCassandraRecipe(t *testing.T) {
 		for _, hostport := range strings.Split(string(m[1]), ",") {
 			host, port, err := net.SplitHostPort(hostport)
 			if err != nil {
-				t.Errorf("README: CASSANDRA_HOSTS=%s: %v", m[1], err)
+				t.Errorf("docs: CASSANDRA_HOSTS=%s: %v", m[1], err)
 				continue
 			}
 			if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
-				t.Errorf("README: CASSANDRA_HOSTS=%s: %s is not a loopback address", m[1], host)
+				t.Errorf("docs: CASSANDRA_HOSTS=%s: %s is not a loopback address", m[1], host)
 			}
 			want := host + ":" + port + ":" + inner
 			if !slices.Contains(c.Services["cassandra"].Ports, want) {
-				t.Errorf("README: CASSANDRA_HOSTS=%s, but the cassandra service publishes %q, want %q", m[1], c.Services["cassandra"].Ports, want)
+				t.Errorf("docs: CASSANDRA_HOSTS=%s, but the cassandra service publishes %q, want %q", m[1], c.Services["cassandra"].Ports, want)
 			}
 		}
 	}

@@ -277,8 +277,8 @@ func TestSetHeaders(t *testing.T) {
 	}
 }
 
-// TestEveryNamedHeader: each header the README's Security table names, as
-// the README spells it, is removed from everyone, or passed on from a
+// TestEveryNamedHeader: each header the table of docs/security.md names, as
+// the page spells it, is removed from everyone, or passed on from a
 // trusted proxy only.
 func TestEveryNamedHeader(t *testing.T) {
 	removed := []string{

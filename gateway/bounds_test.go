@@ -121,27 +121,27 @@ func TestBoundsRefused(t *testing.T) {
 	}
 }
 
-// TestReadmeBounds: the README's configuration table gives the range of
+// TestDocBounds: the configuration table of docs/configuration.md gives the range of
 // every bounded field as the compile step has it: "`100ms` to `1h`", and
 // "`0s`" where 0 (none) is accepted too.
-func TestReadmeBounds(t *testing.T) {
-	rows := readmeTable(t, readmeSection(t, "## Configuration"), "| field | default | meaning |")
+func TestDocBounds(t *testing.T) {
+	rows := docTable(t, "configuration.md", configTableHeader)
 	for _, b := range gateway.Bounds() {
 		i := slices.IndexFunc(rows, func(r []string) bool { return r[0] == "`"+b.Field+"`" })
 		if i < 0 {
-			t.Errorf("README: no row for %s", b.Field)
+			t.Errorf("docs/configuration.md: no row for %s", b.Field)
 			continue
 		}
 		meaning := rows[i][len(rows[i])-1]
 		if want := "`" + b.MinS + "` to `" + b.MaxS + "`"; !strings.Contains(meaning, want) {
-			t.Errorf("README: the row of %s does not give its range %s: %q", b.Field, want, meaning)
+			t.Errorf("docs/configuration.md: the row of %s does not give its range %s: %q", b.Field, want, meaning)
 		}
 		zero := "`0`"
 		if b.Duration {
 			zero = "`0s`"
 		}
 		if b.Zero && !strings.Contains(meaning, zero) {
-			t.Errorf("README: the row of %s does not say what %s means: %q", b.Field, zero, meaning)
+			t.Errorf("docs/configuration.md: the row of %s does not say what %s means: %q", b.Field, zero, meaning)
 		}
 	}
 }

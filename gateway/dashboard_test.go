@@ -212,7 +212,7 @@ func grouped(n int64) string {
 // range, the top links of the all-links page and their links, the embed
 // view with a share token, and the live counter moving when visits arrive.
 // With LINKGATE_SCREENSHOTS=dir it writes a PNG of each view at each width
-// there (the README's docs/dashboard).
+// there (docs/dashboard, shown by docs/stats-api.md).
 func TestDashboard(t *testing.T) {
 	t.Parallel()
 	b := browser.Shared(t)

@@ -6,7 +6,7 @@ import (
 )
 
 // Bound is a bound of the compile step, for tests: the field, its range
-// (MinS, MaxS as the README writes them), and whether 0 is accepted too.
+// (MinS, MaxS as docs/configuration.md writes them), and whether 0 is accepted too.
 type Bound struct {
 	Field      string
 	Min, Max   int64 // nanoseconds for a duration

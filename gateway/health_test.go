@@ -184,7 +184,7 @@ func TestHealthDetailNeedsTheToken(t *testing.T) {
 }
 
 // TestFullDiskThenSpaceBack runs the gateway with its embedded store on a
-// tmpfs of the smallest supported size (48 MiB, see the README), fills the
+// tmpfs of the smallest supported size (48 MiB, see docs/analytics.md), fills the
 // volume while visits come in, and frees it again: the proxy serves
 // throughout, health says degraded with "disk almost full" while the
 // writes are refused, and once space is back the same process writes the

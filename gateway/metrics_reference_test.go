@@ -13,10 +13,10 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-// The README's metrics table is checked here against the registry of a
+// The metrics table of docs/operations.md is checked here against the registry of a
 // real gateway: a metric or a label added without its row fails.
 
-// metricRow is a row of the README's metrics table.
+// metricRow is a row of the metrics table.
 type metricRow struct {
 	typ string // counter, gauge, histogram or summary
 	// labels maps each label to its documented values; nil for a label
@@ -28,34 +28,34 @@ type metricRow struct {
 // onlySpans is a label description that lists values: "`ok`, `failed`".
 var onlySpans = regexp.MustCompile("^(\\s*`[^`]+`\\s*,?)+\\s*$")
 
-// readmeMetrics reads the README's metrics table. The labels cell lists
+// docMetrics reads the metrics table of docs/operations.md. The labels cell lists
 // labels separated by ";", each "`name`" or "`name`: description", the
 // description being its values when it is only code spans ("`ok`,
 // `failed`").
-func readmeMetrics(t *testing.T) map[string]metricRow {
+func docMetrics(t *testing.T) map[string]metricRow {
 	t.Helper()
-	rows := readmeTable(t, readmeSection(t, "## Admin listener and metrics"), "| metric | type | labels | what it counts | applies to |")
+	rows := docTable(t, "operations.md", "| metric | type | labels | what it counts | applies to |")
 	out := map[string]metricRow{}
 	for _, c := range rows {
 		if len(c) != 5 {
-			t.Errorf("README metrics table: row %q has %d cells, want 5", c, len(c))
+			t.Errorf("docs/operations.md metrics table: row %q has %d cells, want 5", c, len(c))
 			continue
 		}
 		names := spans(c[0])
 		if len(names) != 1 || "`"+names[0]+"`" != c[0] {
-			t.Errorf("README metrics table: the first cell %q must be one metric name in backquotes", c[0])
+			t.Errorf("docs/operations.md metrics table: the first cell %q must be one metric name in backquotes", c[0])
 			continue
 		}
 		row := metricRow{typ: c[1], labels: map[string][]string{}, memcachedOnly: strings.Contains(c[4], "`limiter.store: memcached`")}
 		if !slices.Contains([]string{"counter", "gauge", "histogram", "summary"}, row.typ) {
-			t.Errorf("README metrics table: %s has type %q, want counter, gauge, histogram or summary", names[0], row.typ)
+			t.Errorf("docs/operations.md metrics table: %s has type %q, want counter, gauge, histogram or summary", names[0], row.typ)
 		}
 		if c[2] != "" {
 			for _, part := range strings.Split(c[2], ";") {
 				part = strings.TrimSpace(part)
 				label := spans(part)
 				if len(label) == 0 || !strings.HasPrefix(part, "`"+label[0]+"`") {
-					t.Errorf("README metrics table: %s: label %q must start with its name in backquotes", names[0], part)
+					t.Errorf("docs/operations.md metrics table: %s: label %q must start with its name in backquotes", names[0], part)
 					continue
 				}
 				desc := strings.TrimPrefix(part, "`"+label[0]+"`")
@@ -67,7 +67,7 @@ func readmeMetrics(t *testing.T) map[string]metricRow {
 			}
 		}
 		if _, dup := out[names[0]]; dup {
-			t.Errorf("README metrics table: %s has two rows", names[0])
+			t.Errorf("docs/operations.md metrics table: %s has two rows", names[0])
 		}
 		out[names[0]] = row
 	}
@@ -150,15 +150,15 @@ analytics:
 	return gw.g.Registry(), running, testkit.Samples(t, gw.g.Registry())
 }
 
-// TestReadmeMetrics: the README's metrics table names exactly the metrics
+// TestMetricsTable: the metrics table of docs/operations.md names exactly the metrics
 // and labels a gateway registers (with the memcached store, so that every
 // collector is in use), with their types and label values; and the
 // metrics it says apply to memcached only stay at zero with the
 // in-process store under the same traffic, while they move with memcached.
 // memcached is stopped before the last request, so that its error counter
 // has a series too.
-func TestReadmeMetrics(t *testing.T) {
-	doc := readmeMetrics(t)
+func TestMetricsTable(t *testing.T) {
+	doc := docMetrics(t)
 	mc := testkit.StartMemcached(t)
 	up := tinyURL(t)
 	reg, mcRunning, mcStopped := metricsGateway(t, up.URL, memcachedStore(mc.Addr, "allow"), mc.Kill)
@@ -171,7 +171,7 @@ func TestReadmeMetrics(t *testing.T) {
 	for name, labels := range got {
 		row, ok := doc[name]
 		if !ok {
-			t.Errorf("README metrics table: no row for %s (labels %v)", name, labels)
+			t.Errorf("docs/operations.md metrics table: no row for %s (labels %v)", name, labels)
 			continue
 		}
 		var documented []string
@@ -180,12 +180,12 @@ func TestReadmeMetrics(t *testing.T) {
 		}
 		slices.Sort(documented)
 		if !slices.Equal(documented, labels) {
-			t.Errorf("README metrics table: %s has the labels %v, registered with %v", name, documented, labels)
+			t.Errorf("docs/operations.md metrics table: %s has the labels %v, registered with %v", name, documented, labels)
 		}
 	}
 	for name := range doc {
 		if _, ok := got[name]; !ok {
-			t.Errorf("README metrics table: %s is not registered", name)
+			t.Errorf("docs/operations.md metrics table: %s is not registered", name)
 		}
 	}
 
@@ -206,11 +206,11 @@ func TestReadmeMetrics(t *testing.T) {
 			typed[name] = true
 			for _, s := range ss {
 				if s.Type != row.typ {
-					report("README metrics table: %s is a %s, registered as a %s", name, row.typ, s.Type)
+					report("docs/operations.md metrics table: %s is a %s, registered as a %s", name, row.typ, s.Type)
 				}
 				for l, v := range s.Labels {
 					if values := row.labels[l]; values != nil && !slices.Contains(values, v) {
-						report("README metrics table: %s{%s=%q}: the value is not among the documented %v", name, l, v, values)
+						report("docs/operations.md metrics table: %s{%s=%q}: the value is not among the documented %v", name, l, v, values)
 					}
 				}
 			}
@@ -250,7 +250,7 @@ func TestReadmeMetrics(t *testing.T) {
 		return out
 	}
 	if m := moved(memRunning, memStopped); len(m) > 0 {
-		t.Errorf("with the in-process store, metrics the README says apply to memcached only moved: %v", m)
+		t.Errorf("with the in-process store, metrics docs/operations.md says apply to memcached only moved: %v", m)
 	}
 	if m := moved(mcRunning); !slices.Contains(m, "linkgate_limit_store_duration_seconds") || !slices.Contains(m, "linkgate_memcached_ops_total") {
 		t.Errorf("with memcached, the memcached-only metrics that moved are %v; want linkgate_limit_store_duration_seconds and linkgate_memcached_ops_total among them", m)

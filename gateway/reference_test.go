@@ -22,8 +22,9 @@ import (
 // The config reference is checked here against the code: the fields of
 // config.Config, found by walking the struct by its yaml tags, must each
 // appear, commented, in configs/gateway.example.yaml and have a row in the
-// README's configuration table, whose defaults and restart marks must be
-// the code's. A field added without its documentation fails these tests.
+// configuration table of docs/configuration.md, whose defaults and restart
+// marks must be the code's. A field added without its documentation fails
+// these tests.
 
 const (
 	examplePath = "../configs/gateway.example.yaml"
@@ -33,7 +34,8 @@ const (
 	// sharedContract is the product's contract beside the repository, on
 	// the machines that have it.
 	sharedContract = "../../shared/gateway.example.yaml"
-	readmePath     = "../README.md"
+	// docsDir holds the pages whose tables are checked against the code.
+	docsDir = "../docs"
 )
 
 var cmpConfig = cmp.Options{cmpopts.IgnoreUnexported(config.Config{}), cmpopts.EquateEmpty()}
@@ -258,37 +260,17 @@ func hasComment(line string) bool {
 	return false
 }
 
-// readmeSection returns the lines of the README section under heading.
-func readmeSection(t *testing.T, heading string) []string {
+// docTable returns the rows of the table of docs/<page> whose header row
+// is header, each row as its cells.
+func docTable(t *testing.T, page, header string) [][]string {
 	t.Helper()
-	data, err := os.ReadFile(readmePath)
+	data, err := os.ReadFile(filepath.Join(docsDir, page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	in := false
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "## ") {
-			in = l == heading
-			continue
-		}
-		if in {
-			out = append(out, l)
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("README.md has no section %q", heading)
-	}
-	return out
-}
-
-// readmeTable returns the rows of the table in lines whose header row is
-// header, each row as its cells.
-func readmeTable(t *testing.T, lines []string, header string) [][]string {
-	t.Helper()
 	var rows [][]string
 	in := false
-	for _, l := range lines {
+	for _, l := range strings.Split(string(data), "\n") {
 		switch {
 		case l == header:
 			in = true
@@ -303,7 +285,7 @@ func readmeTable(t *testing.T, lines []string, header string) [][]string {
 		}
 	}
 	if rows == nil {
-		t.Fatalf("README.md: no table with the header %q", header)
+		t.Fatalf("docs/%s: no table with the header %q", page, header)
 	}
 	return rows
 }
@@ -338,7 +320,7 @@ func spans(s string) []string {
 	return out
 }
 
-// configRow is a row of the README's configuration table.
+// configRow is a row of the configuration table.
 type configRow struct {
 	field    string
 	def      string // the default cell
@@ -346,25 +328,29 @@ type configRow struct {
 	required bool
 }
 
-// readmeConfigTable reads the README's configuration table: one row per
-// field, the field's full path in the first cell.
-func readmeConfigTable(t *testing.T) map[string]configRow {
+// configTableHeader is the header row of the configuration table of
+// docs/configuration.md.
+const configTableHeader = "| field | default | meaning |"
+
+// docConfigTable reads the configuration table: one row per field, the
+// field's full path in the first cell.
+func docConfigTable(t *testing.T) map[string]configRow {
 	t.Helper()
-	rows := readmeTable(t, readmeSection(t, "## Configuration"), "| field | default | meaning |")
+	rows := docTable(t, "configuration.md", configTableHeader)
 	out := map[string]configRow{}
 	for _, c := range rows {
 		if len(c) != 3 {
-			t.Errorf("README configuration table: row %q has %d cells, want 3", c, len(c))
+			t.Errorf("docs/configuration.md: row %q has %d cells, want 3", c, len(c))
 			continue
 		}
 		names := spans(c[0])
 		if len(names) != 1 || "`"+names[0]+"`" != c[0] {
-			t.Errorf("README configuration table: the first cell %q must be one field's full path in backquotes, like `server.listen`", c[0])
+			t.Errorf("docs/configuration.md: the first cell %q must be one field's full path in backquotes, like `server.listen`", c[0])
 			continue
 		}
 		f := names[0]
 		if _, dup := out[f]; dup {
-			t.Errorf("README configuration table: %s has two rows", f)
+			t.Errorf("docs/configuration.md: %s has two rows", f)
 		}
 		row := strings.Join(c, " ")
 		out[f] = configRow{
@@ -375,13 +361,13 @@ func readmeConfigTable(t *testing.T) map[string]configRow {
 	return out
 }
 
-// TestReadmeConfigTable: the README's configuration table has a row for
+// TestConfigTable: the configuration table of docs/configuration.md has a row for
 // every field of config.Config and no other; each default it gives is the
 // code's (or the field is required: leaving it out fails the compile,
 // naming it); and the fields it marks as changing only on restart are the
 // ones a reload keeps (restartOnly).
-func TestReadmeConfigTable(t *testing.T) {
-	rows := readmeConfigTable(t)
+func TestConfigTable(t *testing.T) {
+	rows := docConfigTable(t)
 	fields := configFields()
 	var missing, extra []string
 	for _, f := range fields {
@@ -396,10 +382,10 @@ func TestReadmeConfigTable(t *testing.T) {
 	}
 	slices.Sort(extra)
 	if len(missing) > 0 {
-		t.Errorf("README configuration table: no row for %s", strings.Join(missing, ", "))
+		t.Errorf("docs/configuration.md: no row for %s", strings.Join(missing, ", "))
 	}
 	if len(extra) > 0 {
-		t.Errorf("README configuration table: rows for fields config.Config does not have: %s", strings.Join(extra, ", "))
+		t.Errorf("docs/configuration.md: rows for fields config.Config does not have: %s", strings.Join(extra, ", "))
 	}
 
 	for _, f := range fields {
@@ -474,22 +460,22 @@ func parent(doc map[string]any, f string) (map[string]any, string) {
 	return m, parts[len(parts)-1]
 }
 
-// checkDefault: the file that sets f to the value the README gives as its
+// checkDefault: the file that sets f to the value the table gives as its
 // default reads as the file that leaves f out.
 func checkDefault(t *testing.T, f, cell string, baseline *config.Config) {
 	vals := spans(cell)
 	if len(vals) == 0 || !strings.HasPrefix(cell, "`") {
-		t.Fatalf("README: the default of %s, %q, must start with the value in backquotes (or say required)", f, cell)
+		t.Fatalf("docs/configuration.md: the default of %s, %q, must start with the value in backquotes (or say required)", f, cell)
 	}
 	var v any
 	if err := yaml.Unmarshal([]byte(vals[0]), &v); err != nil {
-		t.Fatalf("README: the default of %s, %q, is not YAML: %v", f, vals[0], err)
+		t.Fatalf("docs/configuration.md: the default of %s, %q, is not YAML: %v", f, vals[0], err)
 	}
 	doc := docFor(f)
 	m, name := parent(doc, f)
 	m[name] = v
 	if d := cmp.Diff(baseline, parseDoc(t, doc), cmpConfig); d != "" {
-		t.Errorf("README: the default of %s is not %s (-code +README):\n%s", f, vals[0], d)
+		t.Errorf("docs/configuration.md: the default of %s is not %s (-code +docs):\n%s", f, vals[0], d)
 	}
 }
 
@@ -502,7 +488,7 @@ func checkRequired(t *testing.T, f string) {
 	_, err := gateway.Compile(parseDoc(t, doc), getenv)
 	path := strings.ReplaceAll(f, "[]", "[0]")
 	if err == nil {
-		t.Fatalf("README says %s is required, but a file without it compiles", f)
+		t.Fatalf("docs/configuration.md says %s is required, but a file without it compiles", f)
 	}
 	if holder := path[:max(strings.LastIndex(path, "."), 0)]; !strings.Contains(err.Error(), path+":") && (holder == "" || !strings.Contains(err.Error(), holder+":")) {
 		t.Errorf("without %s: %v; want an error naming it", f, err)
@@ -510,7 +496,7 @@ func checkRequired(t *testing.T, f string) {
 }
 
 // checkRestart: a reload that changes f keeps its running value exactly
-// when the README marks f so.
+// when the table marks f so.
 func checkRestart(t *testing.T, f string, marked bool) {
 	run, next := parseDoc(t, docFor(f)), parseDoc(t, docFor(f))
 	change(t, field(t, reflect.ValueOf(next).Elem(), f), f)
@@ -519,9 +505,9 @@ func checkRestart(t *testing.T, f string, marked bool) {
 	})
 	switch {
 	case kept && !marked:
-		t.Errorf("README: %s changes only on restart (a reload keeps its running value): mark it ¹ (listeners) or ² (analytics pipeline)", f)
+		t.Errorf("docs/configuration.md: %s changes only on restart (a reload keeps its running value): mark it ¹ (listeners) or ² (analytics pipeline)", f)
 	case marked && !kept:
-		t.Errorf("README marks %s as changing only on restart, but a reload applies it", f)
+		t.Errorf("docs/configuration.md marks %s as changing only on restart, but a reload applies it", f)
 	}
 }
 

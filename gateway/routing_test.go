@@ -147,7 +147,7 @@ func multipartForm(kv ...string) func(string) (string, []byte) {
 // parameters must be counted like a plain POST /login: the service sees at
 // most 5 and the client gets 429. A rule applies only to the methods it
 // lists: in front of a service that logs in on any method, PUT and GET
-// pass a POST rule uncounted (the README says so), and a rule without
+// pass a POST rule uncounted (docs/security.md says so), and a rule without
 // methods counts them. Methods the gateway's router does not know
 // (PROPFIND, FOO) never reach the service. Run with -v for the table of
 // what each shape gets.

@@ -17,8 +17,8 @@ import (
 // TestMeasureVolumes measures, it asserts nothing but errors other than
 // ErrDiskFull: on tmpfs volumes of several sizes, how many flushes of
 // 1,000 new links (up to 800) the store takes before it refuses writes,
-// and what is on the volume then. The README's minimum volume comes from
-// it:
+// and what is on the volume then. The minimum volume docs/analytics.md
+// gives comes from it:
 //
 //	LINKGATE_MEASURE_VOLUMES=1 go test ./analytics/pebble -run TestMeasureVolumes -v
 func TestMeasureVolumes(t *testing.T) {

@@ -52,8 +52,8 @@ func fill(t *testing.T, dir string) string {
 	}
 }
 
-// minVolumeMiB is the smallest volume the README says the embedded store
-// supports: TestSmallVolume runs on it.
+// minVolumeMiB is the smallest volume docs/analytics.md says the embedded
+// store supports: TestSmallVolume runs on it.
 const minVolumeMiB = 48
 
 // TestSmallVolume runs the store on a tmpfs of the smallest supported

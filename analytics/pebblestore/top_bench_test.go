@@ -14,8 +14,8 @@ import (
 	"github.com/linkgate/linkgate/visitor"
 )
 
-// The breakdown and top-list figures of the README: an embedded store of
-// 100,000 links, each visited every day of 30 (link i about 20,000/(i+1)
+// The breakdown and top-list figures of docs/benchmarks.md: an embedded
+// store of 100,000 links, each visited every day of 30 (link i about 20,000/(i+1)
 // times a day: a few links take most visits, as short links' traffic
 // does), with five dimensions per link and day, and one link with a year
 // of breakdowns. Building it takes a minute or two, so it runs only with

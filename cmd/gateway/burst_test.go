@@ -34,7 +34,8 @@ func rssOf(t *testing.T, pid int) int64 {
 // TestBurstMemory measures the gateway's resident memory before, at the
 // peak of and two minutes after a burst of 1.2 million distinct links
 // (each visited once), with the defaults (max_buffer_bytes 256 MiB) and
-// the embedded store: the README's figure for the memory a burst leaves.
+// the embedded store: the figure docs/security.md gives for the memory a
+// burst leaves.
 // It asserts the goal: back within twice the idle figure plus the
 // configured buffer bound. A measurement, run by hand:
 // LINKGATE_MEASURE_BURST=1 go test -run TestBurstMemory -v ./cmd/gateway/

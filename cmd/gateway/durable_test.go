@@ -20,7 +20,7 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-// The tests here check the durability table of the README against the
+// The tests here check the table of docs/durability.md against the
 // real binary: kill -9 at a random moment of a store outage, a full disk at
 // SIGTERM. Visits sent are counted from the upstream's 302 answers the
 // client got; visits counted are what /stats says once the next process

@@ -17,7 +17,8 @@ import (
 )
 
 // hangInterval is the flush interval of TestKill9WhileCassandraHangs:
-// LINKGATE_HANG_INTERVAL (10s for the README's measurement), or 1s.
+// LINKGATE_HANG_INTERVAL (10s for the measurement docs/durability.md
+// gives), or 1s.
 func hangInterval(t *testing.T) time.Duration {
 	v := os.Getenv("LINKGATE_HANG_INTERVAL")
 	if v == "" {
