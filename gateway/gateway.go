@@ -53,6 +53,7 @@ import (
 	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
+	"github.com/linkgate/linkgate/h2guard"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/problem"
@@ -99,6 +100,7 @@ type Gateway struct {
 	mcM     *memcached.Metrics
 	visitsM *analytics.Metrics
 	edgeM   *edge.Metrics
+	h2M     *h2guard.Metrics
 
 	// pipeline runs for the life of the process (nil when analytics are
 	// off): counts in memory survive reloads, the store is chosen at start.
@@ -158,6 +160,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		mcM:     memcached.NewMetrics(reg),
 		visitsM: analytics.NewMetrics(reg),
 		edgeM:   edge.NewMetrics(reg),
+		h2M:     h2guard.NewMetrics(reg),
 		streams: stats.NewStreams(plan.cfg.Stats.Live.MaxStreams),
 	}
 	if opts.Listen {

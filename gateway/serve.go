@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/h2guard"
 )
 
 // Listen binds the client listener (server.listen), the admin listener
@@ -136,9 +136,19 @@ func (g *Gateway) Serve(ctx context.Context) error {
 			ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 			// HTTP/2 (over TLS, or h2c on server.internal_listen) takes the same
 			// header size (MaxHeaderBytes sets its header list limit), idle
-			// and write timeouts, and the handler's body deadlines.
-			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams},
+			// and write timeouts, and the handler's body deadlines. Its frames
+			// are RFC 9113's default size at most (x/net/http2's default is
+			// 1 MB): the largest a client can make the server buffer for one
+			// frame, which a header block needs no more of.
+			HTTP2: &http.HTTP2Config{MaxConcurrentStreams: cfg.Server.MaxConcurrentStreams, MaxReadFrameSize: 16 << 10},
 		}
+	}
+	// withH2 serves HTTP/2 on srv through the guard's budgets (h2guard).
+	withH2 := func(srv *http.Server) *http.Server {
+		if err := h2guard.Configure(srv, g.h2M, g.log); err != nil {
+			panic(err) // only for a TLSConfig with ciphers HTTP/2 forbids: never set here
+		}
+		return srv
 	}
 	var servers []server
 	errc := make(chan error, 4)
@@ -148,12 +158,10 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		g.log.Info("listening", "server", name, "addr", l.Addr().String(), "version", g.opts.Version)
 	}
 	if g.edge != nil {
-		// The edge handshakes (certificates, ACME, ALPN); net/http serves
-		// HTTP/2 on the *tls.Conn of an h2 connection, HTTP/1 on the rest
-		// through the framing scan. TLSConfig only tells net/http to set
-		// up its HTTP/2 server.
-		srv := newServer(g.edge.HSTS(g))
-		srv.TLSConfig = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+		// The edge handshakes (certificates, ACME, ALPN); net/http hands
+		// the *tls.Conn of an h2 connection to h2guard, and serves HTTP/1
+		// on the rest through the framing scan.
+		srv := withH2(newServer(g.edge.HSTS(g)))
 		start("gateway", srv, g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: c} }))
 		if g.hln != nil {
 			hsrv := newServer(g.edge.RedirectHandler(portOf(g.ln.Addr())))
@@ -172,7 +180,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		csrv.Protocols = new(http.Protocols)
 		csrv.Protocols.SetHTTP1(true)
 		csrv.Protocols.SetUnencryptedHTTP2(true)
-		start("h2c", csrv, framingListener{g.cln})
+		start("h2c", withH2(csrv), framingListener{g.cln})
 	}
 	if g.aln != nil {
 		asrv := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
