@@ -3,18 +3,20 @@
 // gateway what they give the client, as nginx's and Envoy's flood checks
 // do and Go's own server does not:
 //
-//   - RST_STREAM frames (rapid reset, CVE-2023-44487), and streams the
-//     server resets for the client's protocol errors (the same attack
-//     made by the server's hand): twice the connection's
-//     MaxConcurrentStreams at once, MaxConcurrentStreams a second after
-//     that;
-//   - frames that carry nothing a request needs (empty CONTINUATION, the
-//     flood Go's server loops on without a limit, CVE-2024-27316's kin;
-//     empty DATA without END_STREAM; PRIORITY, PING, SETTINGS, unknown
-//     types; WINDOW_UPDATE beyond ten per DATA frame sent): a thousand at
-//     once, a hundred a second after that, plus one per stream opened;
+//   - streams reset before their answer: RST_STREAM frames (rapid reset,
+//     CVE-2023-44487) and streams the server reset for the client's
+//     protocol errors (MadeYouReset, CVE-2025-8671): twice the
+//     connection's MaxConcurrentStreams at once, MaxConcurrentStreams a
+//     second after that;
+//   - frames that carry nothing a request needs: empty CONTINUATION (the
+//     flood Go's server reads without end), empty DATA without
+//     END_STREAM, PRIORITY, PING, SETTINGS, RST_STREAM after the answer,
+//     unknown types, and WINDOW_UPDATE beyond ten per DATA frame sent: a
+//     thousand at once, a hundred a second after that, and one more per
+//     stream opened;
 //   - a header block (HEADERS and its CONTINUATION frames, however split)
-//     open longer than the server's ReadHeaderTimeout.
+//     open for the server's ReadHeaderTimeout (checked every quarter of
+//     it: cut before it is open for a quarter more).
 //
 // Past a budget the client gets GOAWAY ENHANCE_YOUR_CALM and the
 // connection is closed. Its SETTINGS frames are also fixed up in passing:
