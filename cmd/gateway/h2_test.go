@@ -118,13 +118,29 @@ func (g *h2Gateway) dial(t *testing.T) *testkit.H2Conn {
 
 // cpuOf returns the CPU time process pid used so far.
 func cpuOf(t *testing.T, pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
+	f, ok := procStat(fmt.Sprintf("/proc/%d/stat", pid))
+	if !ok {
+		t.Fatalf("no /proc/%d/stat", pid)
 	}
-	// The fields after the command (which may hold spaces): state is 3,
-	// utime 14 and stime 15, in clock ticks (100 a second on Linux).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	return statCPU(f)
+}
+
+// procStat returns the fields of a /proc/PID/stat file after the command
+// (which may hold spaces): state is f[0], the parent f[1], utime f[11] and
+// stime f[12].
+func procStat(path string) (f []string, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	s := string(b)
+	f = strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return f, len(f) > 12
+}
+
+// statCPU is the user and system time of procStat's fields, in clock
+// ticks of 10 ms (Linux's USER_HZ).
+func statCPU(f []string) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
