@@ -14,8 +14,9 @@ import (
 // returns only connections whose handshake succeeded: the handshakes run
 // concurrently, each under handshake_timeout, so that a slow client or an
 // on-demand issuance never holds up the others. A connection that
-// negotiated HTTP/2 is returned as the *tls.Conn (net/http serves it with
-// its HTTP/2 server); any other is passed through wrapHTTP1 (the gateway's
+// negotiated HTTP/2 is returned as the *tls.Conn (net/http hands it to the
+// server's HTTP/2 handler: the gateway's is h2guard's, which reads it
+// through its budgets); any other is passed through wrapHTTP1 (the gateway's
 // framing scan) and returned as a connection whose ConnectionState is the
 // handshake's, so that requests on it still carry their TLS state.
 type Listener struct {
