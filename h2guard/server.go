@@ -24,6 +24,8 @@
 // holding, where Go's server closes the connection (dedupeSettings).
 package h2guard
 
+//lint:file-ignore SA1019 x/net/http2's Server is deprecated for net/http's, but net/http (Go 1.26) cannot serve HTTP/2 on a connection wrapped by its caller; x/net/http2's ServeConn still does, and on Go 1.27 wraps net/http's server to do it.
+
 import (
 	"context"
 	"crypto/tls"
