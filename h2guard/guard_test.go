@@ -101,27 +101,13 @@ func (s *server) cuts(t *testing.T, reason string) float64 {
 	return testkit.Metric(t, s.reg, "linkgate_http2_connections_cut_total", "reason", reason)
 }
 
-// flood sends batches of what write writes until the server's GOAWAY
-// arrives, the connection ends or 20 s pass, then waits up to 10 s for
-// the GOAWAY. It returns the GOAWAY and when the flood started.
+// flood sends what write writes until the server's GOAWAY arrives (20 s
+// at most), then waits up to 10 s for the GOAWAY. It returns the GOAWAY
+// and when the flood started.
 func flood(t *testing.T, h *testkit.H2Conn, write func(fr *http2.Framer) error) (testkit.H2GoAway, time.Time) {
 	t.Helper()
 	start := time.Now()
-	for time.Since(start) < 20*time.Second {
-		if _, ok := h.GoAway(); ok {
-			break
-		}
-		if err := h.Send(func(fr *http2.Framer) error {
-			for range 100 {
-				if err := write(fr); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			break // the server stopped reading and closed
-		}
-	}
+	h.Flood(20*time.Second, write)
 	if !h.Wait(10*time.Second, func(h *testkit.H2Conn) bool { _, ok := h.GoAway(); return ok }) {
 		_, err, ended := h.Ended()
 		t.Fatalf("no GOAWAY after a flood of %v (connection ended: %v, %v)", time.Since(start), ended, err)

@@ -146,30 +146,6 @@ func statCPU(f []string) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
-// flood sends batches of what write writes until the GOAWAY arrives, the
-// connection ends or 10 s pass; it returns the frames written.
-func flood(t *testing.T, h *testkit.H2Conn, write func(fr *http2.Framer) error) int {
-	t.Helper()
-	sent := 0
-	for start := time.Now(); time.Since(start) < 10*time.Second; {
-		if _, ok := h.GoAway(); ok {
-			break
-		}
-		if err := h.Send(func(fr *http2.Framer) error {
-			for range 200 {
-				if err := write(fr); err != nil {
-					return err
-				}
-				sent++
-			}
-			return nil
-		}); err != nil {
-			break
-		}
-	}
-	return sent
-}
-
 // TestHTTP2RapidReset: a client opening streams and resetting them at once
 // (CVE-2023-44487) gets GOAWAY ENHANCE_YOUR_CALM once past its budget of
 // resets (twice max_concurrent_streams at once, max_concurrent_streams a
@@ -184,7 +160,7 @@ func TestHTTP2RapidReset(t *testing.T) {
 	block := h.Block("/reset")
 	stream := uint32(1)
 	t0 := time.Now()
-	sent := flood(t, h, func(fr *http2.Framer) error {
+	sent := h.Flood(10*time.Second, func(fr *http2.Framer) error {
 		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
 			return err
 		}
@@ -192,7 +168,7 @@ func TestHTTP2RapidReset(t *testing.T) {
 		return fr.WriteRSTStream(stream-2, http2.ErrCodeCancel)
 	})
 	if !h.Wait(10*time.Second, func(h *testkit.H2Conn) bool { _, ok := h.GoAway(); return ok }) {
-		t.Fatalf("no GOAWAY after %d streams reset", sent/2)
+		t.Fatalf("no GOAWAY after %d streams reset", sent)
 	}
 	answered := stop()
 	gw, _ := h.GoAway()
@@ -215,7 +191,7 @@ func TestHTTP2RapidReset(t *testing.T) {
 		t.Errorf("connections cut for rst_stream: %d, want 1", got)
 	}
 	t.Logf("GOAWAY %v after %v and %d streams reset (the gateway took %d); %d answers to the well-behaved client meanwhile",
-		gw.Code, took, sent/2, (gw.LastStream+1)/2, answered)
+		gw.Code, took, sent, (gw.LastStream+1)/2, answered)
 }
 
 // TestHTTP2EmptyContinuationFlood: HEADERS without END_HEADERS, then empty
@@ -235,7 +211,7 @@ func TestHTTP2EmptyContinuationFlood(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	sent := flood(t, h, func(fr *http2.Framer) error { return fr.WriteContinuation(1, false, nil) })
+	sent := h.Flood(10*time.Second, func(fr *http2.Framer) error { return fr.WriteContinuation(1, false, nil) })
 	select {
 	case <-h.Done():
 	case <-time.After(10 * time.Second):

@@ -81,17 +81,18 @@ func TestMeasureHTTP2Abuse(t *testing.T) {
 			name  string
 			limit time.Duration
 			first func(fr *http2.Framer, block []byte) error
-			unit  func(fr *http2.Framer, block []byte, i uint32) error
+			unit  func(fr *http2.Framer, block []byte, i int) error
 		}{
-			{"rapid reset", 6 * time.Second, nil, func(fr *http2.Framer, block []byte, i uint32) error {
-				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 2*i + 1, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			{"rapid reset", 6 * time.Second, nil, func(fr *http2.Framer, block []byte, i int) error {
+				stream := uint32(2*i + 1)
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
 					return err
 				}
-				return fr.WriteRSTStream(2*i+1, http2.ErrCodeCancel)
+				return fr.WriteRSTStream(stream, http2.ErrCodeCancel)
 			}},
 			{"empty CONTINUATION", 10 * time.Second, func(fr *http2.Framer, block []byte) error {
 				return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndStream: true})
-			}, func(fr *http2.Framer, block []byte, i uint32) error { return fr.WriteContinuation(1, false, nil) }},
+			}, func(fr *http2.Framer, block []byte, i int) error { return fr.WriteContinuation(1, false, nil) }},
 		} {
 			h, err := testkit.DialH2(tg.addr, client)
 			if err != nil {
@@ -102,23 +103,11 @@ func TestMeasureHTTP2Abuse(t *testing.T) {
 				h.Send(func(fr *http2.Framer) error { return attack.first(fr, block) })
 			}
 			conns0, cpu0, t0 := upConns.Load(), cpuOfTree(t, tg.pid), time.Now()
-			var sent uint32
-			for time.Since(t0) < attack.limit {
-				if _, ok := h.GoAway(); ok {
-					break
-				}
-				if h.Send(func(fr *http2.Framer) error {
-					for range 100 {
-						if err := attack.unit(fr, block, sent); err != nil {
-							return err
-						}
-						sent++
-					}
-					return nil
-				}) != nil {
-					break
-				}
-			}
+			i := 0
+			sent := h.Flood(attack.limit, func(fr *http2.Framer) error {
+				i++
+				return attack.unit(fr, block, i-1)
+			})
 			stopped := time.Since(t0)
 			gw, gotGoAway := h.GoAway()
 			select {

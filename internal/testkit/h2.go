@@ -108,6 +108,30 @@ func (h *H2Conn) Send(write func(fr *http2.Framer) error) error {
 	return h.bw.Flush()
 }
 
+// Flood sends what write writes, in batches of 100 calls, until the
+// server's GOAWAY arrives, a send fails (the server stopped reading and
+// closed) or d passes; it returns how many calls were sent.
+func (h *H2Conn) Flood(d time.Duration, write func(fr *http2.Framer) error) int {
+	sent := 0
+	for start := time.Now(); time.Since(start) < d; {
+		if _, ok := h.GoAway(); ok {
+			break
+		}
+		if err := h.Send(func(fr *http2.Framer) error {
+			for range 100 {
+				if err := write(fr); err != nil {
+					return err
+				}
+				sent++
+			}
+			return nil
+		}); err != nil {
+			break
+		}
+	}
+	return sent
+}
+
 // Raw sends p as it is.
 func (h *H2Conn) Raw(p []byte) error {
 	return h.Send(func(*http2.Framer) error {
