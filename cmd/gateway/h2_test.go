@@ -190,6 +190,9 @@ func TestHTTP2RapidReset(t *testing.T) {
 	if got := g.cuts(t, "rst_stream"); got != 1 {
 		t.Errorf("connections cut for rst_stream: %d, want 1", got)
 	}
+	testkit.Eventually(t, 10*time.Second, "the cut logged", func() bool {
+		return g.p.logs.Logged("HTTP/2 connection cut: GOAWAY ENHANCE_YOUR_CALM", map[string]string{"reason": "rst_stream"})
+	})
 	t.Logf("GOAWAY %v after %v and %d streams reset (the gateway took %d); %d answers to the well-behaved client meanwhile",
 		gw.Code, took, sent, (gw.LastStream+1)/2, answered)
 }
