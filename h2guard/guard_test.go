@@ -126,7 +126,8 @@ func ended(t *testing.T, h *testkit.H2Conn) {
 	}
 }
 
-func ok(w http.ResponseWriter, r *http.Request) {
+// hello reads the body and answers "hello".
+func hello(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
 	io.WriteString(w, "hello")
 }
@@ -141,7 +142,7 @@ func TestRapidReset(t *testing.T) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(map[bool]string{false: "tls", true: "h2c"}[h2c], func(t *testing.T) {
 			t.Parallel()
-			s := start(t, http.HandlerFunc(ok), h2c, 5*time.Second)
+			s := start(t, http.HandlerFunc(hello), h2c, 5*time.Second)
 			stop := make(chan struct{})
 			var good sync.WaitGroup
 			var answered, failed int
@@ -222,7 +223,7 @@ func TestFloodsOfNothing(t *testing.T) {
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			t.Parallel()
-			s := start(t, http.HandlerFunc(ok), false, 5*time.Second)
+			s := start(t, http.HandlerFunc(hello), false, 5*time.Second)
 			h := s.dial(t)
 			if tc.first != nil {
 				if err := h.Send(func(fr *http2.Framer) error { return tc.first(h, fr) }); err != nil {
@@ -247,7 +248,7 @@ func TestFloodsOfNothing(t *testing.T) {
 // of resetting them itself runs out of the same budget.
 func TestStreamErrorsCountAsResets(t *testing.T) {
 	t.Parallel()
-	s := start(t, http.HandlerFunc(ok), false, 5*time.Second)
+	s := start(t, http.HandlerFunc(hello), false, 5*time.Second)
 	h := s.dial(t)
 	block := h.Block("/")
 	stream := uint32(1)
@@ -314,7 +315,7 @@ func TestHeaderTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := start(t, http.HandlerFunc(ok), false, timeout)
+			s := start(t, http.HandlerFunc(hello), false, timeout)
 			h := s.dial(t)
 			block := h.Block("/", "x-long", strings.Repeat("a", 10000))
 			stop := make(chan struct{})
@@ -337,7 +338,7 @@ func TestHeaderTimeout(t *testing.T) {
 
 	t.Run("finished in time", func(t *testing.T) {
 		t.Parallel()
-		s := start(t, http.HandlerFunc(ok), false, 10*time.Second)
+		s := start(t, http.HandlerFunc(hello), false, 10*time.Second)
 		h := s.dial(t)
 		block := h.Block("/")
 		// Three pieces 100 ms apart, then the same twice more on new
@@ -446,7 +447,7 @@ func TestWellBehavedClients(t *testing.T) {
 // ends it with its own error, as in-order processing would.
 func TestRepeatedSettings(t *testing.T) {
 	t.Parallel()
-	s := start(t, http.HandlerFunc(ok), false, 5*time.Second)
+	s := start(t, http.HandlerFunc(hello), false, 5*time.Second)
 
 	h := s.dial(t)
 	h.Send(func(fr *http2.Framer) error {
