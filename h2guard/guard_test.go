@@ -273,7 +273,8 @@ func TestStreamErrorsCountAsResets(t *testing.T) {
 // TestHeaderTimeout: a header block not finished within the server's
 // ReadHeaderTimeout ends the connection, however it is split: one byte of
 // CONTINUATION at a time, or a HEADERS frame whose payload trickles in;
-// one that finishes in time is answered.
+// one that finishes in time is answered. (Long for a test: the ways of
+// sending a block slowly are its table, each a loop of its own.)
 func TestHeaderTimeout(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {

@@ -32,6 +32,8 @@ import (
 // figures of docs/tls-and-fleets.md. A measurement, run by hand (without
 // -race):
 // LINKGATE_MEASURE_H2=1 go test -run TestMeasureHTTP2Abuse -v ./cmd/gateway/
+// It is one long function as a script is: set the servers up, run each
+// attack on each, print a line.
 func TestMeasureHTTP2Abuse(t *testing.T) {
 	if os.Getenv("LINKGATE_MEASURE_H2") == "" {
 		t.Skip("a measurement of about a minute: set LINKGATE_MEASURE_H2=1")
