@@ -1,9 +1,11 @@
 // Package visitortest writes small MaxMind-format country databases for
-// tests, with MaxMind's own writer (github.com/maxmind/mmdbwriter), so
-// that the gateway's country lookups are tested on a real .mmdb file.
+// tests and the demo, with MaxMind's own writer
+// (github.com/maxmind/mmdbwriter), so that the gateway's country lookups
+// are tested on a real .mmdb file.
 package visitortest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,19 +33,26 @@ const (
 // may be used: tests run on loopback.
 func CountryDB(t testing.TB, layout Layout, countries map[string]string) string {
 	t.Helper()
-	typ := "GeoLite2-Country"
-	if layout == IPLocationDB {
-		typ = "geo-whois-asn-country"
-	}
-	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: typ, RecordSize: 24, IncludeReservedNetworks: true,
-		Description: map[string]string{"en": "linkgate test countries"}})
-	if err != nil {
+	path := filepath.Join(t.TempDir(), layout.databaseType()+".mmdb")
+	if err := WriteCountryDB(path, layout, "linkgate test countries", countries); err != nil {
 		t.Fatal(err)
+	}
+	return path
+}
+
+// WriteCountryDB writes a country database to path, as CountryDB does,
+// described as description: the demo writes one for the addresses of the
+// visits it makes up.
+func WriteCountryDB(path string, layout Layout, description string, countries map[string]string) error {
+	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: layout.databaseType(), RecordSize: 24, IncludeReservedNetworks: true,
+		Description: map[string]string{"en": description}})
+	if err != nil {
+		return err
 	}
 	for cidr, code := range countries {
 		_, n, err := net.ParseCIDR(cidr)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		var rec mmdbtype.Map
 		if layout == IPLocationDB {
@@ -52,19 +61,24 @@ func CountryDB(t testing.TB, layout Layout, countries map[string]string) string 
 			rec = mmdbtype.Map{"country": mmdbtype.Map{"iso_code": mmdbtype.String(code), "geoname_id": mmdbtype.Uint32(1)}}
 		}
 		if err := w.Insert(n, rec); err != nil {
-			t.Fatalf("insert %s: %v", cidr, err)
+			return fmt.Errorf("insert %s: %w", cidr, err)
 		}
 	}
-	path := filepath.Join(t.TempDir(), typ+".mmdb")
 	f, err := os.Create(path)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if _, err := w.WriteTo(f); err != nil {
-		t.Fatal(err)
+		f.Close()
+		return err
 	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
+	return f.Close()
+}
+
+// databaseType is the type a database of the layout says it is.
+func (l Layout) databaseType() string {
+	if l == IPLocationDB {
+		return "geo-whois-asn-country"
 	}
-	return path
+	return "GeoLite2-Country"
 }
