@@ -125,8 +125,12 @@ func seed(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	stats := s.base + cfg.Stats.Prefix
-	fmt.Fprintf(stdout, "demo: %d visits to go, gh and ex from %d people in %d countries, on %d browsers, from referrers and shared links, and %d from a crawler and link previews\n",
-		humans, len(s.people), s.countries(), len(browsers), robots)
+	var keys []string
+	for _, l := range links {
+		keys = append(keys, l.value)
+	}
+	fmt.Fprintf(stdout, "demo: %d visits to %s from %d people in %d countries, on %d browsers, from referrers and shared links, and %d from a crawler and link previews\n",
+		humans, strings.Join(keys, ", "), len(s.people), s.countries(), len(browsers), robots)
 	fmt.Fprintf(stdout, "demo: link page: %s/go\n", stats)
 	fmt.Fprintf(stdout, "demo: all links: %s\n", stats)
 	fmt.Fprintf(stdout, "demo: share link (read-only, no token needed; until %s): %s%s\n", share.Expires.UTC().Format("2006-01-02 15:04 MST"), s.base, share.Page)
