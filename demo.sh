@@ -23,10 +23,17 @@ bin=${DEMO_BIN:-bin}
 upstream=${DEMO_UPSTREAM_LISTEN:-127.0.0.1:8081}
 mkdir -p "$bin"
 
-# A first build downloads the modules and compiles a few hundred packages:
-# minutes on a small machine. go build -v names each package it compiles;
-# this says how far it got instead, and passes any other line (an error) on.
+# A first build downloads the modules and compiles about 450 packages: minutes
+# on a small machine. go build -v names each package it compiles (in the order
+# of the build, so a slow one holds back the names after it); this counts
+# them instead, passes any other line (an error) on, and says every 30 s that
+# the build goes on. Without cgo, as the image is built: a cgo build also
+# compiles the zstd C library, minutes more (CGO_ENABLED=1 to have it).
 echo "demo: building $bin/gateway, $bin/tinyurl and $bin/demo"
+export CGO_ENABLED=${CGO_ENABLED:-0}
+(while sleep 30 >/dev/null 2>&1; do echo "demo: still building ($SECONDS s)"; done) &
+ticker=$!
+built=0
 # The revision for "gateway version", where Go records none itself (a git
 # worktree, or -buildvcs=false in the environment).
 go build -v -ldflags "-X main.revision=$(git rev-parse HEAD 2>/dev/null || true)" \
@@ -34,7 +41,9 @@ go build -v -ldflags "-X main.revision=$(git rev-parse HEAD 2>/dev/null || true)
   awk '/^go: downloading / { if (!d++) print "demo: downloading the modules (once)"; fflush(); next }
        /^[^ #]+$/ { if (++n % 50 == 0) print "demo: compiled " n " packages"; fflush(); next }
        { print; fflush() }
-       END { print "demo: built" (n ? " (" n " packages compiled)" : "") }'
+       END { if (n) print "demo: " n " packages compiled" }' || built=$?
+kill "$ticker"
+[ "$built" = 0 ] || exit "$built"
 
 secret() { od -An -N32 -tx1 /dev/urandom | tr -d ' \n'; }
 export LINKGATE_ADMIN_TOKEN=${LINKGATE_ADMIN_TOKEN:-demo-admin-token}

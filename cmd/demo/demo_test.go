@@ -44,7 +44,7 @@ func TestDemo(t *testing.T) {
 		"DEMO_LISTEN="+gw, "DEMO_ADMIN_LISTEN="+admin, "DEMO_UPSTREAM_LISTEN="+upstream,
 		"DEMO_SEED_FOR=0s", "LINKGATE_ADMIN_TOKEN=demo-test-token",
 		"LINKGATE_UNIQUES_SECRET=", "LINKGATE_SHARE_KEY=", // demo.sh makes them
-		"GOFLAGS="+goflags(t))
+		"GOFLAGS="+goflags(t), "CGO_ENABLED="+goEnv(t, "CGO_ENABLED"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
@@ -139,17 +139,23 @@ func TestDemo(t *testing.T) {
 
 // goflags returns the go command's flags for demo.sh's build: the tests'
 // own, and the race detector when they run with it, so that the build
-// takes the packages the tests compiled from the build cache.
+// takes the packages the tests compiled from the build cache (with cgo as
+// the tests have it, CGO_ENABLED beside).
 func goflags(t *testing.T) string {
-	out, err := exec.Command("go", "env", "GOFLAGS").Output()
-	if err != nil {
-		t.Fatalf("go env GOFLAGS: %v", err)
-	}
-	flags := strings.TrimSpace(string(out))
+	flags := goEnv(t, "GOFLAGS")
 	if testkit.Race {
 		flags = strings.TrimSpace(flags + " -race")
 	}
 	return flags
+}
+
+// goEnv returns the go command's setting of name.
+func goEnv(t *testing.T, name string) string {
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatalf("go env %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // answer is the part of a /stats JSON answer the demo is checked by.
