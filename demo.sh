@@ -31,7 +31,15 @@ mkdir -p "$bin"
 # compiles the zstd C library, minutes more (CGO_ENABLED=1 to have it).
 echo "demo: building $bin/gateway, $bin/tinyurl and $bin/demo"
 export CGO_ENABLED=${CGO_ENABLED:-0}
-(while sleep 30 >/dev/null 2>&1; do echo "demo: still building ($SECONDS s)"; done) &
+ticker() {
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM # and its sleep with it
+  while :; do
+    sleep 30 & nap=$!
+    wait "$nap"
+    echo "demo: still building ($SECONDS s)"
+  done
+}
+ticker &
 ticker=$!
 built=0
 # The revision for "gateway version", where Go records none itself (a git
@@ -43,6 +51,7 @@ go build -v -ldflags "-X main.revision=$(git rev-parse HEAD 2>/dev/null || true)
        { print; fflush() }
        END { if (n) print "demo: " n " packages compiled" }' || built=$?
 kill "$ticker"
+wait "$ticker" || true
 [ "$built" = 0 ] || exit "$built"
 
 secret() { od -An -N32 -tx1 /dev/urandom | tr -d ' \n'; }
