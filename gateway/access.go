@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/limit"
 )
 
 // requestIDHeader (X-Request-ID, in its canonical form, which costs no
@@ -91,23 +92,29 @@ type accessKey struct{}
 type accessRecord struct {
 	proxied  bool
 	upstream time.Duration // until the upstream's first response headers
+	refused  limit.Refusal // the rule that answered 429, if one did
 }
 
-// begin returns r with a record for upstreamTimer to note in.
+// begin returns r with a record for upstreamTimer and the limiter to note
+// in.
 func (a *accessLog) begin(r *http.Request) (*http.Request, *accessRecord) {
 	rec := &accessRecord{}
-	return r.WithContext(context.WithValue(r.Context(), accessKey{}, rec)), rec
+	ctx := limit.WithRefusal(context.WithValue(r.Context(), accessKey{}, rec), &rec.refused)
+	return r.WithContext(ctx), rec
 }
 
 // write logs the line of a request answered with status and bytes in d.
 func (a *accessLog) write(r *http.Request, rec *accessRecord, status, bytes int, d time.Duration) {
-	attrs := make([]slog.Attr, 0, 14)
+	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs,
 		slog.String("method", r.Method), slog.String("host", r.Host), slog.String("path", r.URL.Path),
 		slog.String("proto", r.Proto), slog.Int("status", status), slog.Int("bytes", bytes),
 		slog.Duration("duration", d))
 	if rec.proxied {
 		attrs = append(attrs, slog.Duration("upstream_duration", rec.upstream))
+	}
+	if rec.refused.Rule != "" {
+		attrs = append(attrs, slog.String("limit_rule", rec.refused.Rule), slog.Bool("boxed", rec.refused.Boxed))
 	}
 	client := ""
 	if c, ok := a.trust.Client(r); ok {

@@ -54,6 +54,11 @@ func (g *Gateway) AdminHandler() http.Handler {
 		})
 		r.Handle("/limits", limits)
 		r.Handle("/limits/*", limits)
+		boxes := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.StripPrefix("/admin/boxed", g.current().limiter.BoxedHandler()).ServeHTTP(w, r)
+		})
+		r.Handle("/boxed", boxes)
+		r.Handle("/boxed/*", boxes)
 	})
 	return r
 }

@@ -52,6 +52,17 @@ func eachRoute(get func(proxy.Config) int64) func(*config.Config) []int64 {
 	}
 }
 
+// eachRule returns the value get reads from the penalty of every rule.
+func eachRule(get func(limit.Penalty) int64) func(*config.Config) []int64 {
+	return func(c *config.Config) []int64 {
+		out := make([]int64, len(c.Rules))
+		for i, r := range c.Rules {
+			out[i] = get(r.Penalty)
+		}
+		return out
+	}
+}
+
 // bounds lists every duration and size of the file (a test walks
 // config.Config to keep it complete); the README's configuration table
 // gives each range.
@@ -106,6 +117,12 @@ var bounds = []bound{
 		get: func(c *config.Config) int64 { return dur(c.Limiter.Memcached.Timeout) }},
 	{field: "limiter.memcached.max_idle_conns", min: 1, max: limit.MaxIdleConnsLimit, count: true,
 		get: func(c *config.Config) int64 { return int64(c.Limiter.Memcached.MaxIdleConns) }},
+	{field: "rules[].penalty.duration", min: dur(time.Second), max: dur(limit.DefaultPenaltyMax), zero: "no penalty",
+		list: eachRule(func(p limit.Penalty) int64 { return dur(p.Duration) })},
+	{field: "rules[].penalty.max", min: dur(time.Second), max: dur(limit.DefaultPenaltyMax), zero: "168h",
+		list: eachRule(func(p limit.Penalty) int64 { return dur(p.Max) })},
+	{field: "rules[].penalty.forget_after", min: dur(time.Second), max: dur(limit.MaxForgetAfter), zero: "24h",
+		list: eachRule(func(p limit.Penalty) int64 { return dur(p.ForgetAfter) })},
 	{field: "analytics.flush_interval", min: dur(100 * time.Millisecond), max: dur(time.Hour),
 		get: func(c *config.Config) int64 { return dur(c.Analytics.FlushInterval) }},
 	{field: "analytics.max_keys", min: 1, max: 100_000_000, count: true,

@@ -146,4 +146,12 @@ func (s currentLimitStore) Reset(ctx context.Context, c limit.Counter, b []limit
 	return s.g.current().limitStore.Reset(ctx, c, b)
 }
 
+func (s currentLimitStore) PutBox(ctx context.Context, c limit.Counter, b limit.Box, keep int64) error {
+	return s.g.current().limitStore.PutBox(ctx, c, b, keep)
+}
+
+func (s currentLimitStore) Boxes(ctx context.Context, now int64, yield func(limit.Boxed) bool) error {
+	return s.g.current().limitStore.Boxes(ctx, now, yield)
+}
+
 var _ limit.Store = currentLimitStore{}

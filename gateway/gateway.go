@@ -43,6 +43,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +84,9 @@ type Options struct {
 	// cannot listen then fails with nothing started, stopped or logged.
 	// Otherwise Listen, or Serve, binds them later.
 	Listen bool
+	// LimitClock is the clock the limiter's windows and penalty boxes
+	// count in. Nil: the system clock. Tests drive it.
+	LimitClock func() time.Time
 }
 
 // Gateway is a running linkgate: the long-lived parts and the current
@@ -190,6 +194,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	}
 	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
+	g.limitM.Serve(s.limiter)
 	g.m.generation.Set(float64(s.gen))
 	return g, nil
 }
@@ -307,6 +312,9 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		(*h)(s)
 	}
 	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log)
+	if g.opts.LimitClock != nil {
+		s.limiter.WithClock(g.opts.LimitClock)
+	}
 
 	sc := plan.cfg.Server
 	var access *accessLog
@@ -476,6 +484,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	}
 	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
+	g.limitM.Serve(s.limiter)
 	old.closeReplaced(s)
 	if g.pipeline != nil {
 		g.pipeline.Apply(plan.analytics)

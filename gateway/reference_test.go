@@ -419,6 +419,10 @@ func baseDoc() map[string]any {
 // first route's field can be set and changed.
 func docFor(f string) map[string]any {
 	doc := baseDoc()
+	if strings.HasPrefix(f, "rules[].penalty.") && f != "rules[].penalty.duration" || f == "rules[].edge" {
+		// A penalty's other fields, and edge, need its duration.
+		doc["rules"].([]any)[0].(map[string]any)["penalty"] = map[string]any{"duration": "1s"}
+	}
 	if strings.HasPrefix(f, "routes[]") {
 		doc["routes"] = []any{map[string]any{
 			"hosts": []any{"r.example"}, "upstream": map[string]any{"targets": []any{"http://127.0.0.1:2"}},

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -154,5 +155,70 @@ func BenchmarkCheckCountExact(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Second), true)
+	}
+}
+
+// benchPenaltyLimiter is benchLimiter's rule with a penalty box, on store
+// (nil: Memory).
+func benchPenaltyLimiter(b *testing.B, store Store, pen bool) (*Limiter, *rule) {
+	b.Helper()
+	rule := Rule{Name: "login_ip", Match: Match{Methods: []string{"POST"}, Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}
+	if pen {
+		rule.Penalty = Penalty{Duration: 15 * time.Minute, Factor: 2, Max: 24 * time.Hour}
+	}
+	if store == nil {
+		store = NewMemory()
+	}
+	l := New(compileT(b, []Rule{rule}, DefaultConfig()), store, NewMetrics(nil), nil)
+	return l, l.rules[0]
+}
+
+// BenchmarkCheckCountPenalty is BenchmarkCheckCount with and without a
+// penalty on the rule, on the Memory store's fast path and on its
+// general path (Load and Add, as memcached and exact precision take):
+// the box is read under the same lock, or in the same Load, as the
+// counts.
+func BenchmarkCheckCountPenalty(b *testing.B) {
+	for _, path := range []string{"spans", "load"} {
+		for _, pen := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/penalty=%v", path, pen), func(b *testing.B) {
+				var store Store
+				if path == "load" {
+					store = plainStore{NewMemory()}
+				}
+				l, r := benchPenaltyLimiter(b, store, pen)
+				for i := range r.plan.limits {
+					r.plan.limits[i].N = 1 << 40
+				}
+				ctx := context.Background()
+				now := time.Now()
+				l.check(ctx, r, "203.0.113.7", now, true)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					if v := l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Millisecond), true); v.out != allowed {
+						b.Fatal(v.out)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkBoxed is a client in the penalty box: answered from the
+// limiter's memory, with a read of the store once a second.
+func BenchmarkBoxed(b *testing.B) {
+	l, r := benchPenaltyLimiter(b, nil, true)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	for range 3 {
+		l.check(ctx, r, "203.0.113.9", now, true)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if v := l.check(ctx, r, "203.0.113.9", now.Add(time.Duration(i)*time.Microsecond), true); v.out != boxed {
+			b.Fatal(v.out)
+		}
 	}
 }

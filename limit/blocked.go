@@ -28,10 +28,20 @@ type blockedShard struct {
 	_     [24]byte
 }
 
-// blockedEntry is when a counter can pass again and which limit binds.
+// blockedEntry is until when a counter is answered from memory, and why:
+// the limit that binds, or the box it is in.
 type blockedEntry struct {
 	until int64 // unix seconds
 	limit int   // index of the binding limit in the rule
+	box   Box   // the box, when the counter is in one (then until is at most boxRecheck seconds away)
+}
+
+// verdict returns the verdict of a check answered from e at sec.
+func (e blockedEntry) verdict(sec int64) verdict {
+	if e.box.Until != 0 {
+		return verdict{out: boxed, reset: e.box.Until - sec, box: e.box}
+	}
+	return verdict{out: limited, limit: e.limit, reset: e.until - sec}
 }
 
 func newBlocked() *blocked {

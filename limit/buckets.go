@@ -40,6 +40,7 @@ func sizeOf(l Level) int64 { return [...]int64{1, 60, 3600}[l] }
 // built and shared by all checks of the rule.
 type bucketPlan struct {
 	exact  bool
+	box    bool // the rule has a penalty: a check reads the box too, last (BoxBucket)
 	limits []Limit
 	lim    []planLimit
 	ttl    [NumLevels]time.Duration // TTL of the buckets written, per level; 0: level not written
@@ -59,7 +60,8 @@ type planLimit struct {
 	from, to int   // Bucketed: span of members
 }
 
-// newPlan builds the plan of a rule's limits.
+// newBucketPlan builds the plan of a rule's limits (without its box: a
+// rule with a penalty sets box).
 func newBucketPlan(limits []Limit, prec Precision) *bucketPlan {
 	p := &bucketPlan{exact: prec == Exact, limits: limits, lim: make([]planLimit, len(limits))}
 	var maxWindow int64
@@ -116,6 +118,7 @@ type readSet struct {
 	qsec    int64
 	q       []spanQuery // the span fast path's queries and results
 	res     []spanResult
+	box     Box // the span fast path's box
 	buckets []Bucket
 	counts  []int64
 	members []int32 // Exact: limit i sums counts[members[from[i]:to[i]]]
@@ -171,6 +174,9 @@ func (p *bucketPlan) reads(now int64, rs *readSet) {
 				start += size
 			}
 		}
+		if p.box {
+			rs.buckets = append(rs.buckets, BoxBucket)
+		}
 		rs.counts = grow(rs.counts, len(rs.buckets))
 		return
 	}
@@ -193,7 +199,19 @@ func (p *bucketPlan) reads(now int64, rs *readSet) {
 		})
 		rs.to = append(rs.to, len(rs.members))
 	}
+	if p.box {
+		rs.buckets = append(rs.buckets, BoxBucket)
+	}
 	rs.counts = grow(rs.counts, len(rs.buckets))
+}
+
+// boxIn returns the box the counts of rs hold (the zero Box when the
+// plan reads none).
+func (p *bucketPlan) boxIn(rs *readSet) Box {
+	if !p.box {
+		return Box{}
+	}
+	return UnpackBox(rs.counts[len(rs.buckets)-1])
 }
 
 func grow(s []int64, n int) []int64 {
@@ -301,7 +319,7 @@ func (p *bucketPlan) writes(now int64, dst []Bucket) []Bucket {
 }
 
 // resetBuckets returns the buckets a reset at now clears: every bucket a
-// check reads from now on. For Exact that is every minute and hour of the
+// check reads from now on, the box included. For Exact that is every minute and hour of the
 // longest window but only the last two minutes of seconds: a later check may
 // still count old seconds in the tail of its oldest minute (at most one
 // minute's worth of hits from the far edge of the window; package doc).
@@ -327,6 +345,9 @@ func (p *bucketPlan) resetBuckets(now int64) []Bucket {
 		for j := n - 1; j >= 0; j-- {
 			bs = append(bs, Bucket{Level: l, Start: (cur - j) * size, TTL: p.ttl[l]})
 		}
+	}
+	if p.box {
+		bs = append(bs, BoxBucket)
 	}
 	return bs
 }

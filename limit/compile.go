@@ -196,18 +196,8 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 			}
 		}
 	}
-	switch r.Key {
-	case IP:
-	case User:
-		if id.UserHeader == "" {
-			return nil, fmt.Errorf("key: user needs identity.user_header to name the header a trusted proxy sets")
-		}
-	case Email:
-		if len(id.EmailFields) == 0 {
-			return nil, fmt.Errorf("key: email needs identity.email_fields to name the body fields")
-		}
-	default:
-		return nil, fmt.Errorf("key: %q is not one of ip, user, email", r.Key)
+	if err := compileKey(r.Key, id); err != nil {
+		return nil, err
 	}
 	if len(r.Limits) == 0 {
 		return nil, fmt.Errorf("limits: none given")
@@ -225,18 +215,36 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 	default:
 		return nil, fmt.Errorf("on_unreadable: %q is not reject, skip or key_by_ip", r.OnUnreadable)
 	}
-	if r.OnUnreadable != "" && r.Key != Email {
+	if r.OnUnreadable != "" && !r.Key.has(Email) {
 		return nil, fmt.Errorf("on_unreadable: only email rules read a request's body; this rule's key is %s", r.Key)
 	}
-	cr := &rule{Rule: r, match: mt, hosts: hosts, plan: newBucketPlan(r.Limits, prec), headers: (r.Key == IP || r.Key == User) && !r.Shadow}
+	pen, err := compilePenalty(r.Penalty)
+	if err != nil {
+		return nil, err
+	}
+	if r.Edge && (pen == nil || r.Key != IP) {
+		return nil, fmt.Errorf("edge: a rule that gates the TLS edge must be keyed by ip alone and have a penalty (the edge asks whether a client address is in the box)")
+	}
+	// Allowed responses carry RateLimit headers unless they would tell
+	// anyone how many failed logins another person's email has.
+	cr := &rule{Rule: r, match: mt, hosts: hosts, plan: newBucketPlan(r.Limits, prec), pen: pen,
+		headers: !r.Key.has(Email) && !r.Shadow}
+	cr.plan.box = pen != nil
+	cr.keyName = string(r.Key)
+	if p := r.Key.Parts(); len(p) == 2 {
+		cr.isPair, cr.pair = true, [2]Feature{p[0], p[1]}
+		cr.keyName = string(p[0]) + " and " + string(p[1])
+	}
 	for i, a := range r.Allow {
-		if r.Key == IP {
+		if r.Key.has(IP) {
 			p, err := forwarded.ParsePrefix(a)
-			if err != nil {
-				return nil, fmt.Errorf("allow[%d]: %w", i, err)
+			if err == nil || r.Key == IP {
+				if err != nil {
+					return nil, fmt.Errorf("allow[%d]: %w", i, err)
+				}
+				cr.allowNets = append(cr.allowNets, p)
+				continue
 			}
-			cr.allowNets = append(cr.allowNets, p)
-			continue
 		}
 		if strings.TrimSpace(a) == "" {
 			return nil, fmt.Errorf("allow[%d]: empty", i)
@@ -244,7 +252,7 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 		if cr.allowVals == nil {
 			cr.allowVals = make(map[string]bool)
 		}
-		if r.Key == Email {
+		if r.Key.has(Email) {
 			// Allowed emails are counted values: folded as requests' are.
 			a = emails.normalize(a)
 		}
@@ -262,15 +270,45 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 	return cr, nil
 }
 
-// allowlisted reports whether r never limits this client.
-func (r *rule) allowlisted(value string, addr netip.Addr) bool {
-	if r.Key == IP {
-		for _, p := range r.allowNets {
-			if p.Contains(addr) {
-				return true
+// compileKey checks a rule's key: a feature the identity section can
+// read, or a pair of two distinct ones.
+func compileKey(k Feature, id Identity) error {
+	parts := k.Parts()
+	if len(parts) == 2 && parts[0] == parts[1] {
+		return fmt.Errorf("key: [%s, %s] names %s twice; a pair counts by two features", parts[0], parts[1], parts[0])
+	}
+	for _, f := range parts {
+		switch f {
+		case IP:
+		case User:
+			if id.UserHeader == "" {
+				return fmt.Errorf("key: user needs identity.user_header to name the header a trusted proxy sets")
 			}
+		case Email:
+			if len(id.EmailFields) == 0 {
+				return fmt.Errorf("key: email needs identity.email_fields to name the body fields")
+			}
+		default:
+			return fmt.Errorf("key: %q is not one of ip, user, email, or a pair of them like [email, ip]", f)
 		}
+	}
+	return nil
+}
+
+// allowlisted reports whether r never limits this client: its address is
+// in an allowed network (rules keyed by ip, alone or in a pair), or its
+// value (of a pair: a value of either feature) is allowed.
+func (r *rule) allowlisted(value string, parts []string, addr netip.Addr) bool {
+	for _, p := range r.allowNets {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	if r.allowVals == nil {
 		return false
 	}
-	return r.allowVals[value]
+	if len(parts) < 2 {
+		return r.allowVals[value]
+	}
+	return r.allowVals[parts[0]] || r.allowVals[parts[1]]
 }

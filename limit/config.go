@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,7 +13,10 @@ import (
 )
 
 // Feature is what a rule counts by: the client address, the logged-in user or
-// the email address in the request's query string or body.
+// the email address in the request's query string or body; or a pair of two
+// of them (Pair), counted together: the rule's counters are per pair of
+// values. A file writes a feature as a word (`key: email`) and a pair as a
+// list (`key: [email, ip]`).
 type Feature string
 
 // The features a rule can be keyed by.
@@ -21,6 +25,64 @@ const (
 	User  Feature = "user"
 	Email Feature = "email"
 )
+
+// pairSep joins the two features of a pair in a Feature: "email+ip".
+const pairSep = "+"
+
+// Pair returns the key of a rule that counts by a and b together, in that
+// order: Pair(Email, IP) counts the failed logins of each email from each
+// address apart, so that nobody can lock a person out from an address of
+// their own.
+func Pair(a, b Feature) Feature { return a + pairSep + b }
+
+// Parts returns the features f counts by: itself, or the two of a pair.
+func (f Feature) Parts() []Feature {
+	a, b, ok := strings.Cut(string(f), pairSep)
+	if !ok {
+		return []Feature{f}
+	}
+	return []Feature{Feature(a), Feature(b)}
+}
+
+// has reports whether f counts by g, alone or in a pair.
+func (f Feature) has(g Feature) bool {
+	a, b, ok := strings.Cut(string(f), pairSep)
+	return Feature(a) == g || ok && Feature(b) == g
+}
+
+// UnmarshalYAML reads a feature (a word) or a pair (a list of two words).
+// A list of another length or a mapping is a *yaml.TypeError, as a value
+// of the wrong type is, so that decoding goes on and the file's other
+// errors are reported with it; Compile checks the words.
+func (f *Feature) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*f = Feature(n.Value)
+		return nil
+	case yaml.SequenceNode:
+		if len(n.Content) == 2 && n.Content[0].Kind == yaml.ScalarNode && n.Content[1].Kind == yaml.ScalarNode {
+			*f = Pair(Feature(n.Content[0].Value), Feature(n.Content[1].Value))
+			return nil
+		}
+	}
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want one of ip, user, email, or a pair of them like [email, ip]", n.Line)}}
+}
+
+// MarshalJSON writes f as a string, a pair as a list of two: ["email","ip"].
+func (f Feature) MarshalJSON() ([]byte, error) {
+	if p := f.Parts(); len(p) == 2 {
+		return json.Marshal([]string{string(p[0]), string(p[1])})
+	}
+	return json.Marshal(string(f))
+}
+
+// MarshalYAML writes f as UnmarshalYAML reads it: a pair as a list.
+func (f Feature) MarshalYAML() (any, error) {
+	if p := f.Parts(); len(p) == 2 {
+		return []string{string(p[0]), string(p[1])}, nil
+	}
+	return string(f), nil
+}
 
 // Rule is one configured limit rule (a "rules" entry of the config file).
 // Name is the seed's event: part of every counter key, so counts survive an
@@ -38,7 +100,53 @@ type Rule struct {
 	// the gateway cannot tell (see OnUnreadableReject): reject, skip or
 	// key_by_ip. Empty means reject.
 	OnUnreadable string `yaml:"on_unreadable,omitempty"`
+	// Penalty keeps a client that went over a limit out for a while,
+	// longer each time; the zero value keeps nobody out beyond the limits.
+	Penalty Penalty `yaml:"penalty,omitempty"`
+	// Edge makes a client address this rule boxes also get no on-demand
+	// certificate and no handshake for a name without an answer while it
+	// is in the box (the TLS edge asks Limiter.Boxed).
+	Edge bool `yaml:"edge,omitempty"`
 }
+
+// Penalty is a rule's penalty box (the "penalty" of a rule): a request
+// over one of the rule's limits is a trip, and puts the rule's key (the
+// address, user, email or pair) in the box, where every request the rule
+// matches gets 429 until the box ends. The first trip costs Duration;
+// each trip within ForgetAfter of the one before multiplies the box by
+// Factor, never past Max (fail2ban's bantime.increment and
+// bantime.factor). Durations are whole seconds at least; a box ends on a
+// whole second, never before Duration has passed, nor before the rule's
+// limits let a request through.
+type Penalty struct {
+	// Duration is the box of a first trip. Zero: no penalty (the default).
+	Duration time.Duration `yaml:"duration,omitempty"`
+	// Factor multiplies the box at each trip within ForgetAfter of the
+	// one before. Zero means 1: every box lasts Duration.
+	Factor float64 `yaml:"factor,omitempty"`
+	// Max caps the box. Zero means DefaultPenaltyMax.
+	Max time.Duration `yaml:"max,omitempty"`
+	// ForgetAfter is how long after a trip the next one still escalates:
+	// a client that stays out of trouble that long starts again at
+	// Duration. Zero means DefaultForgetAfter.
+	ForgetAfter time.Duration `yaml:"forget_after,omitempty"`
+}
+
+// The penalty's defaults and bounds.
+const (
+	// DefaultPenaltyMax is the cap of a box when penalty.max is zero, and
+	// the longest penalty.duration and penalty.max may be: a week, as the
+	// longest window.
+	DefaultPenaltyMax = 7 * 24 * time.Hour
+	// DefaultForgetAfter is penalty.forget_after when it is zero.
+	DefaultForgetAfter = 24 * time.Hour
+	// MaxForgetAfter bounds penalty.forget_after: a box and its trips are
+	// kept that long after a trip, and memcached keeps a key at most 30
+	// days.
+	MaxForgetAfter = 30 * 24 * time.Hour
+	// MaxPenaltyFactor bounds penalty.factor.
+	MaxPenaltyFactor = 100
+)
 
 // Match is the requests a rule applies to: the methods and chi-style path
 // pattern of a route.Match, on the hosts listed.

@@ -3,6 +3,7 @@ package limit
 import (
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 
 	"github.com/linkgate/linkgate/forwarded"
@@ -67,4 +68,34 @@ func (id *identifier) normalizeIP(v string) (string, bool) {
 		return id.ipValue(p.Addr()), true
 	}
 	return "", false
+}
+
+// pairEscaper escapes the characters pairValue joins with.
+var pairEscaper = strings.NewReplacer("%", "%25", ",", "%2C")
+
+// pairValue is the counter value of a pair of feature values: a and b
+// joined by a comma, each with its commas and percent signs
+// percent-escaped, so that no two pairs share a value ("a,b" and "c" give
+// "a%2Cb,c", "a" and "b,c" give "a,b%2Cc"). An email and an address read
+// as they are: "alice@example.com,203.0.113.7".
+func pairValue(a, b string) string {
+	if strings.ContainsAny(a, ",%") {
+		a = pairEscaper.Replace(a)
+	}
+	if strings.ContainsAny(b, ",%") {
+		b = pairEscaper.Replace(b)
+	}
+	return a + "," + b
+}
+
+// splitPair returns the two values a pair's value (pairValue) joins, or
+// ok false when v is not one.
+func splitPair(v string) (a, b string, ok bool) {
+	a, b, ok = strings.Cut(v, ",")
+	if !ok || strings.Contains(b, ",") {
+		return "", "", false
+	}
+	a, errA := url.PathUnescape(a)
+	b, errB := url.PathUnescape(b)
+	return a, b, errA == nil && errB == nil
 }

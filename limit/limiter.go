@@ -37,6 +37,10 @@ type rule struct {
 	match      *route.Matcher
 	hosts      *route.Hosts[struct{}] // nil: every host
 	plan       *bucketPlan
+	pen        *penalty // nil: no penalty box
+	isPair     bool     // Key is a pair: pair holds its features
+	pair       [2]Feature
+	keyName    string // the key in words: "email", "email and ip"
 	allowNets  []netip.Prefix
 	allowVals  map[string]bool
 	metrics    *ruleMetrics
@@ -71,7 +75,7 @@ func New(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Limiter {
 	l.timed = !inProcess
 	for _, pr := range plan.rules {
 		r := *pr
-		r.metrics = m.forRule(r.Name)
+		r.metrics = m.forRule(r.Name, r.pen != nil)
 		l.byName[r.Name] = &r
 		l.rules = append(l.rules, &r)
 	}
@@ -109,7 +113,8 @@ type verdict struct {
 	out       outcome
 	limit     int   // limited: the binding limit; allowed: the one with least room
 	remaining int64 // allowed: hits left under limit (this one counted)
-	reset     int64 // seconds: allowed, until limit's count drops; limited, until a request passes
+	reset     int64 // seconds: allowed, until limit's count drops; limited or boxed, until a request passes
+	box       Box   // the client's box, when the request put it there or found it there
 	err       error
 }
 
@@ -118,13 +123,15 @@ type verdict struct {
 // whatever count says). A check of a client already known to be over its
 // limit does no store operation. The hit is not counted when the request
 // is limited: a rejected request costs a client nothing (except in Strict,
-// where it was counted before the check).
+// where it was counted before the check). A rule with a penalty reads the
+// client's box with its counts: a client in the box is refused (boxed),
+// and one over a limit trips (penalty.go).
 func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Time, count bool) verdict {
 	c := Counter{Rule: r.Name, Value: value}
 	sec := now.Unix()
 	if !r.Shadow {
 		if e, ok := l.blocked.get(c, sec); ok {
-			return verdict{out: limited, limit: e.limit, reset: e.until - sec}
+			return e.verdict(sec)
 		}
 	}
 	rs := l.pool.Get().(*readSet)
@@ -139,7 +146,7 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 		cost, count = 0, false
 	}
 	if ss, ok := l.store.(spanStore); ok && !r.plan.exact {
-		if v, ok := l.checkSpans(ss, r, c, sec, rs, writes, cost, count); ok {
+		if v, ok := l.checkSpans(ctx, ss, r, c, now, rs, writes, cost, count); ok {
 			return v
 		}
 	}
@@ -153,6 +160,11 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 	}
 	if err != nil {
 		return verdict{out: storeError, err: err}
+	}
+	box := r.plan.boxIn(rs)
+	inBox := box.In(sec)
+	if inBox && !r.Shadow {
+		return l.boxedVerdict(c, box, sec)
 	}
 	v := verdict{out: allowed, limit: -1, remaining: -1}
 	for i, lim := range r.plan.limits {
@@ -171,6 +183,11 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 	}
 	switch {
 	case v.out == limited && r.Shadow:
+		// Shadow mode boxes too, so that the boxes and trips show what
+		// the penalty would do; it refuses nothing.
+		if r.pen != nil && !inBox {
+			l.trip(ctx, r, c, now, box, sec+1)
+		}
 		v.out = shadowLimited
 	case v.out == limited:
 		// The next request passes once every limit counts at most N-1:
@@ -184,9 +201,18 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 				free, v.limit = f, i
 			}
 		}
+		if r.pen != nil {
+			if b, ok := l.trip(ctx, r, c, now, box, free); ok {
+				v.box, v.reset = b, b.Until-sec
+				l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), limit: v.limit, box: b}, sec)
+				return v
+			}
+		}
 		v.reset = free - sec
 		l.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
 		return v
+	case inBox:
+		v.out, v.limit, v.box = shadowLimited, 0, box
 	case r.headers && v.limit >= 0:
 		v.reset = r.plan.nextFree(rs, v.limit, sec) - sec
 	}

@@ -20,8 +20,11 @@ import (
 // its TTL has passed moves to a small per-counter map: exact precision keeps
 // second buckets for a day, up to one entry per second with hits.
 //
+// A counter's penalty box (PutBox) lives in its entry and is read under
+// the same lock as its counts.
+//
 // Memory is reclaimed lazily, without a goroutine: a counter whose buckets
-// have all expired is deleted when its shard has doubled in size since its
+// (and box) have all expired is deleted when its shard has doubled in size since its
 // last sweep (so memory stays within about twice what is live, plus 16
 // counters per shard), or by Sweep. Add and AddNow are synchronous.
 type Memory struct {
@@ -39,11 +42,21 @@ type memShard struct {
 	_     [40]byte
 }
 
-// memEntry is one counter's buckets.
+// memEntry is one counter's buckets and penalty box.
 type memEntry struct {
-	expires int64 // unix seconds after which every bucket has expired
+	expires int64 // unix seconds after which every bucket and the box have expired
 	rings   [NumLevels]ring
 	spill   map[Bucket]spilled // buckets pushed out of a ring before their TTL; Bucket.TTL is zero in keys
+	box     Box                // the zero Box: none
+	boxKeep int64              // unix second until which box is kept (PutBox)
+}
+
+// boxAt returns e's box as it is kept at unix second now.
+func (e *memEntry) boxAt(now int64) Box {
+	if e.boxKeep < now {
+		return Box{}
+	}
+	return e.box
 }
 
 type spilled struct {
@@ -117,6 +130,10 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 	for i := range buckets {
 		b := &buckets[i]
 		counts[i] = 0
+		if b.Level == BoxLevel {
+			counts[i] = e.boxAt(now).Pack()
+			continue
+		}
 		if b.Level >= NumLevels {
 			continue
 		}
@@ -161,16 +178,22 @@ func (m *Memory) add(c Counter, buckets []Bucket, n int64) {
 	}
 	s := m.shard(c)
 	s.mu.Lock()
+	s.entry(c, m.now).addLocked(buckets, n)
+	s.mu.Unlock()
+}
+
+// entry returns c's entry, creating it (and sweeping the shard when it has
+// doubled since its last sweep) if there is none; the caller holds s.mu.
+func (s *memShard) entry(c Counter, now func() time.Time) *memEntry {
 	e := s.m[c]
 	if e == nil {
 		e = &memEntry{}
 		s.m[c] = e
 		if len(s.m) >= 2*s.swept && len(s.m) >= 16 {
-			s.sweep(m.now().Unix())
+			s.sweep(now().Unix())
 		}
 	}
-	e.addLocked(buckets, n)
-	s.mu.Unlock()
+	return e
 }
 
 // addLocked adds n to buckets of e; the caller holds e's shard lock.
@@ -236,6 +259,10 @@ func (m *Memory) Reset(ctx context.Context, c Counter, buckets []Bucket) error {
 		return nil
 	}
 	for _, b := range buckets {
+		if b.Level == BoxLevel {
+			e.box, e.boxKeep = Box{}, 0
+			continue
+		}
 		if b.Level >= NumLevels {
 			continue
 		}
@@ -245,6 +272,40 @@ func (m *Memory) Reset(ctx context.Context, c Counter, buckets []Bucket) error {
 			r.reset(idx)
 		}
 		delete(e.spill, Bucket{Level: b.Level, Start: b.Start})
+	}
+	return nil
+}
+
+// PutBox implements Store. It is synchronous.
+func (m *Memory) PutBox(ctx context.Context, c Counter, b Box, keep int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: put box: %w", err)
+	}
+	s := m.shard(c)
+	s.mu.Lock()
+	e := s.entry(c, m.now)
+	e.box, e.boxKeep = b, keep
+	e.expires = max(e.expires, keep)
+	s.mu.Unlock()
+	return nil
+}
+
+// Boxes implements Store: it looks through every counter held, one shard
+// at a time, calling yield under the shard's lock.
+func (m *Memory) Boxes(ctx context.Context, now int64, yield func(Boxed) bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: boxes: %w", err)
+	}
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for c, e := range s.m {
+			if b := e.boxAt(now); b.In(now) && !yield(Boxed{c, b}) {
+				s.mu.Unlock()
+				return nil
+			}
+		}
+		s.mu.Unlock()
 	}
 	return nil
 }

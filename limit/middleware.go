@@ -100,8 +100,8 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		var stateBuf [128]byte
 		states := stateBuf[:0] // the RateLimit field's items
 		for _, ru := range matched {
-			value, ok := f.get(ru.Key)
-			if !ok && ru.Key == Email && f.emailErr != nil {
+			value, parts, ok := f.value(ru)
+			if !ok && ru.Key.has(Email) && f.emailErr != nil {
 				var answered bool
 				if value, ok, answered = l.unreadable(w, ru, &f, now); answered {
 					return
@@ -113,7 +113,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 				ru.metrics.inc(skipped)
 				continue
 			}
-			if ru.allowlisted(value, f.addr) {
+			if ru.allowlisted(value, parts, f.addr) {
 				ru.metrics.inc(allowed)
 				continue
 			}
@@ -124,8 +124,8 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			v := l.check(ctx, ru, value, now, alone)
 			ru.metrics.inc(v.out)
 			switch v.out {
-			case limited:
-				l.reject(w, ru, v)
+			case limited, boxed:
+				l.reject(w, r, ru, v)
 				return
 			case storeError:
 				if n, ok := l.logs.allow(logKey{ru.Name, "store_error"}, now); ok {
@@ -210,19 +210,29 @@ var (
 	hdrRateLimit       = http.CanonicalHeaderKey("RateLimit")
 )
 
-// reject answers 429 for rule ru.
-func (l *Limiter) reject(w http.ResponseWriter, ru *rule, v verdict) {
+// reject answers 429 for rule ru: the client went over a limit, or is in
+// the rule's penalty box (the RateLimit item is then the rule's first
+// limit's, with the box's end).
+func (l *Limiter) reject(w http.ResponseWriter, r *http.Request, ru *rule, v verdict) {
 	retry := max(v.reset, 1)
+	inBox := v.box.Until != 0
+	noteRefusal(r, ru.Name, inBox)
 	h := w.Header()
 	h.Set("Retry-After", strconv.FormatInt(retry, 10))
 	h.Set("RateLimit-Policy", ru.policy)
 	h.Set("RateLimit", string(ru.appendRateLimitItem(nil, v.limit, 0, retry)))
 	lim := ru.limitNames[v.limit]
-	problem.WriteDetails(w, problem.Details{
+	d := problem.Details{
 		Status: http.StatusTooManyRequests,
-		Detail: "rule " + ru.Name + " allows " + lim + " per " + string(ru.Key) + "; retry in " + strconv.FormatInt(retry, 10) + " s",
+		Detail: "rule " + ru.Name + " allows " + lim + " per " + ru.keyName + "; retry in " + strconv.FormatInt(retry, 10) + " s",
 		Extra:  map[string]any{"rule": ru.Name, "limit": lim, "retry_after": retry},
-	})
+	}
+	if inBox {
+		d.Detail = "rule " + ru.Name + " has put this " + ru.keyName + " in its penalty box for going over its limits (" +
+			strings.Join(ru.limitNames, ", ") + "); retry in " + strconv.FormatInt(retry, 10) + " s"
+		d.Extra = map[string]any{"rule": ru.Name, "boxed": true, "until": time.Unix(v.box.Until, 0).UTC(), "retry_after": retry}
+	}
+	problem.WriteDetails(w, d)
 }
 
 // unreadable applies ru's on_unreadable policy to a request whose email
@@ -274,6 +284,7 @@ type features struct {
 	ip, user, email   string
 	ipOK, userOK      bool
 	emailErr          *unreadable // the email cannot be told
+	parts             [2]string   // the values of the last pair read (value)
 	userDone          bool
 	emailDone         bool
 	body              requestBody // read once for every reader of the body
@@ -348,6 +359,26 @@ func (f *features) client() {
 			}
 		}
 	}
+}
+
+// value returns the counter value of ru's key for the request: its
+// feature's value, or its pair's two values joined (pairValue), parts
+// then holding them. ok is false when the request lacks a feature.
+func (f *features) value(ru *rule) (value string, parts []string, ok bool) {
+	if !ru.isPair {
+		value, ok = f.get(ru.Key)
+		return value, nil, ok
+	}
+	a, ok := f.get(ru.pair[0])
+	if !ok {
+		return "", nil, false
+	}
+	b, ok := f.get(ru.pair[1])
+	if !ok {
+		return "", nil, false
+	}
+	f.parts = [2]string{a, b}
+	return pairValue(a, b), f.parts[:], true
 }
 
 func (f *features) get(k Feature) (string, bool) {

@@ -523,6 +523,10 @@ func (s *failingStore) AddNow(context.Context, limit.Counter, []limit.Bucket, in
 	return errDown
 }
 func (s *failingStore) Reset(context.Context, limit.Counter, []limit.Bucket) error { return errDown }
+func (s *failingStore) PutBox(context.Context, limit.Counter, limit.Box, int64) error {
+	return errDown
+}
+func (s *failingStore) Boxes(context.Context, int64, func(limit.Boxed) bool) error { return errDown }
 
 func TestStoreError(t *testing.T) {
 	for _, tc := range []struct {

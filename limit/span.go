@@ -1,5 +1,10 @@
 package limit
 
+import (
+	"context"
+	"time"
+)
+
 // spanStore is the in-process store's fast path for Bucketed rules: instead
 // of copying every bucket's count (144 for 2/s, 5/m, 10/h, 100/d), it sums
 // each limit's run of consecutive buckets in place and counts the hit under
@@ -13,7 +18,10 @@ type spanStore interface {
 	// and reports true. now is the unix second of the check. The oldest
 	// non-empty bucket is found only for the query with the least room
 	// (q[i].n - sum, the first of equals), and only when oldest is set.
-	loadSpans(c Counter, now int64, q []spanQuery, out []spanResult, add []Bucket, force, oldest bool) (bool, error)
+	// When box is not nil, the counter's penalty box is read into it, and
+	// a counter in its box at now does not pass: its hit is added only if
+	// force is set.
+	loadSpans(c Counter, now int64, q []spanQuery, out []spanResult, add []Bucket, force, oldest bool, box *Box) (bool, error)
 }
 
 type spanQuery struct {
@@ -31,11 +39,18 @@ type spanResult struct {
 
 var _ spanStore = (*Memory)(nil)
 
-func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult, add []Bucket, force, oldest bool) (bool, error) {
+func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult, add []Bucket, force, oldest bool, box *Box) (bool, error) {
 	s := m.shard(c)
 	s.mu.Lock()
 	e := s.m[c]
 	pass := true
+	if box != nil {
+		*box = Box{}
+		if e != nil {
+			*box = e.boxAt(now)
+			pass = !box.In(now)
+		}
+	}
 	if e == nil || e.expires < now {
 		for i := range q {
 			out[i] = spanResult{}
@@ -104,8 +119,9 @@ func (e *memEntry) oldest(q *spanQuery, res *spanResult, now int64) int64 {
 
 // checkSpans is check's fast path for Bucketed rules on a spanStore. ok is
 // false when a limit is exceeded and the caller must take the general path
-// (which computes when the client is free again).
-func (l *Limiter) checkSpans(ss spanStore, r *rule, c Counter, sec int64, rs *readSet, writes []Bucket, cost int64, count bool) (verdict, bool) {
+// (which computes when the client is free again, and trips its penalty).
+func (l *Limiter) checkSpans(ctx context.Context, ss spanStore, r *rule, c Counter, now time.Time, rs *readSet, writes []Bucket, cost int64, count bool) (verdict, bool) {
+	sec := now.Unix()
 	nl := len(r.plan.lim)
 	if cap(rs.q) < nl {
 		rs.q, rs.res = make([]spanQuery, nl), make([]spanResult, nl)
@@ -122,9 +138,21 @@ func (l *Limiter) checkSpans(ss spanStore, r *rule, c Counter, sec int64, rs *re
 	if count {
 		add = writes
 	}
-	_, err := ss.loadSpans(c, sec, q, res, add, r.Shadow, r.headers)
+	var boxp *Box // in rs: a local's address would escape through the interface
+	if r.pen != nil {
+		boxp = &rs.box
+	}
+	_, err := ss.loadSpans(c, sec, q, res, add, r.Shadow, r.headers, boxp)
 	if err != nil {
 		return verdict{out: storeError, err: err}, true
+	}
+	var box Box
+	if boxp != nil {
+		box = *boxp
+	}
+	inBox := box.In(sec)
+	if inBox && !r.Shadow {
+		return l.boxedVerdict(c, box, sec), true
 	}
 	v := verdict{out: allowed, limit: -1, remaining: -1}
 	for i, lim := range r.plan.limits {
@@ -155,6 +183,12 @@ func (l *Limiter) checkSpans(ss spanStore, r *rule, c Counter, sec int64, rs *re
 				break
 			}
 		}
+		if r.pen != nil && !inBox {
+			l.trip(ctx, r, c, now, box, sec+1) // shadow mode boxes too (check)
+		}
+	}
+	if inBox {
+		v.out, v.limit, v.box = shadowLimited, max(v.limit, 0), box
 	}
 	return v, true
 }

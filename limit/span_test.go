@@ -23,6 +23,12 @@ func (s plainStore) AddNow(ctx context.Context, c Counter, b []Bucket, n int64) 
 func (s plainStore) Reset(ctx context.Context, c Counter, b []Bucket) error {
 	return s.m.Reset(ctx, c, b)
 }
+func (s plainStore) PutBox(ctx context.Context, c Counter, b Box, keep int64) error {
+	return s.m.PutBox(ctx, c, b, keep)
+}
+func (s plainStore) Boxes(ctx context.Context, now int64, yield func(Boxed) bool) error {
+	return s.m.Boxes(ctx, now, yield)
+}
 
 // TestSpanPathMatchesLoadPath replays random traffic through two limiters,
 // one on the span fast path and one on Load and Add, and requires the same

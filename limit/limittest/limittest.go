@@ -14,6 +14,7 @@ package limittest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,11 @@ type Harness struct {
 	// runs on real time: the expiry subtest then waits for the TTL to pass
 	// (a few seconds) instead of advancing.
 	Advance func(d time.Duration)
+	// Peer is another store on the same backend, as another gateway of a
+	// fleet has (memcached: a second Store on the same servers); nil when
+	// the backend is the process's own (Memory): the subtests of sharing
+	// are then skipped.
+	Peer limit.Store
 }
 
 func (h Harness) now() time.Time {
@@ -59,6 +65,12 @@ func Run(t *testing.T, newStore func(t *testing.T) Harness) {
 		{"ConcurrentAdds", testConcurrentAdds},
 		{"Expiry", testExpiry},
 		{"ContextCancelled", testContextCancelled},
+		{"BoxMissingIsNone", testBoxMissing},
+		{"BoxReadWithCounts", testBoxReadWithCounts},
+		{"BoxReplacedAndReset", testBoxReplacedAndReset},
+		{"BoxKeptUntilKeep", testBoxKept},
+		{"BoxesListed", testBoxesListed},
+		{"BoxSharedByPeer", testBoxShared},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, newStore(t))
@@ -391,5 +403,194 @@ func testContextCancelled(t *testing.T, h Harness) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("store calls with a cancelled context did not return within 5s")
+	}
+}
+
+// box returns a box of trips trips from now for d, kept until keep after
+// now.
+func box(now time.Time, d time.Duration, trips int) limit.Box {
+	return limit.Box{Start: now.Unix(), Until: now.Add(d).Unix(), Trips: trips}
+}
+
+func putBox(t *testing.T, s limit.Store, c limit.Counter, b limit.Box, keep int64) {
+	t.Helper()
+	if err := s.PutBox(context.Background(), c, b, keep); err != nil {
+		t.Fatalf("PutBox(%v): %v", c, err)
+	}
+}
+
+func testBoxMissing(t *testing.T, h Harness) {
+	c := limit.Counter{Rule: "boxmissing", Value: "203.0.113.8"}
+	if got := load(t, h.Store, c, limit.BoxBucket); got[0] != 0 {
+		t.Errorf("Load of a counter without a box = %d, want 0", got[0])
+	}
+}
+
+// testBoxReadWithCounts: a box put is read by the same Load as the
+// counts, whole (start, end, trips), and only for its counter.
+func testBoxReadWithCounts(t *testing.T, h Harness) {
+	ctx := context.Background()
+	now := h.now()
+	c := limit.Counter{Rule: "boxread", Value: "alice@example.com,203.0.113.9"}
+	other := limit.Counter{Rule: "boxread", Value: "bob@example.com,203.0.113.9"}
+	bs := []limit.Bucket{bucket(now, limit.Second, 0, time.Hour), bucket(now, limit.Minute, 0, time.Hour)}
+	if err := h.Store.Add(ctx, c, bs, 2); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	b := box(now, 15*time.Minute, 3)
+	putBox(t, h.Store, c, b, now.Add(time.Hour).Unix())
+	got := load(t, h.Store, c, bs[0], bs[1], limit.BoxBucket)
+	if got[0] != 2 || got[1] != 2 || limit.UnpackBox(got[2]) != b {
+		t.Errorf("Load of counts and box = %v (box %+v), want [2 2] and %+v", got, limit.UnpackBox(got[2]), b)
+	}
+	if got := load(t, h.Store, other, bs[0], limit.BoxBucket); got[0] != 0 || got[1] != 0 {
+		t.Errorf("Load of another counter = %v, want zeros", got)
+	}
+}
+
+// testBoxReplacedAndReset: a second PutBox replaces the first; Reset of
+// the box bucket deletes the box and leaves the counts, and a Reset of the
+// counts leaves the box.
+func testBoxReplacedAndReset(t *testing.T, h Harness) {
+	ctx := context.Background()
+	now := h.now()
+	c := limit.Counter{Rule: "boxreset", Value: "198.51.100.20"}
+	b0 := bucket(now, limit.Minute, 0, time.Hour)
+	if err := h.Store.AddNow(ctx, c, []limit.Bucket{b0}, 4); err != nil {
+		t.Fatalf("AddNow: %v", err)
+	}
+	putBox(t, h.Store, c, box(now, time.Minute, 1), now.Add(time.Hour).Unix())
+	second := box(now, 2*time.Minute, 2)
+	putBox(t, h.Store, c, second, now.Add(time.Hour).Unix())
+	if got := load(t, h.Store, c, limit.BoxBucket); limit.UnpackBox(got[0]) != second {
+		t.Errorf("box after a second PutBox = %+v, want %+v", limit.UnpackBox(got[0]), second)
+	}
+	if err := h.Store.Reset(ctx, c, []limit.Bucket{b0}); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if got := load(t, h.Store, c, b0, limit.BoxBucket); got[0] != 0 || limit.UnpackBox(got[1]) != second {
+		t.Errorf("after a Reset of the counts: %v, want the count 0 and the box kept", got)
+	}
+	if err := h.Store.AddNow(ctx, c, []limit.Bucket{b0}, 1); err != nil {
+		t.Fatalf("AddNow: %v", err)
+	}
+	if err := h.Store.Reset(ctx, c, []limit.Bucket{limit.BoxBucket}); err != nil {
+		t.Fatalf("Reset of the box: %v", err)
+	}
+	if got := load(t, h.Store, c, b0, limit.BoxBucket); got[0] != 1 || got[1] != 0 {
+		t.Errorf("after a Reset of the box: %v, want [1 0]", got)
+	}
+}
+
+// testBoxKept: a box is read past its end until keep (its trips decide
+// the next box), and not after.
+func testBoxKept(t *testing.T, h Harness) {
+	now := h.now()
+	c := limit.Counter{Rule: "boxkept", Value: "u7"}
+	b := limit.Box{Start: now.Unix() - 10, Until: now.Unix() - 5, Trips: 2} // ended
+	putBox(t, h.Store, c, b, now.Unix()+2)
+	if got := load(t, h.Store, c, limit.BoxBucket); limit.UnpackBox(got[0]) != b {
+		t.Fatalf("an ended box before keep reads %+v, want %+v", limit.UnpackBox(got[0]), b)
+	}
+	if h.Advance != nil {
+		h.Advance(4 * time.Second)
+		if got := load(t, h.Store, c, limit.BoxBucket); got[0] != 0 {
+			t.Errorf("a box 4s after a keep 2s away reads %+v, want none", limit.UnpackBox(got[0]))
+		}
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for load(t, h.Store, c, limit.BoxBucket)[0] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a box kept 2s still reads after 10s")
+		}
+		time.Sleep(200 * time.Millisecond) // real-time store: poll until keep passes
+	}
+}
+
+// testBoxesListed: Boxes yields the boxes put that have not ended, each
+// once, and none reset; yield returning false stops it.
+func testBoxesListed(t *testing.T, h Harness) {
+	ctx := context.Background()
+	now := h.now()
+	keep := now.Add(time.Hour).Unix()
+	live := map[limit.Counter]limit.Box{}
+	for i := range 5 {
+		c := limit.Counter{Rule: "boxlist", Value: fmt.Sprintf("203.0.113.%d", 100+i)}
+		live[c] = box(now, time.Duration(i+1)*time.Minute, i+1)
+		putBox(t, h.Store, c, live[c], keep)
+	}
+	ended := limit.Counter{Rule: "boxlist", Value: "ended"}
+	putBox(t, h.Store, ended, limit.Box{Start: now.Unix() - 60, Until: now.Unix() - 1, Trips: 1}, keep)
+	released := limit.Counter{Rule: "boxlist", Value: "released"}
+	putBox(t, h.Store, released, box(now, time.Minute, 1), keep)
+	if err := h.Store.Reset(ctx, released, []limit.Bucket{limit.BoxBucket}); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	got := map[limit.Counter]limit.Box{}
+	err := h.Store.Boxes(ctx, now.Unix(), func(b limit.Boxed) bool {
+		if b.Rule != "boxlist" {
+			return true // another subtest's
+		}
+		if _, dup := got[b.Counter]; dup {
+			t.Errorf("Boxes yields %v twice", b.Counter)
+		}
+		got[b.Counter] = b.Box
+		return true
+	})
+	if err != nil {
+		t.Fatalf("Boxes: %v", err)
+	}
+	if len(got) != len(live) {
+		t.Errorf("Boxes yields %d boxes of the rule, want the %d that have not ended nor been reset: %v", len(got), len(live), got)
+	}
+	for c, b := range live {
+		if got[c] != b {
+			t.Errorf("Boxes: %v has %+v, want %+v", c, got[c], b)
+		}
+	}
+	calls := 0
+	if err := h.Store.Boxes(ctx, now.Unix(), func(limit.Boxed) bool { calls++; return false }); err != nil {
+		t.Fatalf("Boxes: %v", err)
+	}
+	if calls != 1 {
+		t.Errorf("Boxes called yield %d times after it returned false, want once", calls)
+	}
+}
+
+// testBoxShared: a box one gateway puts is read by the next Load of
+// another on the same backend, and the other's Reset releases it for
+// both.
+func testBoxShared(t *testing.T, h Harness) {
+	if h.Peer == nil {
+		t.Skip("the store is one process's: nothing to share")
+	}
+	ctx := context.Background()
+	now := h.now()
+	c := limit.Counter{Rule: "boxshared", Value: "carol@example.com"}
+	if got := load(t, h.Peer, c, limit.BoxBucket); got[0] != 0 {
+		t.Fatalf("the peer reads a box before any was put: %+v", limit.UnpackBox(got[0]))
+	}
+	b := box(now, time.Hour, 1)
+	putBox(t, h.Store, c, b, now.Add(2*time.Hour).Unix())
+	// PutBox returns once the backend holds the box; the peer's read of a
+	// moment ago may still answer (memcached: for a millisecond).
+	eventually(t, "the peer reads the box", func() bool { return limit.UnpackBox(load(t, h.Peer, c, limit.BoxBucket)[0]) == b })
+	if err := h.Peer.Reset(ctx, c, []limit.Bucket{limit.BoxBucket}); err != nil {
+		t.Fatalf("Reset on the peer: %v", err)
+	}
+	eventually(t, "the box the peer reset is gone", func() bool { return load(t, h.Store, c, limit.BoxBucket)[0] == 0 })
+}
+
+// eventually polls cond every millisecond until it holds, failing the
+// test after 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -32,8 +32,9 @@ const memcachedMaxKey = 250
 
 var _ [memcachedMaxKey - maxKeyLen]struct{} // compile-time: maxKeyLen <= 250
 
-// levelChar is the one-character name of a bucket level in a key.
-var levelChar = [limit.NumLevels]byte{'s', 'm', 'h'}
+// levelChar is the one-character name of a bucket level in a key; 'b'
+// names a counter's penalty box (limit.BoxBucket: "lg:login_ip:203.0.113.7|b0").
+var levelChar = [limit.BoxLevel + 1]byte{'s', 'm', 'h', 'b'}
 
 // safeByte reports whether b may appear unescaped in a rule name or feature
 // value: printable ASCII other than the characters the key layout uses.
@@ -84,7 +85,7 @@ func appendCounter(dst []byte, c limit.Counter) []byte {
 func appendBucket(dst []byte, b limit.Bucket) []byte {
 	dst = append(dst, bucketSep)
 	lc := byte('x')
-	if b.Level < limit.NumLevels {
+	if b.Level <= limit.BoxLevel {
 		lc = levelChar[b.Level]
 	}
 	dst = append(dst, lc)

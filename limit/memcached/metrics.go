@@ -21,6 +21,7 @@ const (
 	opAdd    = "add"
 	opDelete = "delete"
 	opProbe  = "probe"
+	opSet    = "set" // a penalty box put (box.go)
 )
 
 // NewMetrics creates the collectors and registers them with reg (none if reg

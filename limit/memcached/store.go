@@ -57,6 +57,7 @@ type Store struct {
 	log     *slog.Logger
 	m       *Metrics
 
+	seen      seenBoxes // the boxes Boxes lists (box.go)
 	closed    atomic.Bool
 	stop      chan struct{}
 	done      chan struct{} // closed when every flusher has returned
@@ -104,7 +105,7 @@ func New(cfg limit.Memcached, m *Metrics, log *slog.Logger) *Store {
 		sv := &server{
 			addr: a, na: na, client: c, timeout: timeout, log: log.With("server", a), m: m,
 			opGet: m.opCounter(opGet), opIncr: m.opCounter(opIncr), opAdd: m.opCounter(opAdd),
-			opDelete: m.opCounter(opDelete), opProbe: m.opCounter(opProbe),
+			opDelete: m.opCounter(opDelete), opProbe: m.opCounter(opProbe), opSet: m.opCounter(opSet),
 			dials: m.dialCounter(a),
 			kick:  make(chan struct{}, 1),
 			spare: make(chan net.Conn, idle),
@@ -212,6 +213,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 		final := reads == loadAttempts
 		e, pin, inflight := sh.pin(c, buckets, counts, sv.reuse)
 		if e == nil {
+			s.noteRead(c, buckets, counts)
 			return nil // answered from the last read (read.go)
 		}
 		if inflight != nil && waits < loadAttempts {
@@ -232,6 +234,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 			sv.inexact.Add(1)
 		}
 		if exact || final {
+			s.noteRead(c, buckets, counts)
 			return nil
 		}
 		reads++
@@ -324,6 +327,9 @@ func (s *Store) Reset(ctx context.Context, c limit.Counter, buckets []limit.Buck
 		if err := sv.delete(key); err != nil {
 			return fmt.Errorf("memcached: reset: %w", err)
 		}
+		if b.Level == limit.BoxLevel {
+			s.seen.forget(c)
+		}
 	}
 	return nil
 }
@@ -363,8 +369,8 @@ type server struct {
 	log     *slog.Logger
 	m       *Metrics
 
-	opGet, opIncr, opAdd, opDelete, opProbe prometheus.Counter
-	dials                                   prometheus.Counter
+	opGet, opIncr, opAdd, opDelete, opProbe, opSet prometheus.Counter
+	dials                                          prometheus.Counter
 
 	// spare holds connections dialed ahead of need (warm), and is the idle
 	// pool of the reads (getmulti.go): the client's dials take them first.

@@ -41,7 +41,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	mc := testkit.StartMemcached(t)
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
-		return limittest.Harness{Store: newStore(t, nil, mc.Addr)}
+		return limittest.Harness{Store: newStore(t, nil, mc.Addr), Peer: newStore(t, nil, mc.Addr)}
 	})
 }
 
@@ -49,7 +49,7 @@ func TestConformanceTwoServers(t *testing.T) {
 	t.Parallel()
 	a, b := testkit.StartMemcached(t), testkit.StartMemcached(t)
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
-		return limittest.Harness{Store: newStore(t, memcached.NewMetrics(prometheus.NewRegistry()), a.Addr, b.Addr)}
+		return limittest.Harness{Store: newStore(t, memcached.NewMetrics(prometheus.NewRegistry()), a.Addr, b.Addr), Peer: newStore(t, nil, b.Addr, a.Addr)}
 	})
 }
 

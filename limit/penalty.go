@@ -1,0 +1,146 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+)
+
+// This file is the penalty box: the math of a box's length (time passed
+// in, nothing read from a clock) and what a check does with a box.
+//
+// A request over one of a rule's limits is a trip. A rule with a penalty
+// puts its key in the box at each trip (Limiter.trip): the box is written
+// to the store (PutBox: in memcached, where every gateway reads it with the
+// rule's counts, in the same get), and every request the rule matches is
+// answered 429 until it ends. Requests refused in the box are not counted,
+// as no refused request is, so the windows shorter than the box are empty
+// when it ends. A box ends no sooner than the request that tripped it could
+// have passed (a day limit still binds after a shorter box).
+
+// boxRecheck is how long a gateway answers a client in the box from its
+// memory of blocked clients before it reads the store again: so that an
+// operator's release (DELETE /admin/boxed), made on one gateway, reaches
+// every other within a second and a read.
+const boxRecheck = 1
+
+// penalty is a rule's compiled Penalty, in whole seconds.
+type penalty struct {
+	first, max, forget int64
+	factor             float64
+}
+
+// compilePenalty checks a rule's penalty: nil when it has none. Errors
+// start with the field's name within the rule ("penalty.max: ...").
+func compilePenalty(p Penalty) (*penalty, error) {
+	if p == (Penalty{}) {
+		return nil, nil
+	}
+	if p.Duration == 0 {
+		return nil, fmt.Errorf("penalty.duration: missing: the penalty of a first trip (factor, max and forget_after say how it grows from there)")
+	}
+	inRange := func(field string, d, lo, hi time.Duration) error {
+		if d < lo || d > hi {
+			return fmt.Errorf("penalty.%s: %v is not between %v and %v", field, d, lo, hi)
+		}
+		return nil
+	}
+	if err := inRange("duration", p.Duration, time.Second, DefaultPenaltyMax); err != nil {
+		return nil, err
+	}
+	if p.Max != 0 {
+		if err := inRange("max", p.Max, time.Second, DefaultPenaltyMax); err != nil {
+			return nil, err
+		}
+		if p.Max < p.Duration {
+			return nil, fmt.Errorf("penalty.max: %v is shorter than penalty.duration (%v), the box of a first trip", p.Max, p.Duration)
+		}
+	}
+	if p.ForgetAfter != 0 {
+		if err := inRange("forget_after", p.ForgetAfter, time.Second, MaxForgetAfter); err != nil {
+			return nil, err
+		}
+	}
+	if f := p.Factor; f != 0 && !(f >= 1 && f <= MaxPenaltyFactor) { // NaN fails both
+		return nil, fmt.Errorf("penalty.factor: %v is not between 1 and %d (each trip multiplies the box by it)", f, MaxPenaltyFactor)
+	}
+	cp := &penalty{
+		first:  seconds(p.Duration),
+		max:    seconds(cmpOr(p.Max, DefaultPenaltyMax)),
+		forget: seconds(cmpOr(p.ForgetAfter, DefaultForgetAfter)),
+		factor: max(p.Factor, 1),
+	}
+	return cp, nil
+}
+
+// cmpOr is cmp.Or for durations: d, or def when d is zero.
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// seconds returns d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// length returns the box of the trips-th trip, in seconds: first ×
+// factor^(trips-1), rounded up, never past max.
+func (p *penalty) length(trips int) int64 {
+	d := float64(p.first)
+	for i := 1; i < trips && p.factor > 1 && d < float64(p.max); i++ {
+		d *= p.factor
+	}
+	return min(int64(math.Ceil(d)), p.max)
+}
+
+// next returns the box of a trip at now, old being the counter's box as
+// read (possibly ended, its trips still kept), free the unix second from
+// which the rule's limits let a request through, and the unix second
+// until which the box must be kept: its end, or forget_after past the
+// trip if later, so that a trip until then escalates.
+func (p *penalty) next(old Box, now time.Time, free int64) (Box, int64) {
+	sec := now.Unix()
+	trips := 1
+	if old.Trips > 0 && sec-old.Start <= p.forget {
+		trips = min(old.Trips+1, packTrips)
+	}
+	end := now.Add(time.Duration(p.length(trips)) * time.Second)
+	until := end.Unix()
+	if end.Nanosecond() > 0 {
+		until++ // a box lasts its length at least
+	}
+	b := Box{Start: sec, Until: max(until, free), Trips: trips}
+	return b, max(b.Until, sec+p.forget)
+}
+
+// trip puts c in r's box after a request over r's limits at now (free:
+// the second from which a request would pass), old being c's box as read.
+// It returns the box; if the store failed to keep it, the failure is
+// logged and counted and ok is false: the request is refused as over the
+// limit, and the next one over it trips again.
+func (l *Limiter) trip(ctx context.Context, r *rule, c Counter, now time.Time, old Box, free int64) (b Box, ok bool) {
+	b, keep := r.pen.next(old, now, free)
+	if err := l.store.PutBox(ctx, c, b, keep); err != nil {
+		r.metrics.inc(storeError)
+		if n, ok := l.logs.allow(logKey{r.Name, "box_failed"}, now); ok {
+			l.log.Warn("limit: penalty box not kept: the store failed", "rule", r.Name, "err", err, "suppressed", n)
+		}
+		return Box{}, false
+	}
+	r.metrics.trip(b.Trips > 1)
+	if n, ok := l.logs.allow(logKey{r.Name, "boxed"}, now); ok {
+		l.log.Info("limit: penalty box", "rule", r.Name, "key", string(r.Key), "value", c.Value,
+			"trips", b.Trips, "until", time.Unix(b.Until, 0).UTC(), "suppressed", n)
+	}
+	return b, true
+}
+
+// boxedVerdict is the verdict for c, found in its box b at sec: 429 until
+// the box ends, remembered (with the blocked clients) for at most
+// boxRecheck seconds, after which the store is read again.
+func (l *Limiter) boxedVerdict(c Counter, b Box, sec int64) verdict {
+	l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), box: b}, sec)
+	return verdict{out: boxed, limit: 0, reset: b.Until - sec, box: b}
+}
