@@ -266,6 +266,9 @@ func (g *Gateway) newLimitStore(p *limit.Plan) limitStore {
 	case "memcached":
 		return memcached.New(cfg.Memcached, g.mcM, g.log)
 	default:
+		if g.opts.LimitClock != nil {
+			return limit.NewMemoryAt(g.opts.LimitClock)
+		}
 		return limit.NewMemory()
 	}
 }

@@ -88,14 +88,19 @@ func startFile(t *testing.T, path string, watch bool) *running {
 	return startPlan(t, plan, path, watch)
 }
 
-// startPlan is startFile with the plan loaded from path already.
-func startPlan(t *testing.T, plan *gateway.Plan, path string, watch bool) *running {
+// startPlan is startFile with the plan loaded from path already; opts,
+// when given, change the gateway's options.
+func startPlan(t *testing.T, plan *gateway.Plan, path string, watch bool, opts ...func(*gateway.Options)) *running {
 	t.Helper()
 	var err error
 	r := &running{t: t, path: path, logs: &testkit.Logs{}, hup: make(chan os.Signal, 1), done: make(chan error, 1)}
-	r.g, err = gateway.New(plan, gateway.Options{
+	o := gateway.Options{
 		Path: path, Getenv: getenv, Log: slog.New(r.logs.Handler()), Watch: watch, Hangup: r.hup, Version: "test",
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r.g, err = gateway.New(plan, o)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
