@@ -2,9 +2,9 @@ package limit_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"

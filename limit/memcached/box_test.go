@@ -3,8 +3,8 @@ package memcached_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -25,7 +25,7 @@ func TestPenaltyCheckIsOneGet(t *testing.T) {
 	s := newStore(t, nil, p.Addr)
 	s.SetReuseWindow(0) // every check reads: what one client's checks cost apart
 	rule := limit.Rule{Name: "login_ip", Match: limit.Match{Path: "/{key}"}, Key: limit.IP,
-		Limits: []limit.Limit{{N: 2, Window: time.Second}, {N: 5, Window: time.Minute}, {N: 10, Window: time.Hour}, {N: 100, Window: 24 * time.Hour}},
+		Limits:  []limit.Limit{{N: 2, Window: time.Second}, {N: 5, Window: time.Minute}, {N: 10, Window: time.Hour}, {N: 100, Window: 24 * time.Hour}},
 		Penalty: limit.Penalty{Duration: time.Minute}}
 	lim := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), s, limit.NewMetrics(prometheus.NewRegistry()), nil)
 	h := lim.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
