@@ -484,3 +484,57 @@ func TestBoxedGauge(t *testing.T) {
 		}
 	}
 }
+
+// TestPairAndEmailRules: the two login rules of the docs together. One
+// address gets 10 guesses a day however hard it tries, and the email's
+// owner, from another address, is not locked out by it; 100 wrong
+// passwords in a day from many addresses lock the owner out.
+func TestPairAndEmailRules(t *testing.T) {
+	pair := loginEmailRule(t)
+	pair.Name, pair.Key, pair.CountStatus = "login_pair", limit.Pair(limit.Email, limit.IP), []int{401}
+	pair.Penalty = limit.Penalty{Duration: 15 * time.Minute, Factor: 2, Max: 24 * time.Hour, ForgetAfter: 7 * 24 * time.Hour}
+	email := loginEmailRule(t)
+	email.Limits, email.CountStatus = limits(t, "100/d"), []int{401}
+	e := newEnv(t, []limit.Rule{pair, email}, envOpt{trusted: []string{"127.0.0.0/8"}})
+	start := e.clk.Now()
+	login := func(addr string, status int) *http.Response {
+		resp, _ := e.do("POST", fmt.Sprintf("/login?status=%d", status), strings.NewReader("email=owner%40example.com&password=x"),
+			"Content-Type", "application/x-www-form-urlencoded", "X-Forwarded-For", addr)
+		return resp
+	}
+	// guess sends wrong passwords from addr, waiting out every
+	// Retry-After of an hour at most, until n reached the login or addr is
+	// out for longer; it returns how many reached the login.
+	guess := func(addr string, n int) int {
+		got := 0
+		for got < n {
+			resp := login(addr, 401)
+			if resp.StatusCode == 401 {
+				got++
+				continue
+			}
+			wait := time.Duration(retryAfter(t, resp)) * time.Second
+			if wait > time.Hour {
+				break
+			}
+			e.clk.Advance(wait)
+		}
+		return got
+	}
+	if got := guess("198.51.100.1", 1000); got != 10 {
+		t.Errorf("one address trying all day: %d guesses reached the login, want 10", got)
+	}
+	if resp := login("203.0.113.9", 200); resp.StatusCode != 200 {
+		t.Fatalf("the owner after one address's guesses: %d, want 200", resp.StatusCode)
+	}
+	total := 10
+	for i := 2; total < 100; i++ {
+		total += guess(fmt.Sprintf("198.51.100.%d", i), 10)
+	}
+	if d := e.clk.Now().Sub(start); d > 12*time.Hour {
+		t.Fatalf("%d guesses took %v: not within a day", total, d)
+	}
+	if resp := login("203.0.113.9", 200); resp.StatusCode != 429 {
+		t.Errorf("the owner after %d wrong passwords in a day from many addresses: %d, want 429", total, resp.StatusCode)
+	}
+}
