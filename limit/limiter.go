@@ -190,27 +190,7 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 		}
 		v.out = shadowLimited
 	case v.out == limited:
-		// The next request passes once every limit counts at most N-1:
-		// not only the limits exceeded now, since a strict rule's next
-		// request counts itself before the check (a limit at exactly N
-		// passes this one and stops the next). The binding limit is the
-		// one that frees last.
-		free := sec + 1
-		for i, lim := range r.plan.limits {
-			if f := l.freeAt(ctx, r, c, rs, i, lim.N-1); f > free {
-				free, v.limit = f, i
-			}
-		}
-		if r.pen != nil {
-			if b, ok := l.trip(ctx, r, c, now, box, free); ok {
-				v.box, v.reset = b, b.Until-sec
-				l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), limit: v.limit, box: b}, sec)
-				return v
-			}
-		}
-		v.reset = free - sec
-		l.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
-		return v
+		return l.over(ctx, r, c, now, rs, v, box)
 	case inBox:
 		v.out, v.limit, v.box = shadowLimited, 0, box
 	case r.headers && v.limit >= 0:
@@ -221,6 +201,35 @@ func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Tim
 			l.countFailed(r, now, err)
 		}
 	}
+	return v
+}
+
+// over is the verdict v of a request over a limit of r at now, rs holding
+// the counts of its check and box the client's box as read: until when it
+// is refused, remembered with the blocked clients, and, when r has a
+// penalty, its trip.
+func (l *Limiter) over(ctx context.Context, r *rule, c Counter, now time.Time, rs *readSet, v verdict, box Box) verdict {
+	sec := now.Unix()
+	// The next request passes once every limit counts at most N-1: not
+	// only the limits exceeded now, since a strict rule's next request
+	// counts itself before the check (a limit at exactly N passes this
+	// one and stops the next). The binding limit is the one that frees
+	// last.
+	free := sec + 1
+	for i, lim := range r.plan.limits {
+		if f := l.freeAt(ctx, r, c, rs, i, lim.N-1); f > free {
+			free, v.limit = f, i
+		}
+	}
+	if r.pen != nil {
+		if b, ok := l.trip(ctx, r, c, now, box, free); ok {
+			v.box, v.reset = b, b.Until-sec
+			l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), limit: v.limit, box: b}, sec)
+			return v
+		}
+	}
+	v.reset = free - sec
+	l.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
 	return v
 }
 

@@ -144,3 +144,42 @@ func (l *Limiter) boxedVerdict(c Counter, b Box, sec int64) verdict {
 	l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), box: b}, sec)
 	return verdict{out: boxed, limit: 0, reset: b.Until - sec, box: b}
 }
+
+// EdgeBoxed reports whether the client address value (as IPValue writes
+// it) is in the box of a rule marked edge now: the TLS edge then asks for
+// no certificate and finishes no handshake for a name it has no answer
+// for. A client remembered in a box costs no store operation; otherwise
+// each edge rule's box is read (one bucket). A store that fails follows
+// on_store_error: allow lets the client through, deny keeps it out.
+func (l *Limiter) EdgeBoxed(ctx context.Context, value string) bool {
+	now := l.now()
+	sec := now.Unix()
+	var counts [1]int64
+	for _, r := range l.rules {
+		if !r.Edge {
+			continue
+		}
+		c := Counter{Rule: r.Name, Value: value}
+		if e, ok := l.blocked.get(c, sec); ok && e.box.In(sec) {
+			return true
+		}
+		if err := l.store.Load(ctx, c, boxOnly, counts[:]); err != nil {
+			r.metrics.inc(storeError)
+			if n, ok := l.logs.allow(logKey{r.Name, "edge_store_error"}, now); ok {
+				l.log.Warn("limit: store failed reading a penalty box for the TLS edge", "rule", r.Name, "err", err, "policy", l.storePolicy(), "suppressed", n)
+			}
+			if !l.failOpen {
+				return true
+			}
+			continue
+		}
+		if b := UnpackBox(counts[0]); b.In(sec) {
+			return true
+		}
+	}
+	return false
+}
+
+// boxOnly is the read of a box alone. Stores never modify the buckets
+// they are given.
+var boxOnly = []Bucket{BoxBucket}
