@@ -538,3 +538,45 @@ func TestPairAndEmailRules(t *testing.T) {
 		t.Errorf("the owner after %d wrong passwords in a day from many addresses: %d, want 429", total, resp.StatusCode)
 	}
 }
+
+// TestEdgeBoxed: an address in the box of a rule marked edge is boxed for
+// the TLS edge, until the box ends; rules not marked edge do not count;
+// a failing store follows on_store_error.
+func TestEdgeBoxed(t *testing.T) {
+	edge := penaltyRule(t, limit.Penalty{Duration: time.Minute}, "1/s")
+	edge.Edge = true
+	other := penaltyRule(t, limit.Penalty{Duration: time.Hour}, "1/s")
+	other.Name, other.Match = "api_ip", limit.Match{Path: "/api"}
+	e := newEnv(t, []limit.Rule{edge, other}, envOpt{trusted: []string{"127.0.0.0/8"}})
+	ctx := context.Background()
+	for _, path := range []string{"/login", "/login"} {
+		e.do("POST", path, nil, "X-Forwarded-For", "203.0.113.1")
+	}
+	for range 2 {
+		e.do("POST", "/api", nil, "X-Forwarded-For", "203.0.113.2")
+	}
+	if !e.l.EdgeBoxed(ctx, "203.0.113.1") {
+		t.Error("an address in an edge rule's box is not boxed for the edge")
+	}
+	if e.l.EdgeBoxed(ctx, "203.0.113.2") {
+		t.Error("an address in the box of a rule not marked edge is boxed for the edge")
+	}
+	if e.l.EdgeBoxed(ctx, "203.0.113.3") {
+		t.Error("an address in no box is boxed for the edge")
+	}
+	e.clk.Advance(time.Minute)
+	if e.l.EdgeBoxed(ctx, "203.0.113.1") {
+		t.Error("an address whose box ended is boxed for the edge")
+	}
+	for _, tc := range []struct {
+		policy string
+		want   bool
+	}{{"allow", false}, {"deny", true}} {
+		cfg := limit.DefaultConfig()
+		cfg.OnStoreError = tc.policy
+		l := limit.New(compile(t, []limit.Rule{edge}, limit.DefaultIdentity(), cfg), &failingStore{}, nil, nil)
+		if got := l.EdgeBoxed(ctx, "203.0.113.1"); got != tc.want {
+			t.Errorf("on_store_error %s, the store failing: boxed %v, want %v", tc.policy, got, tc.want)
+		}
+	}
+}
