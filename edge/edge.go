@@ -49,6 +49,10 @@ type Options struct {
 	// ClientKey is the counted value of a client address (an IPv6 prefix,
 	// say). Nil: the address.
 	ClientKey func(netip.Addr) string
+	// Boxed reports whether a client address is in a penalty box the edge
+	// honours (the limiter's rules marked edge): such a client gets no
+	// ask and no handshake for a name without an answer. Nil: none is.
+	Boxed func(ctx context.Context, addr netip.Addr) bool
 	// Storage is where certificates are kept, closed by Close when it has
 	// a Close method. Nil: the file storage at storage.path. A Storage
 	// that connects in the background (Connecting) is waited for: see

@@ -15,7 +15,7 @@ type Metrics = metrics
 type metrics struct {
 	edge       atomic.Pointer[Edge]   // whose certificates the expiry gauge reports
 	handshakes *prometheus.CounterVec // result: ok, failed, timeout
-	decisions  *prometheus.CounterVec // decision: allowed, denied, limited, stored, ask_failed, unavailable
+	decisions  *prometheus.CounterVec // decision: allowed, denied, limited, boxed, stored, ask_failed, unavailable
 	asks       *prometheus.CounterVec // answer: allow, deny, error
 	issuance   *prometheus.CounterVec // kind: obtain, renew; result: started, ok, failed, capped
 	reloads    *prometheus.CounterVec // result: ok, failed (static certificate files)
@@ -31,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_on_demand_decisions_total",
-			Help: "On-demand decisions for names without a certificate in memory: allowed, denied, limited (over handshakes_per_client), stored (ask failed, a valid stored certificate served), ask_failed, unavailable (the certificate storage not connected yet).",
+			Help: "On-demand decisions for names without a certificate in memory: allowed, denied, limited (over handshakes_per_client), boxed (the client in the penalty box of a rule marked edge), stored (ask failed, a valid stored certificate served), ask_failed, unavailable (the certificate storage not connected yet).",
 		}, []string{"decision"}),
 		asks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_ask_requests_total",

@@ -55,6 +55,9 @@ const maxAnswers = 100000
 // errLimited is the decision for a client over handshakes_per_client.
 var errLimited = errors.New("edge: too many handshakes for unknown names from this client (server.tls.on_demand.handshakes_per_client)")
 
+// errBoxed is the decision for a client in a penalty box.
+var errBoxed = errors.New("edge: the client address is in the penalty box of a rule marked edge")
+
 // errOrderCap is the error of an order over orders_per_hour.
 var errOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour reached; no new certificate is ordered until an hour after the oldest")
 
@@ -121,7 +124,12 @@ func (g *gate) decide(ctx context.Context, name string) error {
 	if ok && now.Before(a.until) {
 		return g.verdict(name, a.allowed)
 	}
-	if addr, ok := clientOf(ctx); ok {
+	addr, hasAddr := clientOf(ctx)
+	if hasAddr {
+		if g.e.opts.Boxed != nil && g.e.opts.Boxed(ctx, addr) {
+			g.e.m.decisions.WithLabelValues("boxed").Inc()
+			return errBoxed
+		}
 		key := addr.String()
 		if g.e.opts.ClientKey != nil {
 			key = g.e.opts.ClientKey(addr)
@@ -135,7 +143,11 @@ func (g *gate) decide(ctx context.Context, name string) error {
 			return errLimited
 		}
 	}
-	allowed, err := g.askOnce(ctx, p, name)
+	client := ""
+	if hasAddr {
+		client = addr.String()
+	}
+	allowed, err := g.askOnce(ctx, p, name, client)
 	if err != nil {
 		// The ask endpoint is down: a name whose valid certificate is
 		// stored keeps being served (certmagic#272); nothing is ordered.
@@ -159,8 +171,9 @@ func (g *gate) verdict(name string, allowed bool) error {
 }
 
 // askOnce asks for name, sharing one request among concurrent handshakes
-// for the same name, and caches the answer.
-func (g *gate) askOnce(ctx context.Context, p *Plan, name string) (bool, error) {
+// for the same name (the first one's client is the one named), and caches
+// the answer.
+func (g *gate) askOnce(ctx context.Context, p *Plan, name, client string) (bool, error) {
 	g.mu.Lock()
 	if f, ok := g.asking[name]; ok {
 		g.mu.Unlock()
@@ -175,7 +188,7 @@ func (g *gate) askOnce(ctx context.Context, p *Plan, name string) (bool, error) 
 	g.asking[name] = f
 	g.mu.Unlock()
 
-	f.allowed, f.err = g.ask(p, name)
+	f.allowed, f.err = g.ask(p, name, client)
 	g.mu.Lock()
 	delete(g.asking, name)
 	if f.err == nil {
@@ -201,16 +214,22 @@ func (g *gate) askOnce(ctx context.Context, p *Plan, name string) (bool, error) 
 	return f.allowed, f.err
 }
 
-// ask requests GET <ask>?domain=<name>: 200 allows, a 4xx denies, anything
-// else (no answer, a 5xx, a redirect) is an error, which is not cached.
-// It runs on its own deadline, not the handshake's, so that the answer is
-// cached for the next handshake even if this one's client gave up.
-func (g *gate) ask(p *Plan, name string) (bool, error) {
+// ask requests GET <ask>?domain=<name>&client=<address>: 200 allows, a
+// 4xx denies, anything else (no answer, a 5xx, a redirect) is an error,
+// which is not cached. client is the address of the handshake's client
+// ("" when unknown: no client parameter), so that the link service can
+// decide with it too. It runs on its own deadline, not the handshake's, so
+// that the answer is cached for the next handshake even if this one's
+// client gave up.
+func (g *gate) ask(p *Plan, name, client string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.OnDemand.AskTimeout)
 	defer cancel()
 	u := *p.ask
 	q := u.Query()
 	q.Set("domain", name)
+	if client != "" {
+		q.Set("client", client)
+	}
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {

@@ -66,6 +66,11 @@ func (g *Gateway) startEdge(p *Plan) error {
 		ListenHost: host,
 		TLSPort:    portOf(g.ln.Addr()),
 		HTTPPort:   portOf(addrOf(g.hln)),
+		// The rules marked edge of the snapshot serving now.
+		Boxed: func(ctx context.Context, a netip.Addr) bool {
+			s := g.current()
+			return s.limiter.EdgeBoxed(ctx, limit.IPValue(a, s.plan.cfg.Identity.IPv6Prefix))
+		},
 	})
 	if err != nil {
 		if c, ok := storage.(interface{ Close() }); ok {

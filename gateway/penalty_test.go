@@ -4,14 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/edge/edgetest"
 	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
@@ -277,5 +280,72 @@ func TestPairKeyLogin(t *testing.T) {
 				t.Errorf("the owner from a 21st address after 20 guesses from 20: %d, want %d", got, tc.status)
 			}
 		})
+	}
+}
+
+// TestOnDemandBoxedClient: an address in the box of a rule marked edge
+// gets no handshake for a name without an answer: no ask, no order in
+// pebble. Let out, its handshake asks, naming it in the client parameter,
+// and is served a certificate from pebble.
+func TestOnDemandBoxedClient(t *testing.T) {
+	t.Parallel()
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	var asked atomic.Int64
+	var clients sync.Map
+	ask := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		clients.Store(r.URL.Query().Get("client"), true)
+		if !strings.HasSuffix(r.URL.Query().Get("domain"), ".ok.test") {
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(ask.Close)
+	cfg := tlsConfig(echoProto(t).URL, fmt.Sprintf(`  internal_listen: 127.0.0.1:0
+  tls:
+    acme: {ca: %s, ca_root: %s, email: ops@example.com}
+    on_demand: {ask: %s}
+    storage: {path: %s}
+`, p.Directory, p.CARootFile, ask.URL, t.TempDir())) + `limiter:
+  store: memory
+rules:
+  - name: edge_ip
+    match: {methods: [GET], path: "/{short_key}"}
+    key: ip
+    limits: [2/s]
+    penalty: {duration: 1h}
+    edge: true
+`
+	gw := start(t, cfg)
+	// The client trips the rule over plain HTTP on the internal listener,
+	// from the address its handshakes come from.
+	tripped := false
+	for i := 0; i < 20 && !tripped; i++ {
+		resp, body := testkit.Do(t, "GET", "http://"+gw.g.InternalAddr().String()+"/go", nil)
+		tripped = resp.StatusCode == 429 && strings.Contains(body, `"boxed":true`)
+	}
+	if !tripped {
+		t.Fatal("127.0.0.1 not boxed after 20 requests to 2/s")
+	}
+	if c, err := handshake(gw.g.Addr(), p, "edgebox.ok.test"); err == nil {
+		c.Close()
+		t.Fatal("a boxed client's handshake for a new name succeeded")
+	}
+	if n, orders := asked.Load(), p.Orders(); n != 0 || orders != 0 {
+		t.Errorf("a boxed client's handshake: %d asks and %d orders, want none", n, orders)
+	}
+	if metrics := testkit.Body(t, gw.admin("/metrics")); !strings.Contains(metrics, `linkgate_tls_on_demand_decisions_total{decision="boxed"} 1`) {
+		t.Errorf("metrics do not count the boxed decision:\n%s", grepLines(metrics, "linkgate_tls_on_demand"))
+	}
+
+	if code, v := adminJSON(t, gw, "DELETE", "/admin/boxed/edge_ip/127.0.0.1"); code != 204 {
+		t.Fatalf("DELETE /admin/boxed: %d %v", code, v)
+	}
+	c, err := handshake(gw.g.Addr(), p, "edgebox.ok.test")
+	if err != nil {
+		t.Fatalf("the handshake once let out: %v", err)
+	}
+	c.Close()
+	if _, ok := clients.Load("127.0.0.1"); asked.Load() != 1 || !ok || p.Orders() != 1 {
+		t.Errorf("once let out: %d asks (client 127.0.0.1 named: %v) and %d orders, want one of each", asked.Load(), ok, p.Orders())
 	}
 }
