@@ -319,10 +319,11 @@ func (p *bucketPlan) writes(now int64, dst []Bucket) []Bucket {
 }
 
 // resetBuckets returns the buckets a reset at now clears: every bucket a
-// check reads from now on, the box included. For Exact that is every minute and hour of the
-// longest window but only the last two minutes of seconds: a later check may
-// still count old seconds in the tail of its oldest minute (at most one
-// minute's worth of hits from the far edge of the window; package doc).
+// check reads from now on, the box included. For Exact that is every
+// minute and hour of the longest window but only the last two minutes of
+// seconds: a later check may still count old seconds in the tail of its
+// oldest minute (at most one minute's worth of hits from the far edge of
+// the window; package doc).
 func (p *bucketPlan) resetBuckets(now int64) []Bucket {
 	var bs []Bucket
 	var maxWindow int64

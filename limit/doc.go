@@ -54,6 +54,21 @@
 // Limiter until the second it can pass again, and its requests until then
 // are answered without a store operation.
 //
+// # Penalty box
+//
+// A rule with a Penalty keeps a client that went over a limit out for a
+// while: the request over the limit (a trip) puts the rule's key in a box
+// of the rule's duration, longer by its factor at each trip within
+// forget_after of the one before, up to its max, and every request the
+// rule matches until the box ends is refused (penalty.go). The box is one
+// more bucket of the counter (BoxBucket), read with its counts in the
+// same store operation, and written by PutBox at a trip; so a store shared
+// by a fleet boxes a client on every gateway. The Limiter remembers a
+// client in a box with the blocked ones, for a second at a time.
+//
+// A rule's key may be a pair of features (Pair): its counters are then per
+// pair of values ("alice@example.com,203.0.113.7").
+//
 // Several gateways sharing a store with asynchronous adds (memcached) can
 // overshoot a limit by the hits each gateway admitted but had not yet
 // flushed when the others checked; Strict rules avoid this at the cost of a

@@ -24,9 +24,9 @@ import (
 // the same lock as its counts.
 //
 // Memory is reclaimed lazily, without a goroutine: a counter whose buckets
-// (and box) have all expired is deleted when its shard has doubled in size since its
-// last sweep (so memory stays within about twice what is live, plus 16
-// counters per shard), or by Sweep. Add and AddNow are synchronous.
+// and box have all expired is deleted when its shard has doubled in size
+// since its last sweep (so memory stays within about twice what is live,
+// plus 16 counters per shard), or by Sweep. Add and AddNow are synchronous.
 type Memory struct {
 	now    func() time.Time
 	seed   maphash.Seed

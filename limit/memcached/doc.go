@@ -18,7 +18,8 @@
 // outside printable ASCII or one of '|' and '~'; so every key is a valid
 // memcached key (at most 218 bytes, no space or control character) whatever
 // the input, and distinct counters never share a key short of a SHA-256
-// collision.
+// collision. A counter's penalty box is one more key, "|b0" after the
+// counter (box.go), read in the same get as the counts.
 //
 // # Placement
 //
