@@ -580,3 +580,28 @@ func TestEdgeBoxed(t *testing.T) {
 		}
 	}
 }
+
+// TestBoxSurvivesReload: a Limiter built on reload over the same store
+// finds the boxes of the last one; one whose rule lost its penalty no
+// longer refuses anyone for it.
+func TestBoxSurvivesReload(t *testing.T) {
+	r := penaltyRule(t, limit.Penalty{Duration: time.Hour}, "1/s")
+	e := newEnv(t, []limit.Rule{r}, envOpt{})
+	e.want("a trip", 200, 429)
+	e.clk.Advance(time.Minute)
+	serve := func(rule limit.Rule) int {
+		l := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), e.store, nil, nil).WithClock(e.clk.Now)
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", "/login", nil)
+		req.RemoteAddr = "127.0.0.1:1000"
+		l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, req)
+		return w.Code
+	}
+	if got := serve(r); got != 429 {
+		t.Errorf("after a reload keeping the penalty: %d, want 429 (still in the box)", got)
+	}
+	r.Penalty = limit.Penalty{}
+	if got := serve(r); got != 200 {
+		t.Errorf("after a reload dropping the penalty: %d, want 200", got)
+	}
+}
