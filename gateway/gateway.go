@@ -133,6 +133,7 @@ type snapshot struct {
 	pools      []*pool // in plan.pools' order
 	limitStore limitStore
 	limiter    *limit.Limiter
+	stats      *stats.API // nil when analytics are off
 }
 
 // limitStore is a limiter backend and how to release it.
@@ -165,7 +166,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		visitsM: analytics.NewMetrics(reg),
 		edgeM:   edge.NewMetrics(reg),
 		h2M:     h2guard.NewMetrics(reg),
-		streams: stats.NewStreams(plan.cfg.Stats.Live.MaxStreams),
+		streams: stats.NewStreams(plan.cfg.Stats.Live),
 	}
 	if opts.Listen {
 		var err error
@@ -195,6 +196,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
 	g.limitM.Serve(s.limiter)
+	g.useStreams(s)
 	g.m.generation.Set(float64(s.gen))
 	return g, nil
 }
@@ -339,8 +341,20 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	}
 	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
-	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, g.statsHandler(plan), s.router()))
+	var statsH http.Handler
+	statsH, s.stats = g.statsHandler(plan)
+	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, statsH, s.router()))
 	return s, nil
+}
+
+// useStreams gives the live streams, which outlive snapshots, the stats
+// API of s, just swapped in: its limits, and its credentials for the
+// streams open (a share key or stats token changed by the reload ends
+// the streams opened with the old one).
+func (g *Gateway) useStreams(s *snapshot) {
+	if s.stats != nil {
+		g.streams.Use(s.stats)
+	}
 }
 
 // splitStats sends the requests under prefix (prefix itself and
@@ -378,17 +392,26 @@ func splitStats(prefix, host string, stats, next http.Handler) http.Handler {
 }
 
 // statsHandler serves the stats API under the reserved prefix: it is never
-// proxied, whether analytics are on or not.
-func (g *Gateway) statsHandler(plan *Plan) http.Handler {
+// proxied, whether analytics are on or not. It returns the API too, nil
+// when analytics are off.
+func (g *Gateway) statsHandler(plan *Plan) (http.Handler, *stats.API) {
 	if g.pipeline == nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, http.StatusNotFound, "analytics are disabled on this gateway")
-		})
+		}), nil
 	}
-	g.streams.SetMax(plan.cfg.Stats.Live.MaxStreams)
+	trust, prefix6 := plan.trust, plan.cfg.Identity.IPv6Prefix
 	h := stats.New(g.pipeline.Reader(), g.pipeline.Tiers(), stats.Options{Token: plan.statsToken, ReadTimeout: plan.cfg.Stats.ReadTimeout, Log: g.log,
 		MaxValues: plan.cfg.Analytics.Dimensions.MaxValues, Uniques: plan.analytics.Uniques(),
-		Live: g.pipeline, Streams: g.streams, Share: plan.share, FrameAncestors: plan.cfg.Stats.Embed.FrameAncestors})
+		Live: g.pipeline, Streams: g.streams, StreamLimits: plan.cfg.Stats.Live, Share: plan.share,
+		ClientKey: func(r *http.Request) string {
+			// The client as the limiter keys it: an IPv6 client per prefix.
+			if c, ok := trust.Client(r); ok {
+				return limit.IPValue(c.Addr, prefix6)
+			}
+			return ""
+		},
+		FrameAncestors: plan.cfg.Stats.Embed.FrameAncestors})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())
@@ -398,7 +421,7 @@ func (g *Gateway) statsHandler(plan *Plan) http.Handler {
 			r2.URL.Path = "/"
 		}
 		h.ServeHTTP(w, r2)
-	})
+	}), h
 }
 
 // buildHook, when set (by tests only), is called by build once the new
@@ -488,6 +511,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
 	g.limitM.Serve(s.limiter)
+	g.useStreams(s)
 	old.closeReplaced(s)
 	if g.pipeline != nil {
 		g.pipeline.Apply(plan.analytics)

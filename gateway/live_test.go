@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/linkgate/linkgate/internal/testkit"
+	statsapi "github.com/linkgate/linkgate/stats"
 )
 
 // liveEvent is one "live" event of the live stream.
@@ -28,6 +31,7 @@ type liveEvent struct {
 type liveStream struct {
 	resp   *http.Response
 	events chan liveEvent
+	ended  chan string // the reason of an "end" event, before events closes
 	cancel context.CancelFunc
 }
 
@@ -35,19 +39,26 @@ type liveStream struct {
 // pairs) and reads its events in the background.
 func openLive(t *testing.T, url string, hdr ...string) *liveStream {
 	t.Helper()
+	return openLiveWith(t, http.DefaultClient, url, hdr...)
+}
+
+// openLiveWith is openLive through client.
+func openLiveWith(t *testing.T, client *http.Client, url string, hdr ...string) *liveStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		cancel()
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	s := &liveStream{resp: resp, events: make(chan liveEvent, 100), cancel: cancel}
+	s := &liveStream{resp: resp, events: make(chan liveEvent, 100), ended: make(chan string, 1), cancel: cancel}
 	t.Cleanup(func() { cancel(); resp.Body.Close() })
 	if resp.StatusCode != 200 {
+		resp.Body.Close()
 		return s
 	}
 	go func() {
@@ -62,13 +73,18 @@ func openLive(t *testing.T, url string, hdr ...string) *liveStream {
 			case strings.HasPrefix(line, "data: "):
 				data = strings.TrimPrefix(line, "data: ")
 			case line == "":
-				if event == "live" {
+				switch event {
+				case "live":
 					var e liveEvent
 					if err := json.Unmarshal([]byte(data), &e); err != nil {
 						t.Errorf("live event %q: %v", data, err)
 						return
 					}
 					s.events <- e
+				case "end":
+					var e struct{ Reason string }
+					json.Unmarshal([]byte(data), &e)
+					s.ended <- e.Reason
 				}
 				event, data = "", ""
 			}
@@ -175,4 +191,189 @@ func TestLiveStream(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Errorf("the live stream did not end at shutdown")
 	}
+}
+
+// ended waits for s to end, within, and returns the reason of its "end"
+// event ("" for none).
+func (s *liveStream) endedWithin(t *testing.T, within time.Duration) string {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case _, open := <-s.events:
+			if !open {
+				select {
+				case why := <-s.ended:
+					return why
+				default:
+					return ""
+				}
+			}
+		case <-deadline:
+			t.Fatalf("the live stream did not end within %v", within)
+		}
+	}
+}
+
+// liveBoundsConfig is a gateway with a stats token, share tokens under the
+// key in LG_TEST_LB_KEY and the stats.live section live.
+func liveBoundsConfig(t *testing.T, live string) string {
+	return analyticsConfig(tinyURL(t).URL, embeddedStore(t.TempDir()), "1h") +
+		"stats:\n  token_env: LG_TEST_LB_STATS\n  share: {key_env: LG_TEST_LB_KEY}\n  live: " + live + "\n"
+}
+
+// TestLiveShareTokenExpires: a live stream opened with a share token ends
+// when the token expires (an "end" event saying so), not when its client
+// hangs up, and the token opens no stream after.
+func TestLiveShareTokenExpires(t *testing.T) {
+	t.Parallel()
+	setenv(t, "LG_TEST_LB_STATS", "stats-s3cret")
+	setenv(t, "LG_TEST_LB_KEY", "live-bounds-key-0123456789")
+	gw := start(t, liveBoundsConfig(t, "{}"))
+	now := time.Now().Truncate(time.Second)
+	// A token of a minute, issued 58 s ago: 2 to 3 s left.
+	g := statsapi.Grant{Key: "go", Issued: now.Add(-58 * time.Second), Expires: now.Add(2 * time.Second)}
+	tok := statsapi.SignShare([]byte("live-bounds-key-0123456789"), g)
+	s := openLive(t, gw.url("/stats/go?format=events&share="+tok))
+	if s.resp.StatusCode != 200 {
+		t.Fatalf("live stream with a share token: %d", s.resp.StatusCode)
+	}
+	s.next(t, 5*time.Second, "the first event", func(liveEvent) bool { return true })
+	why := s.endedWithin(t, 30*time.Second)
+	if time.Now().Before(g.Expires) {
+		t.Errorf("the stream ended at %v, before the token expired at %v", time.Now(), g.Expires)
+	}
+	if !strings.Contains(why, "expired") {
+		t.Errorf("end event %q, want it to say the token expired", why)
+	}
+	resp, body := testkit.Do(t, "GET", gw.url("/stats/go?format=events&share="+tok), nil)
+	if testkit.Problem(t, resp, body, http.StatusUnauthorized); !strings.Contains(body, `"name":"share"`) {
+		t.Errorf("reconnecting with the expired token: %s, want a 401 naming share", body)
+	}
+}
+
+// TestLiveStreamsHeldToReloadedCredentials: a reload that rotates the
+// share key (key_env naming another variable) ends the streams opened with
+// tokens of the old key, and leaves the operator's; one that changes the
+// stats token ends the streams opened with the old token.
+func TestLiveStreamsHeldToReloadedCredentials(t *testing.T) {
+	t.Parallel()
+	setenv(t, "LG_TEST_LB_STATS", "stats-s3cret")
+	setenv(t, "LG_TEST_LB_STATS2", "stats-s3cret-2")
+	setenv(t, "LG_TEST_LB_KEY", "live-bounds-key-0123456789")
+	setenv(t, "LG_TEST_LB_KEY2", "live-bounds-key-rotated-9876")
+	cfg := liveBoundsConfig(t, "{}")
+	gw := start(t, cfg)
+	now := time.Now()
+	tok := statsapi.SignShare([]byte("live-bounds-key-0123456789"), statsapi.Grant{Key: "go", Issued: now, Expires: now.Add(time.Hour)})
+	shared := openLive(t, gw.url("/stats/go?format=events&share="+tok))
+	operator := openLive(t, gw.url("/stats/go?format=events"), "Authorization", "Bearer stats-s3cret")
+	for _, s := range []*liveStream{shared, operator} {
+		if s.resp.StatusCode != 200 {
+			t.Fatalf("live stream: %d", s.resp.StatusCode)
+		}
+		s.next(t, 5*time.Second, "the first event", func(liveEvent) bool { return true })
+	}
+	reload := func(cfg string) {
+		t.Helper()
+		testkit.WriteFile(t, gw.path, cfg)
+		if _, err := gw.g.Reload("test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reload(strings.Replace(cfg, "key_env: LG_TEST_LB_KEY}", "key_env: LG_TEST_LB_KEY2}", 1))
+	if why := shared.endedWithin(t, 10*time.Second); !strings.Contains(why, "signature") {
+		t.Errorf("the share-token stream ended with %q, want the signature named", why)
+	}
+	if r, b := testkit.Do(t, "GET", gw.url("/stats/go?format=events&share="+tok), nil); r.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a token of the rotated key: %d %s, want 401", r.StatusCode, b)
+	}
+	if r, _ := testkit.Do(t, "GET", gw.url("/go"), nil); r.StatusCode != 302 {
+		t.Fatalf("GET /go: %d", r.StatusCode)
+	}
+	operator.next(t, 5*time.Second, "the visit, on the operator's stream after the rotation", func(e liveEvent) bool { return e.RangeTotal == 1 })
+
+	reload(strings.Replace(cfg, "token_env: LG_TEST_LB_STATS\n", "token_env: LG_TEST_LB_STATS2\n", 1))
+	if why := operator.endedWithin(t, 10*time.Second); !strings.Contains(why, "Bearer") {
+		t.Errorf("the operator's stream ended with %q after its token changed, want the token asked for", why)
+	}
+}
+
+// fromAddr is a client whose connections leave from the loopback address
+// local (127.0.0.2...): another client address to the gateway.
+func fromAddr(local string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+}
+
+// TestLiveStreamCaps: the live streams are divided so that share tokens
+// cannot take the operator's: a share token holds at most per_share_token
+// streams, an address per_client (429, naming the limit), streams without
+// the stats token leave reserved_streams free (503), and the operator's
+// streams are served while the share-token holders sit on their caps, up to
+// max_streams. A stream closed frees its place.
+func TestLiveStreamCaps(t *testing.T) {
+	t.Parallel()
+	setenv(t, "LG_TEST_LB_STATS", "stats-s3cret")
+	setenv(t, "LG_TEST_LB_KEY", "live-bounds-key-0123456789")
+	gw := start(t, liveBoundsConfig(t, "{max_streams: 6, reserved_streams: 2, per_share_token: 2, per_client: 3}"))
+	now := time.Now()
+	token := func(i int) string {
+		// Tokens of one link, told apart by their issue time.
+		g := statsapi.Grant{Key: "go", Issued: now.Add(-time.Duration(i) * time.Second), Expires: now.Add(time.Hour)}
+		return statsapi.SignShare([]byte("live-bounds-key-0123456789"), g)
+	}
+	a, b, c := token(1), token(2), token(3)
+	x, y := fromAddr("127.0.0.2"), fromAddr("127.0.0.3")
+	opened := func(client *http.Client, hdr ...string) *liveStream {
+		t.Helper()
+		s := openLiveWith(t, client, gw.url("/stats/go?format=events"), hdr...)
+		if s.resp.StatusCode != 200 {
+			t.Fatalf("stream %v: %d, want 200", hdr, s.resp.StatusCode)
+		}
+		return s
+	}
+	refused := func(client *http.Client, status int, limit string, hdr ...string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", gw.url("/stats/go?format=events"), nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		p := testkit.Problem(t, resp, string(body), status)
+		if p["limit"] != limit || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("stream %v: %v (Retry-After %q), want the limit %s named and Retry-After", hdr, p, resp.Header.Get("Retry-After"), limit)
+		}
+	}
+	share := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	operator := []string{"Authorization", "Bearer stats-s3cret"}
+
+	a1 := opened(x, share(a)...)
+	opened(x, share(a)...)
+	refused(x, http.StatusTooManyRequests, "stats.live.per_share_token", share(a)...)
+	opened(x, share(b)...)
+	refused(x, http.StatusTooManyRequests, "stats.live.per_client", share(b)...)
+	opened(y, share(b)...)
+	refused(y, http.StatusServiceUnavailable, "stats.live.reserved_streams", share(c)...)
+	// The share-token holders sit on their caps; the operator is served.
+	o := opened(http.DefaultClient, operator...)
+	opened(http.DefaultClient, operator...)
+	refused(http.DefaultClient, http.StatusServiceUnavailable, "stats.live.max_streams", operator...)
+	o.next(t, 5*time.Second, "the operator's first event", func(liveEvent) bool { return true })
+
+	a1.cancel()
+	testkit.Eventually(t, 10*time.Second, "a stream of another token once one closed", func() bool {
+		resp, err := y.Get(gw.url("/stats/go?format=events&share=" + c))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }

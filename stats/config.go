@@ -47,16 +47,29 @@ type ShareConfig struct {
 	MaxTTL time.Duration `yaml:"max_ttl"`
 }
 
-// LiveConfig is the "stats.live" section.
+// LiveConfig is the "stats.live" section: how the live streams of one
+// gateway are divided (see Streams). Each gateway counts its own.
 type LiveConfig struct {
 	// MaxStreams caps the live streams open at once on this gateway; 0:
 	// none (format=events answers 503).
 	MaxStreams int `yaml:"max_streams"`
+	// ReservedStreams of MaxStreams are kept for streams opened with the
+	// stats token, while one is required (stats.token_env): share tokens
+	// and clients without a token share the rest. At MaxStreams or more,
+	// every stream is kept for the stats token.
+	ReservedStreams int `yaml:"reserved_streams"`
+	// PerShareToken caps the streams open at once on one share token.
+	PerShareToken int `yaml:"per_share_token"`
+	// PerClient caps the streams open at once from one client address
+	// (IPv6 per identity.ipv6_prefix), those opened with the stats token
+	// aside.
+	PerClient int `yaml:"per_client"`
 }
 
 // DefaultConfig returns the defaults of the stats section.
 func DefaultConfig() Config {
-	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams},
+	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams,
+		ReservedStreams: DefaultReservedStreams, PerShareToken: DefaultPerShareToken, PerClient: DefaultPerClient},
 		Share: ShareConfig{KeyEnv: "LINKGATE_SHARE_KEY", MaxTTL: DefaultShareMaxTTL}}
 }
 
@@ -71,8 +84,21 @@ func Compile(c Config) error {
 			return fmt.Errorf("stats.embed.frame_ancestors[%d]: %q is not a CSP source like https://blog.example, https://*.example.com, https: or 'self'", i, a)
 		}
 	}
-	if c.Live.MaxStreams < 0 || c.Live.MaxStreams > MaxStreamsLimit {
-		return fmt.Errorf("stats.live.max_streams: %d is not between 0 and %d", c.Live.MaxStreams, MaxStreamsLimit)
+	return compileLive(c.Live)
+}
+
+// compileLive checks the stats.live section: each count in its range. A
+// reserve of max_streams or more keeps every stream for the stats token
+// (Streams takes the smaller): refusing it would refuse a file that only
+// lowered max_streams under the default reserve.
+func compileLive(c LiveConfig) error {
+	for _, f := range []struct {
+		name     string
+		v, least int
+	}{{"max_streams", c.MaxStreams, 0}, {"reserved_streams", c.ReservedStreams, 0}, {"per_share_token", c.PerShareToken, 1}, {"per_client", c.PerClient, 1}} {
+		if f.v < f.least || f.v > MaxStreamsLimit {
+			return fmt.Errorf("stats.live.%s: %d is not from %d to %d", f.name, f.v, f.least, MaxStreamsLimit)
+		}
 	}
 	return nil
 }

@@ -2,10 +2,11 @@ package stats
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
@@ -23,13 +24,27 @@ type LiveSource interface {
 	Live(key string, now time.Time) ([]rollup.Point, bool)
 }
 
-// Streams bounds the live streams of a process: at most SetMax at once
-// (stats.live.max_streams), and Close ends them all. It outlives config
-// reloads, as the streams do. Safe for concurrent use; create it with
-// NewStreams.
+// Streams bounds the live streams of a process and divides them, so that
+// no holder of a share token can take the operator's (stats.live): at most
+// MaxStreams at once; of them ReservedStreams only for streams opened with
+// the stats token (when one is required); at most PerShareToken on one
+// share token and PerClient from one client address (the stats token's
+// streams aside). It outlives config reloads, as the streams do: Use gives
+// it each new API, whose limits it takes and whose credentials every open
+// stream is held to again (a share key rotated, a stats token changed, a
+// lower max_ttl end the streams they no longer allow). Close ends them all.
+// Safe for concurrent use; create it with NewStreams.
 type Streams struct {
-	max       atomic.Int64
-	open      atomic.Int64
+	mu        sync.Mutex
+	limits    LiveConfig
+	reserve   int            // ReservedStreams while a stats token is required, else 0
+	open      int            // every stream
+	others    int            // the streams not opened with the stats token
+	perShare  map[string]int // open streams per share token
+	perClient map[string]int // open streams per client key, the stats token's aside
+	cur       *API           // the API streams are held to; nil before Use
+	changed   chan struct{}  // closed by Use, then replaced
+
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -40,39 +55,134 @@ const DefaultMaxStreams = 100
 // MaxStreamsLimit is the most stats.live.max_streams may be.
 const MaxStreamsLimit = 10_000
 
-// NewStreams returns Streams allowing max at once.
-func NewStreams(max int) *Streams {
-	s := &Streams{done: make(chan struct{})}
-	s.SetMax(max)
+// Defaults of the other stats.live fields: a tenth of the streams kept for
+// the operator, a few per share token and per address (a page open in a
+// few tabs).
+const (
+	DefaultReservedStreams = 10
+	DefaultPerShareToken   = 3
+	DefaultPerClient       = 5
+)
+
+// NewStreams returns Streams with the limits of c, and the reserve held
+// (as for an API with a stats token) until Use says otherwise.
+func NewStreams(c LiveConfig) *Streams {
+	s := &Streams{done: make(chan struct{}), changed: make(chan struct{}),
+		perShare: map[string]int{}, perClient: map[string]int{}}
+	s.setLimits(c, true)
 	return s
 }
 
-// SetMax sets how many streams may be open at once; 0 refuses every new
-// one. Streams open beyond a lowered max go on.
-func (s *Streams) SetMax(n int) { s.max.Store(int64(max(n, 0))) }
+func (s *Streams) setLimits(c LiveConfig, token bool) {
+	s.limits, s.reserve = c, 0
+	if token {
+		s.reserve = min(c.ReservedStreams, c.MaxStreams)
+	}
+}
+
+// Use takes a's limits (Options.StreamLimits; the reserve only when a
+// requires a stats token) and holds every open stream to a's credentials
+// from now on: a stream a would not open any more ends. The gateway calls
+// it with the API of each config it swaps in. Streams open beyond lowered
+// limits go on.
+func (s *Streams) Use(a *API) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setLimits(a.o.StreamLimits, a.o.Token != "")
+	s.cur = a
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// current returns the API of the last Use (nil before one) and the channel
+// the next Use closes.
+func (s *Streams) current() (*API, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur, s.changed
+}
 
 // Open returns the number of streams open now.
-func (s *Streams) Open() int { return int(s.open.Load()) }
+func (s *Streams) Open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open
+}
 
 // Close ends every stream and refuses new ones: the gateway calls it when
 // it shuts down, since a stream never goes idle for the drain to finish.
 func (s *Streams) Close() { s.closeOnce.Do(func() { close(s.done) }) }
 
-// acquire takes a stream's place, false when none is free or s is closed.
-func (s *Streams) acquire() bool {
-	select {
-	case <-s.done:
-		return false
-	default:
-	}
-	if s.open.Add(1) > s.max.Load() {
-		s.open.Add(-1)
-		return false
-	}
-	return true
+// ticket is a stream's claim on the limits: whether it was opened with the
+// stats token, its share token and its client's key ("" for none).
+type ticket struct {
+	token  bool
+	share  string
+	client string
 }
 
-func (s *Streams) release() { s.open.Add(-1) }
+// refusal is why acquire refused a stream: the field whose limit is
+// reached, and whether it is the client's own (429) or the gateway's (503).
+type refusal struct {
+	field string
+	own   bool
+}
+
+// acquire takes a stream's place for t. It refuses (with the limit that
+// is reached) when t's share token or client holds its cap, when the
+// streams not opened with the stats token fill all but the reserve, when
+// every place is taken, or when s is closed.
+func (s *Streams) acquire(t ticket) (refusal, bool) {
+	select {
+	case <-s.done:
+		return refusal{field: "stats.live.max_streams"}, false
+	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.limits
+	switch {
+	case t.share != "" && s.perShare[t.share] >= l.PerShareToken:
+		return refusal{field: "stats.live.per_share_token", own: true}, false
+	case !t.token && t.client != "" && s.perClient[t.client] >= l.PerClient:
+		return refusal{field: "stats.live.per_client", own: true}, false
+	case s.open >= l.MaxStreams:
+		return refusal{field: "stats.live.max_streams"}, false
+	case !t.token && s.others >= l.MaxStreams-s.reserve:
+		return refusal{field: "stats.live.reserved_streams"}, false
+	}
+	s.open++
+	if t.share != "" {
+		s.perShare[t.share]++
+	}
+	if !t.token {
+		s.others++
+		if t.client != "" {
+			s.perClient[t.client]++
+		}
+	}
+	return refusal{}, true
+}
+
+// release gives back the place acquire took for t.
+func (s *Streams) release(t ticket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open--
+	if t.share != "" {
+		if s.perShare[t.share]--; s.perShare[t.share] <= 0 {
+			delete(s.perShare, t.share)
+		}
+	}
+	if !t.token {
+		s.others--
+		if t.client != "" {
+			if s.perClient[t.client]--; s.perClient[t.client] <= 0 {
+				delete(s.perClient, t.client)
+			}
+		}
+	}
+}
 
 // livePoll is how often a stream looks at the live buckets: a visit shows
 // within it. Reading them takes each core's shard lock for a moment. (A
@@ -104,9 +214,16 @@ var liveParams = [...]string{"last", "from", "to", "step", "stitch", "by", "top"
 //
 // "complete" is false when the gateway could not follow every link
 // (analytics.live.max_links reached): the link's counts are then lower
-// bounds. The stream ends when the client goes, or when the gateway shuts
-// down (the client reconnects after the "retry" delay).
-func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey string) {
+// bounds. The stream ends when the client goes, when the gateway shuts
+// down (the client reconnects after the "retry" delay), when the share
+// token it was opened with expires, and when a config swapped in (Use)
+// would no longer let r read key: then an event "end" says why,
+//
+//	event: end
+//	data: {"reason":"the share token has expired"}
+//
+// and a reconnection is refused as any new request would be.
+func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey string, a access) {
 	for _, name := range liveParams {
 		if r.URL.Query().Has(name) {
 			writeParamError(w, badParam(name, "the live stream is always the last 15 minutes in 10-second buckets"))
@@ -117,12 +234,15 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		problem.Write(w, http.StatusNotFound, "this gateway has no live view")
 		return
 	}
-	if !s.o.Streams.acquire() {
-		w.Header().Set("Retry-After", "10")
-		problem.Write(w, http.StatusServiceUnavailable, "too many live streams open on this gateway (stats.live.max_streams): try again later")
+	t := ticket{token: a.token, share: a.share}
+	if s.o.ClientKey != nil {
+		t.client = s.o.ClientKey(r)
+	}
+	if why, ok := s.o.Streams.acquire(t); !ok {
+		writeStreamsRefused(w, why)
 		return
 	}
-	defer s.o.Streams.release()
+	defer s.o.Streams.release(t)
 	// A stream is a response that lasts: the server's write deadline
 	// (server.write_timeout) gives way to one per event.
 	rc := http.NewResponseController(w)
@@ -132,6 +252,13 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
 	w.WriteHeader(http.StatusOK)
 
+	var expired <-chan time.Time
+	if a.share != "" {
+		timer := time.NewTimer(a.grant.Expires.Sub(s.o.Now()))
+		defer timer.Stop()
+		expired = timer.C
+	}
+	_, changed := s.o.Streams.current()
 	b := []byte("retry: " + strconv.Itoa(liveRetry) + "\n\n")
 	var lastFrom, lastTotal int64 = -1, -1
 	tick := time.NewTicker(livePoll)
@@ -148,11 +275,7 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		if from != lastFrom || total != lastTotal {
 			lastFrom, lastTotal = from, total
 			b = appendLiveEvent(b, shortKey, pts, complete, s.o.Now())
-			_ = rc.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
-			if _, err := w.Write(b); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if !writeEvent(w, rc, b) {
 				return
 			}
 			b = b[:0]
@@ -162,9 +285,56 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 			return
 		case <-s.o.Streams.done:
 			return
+		case <-expired:
+			writeEvent(w, rc, appendEndEvent(b, ErrShareExpired))
+			return
+		case <-changed:
+			var cur *API
+			cur, changed = s.o.Streams.current()
+			if cur == nil {
+				continue
+			}
+			if _, d := cur.check(r, key, cur.o.Now()); d != nil {
+				writeEvent(w, rc, appendEndEvent(b, errors.New(d.Detail)))
+				return
+			}
 		case <-tick.C:
 		}
 	}
+}
+
+// writeEvent writes b, an event or more, and flushes it, within
+// liveWriteTimeout; false when the client is gone or too slow.
+func writeEvent(w http.ResponseWriter, rc *http.ResponseController, b []byte) bool {
+	_ = rc.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+// appendEndEvent appends the event "end", whose reason is why's text.
+func appendEndEvent(b []byte, why error) []byte {
+	reason, _ := json.Marshal(strings.TrimPrefix(why.Error(), "stats: ")) // a string always marshals
+	b = append(b, "event: end\ndata: {\"reason\":"...)
+	b = append(b, reason...)
+	return append(b, "}\n\n"...)
+}
+
+// writeStreamsRefused answers a stream acquire refused: 429 when the
+// client's own cap is reached (its share token's, its address's), 503 when
+// the gateway's places are taken, both with Retry-After and the field.
+func writeStreamsRefused(w http.ResponseWriter, why refusal) {
+	w.Header().Set("Retry-After", "10")
+	status, detail := http.StatusServiceUnavailable, "too many live streams open on this gateway ("+why.field+"): try again later"
+	if why.own {
+		holder := "this address"
+		if why.field == "stats.live.per_share_token" {
+			holder = "this share token"
+		}
+		status, detail = http.StatusTooManyRequests, holder+" holds as many live streams as it may ("+why.field+"): close one first"
+	}
+	problem.WriteDetails(w, problem.Details{Status: status, Detail: detail, Extra: map[string]any{"limit": why.field}})
 }
 
 // appendLiveEvent appends one "live" event of the buckets pts.

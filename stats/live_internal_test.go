@@ -52,7 +52,7 @@ func TestLiveStreamLetsAStalledClientGo(t *testing.T) {
 	livePoll, liveWriteTimeout = 100*time.Microsecond, 300*time.Millisecond
 	t.Cleanup(func() { livePoll, liveWriteTimeout = poll, timeout })
 
-	streams := NewStreams(1)
+	streams := NewStreams(LiveConfig{MaxStreams: 1, PerShareToken: 1, PerClient: 1})
 	srv := httptest.NewUnstartedServer(New(noReader{}, rollup.DefaultTiers(), Options{Live: &busyLive{}, Streams: streams}))
 	srv.Listener = smallSendBuffers{srv.Listener} // filled by a few events
 	srv.Start()

@@ -22,8 +22,9 @@ import (
 // stats API has nothing else. It is signed with HMAC-SHA-256 under a key
 // from the environment (stats.share.key_env), which is never stored: a
 // token is checked by recomputing its signature, so the gateway keeps no
-// list of tokens, and rotating the key (a new value, then a restart)
-// revokes every token signed with the old one.
+// list of tokens, and rotating the key (a new value, then a restart; or a
+// reload whose key_env names another variable) revokes every token signed
+// with the old one, and ends the live streams opened with them.
 //
 //	lgs1.<payload>.<signature>
 //

@@ -104,6 +104,13 @@ type Options struct {
 	// Nil: no live view (format=events is a 404).
 	Live    LiveSource
 	Streams *Streams
+	// StreamLimits are the limits Streams takes when it is given this API
+	// (Streams.Use): stats.live.
+	StreamLimits LiveConfig
+	// ClientKey returns the key of r's client that stats.live.per_client
+	// counts under (its address, an IPv6 prefix), "" when it has none.
+	// Nil: streams are not counted per client.
+	ClientKey func(r *http.Request) string
 	// Share checks share tokens (the share parameter, or a bearer token
 	// that is one). Its zero value accepts none.
 	Share Sharer
@@ -249,11 +256,12 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveChart(w, format == formatEmbed, s.o.FrameAncestors)
 		return
 	}
-	if !s.allow(w, r, key) {
+	a, ok := s.allow(w, r, key)
+	if !ok {
 		return
 	}
 	if format == formatEvents {
-		s.serveLive(w, r, key, shortKey)
+		s.serveLive(w, r, key, shortKey, a)
 		return
 	}
 	ctx, cancel := s.readContext(r)
@@ -311,11 +319,33 @@ func (s *API) authorized(r *http.Request) bool {
 	return s.o.Token == "" || bearer.Match(r, s.o.Token)
 }
 
-// allow says whether r may read key's data: it carries the stats token
-// (or none is required), or a share token granting key. Otherwise it
-// answers 401 (no token, or a share token that is not valid: its problem
-// names the share parameter) or 403 (a valid share token of another link).
-func (s *API) allow(w http.ResponseWriter, r *http.Request, key string) bool {
+// access is how a request may read a link's data.
+type access struct {
+	token bool   // it carries the stats token (false when none is required)
+	share string // the share token it came with, "" for none
+	grant Grant  // what share grants
+}
+
+// allow says whether r may read key's data (see check), answering the
+// refusal when it may not.
+func (s *API) allow(w http.ResponseWriter, r *http.Request, key string) (access, bool) {
+	a, d := s.check(r, key, s.o.Now())
+	if d == nil {
+		return a, true
+	}
+	if d.Status == http.StatusUnauthorized && a.share == "" {
+		bearer.Challenge(w, r, "linkgate stats")
+	}
+	problem.WriteDetails(w, *d)
+	return a, false
+}
+
+// check says whether r may read key's data at now: it carries the stats
+// token (or none is required), or a share token granting key. Otherwise
+// the problem to answer: 401 (no token, or a share token that is not
+// valid: its problem names the share parameter) or 403 (a valid share
+// token of another link).
+func (s *API) check(r *http.Request, key string, now time.Time) (access, *problem.Details) {
 	tok := r.URL.Query().Get("share")
 	if tok == "" {
 		if b, ok := bearerToken(r); ok && strings.HasPrefix(b, sharePrefix) {
@@ -324,27 +354,27 @@ func (s *API) allow(w http.ResponseWriter, r *http.Request, key string) bool {
 	}
 	if tok == "" {
 		if s.authorized(r) {
-			return true
+			return access{token: s.o.Token != ""}, nil
 		}
-		writeUnauthorized(w, r)
-		return false
+		return access{}, &problem.Details{Status: http.StatusUnauthorized, Detail: needsToken}
 	}
-	g, err := s.o.Share.Verify(tok, s.o.Now())
+	a := access{share: tok}
+	g, err := s.o.Share.Verify(tok, now)
 	if err != nil {
-		problem.WriteDetails(w, problem.Details{Status: http.StatusUnauthorized, Detail: strings.TrimPrefix(err.Error(), "stats: "),
-			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": strings.TrimPrefix(err.Error(), "stats: ")}}}})
-		return false
+		reason := strings.TrimPrefix(err.Error(), "stats: ")
+		return a, &problem.Details{Status: http.StatusUnauthorized, Detail: reason,
+			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": reason}}}}
 	}
 	if !g.Allows(key) {
 		what := "all links together"
 		if key != analytics.AllLinks {
 			what = "the link " + strconv.Quote(key)
 		}
-		problem.WriteDetails(w, problem.Details{Status: http.StatusForbidden, Detail: "the share token is not for " + what,
-			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": "not for " + what}}}})
-		return false
+		return a, &problem.Details{Status: http.StatusForbidden, Detail: "the share token is not for " + what,
+			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": "not for " + what}}}}
 	}
-	return true
+	a.grant = g
+	return a, nil
 }
 
 // bearerToken returns the token of r's Authorization header, if it has
@@ -357,10 +387,13 @@ func bearerToken(r *http.Request) (string, bool) {
 	return strings.TrimSpace(tok), true
 }
 
+// needsToken is the detail of a 401 for a request without the stats token.
+const needsToken = "the stats API needs Authorization: Bearer <token>"
+
 // writeUnauthorized answers 401 with the RFC 6750 challenge.
 func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
 	bearer.Challenge(w, r, "linkgate stats")
-	problem.Write(w, http.StatusUnauthorized, "the stats API needs Authorization: Bearer <token>")
+	problem.Write(w, http.StatusUnauthorized, needsToken)
 }
 
 // writeParamError answers 400 naming the bad parameter, in the shape of RFC
