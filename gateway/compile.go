@@ -106,6 +106,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if p.pools, p.hosts, p.fallback, err = compilePools(cfg, p.trust, headers); err != nil {
 		return nil, err
 	}
+	if err := checkSelfTargets(cfg); err != nil {
+		return nil, err
+	}
 	if p.analytics, err = analytics.CompileEnv(cfg.Analytics, analytics.Env{Trust: p.trust, Getenv: getenv}); err != nil {
 		return nil, err
 	}
