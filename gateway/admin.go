@@ -60,7 +60,8 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Handle("/boxed", boxes)
 		r.Handle("/boxed/*", boxes)
 	})
-	return r
+	// A target that is this listener gets 508, not /metrics.
+	return g.loop.refuse(r)
 }
 
 func (g *Gateway) requireToken(next http.Handler) http.Handler {

@@ -111,6 +111,9 @@ type Gateway struct {
 	pipeline *analytics.Pipeline
 	// streams bounds the live streams of /stats, which outlive reloads.
 	streams *stats.Streams
+	// loop is the mark this gateway sets on the requests it proxies, and
+	// refuses on those it receives (see loopMark).
+	loop loopMark
 
 	mu     sync.Mutex // serializes reloads and Close
 	closed bool       // guarded by mu
@@ -167,6 +170,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		edgeM:   edge.NewMetrics(reg),
 		h2M:     h2guard.NewMetrics(reg),
 		streams: stats.NewStreams(plan.cfg.Stats.Live),
+		loop:    newLoopMark(),
 	}
 	if opts.Listen {
 		var err error
@@ -330,7 +334,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	// see every host alike: a short key is a short key on every domain,
 	// and a rule may name hosts.
 	for _, p := range s.pools {
-		var next http.Handler = p.proxy
+		next := g.loop.set(p.proxy)
 		if access != nil {
 			next = upstreamTimer(next)
 		}
@@ -339,7 +343,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		}
 		p.handler = s.limiter.Middleware(next)
 	}
-	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), g.loop.refuse, refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
 	var statsH http.Handler
 	statsH, s.stats = g.statsHandler(plan)

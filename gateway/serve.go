@@ -164,7 +164,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		srv := withH2(newServer(g.edge.HSTS(g)))
 		start("gateway", srv, g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: c} }))
 		if g.hln != nil {
-			hsrv := newServer(g.edge.RedirectHandler(portOf(g.ln.Addr())))
+			hsrv := newServer(g.loop.refuse(g.edge.RedirectHandler(portOf(g.ln.Addr()))))
 			hsrv.ConnContext = nil
 			start("http", hsrv, g.hln)
 		}
