@@ -205,13 +205,25 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
+// Bounds of runtime.memory_limit. The floor is what a gateway runs in:
+// 7 MiB of runtime memory idle and 24 MiB under 32 connections of load
+// (with the embedded store and a rule on the visits), and, in the image
+// (built without cgo), the embedded store's block cache (64 MiB) and two
+// memtables (4 to 32 MiB each) on the Go heap besides: under a lower limit
+// the collector would run without end once they fill. The top is the
+// journal's.
+const (
+	minMemoryLimit = 128 << 20
+	maxMemoryLimit = 1 << 40
+)
+
 // compileRuntime checks the runtime section.
 func compileRuntime(r config.Runtime) error {
 	switch {
 	case r.GOGC < -1:
 		return fmt.Errorf("runtime.gogc: %d: want a percentage, or -1 for no collection until runtime.memory_limit", r.GOGC)
-	case r.MemoryLimit < 0:
-		return fmt.Errorf("runtime.memory_limit: %d: want bytes, or 0 for none", r.MemoryLimit)
+	case r.MemoryLimit != 0 && (r.MemoryLimit < minMemoryLimit || r.MemoryLimit > maxMemoryLimit):
+		return fmt.Errorf("runtime.memory_limit: %d is not from %d to %d (128 MiB to 1 TiB): a gateway needs at least 128 MiB; 0 for none", r.MemoryLimit, minMemoryLimit, maxMemoryLimit)
 	case r.GOGC == -1 && r.MemoryLimit == 0:
 		return fmt.Errorf("runtime.gogc: -1 (no collection) needs a runtime.memory_limit, or the heap grows without bound")
 	}

@@ -40,20 +40,29 @@ func TestRuntimeSettings(t *testing.T) {
 		{"runtime: {gogc: -2}", "runtime.gogc"},
 		{"runtime: {gogc: -1}", "runtime.gogc"}, // off without a limit
 		{"runtime: {memory_limit: -1}", "runtime.memory_limit"},
+		{"runtime: {memory_limit: 1048576}", "runtime.memory_limit"},       // a gateway cannot run in 1 MiB
+		{"runtime: {memory_limit: 134217727}", "runtime.memory_limit"},     // a byte under the floor
+		{"runtime: {memory_limit: 2000000000000}", "runtime.memory_limit"}, // a typo
 	} {
 		cfg, err := config.Parse([]byte(testkit.BaseConfig(a.URL) + tc.yaml + "\n"))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.yaml, err)
 		}
-		if _, err := gateway.Compile(cfg, getenv); err == nil || !strings.Contains(err.Error(), tc.field) {
+		_, err = gateway.Compile(cfg, getenv)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: Compile error %v, want one naming %s", tc.yaml, err, tc.field)
 		}
+		if tc.field == "runtime.memory_limit" && !strings.Contains(err.Error(), "134217728 to 1099511627776 (128 MiB to 1 TiB)") {
+			t.Errorf("%s: %v, want the range named", tc.yaml, err)
+		}
 	}
-	cfg, err := config.Parse([]byte(testkit.BaseConfig(a.URL) + "runtime: {gogc: -1, memory_limit: 1073741824}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gateway.Compile(cfg, getenv); err != nil {
-		t.Errorf("collections off under a memory limit: %v", err)
+	for _, ok := range []string{"{gogc: -1, memory_limit: 1073741824}", "{memory_limit: 134217728}", "{memory_limit: 1099511627776}"} {
+		cfg, err := config.Parse([]byte(testkit.BaseConfig(a.URL) + "runtime: " + ok + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gateway.Compile(cfg, getenv); err != nil {
+			t.Errorf("runtime: %s: %v", ok, err)
+		}
 	}
 }
