@@ -2,8 +2,8 @@ package stats
 
 import (
 	"fmt"
+	"path"
 	"regexp"
-	"strings"
 	"time"
 )
 
@@ -12,6 +12,12 @@ import (
 // leading "*." and a port; no 'none' (an empty list says it) and nothing
 // that would end the directive (a space, ";" or ",").
 var ancestorSource = regexp.MustCompile(`^(?i:\*|'self'|[a-z][a-z0-9+.-]*:|([a-z][a-z0-9+.-]*://)?(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)*(:([0-9]{1,5}|\*))?(/[^\s;,']*)?)$`)
+
+// cleanPrefix is the shape of stats.prefix: "/" and a segment, any
+// number of times, each segment of URL-unreserved characters (RFC 3986
+// section 2.3), so that the prefix matches a request's path as written
+// and as decoded alike; path.Clean then refuses "." and "..".
+var cleanPrefix = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
 
 // Config is the "stats" section: where the gateway serves /stats.
 type Config struct {
@@ -76,8 +82,8 @@ func DefaultConfig() Config {
 // Compile checks the stats section. Errors start with the field's
 // path in the config file.
 func Compile(c Config) error {
-	if !strings.HasPrefix(c.Prefix, "/") || len(c.Prefix) < 2 || strings.HasSuffix(c.Prefix, "/") || strings.ContainsAny(c.Prefix, "{}*?#% ") {
-		return fmt.Errorf("stats.prefix: %q must be a literal path like /stats", c.Prefix)
+	if !cleanPrefix.MatchString(c.Prefix) || path.Clean(c.Prefix) != c.Prefix {
+		return fmt.Errorf("stats.prefix: %q must be a clean absolute path like /stats or /_lg/stats: segments of letters, digits and - . _ ~, none of them . or .., no // or trailing /, nothing escaped (%%)", c.Prefix)
 	}
 	for i, a := range c.Embed.FrameAncestors {
 		if !ancestorSource.MatchString(a) {

@@ -635,3 +635,25 @@ func TestLastAll(t *testing.T) {
 		t.Errorf("last=all&to: %d %s, want a 400 naming last", w.Code, w.Body)
 	}
 }
+
+// TestPrefixIsACleanPath: stats.prefix is refused unless it is a clean
+// absolute path that a request's path matches as written and as decoded
+// alike: no "." or ".." segment, no "//" or trailing "/", nothing escaped
+// with %, no pattern or query characters.
+func TestPrefixIsACleanPath(t *testing.T) {
+	for _, bad := range []string{"", "/", "stats", "/stats/", "/stats/../admin", "/../stats", "/./stats", "/stats/.", "//stats", "/a//b",
+		"/st%61ts", "/stats%2F", "/{x}", "/stats*", "/stats?x", "/stats#x", "/stats x", "/stats\x00", "/stäts", "/stats;x"} {
+		cfg := stats.DefaultConfig()
+		cfg.Prefix = bad
+		if err := stats.Compile(cfg); err == nil || !strings.HasPrefix(err.Error(), "stats.prefix:") {
+			t.Errorf("prefix %q: %v, want an error naming stats.prefix", bad, err)
+		}
+	}
+	for _, good := range []string{"/stats", "/s", "/_lg/stats", "/lg-stats.v1", "/a/b~c"} {
+		cfg := stats.DefaultConfig()
+		cfg.Prefix = good
+		if err := stats.Compile(cfg); err != nil {
+			t.Errorf("prefix %q: %v", good, err)
+		}
+	}
+}
