@@ -61,7 +61,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Handle("/boxed/*", boxes)
 	})
 	// A target that is this listener gets 508, not /metrics.
-	return g.loop.refuse(r)
+	return g.loop.refuse(refuseDoubleAuthorization(r))
 }
 
 func (g *Gateway) requireToken(next http.Handler) http.Handler {

@@ -57,6 +57,7 @@ import (
 	"github.com/linkgate/linkgate/h2guard"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
+	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/route"
@@ -114,6 +115,9 @@ type Gateway struct {
 	// loop is the mark this gateway sets on the requests it proxies, and
 	// refuses on those it receives (see loopMark).
 	loop loopMark
+	// withheld throttles the log of the tokens withhold removes: a line
+	// per token and 10 s.
+	withheld logthrottle.Throttle[string]
 
 	mu     sync.Mutex // serializes reloads and Close
 	closed bool       // guarded by mu
@@ -172,6 +176,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		streams: stats.NewStreams(plan.cfg.Stats.Live),
 		loop:    newLoopMark(),
 	}
+	g.withheld.Every = 10 * time.Second
 	if opts.Listen {
 		var err error
 		if err = g.bind(plan.cfg); err != nil {
@@ -355,11 +360,11 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		}
 		p.handler = s.limiter.Middleware(next)
 	}
-	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), g.loop.refuse, refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), g.loop.refuse, refuseDoubleAuthorization, refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
 	var statsH http.Handler
 	statsH, s.stats = g.statsHandler(plan)
-	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, statsH, s.router()))
+	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, statsH, g.withhold(plan.statsToken, plan.adminToken, s.router())))
 	return s, nil
 }
 
