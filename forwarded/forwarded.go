@@ -205,10 +205,16 @@ type Client struct {
 // Client returns who sent r. When the peer is a trusted proxy, the client
 // is the rightmost address of X-Forwarded-For that is not itself a trusted
 // proxy: the entries to its left were appended by hops nobody vouches for,
-// so they are the client's to forge. Every entry is trusted: the leftmost.
-// A garbled entry stops the walk at the last good hop. Without
-// X-Forwarded-For, a parseable X-Real-IP names the client. ok is false when
-// the peer has no address.
+// so they are the client's to forge, and are not read. Every entry is
+// trusted: the leftmost. Without X-Forwarded-For, X-Real-IP names the
+// client. ok is false when the peer has no address (c is then zero), and
+// when the entry of X-Forwarded-For where the client's address should be
+// (or X-Real-IP) is not an address ("unknown", a name, garbage): who the
+// client is cannot be told, and it is not the proxy that vouched for the
+// entry either (keyed on the proxy, one client's garbage would limit every
+// client behind it, or pass as the proxy in a rule's allow list). c then
+// has Peer and ViaProxy, and no Addr: the gateway refuses such a request
+// (400) before anything else asks.
 func (t *Trust) Client(r *http.Request) (c Client, ok bool) {
 	p, ok := Peer(r)
 	if !ok {
@@ -222,9 +228,12 @@ func (t *Trust) Client(r *http.Request) (c Client, ok bool) {
 	xff := r.Header["X-Forwarded-For"]
 	if len(xff) == 0 {
 		if v := header.First(r.Header, "X-Real-Ip"); v != "" {
-			if a, err := parseEntry(v); err == nil {
-				c.Addr = a
+			a, err := parseEntry(v)
+			if err != nil {
+				c.Addr = netip.Addr{}
+				return c, false
 			}
+			c.Addr = a
 		}
 		return c, true
 	}
@@ -243,8 +252,8 @@ func (t *Trust) Client(r *http.Request) (c Client, ok bool) {
 			}
 			a, err := parseEntry(e)
 			if err != nil {
-				c.Addr = last // nothing left of the header can be believed
-				return c, true
+				c.Addr = netip.Addr{}
+				return c, false
 			}
 			if !t.Contains(a) {
 				c.Addr = a
@@ -459,7 +468,7 @@ func (t *Trust) Forwarding(in *http.Request) Forwarding {
 	c, ok := t.Client(in)
 	f := Forwarding{ViaProxy: c.ViaProxy}
 	peer := in.RemoteAddr
-	if ok {
+	if c.Peer.IsValid() {
 		peer = PeerText(in, c.Peer)
 	}
 	prior, has := in.Header["X-Forwarded-For"]

@@ -11,6 +11,7 @@ import (
 
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/problem"
 )
 
 // requestIDHeader (X-Request-ID, in its canonical form, which costs no
@@ -41,6 +42,31 @@ func requestID(trust *forwarded.Trust) func(http.Handler) http.Handler {
 func fromTrustedProxy(trust *forwarded.Trust, r *http.Request) bool {
 	p, ok := forwarded.Peer(r)
 	return ok && trust.Contains(p)
+}
+
+// refuseUnknownClient answers 400 to a request from a trusted proxy whose
+// X-Forwarded-For holds, where the client's address should be, something
+// that is not an address (or whose X-Real-IP is not one): the gateway
+// cannot tell who the client is, so it can neither limit it nor tell the
+// upstream, and it will not take the proxy for the client (forwarded's
+// Client). A request from any other peer costs a parse of the peer's
+// address and a lookup in the trusted prefixes.
+func refuseUnknownClient(trust *forwarded.Trust) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c, ok := trust.Client(r); !ok && c.Peer.IsValid() {
+				what := "X-Forwarded-For"
+				if len(r.Header["X-Forwarded-For"]) == 0 {
+					what = "X-Real-IP"
+				}
+				problem.WriteDetails(w, problem.Details{Status: http.StatusBadRequest,
+					Detail: "the " + what + " field a trusted proxy sent holds something that is not an address where the client's should be",
+					Extra:  map[string]any{"invalid-params": []map[string]string{{"name": what, "reason": "not an address where the client's should be"}}}})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // validRequestID reports whether a trusted proxy's id can be kept: 1 to

@@ -360,7 +360,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		}
 		p.handler = s.limiter.Middleware(next)
 	}
-	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), g.loop.refuse, refuseDoubleAuthorization, refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), g.loop.refuse, refuseDoubleAuthorization, refuseUnknownClient(plan.trust), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
 		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
 	var statsH http.Handler
 	statsH, s.stats = g.statsHandler(plan)
