@@ -117,8 +117,13 @@ func Compile(c Config) (*Plan, error) {
 	if len(o.HandshakesPerClient) == 0 {
 		return nil, fmt.Errorf(f + "on_demand.handshakes_per_client: none given; without a limit one client could make the gateway ask for any number of names")
 	}
-	if o.OrdersPerHour <= 0 {
-		return nil, fmt.Errorf(f+"on_demand.orders_per_hour: %d must be positive", o.OrdersPerHour)
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"orders_per_hour", o.OrdersPerHour}, {"orders_per_hour_per_client", o.OrdersPerHourPerClient}, {"orders_per_hour_per_domain", o.OrdersPerHourPerDomain}} {
+		if n.v <= 0 {
+			return nil, fmt.Errorf(f+"on_demand.%s: %d must be positive", n.name, n.v)
+		}
 	}
 	if err := compileStorage(c.Storage, c.Managed()); err != nil {
 		return nil, err

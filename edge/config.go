@@ -64,6 +64,15 @@ type OnDemand struct {
 	// OrdersPerHour caps the new certificates this gateway orders in any
 	// hour (renewals are not counted).
 	OrdersPerHour int `yaml:"orders_per_hour"`
+	// OrdersPerHourPerClient and OrdersPerHourPerDomain cap, within
+	// OrdersPerHour, the new certificates ordered in any hour for the
+	// handshakes of one client address (IPv6 by identity.ipv6_prefix),
+	// and for the names of one registered domain (the public suffix and
+	// one label: a.b.example.co.uk is example.co.uk's), so that strangers
+	// asking for names the ask endpoint allows cannot spend the gateway's
+	// orders for the hour.
+	OrdersPerHourPerClient int `yaml:"orders_per_hour_per_client"`
+	OrdersPerHourPerDomain int `yaml:"orders_per_hour_per_domain"`
 }
 
 // Storage is where certificates, keys and ACME accounts are kept, and
@@ -105,11 +114,13 @@ func DefaultConfig() Config {
 			Challenges: []string{TLSALPN01, HTTP01},
 		},
 		OnDemand: OnDemand{
-			AskTimeout:          3 * time.Second,
-			AllowTTL:            time.Hour,
-			DenyTTL:             10 * time.Minute,
-			HandshakesPerClient: []limit.Limit{{N: 5, Window: time.Minute}, {N: 30, Window: time.Hour}},
-			OrdersPerHour:       30,
+			AskTimeout:             3 * time.Second,
+			AllowTTL:               time.Hour,
+			DenyTTL:                10 * time.Minute,
+			HandshakesPerClient:    []limit.Limit{{N: 5, Window: time.Minute}, {N: 30, Window: time.Hour}},
+			OrdersPerHour:          30,
+			OrdersPerHourPerClient: 5,
+			OrdersPerHourPerDomain: 5,
 		},
 		Storage: Storage{
 			Path: "./data/certs",

@@ -298,9 +298,9 @@ func (e *Edge) onEvent(ctx context.Context, event string, data map[string]any) e
 	switch event {
 	case "cert_obtaining":
 		if !renewal {
-			if err := e.gate.order(time.Now()); err != nil {
+			if err := e.gate.order(name, e.clientKey(ctx), time.Now()); err != nil {
 				e.m.issuance.WithLabelValues(kind, "capped").Inc()
-				e.log.Warn("certificate order refused: orders_per_hour reached", "name", name)
+				e.log.Warn("certificate order refused", "name", name, "reason", err)
 				e.record(name, func(s *certState) { s.lastError, s.lastErrorAt = err.Error(), time.Now() })
 				return certmagic.ErrNoRetry{Err: err}
 			}
@@ -410,6 +410,19 @@ func certInfo(leaf *x509.Certificate, source string) CertInfo {
 		Serial:    leaf.SerialNumber.Text(16),
 		NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
 	}
+}
+
+// clientKey returns the counted key of the client of the handshake that
+// ctx belongs to (see Options.ClientKey), "" when no handshake asked.
+func (e *Edge) clientKey(ctx context.Context) string {
+	addr, ok := clientOf(ctx)
+	switch {
+	case !ok:
+		return ""
+	case e.opts.ClientKey != nil:
+		return e.opts.ClientKey(addr)
+	}
+	return addr.String()
 }
 
 // clientOf returns the address of the client of a handshake, from the

@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"answer"}),
 		issuance: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_issuance_total",
-			Help: "ACME certificate issuance, by kind (obtain, renew) and result (started, ok, failed, capped by orders_per_hour).",
+			Help: "ACME certificate issuance, by kind (obtain, renew) and result (started, ok, failed, capped by orders_per_hour or its share of a client or registered domain).",
 		}, []string{"kind", "result"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_certificate_reloads_total",

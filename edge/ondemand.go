@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+	"golang.org/x/net/publicsuffix"
 
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/logthrottle"
@@ -34,6 +35,11 @@ type gate struct {
 	answers map[string]answer       // the ask endpoint's answers, until they expire
 	asking  map[string]*askInFlight // one ask per name at a time
 	orders  []time.Time             // starts of new orders in the last hour, oldest first
+	// charged is the starts of the new orders of the last hour charged to
+	// each client ("client " + key) and registered domain ("domain " +
+	// name), oldest first. Only orders made count, so it holds at most
+	// orders_per_hour times two.
+	charged map[string][]time.Time
 }
 
 type answer struct {
@@ -58,11 +64,16 @@ var errLimited = errors.New("edge: too many handshakes for unknown names from th
 // errBoxed is the decision for a client in a penalty box.
 var errBoxed = errors.New("edge: the client address is in the penalty box of a rule marked edge")
 
-// errOrderCap is the error of an order over orders_per_hour.
-var errOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour reached; no new certificate is ordered until an hour after the oldest")
+// Errors of an order over orders_per_hour, or over the share of one client
+// or of one registered domain.
+var (
+	errOrderCap       = errors.New("edge: server.tls.on_demand.orders_per_hour reached; no new certificate is ordered until an hour after the oldest")
+	errClientOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour_per_client reached for this client address")
+	errDomainOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour_per_domain reached for this registered domain")
+)
 
 func newGate(e *Edge, plan *Plan) (*gate, error) {
-	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}}
+	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}, charged: map[string][]time.Time{}}
 	g.logs.Every = 10 * time.Second
 	g.client = &http.Client{
 		// The ask endpoint is the operator's own service: no redirects to
@@ -284,20 +295,55 @@ func (g *gate) storedValid(ctx context.Context, name string) bool {
 	return err == nil && time.Now().Before(leaf.NotAfter) && leaf.VerifyHostname(name) == nil
 }
 
-// order records the start of a new order at now, or refuses it when
-// orders_per_hour orders started in the hour before.
-func (g *gate) order(now time.Time) error {
-	limit := g.plan.Load().cfg.OnDemand.OrdersPerHour
+// order records the start at now of a new order for name, made for a
+// handshake of client (its key; "" when no handshake asked for it: the
+// names of acme.domains), or refuses it when orders_per_hour orders
+// started in the hour before, or, for a client's, when
+// orders_per_hour_per_client of them were the same client's or
+// orders_per_hour_per_domain were for names of the same registered
+// domain. A refused order is charged to no one.
+func (g *gate) order(name, client string, now time.Time) error {
+	o := g.plan.Load().cfg.OnDemand
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := 0
-	for i < len(g.orders) && now.Sub(g.orders[i]) >= time.Hour {
-		i++
-	}
-	g.orders = g.orders[i:]
-	if len(g.orders) >= limit {
+	g.orders = lastHour(g.orders, now)
+	if len(g.orders) >= o.OrdersPerHour {
 		return errOrderCap
 	}
+	if client == "" {
+		g.orders = append(g.orders, now)
+		return nil
+	}
+	domain, err := publicsuffix.EffectiveTLDPlusOne(name)
+	if err != nil {
+		domain = name // a public suffix itself, or not a name
+	}
+	ck, dk := "client "+client, "domain "+domain
+	for k, v := range g.charged {
+		if v = lastHour(v, now); len(v) == 0 {
+			delete(g.charged, k)
+		} else {
+			g.charged[k] = v
+		}
+	}
+	switch {
+	case len(g.charged[ck]) >= o.OrdersPerHourPerClient:
+		return errClientOrderCap
+	case len(g.charged[dk]) >= o.OrdersPerHourPerDomain:
+		return errDomainOrderCap
+	}
 	g.orders = append(g.orders, now)
+	g.charged[ck] = append(g.charged[ck], now)
+	g.charged[dk] = append(g.charged[dk], now)
 	return nil
+}
+
+// lastHour returns the times of ts, oldest first, that are less than an
+// hour before now.
+func lastHour(ts []time.Time, now time.Time) []time.Time {
+	i := 0
+	for i < len(ts) && now.Sub(ts[i]) >= time.Hour {
+		i++
+	}
+	return ts[i:]
 }

@@ -373,3 +373,55 @@ func holdPort(t *testing.T) net.Listener {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// TestOnDemandOrdersPerClientAndDomain: strangers cannot spend the
+// gateway's orders for the hour. Thirty addresses each asking for a new
+// random name the ask endpoint allows, all under one registered domain,
+// get orders_per_hour_per_domain certificates between them; a customer's
+// new domain is still ordered at once; and one address is held to
+// orders_per_hour_per_client whatever the names. A refused order never
+// reaches pebble.
+func TestOnDemandOrdersPerClientAndDomain(t *testing.T) {
+	t.Parallel()
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	ask := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := r.URL.Query().Get("domain"); strings.HasSuffix(d, ".ok.test") || strings.HasSuffix(d, ".customer.test") || strings.HasSuffix(d, ".other.test") {
+			return // 200
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	t.Cleanup(ask.Close)
+	cfg := strings.Replace(acmeConfig(echoProto(t).URL, p, ask.URL, t.TempDir()), "on_demand: {ask: "+ask.URL+"}",
+		"on_demand: {ask: "+ask.URL+", orders_per_hour: 6, orders_per_hour_per_client: 1, orders_per_hour_per_domain: 2}", 1)
+	gw := start(t, cfg)
+	from := func(local, name string) error {
+		d := &net.Dialer{Timeout: 20 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		c, err := tls.DialWithDialer(d, "tcp", gw.g.Addr().String(), &tls.Config{RootCAs: p.Roots, ServerName: name})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	run := rand.Uint32()
+	served := 0
+	for i := range 30 {
+		if from(fmt.Sprintf("127.0.0.%d", 10+i), fmt.Sprintf("r%d-%08x.ok.test", i, run)) == nil {
+			served++
+		}
+	}
+	if served != 2 || p.Orders() != 2 {
+		t.Errorf("30 addresses asking for new names of one registered domain: %d served, %d orders in pebble; want 2 and 2 (orders_per_hour_per_domain)", served, p.Orders())
+	}
+	if err := from("127.0.0.60", fmt.Sprintf("go-%08x.customer.test", run)); err != nil {
+		t.Errorf("a customer's new domain after the strangers' names: %v, want it ordered", err)
+	}
+	if err := from("127.0.0.10", fmt.Sprintf("x-%08x.other.test", run)); err == nil {
+		t.Errorf("a second new name from an address that had one ordered this hour was served, want orders_per_hour_per_client to refuse it")
+	}
+	if got := p.Orders(); got != 3 {
+		t.Errorf("%d orders in pebble, want 3: the refused ones never reach it", got)
+	}
+	if got := testkit.Metric(t, gw.g.Registry(), "linkgate_tls_issuance_total", "kind", "obtain", "result", "capped"); got != 29 {
+		t.Errorf("%v orders counted capped, want 29", got)
+	}
+}
