@@ -3,6 +3,8 @@ package limit
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -160,8 +162,18 @@ type Match struct {
 	Hosts []string `yaml:"hosts,omitempty"`
 }
 
-// Route returns m's methods and path.
-func (m Match) Route() route.Match { return route.Match{Methods: m.Methods, Path: m.Path} }
+// Route returns m's methods and path, HEAD among the methods when GET is:
+// a server answers HEAD with its GET handler (RFC 9110 section 9.3.2;
+// Go's ServeMux, Rails, Express and Spring all do), so a HEAD does a GET's
+// work upstream, and a redirect's Location comes with it, and a rule for
+// GET that let HEAD pass would let anyone around it.
+func (m Match) Route() route.Match {
+	methods := m.Methods
+	if slices.Contains(methods, http.MethodGet) && !slices.Contains(methods, http.MethodHead) {
+		methods = append(slices.Clip(methods), http.MethodHead)
+	}
+	return route.Match{Methods: methods, Path: m.Path}
+}
 
 // The on_unreadable policies of an email rule, for a request whose email
 // the gateway cannot be sure to read as the upstream will (a body it cannot
