@@ -24,10 +24,10 @@ import (
 // gate decides which names certmagic may hold a certificate for, and caps
 // new orders. It is safe for concurrent use.
 type gate struct {
-	e      *Edge
-	plan   atomic.Pointer[Plan]
-	limit  atomic.Pointer[limit.Gate]
-	client *http.Client
+	e          *Edge
+	plan       atomic.Pointer[Plan]
+	handshakes atomic.Pointer[limit.Windows] // handshakes_per_client
+	client     *http.Client
 
 	logs logthrottle.Throttle[string] // repeated log lines, by kind
 
@@ -93,11 +93,11 @@ func newGate(e *Edge, plan *Plan) (*gate, error) {
 func (g *gate) apply(plan *Plan) error {
 	old := g.plan.Swap(plan)
 	if old == nil || !slices.Equal(old.cfg.OnDemand.HandshakesPerClient, plan.cfg.OnDemand.HandshakesPerClient) {
-		lg, err := limit.NewGate("tls_handshake", plan.cfg.OnDemand.HandshakesPerClient, g.e.opts.LimitStore)
+		ws, err := limit.NewWindows("tls_handshake", plan.cfg.OnDemand.HandshakesPerClient, g.e.opts.LimitStore)
 		if err != nil {
 			return err
 		}
-		g.limit.Store(lg)
+		g.handshakes.Store(ws)
 	}
 	if old != nil && (old.cfg.OnDemand.Ask != plan.cfg.OnDemand.Ask || old.cfg.OnDemand.AllowTTL != plan.cfg.OnDemand.AllowTTL || old.cfg.OnDemand.DenyTTL != plan.cfg.OnDemand.DenyTTL) {
 		g.mu.Lock()
@@ -145,7 +145,7 @@ func (g *gate) decide(ctx context.Context, name string) error {
 		if g.e.opts.ClientKey != nil {
 			key = g.e.opts.ClientKey(addr)
 		}
-		ok, err := g.limit.Load().Allow(ctx, key, now)
+		ok, err := g.handshakes.Load().Allow(ctx, key, now)
 		if err != nil {
 			g.e.log.Warn("handshake limit store failed; the handshake is not limited", "err", err)
 		}

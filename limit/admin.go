@@ -170,7 +170,7 @@ func (l *Limiter) adminShow(w http.ResponseWriter, r *http.Request, ru *rule, va
 		if n > 0 {
 			al.ResetsAt = at(ru.plan.nextFree(rs, i, sec))
 		}
-		if f := l.freeAt(r.Context(), ru, c, rs, i, lim.N-1); f > 0 {
+		if f := l.freeAt(r.Context(), &ru.windows, c, rs, i, lim.N-1); f > 0 {
 			al.FreeAt = at(f)
 			out.Limited = true
 		}

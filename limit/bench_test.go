@@ -29,11 +29,11 @@ func BenchmarkCheckCount(b *testing.B) {
 	}
 	ctx := context.Background()
 	now := time.Now()
-	l.check(ctx, r, "203.0.113.7", now, true)
+	l.check(ctx, &r.windows, "203.0.113.7", now, true)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if v := l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Millisecond), true); v.out != allowed {
+		if v := l.check(ctx, &r.windows, "203.0.113.7", now.Add(time.Duration(i)*time.Millisecond), true); v.out != allowed {
 			b.Fatal(v.out)
 		}
 	}
@@ -55,7 +55,7 @@ func BenchmarkCheckCountParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			l.check(ctx, r, client, now.Add(time.Duration(i)*time.Millisecond), true)
+			l.check(ctx, &r.windows, client, now.Add(time.Duration(i)*time.Millisecond), true)
 		}
 	})
 }
@@ -67,15 +67,15 @@ func BenchmarkOverLimit(b *testing.B) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Second)
 	for range 3 {
-		l.check(ctx, r, "203.0.113.9", now, true)
+		l.check(ctx, &r.windows, "203.0.113.9", now, true)
 	}
-	if v := l.check(ctx, r, "203.0.113.9", now, true); v.out != limited {
+	if v := l.check(ctx, &r.windows, "203.0.113.9", now, true); v.out != limited {
 		b.Fatal("client not limited")
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if v := l.check(ctx, r, "203.0.113.9", now, true); v.out != limited {
+		if v := l.check(ctx, &r.windows, "203.0.113.9", now, true); v.out != limited {
 			b.Fatal(v.out)
 		}
 	}
@@ -86,12 +86,12 @@ func BenchmarkOverLimitParallel(b *testing.B) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Second)
 	for range 3 {
-		l.check(ctx, r, "203.0.113.9", now, true)
+		l.check(ctx, &r.windows, "203.0.113.9", now, true)
 	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			l.check(ctx, r, "203.0.113.9", now, true)
+			l.check(ctx, &r.windows, "203.0.113.9", now, true)
 		}
 	})
 }
@@ -155,7 +155,7 @@ func BenchmarkCheckCountExact(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Second), true)
+		l.check(ctx, &r.windows, "203.0.113.7", now.Add(time.Duration(i)*time.Second), true)
 	}
 }
 
@@ -193,11 +193,11 @@ func BenchmarkCheckCountPenalty(b *testing.B) {
 				}
 				ctx := context.Background()
 				now := time.Now()
-				l.check(ctx, r, "203.0.113.7", now, true)
+				l.check(ctx, &r.windows, "203.0.113.7", now, true)
 				b.ReportAllocs()
 				cpu0 := processCPU(b)
 				for i := 0; b.Loop(); i++ {
-					if v := l.check(ctx, r, "203.0.113.7", now.Add(time.Duration(i)*time.Millisecond), true); v.out != allowed {
+					if v := l.check(ctx, &r.windows, "203.0.113.7", now.Add(time.Duration(i)*time.Millisecond), true); v.out != allowed {
 						b.Fatal(v.out)
 					}
 				}
@@ -215,12 +215,12 @@ func BenchmarkBoxed(b *testing.B) {
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Second)
 	for range 3 {
-		l.check(ctx, r, "203.0.113.9", now, true)
+		l.check(ctx, &r.windows, "203.0.113.9", now, true)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if v := l.check(ctx, r, "203.0.113.9", now.Add(time.Duration(i)*time.Microsecond), true); v.out != boxed {
+		if v := l.check(ctx, &r.windows, "203.0.113.9", now.Add(time.Duration(i)*time.Microsecond), true); v.out != boxed {
 			b.Fatal(v.out)
 		}
 	}

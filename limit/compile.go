@@ -227,8 +227,10 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 	}
 	// Allowed responses carry RateLimit headers unless they would tell
 	// anyone how many failed logins another person's email has.
-	cr := &rule{Rule: r, match: mt, hosts: hosts, plan: newBucketPlan(r.Limits, prec), pen: pen,
-		headers: !r.Key.has(Email) && !r.Shadow}
+	cr := &rule{Rule: r, match: mt, hosts: hosts, windows: windows{
+		name: r.Name, key: r.Key, plan: newBucketPlan(r.Limits, prec), pen: pen, shadow: r.Shadow, strict: r.Strict,
+		headers: !r.Key.has(Email) && !r.Shadow,
+	}}
 	cr.plan.box = pen != nil
 	cr.keyName = string(r.Key)
 	if p := r.Key.Parts(); len(p) == 2 {

@@ -1,7 +1,9 @@
 // Package limit throttles abusive traffic: rules keyed by client address,
 // user or email, each with several windows at once ("2/s, 5/m, 10/h,
 // 100/d"), counted in bucketed logs as seed 000 describes, on a Store that is
-// in process (Memory, the default) or shared (limit/memcached).
+// in process (Memory, the default) or shared (limit/memcached). Windows
+// counts the same way outside a request (the TLS edge's handshakes per
+// client).
 //
 // # Counting
 //
@@ -76,9 +78,9 @@
 //
 // # Use
 //
-//	store := limit.NewMemory()
+//	plan, err := limit.Compile(cfg.Rules, cfg.Identity, cfg.Limiter, trust)
 //	m := limit.NewMetrics(prometheus.DefaultRegisterer)
-//	l, err := limit.New(cfg.Rules, cfg.Identity, cfg.Limiter, trusted, store, m, logger)
+//	l := limit.New(plan, limit.NewMemory(), m, logger)
 //	handler := l.Middleware(proxy)
 //	admin.Mount("/admin/limits", l.AdminHandler())
 package limit

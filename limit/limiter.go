@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/linkgate/linkgate/route"
@@ -18,37 +17,30 @@ import (
 // hold the rule's name, never its limits. A Limiter is safe for concurrent
 // use once built; WithClock and WithUserSource must be called before use.
 type Limiter struct {
+	checker  // the store, the memory of blocked clients and the log, shared by the rules
 	rules    []*rule
 	byName   map[string]*rule
 	id       *identifier
-	store    Store
 	failOpen bool
-	blocked  *blocked
 	now      func() time.Time
-	log      *slog.Logger
-	pool     sync.Pool // *readSet
-	timed    bool      // observe store latency (not for the in-process store)
-	logs     logThrottle
 }
 
-// rule is a compiled Rule.
+// rule is a compiled Rule: what requests it matches and how it answers
+// them, and its windows, what a check counts.
 type rule struct {
 	Rule
+	windows
 	match      *route.Matcher
 	hosts      *route.Hosts[struct{}] // nil: every host
-	plan       *bucketPlan
-	pen        *penalty // nil: no penalty box
-	isPair     bool     // Key is a pair: pair holds its features
+	isPair     bool                   // Key is a pair: pair holds its features
 	pair       [2]Feature
 	keyName    string // the key in words: "email", "email and ip"
 	allowNets  []netip.Prefix
 	allowVals  map[string]bool
-	metrics    *ruleMetrics
 	policy     string   // RateLimit-Policy items of every limit
 	names      []string // policy item name of each limit: "login_ip-1m"
 	quoted     []string // the same as a structured-field string: "\"login_ip-1m\""
 	limitNames []string // each limit as configured: "5/m"
-	headers    bool     // send RateLimit headers on allowed responses (ip and user rules, not in shadow)
 }
 
 // New returns the Limiter of plan over store: plan's rules, counted in
@@ -64,15 +56,10 @@ func New(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Limiter {
 	l := &Limiter{
 		byName:   make(map[string]*rule, len(plan.rules)),
 		id:       &id,
-		store:    store,
 		failOpen: plan.failOpen,
-		blocked:  newBlocked(),
 		now:      time.Now,
-		log:      log,
 	}
-	l.pool.New = func() any { return new(readSet) }
-	_, inProcess := store.(*Memory)
-	l.timed = !inProcess
+	l.checker.init(store, log)
 	for _, pr := range plan.rules {
 		r := *pr
 		r.metrics = m.forRule(r.Name, r.pen != nil)
@@ -115,100 +102,102 @@ type verdict struct {
 	remaining int64 // allowed: hits left under limit (this one counted)
 	reset     int64 // seconds: allowed, until limit's count drops; limited or boxed, until a request passes
 	box       Box   // the client's box, when the request put it there or found it there
-	err       error
+	err       error // storeError: why; allowed: the count that failed (recorded)
 }
 
-// check decides one rule for the feature value at now, counting the hit
-// when count is true and the request is allowed (Strict rules count first,
-// whatever count says). A check of a client already known to be over its
-// limit does no store operation. The hit is not counted when the request
-// is limited: a rejected request costs a client nothing (except in Strict,
-// where it was counted before the check). A rule with a penalty reads the
-// client's box with its counts: a client in the box is refused (boxed),
-// and one over a limit trips (penalty.go).
-func (l *Limiter) check(ctx context.Context, r *rule, value string, now time.Time, count bool) verdict {
-	c := Counter{Rule: r.Name, Value: value}
+// check decides the windows w (a rule's) for the feature value at now,
+// counting the hit when count is true and the request is allowed (strict
+// windows count first, whatever count says). A check of a client already
+// known to be over its limit does no store operation. The hit is not
+// counted when the request is limited: a rejected request costs a client
+// nothing (except when strict, where it was counted before the check).
+// Windows with a penalty read the client's box with their counts: a
+// client in the box is refused (boxed), and one over a limit trips
+// (penalty.go).
+func (ck *checker) check(ctx context.Context, w *windows, value string, now time.Time, count bool) verdict {
+	c := Counter{Rule: w.name, Value: value}
 	sec := now.Unix()
-	if !r.Shadow {
-		if e, ok := l.blocked.get(c, sec); ok {
+	if !w.shadow {
+		if e, ok := ck.blocked.get(c, sec); ok {
 			return e.verdict(sec)
 		}
 	}
-	rs := l.pool.Get().(*readSet)
-	defer l.pool.Put(rs)
-	r.plan.reads(sec, rs)
+	rs := ck.pool.Get().(*readSet)
+	defer ck.pool.Put(rs)
+	w.plan.reads(sec, rs)
 	writes := rs.writes[:rs.nw]
 	var cost int64 = 1
-	if r.Strict {
-		if err := l.store.AddNow(ctx, c, writes, 1); err != nil {
+	if w.strict {
+		if err := ck.store.AddNow(ctx, c, writes, 1); err != nil {
 			return verdict{out: storeError, err: err}
 		}
 		cost, count = 0, false
 	}
-	if ss, ok := l.store.(spanStore); ok && !r.plan.exact {
-		if v, ok := l.checkSpans(ctx, ss, r, c, now, rs, writes, cost, count); ok {
+	if ss, ok := ck.store.(spanStore); ok && !w.plan.exact {
+		if v, ok := ck.checkSpans(ctx, ss, w, c, now, rs, writes, cost, count); ok {
 			return v
 		}
 	}
 	var t0 time.Time
-	if l.timed {
+	if ck.timed {
 		t0 = time.Now()
 	}
-	err := l.store.Load(ctx, c, rs.buckets, rs.counts)
-	if l.timed {
-		r.metrics.observe(time.Since(t0))
+	err := ck.store.Load(ctx, c, rs.buckets, rs.counts)
+	if ck.timed {
+		w.metrics.observe(time.Since(t0))
 	}
 	if err != nil {
 		return verdict{out: storeError, err: err}
 	}
-	box := r.plan.boxIn(rs)
+	box := w.plan.boxIn(rs)
 	inBox := box.In(sec)
-	if inBox && !r.Shadow {
-		return l.boxedVerdict(c, box, sec)
+	if inBox && !w.shadow {
+		return ck.boxedVerdict(c, box, sec)
 	}
 	v := verdict{out: allowed, limit: -1, remaining: -1}
-	for i, lim := range r.plan.limits {
-		n := r.plan.sum(rs, i)
+	for i, lim := range w.plan.limits {
+		n := w.plan.sum(rs, i)
 		if n+cost > lim.N {
 			if v.out != limited {
 				v.out, v.limit = limited, i
 			}
 			continue
 		}
-		if v.out == allowed && r.headers {
+		if v.out == allowed && w.headers {
 			if rem := lim.N - n - cost; v.limit < 0 || rem < v.remaining {
 				v.limit, v.remaining = i, rem
 			}
 		}
 	}
 	switch {
-	case v.out == limited && r.Shadow:
+	case v.out == limited && w.shadow:
 		// Shadow mode boxes too, so that the boxes and trips show what
 		// the penalty would do; it refuses nothing.
-		if r.pen != nil && !inBox {
-			l.trip(ctx, r, c, now, box, sec+1)
+		if w.pen != nil && !inBox {
+			ck.trip(ctx, w, c, now, box, sec+1)
 		}
 		v.out = shadowLimited
 	case v.out == limited:
-		return l.over(ctx, r, c, now, rs, v, box)
+		return ck.over(ctx, w, c, now, rs, v, box)
 	case inBox:
 		v.out, v.limit, v.box = shadowLimited, 0, box
-	case r.headers && v.limit >= 0:
-		v.reset = r.plan.nextFree(rs, v.limit, sec) - sec
+	case w.headers && v.limit >= 0:
+		v.reset = w.plan.nextFree(rs, v.limit, sec) - sec
 	}
 	if count {
-		if err := l.store.Add(ctx, c, writes, 1); err != nil {
-			l.countFailed(r, now, err)
+		if err := ck.store.Add(ctx, c, writes, 1); err != nil {
+			ck.countFailed(w, now, err)
+			v.err = err
 		}
 	}
 	return v
 }
 
-// over is the verdict v of a request over a limit of r at now, rs holding
+// over is the verdict v of a request over a limit of w at now, rs holding
 // the counts of its check and box the client's box as read: until when it
-// is refused, remembered with the blocked clients, and, when r has a
+// is refused, remembered with the blocked clients, and, when w has a
 // penalty, its trip.
-func (l *Limiter) over(ctx context.Context, r *rule, c Counter, now time.Time, rs *readSet, v verdict, box Box) verdict {
+func (ck *checker) over(ctx context.Context, w *windows, c Counter, now time.Time, rs *readSet, v verdict, box Box) verdict {
 	sec := now.Unix()
 	// The next request passes once every limit counts at most N-1: not
 	// only the limits exceeded now, since a strict rule's next request
@@ -216,24 +205,24 @@ func (l *Limiter) over(ctx context.Context, r *rule, c Counter, now time.Time, r
 	// one and stops the next). The binding limit is the one that frees
 	// last.
 	free := sec + 1
-	for i, lim := range r.plan.limits {
-		if f := l.freeAt(ctx, r, c, rs, i, lim.N-1); f > free {
+	for i, lim := range w.plan.limits {
+		if f := ck.freeAt(ctx, w, c, rs, i, lim.N-1); f > free {
 			free, v.limit = f, i
 		}
 	}
-	if r.pen != nil {
-		if b, ok := l.trip(ctx, r, c, now, box, free); ok {
+	if w.pen != nil {
+		if b, ok := ck.trip(ctx, w, c, now, box, free); ok {
 			v.box, v.reset = b, b.Until-sec
-			l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), limit: v.limit, box: b}, sec)
+			ck.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), limit: v.limit, box: b}, sec)
 			return v
 		}
 	}
 	v.reset = free - sec
-	l.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
+	ck.blocked.put(c, blockedEntry{until: free, limit: v.limit}, sec)
 	return v
 }
 
-// freeAt returns the unix second from which limit i of r counts at most
+// freeAt returns the unix second from which limit i of w counts at most
 // target hits of c, no more hits being counted, or 0 if it already does; rs
 // holds the counts of a check. In bucket precision the plan's answer is
 // exact. In exact precision the plan only knows that a minute or hour
@@ -245,23 +234,23 @@ func (l *Limiter) over(ctx context.Context, r *rule, c Counter, now time.Time, r
 // is found over a limit, which is then remembered until that second. If
 // they fail or disagree with the coarse count (expired, reset, another
 // gateway's hits in flight), the plan's upper bound stands.
-func (l *Limiter) freeAt(ctx context.Context, r *rule, c Counter, rs *readSet, i int, target int64) int64 {
-	j, d := r.plan.binding(rs, i, target)
+func (ck *checker) freeAt(ctx context.Context, w *windows, c Counter, rs *readSet, i int, target int64) int64 {
+	j, d := w.plan.binding(rs, i, target)
 	if j < 0 {
 		return 0
 	}
 	b := rs.buckets[j]
-	if r.plan.exact && b.Level > Second {
-		if s, ok := l.nthHit(ctx, c, b, d); ok {
-			return s + r.plan.lim[i].window
+	if w.plan.exact && b.Level > Second {
+		if s, ok := ck.nthHit(ctx, c, b, d); ok {
+			return s + w.plan.lim[i].window
 		}
 	}
-	return b.Start + sizeOf(b.Level) + r.plan.lim[i].lag
+	return b.Start + sizeOf(b.Level) + w.plan.lim[i].lag
 }
 
 // nthHit returns the second of the d-th oldest hit counted in bucket b of c,
 // read from the finer levels.
-func (l *Limiter) nthHit(ctx context.Context, c Counter, b Bucket, d int64) (int64, bool) {
+func (ck *checker) nthHit(ctx context.Context, c Counter, b Bucket, d int64) (int64, bool) {
 	var sub [60]Bucket // a minute of seconds, an hour of minutes
 	var counts [60]int64
 	for b.Level > Second {
@@ -270,7 +259,7 @@ func (l *Limiter) nthHit(ctx context.Context, c Counter, b Bucket, d int64) (int
 		for k := range sub {
 			sub[k] = Bucket{Level: lv, Start: b.Start + int64(k)*size}
 		}
-		if err := l.store.Load(ctx, c, sub[:], counts[:]); err != nil {
+		if err := ck.store.Load(ctx, c, sub[:], counts[:]); err != nil {
 			return 0, false
 		}
 		k := 0
@@ -293,17 +282,17 @@ func (l *Limiter) count(ctx context.Context, r *rule, value string, now time.Tim
 	rs.plan = nil // rs.writes no longer matches the cached read set
 	writes := r.plan.writes(now.Unix(), rs.writes[:0])
 	if err := l.store.Add(ctx, Counter{Rule: r.Name, Value: value}, writes, 1); err != nil {
-		l.countFailed(r, now, err)
+		l.countFailed(&r.windows, now, err)
 	}
 }
 
 // countFailed records a hit the store refused: in the metrics every time,
 // in the log at most once a second per rule (a store outage fails every
 // request).
-func (l *Limiter) countFailed(r *rule, now time.Time, err error) {
-	r.metrics.inc(storeError)
-	if n, ok := l.logs.allow(logKey{r.Name, "count_failed"}, now); ok {
-		l.log.Warn("limit: count failed", "rule", r.Name, "err", err, "suppressed", n)
+func (ck *checker) countFailed(w *windows, now time.Time, err error) {
+	w.metrics.inc(storeError)
+	if n, ok := ck.logs.allow(logKey{w.name, "count_failed"}, now); ok {
+		ck.log.Warn("limit: count failed", "rule", w.name, "err", err, "suppressed", n)
 	}
 }
 

@@ -121,7 +121,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			// operation as its check; otherwise hits are counted once every
 			// rule has passed.
 			alone := len(matched) == 1 && len(ru.CountStatus) == 0
-			v := l.check(ctx, ru, value, now, alone)
+			v := l.check(ctx, &ru.windows, value, now, alone)
 			ru.metrics.inc(v.out)
 			switch v.out {
 			case limited, boxed:

@@ -115,23 +115,23 @@ func (p *penalty) next(old Box, now time.Time, free int64) (Box, int64) {
 	return b, max(b.Until, sec+p.forget)
 }
 
-// trip puts c in r's box after a request over r's limits at now (free:
+// trip puts c in w's box after a request over w's limits at now (free:
 // the second from which a request would pass), old being c's box as read.
 // It returns the box; if the store failed to keep it, the failure is
 // logged and counted and ok is false: the request is refused as over the
 // limit, and the next one over it trips again.
-func (l *Limiter) trip(ctx context.Context, r *rule, c Counter, now time.Time, old Box, free int64) (b Box, ok bool) {
-	b, keep := r.pen.next(old, now, free)
-	if err := l.store.PutBox(ctx, c, b, keep); err != nil {
-		r.metrics.inc(storeError)
-		if n, ok := l.logs.allow(logKey{r.Name, "box_failed"}, now); ok {
-			l.log.Warn("limit: penalty box not kept: the store failed", "rule", r.Name, "err", err, "suppressed", n)
+func (ck *checker) trip(ctx context.Context, w *windows, c Counter, now time.Time, old Box, free int64) (b Box, ok bool) {
+	b, keep := w.pen.next(old, now, free)
+	if err := ck.store.PutBox(ctx, c, b, keep); err != nil {
+		w.metrics.inc(storeError)
+		if n, ok := ck.logs.allow(logKey{w.name, "box_failed"}, now); ok {
+			ck.log.Warn("limit: penalty box not kept: the store failed", "rule", w.name, "err", err, "suppressed", n)
 		}
 		return Box{}, false
 	}
-	r.metrics.trip(b.Trips > 1)
-	if n, ok := l.logs.allow(logKey{r.Name, "boxed"}, now); ok {
-		l.log.Info("limit: penalty box", "rule", r.Name, "key", string(r.Key), "value", c.Value,
+	w.metrics.trip(b.Trips > 1)
+	if n, ok := ck.logs.allow(logKey{w.name, "boxed"}, now); ok {
+		ck.log.Info("limit: penalty box", "rule", w.name, "key", string(w.key), "value", c.Value,
 			"trips", b.Trips, "until", time.Unix(b.Until, 0).UTC(), "suppressed", n)
 	}
 	return b, true
@@ -140,8 +140,8 @@ func (l *Limiter) trip(ctx context.Context, r *rule, c Counter, now time.Time, o
 // boxedVerdict is the verdict for c, found in its box b at sec: 429 until
 // the box ends, remembered (with the blocked clients) for at most
 // boxRecheck seconds, after which the store is read again.
-func (l *Limiter) boxedVerdict(c Counter, b Box, sec int64) verdict {
-	l.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), box: b}, sec)
+func (ck *checker) boxedVerdict(c Counter, b Box, sec int64) verdict {
+	ck.blocked.put(c, blockedEntry{until: min(b.Until, sec+boxRecheck), box: b}, sec)
 	return verdict{out: boxed, limit: 0, reset: b.Until - sec, box: b}
 }
 

@@ -136,7 +136,7 @@ func replayReference(t *testing.T, specs []string, prec string, strict, plain bo
 			rc = &refClient{}
 			ref[client] = rc
 		}
-		v := l.check(ctx, r, client, now, true)
+		v := l.check(ctx, &r.windows, client, now, true)
 		if sec < rc.blockedUntil {
 			// Remembered as over the limit: rejected without a store
 			// operation, so not counted even by a strict rule.

@@ -120,18 +120,18 @@ func (e *memEntry) oldest(q *spanQuery, res *spanResult, now int64) int64 {
 // checkSpans is check's fast path for Bucketed rules on a spanStore. ok is
 // false when a limit is exceeded and the caller must take the general path
 // (which computes when the client is free again, and trips its penalty).
-func (l *Limiter) checkSpans(ctx context.Context, ss spanStore, r *rule, c Counter, now time.Time, rs *readSet, writes []Bucket, cost int64, count bool) (verdict, bool) {
+func (ck *checker) checkSpans(ctx context.Context, ss spanStore, w *windows, c Counter, now time.Time, rs *readSet, writes []Bucket, cost int64, count bool) (verdict, bool) {
 	sec := now.Unix()
-	nl := len(r.plan.lim)
+	nl := len(w.plan.lim)
 	if cap(rs.q) < nl {
 		rs.q, rs.res = make([]spanQuery, nl), make([]spanResult, nl)
 	}
 	q, res := rs.q[:nl], rs.res[:nl]
-	if rs.qplan != r.plan || rs.qsec != sec {
-		rs.qplan, rs.qsec = r.plan, sec
-		for i := range r.plan.lim {
-			pl := &r.plan.lim[i]
-			q[i] = spanQuery{level: pl.level, cur: levelIndex(pl.level, sec), k: pl.k, n: r.plan.limits[i].N + 1 - cost}
+	if rs.qplan != w.plan || rs.qsec != sec {
+		rs.qplan, rs.qsec = w.plan, sec
+		for i := range w.plan.lim {
+			pl := &w.plan.lim[i]
+			q[i] = spanQuery{level: pl.level, cur: levelIndex(pl.level, sec), k: pl.k, n: w.plan.limits[i].N + 1 - cost}
 		}
 	}
 	var add []Bucket
@@ -139,10 +139,10 @@ func (l *Limiter) checkSpans(ctx context.Context, ss spanStore, r *rule, c Count
 		add = writes
 	}
 	var boxp *Box // in rs: a local's address would escape through the interface
-	if r.pen != nil {
+	if w.pen != nil {
 		boxp = &rs.box
 	}
-	_, err := ss.loadSpans(c, sec, q, res, add, r.Shadow, r.headers, boxp)
+	_, err := ss.loadSpans(c, sec, q, res, add, w.shadow, w.headers, boxp)
 	if err != nil {
 		return verdict{out: storeError, err: err}, true
 	}
@@ -151,40 +151,40 @@ func (l *Limiter) checkSpans(ctx context.Context, ss spanStore, r *rule, c Count
 		box = *boxp
 	}
 	inBox := box.In(sec)
-	if inBox && !r.Shadow {
-		return l.boxedVerdict(c, box, sec), true
+	if inBox && !w.shadow {
+		return ck.boxedVerdict(c, box, sec), true
 	}
 	v := verdict{out: allowed, limit: -1, remaining: -1}
-	for i, lim := range r.plan.limits {
+	for i, lim := range w.plan.limits {
 		n := res[i].sum
 		if n+cost > lim.N {
-			if !r.Shadow {
+			if !w.shadow {
 				return verdict{}, false
 			}
 			v.out = shadowLimited
 			continue
 		}
-		if v.out == allowed && r.headers {
+		if v.out == allowed && w.headers {
 			if rem := lim.N - n - cost; v.limit < 0 || rem < v.remaining {
 				v.limit, v.remaining = i, rem
 				if n > 0 {
-					v.reset = res[i].oldest + sizeOf(r.plan.lim[i].level) + r.plan.lim[i].lag - sec
+					v.reset = res[i].oldest + sizeOf(w.plan.lim[i].level) + w.plan.lim[i].lag - sec
 				} else {
-					v.reset = r.plan.lim[i].window
+					v.reset = w.plan.lim[i].window
 				}
 			}
 		}
 	}
 	if v.out == shadowLimited {
 		v.limit = -1
-		for i, lim := range r.plan.limits {
+		for i, lim := range w.plan.limits {
 			if res[i].sum+cost > lim.N {
 				v.limit = i
 				break
 			}
 		}
-		if r.pen != nil && !inBox {
-			l.trip(ctx, r, c, now, box, sec+1) // shadow mode boxes too (check)
+		if w.pen != nil && !inBox {
+			ck.trip(ctx, w, c, now, box, sec+1) // shadow mode boxes too (check)
 		}
 	}
 	if inBox {

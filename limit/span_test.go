@@ -57,8 +57,8 @@ func TestSpanPathMatchesLoadPath(t *testing.T) {
 			for i := range 3000 {
 				now = now.Add(time.Duration(rng.Int64N(int64(scales[rng.IntN(len(scales))]))))
 				client := []string{"a", "b", "c"}[rng.IntN(3)]
-				vf := fast.check(ctx, fast.rules[0], client, now, true)
-				vs := slow.check(ctx, slow.rules[0], client, now, true)
+				vf := fast.check(ctx, &fast.rules[0].windows, client, now, true)
+				vs := slow.check(ctx, &slow.rules[0].windows, client, now, true)
 				if vf.out == shadowLimited {
 					vf.limit, vs.limit, vf.reset, vs.reset, vf.remaining, vs.remaining = 0, 0, 0, 0, 0, 0
 				}
@@ -79,9 +79,9 @@ func TestCountAfterResponseKeepsBuckets(t *testing.T) {
 	l := New(compileT(t, []Rule{rule}, DefaultConfig()), m, nil, nil)
 	ctx := context.Background()
 	t100 := time.Unix(1_800_000_100, 0)
-	l.check(ctx, l.rules[0], "a", t100, false)
+	l.check(ctx, &l.rules[0].windows, "a", t100, false)
 	l.count(ctx, l.rules[0], "a", t100.Add(-time.Second))
-	l.check(ctx, l.rules[0], "a", t100, true)
+	l.check(ctx, &l.rules[0].windows, "a", t100, true)
 	counts := make([]int64, 2)
 	if err := m.Load(ctx, Counter{Rule: "r", Value: "a"}, []Bucket{{Level: Second, Start: t100.Unix() - 1}, {Level: Second, Start: t100.Unix()}}, counts); err != nil {
 		t.Fatal(err)
