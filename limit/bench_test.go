@@ -141,7 +141,7 @@ func (w *discardWriter) WriteHeader(int)             {}
 
 // BenchmarkCheckCountExact is BenchmarkCheckCount in precision exact, a new
 // second on every check (no reuse of the read set): the general Load path
-// with the seed's decomposition.
+// with a day decomposed into seconds, minutes and hours.
 func BenchmarkCheckCountExact(b *testing.B) {
 	rules := []Rule{{Name: "login_ip", Match: Match{Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
 	cfg := DefaultConfig()

@@ -17,7 +17,8 @@ const (
 	// at most one bucket (package doc).
 	Bucketed Precision = iota
 	// Exact writes every hit into all three levels and covers the window
-	// with the coarsest buckets that fit (seed 000): error below a second.
+	// with the coarsest aligned buckets that fit (decompose): error below
+	// a second.
 	Exact
 )
 
@@ -223,7 +224,9 @@ func grow(s []int64, n int) []int64 {
 
 // decompose covers the seconds [a, e) with the coarsest aligned buckets,
 // oldest first: seconds up to a minute boundary, minutes up to an hour
-// boundary, hours, then minutes and seconds up to e (seed 000).
+// boundary, hours, then minutes and seconds up to e. A window of a day is
+// so at most 59 + 59 + 23 + 59 + 59 buckets, never 86,400 seconds; each
+// second of it is counted once, so the count is exact to the second.
 func decompose(a, e int64, emit func(Bucket)) {
 	for x := a; x < e; {
 		// Constant divisors: this runs for every bucket of an exact check.

@@ -31,7 +31,8 @@ func TestPlanShape(t *testing.T) {
 	if w := p.writes(now, nil); len(w) != 3 {
 		t.Errorf("a hit writes %d buckets, want 3", len(w))
 	}
-	// Seed 000: at 23:30:33 the last day is 34 + 30 + 23 + 26 + 29 = 142 buckets.
+	// At 23:30:33 the last day is 34 + 30 + 23 + 26 + 29 = 142 buckets
+	// (the package doc's example).
 	pe := newBucketPlan(mustLimits(t, "100/d"), Exact)
 	pe.reads(now, &rs)
 	if len(rs.buckets) != 142 {

@@ -87,8 +87,8 @@ func (f Feature) MarshalYAML() (any, error) {
 }
 
 // Rule is one configured limit rule (a "rules" entry of the config file).
-// Name is the seed's event: part of every counter key, so counts survive an
-// edit of the limits.
+// Name is the event the rule counts (a login, a signup): part of every
+// counter key, so counts survive an edit of the limits.
 type Rule struct {
 	Name        string   `yaml:"name"`
 	Match       Match    `yaml:"match"`
@@ -256,8 +256,10 @@ type Limit struct {
 	Window time.Duration
 }
 
-// MaxWindow is the longest window a limit may have: limiter data is kept a
-// day at most (seed 000), with room for weekly limits.
+// MaxWindow is the longest window a limit may have: a week. The limiter is
+// built for windows of up to a day (2/s, 5/m, 10/h, 100/d); a week leaves
+// room for weekly limits, whose buckets live a week (Bucket.TTL) and whose
+// check reads 168 hour buckets.
 const MaxWindow = 7 * 24 * time.Hour
 
 // ParseLimit parses "N/unit" where unit is s, m, h or d with an optional

@@ -1,9 +1,9 @@
 // Package limit throttles abusive traffic: rules keyed by client address,
 // user or email, each with several windows at once ("2/s, 5/m, 10/h,
-// 100/d"), counted in bucketed logs as seed 000 describes, on a Store that is
-// in process (Memory, the default) or shared (limit/memcached). Windows
-// counts the same way outside a request (the TLS edge's handshakes per
-// client).
+// 100/d"), counted in buckets of a second, a minute and an hour (below),
+// on a Store that is in process (Memory, the default) or shared
+// (limit/memcached). Windows counts the same way outside a request (the TLS
+// edge's handshakes per client).
 //
 // # Counting
 //

@@ -6,7 +6,9 @@ import (
 )
 
 // Level is a bucket size: hits are counted in buckets of one second, one
-// minute or one hour (seed 000: "分级存储").
+// minute or one hour, tiers of resolution, so that a short window is
+// counted finely and a long one reads few buckets: a day is 24 hours, not
+// 86,400 seconds (package doc, Counting).
 type Level uint8
 
 // The bucket levels, finest first.
@@ -34,8 +36,9 @@ func (l Level) Size() time.Duration {
 	return [...]time.Duration{time.Second, time.Minute, time.Hour}[l]
 }
 
-// Counter names the hits of one feature value under one rule: the seed's
-// event + feature. All buckets of a counter are stored together (on one
+// Counter names the hits of one feature value under one rule: the event
+// counted (the rule: a login, a signup) and who did it (the client's
+// address, user or email). All buckets of a counter are stored together (on one
 // memcached server) so that a check is one round trip.
 type Counter struct {
 	Rule  string // the rule's name

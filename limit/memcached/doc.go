@@ -10,7 +10,7 @@
 //	lg:<rule>:<value>|<level><start>
 //
 // for example "lg:login_ip:203.0.113.7|s1700000000" (level s, m or h; start
-// in unix seconds). The rule is the seed's event, the value the normalized
+// in unix seconds). The rule is the event counted, the value the normalized
 // feature; the limit's number is never part of a key, so editing 5/m to 8/m
 // keeps the counts. A rule name longer than 64 bytes or holding ':', and a
 // value longer than 128 bytes, are replaced by '~' and 22 base64url
