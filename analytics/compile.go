@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/bound"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/route"
@@ -54,6 +55,23 @@ const (
 	maxDimRetentionDays = 20 * 365 // Cassandra's longest TTL
 )
 
+// bounds are the ranges of the section's numbers, checked first.
+var bounds = bound.Section[Config]{
+	bound.At("flush_interval", bound.Durations(100*time.Millisecond, time.Hour), func(c Config) time.Duration { return c.FlushInterval }),
+	bound.At("max_keys", bound.Counts(1, 100_000_000), func(c Config) int { return c.MaxKeys }),
+	bound.At("max_key_bytes", bound.Sizes(1, maxKeyBytesLimit), func(c Config) int { return c.MaxKeyBytes }),
+	bound.At("max_buffer_bytes", bound.Sizes(1<<20, 64<<30), func(c Config) int64 { return c.MaxBufferBytes }),
+	bound.At("journal.max_bytes", bound.Sizes(minJournalBytes, 1<<40), func(c Config) int64 { return c.Journal.MaxBytes }),
+	bound.At("live.max_links", bound.Counts(1, MaxLiveLinks).OrZero("all links only"), func(c Config) int { return c.Live.MaxLinks }),
+	bound.At("dimensions.max_values", bound.Counts(1, maxMaxValues).OrZero("no breakdowns"), func(c Config) int { return c.Dimensions.MaxValues }),
+	bound.At("dimensions.retention_days", bound.Counts(1, maxDimRetentionDays), func(c Config) int { return c.Dimensions.RetentionDays }),
+	bound.At("rollup_grace", bound.Durations(time.Second, 24*time.Hour), func(c Config) time.Duration { return c.RollupGrace }),
+}
+
+// Bounds lists the ranges of the section's numbers, as Compile checks
+// them.
+func Bounds() []bound.Named { return bounds.Ranges("analytics") }
+
 // Config returns the section the plan was compiled from. Do not modify
 // its slices.
 func (p *Plan) Config() Config { return p.cfg }
@@ -82,6 +100,9 @@ func Compile(cfg Config) (*Plan, error) { return CompileEnv(cfg, Env{}) }
 // (analytics.geoip.path) whole, so that a file it accepts is one the
 // gateway can use.
 func CompileEnv(cfg Config, env Env) (*Plan, error) {
+	if err := bounds.Check("analytics", cfg); err != nil {
+		return nil, err
+	}
 	p := &Plan{cfg: cfg}
 	p.cfg.Retention = slices.Clone(cfg.Retention)
 	mt, err := cfg.Match.Compile()
@@ -102,18 +123,6 @@ func CompileEnv(cfg Config, env Env) (*Plan, error) {
 		return nil, fmt.Errorf("analytics.bots: %q is not separate, count or ignore", cfg.Bots)
 	}
 	switch {
-	case cfg.FlushInterval < 100*time.Millisecond:
-		return nil, fmt.Errorf("analytics.flush_interval: %v is shorter than 100ms", cfg.FlushInterval)
-	case cfg.MaxKeys <= 0:
-		return nil, fmt.Errorf("analytics.max_keys: must be positive")
-	case cfg.Live.MaxLinks < 0 || cfg.Live.MaxLinks > MaxLiveLinks:
-		return nil, fmt.Errorf("analytics.live.max_links: %d is not between 0 (all links only) and %d", cfg.Live.MaxLinks, MaxLiveLinks)
-	case cfg.MaxKeyBytes < 1 || cfg.MaxKeyBytes > maxKeyBytesLimit:
-		return nil, fmt.Errorf("analytics.max_key_bytes: %d is not between 1 and %d", cfg.MaxKeyBytes, maxKeyBytesLimit)
-	case cfg.MaxBufferBytes <= 0:
-		return nil, fmt.Errorf("analytics.max_buffer_bytes: must be positive")
-	case cfg.Journal.MaxBytes < minJournalBytes:
-		return nil, fmt.Errorf("analytics.journal.max_bytes: %d is less than %d (1 MiB)", cfg.Journal.MaxBytes, minJournalBytes)
 	case cfg.Journal.Path != "" && strings.TrimSpace(cfg.Journal.Path) == "":
 		return nil, fmt.Errorf("analytics.journal.path: blank")
 	case cfg.Store == "embedded" && cfg.Journal.Path != "" && filepath.Clean(cfg.Journal.Path) == filepath.Clean(cfg.Embedded.Path):
@@ -154,9 +163,6 @@ func CompileEnv(cfg Config, env Env) (*Plan, error) {
 	if err := rollup.ValidateTiers(cfg.Retention); err != nil {
 		return nil, fmt.Errorf("analytics.retention: %w", err)
 	}
-	if cfg.RollupGrace <= 0 {
-		return nil, fmt.Errorf("analytics.rollup_grace: %v is not positive", cfg.RollupGrace)
-	}
 	if p.rollup, err = rollup.NewPlan(cfg.Retention, cfg.Grace()); err != nil {
 		return nil, fmt.Errorf("analytics.retention: with rollup_grace %v: %w", cfg.Grace(), err)
 	}
@@ -167,12 +173,6 @@ func CompileEnv(cfg Config, env Env) (*Plan, error) {
 // the visit reader.
 func (p *Plan) compileDims(env Env) error {
 	d := p.cfg.Dimensions
-	switch {
-	case d.MaxValues < 0 || d.MaxValues > maxMaxValues:
-		return fmt.Errorf("analytics.dimensions.max_values: %d is not between 0 (no breakdowns) and %d", d.MaxValues, maxMaxValues)
-	case d.RetentionDays < 1 || d.RetentionDays > maxDimRetentionDays:
-		return fmt.Errorf("analytics.dimensions.retention_days: %d is not between 1 and %d (20 years)", d.RetentionDays, maxDimRetentionDays)
-	}
 	for i, name := range d.SourceParams {
 		if name == "" || strings.ContainsAny(name, "&=;#? ") {
 			return fmt.Errorf("analytics.dimensions.source_params[%d]: %q is not a query parameter name", i, name)

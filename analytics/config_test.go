@@ -26,7 +26,10 @@ func TestRollupGrace(t *testing.T) {
 		field  string
 	}{
 		{"zero grace", func(c *analytics.Config) { c.RollupGrace = 0 }, "analytics.rollup_grace"},
-		{"grace beyond what the minutes are kept", func(c *analytics.Config) { c.RollupGrace = 2 * rollup.Day }, "analytics.retention"},
+		{"grace beyond what the minutes are kept", func(c *analytics.Config) {
+			c.RollupGrace = 24 * time.Hour // the longest grace; the minutes kept 12h
+			c.Retention = append([]rollup.Tier{{Step: time.Minute, Retention: 12 * time.Hour}}, c.Retention[1:]...)
+		}, "analytics.retention"},
 		{"no tier to roll all-time totals from", func(c *analytics.Config) {
 			c.Retention = []rollup.Tier{{Step: time.Minute, Retention: 3 * time.Minute}}
 		}, "analytics.retention"},

@@ -15,6 +15,8 @@ import (
 
 	"github.com/gocql/gocql"
 	"golang.org/x/net/idna"
+
+	"github.com/linkgate/linkgate/bound"
 )
 
 // Plan is a server.tls section checked and compiled: the static
@@ -41,12 +43,30 @@ type hstsRule struct {
 	header string
 }
 
+// bounds are the ranges of the section's numbers, checked first.
+var bounds = bound.Section[Config]{
+	bound.At("handshake_timeout", bound.Durations(time.Second, 5*time.Minute), func(c Config) time.Duration { return c.HandshakeTimeout }),
+	bound.At("on_demand.ask_timeout", bound.Durations(100*time.Millisecond, time.Minute), func(c Config) time.Duration { return c.OnDemand.AskTimeout }),
+	bound.At("on_demand.allow_ttl", bound.Durations(time.Second, 30*24*time.Hour), func(c Config) time.Duration { return c.OnDemand.AllowTTL }),
+	bound.At("on_demand.deny_ttl", bound.Durations(time.Second, 7*24*time.Hour), func(c Config) time.Duration { return c.OnDemand.DenyTTL }),
+	bound.At("storage.cassandra.timeout", bound.Durations(100*time.Millisecond, time.Minute), func(c Config) time.Duration { return c.Storage.Cassandra.Timeout }),
+	// A lock is refreshed every third of its TTL.
+	bound.At("storage.cassandra.lock_ttl", bound.Durations(10*time.Second, time.Hour), func(c Config) time.Duration { return c.Storage.Cassandra.LockTTL }),
+}
+
+// Bounds lists the ranges of the section's numbers, as Compile checks
+// them.
+func Bounds() []bound.Named { return bounds.Ranges("server.tls") }
+
 // Compile checks a server.tls section. It reads the files the section
 // names (the certificate and key, the CA root), so that a file that cannot
 // be used is refused here, by check-config, rather than at start; it opens
 // no listener or connection. Errors start with the field's path under
 // server.tls.
 func Compile(c Config) (*Plan, error) {
+	if err := bounds.Check("server.tls", c); err != nil {
+		return nil, err
+	}
 	p := &Plan{cfg: c}
 	const f = "server.tls."
 	if (c.CertFile == "") != (c.KeyFile == "") {
@@ -58,9 +78,6 @@ func Compile(c Config) (*Plan, error) {
 			return nil, fmt.Errorf(f+"cert_file: %w", err)
 		}
 		p.static = cert
-	}
-	if c.HandshakeTimeout <= 0 {
-		return nil, fmt.Errorf(f+"handshake_timeout: %v must be positive", c.HandshakeTimeout)
 	}
 	a := c.ACME
 	u, err := url.Parse(a.CA)
@@ -105,14 +122,6 @@ func Compile(c Config) (*Plan, error) {
 			return nil, fmt.Errorf(f+"on_demand.ask: %q already has a domain parameter; the gateway adds it", o.Ask)
 		}
 		p.ask = u
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"ask_timeout", o.AskTimeout}, {"allow_ttl", o.AllowTTL}, {"deny_ttl", o.DenyTTL}} {
-		if d.v <= 0 {
-			return nil, fmt.Errorf(f+"on_demand.%s: %v must be positive", d.name, d.v)
-		}
 	}
 	if len(o.HandshakesPerClient) == 0 {
 		return nil, fmt.Errorf(f + "on_demand.handshakes_per_client: none given; without a limit one client could make the gateway ask for any number of names")
@@ -162,12 +171,6 @@ func compileStorage(s Storage, managed bool) error {
 	}
 	if cs.ReplicationFactor < 1 {
 		return fmt.Errorf(f+"cassandra.replication_factor: %d must be at least 1", cs.ReplicationFactor)
-	}
-	if cs.Timeout <= 0 {
-		return fmt.Errorf(f+"cassandra.timeout: %v must be positive", cs.Timeout)
-	}
-	if cs.LockTTL < 10*time.Second {
-		return fmt.Errorf(f+"cassandra.lock_ttl: %v is under 10s; a lock is refreshed every third of it", cs.LockTTL)
 	}
 	return nil
 }

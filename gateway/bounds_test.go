@@ -40,7 +40,7 @@ func TestBoundsCoverEveryDurationAndSize(t *testing.T) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Errorf("no bound in gateway/bounds.go for %s", strings.Join(missing, ", "))
+		t.Errorf("no bound in the compile step of its section for %s", strings.Join(missing, ", "))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/bound"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/forwarded"
@@ -73,9 +74,6 @@ func Compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 
 func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	p := &Plan{cfg: cfg}
-	if err := checkBounds(cfg); err != nil {
-		return nil, err
-	}
 	if err := compileRuntime(cfg.Runtime); err != nil {
 		return nil, err
 	}
@@ -173,29 +171,28 @@ func compileEdge(cfg *config.Config) (*edge.Plan, error) {
 	if s.HTTPListen != "" && !p.Enabled() {
 		return nil, fmt.Errorf("server.http_listen: it redirects to https://, but server.tls sets no certificate (cert_file, acme.domains or on_demand.ask)")
 	}
-	if s.MaxConcurrentStreams < 1 {
-		return nil, fmt.Errorf("server.max_concurrent_streams: %d must be at least 1", s.MaxConcurrentStreams)
-	}
 	return p, nil
 }
 
+// serverBounds are the ranges of the server section's own numbers (those
+// of server.tls are edge.Compile's), checked first.
+var serverBounds = bound.Section[config.Server]{
+	bound.At("read_header_timeout", bound.Durations(100*time.Millisecond, 10*time.Minute), func(s config.Server) time.Duration { return s.ReadHeaderTimeout }),
+	bound.At("read_timeout", bound.Durations(100*time.Millisecond, 24*time.Hour).OrZero("none"), func(s config.Server) time.Duration { return s.ReadTimeout }),
+	bound.At("body_timeout", bound.Durations(100*time.Millisecond, time.Hour).OrZero("none"), func(s config.Server) time.Duration { return s.BodyTimeout }),
+	bound.At("write_timeout", bound.Durations(100*time.Millisecond, 24*time.Hour).OrZero("none"), func(s config.Server) time.Duration { return s.WriteTimeout }),
+	bound.At("idle_timeout", bound.Durations(100*time.Millisecond, 24*time.Hour).OrZero("none"), func(s config.Server) time.Duration { return s.IdleTimeout }),
+	bound.At("max_header_bytes", bound.Sizes(1<<10, 1<<20), func(s config.Server) int { return s.MaxHeaderBytes }),
+	bound.At("shutdown_timeout", bound.Durations(0, time.Hour), func(s config.Server) time.Duration { return s.ShutdownTimeout }),
+	bound.At("max_concurrent_streams", bound.Counts(1, 10_000), func(s config.Server) int { return s.MaxConcurrentStreams }),
+}
+
 func compileServer(s config.Server) error {
-	if err := checkListen("server.listen", s.Listen, false); err != nil {
+	if err := serverBounds.Check("server", s); err != nil {
 		return err
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"read_header_timeout", s.ReadHeaderTimeout}, {"read_timeout", s.ReadTimeout}, {"body_timeout", s.BodyTimeout},
-		{"write_timeout", s.WriteTimeout}, {"idle_timeout", s.IdleTimeout}, {"shutdown_timeout", s.ShutdownTimeout},
-	} {
-		if d.v < 0 {
-			return fmt.Errorf("server.%s: %v is negative", d.name, d.v)
-		}
-	}
-	if s.MaxHeaderBytes <= 0 {
-		return fmt.Errorf("server.max_header_bytes: must be positive")
+	if err := checkListen("server.listen", s.Listen, false); err != nil {
+		return err
 	}
 	for i, m := range s.AllowMethods {
 		if m != http.MethodTrace && m != http.MethodConnect {

@@ -3,6 +3,13 @@ package gateway
 import (
 	"strconv"
 	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/bound"
+	"github.com/linkgate/linkgate/edge"
+	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/stats"
 )
 
 // Bound is a bound of the compile step, for tests: the field, its range
@@ -15,14 +22,21 @@ type Bound struct {
 	MinS, MaxS string
 }
 
-// Bounds returns the compile step's bounds of every duration and size.
+// Bounds returns the ranges of every duration and size, as the compile
+// steps of the sections check them.
 func Bounds() []Bound {
 	var out []Bound
-	for _, b := range bounds {
-		out = append(out, Bound{
-			Field: b.field, Min: b.min, Max: b.max, Duration: !b.bytes && !b.count, Zero: b.zero != "",
-			MinS: b.format(b.min), MaxS: b.format(b.max),
-		})
+	for _, sec := range [][]bound.Named{
+		serverBounds.Ranges("server"), runtimeBounds.Ranges("runtime"), edge.Bounds(), proxy.Bounds("upstream"), proxy.Bounds("routes[].upstream"),
+		limit.Bounds(), analytics.Bounds(), stats.Bounds(),
+	} {
+		for _, b := range sec {
+			r := b.Range
+			out = append(out, Bound{
+				Field: b.Path, Min: r.Min, Max: r.Max, Duration: r.Unit == bound.Duration, Zero: r.Zero != "",
+				MinS: r.Format(r.Min), MaxS: r.Format(r.Max),
+			})
+		}
 	}
 	return out
 }

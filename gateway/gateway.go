@@ -52,6 +52,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/cassandra"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
+	"github.com/linkgate/linkgate/bound"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/h2guard"
@@ -222,13 +223,20 @@ const (
 	maxMemoryLimit = 1 << 40
 )
 
+// runtimeBounds are the ranges of the runtime section's numbers, checked
+// first.
+var runtimeBounds = bound.Section[config.Runtime]{
+	bound.At("memory_limit", bound.Sizes(minMemoryLimit, maxMemoryLimit).OrZero("none"), func(r config.Runtime) int64 { return r.MemoryLimit }),
+}
+
 // compileRuntime checks the runtime section.
 func compileRuntime(r config.Runtime) error {
+	if err := runtimeBounds.Check("runtime", r); err != nil {
+		return err
+	}
 	switch {
 	case r.GOGC < -1:
 		return fmt.Errorf("runtime.gogc: %d: want a percentage, or -1 for no collection until runtime.memory_limit", r.GOGC)
-	case r.MemoryLimit != 0 && (r.MemoryLimit < minMemoryLimit || r.MemoryLimit > maxMemoryLimit):
-		return fmt.Errorf("runtime.memory_limit: %d is not from %d to %d (128 MiB to 1 TiB): a gateway needs at least 128 MiB; 0 for none", r.MemoryLimit, minMemoryLimit, maxMemoryLimit)
 	case r.GOGC == -1 && r.MemoryLimit == 0:
 		return fmt.Errorf("runtime.gogc: -1 (no collection) needs a runtime.memory_limit, or the heap grows without bound")
 	}

@@ -306,7 +306,7 @@ func TestOddValuesRefused(t *testing.T) {
 		{"two terabytes of headers, in server", strings.Replace(base, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  max_header_bytes: 2000000000000\n", 1),
 			"server.max_header_bytes", 5, "2000000000000 is more than 1048576"},
 		{"a second document", base + "---\nrules: []\n", "", nl + 1, "a second YAML document"},
-		{"an IPv6 prefix too long", base + "identity:\n  ipv6_prefix: 200\n", "identity.ipv6_prefix", nl + 2, "200 is not between 1 and 128"},
+		{"an IPv6 prefix too long", base + "identity:\n  ipv6_prefix: 200\n", "identity.ipv6_prefix", nl + 2, "200 is more than 128; it can be 1 to 128"},
 		{"a misspelt section", base + "servr:\n  listen: 127.0.0.1:0\n", "servr", nl + 1, "unknown field (did you mean server?); the file's top level has server, admin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

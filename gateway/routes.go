@@ -38,6 +38,8 @@ func compilePools(cfg *config.Config, trust *forwarded.Trust, headers forwarded.
 		pools = append(pools, poolPlan{name: "upstream", proxy: pp})
 	} else if cfg.Upstream.TLS != (proxy.TLS{}) {
 		return nil, nil, 0, fmt.Errorf("upstream.tls: set, but upstream lists no targets: with routes and no upstream.targets there is no default pool, and requests for other hosts are answered 421")
+	} else if err := proxy.CheckBounds("upstream", cfg.Upstream); err != nil {
+		return nil, nil, 0, err
 	}
 	hosts = &route.Hosts[int]{}
 	seen := map[string]string{} // normalized pattern → where it was first listed

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/bound"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/route"
 )
@@ -30,6 +31,12 @@ type Plan struct {
 // it reads no file, environment or network. Errors start with the field's
 // path in the config file (`rules[2].allow[0]: "10.0.0.0/33" is not ...`).
 func Compile(rules []Rule, id Identity, cfg Config, trust *forwarded.Trust) (*Plan, error) {
+	if err := limiterBounds.Check("limiter", cfg); err != nil {
+		return nil, err
+	}
+	if err := identityBounds.Check("identity", id); err != nil {
+		return nil, err
+	}
 	p := &Plan{cfg: cfg}
 	p.cfg.Memcached.Servers = slices.Clone(cfg.Memcached.Servers)
 	prec, err := compileLimiter(cfg)
@@ -82,10 +89,6 @@ func compileLimiter(c Config) (Precision, error) {
 	switch {
 	case c.Store != "memory" && c.Store != "memcached":
 		return 0, fmt.Errorf("limiter.store: %q is not memory or memcached", c.Store)
-	case c.Memcached.Timeout <= 0:
-		return 0, fmt.Errorf("limiter.memcached.timeout: must be positive")
-	case c.Memcached.MaxIdleConns < 1 || c.Memcached.MaxIdleConns > MaxIdleConnsLimit:
-		return 0, fmt.Errorf("limiter.memcached.max_idle_conns: %d is not between 1 and %d", c.Memcached.MaxIdleConns, MaxIdleConnsLimit)
 	case c.OnStoreError != "allow" && c.OnStoreError != "deny":
 		return 0, fmt.Errorf("limiter.on_store_error: %q is not allow or deny", c.OnStoreError)
 	}
@@ -131,17 +134,29 @@ func checkServer(a string) error {
 	return nil
 }
 
-// maxBodyLimit caps identity.max_body_bytes: the body read to find an email
-// is held in memory, once per request in flight.
-const maxBodyLimit = 16 << 20
+// The ranges of the numbers of the limiter and identity sections, which
+// Compile checks first.
+var (
+	limiterBounds = bound.Section[Config]{
+		bound.At("memcached.timeout", bound.Durations(time.Millisecond, 10*time.Second), func(c Config) time.Duration { return c.Memcached.Timeout }),
+		bound.At("memcached.max_idle_conns", bound.Counts(1, MaxIdleConnsLimit), func(c Config) int { return c.Memcached.MaxIdleConns }),
+	}
+	identityBounds = bound.Section[Identity]{
+		bound.At("ipv6_prefix", bound.Counts(1, 128), func(id Identity) int { return id.IPv6Prefix }),
+		// The body read to find an email is held in memory, once per
+		// request in flight.
+		bound.At("max_body_bytes", bound.Sizes(1, 16<<20), func(id Identity) int64 { return id.MaxBodyBytes }),
+	}
+)
+
+// Bounds lists the ranges of the numbers of the limiter and identity
+// sections and of each rule's penalty, as Compile checks them.
+func Bounds() []bound.Named {
+	return slices.Concat(limiterBounds.Ranges("limiter"), identityBounds.Ranges("identity"), penaltyBounds.Ranges("rules[].penalty"))
+}
 
 func compileIdentity(id Identity) error {
-	switch {
-	case id.IPv6Prefix < 1 || id.IPv6Prefix > 128:
-		return fmt.Errorf("identity.ipv6_prefix: %d is not between 1 and 128", id.IPv6Prefix)
-	case id.MaxBodyBytes < 1 || id.MaxBodyBytes > maxBodyLimit:
-		return fmt.Errorf("identity.max_body_bytes: %d is not between 1 and %d", id.MaxBodyBytes, maxBodyLimit)
-	case id.UserHeader != "" && !validToken(id.UserHeader):
+	if id.UserHeader != "" && !validToken(id.UserHeader) {
 		return fmt.Errorf("identity.user_header: %q is not a header name", id.UserHeader)
 	}
 	for i, f := range id.EmailFields {

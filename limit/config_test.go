@@ -39,7 +39,7 @@ func TestCompileEdgeFields(t *testing.T) {
 		{"unknown policy", compile(withPolicy(email, "drop"), limit.DefaultIdentity(), limit.DefaultConfig()), `rules[0].on_unreadable: "drop" is not reject, skip or key_by_ip`},
 		{"policy on an ip rule", compile(withPolicy(ip, "skip"), limit.DefaultIdentity(), limit.DefaultConfig()), "rules[0].on_unreadable: only email rules"},
 		{"unknown fold", compile(nil, fold("plus_tag", "dots"), limit.DefaultConfig()), `identity.email_fold[1]: "dots" is not plus_tag or gmail_dots`},
-		{"no connections", compile(nil, limit.DefaultIdentity(), pool(0)), "limiter.memcached.max_idle_conns: 0 is not between 1 and 1024"},
+		{"no connections", compile(nil, limit.DefaultIdentity(), pool(0)), "limiter.memcached.max_idle_conns: 0 is less than 1; it can be 1 to 1024"},
 		{"too many connections", compile(nil, limit.DefaultIdentity(), pool(5000)), "limiter.memcached.max_idle_conns: 5000"},
 	} {
 		if tc.err == nil || !strings.HasPrefix(tc.err.Error(), tc.want) {

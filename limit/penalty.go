@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/linkgate/linkgate/bound"
 )
 
 // This file is the penalty box: the math of a box's length (time passed
@@ -31,36 +33,28 @@ type penalty struct {
 	factor             float64
 }
 
+// penaltyBounds are the ranges of a penalty's durations, which
+// compilePenalty checks first.
+var penaltyBounds = bound.Section[Penalty]{
+	bound.At("duration", bound.Durations(time.Second, DefaultPenaltyMax).OrZero("no penalty"), func(p Penalty) time.Duration { return p.Duration }),
+	bound.At("max", bound.Durations(time.Second, DefaultPenaltyMax).OrZero("168h"), func(p Penalty) time.Duration { return p.Max }),
+	bound.At("forget_after", bound.Durations(time.Second, MaxForgetAfter).OrZero("24h"), func(p Penalty) time.Duration { return p.ForgetAfter }),
+}
+
 // compilePenalty checks a rule's penalty: nil when it has none. Errors
 // start with the field's name within the rule ("penalty.max: ...").
 func compilePenalty(p Penalty) (*penalty, error) {
+	if err := penaltyBounds.Check("penalty", p); err != nil {
+		return nil, err
+	}
 	if p == (Penalty{}) {
 		return nil, nil
 	}
 	if p.Duration == 0 {
 		return nil, fmt.Errorf("penalty.duration: missing: the penalty of a first trip (factor, max and forget_after say how it grows from there)")
 	}
-	inRange := func(field string, d, lo, hi time.Duration) error {
-		if d < lo || d > hi {
-			return fmt.Errorf("penalty.%s: %v is not between %v and %v", field, d, lo, hi)
-		}
-		return nil
-	}
-	if err := inRange("duration", p.Duration, time.Second, DefaultPenaltyMax); err != nil {
-		return nil, err
-	}
-	if p.Max != 0 {
-		if err := inRange("max", p.Max, time.Second, DefaultPenaltyMax); err != nil {
-			return nil, err
-		}
-		if p.Max < p.Duration {
-			return nil, fmt.Errorf("penalty.max: %v is shorter than penalty.duration (%v), the box of a first trip", p.Max, p.Duration)
-		}
-	}
-	if p.ForgetAfter != 0 {
-		if err := inRange("forget_after", p.ForgetAfter, time.Second, MaxForgetAfter); err != nil {
-			return nil, err
-		}
+	if p.Max != 0 && p.Max < p.Duration {
+		return nil, fmt.Errorf("penalty.max: %v is shorter than penalty.duration (%v), the box of a first trip", p.Max, p.Duration)
 	}
 	if f := p.Factor; f != 0 && !(f >= 1 && f <= MaxPenaltyFactor) { // NaN fails both
 		return nil, fmt.Errorf("penalty.factor: %v is not between 1 and %d (each trip multiplies the box by it)", f, MaxPenaltyFactor)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/bound"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/route"
 )
@@ -85,6 +86,24 @@ type Plan struct {
 	caPEM, certPEM, keyPEM []byte
 }
 
+// bounds are the ranges of the section's numbers, checked first.
+var bounds = bound.Section[Config]{
+	bound.At("dial_timeout", bound.Durations(10*time.Millisecond, time.Minute), func(c Config) time.Duration { return c.DialTimeout }),
+	bound.At("response_header_timeout", bound.Durations(100*time.Millisecond, time.Hour), func(c Config) time.Duration { return c.ResponseHeaderTimeout }),
+	bound.At("health_check.interval", bound.Durations(100*time.Millisecond, time.Hour), func(c Config) time.Duration { return c.HealthCheck.Interval }),
+	bound.At("max_idle_conns_per_host", bound.Counts(1, 65536), func(c Config) int { return c.MaxIdleConnsPerHost }),
+}
+
+// Bounds lists the ranges of the numbers of a pool's section at path
+// ("upstream", "routes[].upstream"), as Compile checks them.
+func Bounds(path string) []bound.Named { return bounds.Ranges(path) }
+
+// CheckBounds checks the numbers of a pool's section at path alone, as
+// Compile does first: for a section that is not compiled (an upstream
+// section without targets beside routes), so that giving it targets later
+// cannot bring an error to light.
+func CheckBounds(path string, cfg Config) error { return bounds.Check(path, cfg) }
+
 // Compile checks cfg, the upstream section, and returns its Plan. trust
 // says whose forwarding headers are believed (server.trusted_proxies) and
 // headers which of the client's headers reach the upstream
@@ -100,6 +119,9 @@ func Compile(cfg Config, trust *forwarded.Trust, headers forwarded.Policy) (*Pla
 // CompileAt is Compile for a pool whose section is at field in the file
 // ("routes[2].upstream"): its errors start with that path.
 func CompileAt(field string, cfg Config, trust *forwarded.Trust, headers forwarded.Policy) (*Plan, error) {
+	if err := bounds.Check(field, cfg); err != nil {
+		return nil, err
+	}
 	p := &Plan{cfg: cfg, field: field, trust: trust, headers: headers}
 	p.cfg.Targets = slices.Clone(cfg.Targets)
 	if len(cfg.Targets) == 0 {
@@ -119,17 +141,8 @@ func CompileAt(field string, cfg Config, trust *forwarded.Trust, headers forward
 		p.targets = append(p.targets, &url.URL{Scheme: u.Scheme, Host: u.Host})
 		https = https || u.Scheme == "https"
 	}
-	switch {
-	case cfg.DialTimeout <= 0:
-		return nil, fmt.Errorf("%s.dial_timeout: must be positive", field)
-	case cfg.ResponseHeaderTimeout <= 0:
-		return nil, fmt.Errorf("%s.response_header_timeout: must be positive", field)
-	case cfg.HealthCheck.Interval <= 0:
-		return nil, fmt.Errorf("%s.health_check.interval: must be positive", field)
-	case cfg.HealthCheck.Path == "" || cfg.HealthCheck.Path[0] != '/':
+	if cfg.HealthCheck.Path == "" || cfg.HealthCheck.Path[0] != '/' {
 		return nil, fmt.Errorf("%s.health_check.path: %q must start with /", field, cfg.HealthCheck.Path)
-	case cfg.MaxIdleConnsPerHost <= 0:
-		return nil, fmt.Errorf("%s.max_idle_conns_per_host: must be positive", field)
 	}
 	if _, err := url.Parse("http://x" + cfg.HealthCheck.Path); err != nil {
 		return nil, fmt.Errorf("%s.health_check.path: %q is not a URL path", field, cfg.HealthCheck.Path)

@@ -584,7 +584,7 @@ func h1Cases() []h1Case {
 				time.Sleep(300 * time.Millisecond)
 				return false
 			}),
-			cfg: func(c *proxy.Config) { c.ResponseHeaderTimeout = 50 * time.Millisecond },
+			cfg: func(c *proxy.Config) { c.ResponseHeaderTimeout = 100 * time.Millisecond },
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				resp, _ := send(t, "GET", front+"/x", nil)
 				return fmt.Sprint(resp.StatusCode)
@@ -861,7 +861,7 @@ func TestPooledDeadlinesDoNotLeak(t *testing.T) {
 	})
 	cfg := config(up.URL)
 	cfg.ResponseHeaderTimeout = 100 * time.Millisecond
-	cfg.HealthCheck.Interval = 40 * time.Millisecond
+	cfg.HealthCheck.Interval = 100 * time.Millisecond // the shortest a config can have
 	f := start(t, cfg)
 	var opened int64
 	for i := range 5 {
@@ -895,13 +895,13 @@ func TestPooledDeadlinesDoNotLeak(t *testing.T) {
 func TestIdleConnectionReusedAfterItsDeadline(t *testing.T) {
 	up := newUpstream(t, "up", nil)
 	cfg := config(up.URL)
-	cfg.ResponseHeaderTimeout = 30 * time.Millisecond
+	cfg.ResponseHeaderTimeout = 100 * time.Millisecond // the shortest a config can have
 	f := start(t, cfg)
 	testkit.Eventually(t, 10*time.Second, "the first health check", func() bool { return up.checks.Load() > 0 })
 	f.get(t, "/x")
 	opened := f.p.ConnectionsOpened()
 	for range 3 {
-		time.Sleep(60 * time.Millisecond) // idle past the last exchange's deadline
+		time.Sleep(200 * time.Millisecond) // idle past the last exchange's deadline
 		if resp, _ := f.get(t, "/x"); resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}

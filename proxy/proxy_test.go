@@ -302,7 +302,7 @@ func TestRetryOnlyReplayable(t *testing.T) {
 func TestHealthCheckPutsTargetBack(t *testing.T) {
 	target := "http://" + testkit.FreeAddr(t)
 	cfg := config(target)
-	cfg.HealthCheck.Interval = 50 * time.Millisecond
+	cfg.HealthCheck.Interval = 100 * time.Millisecond
 	f := start(t, cfg)
 	testkit.Eventually(t, 5*time.Second, "the dead target to be taken out", func() bool { return !f.p.Ready() })
 	if got := f.healthy(t, target); got != 0 {
@@ -343,7 +343,7 @@ func TestHealthCheckTakesOutNon2xx(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	cfg := config(srv.URL)
-	cfg.HealthCheck.Interval = 50 * time.Millisecond
+	cfg.HealthCheck.Interval = 100 * time.Millisecond
 	f := start(t, cfg)
 	sick.Store(true)
 	testkit.Eventually(t, 5*time.Second, "a 503 health check to take the target out", func() bool { return !f.p.Ready() })

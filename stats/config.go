@@ -5,6 +5,8 @@ import (
 	"path"
 	"regexp"
 	"time"
+
+	"github.com/linkgate/linkgate/bound"
 )
 
 // ancestorSource is a source of CSP's frame-ancestors (CSP Level 3 section
@@ -79,31 +81,35 @@ func DefaultConfig() Config {
 		Share: ShareConfig{KeyEnv: "LINKGATE_SHARE_KEY", MaxTTL: DefaultShareMaxTTL}}
 }
 
+// bounds are the ranges of the section's numbers, checked first. A
+// reserve of max_streams or more keeps every stream for the stats token
+// (Streams takes the smaller): refusing it would refuse a file that only
+// lowered max_streams under the default reserve.
+var bounds = bound.Section[Config]{
+	bound.At("read_timeout", bound.Durations(10*time.Millisecond, time.Minute), func(c Config) time.Duration { return c.ReadTimeout }),
+	bound.At("live.max_streams", bound.Counts(1, MaxStreamsLimit).OrZero("no live stream"), func(c Config) int { return c.Live.MaxStreams }),
+	bound.At("live.reserved_streams", bound.Counts(0, MaxStreamsLimit), func(c Config) int { return c.Live.ReservedStreams }),
+	bound.At("live.per_share_token", bound.Counts(1, MaxStreamsLimit), func(c Config) int { return c.Live.PerShareToken }),
+	bound.At("live.per_client", bound.Counts(1, MaxStreamsLimit), func(c Config) int { return c.Live.PerClient }),
+	bound.At("share.max_ttl", bound.Durations(time.Minute, 10*365*24*time.Hour), func(c Config) time.Duration { return c.Share.MaxTTL }),
+}
+
+// Bounds lists the ranges of the section's numbers, as Compile checks
+// them.
+func Bounds() []bound.Named { return bounds.Ranges("stats") }
+
 // Compile checks the stats section. Errors start with the field's
 // path in the config file.
 func Compile(c Config) error {
+	if err := bounds.Check("stats", c); err != nil {
+		return err
+	}
 	if !cleanPrefix.MatchString(c.Prefix) || path.Clean(c.Prefix) != c.Prefix {
 		return fmt.Errorf("stats.prefix: %q must be a clean absolute path like /stats or /_lg/stats: segments of letters, digits and - . _ ~, none of them . or .., no // or trailing /, nothing escaped (%%)", c.Prefix)
 	}
 	for i, a := range c.Embed.FrameAncestors {
 		if !ancestorSource.MatchString(a) {
 			return fmt.Errorf("stats.embed.frame_ancestors[%d]: %q is not a CSP source like https://blog.example, https://*.example.com, https: or 'self'", i, a)
-		}
-	}
-	return compileLive(c.Live)
-}
-
-// compileLive checks the stats.live section: each count in its range. A
-// reserve of max_streams or more keeps every stream for the stats token
-// (Streams takes the smaller): refusing it would refuse a file that only
-// lowered max_streams under the default reserve.
-func compileLive(c LiveConfig) error {
-	for _, f := range []struct {
-		name     string
-		v, least int
-	}{{"max_streams", c.MaxStreams, 0}, {"reserved_streams", c.ReservedStreams, 0}, {"per_share_token", c.PerShareToken, 1}, {"per_client", c.PerClient, 1}} {
-		if f.v < f.least || f.v > MaxStreamsLimit {
-			return fmt.Errorf("stats.live.%s: %d is not from %d to %d", f.name, f.v, f.least, MaxStreamsLimit)
 		}
 	}
 	return nil
