@@ -13,12 +13,6 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-// withRules is a valid gateway config in front of target with the given
-// YAML appended (a rules section, or sections to override).
-func withRules(target, extra string) string {
-	return testkit.BaseConfig(target) + extra
-}
-
 // badConfigs are configs check-config must refuse, each with the field
 // path and line the error must name. Among them the four that once passed
 // check-config and then killed the gateway at start and on reload (a rule
