@@ -824,6 +824,7 @@ func diffCases() []diffCase {
 		// Hijacker aside (documented), net/http's writer also offers these.
 		diffRespCase("resp/optional-interfaces", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			_, flusher := w.(http.Flusher)
+			//lint:ignore SA1019 the case lists what net/http's writer offers, the deprecated CloseNotifier among it
 			_, closeNotifier := w.(http.CloseNotifier)
 			_, readerFrom := w.(io.ReaderFrom)
 			_, stringWriter := w.(io.StringWriter)
