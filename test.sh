@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test of linkgate, installing what the tests need when it is missing:
+# Runs every test of linkgate, and the static checks (go mod tidy -diff,
+# go vet, and staticcheck when it is installed: go install
+# honnef.co/go/tools/cmd/staticcheck@v0.8.2, which CI runs), installing what
+# the tests need when it is missing:
 # memcached (limiter store tests), Chromium (the stats chart page test), pebble
 # (the ACME test server the TLS edge's tests obtain certificates from), h2load
 # (nghttp2-client: a bounded HTTP/2 load in the TLS tests), curl, certutil
@@ -27,11 +30,19 @@ fi
 if [ -z "${CASSANDRA_HOSTS:-}" ]; then
   echo "test.sh: CASSANDRA_HOSTS is not set: the Cassandra integration tests will be SKIPPED"
 fi
+# go.mod and go.sum as go mod tidy would write them: a direct dependency
+# marked indirect, or a sum nothing needs, fails here (seconds).
+go mod tidy -diff
 # Vetted with the race detector's flags, so that vet and the tests share one
 # build of every dependency (a cold run compiles them once, not twice); CI
 # also runs a plain go vet ./... after this, for the files built without
 # the race detector only.
 go vet -race ./...
+if command -v staticcheck >/dev/null; then
+  staticcheck ./...
+else
+  echo "test.sh: staticcheck is not installed: SKIPPED (go install honnef.co/go/tools/cmd/staticcheck@v0.8.2; CI runs it)"
+fi
 # A binary built with -race sleeps a second at exit (atexit_sleep_ms=1000)
 # so that goroutines still running can report a race: a second per test
 # binary. A race during a test fails that test all the same. A GORACE of
