@@ -298,7 +298,7 @@ func (e *Edge) onEvent(ctx context.Context, event string, data map[string]any) e
 	switch event {
 	case "cert_obtaining":
 		if !renewal {
-			if err := e.gate.order(name, e.clientKey(ctx), time.Now()); err != nil {
+			if err := e.gate.order(name, e.clientKey(ctx), e.gate.now()); err != nil {
 				e.m.issuance.WithLabelValues(kind, "capped").Inc()
 				e.log.Warn("certificate order refused", "name", name, "reason", err)
 				e.record(name, func(s *certState) { s.lastError, s.lastErrorAt = err.Error(), time.Now() })

@@ -28,6 +28,7 @@ type gate struct {
 	plan       atomic.Pointer[Plan]
 	handshakes atomic.Pointer[limit.Windows] // handshakes_per_client
 	client     *http.Client
+	now        func() time.Time // the clock of the answers' lifetimes, the handshake counts and the order cap
 
 	logs logthrottle.Throttle[string] // repeated log lines, by kind
 
@@ -73,7 +74,7 @@ var (
 )
 
 func newGate(e *Edge, plan *Plan) (*gate, error) {
-	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}, charged: map[string][]time.Time{}}
+	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}, charged: map[string][]time.Time{}, now: time.Now}
 	g.logs.Every = 10 * time.Second
 	g.client = &http.Client{
 		// The ask endpoint is the operator's own service: no redirects to
@@ -115,7 +116,7 @@ func (g *gate) decide(ctx context.Context, name string) error {
 		// Nothing can be loaded or ordered without the storage: fail the
 		// handshake now rather than at its deadline, and ask no one.
 		g.e.m.decisions.WithLabelValues("unavailable").Inc()
-		if n, ok := g.logs.Allow("storage", time.Now()); ok {
+		if n, ok := g.logs.Allow("storage", g.now()); ok {
 			g.e.log.Warn("TLS handshake for a name without a certificate in memory refused: the certificate storage is not connected yet", "name", name, "err", err, "suppressed", n)
 		}
 		return fmt.Errorf("edge: %s: %w", name, err)
@@ -128,7 +129,7 @@ func (g *gate) decide(ctx context.Context, name string) error {
 		g.e.m.decisions.WithLabelValues("denied").Inc()
 		return fmt.Errorf("edge: %s is not in acme.domains and on_demand.ask is not set", name)
 	}
-	now := time.Now()
+	now := g.now()
 	g.mu.Lock()
 	a, ok := g.answers[name]
 	g.mu.Unlock()
@@ -147,7 +148,11 @@ func (g *gate) decide(ctx context.Context, name string) error {
 		}
 		ok, err := g.handshakes.Load().Allow(ctx, key, now)
 		if err != nil {
-			g.e.log.Warn("handshake limit store failed; the handshake is not limited", "err", err)
+			// Every handshake for an unknown name fails so while the store
+			// is down: a line now and then, with the count held back.
+			if n, logIt := g.logs.Allow("limit_store", now); logIt {
+				g.e.log.Warn("handshake limit store failed; the handshake is not limited", "err", err, "suppressed", n)
+			}
 		}
 		if !ok {
 			g.e.m.decisions.WithLabelValues("limited").Inc()
@@ -208,7 +213,7 @@ func (g *gate) askOnce(ctx context.Context, p *Plan, name, client string) (bool,
 			ttl = p.cfg.OnDemand.AllowTTL
 		}
 		if len(g.answers) >= maxAnswers {
-			now := time.Now()
+			now := g.now()
 			for n, a := range g.answers {
 				if !now.Before(a.until) {
 					delete(g.answers, n)
@@ -218,7 +223,7 @@ func (g *gate) askOnce(ctx context.Context, p *Plan, name, client string) (bool,
 				g.answers = map[string]answer{}
 			}
 		}
-		g.answers[name] = answer{allowed: f.allowed, until: time.Now().Add(ttl)}
+		g.answers[name] = answer{allowed: f.allowed, until: g.now().Add(ttl)}
 	}
 	g.mu.Unlock()
 	close(f.done)
