@@ -94,7 +94,9 @@ func newGate(e *Edge, plan *Plan) (*gate, error) {
 func (g *gate) apply(plan *Plan) error {
 	old := g.plan.Swap(plan)
 	if old == nil || !slices.Equal(old.cfg.OnDemand.HandshakesPerClient, plan.cfg.OnDemand.HandshakesPerClient) {
-		ws, err := limit.NewWindows("tls_handshake", plan.cfg.OnDemand.HandshakesPerClient, g.e.opts.LimitStore)
+		// Named with a '/', which no rule's name holds: the counts of a
+		// rule named tls_handshake stay its own.
+		ws, err := limit.NewWindows("tls/handshake", plan.cfg.OnDemand.HandshakesPerClient, g.e.opts.LimitStore)
 		if err != nil {
 			return err
 		}
