@@ -32,6 +32,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3"
+	"go.uber.org/zap"
 
 	"github.com/linkgate/linkgate/limit"
 )
@@ -154,36 +155,30 @@ func (e *Edge) startACME(ctx context.Context, plan *Plan) error {
 	}
 	e.storage = st
 	zl := zapToSlog(e.log)
-	a := plan.cfg.ACME
-	var magic *certmagic.Config
+	// Two certmagic configs share the cache, the storage and the CA
+	// account. magic serves every handshake and obtains a name without a
+	// certificate on demand, as gate.decide allows. certmagic renews the
+	// certificates of a config with OnDemand only in a handshake, and
+	// manages its names at the first: those of acme.domains belong to
+	// managed, without it, which obtains them at start and renews them in
+	// the background.
+	var magic, managed *certmagic.Config
 	e.cache = certmagic.NewCache(certmagic.CacheOptions{
-		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return magic, nil },
-		Logger:           zl,
+		GetConfigForCert: func(c certmagic.Certificate) (*certmagic.Config, error) {
+			// A certificate of certmagic's holds one name: the one it
+			// was obtained for.
+			if managed != nil && len(c.Names) == 1 && slices.Contains(plan.domains, c.Names[0]) {
+				return managed, nil
+			}
+			return magic, nil
+		},
+		Logger: zl,
 	})
-	magic = certmagic.New(e.cache, certmagic.Config{
-		Storage:  st,
-		Logger:   zl,
-		OnEvent:  e.onEvent,
-		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: e.gate.decide},
-	})
+	magic, e.issuer = e.newConfig(plan, st, zl, &certmagic.OnDemandConfig{DecisionFunc: e.gate.decide})
 	if len(plan.domains) > 0 {
 		magic.DefaultServerName = plan.domains[0]
+		managed, _ = e.newConfig(plan, st, zl, nil)
 	}
-	e.issuer = certmagic.NewACMEIssuer(magic, certmagic.ACMEIssuer{
-		CA:                      a.CA,
-		Email:                   a.Email,
-		Agreed:                  true,
-		TrustedRoots:            plan.roots,
-		DisableHTTPChallenge:    !slices.Contains(a.Challenges, HTTP01) || e.opts.HTTPPort == 0,
-		DisableTLSALPNChallenge: !slices.Contains(a.Challenges, TLSALPN01),
-		// The gateway's own listeners answer the challenges: certmagic
-		// finds these ports taken and stores the challenge for them.
-		ListenHost:     e.opts.ListenHost,
-		AltHTTPPort:    e.opts.HTTPPort,
-		AltTLSALPNPort: e.opts.TLSPort,
-		Logger:         zl,
-	})
-	magic.Issuers = []certmagic.Issuer{e.issuer}
 	e.magic = magic
 	if len(plan.domains) == 0 {
 		return nil
@@ -201,17 +196,41 @@ func (e *Edge) startACME(ctx context.Context, plan *Plan) error {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := magic.ManageAsync(ctx, plan.domains); err != nil {
+			if err := managed.ManageAsync(ctx, plan.domains); err != nil {
 				e.log.Error("managing the certificates of acme.domains failed", "err", err)
 			}
 		})
 		return nil
 	}
-	if err := magic.ManageAsync(ctx, plan.domains); err != nil {
+	if err := managed.ManageAsync(ctx, plan.domains); err != nil {
 		e.cache.Stop()
 		return fmt.Errorf("edge: acme.domains: %w", err)
 	}
 	return nil
+}
+
+// newConfig returns a certmagic config on the edge's cache and st, with
+// onDemand (nil: none), and its ACME issuer: the CA of plan, whose
+// challenges the gateway's own listeners answer.
+func (e *Edge) newConfig(plan *Plan, st certmagic.Storage, zl *zap.Logger, onDemand *certmagic.OnDemandConfig) (*certmagic.Config, *certmagic.ACMEIssuer) {
+	cfg := certmagic.New(e.cache, certmagic.Config{Storage: st, Logger: zl, OnEvent: e.onEvent, OnDemand: onDemand})
+	a := plan.cfg.ACME
+	iss := certmagic.NewACMEIssuer(cfg, certmagic.ACMEIssuer{
+		CA:                      a.CA,
+		Email:                   a.Email,
+		Agreed:                  true,
+		TrustedRoots:            plan.roots,
+		DisableHTTPChallenge:    !slices.Contains(a.Challenges, HTTP01) || e.opts.HTTPPort == 0,
+		DisableTLSALPNChallenge: !slices.Contains(a.Challenges, TLSALPN01),
+		// The gateway's own listeners answer the challenges: certmagic
+		// finds these ports taken and stores the challenge for them.
+		ListenHost:     e.opts.ListenHost,
+		AltHTTPPort:    e.opts.HTTPPort,
+		AltTLSALPNPort: e.opts.TLSPort,
+		Logger:         zl,
+	})
+	cfg.Issuers = []certmagic.Issuer{iss}
+	return cfg, iss
 }
 
 // storageReady returns nil when the certificate storage can be used now,
