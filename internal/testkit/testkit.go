@@ -2,8 +2,9 @@
 // several packages share: an HTTP client that shows redirects, RFC 9457
 // problem answers, polling, small upstreams, addresses nothing listens on,
 // config files written atomically, a gateway config on free ports, the log
-// records a test matches, Prometheus series, a real memcached server, and
-// tmpfs volumes for disk faults.
+// records a test matches, Prometheus series, a real memcached server,
+// tmpfs volumes for disk faults, and the machine's pace that stretches the
+// few durations a test bounds (pace.go).
 //
 // It is imported by tests only, and imports no linkgate package, so that
 // the tests of every package can import it.
@@ -274,16 +275,17 @@ func InFlight(url string) <-chan Result {
 }
 
 // Eventually polls cond until it holds, and fails t naming what was
-// awaited if it does not hold within the given time. It polls every
-// millisecond at first, then less often, up to every 20 ms: a short wait
-// costs little, a long one does not spin.
+// awaited if it does not hold within Slack(within): within is the time an
+// idle machine needs at most. It polls every millisecond at first, then
+// less often, up to every 20 ms: a short wait costs little, a long one
+// does not spin.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	start := time.Now()
 	pause := time.Millisecond
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
+		if waited := time.Since(start); waited > within && waited > Slack(within) {
+			t.Fatalf("not within %v (pace %.1f): %s", waited.Round(time.Millisecond), Pace(), what)
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 20*time.Millisecond)

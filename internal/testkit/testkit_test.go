@@ -2,11 +2,15 @@ package testkit_test
 
 import (
 	"errors"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -107,5 +111,84 @@ func TestDeadAddrRefusesAndHoldsItsPort(t *testing.T) {
 	if l, err := net.Listen("tcp", addr); err == nil {
 		l.Close()
 		t.Errorf("a server could listen on %s", addr)
+	}
+}
+
+// TestPace: LG_TEST_PACE sets the pace and Slack stretches by it; unset,
+// the pace is measured and never below 1; a value that is no pace panics.
+func TestPace(t *testing.T) {
+	t.Setenv(testkit.PaceEnv, "")
+	if p := testkit.Pace(); p < 1 {
+		t.Errorf("measured pace %v, want at least 1", p)
+	}
+	t.Setenv(testkit.PaceEnv, "2.5")
+	if p, s := testkit.Pace(), testkit.Slack(time.Second); p != 2.5 || s != 2500*time.Millisecond {
+		t.Errorf("%s=2.5: pace %v, Slack(1s) %v", testkit.PaceEnv, p, s)
+	}
+	for _, bad := range []string{"0.5", "fast", "-1"} {
+		t.Setenv(testkit.PaceEnv, bad)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s=%q: no panic", testkit.PaceEnv, bad)
+				}
+			}()
+			testkit.Pace()
+		}()
+	}
+}
+
+// TestRecv: a value that comes is returned; none fails the test, naming
+// what it waited for.
+func TestRecv(t *testing.T) {
+	t.Setenv(testkit.PaceEnv, "1")
+	ch := make(chan int, 1)
+	ch <- 7
+	if got := testkit.Recv(t, ch, time.Second, "seven"); got != 7 {
+		t.Errorf("Recv = %d, want 7", got)
+	}
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testkit.Recv(rec, ch, 10*time.Millisecond, "a value never sent")
+	}()
+	<-done
+	if !strings.Contains(rec.msg, "a value never sent") {
+		t.Errorf("Recv on a silent channel failed with %q, want what it waited for named", rec.msg)
+	}
+}
+
+// fatalRecorder keeps the message of Fatalf and ends the goroutine, as
+// testing.T does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestDeadlineDumpsAHang runs a test that hangs past its Deadline in a
+// child process: the process fails, naming the test, with the stack of
+// every goroutine, the hung one's included.
+func TestDeadlineDumpsAHang(t *testing.T) {
+	if os.Getenv("LG_TESTKIT_HANG") == "1" {
+		testkit.Deadline(t, 50*time.Millisecond)
+		select {} // hangs
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDeadlineDumpsAHang$", "-test.timeout=1m")
+	cmd.Env = append(os.Environ(), "LG_TESTKIT_HANG=1", testkit.PaceEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the hung test passed:\n%s", out)
+	}
+	for _, want := range []string{"test TestDeadlineDumpsAHang did not end within 50ms", "goroutine ", "testkit_test.TestDeadlineDumpsAHang("} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the hung test's output lacks %q:\n%s", want, out)
+		}
 	}
 }
