@@ -27,8 +27,11 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
+// The waits below are an idle machine's; each is stretched by the
+// machine's pace where it is used (testkit.Slack).
 const (
 	// diffRespTimeout bounds the wait for the responses of one write.
 	diffRespTimeout = 1500 * time.Millisecond
@@ -109,7 +112,7 @@ func (rec *diffRecorder) wrap(srv *http.Server, local net.Addr, h diffHandler) h
 // snapshot waits (a bounded time) for the handlers that started to end
 // and returns what they recorded.
 func (rec *diffRecorder) snapshot() (obs, writers []string) {
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(testkit.Slack(time.Second))
 	for {
 		rec.mu.Lock()
 		if rec.running == 0 || time.Now().After(deadline) {
@@ -237,7 +240,7 @@ func runDiffClient(addr string, exs []diffExchange) (render, raw string) {
 		if ex.closeWrite {
 			c.(*net.TCPConn).CloseWrite()
 		}
-		c.SetReadDeadline(time.Now().Add(diffRespTimeout))
+		c.SetReadDeadline(time.Now().Add(testkit.Slack(diffRespTimeout)))
 		for j, m := range ex.methods {
 			for {
 				resp, err := http.ReadResponse(br, &http.Request{Method: m})
@@ -260,7 +263,7 @@ func runDiffClient(addr string, exs []diffExchange) (render, raw string) {
 		fmt.Fprintf(&out, "after: %d unexpected bytes %q\n", n, extra)
 		return out.String(), rawBuf.String()
 	}
-	c.SetReadDeadline(time.Now().Add(diffProbeTimeout))
+	c.SetReadDeadline(time.Now().Add(testkit.Slack(diffProbeTimeout)))
 	if b, err := br.ReadByte(); err == nil {
 		fmt.Fprintf(&out, "after: unexpected byte %q\n", b)
 	} else if diffErrClass(err) == "timeout" {
@@ -295,7 +298,7 @@ func renderDiffResponse(b *strings.Builder, resp *http.Response) {
 	start := time.Now()
 	body, err := io.ReadAll(resp.Body)
 	fmt.Fprintf(b, "  body=%s err=%s\n", diffBody(body), diffErrClass(err))
-	if d := time.Since(start); d > diffSlowBody {
+	if d := time.Since(start); d > testkit.Slack(diffSlowBody) {
 		fmt.Fprintf(b, "  (the body took over %v to end)\n", diffSlowBody)
 	}
 	var tb strings.Builder
@@ -901,8 +904,8 @@ func diffCases() []diffCase {
 				select {
 				case <-r.Context().Done():
 					note("context done: %v", r.Context().Err())
-				case <-time.After(time.Second):
-					note("context not done after 1s")
+				case <-time.After(testkit.Slack(time.Second)):
+					note("context not done after 1s (stretched by the machine's pace)")
 				}
 				diffWrite(w, note, "x")
 			}},
@@ -917,19 +920,19 @@ func diffCases() []diffCase {
 				diffWrite(w, note, r.URL.Path)
 			}},
 		{name: "timeout/read-header", via: "", handler: diffOK,
-			config: func(s *http.Server) { s.ReadHeaderTimeout = 500 * time.Millisecond },
+			config: func(s *http.Server) { s.ReadHeaderTimeout = testkit.Slack(500 * time.Millisecond) },
 			ex:     oneExchange("GET / HTTP/1.1\r\nHost: exa")},
 		{name: "timeout/idle", via: "L", handler: diffOK, ex: oneExchange(diffGet()),
-			config: func(s *http.Server) { s.IdleTimeout = 500 * time.Millisecond }},
+			config: func(s *http.Server) { s.IdleTimeout = testkit.Slack(500 * time.Millisecond) }},
 		{name: "timeout/read-as-idle", via: "L", handler: diffOK, ex: oneExchange(diffGet()),
-			config: func(s *http.Server) { s.ReadTimeout = 500 * time.Millisecond }},
+			config: func(s *http.Server) { s.ReadTimeout = testkit.Slack(500 * time.Millisecond) }},
 		// A negative IdleTimeout or ReadHeaderTimeout means none (net/http's
 		// idleTimeout and readHeaderTimeout fall back on ReadTimeout only
 		// when they are 0).
 		{name: "timeout/idle-negative", via: "L", handler: diffOK, ex: oneExchange(diffGet()),
-			config: func(s *http.Server) { s.IdleTimeout = -1; s.ReadTimeout = 500 * time.Millisecond }},
+			config: func(s *http.Server) { s.IdleTimeout = -1; s.ReadTimeout = testkit.Slack(500 * time.Millisecond) }},
 		{name: "timeout/read-header-negative", via: "", handler: diffOK, ex: oneExchange("GET / HTTP/1.1\r\nHost: exa"),
-			config: func(s *http.Server) { s.ReadHeaderTimeout = -1; s.ReadTimeout = 500 * time.Millisecond }},
+			config: func(s *http.Server) { s.ReadHeaderTimeout = -1; s.ReadTimeout = testkit.Slack(500 * time.Millisecond) }},
 
 		// Server settings.
 		// SetKeepAlivesEnabled(false): every answer says Connection: close.
