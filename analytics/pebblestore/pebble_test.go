@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
@@ -18,9 +19,13 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
+// open is Open without the background expiry: these tests write buckets
+// of a fixed day weeks past and call Expire with a clock of their own.
+// The background expiry, at the machine's time, would delete those
+// buckets as soon as a test ran past its first minute on a busy machine.
 func open(t testing.TB, dir string, plan *rollup.Plan) *pebblestore.Store {
 	t.Helper()
-	s, err := pebblestore.Open(dir, plan, nil)
+	s, err := pebblestore.OpenFS(dir, vfs.Default, plan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
