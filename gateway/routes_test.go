@@ -55,8 +55,8 @@ func routesConfig(def, routes string) string {
 // route writes a routes entry for hosts to targets, with the timeouts of
 // BaseConfig's default pool.
 func route(hosts string, targets ...string) string {
-	return fmt.Sprintf("  - hosts: [%s]\n    upstream: {targets: [%s], dial_timeout: 500ms, response_header_timeout: 1s, health_check: {interval: 100ms}}\n",
-		hosts, strings.Join(targets, ", "))
+	return fmt.Sprintf("  - hosts: [%s]\n    upstream: {targets: [%s], dial_timeout: %v, response_header_timeout: 10s, health_check: {interval: 100ms}}\n",
+		hosts, strings.Join(targets, ", "), testkit.DialTimeout())
 }
 
 // TestRoutesByHost: a request goes to the pool of the route naming its
@@ -343,10 +343,10 @@ func TestRouteUpstreamTLS(t *testing.T) {
 	cfg := routesConfig(hostEcho(t, "default").URL, fmt.Sprintf(`  - hosts: [secure.example]
     upstream:
       targets: [%s]
-      dial_timeout: 500ms
+      dial_timeout: %s
       health_check: {interval: 100ms}
       tls: {ca_file: %s, server_name: web.internal, cert_file: %s, key_file: %s}
-`, up.URL, caFile, certFile, keyFile))
+`, up.URL, testkit.DialTimeout(), caFile, certFile, keyFile))
 	gw := start(t, cfg)
 	if resp, body := hostGet(t, gw, "secure.example", "/x"); resp.StatusCode != 200 || body != "secure HTTP/2.0 client=gateway.internal" {
 		t.Fatalf("secure.example: %d %q", resp.StatusCode, body)

@@ -135,7 +135,7 @@ func statsTotal(t *testing.T, gw *process) (int, bool) {
 // three intervals (a replay writing twice would show), and returns it.
 func settle(t *testing.T, gw *process, want int) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testkit.Slack(20 * time.Second))
 	last, steady := -1, 0
 	for time.Now().Before(deadline) {
 		got, ok := statsTotal(t, gw)
@@ -154,13 +154,11 @@ func settle(t *testing.T, gw *process, want int) int {
 }
 
 // checkLoss compares what was sent with what is counted: nothing counted
-// twice, at most the visits of the interval before the kill lost. slack is
-// the time a tick takes to journal its interval (an fsync) and the ticker's
-// jitter.
+// twice, at most the visits of the interval before the kill lost (see
+// lastInterval).
 func checkLoss(t *testing.T, row string, v *visitor, killed time.Time, counted int) {
 	t.Helper()
-	const slack = 300 * time.Millisecond
-	sent, lastInterval := v.sent(killed.Add(-durableInterval - slack))
+	sent, lastInterval := v.sent(lastInterval(killed))
 	lost := sent - counted
 	t.Logf("%s: sent %d, counted %d, lost %d (the last interval before the kill held %d)", row, sent, counted, lost, lastInterval)
 	if counted > sent {
@@ -249,8 +247,26 @@ func TestKill9DuringCassandraOutage(t *testing.T) {
 }
 
 func sentAfter(v *visitor, killed time.Time) int {
-	_, n := v.sent(killed.Add(-durableInterval - 300*time.Millisecond))
+	_, n := v.sent(lastInterval(killed))
 	return n
+}
+
+// lastInterval is when the interval a kill at killed may lose began: an
+// interval before it, and before that the time a tick takes to journal
+// its interval (an fsync) and the ticker's jitter, 300 ms on an idle
+// machine, stretched by the machine's pace.
+func lastInterval(killed time.Time) time.Time {
+	return killed.Add(-durableInterval - testkit.Slack(300*time.Millisecond))
+}
+
+// stored waits until the gateway has written visits to its store: its
+// first healthy flushes.
+func stored(t *testing.T, gw *process) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, "a first flush to the store", func() bool {
+		n, ok := statsTotal(t, gw)
+		return ok && n > 0
+	})
 }
 
 // TestKill9DuringPebbleOutage: the embedded store's disk fills up (below
@@ -270,7 +286,7 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 			filepath.Join(disk, "analytics"), filepath.Join(t.TempDir(), "journal")))
 		gw, _ := startGateway(t, cfg)
 		v := visit(gw.url("gateway", ""))
-		time.Sleep(1200 * time.Millisecond) // healthy flushes first
+		stored(t, gw) // healthy flushes first
 		free := testkit.Fill(t, disk, 16<<20)
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
 		killed := gw.kill9()
@@ -374,7 +390,7 @@ func TestKill9FullDiskDefaultLayout(t *testing.T) {
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n", filepath.Join(disk, "analytics")))
 		gw, _ := startGateway(t, cfg)
 		v := visit(gw.url("gateway", ""))
-		time.Sleep(1200 * time.Millisecond) // healthy flushes first
+		stored(t, gw) // healthy flushes first
 		free := testkit.Fill(t, disk, 0)
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
 		killed := gw.kill9()

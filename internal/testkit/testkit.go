@@ -32,6 +32,12 @@ import (
 // environment variable LG_TEST_ADMIN_TOKEN.
 const AdminToken = "s3cret-admin"
 
+// DialTimeout is the upstream.dial_timeout of BaseConfig's gateway, which
+// is also its health checks' timeout: 2 s stretched by the machine's pace
+// (a check a loaded machine answers late would take a live target out),
+// within the field's bound of a minute.
+func DialTimeout() time.Duration { return min(Slack(2*time.Second), time.Minute) }
+
 // BaseConfig is a gateway on free ports in front of targets, with the
 // limiter and analytics at rest.
 func BaseConfig(targets ...string) string {
@@ -44,12 +50,12 @@ admin:
   token_env: LG_TEST_ADMIN_TOKEN
 upstream:
   targets: [%s]
-  dial_timeout: 500ms
+  dial_timeout: %v
   response_header_timeout: 10s # the machine's load must not turn a slow answer into a 504
   health_check: {path: /healthz, interval: 100ms}
 analytics:
   enabled: false
-`, strings.Join(targets, ", "))
+`, strings.Join(targets, ", "), DialTimeout())
 }
 
 // WriteFile replaces path with s atomically (a temporary file renamed), as
