@@ -133,7 +133,7 @@ func (d *dashboard) checkView(t *testing.T, p *browser.Page, page string, zone *
 	v := readPage(t, p)
 	var a apiAnswer
 	if fetch {
-		a = d.answer(page, v.API)
+		a = d.answer(t, page, v.API)
 	} else if err := json.Unmarshal(v.Data, &a); err != nil {
 		t.Fatalf("%s: the page's answer: %v", v.Search, err)
 	} else {
@@ -363,7 +363,7 @@ func (d *dashboard) linkPage(t *testing.T, p *browser.Page, vp string, mobile bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := d.api("/stats/go", csvURL); !bytes.Equal(got, want) || !bytes.HasPrefix(got, []byte("unix_seconds,count,bot_count,compare_unix_seconds")) {
+	if want := d.api(t, "/stats/go", csvURL); !bytes.Equal(got, want) || !bytes.HasPrefix(got, []byte("unix_seconds,count,bot_count,compare_unix_seconds")) {
 		t.Errorf("the CSV downloaded (%d bytes) differs from the API's %s (%d bytes):\n%.300s", len(got), csvURL, len(want), got)
 	}
 
@@ -427,7 +427,7 @@ func (d *dashboard) linkPage(t *testing.T, p *browser.Page, vp string, mobile bo
 	p.Eval(fmt.Sprintf(`document.body.dataset.state = "switching"; document.getElementById("cfrom").value = %q; document.getElementById("cto").value = %q; document.getElementById("custom").requestSubmit()`, from, to), nil)
 	ready(t, p, "the custom range")
 	cv, _ := d.checkView(t, p, "/stats/go", d.zone, false)
-	ca := d.answer("/stats/go", cv.API)
+	ca := d.answer(t, "/stats/go", cv.API)
 	wantFrom := time.Now().In(d.zone).AddDate(0, 0, -12)
 	wantFrom = time.Date(wantFrom.Year(), wantFrom.Month(), wantFrom.Day(), 0, 0, 0, 0, d.zone)
 	if !slices.Equal(cv.Lit, []string{"custom"}) || !strings.Contains(cv.Search, "from=") || cv.Text["range_total"] != grouped(ca.RangeTotal) || ca.From > wantFrom.Unix() {
@@ -473,7 +473,7 @@ func (d *dashboard) allLinksPage(t *testing.T, p *browser.Page, vp string) {
 		href: r.querySelector("a").getAttribute("href"), spark: r.querySelector("polyline").getAttribute("points").split(" ").length}))`, &rows)
 	var topAPI string
 	p.Eval(`document.body.dataset.topApi`, &topAPI)
-	ta := d.answer("/stats", topAPI)
+	ta := d.answer(t, "/stats", topAPI)
 	if len(rows) != len(ta.Top) || len(rows) < 5 {
 		t.Fatalf("top links: %d rows, the API has %d", len(rows), len(ta.Top))
 	}
