@@ -39,7 +39,7 @@ func TestReloadKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 	var failed, served atomic.Int64
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+	c := &http.Client{Transport: tr, Timeout: testkit.Slack(20 * time.Second)}
 	for range clients {
 		wg.Go(func() {
 			for {

@@ -60,7 +60,7 @@ func tlsClient(pool interface{}, serverName string, h2 bool) *http.Client {
 		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 		cfg.NextProtos = []string{"http/1.1"}
 	}
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second,
+	return &http.Client{Transport: tr, Timeout: testkit.Slack(10 * time.Second),
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 

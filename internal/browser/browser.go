@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // Args are the flags of a closed-network headless run: no sandbox (tests
@@ -304,7 +306,7 @@ type Page struct {
 // closed when t ends.
 func (b *Browser) NewPage(t testing.TB, o Options) *Page {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(30*time.Second))
 	defer cancel()
 	must := func(raw json.RawMessage, err error) json.RawMessage {
 		t.Helper()
@@ -446,7 +448,7 @@ func (p *Page) close() {
 // out (which may be nil).
 func (p *Page) Call(method string, params, out any) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(60*time.Second))
 	defer cancel()
 	raw, err := p.b.call(ctx, p.session, method, params)
 	if err != nil {
@@ -479,7 +481,7 @@ func (p *Page) Eval(expr string, out any) {
 }
 
 func (p *Page) eval(expr string, out any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(60*time.Second))
 	defer cancel()
 	raw, err := p.b.call(ctx, p.session, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true, "awaitPromise": true})
 	if err != nil {
@@ -506,10 +508,12 @@ func (p *Page) eval(expr string, out any) error {
 	return nil
 }
 
-// WaitFor polls the expression until it is true, failing after within
-// with what it waited for and the page's errors.
+// WaitFor polls the expression until it is true, failing after within,
+// stretched by the machine's pace (testkit.Slack), with what it waited for
+// and the page's errors.
 func (p *Page) WaitFor(within time.Duration, what, expr string) {
 	p.t.Helper()
+	within = testkit.Slack(within)
 	deadline := time.Now().Add(within)
 	for {
 		var ok bool
@@ -579,15 +583,16 @@ func (p *Page) Key(key string) {
 	}
 }
 
-// Download waits for a download of the page to complete and returns the
-// file's path in the Options' DownloadDir.
+// Download waits for a download of the page to complete, within the
+// given time stretched by the machine's pace, and returns the file's path
+// in the Options' DownloadDir.
 func (p *Page) Download(dir string, within time.Duration) string {
 	p.t.Helper()
 	select {
 	case guid := <-p.download:
 		return strings.TrimRight(dir, "/") + "/" + guid
-	case <-time.After(within):
-		p.t.Fatalf("browser: no download completed within %v; page errors %q", within, p.Errors())
+	case <-time.After(testkit.Slack(within)):
+		p.t.Fatalf("browser: no download completed within %v; page errors %q", testkit.Slack(within), p.Errors())
 	}
 	return ""
 }

@@ -71,10 +71,44 @@ func WriteFile(t testing.TB, path, s string) {
 	}
 }
 
-// Client does not follow redirects: the tests look at them.
+// Client does not follow redirects: the tests look at them. An exchange,
+// its body included, fails after 20 s stretched by the machine's pace: a
+// server that never answers fails the test, a slow machine does not.
 var Client = &http.Client{
-	Timeout:       20 * time.Second,
+	Transport:     paced{20 * time.Second, http.DefaultTransport},
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+// paced is a RoundTripper whose exchanges end after Slack(d), the
+// response's body included, as http.Client.Timeout ends them after a
+// fixed time.
+type paced struct {
+	d    time.Duration
+	next http.RoundTripper
+}
+
+func (p paced) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(req.Context(), Slack(p.d))
+	resp, err := p.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose is a response body that ends its exchange's context once
+// closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // Do sends a request with the header pairs hdr (name, value, ...) with
