@@ -56,7 +56,7 @@ func acmeConfig(upstream string, p *edgetest.Pebble, ask, storage string) string
 
 // handshake dials the gateway naming name, trusting pebble's root.
 func handshake(addr net.Addr, p *edgetest.Pebble, name string) (*tls.Conn, error) {
-	d := &net.Dialer{Timeout: 20 * time.Second}
+	d := &net.Dialer{Timeout: testkit.Slack(20 * time.Second)}
 	return tls.DialWithDialer(d, "tcp", addr.String(), &tls.Config{RootCAs: p.Roots, ServerName: name, NextProtos: []string{"h2", "http/1.1"}})
 }
 
@@ -133,7 +133,9 @@ func TestOnDemandAllowedAndDenied(t *testing.T) {
 }
 
 // TestOnDemandJunkNames: 1,000 handshakes with random names from one
-// address make at most handshakes_per_client ask calls, and no order.
+// address make at most handshakes_per_client ask calls (5 a minute: of
+// each minute the handshakes span, as a busy machine may stretch them past
+// one), and no order.
 func TestOnDemandJunkNames(t *testing.T) {
 	t.Parallel()
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
@@ -155,24 +157,26 @@ func TestOnDemandJunkNames(t *testing.T) {
 			}
 		})
 	}
+	began := time.Now()
 	for i := range 1000 {
 		work <- i
 	}
 	close(work)
 	wg.Wait()
+	minutes := int64(time.Since(began)/time.Minute) + 1
 	t.Logf("1000 handshakes with random names: %d failed, %d ask calls, %d orders", failed.Load(), ask.calls.Load(), p.Orders())
 	if failed.Load() != 1000 {
 		t.Errorf("%d of 1000 junk handshakes failed, want all", failed.Load())
 	}
-	if got := ask.calls.Load(); got > 5 {
-		t.Errorf("%d ask calls, want at most 5 (handshakes_per_client 5/m)", got)
+	asks := ask.calls.Load()
+	if asks > 5*minutes {
+		t.Errorf("%d ask calls in %d minute(s), want at most 5 a minute (handshakes_per_client 5/m)", asks, minutes)
 	}
 	if got := p.Orders(); got != 0 {
 		t.Errorf("%d orders in pebble, want 0", got)
 	}
-	metrics := testkit.Body(t, gw.admin("/metrics"))
-	if !strings.Contains(metrics, `linkgate_tls_on_demand_decisions_total{decision="limited"} 99`) {
-		t.Errorf("metrics do not count the limited handshakes:\n%s", grepLines(metrics, "linkgate_tls_"))
+	if got := metric(t, gw, `linkgate_tls_on_demand_decisions_total{decision="limited"}`); got != float64(1000-asks) {
+		t.Errorf("%v handshakes counted as limited, want the %d that made no ask call:\n%s", got, 1000-asks, grepLines(testkit.Body(t, gw.admin("/metrics")), "linkgate_tls_"))
 	}
 }
 
@@ -240,7 +244,7 @@ func TestOnDemandRenewal(t *testing.T) {
 	}
 	first := serialOf(c)
 	c.Close()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testkit.Slack(20 * time.Second))
 	var n int
 	for {
 		n++
@@ -261,7 +265,7 @@ func TestOnDemandRenewal(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no new serial after %d handshakes in 20s", n)
+			t.Fatalf("no new serial after %d handshakes in %v", n, testkit.Slack(20*time.Second))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -37,7 +37,7 @@ func TestCertStorageConnectsLate(t *testing.T) {
 `, cert, key, p.Directory, p.CARootFile, ask.URL, cassandra))
 	t0 := time.Now()
 	gw := start(t, cfg)
-	if took := time.Since(t0); took > 5*time.Second {
+	if took := time.Since(t0); took > testkit.Slack(5*time.Second) { // the storage's timeout is 2 s, its connect attempts go on for ever
 		t.Errorf("the gateway took %v to listen with Cassandra down", took)
 	}
 
@@ -51,7 +51,7 @@ func TestCertStorageConnectsLate(t *testing.T) {
 			c.Close()
 			t.Errorf("a handshake for %s succeeded with the storage down", name)
 		}
-		if took := time.Since(t0); took > 2*time.Second {
+		if took := time.Since(t0); took > min(testkit.Slack(2*time.Second), 15*time.Second) { // handshake_timeout is 30 s
 			t.Errorf("the handshake for %s took %v to fail with the storage down: want it at once, not at handshake_timeout", name, took)
 		}
 	}

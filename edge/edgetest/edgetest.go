@@ -28,6 +28,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // CA is a certificate authority for tests.
@@ -273,7 +275,7 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 		}
 	})
 	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	client := &http.Client{Timeout: testkit.Slack(2 * time.Second), Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	// exited reports whether pebble has exited, and why, as busy when a
 	// port was taken (it logs "Listening on" before it binds).
 	exited := func() (bool, bool) {
@@ -284,7 +286,7 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 			return false, false
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second) // key generation takes seconds on a loaded machine
+	deadline := time.Now().Add(testkit.Slack(30 * time.Second)) // key generation takes seconds on a loaded machine
 	for {
 		if dead, busy := exited(); dead {
 			if busy {
