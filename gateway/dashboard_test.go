@@ -233,7 +233,7 @@ func TestDashboard(t *testing.T) {
 	up := tinyURL(t)
 	cfg := analyticsConfig(up.URL, embeddedStore(db), "1s") +
 		"  geoip: {path: " + geo + "}\n  uniques: {secret_env: LG_DASH_UNIQUES}\n" +
-		"stats:\n  token_env: LG_DASH_TOKEN\n  read_timeout: "+min(testkit.Slack(20*time.Second), time.Minute).String()+"\n  share: {key_env: LG_DASH_SHARE}\n  embed: {frame_ancestors: [\"'self'\"]}\n"
+		"stats:\n  token_env: LG_DASH_TOKEN\n  read_timeout: " + min(testkit.Slack(20*time.Second), time.Minute).String() + "\n  share: {key_env: LG_DASH_SHARE}\n  embed: {frame_ancestors: [\"'self'\"]}\n"
 	gw := start(t, cfg)
 	plan, err := gatewayPlan(gw.path)
 	if err != nil {

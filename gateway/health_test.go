@@ -156,15 +156,19 @@ func TestBrokenEmbeddedStoreAtStart(t *testing.T) {
 				return health(t, gw).Analytics.State == "ok"
 			})
 			t.Logf("analytics ok %v after the folder was mended", time.Since(mended).Round(time.Millisecond))
-			if got := metric(t, gw, `linkgate_analytics_state{state="ok"}`); got != 1 {
-				t.Errorf(`linkgate_analytics_state{state="ok"} = %v, want 1`, got)
-			}
+			// The metric reports the same state: ok, unless a write has
+			// gone on past spill_after since (a busy machine's), which is
+			// degraded until it ends.
+			testkit.Eventually(t, 5*time.Second, `linkgate_analytics_state{state="ok"} 1`, func() bool {
+				return metric(t, gw, `linkgate_analytics_state{state="ok"}`) == 1
+			})
 			if got := stats(t, gw, "/stats/go?last=1h"); got.Total != visits || got.RangeTotal != visits {
 				t.Errorf("/stats/go once open: total %d, range %d; want the %d visits made while broken", got.Total, got.RangeTotal, visits)
 			}
-			if h := health(t, gw); h.Analytics.OldestUnsaved != nil || h.Analytics.Reason != "" {
-				t.Errorf("health once all is written = %+v, want nothing waiting and no reason", *h.Analytics)
-			}
+			testkit.Eventually(t, 5*time.Second, "health once all is written: nothing waiting and no reason", func() bool {
+				h := health(t, gw)
+				return h.Analytics.OldestUnsaved == nil && h.Analytics.Reason == ""
+			})
 		})
 	}
 }
