@@ -47,8 +47,8 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	})))
 	defer srv.Close()
 
-	// A loopback load of 16 connections for 2.5 s; memcached is killed
-	// after 0.5 s.
+	// A loopback load of 16 connections; memcached is killed once it
+	// runs.
 	const conns = 16
 	stop := make(chan struct{})
 	var sent atomic.Int64
@@ -74,11 +74,14 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(500 * time.Millisecond) // load runs before the outage
+	testkit.Eventually(t, 5*time.Second, "the load running before the outage", func() bool { return sent.Load() >= 50 })
 	mc.Kill()
 	logs.Clear() // the lines of the outage only
 	killed, sentAtKill := time.Now(), sent.Load()
-	time.Sleep(2 * time.Second) // load runs during the outage
+	// The outage lasts 2 s and 100 requests, however slow the machine
+	// makes them.
+	time.Sleep(2 * time.Second)
+	testkit.Eventually(t, 10*time.Second, "100 requests during the outage", func() bool { return sent.Load()-sentAtKill >= 100 })
 	close(stop)
 	wg.Wait()
 	window := time.Since(killed)

@@ -302,8 +302,9 @@ func TestOtherStoreSeenWithinBound(t *testing.T) {
 	median := late[len(late)/2]
 	t.Logf("g2 saw g1's increment after %v (median), %v to %v", median, late[0], late[len(late)-1])
 	// The bound without round trips is flushInterval + ReuseWindow (6
-	// ms); the median leaves 4 ms for the round trips of a busy machine.
-	if bound := flushInterval + memcached.ReuseWindow + 4*time.Millisecond; median > bound {
+	// ms); the median leaves 4 ms for the round trips of a busy machine,
+	// stretched by its pace.
+	if bound := flushInterval + memcached.ReuseWindow + testkit.Slack(4*time.Millisecond); median > bound {
 		t.Errorf("g2 saw g1's increment after %v (median), want at most %v", median, bound)
 	}
 }
