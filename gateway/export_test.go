@@ -12,3 +12,7 @@ func SetBuildHook(f func()) (restore func()) {
 	prev := buildHook.Swap(h)
 	return func() { buildHook.Store(prev) }
 }
+
+// SettleTime is how long a changed config file must stay unchanged before
+// the watch reloads it.
+const SettleTime = settleTime

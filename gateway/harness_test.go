@@ -128,8 +128,8 @@ func (r *running) shutdown() error {
 			close(r.done)
 		}
 		return err
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("Serve did not return within 30s")
+	case <-time.After(testkit.Slack(30 * time.Second)):
+		return fmt.Errorf("Serve did not return within %v", testkit.Slack(30*time.Second))
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -90,7 +91,10 @@ func TestWatchIgnoresOtherFiles(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	time.Sleep(settleWait) // the neighbour is busy before the change
+	testkit.Eventually(t, 5*time.Second, "the neighbour busy before the change", func() bool {
+		b, _ := os.ReadFile(filepath.Join(filepath.Dir(gw.path), "gateway.log"))
+		return bytes.Count(b, []byte("\n")) >= 5
+	})
 	testkit.WriteFile(t, gw.path, testkit.BaseConfig(b.URL))
 	testkit.Eventually(t, 5*time.Second, "the file change reloads while a neighbour changes every 20 ms", func() bool {
 		return testkit.Body(t, gw.url("/x")) == "B"

@@ -35,8 +35,10 @@ const AdminToken = "s3cret-admin"
 // DialTimeout is the upstream.dial_timeout of BaseConfig's gateway, which
 // is also its health checks' timeout: 2 s stretched by the machine's pace
 // (a check a loaded machine answers late would take a live target out),
-// within the field's bound of a minute.
-func DialTimeout() time.Duration { return min(Slack(2*time.Second), time.Minute) }
+// within the field's bound of a minute. It is taken once per test binary,
+// at its first use: the same config written twice must read the same, or
+// a reload would see the upstream changed.
+var DialTimeout = sync.OnceValue(func() time.Duration { return min(Slack(2*time.Second), time.Minute) })
 
 // BaseConfig is a gateway on free ports in front of targets, with the
 // limiter and analytics at rest.
