@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // scanTest serves a handler that waits for its context to end (at most 5
@@ -23,7 +25,7 @@ func scanTest(t *testing.T, began chan<- struct{}, ends func()) (*Server, string
 		select {
 		case <-r.Context().Done():
 			ended <- r.Context().Err()
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			ended <- errors.New("the context was not canceled")
 		}
 	})})
@@ -70,7 +72,7 @@ func TestScannerMissesNoHandler(t *testing.T) {
 		t.Fatalf("the handler ended with %v, want context.Canceled", err)
 	}
 	// And the scanner ends once no handler runs.
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(testkit.Slack(2 * time.Second))
 	for s.scanner.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the scanner still runs with no handler running")
@@ -85,7 +87,7 @@ func TestScannerEndsAndStartsAgain(t *testing.T) {
 	s, addr, ended := scanTest(t, nil, nil)
 	for i := range 20 {
 		if i%2 == 0 { // every other request begins with the scanner ended
-			deadline := time.Now().Add(2 * time.Second)
+			deadline := time.Now().Add(testkit.Slack(2 * time.Second))
 			for s.scanner.Load() {
 				if time.Now().After(deadline) {
 					t.Fatal("the scanner still runs with no handler running")
