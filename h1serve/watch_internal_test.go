@@ -13,8 +13,8 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-// scanTest serves a handler that waits for its context to end (at most 5
-// s) and reports how it ended on the channel returned.
+// scanTest serves a handler that waits for its context to end (at most a
+// minute) and reports how it ended on the channel returned.
 // The scanner ends after every scan that finds no handler running.
 func scanTest(t *testing.T, began chan<- struct{}, ends func()) (*Server, string, <-chan error) {
 	ended := make(chan error, 1)
