@@ -96,6 +96,7 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 	t.Helper()
 	p := &process{t: t, cmd: exec.Command(name, args...), addr: map[string]string{}, done: make(chan struct{})}
 	p.cmd.Env = childEnv(env...)
+	testkit.DiesWithTheBinary(p.cmd)
 	p.cmd.Stderr = io.MultiWriter(testWriter{t}, &p.errOut)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {

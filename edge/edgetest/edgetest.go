@@ -238,6 +238,7 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 	}
 	cmd := exec.CommandContext(ctx, bin, "-config", cfgFile, "-dnsserver", dns)
 	cmd.Env = append(os.Environ(), env...)
+	testkit.DiesWithTheBinary(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -349,6 +350,7 @@ func startDNS(t testing.TB, addr string) {
 		"-management", fmt.Sprintf("127.0.0.1:%d", FreePort(t)), "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "")
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	testkit.DiesWithTheBinary(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

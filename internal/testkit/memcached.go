@@ -60,6 +60,7 @@ func (m *Memcached) Start() {
 			args = append(args, "-u", "nobody") // memcached refuses to run as root
 		}
 		cmd := exec.Command(m.bin, args...)
+		DiesWithTheBinary(cmd)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {

@@ -3,10 +3,12 @@ package testkit
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -89,4 +91,15 @@ func Deadline(t testing.TB, d time.Duration) {
 		panic(fmt.Sprintf("test %s did not end within %v (pace %.1f): it hangs; every goroutine's stack follows", t.Name(), limit, Pace()))
 	})
 	t.Cleanup(func() { timer.Stop() })
+}
+
+// DiesWithTheBinary makes the process cmd starts get SIGKILL when the test
+// binary ends, however it ends: a -timeout panic or a Deadline leaves no
+// server of a test (a gateway, memcached, pebble) running after it. Call
+// it before cmd.Start.
+func DiesWithTheBinary(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

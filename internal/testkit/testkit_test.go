@@ -174,9 +174,16 @@ func (r *fatalRecorder) Fatalf(format string, args ...any) {
 
 // TestDeadlineDumpsAHang runs a test that hangs past its Deadline in a
 // child process: the process fails, naming the test, with the stack of
-// every goroutine, the hung one's included.
+// every goroutine, the hung one's included, and the server it started
+// (DiesWithTheBinary) does not outlive it.
 func TestDeadlineDumpsAHang(t *testing.T) {
 	if os.Getenv("LG_TESTKIT_HANG") == "1" {
+		sleeper := exec.Command("sleep", "600")
+		testkit.DiesWithTheBinary(sleeper)
+		if err := sleeper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("sleeper %d\n", sleeper.Process.Pid)
 		testkit.Deadline(t, 50*time.Millisecond)
 		select {} // hangs
 	}
@@ -191,4 +198,12 @@ func TestDeadlineDumpsAHang(t *testing.T) {
 			t.Errorf("the hung test's output lacks %q:\n%s", want, out)
 		}
 	}
+	var pid int
+	if _, err := fmt.Sscanf(string(out[strings.Index(string(out), "sleeper "):]), "sleeper %d", &pid); err != nil {
+		t.Fatalf("no sleeper's pid in the output: %v\n%s", err, out)
+	}
+	testkit.Eventually(t, 5*time.Second, "the sleeper killed with the binary", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(stat), ") Z ") // gone, or dead and not reaped yet
+	})
 }
