@@ -50,11 +50,13 @@ admin:
 upstream:
   targets: [%s]
   health_check: {path: /healthz, interval: 100ms}
+stats:
+  read_timeout: %v
 analytics:
   flush_interval: 200ms
   store: embedded
   embedded: {path: %s}
-`, upstream, path)
+`, upstream, statsReadTimeout(), path)
 }
 
 // TestBrokenEmbeddedStoreAtStart starts the gateway on an analytics

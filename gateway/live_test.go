@@ -126,8 +126,7 @@ func TestLiveStream(t *testing.T) {
 	t.Parallel()
 	setenv(t, "LG_TEST_LIVE_TOKEN", "live-s3cret")
 	up := tinyURL(t)
-	cfg := analyticsConfig(up.URL, embeddedStore(t.TempDir()), "1h") +
-		"stats:\n  token_env: LG_TEST_LIVE_TOKEN\n  live: {max_streams: 1}\n"
+	cfg := withStats(analyticsConfig(up.URL, embeddedStore(t.TempDir()), "1h"), "  token_env: LG_TEST_LIVE_TOKEN\n  live: {max_streams: 1}\n")
 	// A write timeout a visit's answer meets on a busy machine too.
 	writeTimeout := testkit.Slack(time.Second)
 	cfg = strings.Replace(cfg, "server:\n  listen: 127.0.0.1:0\n", fmt.Sprintf("server:\n  listen: 127.0.0.1:0\n  write_timeout: %v\n", writeTimeout), 1)

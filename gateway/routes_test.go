@@ -263,9 +263,7 @@ func TestRoutesReload(t *testing.T) {
 // count on every host and pool alike: a short key is a short key.
 func TestStatsHost(t *testing.T) {
 	own, brand := tinyURL(t), tinyURL(t)
-	cfg := analyticsConfig(own.URL, embeddedStore(t.TempDir()), "10s") + `stats:
-  host: Stats.Sho.RT
-routes:
+	cfg := withStats(analyticsConfig(own.URL, embeddedStore(t.TempDir()), "10s"), "  host: Stats.Sho.RT\n") + `routes:
   - hosts: ["*.brand.example"]
     upstream: {targets: [` + brand.URL + `]}
 `

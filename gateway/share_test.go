@@ -20,9 +20,9 @@ func TestShareTokens(t *testing.T) {
 	setenv(t, "LG_TEST_SHARE_KEY", "first-key-0123456789abcdef")
 	up := tinyURL(t)
 	dir := t.TempDir()
-	cfg := analyticsConfig(up.URL, embeddedStore(dir), "10s") +
-		"admin:\n  token_env: LG_TEST_ADMIN_TOKEN\n" +
-		"stats:\n  token_env: LG_TEST_SHARE_STATS\n  share: {key_env: LG_TEST_SHARE_KEY, max_ttl: 720h}\n  embed: {frame_ancestors: [\"https://blog.example\"]}\n"
+	cfg := withStats(analyticsConfig(up.URL, embeddedStore(dir), "10s"),
+		"  token_env: LG_TEST_SHARE_STATS\n  share: {key_env: LG_TEST_SHARE_KEY, max_ttl: 720h}\n  embed: {frame_ancestors: [\"https://blog.example\"]}\n") +
+		"admin:\n  token_env: LG_TEST_ADMIN_TOKEN\n"
 	cfg = strings.Replace(cfg, "admin:\n  listen: 127.0.0.1:0\n", "", 1)
 	cfg = strings.Replace(cfg, "admin:\n  token_env", "admin:\n  listen: 127.0.0.1:0\n  token_env", 1)
 	gw := start(t, cfg)
