@@ -89,9 +89,13 @@ func startFile(t *testing.T, path string, watch bool) *running {
 }
 
 // startPlan is startFile with the plan loaded from path already; opts,
-// when given, change the gateway's options.
+// when given, change the gateway's options. A test that runs a gateway
+// and hangs (a handler, a shutdown, a wait) ends the binary with every
+// goroutine's stack after 10 minutes stretched by the machine's pace,
+// rather than at the binary's -timeout.
 func startPlan(t *testing.T, plan *gateway.Plan, path string, watch bool, opts ...func(*gateway.Options)) *running {
 	t.Helper()
+	testkit.Deadline(t, 10*time.Minute)
 	var err error
 	r := &running{t: t, path: path, logs: &testkit.Logs{}, hup: make(chan os.Signal, 1), done: make(chan error, 1)}
 	o := gateway.Options{

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -229,6 +230,10 @@ func TestReloadKeepsInFlight(t *testing.T) {
 		w.Write([]byte("A"))
 	}))
 	defer a.Close()
+	// Released before a.Close waits for the handler, should the test end
+	// early.
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
 	b := testkit.Named(t, "B")
 	gw := start(t, testkit.BaseConfig(a.URL))
 	res := testkit.InFlight(gw.url("/slow"))
@@ -240,8 +245,8 @@ func TestReloadKeepsInFlight(t *testing.T) {
 	if got := testkit.Body(t, gw.url("/x")); got != "B" {
 		t.Errorf("a request after the reload went to %q, want B", got)
 	}
-	close(release)
-	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "A" {
+	releaseOnce()
+	if r := testkit.Recv(t, res, 10*time.Second, "the answer to the request in flight"); r.Err != nil || r.Status != 200 || r.Body != "A" {
 		t.Errorf("the request in flight across the reload got %d %q (%v), want 200 A", r.Status, r.Body, r.Err)
 	}
 }

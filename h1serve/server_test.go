@@ -250,7 +250,10 @@ func TestShutdownDrains(t *testing.T) {
 	s, addr, served := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			entered <- struct{}{}
-			<-release
+			select { // a test that failed first must not leave it waiting
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		io.WriteString(w, "done")
 	})})
@@ -260,7 +263,7 @@ func TestShutdownDrains(t *testing.T) {
 	silent, silentBR := dial(t, addr) // connected, and says nothing
 	busy, busyBR := dial(t, addr)
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-	<-entered
+	testkit.Recv(t, entered, 5*time.Second, "the request at the handler")
 
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(context.Background()) }()
@@ -300,7 +303,7 @@ func TestShutdownDeadlineThenClose(t *testing.T) {
 	})})
 	c, br := dial(t, addr)
 	io.WriteString(c, get)
-	<-entered
+	testkit.Recv(t, entered, 5*time.Second, "the request at the handler")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -320,13 +323,16 @@ func TestShutdownReachesHandedOverConnections(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		if r.Method == http.MethodPost {
 			entered <- struct{}{}
-			<-release
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		io.WriteString(w, r.Method)
 	})})
 	c, br := dial(t, addr)
 	io.WriteString(c, "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
-	<-entered
+	testkit.Recv(t, entered, 5*time.Second, "the request at the handler")
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(context.Background()) }()
 	select {
