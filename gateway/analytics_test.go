@@ -137,10 +137,30 @@ func TestConcurrentVisitsExact(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// Read while flushes run every 200ms: never more, never less.
+	const want = workers * each
+	// A visit is recorded once its answer is written: the last ones may
+	// come a moment after their client read them.
+	testkit.Eventually(t, 5*time.Second, "every visit recorded", func() bool { return stats(t, gw, "/stats/gh?last=1h").Total >= want })
+	// slowWrites counts the writes to the store that took over 256 ms:
+	// past what a read's tries wait for one (100 ms each), so that a read
+	// meanwhile may count part of its batch twice, as Flusher.Reader says
+	// (a store that hangs; a busy machine's disk too).
+	slowWrites := func() float64 {
+		return metric(t, gw, "linkgate_analytics_flush_duration_seconds_count") -
+			metric(t, gw, `linkgate_analytics_flush_duration_seconds_bucket{le="0.256"}`)
+	}
+	// Read while flushes run every 200ms: never less; never more, but
+	// while such a write goes on.
 	for i := 0; i < 10; i++ {
-		if got := stats(t, gw, "/stats/gh?last=1h"); got.Total != workers*each || got.RangeTotal != workers*each {
-			t.Fatalf("read %d: total %d range_total %d, want %d", i, got.Total, got.RangeTotal, workers*each)
+		before := slowWrites()
+		got := stats(t, gw, "/stats/gh?last=1h")
+		if got.Total < want || got.RangeTotal < want {
+			t.Fatalf("read %d: total %d range_total %d, want %d", i, got.Total, got.RangeTotal, want)
+		}
+		if got.Total > want || got.RangeTotal > want {
+			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("read %d counted total %d range_total %d, want %d: a write slower than a read's tries to account for it", i, got.Total, got.RangeTotal, want),
+				func() bool { return slowWrites() > before })
+			t.Logf("read %d: total %d range_total %d while a write took over 256 ms: part of its batch counted twice", i, got.Total, got.RangeTotal)
 		}
 	}
 }
