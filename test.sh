@@ -51,4 +51,12 @@ export GORACE="atexit_sleep_ms=0${GORACE:+ $GORACE}"
 # Three packages at a time (go's default is one per core, two here): several
 # mostly wait (child processes, lock polls, timeouts) and leave a core idle.
 # A -p of your own still applies, after this.
-go test -race -count=1 -timeout 30m -p 3 "$@" ./...
+#
+# Each test binary gets an hour: a test that hangs then fails with every
+# goroutine's stack (go test's -timeout panics with them; the gateway's
+# tests also stop a hung test sooner, testkit.Deadline). Not less: on a
+# 2-core machine under load (a CPU hog of 4 processes, a second suite, other
+# work) the analytics package alone took 30 minutes. The tests stretch their
+# waits by the machine's pace, measured from its load (LG_TEST_PACE sets it:
+# see internal/testkit/pace.go).
+go test -race -count=1 -timeout 60m -p 3 "$@" ./...
