@@ -554,10 +554,14 @@ func (sv *server) dialNew(ctx context.Context, network, address string) (net.Con
 }
 
 // warm dials connections into spare until it holds MaxIdleConns, one after
-// the other (about 0.1 ms each on a LAN), stopping at the first failure
+// the other (about 0.1 ms each on a LAN), stopping at the first refusal
 // (the server is not there: requests dial, and the breaker decides, as
-// usual) or when stop is closed.
+// usual), at the third dial in a row that times out (a server that does
+// not answer; a busy machine misses the timeout of a dial now and then,
+// which must not leave the pool cold: the burst it is warmed for would
+// dial at once) or when stop is closed.
 func (sv *server) warm(stop <-chan struct{}) {
+	timeouts := 0
 	for len(sv.spare) < cap(sv.spare) {
 		select {
 		case <-stop:
@@ -568,8 +572,13 @@ func (sv *server) warm(stop <-chan struct{}) {
 		c, err := sv.dialNew(ctx, sv.na.network, sv.na.addr)
 		cancel()
 		if err != nil {
+			var ne net.Error
+			if timeouts++; errors.As(err, &ne) && ne.Timeout() && timeouts < 3 {
+				continue
+			}
 			return
 		}
+		timeouts = 0
 		select {
 		case sv.spare <- c:
 		default:
