@@ -106,7 +106,7 @@ func TestWarmPoolAbsorbsBurst(t *testing.T) {
 	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	const pool, clients = 80, 64 // 64 checks + the flusher's 4 connections fit in 80
-	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
+	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: testkit.Slack(time.Second), MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
 	dials := func() float64 { return testkit.Metric(t, reg, "linkgate_memcached_dials_total", "server", mc.Addr) }
 	testkit.Eventually(t, 5*time.Second, "the pool dialed", func() bool { return dials() >= pool })
@@ -143,7 +143,7 @@ func TestRecoveryBurstFindsConnections(t *testing.T) {
 	mc := testkit.StartMemcached(t)
 	reg := prometheus.NewRegistry()
 	const pool = 80
-	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second, MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
+	s := memcached.New(limit.Memcached{Servers: []string{mc.Addr}, Timeout: testkit.Slack(time.Second), MaxIdleConns: pool}, memcached.NewMetrics(reg), nil)
 	defer s.Close()
 	dials := func() float64 { return testkit.Metric(t, reg, "linkgate_memcached_dials_total", "server", mc.Addr) }
 	testkit.Eventually(t, 5*time.Second, "the pool dialed", func() bool { return dials() >= pool })

@@ -26,9 +26,10 @@ import (
 
 func newStore(t testing.TB, m *memcached.Metrics, servers ...string) *memcached.Store {
 	t.Helper()
-	// A generous timeout: the tests run with -race on busy machines, and
-	// none of them waits for a timeout except TestTimeoutOpensBreaker.
-	s := memcached.New(limit.Memcached{Servers: servers, Timeout: time.Second}, m, nil)
+	// A generous timeout, stretched by the machine's pace: the tests run
+	// with -race on busy machines, and none of them waits for a timeout
+	// except TestTimeoutOpensBreaker.
+	s := memcached.New(limit.Memcached{Servers: servers, Timeout: testkit.Slack(time.Second)}, m, nil)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
