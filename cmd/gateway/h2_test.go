@@ -184,7 +184,7 @@ func TestHTTP2RapidReset(t *testing.T) {
 	}
 	select {
 	case <-h.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Error("the connection is still open 10 s after the GOAWAY")
 	}
 	if got := g.cuts(t, "rst_stream"); got != 1 {
@@ -217,7 +217,7 @@ func TestHTTP2EmptyContinuationFlood(t *testing.T) {
 	sent := h.Flood(10*time.Second, func(fr *http2.Framer) error { return fr.WriteContinuation(1, false, nil) })
 	select {
 	case <-h.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Fatalf("the connection is still open 10 s after a flood of %d empty CONTINUATION frames", sent)
 	}
 	ended, _, _ := h.Ended()
@@ -227,8 +227,8 @@ func TestHTTP2EmptyContinuationFlood(t *testing.T) {
 	if !ok || gw.Code != http2.ErrCodeEnhanceYourCalm {
 		t.Errorf("GOAWAY %v (%v), want ENHANCE_YOUR_CALM", gw.Code, ok)
 	}
-	if closed > 2*time.Second {
-		t.Errorf("the connection was closed %v after the flood began, want within 2 s", closed)
+	if closed > testkit.Slack(2*time.Second) { // the flood goes on for 10 s
+		t.Errorf("the connection was closed %v after the flood began, want within 2 s (stretched by the pace)", closed)
 	}
 	// Generous: the gateway's CPU over the flood, the well-behaved client's
 	// requests included, with the race detector's cost when it is on.
@@ -276,7 +276,7 @@ func TestHTTP2SlowHeaderBlock(t *testing.T) {
 	}
 	select {
 	case <-h.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Error("the connection is still open 10 s after the GOAWAY")
 	}
 	if got := g.cuts(t, "header_timeout"); got != 1 {

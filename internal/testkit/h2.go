@@ -194,10 +194,11 @@ func (h *H2Conn) notify() {
 	h.changed = make(chan struct{})
 }
 
-// Wait waits up to d for cond, evaluated again after every frame read
+// Wait waits up to d, stretched by the machine's pace, for cond,
+// evaluated again after every frame read
 // and at the end; it reports whether cond held.
 func (h *H2Conn) Wait(d time.Duration, cond func(h *H2Conn) bool) bool {
-	deadline := time.NewTimer(d)
+	deadline := time.NewTimer(Slack(d))
 	defer deadline.Stop()
 	for {
 		h.mu.Lock()
