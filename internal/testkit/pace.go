@@ -66,13 +66,14 @@ func Slack(d time.Duration) time.Duration {
 // zero value, as a receive does.
 func Recv[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
 	t.Helper()
-	timer := time.NewTimer(Slack(within))
+	limit := Slack(within)
+	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
 	case v := <-ch:
 		return v
 	case <-timer.C:
-		t.Fatalf("not within %v (pace %.1f): %s", Slack(within), Pace(), what)
+		t.Fatalf("not within %v: %s", limit, what)
 		panic("unreachable")
 	}
 }
@@ -96,7 +97,10 @@ func Deadline(t testing.TB, d time.Duration) {
 // DiesWithTheBinary makes the process cmd starts get SIGKILL when the test
 // binary ends, however it ends: a -timeout panic or a Deadline leaves no
 // server of a test (a gateway, memcached, pebble) running after it. Call
-// it before cmd.Start.
+// it before cmd.Start. (Linux sends the signal when the thread that
+// started the process ends: Go's threads last as long as the binary, but
+// for one locked to a goroutine that returns without unlocking it, which
+// the callers do not do.)
 func DiesWithTheBinary(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
