@@ -261,7 +261,6 @@ func (ls *leaderSets) update(ctx context.Context, be backend, rows []topRow, ano
 	}
 	var out []leaderRow
 	sets := map[leaderID]*leaderSet{}
-	var order []leaderID
 	for _, r := range rows {
 		id := leaderID{r.writer, r.day.Unix()}
 		if _, ok := sets[id]; !ok {
@@ -270,7 +269,6 @@ func (ls *leaderSets) update(ctx context.Context, be backend, rows []topRow, ano
 				return nil, err
 			}
 			sets[id] = set
-			order = append(order, id)
 		}
 		sets[id].add(r.key, r.count)
 	}
