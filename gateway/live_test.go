@@ -201,6 +201,7 @@ func TestLiveStream(t *testing.T) {
 // event ("" for none).
 func (s *liveStream) endedWithin(t *testing.T, within time.Duration) string {
 	t.Helper()
+	within = testkit.Slack(within)
 	deadline := time.After(within)
 	for {
 		select {
@@ -219,11 +220,16 @@ func (s *liveStream) endedWithin(t *testing.T, within time.Duration) string {
 	}
 }
 
-// liveBoundsConfig is a gateway with a stats token, share tokens under the
-// key in LG_TEST_LB_KEY and the stats.live section live.
-func liveBoundsConfig(t *testing.T, live string) string {
-	return analyticsConfig(tinyURL(t).URL, embeddedStore(t.TempDir()), "1h") +
-		"stats:\n  token_env: LG_TEST_LB_STATS\n  share: {key_env: LG_TEST_LB_KEY}\n  live: " + live + "\n"
+// liveBoundsConfig is a gateway with the stats token stats-s3cret in the
+// variable LG_TEST_LB_STATS_<id>, share tokens under the key
+// live-bounds-key-0123456789 in LG_TEST_LB_KEY_<id>, and the stats.live
+// section live. Each test has an id of its own: the variables a parallel
+// test sets are gone once it ends, and a reload reads them again.
+func liveBoundsConfig(t *testing.T, id, live string) string {
+	setenv(t, "LG_TEST_LB_STATS_"+id, "stats-s3cret")
+	setenv(t, "LG_TEST_LB_KEY_"+id, "live-bounds-key-0123456789")
+	return withStats(analyticsConfig(tinyURL(t).URL, embeddedStore(t.TempDir()), "1h"),
+		"  token_env: LG_TEST_LB_STATS_"+id+"\n  share: {key_env: LG_TEST_LB_KEY_"+id+"}\n  live: "+live+"\n")
 }
 
 // TestLiveShareTokenExpires: a live stream opened with a share token ends
@@ -231,19 +237,19 @@ func liveBoundsConfig(t *testing.T, live string) string {
 // hangs up, and the token opens no stream after.
 func TestLiveShareTokenExpires(t *testing.T) {
 	t.Parallel()
-	setenv(t, "LG_TEST_LB_STATS", "stats-s3cret")
-	setenv(t, "LG_TEST_LB_KEY", "live-bounds-key-0123456789")
-	gw := start(t, liveBoundsConfig(t, "{}"))
+	gw := start(t, liveBoundsConfig(t, "EXPIRES", "{}"))
 	now := time.Now().Truncate(time.Second)
-	// A token of a minute, issued 58 s ago: 2 to 3 s left.
-	g := statsapi.Grant{Key: "go", Issued: now.Add(-58 * time.Second), Expires: now.Add(2 * time.Second)}
+	// A token of a minute with 2 to 3 s left, more on a busy machine: time
+	// to open the stream and read its first event.
+	left := min(testkit.Slack(2*time.Second), 50*time.Second).Truncate(time.Second)
+	g := statsapi.Grant{Key: "go", Issued: now.Add(left - time.Minute), Expires: now.Add(left)}
 	tok := statsapi.SignShare([]byte("live-bounds-key-0123456789"), g)
 	s := openLive(t, gw.url("/stats/go?format=events&share="+tok))
 	if s.resp.StatusCode != 200 {
 		t.Fatalf("live stream with a share token: %d", s.resp.StatusCode)
 	}
 	s.next(t, 5*time.Second, "the first event", func(liveEvent) bool { return true })
-	why := s.endedWithin(t, 30*time.Second)
+	why := s.endedWithin(t, 30*time.Second+left)
 	if time.Now().Before(g.Expires) {
 		t.Errorf("the stream ended at %v, before the token expired at %v", time.Now(), g.Expires)
 	}
@@ -262,11 +268,9 @@ func TestLiveShareTokenExpires(t *testing.T) {
 // stats token ends the streams opened with the old token.
 func TestLiveStreamsHeldToReloadedCredentials(t *testing.T) {
 	t.Parallel()
-	setenv(t, "LG_TEST_LB_STATS", "stats-s3cret")
-	setenv(t, "LG_TEST_LB_STATS2", "stats-s3cret-2")
-	setenv(t, "LG_TEST_LB_KEY", "live-bounds-key-0123456789")
-	setenv(t, "LG_TEST_LB_KEY2", "live-bounds-key-rotated-9876")
-	cfg := liveBoundsConfig(t, "{}")
+	setenv(t, "LG_TEST_LB_STATS_RELOAD2", "stats-s3cret-2")
+	setenv(t, "LG_TEST_LB_KEY_RELOAD2", "live-bounds-key-rotated-9876")
+	cfg := liveBoundsConfig(t, "RELOAD", "{}")
 	gw := start(t, cfg)
 	now := time.Now()
 	tok := statsapi.SignShare([]byte("live-bounds-key-0123456789"), statsapi.Grant{Key: "go", Issued: now, Expires: now.Add(time.Hour)})
@@ -286,7 +290,7 @@ func TestLiveStreamsHeldToReloadedCredentials(t *testing.T) {
 		}
 	}
 
-	reload(strings.Replace(cfg, "key_env: LG_TEST_LB_KEY}", "key_env: LG_TEST_LB_KEY2}", 1))
+	reload(strings.Replace(cfg, "key_env: LG_TEST_LB_KEY_RELOAD}", "key_env: LG_TEST_LB_KEY_RELOAD2}", 1))
 	if why := shared.endedWithin(t, 10*time.Second); !strings.Contains(why, "signature") {
 		t.Errorf("the share-token stream ended with %q, want the signature named", why)
 	}
@@ -298,7 +302,7 @@ func TestLiveStreamsHeldToReloadedCredentials(t *testing.T) {
 	}
 	operator.next(t, 5*time.Second, "the visit, on the operator's stream after the rotation", func(e liveEvent) bool { return e.RangeTotal == 1 })
 
-	reload(strings.Replace(cfg, "token_env: LG_TEST_LB_STATS\n", "token_env: LG_TEST_LB_STATS2\n", 1))
+	reload(strings.Replace(cfg, "token_env: LG_TEST_LB_STATS_RELOAD\n", "token_env: LG_TEST_LB_STATS_RELOAD2\n", 1))
 	if why := operator.endedWithin(t, 10*time.Second); !strings.Contains(why, "Bearer") {
 		t.Errorf("the operator's stream ended with %q after its token changed, want the token asked for", why)
 	}
@@ -319,9 +323,7 @@ func fromAddr(local string) *http.Client {
 // max_streams. A stream closed frees its place.
 func TestLiveStreamCaps(t *testing.T) {
 	t.Parallel()
-	setenv(t, "LG_TEST_LB_STATS", "stats-s3cret")
-	setenv(t, "LG_TEST_LB_KEY", "live-bounds-key-0123456789")
-	gw := start(t, liveBoundsConfig(t, "{max_streams: 6, reserved_streams: 2, per_share_token: 2, per_client: 3}"))
+	gw := start(t, liveBoundsConfig(t, "CAPS", "{max_streams: 6, reserved_streams: 2, per_share_token: 2, per_client: 3}"))
 	now := time.Now()
 	token := func(i int) string {
 		// Tokens of one link, told apart by their issue time.
