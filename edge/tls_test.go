@@ -29,7 +29,7 @@ import (
 // fromPebble is a server.tls section ordering from p, storing in a folder
 // of the test's.
 func fromPebble(t *testing.T, p *edgetest.Pebble) edge.Config {
-	c := edge.DefaultConfig()
+	c := paced()
 	c.ACME.CA, c.ACME.CARoot, c.ACME.Email = p.Directory, p.CARootFile, "ops@example.com"
 	c.Storage.Path = t.TempDir()
 	return c
@@ -59,9 +59,10 @@ func serve(t *testing.T, c edge.Config, opts edge.Options) (*edge.Edge, string) 
 	return e, ln.Addr().String()
 }
 
-// handshake connects to addr naming name, trusting roots.
+// handshake connects to addr naming name, trusting roots, and waits for
+// the handshake as long as the edge's handshake_timeout (paced) allows.
 func handshake(addr, name string, p *edgetest.Pebble) (*tls.ConnectionState, error) {
-	d := &net.Dialer{Timeout: 30 * time.Second}
+	d := &net.Dialer{Timeout: min(testkit.Slack(30*time.Second), 5*time.Minute) + 5*time.Second}
 	c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{RootCAs: p.Roots, ServerName: name})
 	if err != nil {
 		return nil, err
@@ -290,7 +291,7 @@ func TestStaticOnly(t *testing.T) {
 		t.Errorf("a static certificate alone: Managed %v, StorageState %v; want no storage", e.Managed(), e.StorageState())
 	}
 	for _, name := range []string{"static.test", "other.test", ""} {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: name, InsecureSkipVerify: name != "static.test"})
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: testkit.Slack(10 * time.Second)}, "tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: name, InsecureSkipVerify: name != "static.test"})
 		if err != nil {
 			t.Fatalf("handshake naming %q: %v", name, err)
 		}
