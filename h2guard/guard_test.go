@@ -487,7 +487,10 @@ func TestServerAsBefore(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/wait" {
 			entered <- struct{}{}
-			<-release
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		fmt.Fprintf(w, "%s tls=%v", r.Proto, r.TLS != nil)
 	})
@@ -520,11 +523,7 @@ func TestServerAsBefore(t *testing.T) {
 	c.Send(func(fr *http2.Framer) error {
 		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: c.Block("/wait"), EndStream: true, EndHeaders: true})
 	})
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request did not reach the handler")
-	}
+	testkit.Recv(t, entered, 10*time.Second, "the request at the handler")
 	shut := make(chan error, 1)
 	go func() { shut <- s.ts.Config.Shutdown(context.Background()) }()
 	if !c.Wait(10*time.Second, func(h *testkit.H2Conn) bool { _, ok := h.GoAway(); return ok }) {
@@ -542,7 +541,7 @@ func TestServerAsBefore(t *testing.T) {
 		if err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Error("Shutdown did not return after the drain")
 	}
 }

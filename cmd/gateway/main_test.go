@@ -142,7 +142,7 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 	case <-ready:
 	case <-p.done:
 		t.Fatalf("%s exited before listening: %v\n%s", name, p.err, p.logs.String())
-	case <-time.After(60 * time.Second):
+	case <-time.After(testkit.Slack(60 * time.Second)):
 		p.cmd.Process.Kill()
 		t.Fatalf("%s did not start listening\n%s", name, p.logs.String())
 	}
@@ -181,10 +181,10 @@ func (p *process) stop() error {
 	select {
 	case <-p.done:
 		return p.err
-	case <-time.After(30 * time.Second):
+	case <-time.After(testkit.Slack(30 * time.Second)):
 		p.cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("did not exit within 30s of SIGTERM")
+		return fmt.Errorf("did not exit within %v of SIGTERM", testkit.Slack(30*time.Second))
 	}
 }
 
