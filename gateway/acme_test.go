@@ -46,6 +46,12 @@ func newAsk(t *testing.T) *askServer {
 // pace, within the field's bound of a minute, taken once per binary.
 var storageTimeout = sync.OnceValue(func() time.Duration { return min(testkit.Slack(2*time.Second), time.Minute) })
 
+// handshakeTimeout is the server.tls.handshake_timeout of acmeConfig: the
+// default 30 s stretched by the machine's pace, within the field's bound
+// of 5 minutes, taken once per binary: a handshake that waits for an
+// order from pebble takes a busy machine's time.
+var handshakeTimeout = sync.OnceValue(func() time.Duration { return min(testkit.Slack(30*time.Second), 5*time.Minute) })
+
 // acmeConfig is a gateway ordering from pebble on demand, asking ask.
 // Tests that run at once name hosts of their own: certmagic coordinates
 // the loading of a name's certificate process-wide, across gateways, so a
@@ -53,10 +59,11 @@ var storageTimeout = sync.OnceValue(func() time.Duration { return min(testkit.Sl
 // that gateway's certificate (from that test's pebble).
 func acmeConfig(upstream string, p *edgetest.Pebble, ask, storage string) string {
 	return tlsConfig(upstream, fmt.Sprintf(`  tls:
+    handshake_timeout: %v
     acme: {ca: %s, ca_root: %s, email: ops@example.com}
     on_demand: {ask: %s}
     storage: {path: %s}
-`, p.Directory, p.CARootFile, ask, storage))
+`, handshakeTimeout(), p.Directory, p.CARootFile, ask, storage))
 }
 
 // handshake dials the gateway naming name, trusting pebble's root.
@@ -404,7 +411,7 @@ func TestOnDemandOrdersPerClientAndDomain(t *testing.T) {
 		"on_demand: {ask: "+ask.URL+", orders_per_hour: 6, orders_per_hour_per_client: 1, orders_per_hour_per_domain: 2}", 1)
 	gw := start(t, cfg)
 	from := func(local, name string) error {
-		d := &net.Dialer{Timeout: 20 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		d := &net.Dialer{Timeout: testkit.Slack(20 * time.Second), LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
 		c, err := tls.DialWithDialer(d, "tcp", gw.g.Addr().String(), &tls.Config{RootCAs: p.Roots, ServerName: name})
 		if err == nil {
 			c.Close()
