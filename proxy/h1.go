@@ -1,25 +1,23 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/h1wire"
 )
 
 // The proxy's own HTTP/1.1 client, used for plans whose targets are all
@@ -47,12 +45,9 @@ import (
 
 // h1State is the scratch of one proxied request, pooled.
 type h1State struct {
-	head   []byte    // the request head, written in one write
-	raw    []byte    // the response head's names and values, back to back
-	long   []byte    // a head line longer than the read buffer
-	spans  []span    // where each field of raw is
-	fields []field   // the response head's fields
-	tried  []*target // targets a retry skips
+	head  []byte            // the request head, written in one write
+	hr    h1wire.HeadReader // the response head's fields
+	tried []*target         // targets a retry skips
 
 	conn   atomic.Pointer[h1Conn] // the connection ctx's cancellation aborts
 	cancel func()                 // st.abort, bound once
@@ -62,12 +57,8 @@ type h1State struct {
 	spoiled bool
 }
 
-type span struct{ n0, n1, v0, v1 int }
-
-type field struct{ name, value string }
-
 var h1States = sync.Pool{New: func() any {
-	st := &h1State{head: make([]byte, 0, 1024), raw: make([]byte, 0, 1024)}
+	st := &h1State{head: make([]byte, 0, 1024)}
 	st.cancel = st.abort
 	return st
 }}
@@ -76,15 +67,9 @@ func (st *h1State) release() {
 	if st.spoiled {
 		return
 	}
-	clear(st.fields)
+	st.hr.Reset()
 	clear(st.tried)
-	st.fields, st.tried, st.spans = st.fields[:0], st.tried[:0], st.spans[:0]
-	if cap(st.long) > 64<<10 {
-		st.long = nil
-	}
-	if cap(st.raw) > 64<<10 {
-		st.raw = make([]byte, 0, 1024)
-	}
+	st.tried = st.tried[:0]
 	h1States.Put(st)
 }
 
@@ -124,13 +109,7 @@ const maxResponseHead = 1 << 20
 // anyway, as http.Transport's ExpectContinueTimeout in transport.go.
 const expectContinueTimeout = time.Second
 
-var (
-	errMalformedResponse = errors.New("proxy: malformed HTTP response from upstream")
-	errObsFold           = errors.New("proxy: upstream folded a header line (obs-fold, RFC 9112 section 5.2)")
-	errHeadTooLarge      = errors.New("proxy: upstream response head too large")
-	errBadFraming        = errors.New("proxy: upstream response has conflicting or unsupported framing")
-	errBadUpgrade        = errors.New("proxy: upgrade refused")
-)
+var errBadUpgrade = errors.New("proxy: upgrade refused")
 
 // staleError is the error of a request on a kept-alive connection that
 // the target had closed: not one byte of a response came back. A request
@@ -204,9 +183,9 @@ func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trus
 
 	b := append(st.head[:0], r.Method...)
 	b = append(b, ' ')
-	b = appendRequestURI(b, r.URL)
+	b = h1wire.AppendRequestTarget(b, r.URL)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = appendValue(b, host)
+	b = h1wire.AppendValue(b, host)
 	b = append(b, "\r\n"...)
 	for k, vv := range r.Header {
 		if isHopByHop(k) || k == "Content-Length" || k == "Host" ||
@@ -214,15 +193,15 @@ func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trus
 			continue
 		}
 		for _, v := range vv {
-			b = appendField(b, k, v)
+			b = h1wire.AppendField(b, k, v)
 		}
 	}
 	for i, v := range [...]string{f.For, f.RealIP, f.Proto, f.Host} {
 		if v != "" {
-			b = appendField(b, forwardingNames[i], v)
+			b = h1wire.AppendField(b, forwardingNames[i], v)
 		}
 	}
-	if headerHasToken(r.Header["Te"], "trailers") {
+	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
 		b = append(b, "Te: trailers\r\n"...)
 	}
 	if upType != "" {
@@ -262,14 +241,6 @@ func (st *h1State) writeHead(r *http.Request, host string, trust *forwarded.Trus
 // order writeHead writes them.
 var forwardingNames = [...]string{"X-Forwarded-For", "X-Real-Ip", "X-Forwarded-Proto", "X-Forwarded-Host"}
 
-// appendField appends the field "k: v" and its line end to b.
-func appendField(b []byte, k, v string) []byte {
-	b = append(b, k...)
-	b = append(b, ": "...)
-	b = appendValue(b, v)
-	return append(b, "\r\n"...)
-}
-
 // listedByConnection reports whether the Connection field values list
 // the field k, which is then hop-by-hop (RFC 9110 section 7.6.1). The
 // connection options close, keep-alive and upgrade name no field.
@@ -277,7 +248,7 @@ func listedByConnection(values []string, k string) bool {
 	if strings.EqualFold(k, "close") {
 		return false // keep-alive and upgrade are hop-by-hop fields anyway
 	}
-	return headerHasToken(values, k)
+	return httpguts.HeaderValuesContainsToken(values, k)
 }
 
 // hasBody reports whether r's body is sent upstream (an empty one is not).
@@ -356,7 +327,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 	}
 
 	// The body, if any, goes on a goroutine of its own (bodyWriter).
-	expect := hasBody(r) && headerHasToken(r.Header["Expect"], "100-continue")
+	expect := hasBody(r) && httpguts.HeaderValuesContainsToken(r.Header["Expect"], "100-continue")
 	sendBody := func() {
 		// The answer may start while the body is still on its way (an
 		// echo, a stream): the server must not take the body's unread
@@ -387,7 +358,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		return ctx.Err()
 	}
 
-	var h respHead
+	var h h1wire.Response
 	gotAny := false
 	for {
 		if expect && bw == nil {
@@ -403,7 +374,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 				}
 			}
 		}
-		h, err = st.readHead(c, r.Method)
+		h, err = st.hr.ReadResponse(c.br, r.Method, maxResponseHead, &c.last)
 		if err != nil {
 			bw.stop(w, false)
 			// The client too slow comes first: its body's deadline passing
@@ -418,29 +389,29 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 			if clientBodyFailed(ctx) {
 				return errClientBody
 			}
-			if !gotAny && c.reused && h.status == 0 && isClosed(err) {
+			if !gotAny && c.reused && h.Status == 0 && isClosed(err) {
 				return staleError{err}
 			}
 			return err
 		}
 		gotAny = true
-		if h.status == http.StatusContinue {
+		if h.Status == http.StatusContinue {
 			if expect && bw == nil {
 				nc.SetReadDeadline(time.Time{})
 				sendBody()
 			}
 			continue
 		}
-		if h.status >= 100 && h.status < 200 && h.status != http.StatusSwitchingProtocols {
+		if h.Status >= 100 && h.Status < 200 && h.Status != http.StatusSwitchingProtocols {
 			// An interim answer (103 Early Hints): passed on, as
 			// httputil.ReverseProxy does.
 			hdr := w.Header()
-			for _, f := range st.fields {
-				hdr[f.name] = append(hdr[f.name], f.value)
+			for _, f := range st.hr.Fields {
+				hdr[f.Name] = append(hdr[f.Name], f.Value)
 			}
-			w.WriteHeader(h.status)
-			for _, f := range st.fields {
-				delete(hdr, f.name)
+			w.WriteHeader(h.Status)
+			for _, f := range st.hr.Fields {
+				delete(hdr, f.Name)
 			}
 			continue
 		}
@@ -449,11 +420,11 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 	if bw == nil {
 		// The body was never sent (the upstream answered without asking
 		// for it): the connection cannot carry another request.
-		h.closeConn = h.closeConn || hasBody(r)
+		h.Close = h.Close || hasBody(r)
 	} else {
 		bw.headersRead()
 	}
-	if !h.noBody && !(h.cl >= 0 && !h.chunked && h.cl <= int64(c.br.Buffered())) || h.status == http.StatusSwitchingProtocols || expect {
+	if !h.NoBody && !(h.ContentLength >= 0 && !h.Chunked && h.ContentLength <= int64(c.br.Buffered())) || h.Status == http.StatusSwitchingProtocols || expect {
 		// A body to stream, or a protocol switch: no deadline from here.
 		// (A connection put back keeps its deadline: the next exchange
 		// sets its own before reading.)
@@ -479,25 +450,25 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		return errClientBody
 	}
 
-	if h.status == http.StatusSwitchingProtocols {
+	if h.Status == http.StatusSwitchingProtocols {
 		bw.stop(w, false)
 		return p.switchProtocols(w, r, c, st, h, upType)
 	}
 
 	hdr := w.Header()
 	st.copyFields(hdr, &h)
-	if h.chunked && len(h.trailers) > 0 {
-		hdr["Trailer"] = append(hdr["Trailer"], strings.Join(h.trailers, ", "))
+	if h.Chunked && len(h.Trailers) > 0 {
+		hdr["Trailer"] = append(hdr["Trailer"], strings.Join(h.Trailers, ", "))
 	}
-	w.WriteHeader(h.status)
+	w.WriteHeader(h.Status)
 
 	complete := true
-	if !h.noBody {
-		streamed = h.chunked || h.cl < 0 || h.cl > int64(c.br.Buffered())
+	if !h.NoBody {
+		streamed = h.Chunked || h.ContentLength < 0 || h.ContentLength > int64(c.br.Buffered())
 		complete = p.copyBody(w, r, c, st, &h)
 	}
 	bodySent := bw.stop(w, complete)
-	reuse = complete && bodySent && !h.closeConn
+	reuse = complete && bodySent && !h.Close
 	return nil
 }
 
@@ -512,290 +483,42 @@ func isClosed(err error) bool {
 		errors.As(err, new(*net.OpError))
 }
 
-// respHead is a response head as readHead parsed it; its fields are in
-// h1State.fields.
-type respHead struct {
-	status    int
-	cl        int64 // Content-Length, -1 when none
-	chunked   bool
-	noBody    bool // HEAD, 1xx, 204, 304: no body whatever the headers say
-	closeConn bool // the connection cannot carry another request
-	trailers  []string
-	upgrade   string
-}
-
-// readLine returns the next line of a head without its line ending. The
-// line is valid until the next read of br.
-func (st *h1State) readLine(br *bufio.Reader, budget *int) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		st.long = append(st.long[:0], line...)
-		for err == bufio.ErrBufferFull {
-			if len(st.long) > *budget {
-				return nil, errHeadTooLarge
-			}
-			line, err = br.ReadSlice('\n')
-			st.long = append(st.long, line...)
-		}
-		line = st.long
-	}
-	if err != nil {
-		if err == io.EOF && len(line) > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	if *budget -= len(line); *budget < 0 {
-		return nil, errHeadTooLarge
-	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line, nil
-}
-
-// readHead reads one response head from c into h and st.fields.
-func (st *h1State) readHead(c *h1Conn, method string) (h respHead, err error) {
-	budget := maxResponseHead
-	line, err := st.readLine(c.br, &budget)
-	if err != nil {
-		return h, err
-	}
-	minor := 0
-	switch {
-	case len(line) >= 12 && string(line[:9]) == "HTTP/1.1 ":
-		minor = 1
-	case len(line) >= 12 && string(line[:9]) == "HTTP/1.0 ":
-	default:
-		return h, fmt.Errorf("%w: status line %q", errMalformedResponse, clip(line))
-	}
-	code := line[9:12]
-	if code[0] < '1' || code[0] > '9' || code[1] < '0' || code[1] > '9' || code[2] < '0' || code[2] > '9' || len(line) > 12 && line[12] != ' ' {
-		return h, fmt.Errorf("%w: status line %q", errMalformedResponse, clip(line))
-	}
-	h.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
-	h.cl = -1
-	if err := st.readFields(c.br, &budget, &c.last); err != nil {
-		h.status = -1
-		return h, err
-	}
-
-	// Framing: RFC 9112 section 6.3, as http.ReadResponse reads it.
-	var connB, teB, clsB, trailerB [2]string
-	conn, te, cls, trailer := connB[:0], teB[:0], clsB[:0], trailerB[:0]
-	for _, f := range st.fields {
-		switch f.name {
-		case "Connection":
-			conn = append(conn, f.value)
-		case "Transfer-Encoding":
-			te = append(te, f.value)
-		case "Content-Length":
-			cls = append(cls, f.value)
-		case "Trailer":
-			trailer = append(trailer, f.value)
-		}
-	}
-	h.closeConn = headerHasToken(conn, "close") || minor == 0 && !headerHasToken(conn, "keep-alive")
-	if h.status == http.StatusSwitchingProtocols && headerHasToken(conn, "upgrade") {
-		for _, f := range st.fields {
-			if f.name == "Upgrade" {
-				h.upgrade = f.value
-				break
-			}
-		}
-	}
-	h.noBody = method == http.MethodHead || h.status < 200 || h.status == http.StatusNoContent || h.status == http.StatusNotModified
-	if len(te) > 0 && minor == 1 {
-		if len(te) != 1 || !strings.EqualFold(strings.TrimSpace(te[0]), "chunked") {
-			return h, fmt.Errorf("%w: Transfer-Encoding %q", errBadFraming, strings.Join(te, ", "))
-		}
-		h.chunked = true
-		if len(cls) > 0 {
-			// Both: the chunking wins, and the connection goes (it may
-			// be an attempt at response splitting).
-			cls = nil
-			h.closeConn = true
-		}
-	}
-	if len(cls) > 0 {
-		first := strings.TrimSpace(cls[0])
-		for _, v := range cls[1:] {
-			if strings.TrimSpace(v) != first {
-				return h, fmt.Errorf("%w: Content-Length %q", errBadFraming, strings.Join(cls, ", "))
-			}
-		}
-		n, err := strconv.ParseUint(first, 10, 63)
-		if err != nil || first == "" || first[0] == '+' {
-			return h, fmt.Errorf("%w: Content-Length %q", errBadFraming, first)
-		}
-		h.cl = int64(n)
-	}
-	if h.chunked {
-		for _, v := range trailer {
-			for tok := range strings.SplitSeq(v, ",") {
-				if tok = strings.TrimSpace(tok); tok == "" {
-					continue
-				}
-				k := http.CanonicalHeaderKey(tok)
-				switch k {
-				case "Transfer-Encoding", "Trailer", "Content-Length":
-					return h, fmt.Errorf("%w: trailer %q", errBadFraming, k)
-				}
-				h.trailers = append(h.trailers, k)
-			}
-		}
-	}
-	if !h.noBody && !h.chunked && h.cl < 0 {
-		h.closeConn = true // read until the upstream closes
-	}
-	return h, nil
-}
-
-func clip(b []byte) []byte { return b[:min(len(b), 64)] }
-
-// readFields reads header fields up to the empty line that ends them into
-// st.fields, names in canonical form. A field name that is not a token, a
-// value with control characters, and a folded line are errors, as for
-// http.ReadResponse (which folds; RFC 9112 section 5.2 lets a proxy refuse
-// instead). Fields the same as last's (a connection's last response head:
-// an upstream sends much the same head every time) take last's strings.
-func (st *h1State) readFields(br *bufio.Reader, budget *int, last *lastFields) error {
-	raw := st.raw[:0]
-	spans := st.spans[:0]
-	for {
-		line, err := st.readLine(br, budget)
-		if err != nil {
-			return err
-		}
-		if len(line) == 0 {
-			break
-		}
-		if line[0] == ' ' || line[0] == '\t' {
-			return errObsFold
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			return fmt.Errorf("%w: header line %q", errMalformedResponse, clip(line))
-		}
-		var s span
-		s.n0 = len(raw)
-		upper := true
-		for _, c := range line[:colon] {
-			if !isTokenChar(c) {
-				return fmt.Errorf("%w: header name %q", errMalformedResponse, clip(line[:colon]))
-			}
-			if upper && 'a' <= c && c <= 'z' {
-				c -= 'a' - 'A'
-			} else if !upper && 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			upper = c == '-'
-			raw = append(raw, c)
-		}
-		s.n1 = len(raw)
-		v := trimOWS(line[colon+1:])
-		for _, c := range v {
-			if c < ' ' && c != '\t' || c == 0x7f {
-				return fmt.Errorf("%w: value of %q", errMalformedResponse, raw[s.n0:s.n1])
-			}
-		}
-		s.v0 = len(raw)
-		raw = append(raw, v...)
-		s.v1 = len(raw)
-		spans = append(spans, s)
-	}
-	st.raw, st.spans = raw, spans
-	st.fields = st.fields[:0]
-	if len(spans) == 0 {
-		return nil
-	}
-	if last != nil && bytes.Equal(raw, last.raw) && slices.Equal(spans, last.spans) {
-		st.fields = append(st.fields, last.fields...)
-		return nil
-	}
-	all := string(raw) // one allocation holds every name and value
-	for _, s := range spans {
-		name, ok := commonHeaders[string(raw[s.n0:s.n1])]
-		if !ok {
-			name = all[s.n0:s.n1]
-		}
-		st.fields = append(st.fields, field{name, all[s.v0:s.v1]})
-	}
-	if last != nil && len(raw) <= maxLastFields {
-		last.raw = append(last.raw[:0], raw...)
-		last.spans = append(last.spans[:0], spans...)
-		last.fields = append(last.fields[:0], st.fields...)
-	}
-	return nil
-}
-
-// lastFields is a connection's last response head's fields, as readFields
-// read them: their names and values back to back, where each is, and the
-// fields (strings).
-type lastFields struct {
-	raw    []byte
-	spans  []span
-	fields []field
-}
-
-// maxLastFields bounds the head a connection keeps (lastFields.raw).
-const maxLastFields = 4 << 10
-
-// commonHeaders interns the names most responses carry, so that their
-// keys in the response's header map share one string.
-var commonHeaders = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{
-		"Accept-Ranges", "Access-Control-Allow-Origin", "Age", "Cache-Control", "Connection",
-		"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Length",
-		"Content-Location", "Content-Range", "Content-Security-Policy", "Content-Type", "Date", "Etag",
-		"Expires", "Keep-Alive", "Last-Modified", "Link", "Location", "Pragma", "Referrer-Policy",
-		"Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security", "Trailer",
-		"Transfer-Encoding", "Upgrade", "Vary", "Via", "Www-Authenticate", "X-Content-Type-Options",
-		"X-Frame-Options", "X-Request-Id", "X-Xss-Protection",
-	} {
-		m[k] = k
-	}
-	return m
-}()
-
 // copyFields adds the response's end-to-end fields to hdr: all but the
 // hop-by-hop ones and those its Connection fields list (RFC 9110 section
 // 7.6.1), and Content-Length only when it frames the body. Values share
 // one slice, allocated once.
-func (st *h1State) copyFields(hdr http.Header, h *respHead) {
+func (st *h1State) copyFields(hdr http.Header, h *h1wire.Response) {
 	var listed []string
-	for _, f := range st.fields {
-		if f.name == "Connection" {
-			listed = append(listed, f.value)
+	for _, f := range st.hr.Fields {
+		if f.Name == "Connection" {
+			listed = append(listed, f.Value)
 		}
 	}
-	vals := make([]string, len(st.fields))
+	vals := make([]string, len(st.hr.Fields))
 	// An empty header (no middleware set one) can only hold this
 	// response's names: a name seen before in it is the one lookup needed.
 	fresh := len(hdr) == 0
-	for i, f := range st.fields {
-		if isHopByHop(f.name) || f.name == "Content-Length" && (h.chunked || i > 0 && seen(st.fields[:i], f.name)) {
+	for i, f := range st.hr.Fields {
+		if isHopByHop(f.Name) || f.Name == "Content-Length" && (h.Chunked || i > 0 && seen(st.hr.Fields[:i], f.Name)) {
 			continue
 		}
-		if len(listed) > 0 && headerHasToken(listed, f.name) {
+		if len(listed) > 0 && httpguts.HeaderValuesContainsToken(listed, f.Name) {
 			continue
 		}
-		if !fresh || seen(st.fields[:i], f.name) {
-			if cur, ok := hdr[f.name]; ok {
-				hdr[f.name] = append(cur, f.value)
+		if !fresh || seen(st.hr.Fields[:i], f.Name) {
+			if cur, ok := hdr[f.Name]; ok {
+				hdr[f.Name] = append(cur, f.Value)
 				continue
 			}
 		}
-		vals[i] = f.value
-		hdr[f.name] = vals[i : i+1 : i+1]
+		vals[i] = f.Value
+		hdr[f.Name] = vals[i : i+1 : i+1]
 	}
 }
 
-func seen(fs []field, name string) bool {
+func seen(fs []h1wire.Field, name string) bool {
 	for _, f := range fs {
-		if f.name == name {
+		if f.Name == name {
 			return true
 		}
 	}
@@ -806,21 +529,21 @@ func seen(fs []field, name string) bool {
 // arrived whole. A body of unknown length (chunked or read to the close)
 // or an event stream is flushed after every write, so that streams are
 // not held back; a failure on either side aborts the response.
-func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *h1State, h *respHead) bool {
+func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *h1State, h *h1wire.Response) bool {
 	br := c.br
-	if h.cl >= 0 && !h.chunked {
-		if h.cl <= int64(br.Buffered()) {
+	if h.ContentLength >= 0 && !h.Chunked {
+		if h.ContentLength <= int64(br.Buffered()) {
 			// The whole body came with the head: write it from the read
 			// buffer, no copy.
-			b, _ := br.Peek(int(h.cl))
+			b, _ := br.Peek(int(h.ContentLength))
 			if _, err := w.Write(b); err != nil {
 				p.abort(r, err, "client")
 			}
-			br.Discard(int(h.cl))
+			br.Discard(int(h.ContentLength))
 			return true
 		}
 	}
-	flush := h.cl < 0 || isEventStream(w.Header())
+	flush := h.ContentLength < 0 || isEventStream(w.Header())
 	f, _ := w.(http.Flusher)
 	if !flush {
 		f = nil
@@ -830,10 +553,10 @@ func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *
 	}
 	var src io.Reader = br
 	switch {
-	case h.chunked:
-		src = httputil.NewChunkedReader(br)
-	case h.cl >= 0:
-		src = &io.LimitedReader{R: br, N: h.cl}
+	case h.Chunked:
+		src = h1wire.NewChunkedReader(br)
+	case h.ContentLength >= 0:
+		src = &io.LimitedReader{R: br, N: h.ContentLength}
 	}
 	bufp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bufp)
@@ -858,38 +581,37 @@ func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *
 		}
 	}
 	switch {
-	case h.chunked:
-		budget := maxResponseHead
-		if err := st.readFields(br, &budget, nil); err != nil {
+	case h.Chunked:
+		if err := st.hr.ReadFields(br, maxResponseHead); err != nil {
 			p.abort(r, err, "upstream trailers")
 		}
-		if len(h.trailers) > 0 {
+		if len(h.Trailers) > 0 {
 			// Force chunking, as httputil.ReverseProxy: a short body
 			// would otherwise get a Content-Length.
 			http.NewResponseController(w).Flush()
 		}
 		hdr := w.Header()
-		for _, tf := range st.fields {
-			switch tf.name {
+		for _, tf := range st.hr.Fields {
+			switch tf.Name {
 			case "Host", "Transfer-Encoding", "Content-Length", "Trailer":
-				p.abort(r, fmt.Errorf("%w: trailer %q", errBadFraming, tf.name), "upstream trailers")
+				p.abort(r, fmt.Errorf("%w: trailer %q", h1wire.ErrFraming, tf.Name), "upstream trailers")
 			}
 		}
 		announced := true
-		for _, tf := range st.fields {
-			announced = announced && containsString(h.trailers, tf.name)
+		for _, tf := range st.hr.Fields {
+			announced = announced && containsString(h.Trailers, tf.Name)
 		}
-		for _, tf := range st.fields {
-			k := tf.name
+		for _, tf := range st.hr.Fields {
+			k := tf.Name
 			if !announced {
 				k = http.TrailerPrefix + k
 			}
-			hdr[k] = append(hdr[k], tf.value)
+			hdr[k] = append(hdr[k], tf.Value)
 		}
-	case h.cl >= 0 && n < h.cl:
+	case h.ContentLength >= 0 && n < h.ContentLength:
 		p.abort(r, io.ErrUnexpectedEOF, "upstream")
 	}
-	return h.cl >= 0 || h.chunked
+	return h.ContentLength >= 0 || h.Chunked
 }
 
 func containsString(list []string, s string) bool {
@@ -929,16 +651,16 @@ var errAbortNoServer = errors.New("proxy: response aborted")
 // switchProtocols joins the client's connection and c after a 101
 // answer to a request that asked to switch protocols (RFC 9110 section
 // 7.8), as httputil.ReverseProxy does.
-func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, c *h1Conn, st *h1State, h respHead, upType string) error {
-	if !isPrint(h.upgrade) {
-		return fmt.Errorf("%w: upstream tried to switch to invalid protocol %q", errBadUpgrade, h.upgrade)
+func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, c *h1Conn, st *h1State, h h1wire.Response, upType string) error {
+	if !isPrint(h.Upgrade) {
+		return fmt.Errorf("%w: upstream tried to switch to invalid protocol %q", errBadUpgrade, h.Upgrade)
 	}
-	if !strings.EqualFold(upType, h.upgrade) {
-		return fmt.Errorf("%w: upstream tried to switch protocol %q when %q was requested", errBadUpgrade, h.upgrade, upType)
+	if !strings.EqualFold(upType, h.Upgrade) {
+		return fmt.Errorf("%w: upstream tried to switch protocol %q when %q was requested", errBadUpgrade, h.Upgrade, upType)
 	}
 	hdr := w.Header()
-	for _, f := range st.fields {
-		hdr[f.name] = append(hdr[f.name], f.value)
+	for _, f := range st.hr.Fields {
+		hdr[f.Name] = append(hdr[f.Name], f.Value)
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -1050,10 +772,9 @@ func (bw *bodyWriter) copy(r *http.Request) error {
 			bw.sent.Add(int64(n)) // before the write: the upstream may answer as soon as it has them
 			var werr error
 			if chunked {
-				size := strconv.AppendUint(buf[:0:pre], uint64(n), 16)
-				start := pre - len(size) - 2
+				size := h1wire.AppendChunkSize(buf[:0:pre], n)
+				start := pre - len(size)
 				copy(buf[start:], size)
-				buf[pre-2], buf[pre-1] = '\r', '\n'
 				buf[pre+n], buf[pre+n+1] = '\r', '\n'
 				_, werr = bw.nc.Write(buf[start : pre+n+2])
 			} else {
@@ -1072,13 +793,10 @@ func (bw *bodyWriter) copy(r *http.Request) error {
 	}
 	bw.eof.Store(true)
 	if chunked {
-		b := append(buf[:0], "0\r\n"...)
+		b := append(buf[:0], h1wire.LastChunk...)
 		for k, vv := range r.Trailer {
 			for _, v := range vv {
-				b = append(b, k...)
-				b = append(b, ": "...)
-				b = appendValue(b, v)
-				b = append(b, "\r\n"...)
+				b = h1wire.AppendField(b, k, v)
 			}
 		}
 		b = append(b, "\r\n"...)
@@ -1196,25 +914,10 @@ func isHopByHop(k string) bool {
 	return false
 }
 
-// headerHasToken reports whether the comma-separated values hold token,
-// case-insensitively.
-func headerHasToken(values []string, token string) bool {
-	for _, v := range values {
-		for v != "" {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(strings.TrimSpace(tok), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // upgradeType is the protocol a request or response asks to switch to, ""
 // for none.
 func upgradeType(h http.Header) string {
-	if !headerHasToken(h["Connection"], "upgrade") {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") {
 		return ""
 	}
 	return h.Get("Upgrade")
@@ -1229,74 +932,13 @@ func isPrint(s string) bool {
 	return true
 }
 
-func trimOWS(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// isTokenChar reports whether c may be in a field name (RFC 9110 section
-// 5.6.2).
-func isTokenChar(c byte) bool {
-	return c < 0x80 && tokenTable[c]
-}
-
-var tokenTable = func() (t [128]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
-// appendValue appends a field value with any CR or LF made a space, as
-// http.Header.Write does.
-func appendValue(b []byte, v string) []byte {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c == '\r' || c == '\n' {
-			c = ' '
-		}
-		b = append(b, c)
-	}
-	return b
-}
-
-// appendRequestURI appends u's request target as http.Transport writes it
-// (url.URL.RequestURI), without allocating in the common case.
-func appendRequestURI(b []byte, u *url.URL) []byte {
-	if u.Opaque != "" {
-		return append(b, u.RequestURI()...)
-	}
-	p := u.EscapedPath()
-	if p == "" {
-		p = "/"
-	}
-	b = append(b, p...)
-	if u.ForceQuery || u.RawQuery != "" {
-		b = append(b, '?')
-		b = append(b, u.RawQuery...)
-	}
-	return b
-}
-
 // checkH1 sends the health check req through t's pool: a healthy target
 // costs one kept-alive connection, not one per check.
 func (p *Proxy) checkH1(req *http.Request, t *target) error {
 	st := h1States.Get().(*h1State)
 	defer st.release()
 	b := append(st.head[:0], "GET "...)
-	b = appendRequestURI(b, req.URL)
+	b = h1wire.AppendRequestTarget(b, req.URL)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, req.URL.Host...)
 	b = append(b, "\r\nUser-Agent: linkgate-health-check\r\n\r\n"...)
@@ -1341,43 +983,42 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 		}
 		return 0, err
 	}
-	var h respHead
+	var h h1wire.Response
 	var err error
 	for {
-		if h, err = st.readHead(c, http.MethodGet); err != nil {
+		if h, err = st.hr.ReadResponse(c.br, http.MethodGet, maxResponseHead, &c.last); err != nil {
 			st.disarm(stop)
 			c.nc.Close()
-			if c.reused && h.status == 0 && isClosed(err) {
+			if c.reused && h.Status == 0 && isClosed(err) {
 				return 0, staleError{err}
 			}
 			return 0, err
 		}
-		if h.status >= 200 || h.status == http.StatusSwitchingProtocols {
+		if h.Status >= 200 || h.Status == http.StatusSwitchingProtocols {
 			break
 		}
 	}
 	// Drain a little so the connection can be reused.
-	var src io.Reader = &io.LimitedReader{R: c.br, N: h.cl}
+	var src io.Reader = &io.LimitedReader{R: c.br, N: h.ContentLength}
 	switch {
-	case h.noBody:
+	case h.NoBody:
 		src = http.NoBody
-	case h.chunked:
-		src = httputil.NewChunkedReader(c.br)
-	case h.cl < 0:
+	case h.Chunked:
+		src = h1wire.NewChunkedReader(c.br)
+	case h.ContentLength < 0:
 		src = c.br
 	}
 	n, err := io.Copy(io.Discard, io.LimitReader(src, 64<<10))
-	whole := err == nil && (h.noBody || h.cl >= 0 && n == h.cl)
-	if h.chunked && err == nil {
+	whole := err == nil && (h.NoBody || h.ContentLength >= 0 && n == h.ContentLength)
+	if h.Chunked && err == nil {
 		if _, err := src.Read(make([]byte, 1)); err == io.EOF {
-			budget := maxResponseHead
-			whole = st.readFields(c.br, &budget, nil) == nil
+			whole = st.hr.ReadFields(c.br, maxResponseHead) == nil
 		}
 	}
-	if st.disarm(stop) && whole && !h.closeConn {
+	if st.disarm(stop) && whole && !h.Close {
 		t.h1.put(c, time.Now())
 	} else {
 		c.nc.Close()
 	}
-	return h.status, nil
+	return h.Status, nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/linkgate/linkgate/h1wire"
 )
 
 // h1Pool is the kept-alive connections to one http:// target, for the
@@ -57,10 +59,10 @@ const staleCheckAfter = 10 * time.Millisecond
 type h1Conn struct {
 	nc     net.Conn
 	br     *bufio.Reader
-	raw    syscall.RawConn // nil when nc has none
-	idleAt time.Time       // when it was put back
-	reused bool            // it has carried a request before
-	last   lastFields      // its last response head's fields (readFields)
+	raw    syscall.RawConn   // nil when nc has none
+	idleAt time.Time         // when it was put back
+	reused bool              // it has carried a request before
+	last   h1wire.LastFields // its last response head's fields
 	// rdl is the read deadline armHeaderDeadline set last, zero when
 	// another may have been set since.
 	rdl time.Time

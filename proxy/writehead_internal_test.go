@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/linkgate/linkgate/forwarded"
 )
 
@@ -105,7 +107,7 @@ func mapFields(r *http.Request, trust *forwarded.Trust, pol forwarded.Policy) []
 			fields = append(fields, k+": "+v)
 		}
 	}
-	if headerHasToken(r.Header["Te"], "trailers") {
+	if httpguts.HeaderValuesContainsToken(r.Header["Te"], "trailers") {
 		fields = append(fields, "Te: trailers")
 	}
 	if up := upgradeType(r.Header); up != "" {
