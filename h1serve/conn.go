@@ -6,7 +6,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"runtime/debug"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/linkgate/linkgate/h1wire"
 	"github.com/linkgate/linkgate/internal/header"
 )
 
@@ -181,7 +181,7 @@ func (c *conn) readHead(first bool, hdrTimeout time.Duration) ([]byte, error) {
 	deadlineSet := first
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
-		end, bare := headEnd(buf)
+		end, bare := h1wire.HeadEnd(buf)
 		if end > 0 {
 			return buf[:end], nil
 		}
@@ -199,27 +199,6 @@ func (c *conn) readHead(first bool, hdrTimeout time.Duration) ([]byte, error) {
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
 			return nil, err
 		}
-	}
-}
-
-// headEnd returns the length of the head b starts with, through the
-// CRLF of its empty line (0: not all in b yet), and whether a line of it
-// ends in a bare LF (which the loop leaves to net/http).
-func headEnd(b []byte) (int, bool) {
-	lineStart := 0
-	for {
-		i := bytes.IndexByte(b[lineStart:], '\n')
-		if i < 0 {
-			return 0, false
-		}
-		i += lineStart
-		if i == 0 || b[i-1] != '\r' {
-			return 0, true
-		}
-		if i == lineStart+1 && lineStart > 0 {
-			return i + 1, false
-		}
-		lineStart = i + 1
 	}
 }
 
@@ -261,23 +240,18 @@ func (c *conn) parse(head []byte, r *http.Request) bool {
 		return false
 	}
 	line, rest, _ := bytes.Cut(head, crlf)
+	m, target, version, ok := h1wire.ParseRequestLine(line)
+	if !ok || string(version) != "HTTP/1.1" || target[0] != '/' {
+		return false
+	}
 	var method string
-	switch {
-	case bytes.HasPrefix(line, []byte("GET ")):
-		method, line = http.MethodGet, line[4:]
-	case bytes.HasPrefix(line, []byte("HEAD ")):
-		method, line = http.MethodHead, line[5:]
+	switch string(m) {
+	case http.MethodGet:
+		method = http.MethodGet
+	case http.MethodHead:
+		method = http.MethodHead
 	default:
 		return false
-	}
-	target, ok := bytes.CutSuffix(line, []byte(" HTTP/1.1"))
-	if !ok || len(target) == 0 || target[0] != '/' {
-		return false
-	}
-	for _, b := range target {
-		if b <= ' ' || b >= 0x7f {
-			return false
-		}
 	}
 	h := make(http.Header, 8)
 	host := ""
@@ -285,22 +259,11 @@ func (c *conn) parse(head []byte, r *http.Request) bool {
 	for len(rest) > 2 {
 		var l []byte
 		l, rest, _ = bytes.Cut(rest, crlf)
-		name, value, ok := bytes.Cut(l, []byte{':'})
-		if !ok || len(name) == 0 {
-			return false
+		name, value, ok := h1wire.ParseFieldLine(l)
+		if !ok {
+			return false // obs-fold, a space before the colon, a bad byte
 		}
-		for _, b := range name {
-			if !httpguts.IsTokenRune(rune(b)) {
-				return false // obs-fold, a space before the colon, a bad byte
-			}
-		}
-		value = bytes.Trim(value, " \t")
-		for _, b := range value {
-			if b < ' ' && b != '\t' || b == 0x7f {
-				return false
-			}
-		}
-		key := canonicalKey(name)
+		key := h1wire.CanonicalKey(name)
 		switch key {
 		case "Content-Length", "Transfer-Encoding", "Expect", "Upgrade":
 			return false
@@ -350,32 +313,6 @@ func (c *conn) intern(i int, b []byte) string {
 		c.seen = append(c.seen, s)
 	}
 	return s
-}
-
-// canonicalKey is textproto.CanonicalMIMEHeaderKey of a token, without
-// an allocation for the names requests usually carry.
-func canonicalKey(name []byte) string {
-	switch string(name) { // no allocation: the compiler compares in place
-	case "Host", "host":
-		return "Host"
-	case "User-Agent", "user-agent":
-		return "User-Agent"
-	case "Accept", "accept":
-		return "Accept"
-	case "Accept-Encoding", "accept-encoding":
-		return "Accept-Encoding"
-	case "Accept-Language", "accept-language":
-		return "Accept-Language"
-	case "Connection", "connection":
-		return "Connection"
-	case "Referer", "referer":
-		return "Referer"
-	case "Cookie", "cookie":
-		return "Cookie"
-	case "X-Forwarded-For", "x-forwarded-for":
-		return "X-Forwarded-For"
-	}
-	return textproto.CanonicalMIMEHeaderKey(string(name))
 }
 
 // serveRequest runs the handler on r and finishes its answer; false when

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/linkgate/linkgate/h1wire"
 )
 
 // FuzzParse: a head the loop takes is one net/http's server takes too,
@@ -35,7 +37,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, head []byte) {
-		end, bare := headEnd(head)
+		end, bare := h1wire.HeadEnd(head)
 		if end == 0 || bare {
 			return
 		}

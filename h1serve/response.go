@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/linkgate/linkgate/h1wire"
 	"github.com/linkgate/linkgate/internal/header"
 )
 
@@ -19,7 +20,7 @@ const bufferBeforeChunking = 2048
 
 var errWriteAfterHandler = errors.New("h1serve: write after the handler returned")
 
-var lastChunk = []byte("0\r\n") // before the trailers and the final CRLF
+var lastChunk = []byte(h1wire.LastChunk) // before the trailers and the final CRLF
 
 // response is the loop's http.ResponseWriter. Its head is written as
 // net/http's chunkWriter.writeHeader writes it: the handler's fields as
@@ -64,7 +65,7 @@ func (w *response) WriteHeader(code int) {
 		panic("invalid WriteHeader code " + strconv.Itoa(code))
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		b := w.statusLine(w.c.bw.AvailableBuffer(), code)
+		b := h1wire.AppendStatusLine(w.c.bw.AvailableBuffer(), code)
 		b = w.appendFields(b, func(k string) bool { return k == "Content-Length" || k == "Transfer-Encoding" })
 		b = append(b, crlf...)
 		w.write(b)
@@ -73,10 +74,21 @@ func (w *response) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
+	te, connection, invalidCL := w.readFields()
+	w.buildHead(te, connection)
+	if invalidCL {
+		w.hdr.Del("Content-Length")
+	}
+}
+
+// readFields notes the facts of the handler's fields that the head
+// depends on, as net/http's chunkWriter.writeHeader reads them: the
+// declared length (invalidCL: one that does not parse, which net/http
+// takes out of the handler's map but keeps in the head it cloned before,
+// unless chunking drops it), the first Transfer-Encoding and Connection,
+// and the trailers declared.
+func (w *response) readFields() (te, connection string, invalidCL bool) {
 	h := w.hdr
-	// An invalid Content-Length is taken out of the handler's map, but
-	// stays in the head net/http cloned before (unless chunking drops it).
-	invalidCL := false
 	if cl := header.First(h, "Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.contentLength = v
@@ -85,7 +97,6 @@ func (w *response) WriteHeader(code int) {
 			invalidCL = true
 		}
 	}
-	var te, connection string
 	for k, vs := range h {
 		first := ""
 		if len(vs) > 0 {
@@ -119,11 +130,19 @@ func (w *response) WriteHeader(code int) {
 			}
 		}
 	}
+	return te, connection, invalidCL
+}
+
+// buildHead decides, as net/http's chunkWriter.writeHeader does, which
+// of the handler's fields the head leaves out and whether the connection
+// closes after the answer, and builds the head from the status line and
+// the fields kept (commit adds what net/http adds).
+func (w *response) buildHead(te, connection string) {
+	code := w.status
 	hasCL := w.contentLength != -1
 	w.closeAfter = w.wantsClose || connection == "close" || !w.c.s.keepAlives()
 	bodyAllowed := bodyAllowedForStatus(code)
 
-	// The fields net/http leaves out of the head.
 	dropCL := !bodyAllowed || hasCL && te != "" && te != "identity"
 	if dropCL && bodyAllowed {
 		w.c.s.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.contentLength)
@@ -142,8 +161,8 @@ func (w *response) WriteHeader(code int) {
 			dropTE = false
 		}
 	}
-	dropConn := w.closeAfter && (!w.c.s.keepAlives() || !hasToken(connection, "close")) && !isProtocolSwitch(code, h)
-	w.head = w.statusLine(w.c.head[:0], code)
+	dropConn := w.closeAfter && (!w.c.s.keepAlives() || !hasToken(connection, "close")) && !isProtocolSwitch(code, w.hdr)
+	w.head = h1wire.AppendStatusLine(w.c.head[:0], code)
 	w.head = w.appendFields(w.head, func(k string) bool {
 		switch k {
 		case "Content-Length":
@@ -158,65 +177,22 @@ func (w *response) WriteHeader(code int) {
 		return strings.HasPrefix(k, http.TrailerPrefix)
 	})
 	w.te, w.dropConn = te, dropConn
-	if invalidCL {
-		h.Del("Content-Length")
-	}
-}
-
-func (w *response) statusLine(b []byte, code int) []byte {
-	b = append(b, "HTTP/1.1 "...)
-	if text := http.StatusText(code); text != "" {
-		b = strconv.AppendInt(b, int64(code), 10)
-		b = append(b, ' ')
-		b = append(b, text...)
-	} else {
-		b = strconv.AppendInt(b, int64(code), 10)
-		b = append(b, " status code "...)
-		b = strconv.AppendInt(b, int64(code), 10)
-	}
-	return append(b, crlf...)
 }
 
 // appendFields appends the handler's fields but those skip names, as
-// http.Header.WriteSubset does: invalid names dropped, line breaks in
-// values made spaces, values trimmed.
+// http.Header.WriteSubset does: invalid names dropped, values as
+// h1wire.AppendValue writes them.
 func (w *response) appendFields(b []byte, skip func(string) bool) []byte {
 	for k, vs := range w.hdr {
 		if skip(k) || !httpguts.ValidHeaderFieldName(k) {
 			continue
 		}
 		for _, v := range vs {
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = appendValue(b, v)
-			b = append(b, crlf...)
+			b = h1wire.AppendField(b, k, v)
 		}
 	}
 	return b
 }
-
-// appendValue appends v with its line breaks made spaces and its ends
-// trimmed of spaces, tabs and line breaks.
-func appendValue(b []byte, v string) []byte {
-	i, j := 0, len(v)
-	for i < j && isSpace(v[i]) {
-		i++
-	}
-	for j > i && isSpace(v[j-1]) {
-		j--
-	}
-	v = v[i:j]
-	start := len(b)
-	b = append(b, v...)
-	for k := start; k < len(b); k++ {
-		if b[k] == '\r' || b[k] == '\n' {
-			b[k] = ' '
-		}
-	}
-	return b
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 func (w *response) Write(p []byte) (int, error) {
 	if w.done {
@@ -257,9 +233,7 @@ func (w *response) body(p []byte) {
 	switch {
 	case w.isHEAD || len(p) == 0:
 	case w.chunking:
-		b := strconv.AppendInt(w.c.scratch[:0], int64(len(p)), 16)
-		b = append(b, crlf...)
-		w.write(b)
+		w.write(h1wire.AppendChunkSize(w.c.scratch[:0], len(p)))
 		w.write(p)
 		w.write(crlf)
 	default:
