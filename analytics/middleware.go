@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/internal/header"
-	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/ongoing"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -39,7 +39,7 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			ww := proxy.StatusWriter(w) // the gateway's, when there is one
+			ww := ongoing.StatusWriter(w) // the gateway's, when there is one
 			next.ServeHTTP(ww, r)
 			status := ww.Status()
 			if status == 0 { // nothing written: net/http answers 200

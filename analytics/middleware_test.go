@@ -9,7 +9,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
-	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // shortener answers like the demo shortener: a redirect for a known key,
@@ -112,7 +112,7 @@ func TestMiddlewarePassesThrough(t *testing.T) {
 }
 
 // TestMiddlewareReusesTheWrap: the visit counter passes on the
-// proxy.Recorder it is given (the gateway makes one per
+// ongoing.Recorder it is given (the gateway makes one per
 // request) and counts by the status written through it: a handler that
 // writes nothing answers 200.
 func TestMiddlewareReusesTheWrap(t *testing.T) {
@@ -123,7 +123,7 @@ func TestMiddlewareReusesTheWrap(t *testing.T) {
 	h := analytics.NewMiddleware(compile(t, cfg), rec)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = w
 	}))
-	ww := proxy.StatusWriter(httptest.NewRecorder())
+	ww := ongoing.StatusWriter(httptest.NewRecorder())
 	h.ServeHTTP(ww, httptest.NewRequest("GET", "/abc", nil))
 	if got != ww {
 		t.Errorf("the handler got %T, a wrap of the counter's own, want the wrap it was given", got)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // metrics are the gateway's own: requests, reloads, config generation.
@@ -46,7 +46,7 @@ var classes = [...]string{"1xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
 // middleware counts every answer by status class and, when access is not
 // nil, writes its access log line. It is the outermost middleware but the
-// request id's: it makes the request's one proxy.StatusWriter, which the
+// request id's: it makes the request's one ongoing.StatusWriter, which the
 // limiter and the visit counter reuse.
 func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler {
 	counters := [len(classes)]prometheus.Counter{}
@@ -56,7 +56,7 @@ func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler 
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
-			ww := proxy.StatusWriter(w)
+			ww := ongoing.StatusWriter(w)
 			var rec *accessRecord
 			if access != nil {
 				r, rec = access.begin(r)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/linkgate/linkgate/h1wire"
 	"github.com/linkgate/linkgate/internal/header"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // A connection's states, for Shutdown: it closes idle connections only.
@@ -47,7 +48,7 @@ type conn struct {
 	aborting bool // the loop cut the watch's read short
 	gone     bool // the watch saw the client leave
 	// The running request's context (nil: no handler runs, the watch does
-	// not read), and the function AfterGone arranged for it (stopHook,
+	// not read), and the function AfterEnd arranged for it (stopHook,
 	// bound once, stops it).
 	req      *reqContext
 	hook     func()
@@ -69,7 +70,7 @@ type conn struct {
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String()}
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
-	c.ctx = context.WithValue(ctx, connKey{}, c)
+	c.ctx = ongoing.WithEnder(ctx, c)
 	c.ctxEnd = c.ctx.Done() != nil
 	c.wcond.L = &c.wmu
 	c.stopHook = c.unhook
@@ -373,7 +374,7 @@ func (c *conn) startWatch(ctx *reqContext) {
 }
 
 // stopWatch disarms the watch, cutting its read short if it started, once
-// the handler returned and its context ended; an AfterGone function not
+// the handler returned and its context ended; an AfterEnd function not
 // stopped runs then, as context.AfterFunc's would.
 func (c *conn) stopWatch() {
 	c.handlers.Add(1)
@@ -391,7 +392,7 @@ func (c *conn) stopWatch() {
 	c.wmu.Unlock()
 }
 
-// runHook starts the AfterGone function, if one waits; under wmu.
+// runHook starts the AfterEnd function, if one waits; under wmu.
 func (c *conn) runHook() {
 	if f := c.hook; f != nil {
 		c.hook = nil

@@ -11,59 +11,58 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 type ctxKey struct{}
 
-// TestAfterGone: AfterGone arranges a function as context.AfterFunc does
-// for the request's own context (or one only carrying values more), runs
-// it when the client leaves or else when the handler returns, not once
-// stopped; it declines a context with an end of its own, one not of a
-// request of the loop, and a second function.
-func TestAfterGone(t *testing.T) {
+// TestAfterEnd: ongoing.AfterEnd on the context of a request of the
+// loop (or one only carrying values more) costs no allocation and runs
+// its function when the client leaves or else when the handler returns,
+// not once stopped; on a context derived with an end of its own, and for
+// a second function, it is context.AfterFunc, which runs them when their
+// context ends.
+func TestAfterEnd(t *testing.T) {
 	type outcome struct {
-		ok, stopped, ranInHandler bool
-		declined                  []string
+		stopped, ranInHandler bool
+		allocs                float64
 	}
 	results := make(chan outcome, 1)
 	ran := make(chan string, 4)
 	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var o outcome
 		ctx := context.WithValue(r.Context(), ctxKey{}, 1)
+		wait := func(ch <-chan struct{}) bool {
+			select {
+			case <-ch:
+				return true
+			case <-time.After(5 * time.Second):
+				return false
+			}
+		}
 		switch r.URL.Path {
 		case "/stopped":
-			stop, ok := h1serve.AfterGone(ctx, func() { ran <- "stopped" })
-			o.ok = ok
-			o.stopped = ok && stop() && !stop()
+			f := func() { ran <- "stopped" }
+			o.allocs = testing.AllocsPerRun(100, func() { ongoing.AfterEnd(ctx, f)() })
+			stop := ongoing.AfterEnd(ctx, f)
+			o.stopped = stop() && !stop()
 		case "/at-return":
-			_, o.ok = h1serve.AfterGone(ctx, func() { ran <- "at-return" })
+			ongoing.AfterEnd(ctx, func() { ran <- "at-return" })
 		case "/gone":
 			arrived := make(chan struct{})
-			_, o.ok = h1serve.AfterGone(ctx, func() { close(arrived) })
+			ongoing.AfterEnd(ctx, func() { close(arrived) })
 			w.WriteHeader(http.StatusAccepted)
 			w.(http.Flusher).Flush()
-			select {
-			case <-arrived:
-				o.ranInHandler = true
-			case <-time.After(5 * time.Second):
-			}
-		case "/declined":
+			o.ranInHandler = wait(arrived)
+		case "/derived":
 			derived, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			if _, ok := h1serve.AfterGone(derived, func() {}); ok {
-				o.declined = append(o.declined, "a context with an end of its own was taken")
-			}
-			if _, ok := h1serve.AfterGone(context.Background(), func() {}); ok {
-				o.declined = append(o.declined, "a context of no request was taken")
-			}
-			stop, ok := h1serve.AfterGone(r.Context(), func() {})
-			if _, again := h1serve.AfterGone(r.Context(), func() {}); !ok || again {
-				o.declined = append(o.declined, "a second function was taken, or the first was not")
-			}
-			if ok {
-				stop()
-			}
+			arrived := make(chan struct{})
+			ongoing.AfterEnd(derived, func() { close(arrived) })
+			cancel()
+			o.ranInHandler = wait(arrived)
+		case "/second":
+			ongoing.AfterEnd(r.Context(), func() { ran <- "first" })
+			ongoing.AfterEnd(r.Context(), func() { ran <- "second" })
 		}
 		results <- o
 	})})
@@ -74,22 +73,28 @@ func TestAfterGone(t *testing.T) {
 		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
 		readResponse(t, c, br)
 	}
+	ranNext := func(want ...string) {
+		t.Helper()
+		var got []string
+		for range want {
+			select {
+			case name := <-ran:
+				got = append(got, name)
+			case <-time.After(5 * time.Second):
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("functions run: %q, want %q", got, want)
+		}
+	}
 	get("/stopped")
-	if o := <-results; !o.ok || !o.stopped {
-		t.Errorf("/stopped: %+v, want taken and stopped once", o)
+	if o := <-results; !o.stopped || o.allocs != 0 {
+		t.Errorf("/stopped: %+v, want stopped once, no allocation", o)
 	}
 	get("/at-return")
-	if o := <-results; !o.ok {
-		t.Errorf("/at-return: not taken")
-	}
-	select {
-	case name := <-ran:
-		if name != "at-return" {
-			t.Errorf("%s's function ran", name)
-		}
-	case <-time.After(5 * time.Second):
-		t.Error("a function not stopped did not run when the handler returned")
-	}
+	<-results
+	ranNext("at-return")
 
 	c, br := dial(t, addr)
 	io.WriteString(c, "GET /gone HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -98,18 +103,21 @@ func TestAfterGone(t *testing.T) {
 		t.Fatalf("/gone: %q %v", line, err)
 	}
 	c.Close()
-	if o := <-results; !o.ok || !o.ranInHandler {
-		t.Errorf("/gone: %+v, want taken and run while the handler waited", o)
+	if o := <-results; !o.ranInHandler {
+		t.Errorf("/gone: not run while the handler waited")
 	}
 
-	get("/declined")
-	if o := <-results; len(o.declined) > 0 {
-		t.Errorf("/declined: %v", o.declined)
+	get("/derived")
+	if o := <-results; !o.ranInHandler {
+		t.Errorf("/derived: not run when the derived context ended")
 	}
+	get("/second")
+	<-results
+	ranNext("first", "second")
 	select {
 	case name := <-ran:
 		t.Errorf("%s's function ran after all", name)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/ongoing"
 	"github.com/linkgate/linkgate/problem"
-	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/route"
 )
 
@@ -178,7 +178,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ww := proxy.StatusWriter(w) // the gateway's, when there is one
+		ww := ongoing.StatusWriter(w) // the gateway's, when there is one
 		returned := false
 		// Deferred, so that a handler that aborts is counted too:
 		// httputil.ReverseProxy panics with http.ErrAbortHandler when the

@@ -26,7 +26,7 @@ import (
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
-	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // env is a limiter in front of a tiny upstream, served over real HTTP on
@@ -189,7 +189,7 @@ func TestOnlyListedStatusesCount(t *testing.T) {
 }
 
 // TestCountStatusReusesTheWrap: behind a count_status rule the next
-// handler gets the very proxy.Recorder the limiter was
+// handler gets the very ongoing.Recorder the limiter was
 // given (the gateway makes one per request), and the rule counts by the
 // status written through it: a handler that writes nothing answers 200.
 func TestCountStatusReusesTheWrap(t *testing.T) {
@@ -210,7 +210,7 @@ func TestCountStatusReusesTheWrap(t *testing.T) {
 	} {
 		status, got = tc.status, nil
 		rec := httptest.NewRecorder()
-		ww := proxy.StatusWriter(rec)
+		ww := ongoing.StatusWriter(rec)
 		h.ServeHTTP(ww, httptest.NewRequest("POST", "/login", nil))
 		if rec.Code != tc.want {
 			t.Errorf("request %d: status %d, want %d", i+1, rec.Code, tc.want)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/h1wire"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // checkH1 sends the health check req through t's pool: a healthy target
@@ -49,7 +50,7 @@ func (p *Proxy) checkH1(req *http.Request, t *target) error {
 
 func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) (int, error) {
 	st.conn.Store(c)
-	stop := context.AfterFunc(ctx, st.cancel)
+	stop := ongoing.AfterEnd(ctx, st.cancel)
 	defer st.conn.Store(nil)
 	c.rdl = time.Time{}
 	c.nc.SetReadDeadline(time.Time{}) // ctx bounds the check; a connection put back may hold a past deadline

@@ -79,7 +79,7 @@ func (st *h1State) abort() {
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-// disarm stops the abort that context.AfterFunc registered for the
+// disarm stops the abort that ongoing.AfterEnd registered for the
 // exchange (stop is what it returned) and says whether it did. When the
 // context ended first, the abort has started on a goroutine of its own and
 // may not have read st.conn yet: st is spoiled, so that the abort cannot

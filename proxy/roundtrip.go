@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -10,8 +9,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/h1wire"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // trip is one request sent on one connection and its answer streamed
@@ -37,10 +36,7 @@ type trip struct {
 func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st *h1State, c *h1Conn, start time.Time, upType string) (err error) {
 	x := trip{p: p, w: w, r: r, t: t, st: st, c: c, start: start, upType: upType}
 	st.conn.Store(c)
-	stop, ok := h1serve.AfterGone(r.Context(), st.cancel) // the plain listener's requests
-	if !ok {
-		stop = context.AfterFunc(r.Context(), st.cancel)
-	}
+	stop := ongoing.AfterEnd(r.Context(), st.cancel)
 	reuse, streamed := false, false
 	var headAt time.Time
 	defer func() { x.end(stop, reuse, streamed, headAt) }()

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/linkgate/linkgate/h1wire"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 var errBadUpgrade = errors.New("proxy: upgrade refused")
@@ -44,7 +44,7 @@ func (p *Proxy) switchProtocols(w http.ResponseWriter, r *http.Request, c *h1Con
 		return nil // the client is gone; the response was ours to write
 	}
 	up := c.nc
-	stop := context.AfterFunc(r.Context(), func() { up.Close(); conn.Close() })
+	stop := ongoing.AfterEnd(r.Context(), func() { up.Close(); conn.Close() })
 	defer stop()
 	done := make(chan struct{})
 	go func() {

@@ -1,4 +1,4 @@
-package proxy_test
+package ongoing_test
 
 import (
 	"net/http"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // TestStatusWriter: a writer is wrapped once, and the wrap is reused; it
@@ -14,8 +14,8 @@ import (
 // writer underneath.
 func TestStatusWriter(t *testing.T) {
 	rec := httptest.NewRecorder()
-	ww := proxy.StatusWriter(rec)
-	if again := proxy.StatusWriter(ww); again != ww {
+	ww := ongoing.StatusWriter(rec)
+	if again := ongoing.StatusWriter(ww); again != ww {
 		t.Errorf("StatusWriter of a wrap = %p, want the wrap %p itself", again, ww)
 	}
 	if s := ww.Status(); s != 0 {
@@ -38,11 +38,11 @@ func TestStatusWriter(t *testing.T) {
 	}
 
 	// A write or a flush with no status first is a 200.
-	for name, write := range map[string]func(*proxy.Recorder){
-		"Write": func(w *proxy.Recorder) { w.Write([]byte("x")) },
-		"Flush": func(w *proxy.Recorder) { w.Flush() },
+	for name, write := range map[string]func(*ongoing.Recorder){
+		"Write": func(w *ongoing.Recorder) { w.Write([]byte("x")) },
+		"Flush": func(w *ongoing.Recorder) { w.Flush() },
 	} {
-		w := proxy.StatusWriter(httptest.NewRecorder())
+		w := ongoing.StatusWriter(httptest.NewRecorder())
 		write(w)
 		if s := w.Status(); s != http.StatusOK {
 			t.Errorf("Status after a %s first = %d, want 200", name, s)
@@ -53,7 +53,7 @@ func TestStatusWriter(t *testing.T) {
 	// Unwrap: a recorder has no deadlines, so the call says so, rather
 	// than that the wrap has none.
 	under := &deadlineWriter{ResponseWriter: httptest.NewRecorder()}
-	if err := http.NewResponseController(proxy.StatusWriter(under)).SetReadDeadline(time.Now()); err != nil || !under.set {
+	if err := http.NewResponseController(ongoing.StatusWriter(under)).SetReadDeadline(time.Now()); err != nil || !under.set {
 		t.Errorf("SetReadDeadline through the wrap: %v, reached %v; want nil, true", err, under.set)
 	}
 }
