@@ -48,6 +48,8 @@ func (p *Proxy) checkH1(req *http.Request, t *target) error {
 	}
 }
 
+// checkOn sends the health check in st.head on c, and returns the
+// status of its answer; c is put back when it can carry another request.
 func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) (int, error) {
 	st.conn.Store(c)
 	stop := ongoing.AfterEnd(ctx, st.cancel)

@@ -13,8 +13,8 @@ import (
 )
 
 // The proxy's own HTTP/1.1 client (client.go and the files it names),
-// used for plans whose targets are all http:// (https targets stay on
-// http.Transport: see New). Beside net/http's server, as Traefik's
+// over TCP to http:// targets and over TLS to https:// ones (an https://
+// target that chooses HTTP/2 is served by http.Transport: see New). Beside net/http's server, as Traefik's
 // pkg/proxy/fast is, but unlike http.Transport it keeps no goroutine per
 // connection and hands nothing between goroutines: the request head is
 // written in one write from a pooled buffer (reqhead.go), and the
@@ -132,6 +132,10 @@ func (p *Proxy) serveH1(w http.ResponseWriter, r *http.Request) {
 			p.fail(w, r, nil, ErrNoHealthyTarget)
 			return
 		}
+		if t.h1.speaksH2() {
+			p.serveTransport(w, r, t)
+			return
+		}
 		if r.Host == "" {
 			// An HTTP/1.0 request without Host: the target's name, as
 			// http.Transport sends it.
@@ -139,6 +143,10 @@ func (p *Proxy) serveH1(w http.ResponseWriter, r *http.Request) {
 		}
 		err := p.exchange(w, r, t, st, upType, replay)
 		if err == nil {
+			return
+		}
+		if err == errH2 { // learnt on this request's connection: nothing was sent
+			p.serveTransport(w, r, t)
 			return
 		}
 		if !isDialError(err) || r.Context().Err() != nil {

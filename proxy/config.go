@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -219,6 +220,19 @@ func (p *Plan) compileTLS(https bool) error {
 	}
 	p.tls = tc
 	return nil
+}
+
+// tlsKey is the identity of the plan's TLS settings, for the pools of
+// its https:// targets (poolKey).
+func (p *Plan) tlsKey() tlsKey {
+	h := sha256.New()
+	for _, b := range [][]byte{p.caPEM, p.certPEM, p.keyPEM} {
+		h.Write(b)
+		h.Write([]byte{0}) // no PEM holds a NUL
+	}
+	k := tlsKey{cfg: p.cfg.TLS}
+	h.Sum(k.files[:0])
+	return k
 }
 
 // validPort reports whether u has no port or a port from 1 to 65535.

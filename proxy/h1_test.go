@@ -30,13 +30,17 @@ import (
 // HEAD handling, chunked responses and reused broken connections: each
 // has cases here.
 
-// clients are the two ways a Proxy sends requests upstream.
+// clients are the ways a Proxy sends requests upstream: the own client
+// over TCP and over TLS (through tlsRelay, in front of the same upstream),
+// and httputil.ReverseProxy over http.Transport.
 var clients = []struct {
 	name string
 	new  func(*proxy.Plan, *proxy.Metrics) *proxy.Proxy
+	tls  bool
 }{
-	{"stdlib", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.NewStdlib(p, m, nil) }},
-	{"own", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }},
+	{"stdlib", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.NewStdlib(p, m, nil) }, false},
+	{"own", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, false},
+	{"own-tls", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, true},
 }
 
 // rawUpstream is a loopback server that reads each request with
@@ -104,13 +108,18 @@ func TestH1Conformance(t *testing.T) {
 			for _, cl := range clients {
 				t.Run(cl.name, func(t *testing.T) {
 					target := tc.upstream(t)
+					var tlsCfg proxy.TLS
+					if cl.tls {
+						target, tlsCfg = tlsRelay(t, target)
+					}
 					cfg := config(target)
+					cfg.TLS = tlsCfg
 					if tc.cfg != nil {
 						tc.cfg(&cfg)
 					}
 					p, front := frontFor(t, cl.new, cfg)
-					if cl.name == "own" && !p.OwnClient() {
-						t.Fatal("the proxy does not use its own client for an http:// target")
+					if cl.name != "stdlib" && !p.OwnClient() {
+						t.Fatal("the proxy does not use its own client")
 					}
 					got[cl.name] = tc.run(t, front.URL, p)
 					want := tc.want
@@ -122,8 +131,10 @@ func TestH1Conformance(t *testing.T) {
 					}
 				})
 			}
-			if got["stdlib"] != got["own"] && tc.stdlib == "" {
-				t.Errorf("the clients disagree:\nstdlib %s\nown    %s", got["stdlib"], got["own"])
+			for _, own := range []string{"own", "own-tls"} {
+				if got["stdlib"] != got[own] && tc.stdlib == "" {
+					t.Errorf("the clients disagree:\nstdlib %s\n%-6s %s", got["stdlib"], own, got[own])
+				}
 			}
 		})
 	}

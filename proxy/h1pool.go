@@ -3,6 +3,9 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -12,8 +15,9 @@ import (
 	"github.com/linkgate/linkgate/h1wire"
 )
 
-// h1Pool is the kept-alive connections to one http:// target, for the
-// proxy's own HTTP/1.1 client (h1.go). Idle connections are a stack: the
+// h1Pool is the kept-alive connections to one target, for the proxy's
+// own HTTP/1.1 client (client.go): plain TCP to an http:// target, TLS to
+// an https:// one. Idle connections are a stack: the
 // most recently used one is the likeliest to be alive and warm. No
 // goroutine watches an idle connection; one that the target closed while
 // it sat idle is noticed when it is taken (peerClosed) or when the request
@@ -24,8 +28,12 @@ import (
 // with the same connection settings, so that a reload keeps their
 // connections. It is safe for concurrent use.
 type h1Pool struct {
-	key     poolKey
-	dialer  *net.Dialer
+	key    poolKey
+	dialer *net.Dialer
+	tls    *tls.Config // an https:// target's, ServerName set; nil for http://
+	// h2: the target chose HTTP/2 when offered it (TLS's ALPN): its
+	// requests go through http.Transport (Proxy.serveTransport).
+	h2      atomic.Bool
 	opened  *atomic.Int64 // shared with the Proxies using the pool
 	m       *Metrics
 	maxIdle int
@@ -40,9 +48,26 @@ type h1Pool struct {
 // address and the settings a connection is opened and kept with.
 type poolKey struct {
 	addr        string // host:port
+	https       bool
 	dialTimeout time.Duration
 	maxIdle     int
+	tls         tlsKey // an https:// target's TLS settings; zero for http://
 }
+
+// tlsKey is a pool's TLS settings as the config and its files give them:
+// a reload after a file changed makes new connections.
+type tlsKey struct {
+	cfg   TLS
+	files [sha256.Size]byte // of the CA bundle, the client certificate and its key
+}
+
+// tlsHandshakeTimeout bounds the TLS handshake with a target, as
+// http.Transport's TLSHandshakeTimeout in transport.go.
+const tlsHandshakeTimeout = 10 * time.Second
+
+// errH2 is the error of a connection on which the target chose HTTP/2:
+// its requests go through http.Transport from then on.
+var errH2 = errors.New("proxy: the target speaks HTTP/2")
 
 // idleTimeout is how long an idle upstream connection is kept, as
 // http.Transport's IdleConnTimeout in transport.go.
@@ -85,15 +110,36 @@ func (c *h1Conn) armHeaderDeadline(start time.Time, rht time.Duration) {
 	c.nc.SetReadDeadline(c.rdl)
 }
 
-func newH1Pool(key poolKey, opened *atomic.Int64, m *Metrics) *h1Pool {
-	return &h1Pool{
+// newH1Pool returns the pool of connections to the target of key; tc is
+// an https:// target's TLS settings (nil: Go's defaults), unused for an
+// http:// one.
+func newH1Pool(key poolKey, tc *tls.Config, opened *atomic.Int64, m *Metrics) *h1Pool {
+	p := &h1Pool{
 		key:     key,
 		dialer:  &net.Dialer{Timeout: key.dialTimeout, KeepAlive: 30 * time.Second},
 		opened:  opened,
 		m:       m,
 		maxIdle: key.maxIdle,
 	}
+	if key.https {
+		// As http.Transport sets them: the target's host as the name to
+		// send and verify unless the config names one, and HTTP/2 offered
+		// (a target that takes it is served by http.Transport).
+		if tc == nil {
+			tc = &tls.Config{}
+		}
+		p.tls = tc.Clone()
+		if p.tls.ServerName == "" {
+			host, _, _ := net.SplitHostPort(key.addr)
+			p.tls.ServerName = host
+		}
+		p.tls.NextProtos = []string{"h2", "http/1.1"}
+	}
+	return p
 }
+
+// speaksH2 reports whether the target chose HTTP/2.
+func (p *h1Pool) speaksH2() bool { return p.h2.Load() }
 
 // get returns an idle connection, or nil when there is none worth using.
 // check asks for every connection to be checked for a close by the target,
@@ -129,7 +175,9 @@ func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
 	}
 }
 
-// dial opens a new connection to the target, counting it.
+// dial opens a new connection to the target, counting it, and for an
+// https:// target shakes hands over it. It returns errH2 when the target
+// chose HTTP/2.
 func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	nc, err := p.dialer.DialContext(ctx, "tcp", p.key.addr)
 	if err != nil {
@@ -137,10 +185,27 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	}
 	p.opened.Add(1)
 	p.m.connOpened()
-	c := &h1Conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10)}
+	c := &h1Conn{nc: nc}
 	if sc, ok := nc.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
+		c.raw, _ = sc.SyscallConn() // the socket, under TLS too: peerClosed peeks at it
 	}
+	if p.tls != nil {
+		tc := tls.Client(nc, p.tls)
+		hctx, cancel := context.WithTimeout(ctx, tlsHandshakeTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			p.h2.Store(true)
+			tc.Close()
+			return nil, errH2
+		}
+		c.nc = tc
+	}
+	c.br = bufio.NewReaderSize(c.nc, 4<<10)
 	return c, nil
 }
 

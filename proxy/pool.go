@@ -187,8 +187,10 @@ func (p *Proxy) check(ctx context.Context, t *target) error {
 		return err
 	}
 	req.Header.Set("User-Agent", "linkgate-health-check")
-	if t.h1 != nil {
-		return p.checkH1(req, t)
+	if t.h1 != nil && !t.h1.speaksH2() {
+		if err := p.checkH1(req, t); err != errH2 {
+			return err
+		}
 	}
 	resp, err := p.transport.RoundTrip(req)
 	if err != nil {

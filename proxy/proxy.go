@@ -7,6 +7,13 @@
 // trusted proxies, streams bodies untouched, and answers 502/504 with RFC 9457
 // problem bodies when the upstream cannot (408 or 400 when the client's body
 // arrives too slowly or malformed).
+//
+// Requests go upstream through one client of the package's own, an
+// HTTP/1.1 client over TCP to http:// targets and over TLS to https://
+// ones (client.go). httputil.ReverseProxy over an http.Transport serves
+// only the https:// targets that choose HTTP/2 when offered it: HTTP/2's
+// framing, flow control and multiplexing are net/http's to speak, and a
+// target that offers it is reached over it, as it always was.
 package proxy
 
 import (
@@ -31,9 +38,10 @@ import (
 // usable, call New. The gateway builds a new Proxy when the upstream section
 // changes and Closes the old one.
 type Proxy struct {
-	// h1 is set when every target is http://: requests go through the
-	// proxy's own HTTP/1.1 client (h1.go) and the targets' pools (h1Pool).
-	// Otherwise they go through rp and transport.
+	// h1 is set unless the proxy is NewStdlib's: requests go through the
+	// proxy's own HTTP/1.1 client (client.go) and the targets' pools
+	// (h1Pool), but for the targets that speak HTTP/2, which go through
+	// rp and transport (serveTransport).
 	h1        bool
 	rp        *httputil.ReverseProxy
 	pool      *pool
@@ -60,17 +68,20 @@ type Proxy struct {
 // every target counts as healthy so the gateway serves immediately. m and
 // log may be nil.
 //
-// When every target is http://, requests go through the proxy's own
-// HTTP/1.1 client, which keeps a connection pool per target; with an
-// https:// target among them, through httputil.ReverseProxy and an
-// http.Transport (HTTP/2 where the target offers it).
+// Requests go through the proxy's own HTTP/1.1 client, which keeps a
+// connection pool per target, over TLS to an https:// target. An https://
+// target that chooses HTTP/2 when offered it (its first connection's
+// ALPN) is served by httputil.ReverseProxy over an http.Transport
+// instead, for as long as its pool lives: HTTP/2's framing, flow control
+// and stream multiplexing are net/http's to speak, not a second client's
+// to copy.
 func New(plan *Plan, m *Metrics, log *slog.Logger) *Proxy {
 	return Renew(nil, plan, m, log)
 }
 
 // Renew is New for a plan that replaces the Proxies of old (a reload):
-// the http:// targets that plan lists and one of old lists too, with the
-// same dial timeout and idle cap, keep that Proxy's idle connections,
+// the targets that plan lists and one of old lists too, with the same
+// dial timeout, idle cap and TLS settings, keep that Proxy's idle connections,
 // which its Close then leaves open. The gateway passes every Proxy of the
 // running config, one per pool, so that a target keeps its connections
 // when it moves from one pool to another. old may be empty.
@@ -100,29 +111,8 @@ func newProxy(old []*Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib boo
 		p.opened = old[0].opened
 	}
 	p.h1 = !stdlib
-	for _, t := range p.pool.targets {
-		p.h1 = p.h1 && t.url.Scheme == "http"
-	}
 	if p.h1 {
-		for _, t := range p.pool.targets {
-			key := poolKey{addr: hostPort(t.url), dialTimeout: cfg.DialTimeout, maxIdle: cfg.MaxIdleConnsPerHost}
-		search:
-			for _, o := range old {
-				if o == nil || !o.h1 {
-					continue
-				}
-				for _, ot := range o.pool.targets {
-					if ot.h1.key == key {
-						t.h1 = ot.h1
-						break search
-					}
-				}
-			}
-			if t.h1 == nil {
-				t.h1 = newH1Pool(key, p.opened, m)
-			}
-			t.h1.acquire()
-		}
+		p.sharePools(old, plan)
 	}
 	p.transport = newTransport(plan, p.dial)
 	p.rp = &httputil.ReverseProxy{
@@ -153,6 +143,34 @@ func newProxy(old []*Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib boo
 	return p
 }
 
+// sharePools gives each target its connection pool for the own client:
+// the pool of a Proxy of old with the same key, or a new one.
+func (p *Proxy) sharePools(old []*Proxy, plan *Plan) {
+	cfg := plan.cfg
+	for _, t := range p.pool.targets {
+		key := poolKey{addr: hostPort(t.url), https: t.url.Scheme == "https", dialTimeout: cfg.DialTimeout, maxIdle: cfg.MaxIdleConnsPerHost}
+		if key.https {
+			key.tls = plan.tlsKey()
+		}
+	search:
+		for _, o := range old {
+			if o == nil || !o.h1 {
+				continue
+			}
+			for _, ot := range o.pool.targets {
+				if ot.h1.key == key {
+					t.h1 = ot.h1
+					break search
+				}
+			}
+		}
+		if t.h1 == nil {
+			t.h1 = newH1Pool(key, plan.tls, p.opened, p.m)
+		}
+		t.h1.acquire()
+	}
+}
+
 // ServeHTTP forwards r to the next healthy target.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
@@ -176,10 +194,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r)
 }
 
-// hostPort is the address to dial for an http:// target.
+// hostPort is the address to dial for a target.
 func hostPort(u *url.URL) string {
 	if u.Port() != "" {
 		return u.Host
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
 	}
 	return net.JoinHostPort(u.Hostname(), "80")
 }
@@ -260,7 +281,11 @@ func (p *Proxy) Close() {
 // Forwarded and X-Forwarded-* headers from pr.Out (they stay in pr.In).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	out, in := pr.Out, pr.In
-	if t := p.pool.pick(); t != nil {
+	t, _ := in.Context().Value(targetKey{}).(*target) // serveTransport's choice
+	if t == nil {
+		t = p.pool.pick()
+	}
+	if t != nil {
 		out.URL.Scheme, out.URL.Host = t.url.Scheme, t.url.Host
 	} else {
 		// An absolute-form request line (GET http://elsewhere/) leaves a host
@@ -275,6 +300,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// Who the client is, and which of its headers are believed, is decided
 	// by forwarded alone: the limiter asks the same Trust.
 	p.trust.SetHeaders(out.Header, in, p.headers)
+}
+
+// targetKey is the context key of the target serveTransport chose.
+type targetKey struct{}
+
+// serveTransport forwards r to t through httputil.ReverseProxy over the
+// http.Transport: the own client's way for a target that speaks HTTP/2.
+func (p *Proxy) serveTransport(w http.ResponseWriter, r *http.Request, t *target) {
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 }
 
 // handleError is the ReverseProxy's ErrorHandler: r is the outgoing

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +31,9 @@ import (
 // mtlsUpstream is an HTTPS upstream on loopback whose certificate, from
 // serverCA, names only backend.internal (not 127.0.0.1), and which
 // requires a client certificate from clientCA. It answers with the
-// protocol and the client certificate's name.
-func mtlsUpstream(t *testing.T, serverCA, clientCA *edgetest.CA) *httptest.Server {
+// protocol and the client certificate's name. It offers HTTP/2 when h2
+// is set, else HTTP/1.1 alone.
+func mtlsUpstream(t *testing.T, serverCA, clientCA *edgetest.CA, h2 bool) *httptest.Server {
 	t.Helper()
 	certPEM, keyPEM := serverCA.Issue(t, "backend.internal")
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -50,7 +52,7 @@ func mtlsUpstream(t *testing.T, serverCA, clientCA *edgetest.CA) *httptest.Serve
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    clientCA.Pool(),
 	}
-	s.EnableHTTP2 = true
+	s.EnableHTTP2 = h2
 	s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
 	s.StartTLS()
 	t.Cleanup(s.Close)
@@ -70,11 +72,20 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 // TestUpstreamTLS: a pool reaches an HTTPS target that requires a client
 // certificate, whose own certificate is from a private CA and names
 // neither its address nor the system's roots, with upstream.tls's CA
-// bundle, server name and client certificate, over HTTP/2; leaving out
-// any of them makes the request fail with 502 and the target unhealthy.
+// bundle, server name and client certificate: over HTTP/2 (through
+// http.Transport) when the target offers it, else over HTTP/1.1 through
+// the own client, which keeps the connection; leaving out any of them
+// makes the request fail with 502 and the target unhealthy.
 func TestUpstreamTLS(t *testing.T) {
+	for _, h2 := range []bool{true, false} {
+		proto := map[bool]string{true: "HTTP/2.0", false: "HTTP/1.1"}[h2]
+		t.Run(proto, func(t *testing.T) { testUpstreamTLS(t, h2, proto) })
+	}
+}
+
+func testUpstreamTLS(t *testing.T, h2 bool, proto string) {
 	serverCA, clientCA, otherCA := edgetest.NewCA(t), edgetest.NewCA(t), edgetest.NewCA(t)
-	up := mtlsUpstream(t, serverCA, clientCA)
+	up := mtlsUpstream(t, serverCA, clientCA, h2)
 	dir := t.TempDir()
 	ca := writeFile(t, dir, "server-ca.pem", serverCA.PEM)
 	otherCAFile := writeFile(t, dir, "other-ca.pem", otherCA.PEM)
@@ -115,8 +126,14 @@ func TestUpstreamTLS(t *testing.T) {
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Client") != "linkgate" || resp.Header.Get("X-SNI") != "backend.internal" {
 				t.Fatalf("%d %q: client %q, SNI %q; want 200 to linkgate's certificate naming backend.internal", resp.StatusCode, body, resp.Header.Get("X-Client"), resp.Header.Get("X-SNI"))
 			}
-			if p := resp.Header.Get("X-Proto"); p != "HTTP/2.0" {
-				t.Errorf("the upstream was reached over %s, want HTTP/2.0", p)
+			if p := resp.Header.Get("X-Proto"); p != proto {
+				t.Errorf("the upstream was reached over %s, want %s", p, proto)
+			}
+			// The own client keeps HTTP/1.1 connections (the request's,
+			// and the first health check's when it dialed apart); an
+			// HTTP/2 one is http.Transport's.
+			if idle := f.p.IdleConns(); len(idle) != 1 || h2 != (idle[0] == 0) {
+				t.Errorf("the own client keeps %v idle connections, want none for HTTP/2, some for HTTP/1.1", idle)
 			}
 			if f.healthy(t, up.URL) != 1 {
 				t.Error("the target's health check failed over mutual TLS")
@@ -224,10 +241,11 @@ func TestUpstreamTLSFilesChangeThePlan(t *testing.T) {
 }
 
 // TestUpstreamTLSHTTPTarget: a plain target beside an https one in a pool
-// with TLS settings is still reached, through the same transport.
+// with TLS settings is still reached, through the own client while the
+// https one is reached over HTTP/2.
 func TestUpstreamTLSHTTPTarget(t *testing.T) {
 	serverCA, clientCA := edgetest.NewCA(t), edgetest.NewCA(t)
-	secure := mtlsUpstream(t, serverCA, clientCA)
+	secure := mtlsUpstream(t, serverCA, clientCA, true)
 	plain := newUpstream(t, "plain", nil)
 	dir := t.TempDir()
 	c, k := clientCA.Issue(t, "linkgate")
@@ -253,5 +271,58 @@ func TestUpstreamTLSHTTPTarget(t *testing.T) {
 	}
 	if secureHits != 2 || plainHits != 2 {
 		t.Errorf("https target served %d, plain %d; want 2 each", secureHits, plainHits)
+	}
+}
+
+// TestRenewTLS: an https:// target keeps its connections through a
+// reload that leaves its TLS settings and their files as they were; a new
+// client certificate makes new connections, which present it.
+func TestRenewTLS(t *testing.T) {
+	serverCA, clientCA := edgetest.NewCA(t), edgetest.NewCA(t)
+	up := mtlsUpstream(t, serverCA, clientCA, false)
+	dir := t.TempDir()
+	c, k := clientCA.Issue(t, "linkgate")
+	cfg := config(up.URL)
+	cfg.TLS = proxy.TLS{CAFile: writeFile(t, dir, "ca.pem", serverCA.PEM), ServerName: "backend.internal",
+		CertFile: writeFile(t, dir, "c.pem", c), KeyFile: writeFile(t, dir, "c.key", k)}
+	m := proxy.NewMetrics(prometheus.NewRegistry())
+	old := proxy.New(plan(t, cfg), m, nil)
+	defer old.Close()
+	var h atomic.Pointer[proxy.Proxy]
+	h.Store(old)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.Load().ServeHTTP(w, r) }))
+	defer front.Close()
+	f := &fixture{p: old, front: front}
+	get := func() string {
+		t.Helper()
+		resp, body := f.get(t, "/k")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		return resp.Header.Get("X-Client")
+	}
+	get()
+	testkit.Eventually(t, 10*time.Second, "an idle connection, the first check done", func() bool {
+		return old.IdleConns()[0] > 0 && old.CheckRounds() > 0
+	})
+
+	same := proxy.Renew([]*proxy.Proxy{old}, plan(t, cfg), m, nil)
+	defer same.Close()
+	testkit.Eventually(t, 10*time.Second, "the renewed proxy's first check", func() bool { return same.CheckRounds() > 0 })
+	opened := same.ConnectionsOpened()
+	h.Store(same)
+	get()
+	if n := same.ConnectionsOpened() - opened; n != 0 {
+		t.Errorf("the same TLS settings: %d connections opened after the reload, want 0", n)
+	}
+
+	c, k = clientCA.Issue(t, "linkgate-2")
+	writeFile(t, dir, "c.pem", c)
+	writeFile(t, dir, "c.key", k)
+	renewed := proxy.Renew([]*proxy.Proxy{same}, plan(t, cfg), m, nil)
+	defer renewed.Close()
+	h.Store(renewed)
+	if who := get(); who != "linkgate-2" {
+		t.Errorf("after the certificate changed the upstream saw %q, want linkgate-2", who)
 	}
 }
