@@ -405,27 +405,11 @@ func hasToken(v, token string) bool {
 		if endPos := sp + len(token); endPos != len(v) && !isTokenBoundary(v[endPos]) {
 			continue
 		}
-		if asciiEqualFold(v[sp:sp+len(token)], token) {
+		if h1wire.EqualFold(v[sp:sp+len(token)], token) {
 			return true
 		}
 	}
 	return false
-}
-
-func asciiEqualFold(a, b string) bool {
-	for i := range len(a) {
-		if lower(a[i]) != lower(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func lower(b byte) byte {
-	if 'A' <= b && b <= 'Z' {
-		return b + ('a' - 'A')
-	}
-	return b
 }
 
 func isTokenBoundary(b byte) bool { return b == ' ' || b == ',' || b == '\t' }

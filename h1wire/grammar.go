@@ -175,10 +175,10 @@ func AppendField(b []byte, name, value string) []byte {
 	return append(b, "\r\n"...)
 }
 
-// equalFoldASCII reports whether a and b are equal under ASCII case
-// folding, as net/http compares tokens (never Unicode folding: "chunKed"
-// with a Kelvin sign is not "chunked").
-func equalFoldASCII(a, b string) bool {
+// EqualFold reports whether a and b are equal under ASCII case folding,
+// as net/http compares tokens: never Unicode folding ("chunKed" with a
+// Kelvin sign is not "chunked").
+func EqualFold(a, b string) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -171,7 +171,7 @@ func (h *Response) frame(fields []Field, minor int, method string) error {
 	h.NoBody = method == http.MethodHead || h.Status < 200 || h.Status == http.StatusNoContent || h.Status == http.StatusNotModified
 	if len(te) > 0 && minor == 1 { // HTTP/1.0 has no Transfer-Encoding (net/http's issue 12785)
 		// As nginx and net/http: one field, "chunked", and nothing else.
-		if len(te) != 1 || !equalFoldASCII(te[0], "chunked") {
+		if len(te) != 1 || !EqualFold(te[0], "chunked") {
 			return fmt.Errorf("%w: Transfer-Encoding %q", ErrFraming, strings.Join(te, ", "))
 		}
 		h.Chunked = true
