@@ -97,6 +97,28 @@ func AppendCanonical(b, name []byte) []byte {
 // textproto.CanonicalMIMEHeaderKey does, without an allocation for the
 // names heads usually carry (CommonName).
 func CanonicalKey(name []byte) string {
+	// The names requests carry most, as clients write them: a comparison
+	// in place, no copy, no hash.
+	switch string(name) {
+	case "Host", "host":
+		return "Host"
+	case "User-Agent", "user-agent":
+		return "User-Agent"
+	case "Accept", "accept":
+		return "Accept"
+	case "Accept-Encoding", "accept-encoding":
+		return "Accept-Encoding"
+	case "Accept-Language", "accept-language":
+		return "Accept-Language"
+	case "Connection", "connection":
+		return "Connection"
+	case "Referer", "referer":
+		return "Referer"
+	case "Cookie", "cookie":
+		return "Cookie"
+	case "X-Forwarded-For", "x-forwarded-for":
+		return "X-Forwarded-For"
+	}
 	var buf [64]byte
 	if len(name) > len(buf) {
 		return textproto.CanonicalMIMEHeaderKey(string(name))
