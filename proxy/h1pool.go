@@ -17,12 +17,12 @@ import (
 
 // h1Pool is the kept-alive connections to one target, for the proxy's
 // own HTTP/1.1 client (client.go): plain TCP to an http:// target, TLS to
-// an https:// one. Idle connections are a stack: the
-// most recently used one is the likeliest to be alive and warm. No
-// goroutine watches an idle connection; one that the target closed while
-// it sat idle is noticed when it is taken (peerClosed) or when the request
-// sent on it fails before any byte of a response came back, and a request
-// that may be sent twice is then sent again on a new connection.
+// an https:// one. Idle connections are a stack: the most recently used
+// one is the likeliest to be alive and warm. No goroutine watches an
+// idle connection; one that the target closed while it sat idle is
+// noticed when it is taken (peerClosed) or when the request sent on it
+// fails before any byte of a response came back, and a request that may
+// be sent twice is then sent again on a new connection.
 //
 // A Proxy built on reload (Renew) shares the pools of the targets it keeps
 // with the same connection settings, so that a reload keeps their
