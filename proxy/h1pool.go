@@ -84,9 +84,12 @@ const staleCheckAfter = 10 * time.Millisecond
 type h1Conn struct {
 	nc     net.Conn
 	br     *bufio.Reader
-	raw    syscall.RawConn   // nil when nc has none
-	idleAt time.Time         // when it was put back
-	reused bool              // it has carried a request before
+	raw    syscall.RawConn // nil when nc has none
+	idleAt time.Time       // when it was put back
+	reused bool            // it has carried a request before
+	// dialed is when the connection was ready (its TLS handshake done):
+	// the wait for its first answer's head starts no earlier.
+	dialed time.Time
 	last   h1wire.LastFields // its last response head's fields
 	// rdl is the read deadline armHeaderDeadline set last, zero when
 	// another may have been set since.
@@ -206,6 +209,7 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 		c.nc = tc
 	}
 	c.br = bufio.NewReaderSize(c.nc, 4<<10)
+	c.dialed = time.Now()
 	return c, nil
 }
 

@@ -109,9 +109,21 @@ func (x *trip) send() error {
 		c.nc.SetReadDeadline(time.Time{})
 		x.sendBody()
 	default:
-		c.armHeaderDeadline(x.start, x.p.rht)
+		// From the request's start, or, on a connection dialed for it,
+		// from when it was ready: as http.Transport's
+		// ResponseHeaderTimeout, the wait counts from the request sent,
+		// not the dial and handshake before it.
+		c.armHeaderDeadline(later(x.start, c.dialed), x.p.rht)
 	}
 	return ctx.Err()
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // sendBody starts the body's writer.
