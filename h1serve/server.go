@@ -11,9 +11,10 @@
 // loopback: a goroutine per request to watch for the client leaving, a
 // header clone and sort per response, a second buffer before the
 // connection's. The loop here reads a request head straight from the
-// connection's buffer, answers through one buffered writer and watches
-// for the client leaving only while a handler runs longer than 10 to 20
-// ms (scanEvery). Its requests and responses follow net/http's rules (the
+// connection's buffer (in the grammar of package h1wire, which the
+// proxy's upstream client speaks too), answers through one buffered
+// writer and watches for the client leaving only while a handler runs
+// longer than 10 to 20 ms (scanEvery). Its requests and responses follow net/http's rules (the
 // differential tests hold both to the same answers): the same header
 // validation (anything net/http would refuse is handed to it), Host moved
 // out of the header, Pragma: no-cache implying Cache-Control, the same
