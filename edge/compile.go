@@ -29,6 +29,7 @@ type Plan struct {
 	ask     *url.URL         // nil: no on-demand certificates
 	domains []string         // ACME names, normalized
 	hsts    []hstsRule
+	tickets *ticketPlan
 }
 
 // Config returns the section the plan was compiled from.
@@ -49,6 +50,9 @@ var bounds = bound.Section[Config]{
 	bound.At("on_demand.ask_timeout", bound.Durations(100*time.Millisecond, time.Minute), func(c Config) time.Duration { return c.OnDemand.AskTimeout }),
 	bound.At("on_demand.allow_ttl", bound.Durations(time.Second, 30*24*time.Hour), func(c Config) time.Duration { return c.OnDemand.AllowTTL }),
 	bound.At("on_demand.deny_ttl", bound.Durations(time.Second, 7*24*time.Hour), func(c Config) time.Duration { return c.OnDemand.DenyTTL }),
+	// A listener tries lifetime ÷ rotate + 2 keys at most: 170.
+	bound.At("session_tickets.rotate", bound.Durations(time.Hour, 7*24*time.Hour), func(c Config) time.Duration { return c.SessionTickets.Rotate }),
+	bound.At("session_tickets.lifetime", bound.Durations(time.Minute, 7*24*time.Hour), func(c Config) time.Duration { return c.SessionTickets.Lifetime }),
 	bound.At("storage.cassandra.timeout", bound.Durations(100*time.Millisecond, time.Minute), func(c Config) time.Duration { return c.Storage.Cassandra.Timeout }),
 	// A lock is refreshed every third of its TTL.
 	bound.At("storage.cassandra.lock_ttl", bound.Durations(10*time.Second, time.Hour), func(c Config) time.Duration { return c.Storage.Cassandra.LockTTL }),
@@ -58,12 +62,17 @@ var bounds = bound.Section[Config]{
 // them.
 func Bounds() []bound.Named { return bounds.Ranges("server.tls") }
 
-// Compile checks a server.tls section. It reads the files the section
-// names (the certificate and key, the CA root), so that a file that cannot
-// be used is refused here, by check-config, rather than at start; it opens
+// Compile is CompileEnv without an environment: a session_tickets.secret_env
+// is refused as unset.
+func Compile(c Config) (*Plan, error) { return CompileEnv(c, nil) }
+
+// CompileEnv checks a server.tls section. It reads the files the section
+// names (the certificate and key, the CA root) and the secret
+// session_tickets.secret_env names (from getenv), so that what cannot be
+// used is refused here, by check-config, rather than at start; it opens
 // no listener or connection. Errors start with the field's path under
 // server.tls.
-func Compile(c Config) (*Plan, error) {
+func CompileEnv(c Config, getenv func(string) string) (*Plan, error) {
 	if err := bounds.Check("server.tls", c); err != nil {
 		return nil, err
 	}
@@ -135,6 +144,9 @@ func Compile(c Config) (*Plan, error) {
 		}
 	}
 	if err := compileStorage(c.Storage, c.Managed()); err != nil {
+		return nil, err
+	}
+	if p.tickets, err = compileTickets(c.SessionTickets, getenv); err != nil {
 		return nil, err
 	}
 	hosts := slices.Sorted(maps.Keys(c.HSTS))

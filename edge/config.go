@@ -16,10 +16,11 @@ type Config struct {
 	KeyFile  string `yaml:"key_file"`
 	// HandshakeTimeout bounds a TLS handshake, an on-demand issuance
 	// included: a client that has not finished it by then is cut off.
-	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
-	ACME             ACME          `yaml:"acme"`
-	OnDemand         OnDemand      `yaml:"on_demand"`
-	Storage          Storage       `yaml:"storage"`
+	HandshakeTimeout time.Duration  `yaml:"handshake_timeout"`
+	ACME             ACME           `yaml:"acme"`
+	OnDemand         OnDemand       `yaml:"on_demand"`
+	Storage          Storage        `yaml:"storage"`
+	SessionTickets   SessionTickets `yaml:"session_tickets"`
 	// HSTS maps host names (or *.suffix patterns) to the
 	// Strict-Transport-Security header their TLS responses carry, as RFC
 	// 6797 writes it: "max-age=31536000; includeSubDomains". None by
@@ -75,6 +76,23 @@ type OnDemand struct {
 	OrdersPerHourPerDomain int `yaml:"orders_per_hour_per_domain"`
 }
 
+// SessionTickets are the keys of the TLS session tickets the listener
+// gives clients, with which a returning client resumes its session
+// without a full handshake (RFC 8446 section 2.2; RFC 5077 for TLS 1.2).
+type SessionTickets struct {
+	// SecretEnv names the environment variable holding the secret every
+	// ticket key is derived from (32 bytes at least): the gateways of a
+	// fleet given the same secret (and the same rotate) resume each
+	// other's sessions. "": a secret of the process's own, drawn at start,
+	// so that a session resumes only on the gateway that began it.
+	SecretEnv string `yaml:"secret_env"`
+	// Rotate is how long one key encrypts the new tickets; the next key
+	// takes over at the next multiple of Rotate since the Unix epoch.
+	Rotate time.Duration `yaml:"rotate"`
+	// Lifetime is how long a ticket resumes a session after it was given.
+	Lifetime time.Duration `yaml:"lifetime"`
+}
+
 // Storage is where certificates, keys and ACME accounts are kept, and
 // where a fleet's gateways lock a name while one of them obtains it.
 type Storage struct {
@@ -122,6 +140,7 @@ func DefaultConfig() Config {
 			OrdersPerHourPerClient: 5,
 			OrdersPerHourPerDomain: 5,
 		},
+		SessionTickets: SessionTickets{Rotate: 12 * time.Hour, Lifetime: 24 * time.Hour},
 		Storage: Storage{
 			Path: "./data/certs",
 			Cassandra: Cassandra{

@@ -100,6 +100,8 @@ type Edge struct {
 	mu    sync.Mutex
 	certs map[string]*certState // ACME names seen, for Certificates
 
+	ticketSecret []byte // the session tickets' secret without secret_env
+
 	stop context.CancelFunc
 	done chan struct{}
 	bg   sync.WaitGroup // goroutines waiting for the storage to connect
@@ -124,7 +126,7 @@ func New(plan *Plan, opts Options) (*Edge, error) {
 	if opts.LimitStore == nil {
 		opts.LimitStore = limit.NewMemory()
 	}
-	e := &Edge{opts: opts, log: opts.Log, certs: map[string]*certState{}, done: make(chan struct{})}
+	e := &Edge{opts: opts, log: opts.Log, certs: map[string]*certState{}, done: make(chan struct{}), ticketSecret: newTicketSecret()}
 	e.m = opts.Metrics
 	if e.m == nil {
 		e.m = NewMetrics(nil)
@@ -277,14 +279,20 @@ func (e *Edge) Close() {
 var NextProtos = []string{"h2", "http/1.1", acmez.ACMETLS1Protocol}
 
 // TLSConfig returns the listener's TLS settings: TLS 1.2 at least, 1.3
-// on, Go's default cipher suites, and the edge choosing the certificate.
+// on, Go's default cipher suites, the edge choosing the certificate, and
+// session tickets with the keys of session_tickets (see tickets.go).
 func (e *Edge) TLSConfig() *tls.Config {
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		NextProtos:     NextProtos,
 		GetCertificate: e.getCertificate,
 	}
+	(&ticketer{e: e}).install(cfg)
+	return cfg
 }
+
+// now is the edge's clock: the on-demand decisions' and the tickets'.
+func (e *Edge) now() time.Time { return e.gate.now() }
 
 // getCertificate picks the certificate of a handshake: an ACME
 // challenge's, the static one when it covers the name (or when there is

@@ -14,6 +14,6 @@ func (e *Edge) OnEvent(ctx context.Context, event string, data map[string]any) e
 	return e.onEvent(ctx, event, data)
 }
 
-// SetClock makes the edge's decisions read the time from now. Call it
-// before the first decision.
+// SetClock makes the edge's decisions and its session tickets read the
+// time from now. Call it before the first decision and before Listen.
 func (e *Edge) SetClock(now func() time.Time) { e.gate.now = now }

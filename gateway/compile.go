@@ -90,7 +90,7 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if clash(cfg.Server.Listen, cfg.Admin.Listen) {
 		return nil, fmt.Errorf("admin.listen: %q is the address of server.listen (%q): the admin listener needs its own", cfg.Admin.Listen, cfg.Server.Listen)
 	}
-	if p.tls, err = compileEdge(cfg); err != nil {
+	if p.tls, err = compileEdge(cfg, getenv); err != nil {
 		return nil, err
 	}
 	var identity []string
@@ -148,10 +148,11 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 // Share returns the share tokens of the plan: what signs and checks them.
 func (p *Plan) Share() stats.Sharer { return p.share }
 
-// compileEdge checks server.tls and the listeners beside server.listen.
-func compileEdge(cfg *config.Config) (*edge.Plan, error) {
+// compileEdge checks server.tls (its ticket secret read with getenv) and
+// the listeners beside server.listen.
+func compileEdge(cfg *config.Config, getenv func(string) string) (*edge.Plan, error) {
 	s := cfg.Server
-	p, err := edge.Compile(s.TLS)
+	p, err := edge.CompileEnv(s.TLS, getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -155,4 +156,62 @@ func TestChromiumOverTLS(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "the visit counted", func() bool {
 		return strings.Contains(testkit.Body(t, gw.url("admin", "/metrics")), `linkgate_visits_recorded_total{kind="human"} 1`)
 	})
+}
+
+// TestSessionResumesAcrossTheFleet: two gateway processes given the same
+// session_tickets secret: a client that made its first handshake with one
+// resumes its session on the other, over HTTP/1.1 and HTTP/2, without a
+// full handshake. check-config refuses the file when the variable is
+// unset or the secret too short, naming the field.
+func TestSessionResumesAcrossTheFleet(t *testing.T) {
+	t.Parallel()
+	ca := edgetest.NewCA(t)
+	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test", "127.0.0.1")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
+	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n", fmt.Sprintf(`  shutdown_timeout: 10s
+  tls:
+    cert_file: %s
+    key_file: %s
+    session_tickets: {secret_env: LG_TEST_TICKETS, rotate: 1h, lifetime: 2h}
+`, certFile, keyFile), 1)
+	const secret = "LG_TEST_TICKETS=a fleet's secret, 32 bytes at least"
+	a, path := startGateway(t, cfg, tokenEnv, secret)
+	b, _ := startGateway(t, cfg, tokenEnv, secret)
+	for _, h2 := range []bool{false, true} {
+		cache := tls.NewLRUClientSessionCache(4)
+		get := func(p *process) *tls.ConnectionState {
+			t.Helper()
+			// A transport per request: a new connection, the cache shared.
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "short.test", ClientSessionCache: cache}, ForceAttemptHTTP2: h2}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get(strings.Replace(p.url("gateway", "/go"), "http://", "https://", 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body) // the TLS 1.3 ticket comes after the handshake
+			resp.Body.Close()
+			if want := map[bool]int{false: 1, true: 2}[h2]; resp.ProtoMajor != want {
+				t.Errorf("HTTP/%d, want HTTP/%d", resp.ProtoMajor, want)
+			}
+			return resp.TLS
+		}
+		if get(a).DidResume {
+			t.Errorf("h2 %v: the first handshake resumed", h2)
+		}
+		if !get(b).DidResume {
+			t.Errorf("h2 %v: the session begun with gateway A did not resume on gateway B", h2)
+		}
+		if !get(a).DidResume {
+			t.Errorf("h2 %v: the session given by gateway B did not resume on gateway A", h2)
+		}
+	}
+	for env, want := range map[string]string{"": "is not set or empty", "LG_TEST_TICKETS=short": "is 5 bytes, fewer than 32"} {
+		cmd := exec.Command(bin.gateway, "check-config", path)
+		cmd.Env = childEnv(env)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "server.tls.session_tickets.secret_env") || !strings.Contains(string(out), want) {
+			t.Errorf("check-config with %q: %v %s; want it refused naming server.tls.session_tickets.secret_env, %q", env, err, out, want)
+		}
+	}
 }
