@@ -33,7 +33,11 @@ BENCH_ANALYTICS=${BENCH_ANALYTICS:-off}
 BENCH_TARGETS=${BENCH_TARGETS:-direct nginx floor gateway gateway-ip gateway-mc}
 LATENCY=${LATENCY:-off}
 
-die() { echo "bench: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh" # die, free_port, ticks
+if [[ -n ${PROTOCOLS:-} ]]; then
+	# Every protocol (HTTPS/1.1, HTTP/2, handshakes too): bench/protocols.sh.
+	exec "$(dirname "$0")/protocols.sh"
+fi
 
 # Bounds: this is a loopback benchmark on a shared machine, not a soak test.
 seconds() { # 5s | 2m | 5 → seconds
@@ -120,23 +124,6 @@ if ((${#gateways[@]} > 0)); then
 	fi
 fi
 go build -o "$tmp/" "${pkgs[@]}"
-
-# free_port prints a loopback port nobody listens on (and that this script
-# has not handed out yet).
-used=" "
-free_port() {
-	local p i
-	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 12000)) # below Linux's ephemeral ports (32768-), which outgoing connections take
-		[[ $used == *" $p "* ]] && continue
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			used+="$p "
-			echo "$p"
-			return
-		fi
-	done
-	die "no free port found"
-}
 
 # http_get PORT PATH prints the response (headers and body) without curl.
 http_get() (
@@ -331,19 +318,6 @@ mc_gets() { # the memcached get commands gateway-mc sent so far
 	http_get "${admin_port[gateway-mc]}" /metrics | awk '/^linkgate_memcached_ops_total\{op="get"\}/ {printf "%d", $2; found = 1} END {if (!found) print "?"}'
 }
 
-# ticks PID...: user+system CPU clock ticks of the processes and of their
-# children (nginx's workers), from /proc.
-ticks() {
-	local pid sum=0 f c
-	for pid in "$@"; do
-		for f in /proc/"$pid"/stat $(grep -l "^[0-9]* ([^)]*) [A-Z] $pid " /proc/[0-9]*/stat 2>/dev/null); do
-			[[ -r $f ]] || continue
-			c=$(awk '{sub(/^.*\) /, ""); print $12 + $13}' "$f" 2>/dev/null) || continue
-			sum=$((sum + ${c:-0}))
-		done
-	done
-	echo "$sum"
-}
 hz=$(getconf CLK_TCK)
 
 results=${RESULTS_DIR:-bench/results/$(date -u +%Y%m%dT%H%M%SZ)}
