@@ -17,7 +17,7 @@ const ticketSecret = "0123456789abcdef0123456789abcdef-fleet"
 
 // ticketEdge serves a static certificate with session tickets from secret
 // ("": the process's own), on clk, and returns its address.
-func ticketEdge(t *testing.T, certFile, keyFile, secret string, clk *clock) (*edge.Edge, string) {
+func ticketEdge(t testing.TB, certFile, keyFile, secret string, clk *clock) (*edge.Edge, string) {
 	t.Helper()
 	c := edge.DefaultConfig()
 	c.CertFile, c.KeyFile = certFile, keyFile
