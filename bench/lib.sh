@@ -45,3 +45,43 @@ ticks() {
 	done
 	echo "$sum"
 }
+
+# nginx_config DIR UPSTREAM_PORT SERVER LOCATION: nginx as an operator would
+# put it in front: a kept-alive upstream pool, the forwarding headers, and
+# limit_req on the client address at a rate the benchmark never reaches (the
+# check is what is measured, as for the gateway's IP rule). SERVER holds the
+# server block's own directives (listen...), LOCATION more of the location's;
+# DIR its folders.
+nginx_config() {
+	cat <<EOF
+worker_processes auto;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $1/body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
+  limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
+  upstream tinyurl {
+    server 127.0.0.1:$2;
+    keepalive 1024;
+  }
+  server {
+$3    location / {
+      limit_req zone=ip burst=1000000 nodelay;
+      proxy_pass http://tinyurl;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Real-IP \$remote_addr;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+$4    }
+  }
+}
+EOF
+}

@@ -126,22 +126,7 @@ for t in "${targets[@]}"; do
 	if [[ $t == nginx ]]; then
 		plain_port[$t]=$(free_port) tls_port[$t]=$(free_port)
 		mkdir -p "$tmp/nginx"
-		cat >"$tmp/nginx.conf" <<NGINX
-worker_processes auto;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy;
-  fastcgi_temp_path $tmp/nginx/fastcgi;
-  uwsgi_temp_path $tmp/nginx/uwsgi;
-  scgi_temp_path $tmp/nginx/scgi;
-  limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
-  upstream tinyurl { server 127.0.0.1:$up_port; keepalive 1024; }
-  server {
-    listen 127.0.0.1:${plain_port[$t]};
+		nginx_config "$tmp/nginx" "$up_port" "    listen 127.0.0.1:${plain_port[$t]};
     listen 127.0.0.1:${tls_port[$t]} ssl http2;
     ssl_certificate $tmp/cert.pem;
     ssl_certificate_key $tmp/key.pem;
@@ -150,19 +135,7 @@ http {
     ssl_session_tickets on;
     ssl_session_timeout 24h;      # the gateway's session_tickets.lifetime
     keepalive_requests 10000000;  # 1000 by default; h2load -D does not reconnect
-    location / {
-      limit_req zone=ip burst=1000000 nodelay;
-      proxy_pass http://tinyurl;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Real-IP \$remote_addr;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-    }
-  }
-}
-NGINX
+" "" >"$tmp/nginx.conf"
 		"$nginx_bin" -t -q -e "$tmp/nginx/error.log" -c "$tmp/nginx.conf" || die "generated nginx config is invalid"
 		start nginx "$nginx_bin" -e "$tmp/nginx/error.log" -c "$tmp/nginx.conf" -g 'daemon off;'
 		plain_pid[$t]=$last_pid tls_pid[$t]=$last_pid

@@ -178,49 +178,15 @@ if want relay; then
 	url[relay]="http://127.0.0.1:$relay_port$BENCH_PATH"
 fi
 
-# nginx_target NAME [DIRECTIVE...]: nginx as an operator would put it in
-# front, as target NAME: a kept-alive upstream pool, the forwarding
-# headers, and limit_req on the client address at a rate the benchmark
-# never reaches (the check is what is measured, as for the gateway's IP
-# rule); each DIRECTIVE is added to its location.
+# nginx_target NAME [DIRECTIVE...]: nginx_config (lib.sh) as target NAME;
+# each DIRECTIVE is added to its location.
 nginx_target() {
 	local name=$1 port d extra=""
 	shift
 	for d in "$@"; do extra+="      $d"$'\n'; done
 	port=$(free_port)
 	mkdir -p "$tmp/$name"
-	cat >"$tmp/$name.conf" <<EOF
-worker_processes auto;
-pid $tmp/$name/nginx.pid;
-error_log $tmp/$name/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $tmp/$name/body;
-  proxy_temp_path $tmp/$name/proxy;
-  fastcgi_temp_path $tmp/$name/fastcgi;
-  uwsgi_temp_path $tmp/$name/uwsgi;
-  scgi_temp_path $tmp/$name/scgi;
-  limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
-  upstream tinyurl {
-    server 127.0.0.1:$up_port;
-    keepalive 1024;
-  }
-  server {
-    listen 127.0.0.1:$port;
-    location / {
-      limit_req zone=ip burst=1000000 nodelay;
-      proxy_pass http://tinyurl;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-      proxy_set_header X-Real-IP \$remote_addr;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-$extra    }
-  }
-}
-EOF
+	nginx_config "$tmp/$name" "$up_port" "    listen 127.0.0.1:$port;"$'\n' "$extra" >"$tmp/$name.conf"
 	"$nginx_bin" -t -q -e "$tmp/$name/error.log" -c "$tmp/$name.conf" || die "generated $name config is invalid"
 	start "$name" "$nginx_bin" -e "$tmp/$name/error.log" -c "$tmp/$name.conf" -g 'daemon off;'
 	wait_ready "$name" "$last_pid" "$port"

@@ -38,17 +38,7 @@ func ticketEdge(t testing.TB, certFile, keyFile, secret string, clk *clock) (*ed
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := e.Listen(ln, nil)
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	closeEach(t, e.Listen(ln, nil))
 	return e, ln.Addr().String()
 }
 

@@ -45,7 +45,12 @@ func serve(t *testing.T, c edge.Config, opts edge.Options) (*edge.Edge, string) 
 	}
 	opts.ListenHost, opts.TLSPort = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
 	e, _ := newEdge(t, c, opts, nil)
-	l := e.Listen(ln, nil)
+	closeEach(t, e.Listen(ln, nil))
+	return e, ln.Addr().String()
+}
+
+// closeEach closes every connection l accepts, until the test ends.
+func closeEach(t testing.TB, l *edge.Listener) {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
@@ -56,7 +61,6 @@ func serve(t *testing.T, c edge.Config, opts edge.Options) (*edge.Edge, string) 
 			c.Close()
 		}
 	}()
-	return e, ln.Addr().String()
 }
 
 // handshake connects to addr naming name, trusting roots, and waits for
