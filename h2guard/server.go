@@ -92,7 +92,7 @@ func serve(h2 *http2.Server, hs *http.Server, c net.Conn, h http.Handler, sawPre
 	if bc, ok := h.(interface{ BaseContext() context.Context }); ok {
 		ctx = bc.BaseContext()
 	}
-	h2.ServeConn(c, &http2.ServeConnOpts{Context: ctx, Handler: h, BaseConfig: hs, SawClientPreface: sawPreface})
+	h2.ServeConn(c, &http2.ServeConnOpts{Context: ctx, Handler: grownStack{h}, BaseConfig: hs, SawClientPreface: sawPreface})
 }
 
 // guard is what the connections of one server share.
