@@ -11,6 +11,7 @@ import (
 
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 const ticketSecret = "0123456789abcdef0123456789abcdef-fleet"
@@ -49,14 +50,14 @@ func ticketEdge(t testing.TB, certFile, keyFile, secret string, clk *clock) (*ed
 func resumes(t *testing.T, roots *x509.CertPool, addr string, cache tls.ClientSessionCache) bool {
 	t.Helper()
 	cfg := &tls.Config{ServerName: "tickets.test", RootCAs: roots, ClientSessionCache: cache}
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", addr, cfg)
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: testkit.Slack(30 * time.Second)}, "tcp", addr, cfg)
 	if err != nil {
 		t.Fatalf("handshake with %s: %v", addr, err)
 	}
 	defer c.Close()
 	// The TLS 1.3 ticket comes after the handshake: read it, up to the
 	// server's close.
-	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	c.SetReadDeadline(time.Now().Add(testkit.Slack(30 * time.Second)))
 	if _, err := io.Copy(io.Discard, c); err != nil && !strings.Contains(err.Error(), "reset") {
 		t.Fatalf("reading from %s: %v", addr, err)
 	}

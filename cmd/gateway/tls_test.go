@@ -185,7 +185,7 @@ func TestSessionResumesAcrossTheFleet(t *testing.T) {
 			// A transport per request: a new connection, the cache shared.
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "short.test", ClientSessionCache: cache}, ForceAttemptHTTP2: h2}
 			defer tr.CloseIdleConnections()
-			resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Get(strings.Replace(p.url("gateway", "/go"), "http://", "https://", 1))
+			resp, err := (&http.Client{Transport: tr, Timeout: testkit.Slack(30 * time.Second)}).Get(strings.Replace(p.url("gateway", "/go"), "http://", "https://", 1))
 			if err != nil {
 				t.Fatal(err)
 			}
