@@ -13,7 +13,10 @@
 //
 // certmagic_kv holds the objects; certmagic_dir lists each folder's
 // entries (a file, or a folder leading to files), one partition per
-// folder, so that List reads a partition instead of scanning keys.
+// folder, so that List reads a partition instead of scanning keys. The top
+// folder's partition is "/" (rootDir): Cassandra refuses an empty partition
+// key, and no other folder's name is "/" (keys are cleaned of their
+// leading and trailing slashes).
 // certmagic_locks rows are only ever written by lightweight transactions
 // (Cassandra's rule: never mix them with plain writes on the same rows):
 // INSERT ... IF NOT EXISTS USING TTL takes a lock, UPDATE ... USING TTL
@@ -320,6 +323,19 @@ func (s *Store) query(ctx context.Context, stmt string, args ...any) *gocql.Quer
 	return s.sess.Load().Query(stmt, args...).WithContext(ctx).Consistency(s.cons)
 }
 
+// rootDir is the dir column of the top folder's entries: Cassandra refuses
+// an empty partition key ("Key may not be empty"), and a cleaned key never
+// is "/".
+const rootDir = "/"
+
+// dirKey is the partition of folder dir in certmagic_dir.
+func dirKey(dir string) string {
+	if dir == "" {
+		return rootDir
+	}
+	return dir
+}
+
 // split returns a key's folder ("" at the top) and last component.
 func split(key string) (dir, name string) {
 	i := strings.LastIndexByte(key, '/')
@@ -350,7 +366,7 @@ func (s *Store) Store(ctx context.Context, key string, value []byte) error {
 	file := true
 	for k := key; k != ""; {
 		dir, name := split(k)
-		if err := s.query(ctx, s.q.putDir, dir, name, file).Exec(); err != nil {
+		if err := s.query(ctx, s.q.putDir, dirKey(dir), name, file).Exec(); err != nil {
 			return fmt.Errorf("cassandra: store %s: list in %q: %w", key, dir, err)
 		}
 		file, k = false, dir
@@ -363,9 +379,12 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
+	if key = clean(key); key == "" {
+		return nil, fs.ErrNotExist // the top folder, never a file
+	}
 	var value []byte
 	var modified time.Time
-	err := s.query(ctx, s.q.get, clean(key)).Scan(&value, &modified)
+	err := s.query(ctx, s.q.get, key).Scan(&value, &modified)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return nil, fs.ErrNotExist
 	}
@@ -384,7 +403,7 @@ func (s *Store) entries(ctx context.Context, dir string) ([]entry, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
-	it := s.query(ctx, s.q.list, dir).Iter()
+	it := s.query(ctx, s.q.list, dirKey(dir)).Iter()
 	var out []entry
 	var e entry
 	for it.Scan(&e.name, &e.file) {
@@ -405,15 +424,18 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	for _, e := range ents {
-		if err := s.Delete(ctx, key+"/"+e.name); err != nil {
+		if err := s.Delete(ctx, path.Join(key, e.name)); err != nil {
 			return err
 		}
+	}
+	if key == "" {
+		return nil // the top folder: no row of its own, listed nowhere
 	}
 	if err := s.query(ctx, s.q.del, key).Exec(); err != nil {
 		return fmt.Errorf("cassandra: delete %s: %w", key, err)
 	}
 	dir, name := split(key)
-	if err := s.query(ctx, s.q.delDir, dir, name).Exec(); err != nil {
+	if err := s.query(ctx, s.q.delDir, dirKey(dir), name).Exec(); err != nil {
 		return fmt.Errorf("cassandra: delete %s: unlist: %w", key, err)
 	}
 	return nil
@@ -460,7 +482,10 @@ func (s *Store) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error)
 	key = clean(key)
 	var value []byte
 	var modified time.Time
-	err := s.query(ctx, s.q.get, key).Scan(&value, &modified)
+	err := gocql.ErrNotFound // the top folder is never a file
+	if key != "" {
+		err = s.query(ctx, s.q.get, key).Scan(&value, &modified)
+	}
 	if err == nil {
 		return certmagic.KeyInfo{Key: key, Modified: modified, Size: int64(len(value)), IsTerminal: true}, nil
 	}

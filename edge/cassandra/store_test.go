@@ -23,7 +23,9 @@ func config(hosts ...string) edge.Cassandra {
 	return c
 }
 
-// open opens a Store and waits until it is connected.
+// open opens a Store and waits until it is connected: on a real node, until
+// its keyspace and tables are created, which takes seconds to a minute on
+// a loaded machine.
 func open(t testing.TB, c edge.Cassandra, o Options) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), c, nil, o)
@@ -32,9 +34,10 @@ func open(t testing.TB, c edge.Cassandra, o Options) *Store {
 	}
 	select {
 	case <-s.Connected():
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute):
+		err := s.Ready()
 		s.Close()
-		t.Fatalf("not connected within 20s: %v", s.Ready())
+		t.Fatalf("not connected within 2 minutes: %v", err)
 	}
 	return s
 }
