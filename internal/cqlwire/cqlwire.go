@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The CQL types of columns and bind markers.
@@ -50,6 +51,8 @@ func (b *wbuf) option(c Col) {
 type Stmt struct {
 	Q      string
 	Values [][]byte
+
+	st *statement // what the checks know of it
 }
 
 // Answer is a Handler's answer to a statement: a Void result (the zero
@@ -121,8 +124,16 @@ type Server struct {
 	ln net.Listener
 	h  Handler
 
+	schema schema // learnt from the CREATE statements: what is refused
+
 	mu       sync.Mutex
-	prepared map[string]string // id → statement
+	prepared map[string]prepared // by id
+}
+
+// prepared is a statement prepared: its text and what the checks know of it.
+type prepared struct {
+	q  string
+	st *statement
 }
 
 // Start serves h on addr ("127.0.0.1:0": a free port) until the end of t.
@@ -131,7 +142,7 @@ func Start(t testing.TB, addr string, h Handler) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, ln: ln, h: h, prepared: map[string]string{}}
+	s := &Server{t: t, ln: ln, h: h, prepared: map[string]prepared{}}
 	var wg sync.WaitGroup
 	var cmu sync.Mutex
 	var conns []net.Conn
@@ -243,10 +254,16 @@ func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, 
 		case strings.HasPrefix(q, "SELECT * FROM system.peers"):
 			answer(Answer{Cols: []Col{{Name: "peer", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}}})
 		default:
+			s.schema.learn(q)
 			answer(s.h.Query(q))
 		}
 	case opPrepare:
 		q := rd.longString()
+		st, refused := s.schema.parse(q)
+		if refused != nil {
+			answer(refused.answer())
+			return
+		}
 		binds, result, ok := s.h.Shape(q)
 		if !ok {
 			answer(Answer{Error: ErrorBody(0x2200, "cqlwire: unknown statement "+q)})
@@ -256,43 +273,56 @@ func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, 
 		// first statements of each kind) must not share one.
 		s.mu.Lock()
 		id := []byte{byte(len(s.prepared) + 1)}
-		s.prepared[string(id)] = q
+		s.prepared[string(id)] = prepared{q, st}
 		s.mu.Unlock()
 		write(stream, opResult, preparedResult(id, binds, result))
 	case opExecute:
-		q, ok := s.statement(rd.shortBytes())
+		p, ok := s.statement(rd.shortBytes())
 		if !ok {
 			answer(Answer{Error: ErrorBody(0x2500, "unprepared")})
 			return
 		}
 		consistency := rd.short()
 		flags := rd.byte()
-		st := Stmt{Q: q}
+		var vs []value
 		if flags&0x01 != 0 {
 			for range rd.short() {
-				st.Values = append(st.Values, rd.bytes())
+				vs = append(vs, rd.value())
 			}
 		}
-		answer(s.h.Execute(st, consistency))
+		if refused := p.st.check(vs, time.Now()); refused != nil {
+			answer(refused.answer())
+			return
+		}
+		answer(s.h.Execute(Stmt{Q: p.q, Values: bytesOf(vs), st: p.st}, consistency))
 	case opBatch:
 		rd.byte() // type
-		var stmts []Stmt
+		var (
+			stmts []Stmt
+			sts   []*statement
+			vals  [][]value
+		)
 		for range rd.short() {
 			if rd.byte() != 1 {
 				s.t.Error("cqlwire: a batch statement that is not prepared")
 				return
 			}
-			q, _ := s.statement(rd.shortBytes())
-			st := Stmt{Q: q}
+			p, _ := s.statement(rd.shortBytes())
+			var vs []value
 			for range rd.short() {
-				st.Values = append(st.Values, rd.bytes())
+				vs = append(vs, rd.value())
 			}
-			stmts = append(stmts, st)
+			stmts = append(stmts, Stmt{Q: p.q, Values: bytesOf(vs), st: p.st})
+			sts, vals = append(sts, p.st), append(vals, vs)
 		}
 		consistency := rd.short()
 		var serial uint16
 		if flags := rd.byte(); flags&0x10 != 0 {
 			serial = rd.short()
+		}
+		if refused := checkBatch(sts, vals, time.Now()); refused != nil {
+			answer(refused.answer())
+			return
 		}
 		answer(s.h.Batch(stmts, consistency, serial))
 	default:
@@ -301,11 +331,23 @@ func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, 
 }
 
 // statement returns the statement prepared under id.
-func (s *Server) statement(id []byte) (string, bool) {
+func (s *Server) statement(id []byte) (prepared, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q, ok := s.prepared[string(id)]
-	return q, ok
+	p, ok := s.prepared[string(id)]
+	if p.st == nil {
+		p.st = &statement{}
+	}
+	return p, ok
+}
+
+// bytesOf is the values as a Handler sees them: unset ones as null.
+func bytesOf(vs []value) [][]byte {
+	out := make([][]byte, len(vs))
+	for i, v := range vs {
+		out[i] = v.b
+	}
+	return out
 }
 
 func preparedResult(id []byte, binds, result []Col) []byte {
@@ -409,6 +451,15 @@ func (r *rbuf) int() int32 {
 
 func (r *rbuf) longString() string { return string(r.take(int(r.int()))) }
 func (r *rbuf) shortBytes() []byte { return r.take(int(r.short())) }
+
+// value reads a bound value: a length of -1 is null, -2 unset.
+func (r *rbuf) value() value {
+	n := r.int()
+	if n < 0 {
+		return value{unset: n == -2}
+	}
+	return value{b: r.take(int(n))}
+}
 
 func (r *rbuf) bytes() []byte {
 	n := r.int()

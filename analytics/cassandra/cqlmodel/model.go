@@ -152,10 +152,16 @@ func (s *Server) Execute(st cqlwire.Stmt, consistency uint16) cqlwire.Answer {
 		}
 		return a
 	case strings.Contains(st.Q, " IF "):
-		// A lightweight transaction: applied, unless CAS says not.
+		// A lightweight transaction: applied, unless CAS says not; one
+		// that applies has its write checked as Cassandra checks it.
 		a := cqlwire.Answer{Cols: []Col{{Name: "[applied]", Type: TypeBoolean}}, Rows: [][][]byte{{{1}}}}
 		if cas != nil {
 			a.Cols, a.Rows = cas(st.Q, st.Values)
+		}
+		if len(a.Rows) == 1 && len(a.Rows[0]) > 0 && len(a.Rows[0][0]) == 1 && a.Rows[0][0][0] == 1 {
+			if refused, ok := st.Applies(time.Now()); ok {
+				return refused
+			}
 		}
 		s.Mu.Lock()
 		s.Bound = append(s.Bound, st.Values)

@@ -115,30 +115,53 @@ func (m *Model) Query(q string) cqlwire.Answer {
 
 // Execute implements cqlwire.Handler.
 func (m *Model) Execute(st cqlwire.Stmt, consistency uint16) cqlwire.Answer {
-	cols, rs := m.exec(unqualified(st.Q), st.Values)
-	return cqlwire.Answer{Cols: cols, Rows: rs}
+	return m.exec(st)
 }
 
-// Batch implements cqlwire.Handler: the Store sends none.
-func (m *Model) Batch([]cqlwire.Stmt, uint16, uint16) cqlwire.Answer {
-	return cqlwire.Answer{Error: cqlwire.ErrorBody(0x000A, "model: no batches")}
+// Batch implements cqlwire.Handler: the Store sends none, but the test
+// that compares the model with a real node does. Plain statements are
+// applied in order; a conditional batch (cqlwire refused those across
+// partitions or tables) is not modelled.
+func (m *Model) Batch(stmts []cqlwire.Stmt, _, _ uint16) cqlwire.Answer {
+	for _, st := range stmts {
+		if strings.Contains(st.Q, " IF ") {
+			return cqlwire.Answer{Error: cqlwire.ErrorBody(0x000A, "model: no conditional batches")}
+		}
+	}
+	for _, st := range stmts {
+		m.exec(st)
+	}
+	return cqlwire.Answer{}
 }
 
-// exec runs a statement; nil cols is a Void result.
-func (m *Model) exec(q string, v [][]byte) ([]col, [][][]byte) {
+// exec runs a statement.
+func (m *Model) exec(st cqlwire.Stmt) cqlwire.Answer {
+	q, v := unqualified(st.Q), st.Values
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	str := func(i int) string { return string(v[i]) }
-	applyResult := func(ok bool, owner string) ([]col, [][][]byte) {
+	rows := func(cols []col, rs [][][]byte) cqlwire.Answer { return cqlwire.Answer{Cols: cols, Rows: rs} }
+	// A lightweight transaction answers whether it applied, and when it
+	// did not, the row's columns it was conditioned on: all of them for
+	// IF NOT EXISTS, the owner for IF owner = ?; none without a row.
+	notApplied := func(name string, l lockRow, held, all bool) cqlwire.Answer {
 		m.lwt++
-		if ok {
-			return []col{applied}, [][][]byte{{{1}}}
+		switch {
+		case !held:
+			return rows([]col{applied}, [][][]byte{{{0}}})
+		case all:
+			return rows([]col{applied, {Name: "name", Type: tVarchar}, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(name), []byte(l.owner)}})
 		}
-		if owner == "" {
-			return []col{applied}, [][][]byte{{{0}}}
+		return rows([]col{applied, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(l.owner)}})
+	}
+	apply := func(f func()) cqlwire.Answer {
+		if refused, ok := st.Applies(now); ok {
+			return refused
 		}
-		return []col{applied, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(owner)}}
+		m.lwt++
+		f()
+		return rows([]col{applied}, [][][]byte{{{1}}})
 	}
 	lock := func(name string) (lockRow, bool) {
 		l, ok := m.locks[name]
@@ -154,9 +177,9 @@ func (m *Model) exec(q string, v [][]byte) ([]col, [][][]byte) {
 	case strings.HasPrefix(q, "SELECT value, modified FROM certmagic_kv"):
 		r, ok := m.kv[str(0)]
 		if !ok {
-			return shapes[q].result, nil
+			return rows(shapes[q].result, nil)
 		}
-		return shapes[q].result, [][][]byte{{r.value, r.modified}}
+		return rows(shapes[q].result, [][][]byte{{r.value, r.modified}})
 	case strings.HasPrefix(q, "DELETE FROM certmagic_kv"):
 		delete(m.kv, str(0))
 	case strings.HasPrefix(q, "INSERT INTO certmagic_dir"):
@@ -175,7 +198,7 @@ func (m *Model) exec(q string, v [][]byte) ([]col, [][][]byte) {
 			}
 			rs = append(rs, [][]byte{[]byte(n), {b}})
 		}
-		return shapes[q].result, rs
+		return rows(shapes[q].result, rs)
 	case strings.HasPrefix(q, "DELETE FROM certmagic_dir"):
 		delete(m.dirs[str(0)], str(1))
 		if len(m.dirs[str(0)]) == 0 {
@@ -183,28 +206,25 @@ func (m *Model) exec(q string, v [][]byte) ([]col, [][][]byte) {
 		}
 	case strings.HasPrefix(q, "INSERT INTO certmagic_locks"):
 		if l, held := lock(str(0)); held {
-			return applyResult(false, l.owner)
+			return notApplied(str(0), l, true, true)
 		}
 		ttl := time.Duration(int32(binary.BigEndian.Uint32(v[2]))) * time.Second
-		m.locks[str(0)] = lockRow{owner: str(1), expires: now.Add(ttl)}
-		return applyResult(true, "")
+		return apply(func() { m.locks[str(0)] = lockRow{owner: str(1), expires: now.Add(ttl)} })
 	case strings.HasPrefix(q, "UPDATE certmagic_locks"):
 		l, held := lock(str(2))
 		if !held || l.owner != str(3) {
-			return applyResult(false, l.owner)
+			return notApplied(str(2), l, held, false)
 		}
 		ttl := time.Duration(int32(binary.BigEndian.Uint32(v[0]))) * time.Second
-		m.locks[str(2)] = lockRow{owner: str(1), expires: now.Add(ttl)}
-		return applyResult(true, "")
+		return apply(func() { m.locks[str(2)] = lockRow{owner: str(1), expires: now.Add(ttl)} })
 	case strings.HasPrefix(q, "DELETE FROM certmagic_locks"):
 		l, held := lock(str(0))
 		if !held || l.owner != str(1) {
-			return applyResult(false, l.owner)
+			return notApplied(str(0), l, held, false)
 		}
-		delete(m.locks, str(0))
-		return applyResult(true, "")
+		return apply(func() { delete(m.locks, str(0)) })
 	}
-	return nil, nil
+	return cqlwire.Answer{}
 }
 
 // LWT returns how many lightweight transactions the model executed.
