@@ -94,7 +94,7 @@ func (g *Gateway) openCertStorage(c edge.Config) (certmagic.Storage, error) {
 	if !c.Managed() || len(cc.Hosts) == 0 {
 		return nil, nil
 	}
-	st, err := certcassandra.Open(context.Background(), cc, g.log.With("component", "tls"), certcassandra.Options{})
+	st, err := certcassandra.Open(context.Background(), cc, g.log.With("component", "tls"), certcassandra.Options{Pool: g.cql})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: server.tls.storage.cassandra: %w", err)
 	}

@@ -56,6 +56,7 @@ import (
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/h2guard"
+	"github.com/linkgate/linkgate/internal/cqlsession"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/memcached"
 	"github.com/linkgate/linkgate/logthrottle"
@@ -119,6 +120,9 @@ type Gateway struct {
 	// withheld throttles the log of the tokens withhold removes: a line
 	// per token and 10 s.
 	withheld logthrottle.Throttle[string]
+	// cql holds the Cassandra sessions: the analytics store and the
+	// certificate storage share one when they name the same cluster.
+	cql *cqlsession.Pool
 
 	mu     sync.Mutex // serializes reloads and Close
 	closed bool       // guarded by mu
@@ -176,6 +180,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		h2M:     h2guard.NewMetrics(reg),
 		streams: stats.NewStreams(plan.cfg.Stats.Live),
 		loop:    newLoopMark(),
+		cql:     cqlsession.NewPool(opts.Log.With("component", "cassandra")),
 	}
 	g.withheld.Every = 10 * time.Second
 	if opts.Listen {
@@ -269,7 +274,7 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 	case "cassandra":
 		// Connects in the background: the gateway serves while Cassandra
 		// boots, and the flusher keeps counts until it answers.
-		st, err := cassandra.Open(context.Background(), cfg.Cassandra, p.Rollup(), g.log)
+		st, err := cassandra.Open(context.Background(), g.cql, cfg.Cassandra, p.Rollup(), g.log)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.cassandra: %w", err)
 		}

@@ -84,6 +84,22 @@ func Plan(tiers []rollup.Tier, grace time.Duration) *rollup.Plan {
 // DefaultPlan is the plan of the default tiers and grace.
 var DefaultPlan = Plan(rollup.DefaultTiers(), rollup.DefaultGrace)
 
+// ownStore are the subtests that read what a store holds beyond their own
+// keys: the rollup's work lists, progress and lease, the top lists, the
+// Active entries of a period.
+var ownStore = map[string]bool{
+	"LargeBatch": true, "Expiry": true, "ActivePages": true, "Progress": true, "RollupDurable": true,
+	"RollupExact": true, "DimsExpiry": true, "Top": true,
+}
+
+// NeedsOwnStore reports whether the subtest named name (the last element
+// of its t.Name()) needs a store of its own. The others only read their
+// own keys and AllLinks (whose subtest compares what it reads before and
+// after): a backend whose stores are costly to create (a Cassandra
+// keyspace is a schema change) may give them all one store's data, a
+// store of its own each still.
+func NeedsOwnStore(name string) bool { return ownStore[name] }
+
 // Run runs the conformance subtests. open is called once per subtest with
 // the plan to use: DefaultPlan, except for RollupExact, whose tiers are
 // short enough for its simulated days to roll every one of them.

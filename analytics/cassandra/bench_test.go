@@ -58,7 +58,7 @@ func BenchmarkWrite(b *testing.B) {
 	for _, links := range []int{100, 1000} {
 		b.Run(fmt.Sprint(links, "links"), func(b *testing.B) {
 			s := newStore(analyticstest.DefaultPlan, nil)
-			s.be, s.connErr = nopBackend{}, nil
+			s.be = nopBackend{}
 			at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 			keys := make([]string, links)
 			for i := range keys {

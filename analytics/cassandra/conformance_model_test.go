@@ -28,7 +28,7 @@ func TestConformanceOnModel(t *testing.T) {
 		db.follow = now
 		open := func() *Store {
 			s := newStore(plan, nil)
-			s.be, s.connErr = db, nil
+			s.be = db
 			s.now = now
 			t.Cleanup(func() { s.Close() })
 			return s

@@ -119,10 +119,12 @@ const (
 	renewLeaseCQL = `UPDATE %s.rollup_lease USING TTL ? SET holder = ? WHERE name = '` + leaseName + `' IF holder = ?`
 )
 
-// cqlBackend is the backend on a gocql session.
+// cqlBackend is the backend on a gocql session, which the Pool owns.
 type cqlBackend struct {
 	s      *gocql.Session
+	cons   gocql.Consistency
 	serial gocql.SerialConsistency
+	retry  gocql.RetryPolicy
 
 	insertPoint, selectPoints map[string]string // by table
 	insertActive, selectActive,
@@ -135,9 +137,10 @@ type cqlBackend struct {
 	insertUniq, selectUniqs string
 }
 
-func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.SerialConsistency) *cqlBackend {
+func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consistency, serial gocql.SerialConsistency) *cqlBackend {
 	b := &cqlBackend{
-		s: s, serial: serial,
+		s: s, cons: cons, serial: serial,
+		retry:          &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}},
 		insertPoint:    make(map[string]string),
 		selectPoints:   make(map[string]string),
 		insertActive:   fmt.Sprintf(insertActiveCQL, ks),
@@ -167,17 +170,29 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, serial gocql.Seria
 	return b
 }
 
-// Writes are marked idempotent, though gocql v1's retry policy does not
+// query is stmt with the Store's consistency and retry policy, marked
+// idempotent. Writes are marked so though gocql v1's retry policy does not
 // look at it (only speculative execution does): overwrites pinned to a
 // timestamp are what make every retry safe.
+func (b *cqlBackend) query(ctx context.Context, stmt string, args ...any) *gocql.Query {
+	return b.s.Query(stmt, args...).WithContext(ctx).Consistency(b.cons).RetryPolicy(b.retry).Idempotent(true)
+}
+
+// batch is an unlogged batch with the Store's consistency and retry
+// policy.
+func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
+	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	batch.SetConsistency(b.cons)
+	batch.RetryPolicy(b.retry)
+	return batch
+}
 
 func (b *cqlBackend) writePoint(ctx context.Context, r pointRow) error {
-	return b.s.Query(b.insertPoint[r.table], r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts).
-		WithContext(ctx).Idempotent(true).Exec()
+	return b.query(ctx, b.insertPoint[r.table], r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts).Exec()
 }
 
 func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error) {
-	it := b.s.Query(b.selectPoints[table], key, bucket, from, to).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectPoints[table], key, bucket, from, to).Iter()
 	var out []analytics.Point
 	var p analytics.Point
 	for it.Scan(&p.Start, &p.Human, &p.Bot) {
@@ -193,13 +208,13 @@ func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, 
 func (b *cqlBackend) writeActive(ctx context.Context, rows []activeRow) error {
 	if len(rows) == 1 {
 		r := rows[0]
-		return b.s.Query(b.insertActive, r.step, r.period, r.shard, r.key, r.ttl).WithContext(ctx).Idempotent(true).Exec()
+		return b.query(ctx, b.insertActive, r.step, r.period, r.shard, r.key, r.ttl).Exec()
 	}
 	// An unlogged batch of one partition: applied as one mutation, atomic
 	// and isolated on each replica, with no batch log (that is for batches
 	// across partitions), and idempotent: its rows only ever overwrite
 	// themselves.
-	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	batch := b.batch(ctx)
 	for _, r := range rows {
 		batch.Entries = append(batch.Entries, gocql.BatchEntry{
 			Stmt: b.insertActive, Args: []any{r.step, r.period, r.shard, r.key, r.ttl}, Idempotent: true,
@@ -209,7 +224,7 @@ func (b *cqlBackend) writeActive(ctx context.Context, rows []activeRow) error {
 }
 
 func (b *cqlBackend) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {
-	it := b.s.Query(b.selectActive, step, period, shard, after, limit).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectActive, step, period, shard, after, limit).Iter()
 	var keys []string
 	var k string
 	for it.Scan(&k) {
@@ -222,15 +237,15 @@ func (b *cqlBackend) readActive(ctx context.Context, step int, period time.Time,
 }
 
 func (b *cqlBackend) writeMark(ctx context.Context, r markRow) error {
-	return b.s.Query(b.insertMark, r.key, r.step, r.start, r.id, r.at, r.ttl, r.at).WithContext(ctx).Idempotent(true).Exec()
+	return b.query(ctx, b.insertMark, r.key, r.step, r.start, r.id, r.at, r.ttl, r.at).Exec()
 }
 
 func (b *cqlBackend) deleteMark(ctx context.Context, r markRow) error {
-	return b.s.Query(b.delMark, r.at, r.key, r.step, r.start, r.id).WithContext(ctx).Idempotent(true).Exec()
+	return b.query(ctx, b.delMark, r.at, r.key, r.step, r.start, r.id).Exec()
 }
 
 func (b *cqlBackend) readMarks(ctx context.Context, key string) ([]rollup.Mark, error) {
-	it := b.s.Query(b.selectMarks, key).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectMarks, key).Iter()
 	var (
 		out   []rollup.Mark
 		step  int
@@ -248,11 +263,11 @@ func (b *cqlBackend) readMarks(ctx context.Context, key string) ([]rollup.Mark, 
 }
 
 func (b *cqlBackend) writeProgress(ctx context.Context, step int, done time.Time) error {
-	return b.s.Query(b.insertProgress, step, done, done.UnixMicro()).WithContext(ctx).Idempotent(true).Exec()
+	return b.query(ctx, b.insertProgress, step, done, done.UnixMicro()).Exec()
 }
 
 func (b *cqlBackend) readProgress(ctx context.Context) (rollup.Progress, error) {
-	it := b.s.Query(b.selectProgress).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectProgress).Iter()
 	p := rollup.Progress{}
 	var (
 		step int
@@ -269,7 +284,7 @@ func (b *cqlBackend) readProgress(ctx context.Context) (rollup.Progress, error) 
 
 func (b *cqlBackend) lease(ctx context.Context, holder gocql.UUID, ttl int) (bool, error) {
 	cur := map[string]any{}
-	applied, err := b.s.Query(b.takeLease, holder, ttl).WithContext(ctx).SerialConsistency(b.serial).MapScanCAS(cur)
+	applied, err := b.query(ctx, b.takeLease, holder, ttl).SerialConsistency(b.serial).MapScanCAS(cur)
 	if err != nil || applied {
 		return applied, err
 	}
@@ -277,7 +292,8 @@ func (b *cqlBackend) lease(ctx context.Context, holder gocql.UUID, ttl int) (boo
 		return false, nil // held by another gateway
 	}
 	clear(cur)
-	return b.s.Query(b.renewLease, ttl, holder, holder).WithContext(ctx).SerialConsistency(b.serial).MapScanCAS(cur)
+	return b.query(ctx, b.renewLease, ttl, holder, holder).SerialConsistency(b.serial).MapScanCAS(cur)
 }
 
-func (b *cqlBackend) close() { b.s.Close() }
+// close does nothing: the session is the Pool's.
+func (b *cqlBackend) close() {}

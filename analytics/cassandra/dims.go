@@ -225,14 +225,14 @@ func (b *cqlBackend) writeLink(ctx context.Context, dims []dimRow, regs []uniqRo
 		return []any{r.key, r.bucket, r.dim, r.day, r.value, r.writer, r.count, r.ttl, r.ts}
 	}
 	if len(dims) == 1 && len(regs) == 0 {
-		return b.s.Query(b.insertDim, dimArgs(dims[0])...).WithContext(ctx).Idempotent(true).Exec()
+		return b.query(ctx, b.insertDim, dimArgs(dims[0])...).Exec()
 	}
 	if len(dims) == 0 && len(regs) == 1 {
-		return b.s.Query(b.insertUniq, uniqArgs(regs[0])...).WithContext(ctx).Idempotent(true).Exec()
+		return b.query(ctx, b.insertUniq, uniqArgs(regs[0])...).Exec()
 	}
 	// An unlogged batch of one partition key, over the two tables that
 	// share it: one mutation on each replica.
-	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	batch := b.batch(ctx)
 	for _, r := range dims {
 		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: dimArgs(r), Idempotent: true})
 	}
@@ -243,7 +243,7 @@ func (b *cqlBackend) writeLink(ctx context.Context, dims []dimRow, regs []uniqRo
 }
 
 func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
-	it := b.s.Query(b.selectDims, key, bucket, dim, from, to).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectDims, key, bucket, dim, from, to).Iter()
 	var out []dimReadRow
 	var r dimReadRow
 	for it.Scan(&r.day, &r.value, &r.writer, &r.count) {

@@ -30,7 +30,7 @@ func TestFlushStatementsWithDims(t *testing.T) {
 	}
 	const links = 100_000
 	s := newStore(analyticstest.DefaultPlan, nil)
-	s.be, s.connErr = nopBackend{}, nil
+	s.be = nopBackend{}
 	rec := analytics.NewRecorder(2*links, nil)
 	rec.SetMaxValues(100)
 	rec.SetMaxBytes(1 << 30)

@@ -131,7 +131,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,7 +139,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/logthrottle"
+	"github.com/linkgate/linkgate/internal/cqlsession"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -150,10 +150,22 @@ const (
 	maxTTL = 20 * 365 * 24 * 3600
 )
 
+// maxExpiry is the last second at which Cassandra 4.0 can make a cell
+// expire: it keeps the expiry in 32-bit seconds and refuses a write whose
+// TTL ends later (CASSANDRA-14092), whatever the TTL. So a TTL ends a day
+// before it at the latest (ttlLimit): the node's clock may differ from
+// ours, and a statement may be retried later.
+var maxExpiry = time.Unix(math.MaxInt32-1, 0)
+
+// ttlLimit is the largest TTL a write made now may carry, in seconds.
+func ttlLimit(now time.Time) int64 {
+	return min(maxTTL, int64(maxExpiry.Sub(now)/time.Second)-24*3600)
+}
+
 var (
 	// ErrNotConnected is wrapped by the errors of a Store whose session is
-	// not connected yet.
-	ErrNotConnected = errors.New("cassandra: not connected")
+	// not connected, or whose schema is not created, yet.
+	ErrNotConnected = cqlsession.ErrNotConnected
 	// ErrClosed is returned by a Store after Close.
 	ErrClosed = errors.New("cassandra: store closed")
 )
@@ -178,15 +190,14 @@ type Store struct {
 	now   func() time.Time // the clock Points clamps ranges with and Apply's TTLs count from
 	id    gocql.UUID       // this process, as the lease's holder
 
-	mu       sync.RWMutex
-	be       backend // nil until connected
-	connErr  error   // why it is not connected yet
-	attempts int     // failed attempts to connect
-	closed   bool
+	conn *cqlsession.Handle // the cluster's session; nil for a Store on a test backend
+	cons gocql.Consistency
+	ser  gocql.SerialConsistency
+	ks   string
 
-	cancel    context.CancelFunc // stops connecting
-	done      chan struct{}      // closed when connecting has stopped
-	closeOnce sync.Once
+	mu     sync.RWMutex
+	be     backend // nil until connected
+	closed bool
 
 	stmts statements
 
@@ -223,16 +234,20 @@ func batchWriter(writer string, first, seq uint64) gocql.UUID {
 	return u
 }
 
+// Timeout bounds each statement the Store sends (gocql retries a failed
+// one 3 times: retryPolicy), and each dial.
+const Timeout = 5 * time.Second
+
 // Open returns a Store for the keyspace that cfg names, with the tiers of
-// plan, and starts connecting to the cluster in
-// the background, creating the keyspace and tables when missing, retrying
-// with backoff until it succeeds or Close is called. It does not wait for
-// the network, and ctx only bounds Open itself. cfg and plan are those of
-// a compiled analytics.Plan: analytics.Compile checked the keyspace name
+// plan, on the session pool holds for cfg's cluster (a pool of its own
+// when nil), which connects in the background, retrying with backoff, and
+// creates the keyspace and tables when missing. It does not wait for the
+// network, and ctx only bounds Open itself. cfg and plan are those of a
+// compiled analytics.Plan: analytics.Compile checked the keyspace name
 // (which the schema's CQL holds unquoted), the hosts, the replication
 // factor, the consistency and the tiers, so Open fails only when ctx is
 // done. A nil log discards. The caller must call Close.
-func Open(ctx context.Context, cfg analytics.Cassandra, plan *rollup.Plan, log *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, pool *cqlsession.Pool, cfg analytics.Cassandra, plan *rollup.Plan, log *slog.Logger) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: open: %w", err)
 	}
@@ -241,141 +256,37 @@ func Open(ctx context.Context, cfg analytics.Cassandra, plan *rollup.Plan, log *
 		return nil, fmt.Errorf("cassandra: consistency: %w", err)
 	}
 	s := newStore(plan, log)
-	serial := gocql.Serial
+	s.cons, s.ks = cons, cfg.Keyspace
 	if cons == gocql.LocalQuorum || cons == gocql.LocalOne {
-		serial = gocql.LocalSerial
+		s.ser = gocql.LocalSerial
 	}
-	c := gocql.NewCluster(cfg.Hosts...)
-	c.ProtoVersion = 4
-	c.Consistency = cons
-	c.SerialConsistency = serial
-	c.Timeout = 5 * time.Second
-	c.ConnectTimeout = 5 * time.Second
-	c.RetryPolicy = &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}}
-	c.Logger = newGocqlLogger(s.log, time.Now)
-	ddl := schema(cfg.Keyspace, cfg.ReplicationFactor, plan.Retention())
-
-	cctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.done = make(chan struct{})
-	s.connErr = errors.New("connecting")
-	go s.connect(cctx, func(ctx context.Context) (backend, error) {
-		// A fresh policy per attempt: gocql panics when one is shared by two
-		// sessions, even when the first one failed to connect.
-		c.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
-		sess, err := c.CreateSession()
-		if err != nil {
-			return nil, err
-		}
-		for _, q := range ddl {
-			if err := sess.Query(q).WithContext(ctx).Exec(); err != nil {
-				sess.Close()
-				return nil, fmt.Errorf("create schema: %w", err)
-			}
-		}
-		return newCQL(sess, cfg.Keyspace, s.plan.Tiers(), serial), nil
-	})
+	if pool == nil {
+		pool = cqlsession.NewPool(log)
+	}
+	s.conn = pool.Open(cqlsession.Config{Hosts: cfg.Hosts, Timeout: Timeout}, "analytics",
+		schema(cfg.Keyspace, cfg.ReplicationFactor, plan.Retention()))
 	return s, nil
 }
 
-// newStore returns a Store that is not connected, with no connect loop.
+// newStore returns a Store that is not connected, with no session.
 func newStore(plan *rollup.Plan, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Store{
-		plan:   plan,
-		tiers:  make(map[time.Duration]rollup.Tier, len(plan.Tiers())),
-		log:    log.With("store", "cassandra"),
-		now:    time.Now,
-		id:     gocql.MustRandomUUID(),
-		cancel: func() {},
-		done:   make(chan struct{}),
+		plan:  plan,
+		tiers: make(map[time.Duration]rollup.Tier, len(plan.Tiers())),
+		log:   log.With("store", "cassandra"),
+		now:   time.Now,
+		id:    gocql.MustRandomUUID(),
+		cons:  gocql.Quorum,
+		ser:   gocql.Serial,
 	}
-	close(s.done)
 	for _, t := range plan.Tiers() {
 		s.tiers[t.Step] = t
 	}
 	s.dimRetention.Store(int64(analytics.DefaultDimRetentionDays * rollup.Day))
 	return s
-}
-
-// connect calls dial until it succeeds or ctx is done, backing off from
-// half a second to 30 s between attempts.
-func (s *Store) connect(ctx context.Context, dial func(context.Context) (backend, error)) {
-	defer close(s.done)
-	wait := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		be, err := dial(ctx)
-		if err == nil {
-			s.mu.Lock()
-			closed := s.closed
-			if !closed {
-				s.be, s.connErr = be, nil
-			}
-			s.mu.Unlock()
-			if closed {
-				be.close()
-			} else {
-				s.log.Info("cassandra connected", "attempts", attempt)
-			}
-			return
-		}
-		s.mu.Lock()
-		s.connErr, s.attempts = err, attempt
-		s.mu.Unlock()
-		s.log.Warn("cassandra not reachable yet; retrying", "attempt", attempt, "retry_in", wait, "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 30*time.Second)
-	}
-}
-
-// gocqlLogger passes gocql's log lines (hosts going down and up, dial
-// errors) to the store's logger, each kind of line (its format) at most
-// once every gocqlLogEvery, with the count held back since ("suppressed"):
-// during an outage gocql retries every connection of every host and would
-// log several lines a second for as long as it lasts. Use newGocqlLogger.
-type gocqlLogger struct {
-	log  *slog.Logger
-	now  func() time.Time
-	keys *logthrottle.Throttle[string]
-}
-
-// gocqlLogEvery is the shortest time between two gocql lines of one kind.
-const gocqlLogEvery = 10 * time.Second
-
-func newGocqlLogger(log *slog.Logger, now func() time.Time) gocqlLogger {
-	return gocqlLogger{log: log, now: now, keys: &logthrottle.Throttle[string]{Every: gocqlLogEvery}}
-}
-
-func (l gocqlLogger) Print(v ...any)   { l.emit(argTypes(v), fmt.Sprint(v...)) }
-func (l gocqlLogger) Println(v ...any) { l.emit(argTypes(v), fmt.Sprintln(v...)) }
-func (l gocqlLogger) Printf(format string, v ...any) {
-	l.emit(format, fmt.Sprintf(format, v...))
-}
-
-// emit logs msg unless a line of its kind was logged less than
-// gocqlLogEvery ago. The kinds come from gocql's code (its formats, the
-// types of what it prints), so their set is bounded.
-func (l gocqlLogger) emit(kind, msg string) {
-	n, ok := l.keys.Allow(kind, l.now())
-	if !ok {
-		return
-	}
-	l.log.Info(strings.TrimSpace(msg), "source", "gocql", "suppressed", n)
-}
-
-// argTypes is the kind of an unformatted line: the types of its values.
-func argTypes(v []any) string {
-	var b strings.Builder
-	for _, x := range v {
-		fmt.Fprintf(&b, "%T ", x)
-	}
-	return b.String()
 }
 
 // retryPolicy retries a statement 3 times with exponential backoff: on the
@@ -405,53 +316,66 @@ func (s *Store) Ready() error {
 }
 
 // State says whether the store is connected and, when not, why, as the
-// embedded store says it: the gateway's health detail reads it. Open
-// stays set after Close.
+// embedded store says it: the gateway's health detail reads it. The
+// connection's part is its cluster's, which the certificate storage
+// shares when it names the same one. Open stays set after Close.
 func (s *Store) State() analytics.StoreState {
+	_, err := s.backend()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return analytics.StoreState{Open: s.be != nil || s.closed && s.connErr == nil, Attempts: s.attempts, Err: s.notReady()}
+	st := analytics.StoreState{Open: s.be != nil, Err: err}
+	if s.conn != nil {
+		cs := s.conn.State()
+		st.Open = st.Open || cs.Connected
+		st.Attempts = cs.Attempts
+	}
+	return st
 }
 
 // backend returns the connected backend, counting the statements sent
 // through it.
 func (s *Store) backend() (backend, error) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.notReady(); err != nil {
+	be, closed := s.be, s.closed
+	s.mu.RUnlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case be != nil:
+		return counted{be, &s.stmts}, nil
+	case s.conn == nil:
+		return nil, fmt.Errorf("%w: no session", ErrNotConnected)
+	}
+	sess, err := s.conn.Session()
+	if err != nil {
 		return nil, err
 	}
-	return counted{s.be, &s.stmts}, nil
-}
-
-// notReady is why no statement can be sent now, nil when one can. The
-// caller holds mu.
-func (s *Store) notReady() error {
-	switch {
-	case s.closed:
-		return ErrClosed
-	case s.be == nil:
-		return fmt.Errorf("%w: %v", ErrNotConnected, s.connErr)
+	s.mu.Lock()
+	if s.be == nil && !s.closed {
+		s.be = newCQL(sess, s.ks, s.plan.Tiers(), s.cons, s.ser)
+		s.log.Info("cassandra connected")
 	}
-	return nil
+	be, closed = s.be, s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	return counted{be, &s.stmts}, nil
 }
 
-// Close stops connecting and closes the session. It reports no error.
-// Calls after the first do nothing.
+// Close releases the store's session (closed once no store of the
+// gateway uses it). It reports no error. Calls after the first do
+// nothing.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.cancel()
-		<-s.done
-		s.wmu.Lock()
-		defer s.wmu.Unlock()
-		s.mu.Lock()
-		be := s.be
-		s.closed, s.be = true, nil
-		s.mu.Unlock()
-		if be != nil {
-			be.close()
-		}
-	})
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if !closed && s.conn != nil {
+		s.conn.Close()
+	}
 	return nil
 }
 
@@ -597,13 +521,14 @@ func (s *Store) source(step time.Duration) (rollup.Tier, time.Duration, error) {
 
 func seconds(d time.Duration) int { return int(d / time.Second) }
 
-// ttlOf returns d in whole seconds, rounded up, at most maxTTL; 0 or less
-// when d is.
+// ttlOf returns d in whole seconds, rounded up, at most what Cassandra
+// takes now (ttlLimit); 0 or less when d is. Rows whose retention ends
+// after 2038-01-18 expire then: Cassandra 4.0 can keep nothing longer.
 func ttlOf(d time.Duration) int {
 	if d <= 0 {
 		return 0
 	}
-	return int(min((d+time.Second-1)/time.Second, maxTTL))
+	return int(min(int64((d+time.Second-1)/time.Second), ttlLimit(time.Now())))
 }
 
 // prepare returns the statements that write b's counts: one row per

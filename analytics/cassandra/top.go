@@ -502,9 +502,9 @@ func (b *cqlBackend) writeTop(ctx context.Context, rows []topRow) error {
 // values of the i-th: one statement, or an unlogged batch (one mutation).
 func (b *cqlBackend) writeRows(ctx context.Context, stmt string, n int, args func(i int) []any) error {
 	if n == 1 {
-		return b.s.Query(stmt, args(0)...).WithContext(ctx).Idempotent(true).Exec()
+		return b.query(ctx, stmt, args(0)...).Exec()
 	}
-	batch := b.s.NewBatch(gocql.UnloggedBatch).WithContext(ctx)
+	batch := b.batch(ctx)
 	for i := range n {
 		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: stmt, Args: args(i), Idempotent: true})
 	}
@@ -512,7 +512,7 @@ func (b *cqlBackend) writeRows(ctx context.Context, stmt string, n int, args fun
 }
 
 func (b *cqlBackend) readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error) {
-	it := b.s.Query(b.selectTopKeys, day, shard, keys).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectTopKeys, day, shard, keys).Iter()
 	var out []topRow
 	var r topRow
 	for it.Scan(&r.key, &r.count) {
@@ -532,11 +532,11 @@ func (b *cqlBackend) writeLeaders(ctx context.Context, rows []leaderRow) error {
 }
 
 func (b *cqlBackend) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
-	return b.scanLeaders(b.s.Query(b.selectLeaders, day).WithContext(ctx).Idempotent(true).Iter())
+	return b.scanLeaders(b.query(ctx, b.selectLeaders, day).Iter())
 }
 
 func (b *cqlBackend) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
-	return b.scanLeaders(b.s.Query(b.selectLeader, day, writer).WithContext(ctx).Idempotent(true).Iter())
+	return b.scanLeaders(b.query(ctx, b.selectLeader, day, writer).Iter())
 }
 
 func (b *cqlBackend) scanLeaders(it *gocql.Iter) ([]leaderRow, error) {

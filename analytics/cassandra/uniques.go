@@ -96,7 +96,7 @@ func uniqArgs(r uniqRow) []any {
 }
 
 func (b *cqlBackend) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
-	it := b.s.Query(b.selectUniqs, key, bucket, from, to).WithContext(ctx).Idempotent(true).Iter()
+	it := b.query(ctx, b.selectUniqs, key, bucket, from, to).Iter()
 	var out []uniqRow
 	var r uniqRow
 	for it.Scan(&r.reg, &r.rho) {

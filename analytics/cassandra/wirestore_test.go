@@ -25,7 +25,7 @@ import (
 func openWire(t *testing.T, srv *cqlmodel.Server) *Store {
 	t.Helper()
 	cfg := analytics.Cassandra{Hosts: []string{srv.Addr()}, Keyspace: "ks", Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
-	s, err := Open(context.Background(), cfg, analyticstest.DefaultPlan, nil)
+	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestWireConnectsLate(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cfg := analytics.Cassandra{Hosts: []string{addr}, Keyspace: "ks", Consistency: "ONE", ReplicationFactor: 3}
-	s, err := Open(context.Background(), cfg, analyticstest.DefaultPlan, nil)
+	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,12 +24,13 @@
 // DELETE ... IF owner = releases it. A holder that dies stops refreshing,
 // and its lock expires by the TTL.
 //
-// Open returns at once and connects in the background, with retries and
-// backoff, creating the keyspace and tables when missing: a gateway starts
-// while Cassandra boots, and serves the certificates it has in memory or
-// from static files meanwhile. Until the Store is connected every method
-// fails fast with an error wrapping ErrNotConnected; Ready and Connected
-// say when it is.
+// Open returns at once; the session, which the gateway's analytics store
+// shares when it names the same cluster (internal/cqlsession), connects in
+// the background with retries and backoff and creates the keyspace and
+// tables when missing: a gateway starts while Cassandra boots, and serves
+// the certificates it has in memory or from static files meanwhile. Until
+// the Store is connected every method fails fast with an error wrapping
+// ErrNotConnected; Ready and Connected say when it is.
 package cassandra
 
 import (
@@ -43,19 +44,18 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/edge"
-	"github.com/linkgate/linkgate/logthrottle"
+	"github.com/linkgate/linkgate/internal/cqlsession"
 )
 
 // Store is certmagic.Storage on Cassandra. It is safe for concurrent use.
 type Store struct {
-	sess   atomic.Pointer[gocql.Session] // nil until connected
+	conn   *cqlsession.Handle
 	cons   gocql.Consistency
 	serial gocql.SerialConsistency
 	ttl    time.Duration
@@ -64,20 +64,17 @@ type Store struct {
 	log    *slog.Logger
 	q      statements
 
-	mu      sync.Mutex
-	held    map[string]*heldLock // by lock name
-	connErr error                // guarded by mu: why it is not connected yet
-	closed  bool                 // guarded by mu
+	mu     sync.Mutex
+	held   map[string]*heldLock // by lock name
+	closed bool                 // guarded by mu
 
-	connected chan struct{} // closed once connected
-	cancel    context.CancelFunc
-	done      chan struct{} // closed when connecting has stopped
+	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 }
 
 // ErrNotConnected is wrapped by the errors of a Store that has not
 // connected to its cluster yet.
-var ErrNotConnected = errors.New("cassandra: the certificate storage is not connected")
+var ErrNotConnected = cqlsession.ErrNotConnected
 
 // ErrClosed is returned by a Store after Close.
 var ErrClosed = errors.New("cassandra: the certificate storage is closed")
@@ -123,23 +120,24 @@ func Schema(cfg edge.Cassandra) []string {
 	}
 }
 
-// Options tune a Store beyond its config (tests).
+// Options tune a Store beyond its config.
 type Options struct {
+	// Pool holds the session of the Store's cluster, shared with the
+	// gateway's other stores on it; nil: a pool of the Store's own.
+	Pool *cqlsession.Pool
 	// PollInterval is how often Lock tries again for a held lock. 0: 1s.
 	PollInterval time.Duration
 	// LockTTL replaces cfg.LockTTL when positive (a dying holder in tests).
 	LockTTL time.Duration
-	// RetryInterval is the first wait between two attempts to connect,
-	// doubled after each failed one up to 30 s. 0: half a second.
-	RetryInterval time.Duration
 }
 
-// Open returns a Store for cfg's cluster and starts connecting to it in
-// the background, creating the keyspace and tables when missing, retrying
-// with backoff (half a second, doubling up to 30 s) until it succeeds or
-// Close is called. It does not wait for the network: ctx bounds Open
-// itself only. cfg was checked by edge.Compile, so Open fails only when
-// ctx is done. The caller must call Close.
+// Open returns a Store for cfg's cluster, on its session in o.Pool, which
+// connects in the background, creating the keyspace and tables when
+// missing, retrying with backoff (half a second, doubling up to 30 s)
+// until it succeeds or the last store on it closes. It does not wait for
+// the network: ctx bounds Open itself only. cfg was checked by
+// edge.Compile, so Open fails only when ctx is done. The caller must call
+// Close.
 func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: open: %w", err)
@@ -158,7 +156,7 @@ func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) 
 	s := &Store{
 		cons: cons, serial: serial, ttl: cfg.LockTTL, poll: time.Second,
 		owner: randomID(), log: log, q: newStatements(cfg.Keyspace), held: map[string]*heldLock{},
-		connErr: errors.New("connecting"), connected: make(chan struct{}), done: make(chan struct{}),
+		closing: make(chan struct{}),
 	}
 	if o.PollInterval > 0 {
 		s.poll = o.PollInterval
@@ -166,96 +164,46 @@ func Open(ctx context.Context, cfg edge.Cassandra, log *slog.Logger, o Options) 
 	if o.LockTTL > 0 {
 		s.ttl = o.LockTTL
 	}
-	wait := o.RetryInterval
-	if wait <= 0 {
-		wait = 500 * time.Millisecond
+	pool := o.Pool
+	if pool == nil {
+		pool = cqlsession.NewPool(log)
 	}
-	cctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go s.connect(cctx, wait, func(ctx context.Context) (*gocql.Session, error) {
-		c := gocql.NewCluster(cfg.Hosts...)
-		c.Consistency = cons
-		c.SerialConsistency = serial
-		c.Timeout = cfg.Timeout
-		c.ConnectTimeout = cfg.Timeout
-		c.ProtoVersion = 4
-		c.Logger = gocqlLogger{log: log, keys: &logthrottle.Throttle[string]{Every: 10 * time.Second}}
-		sess, err := c.CreateSession()
-		if err != nil {
-			return nil, fmt.Errorf("connect %v: %w", cfg.Hosts, err)
-		}
-		for _, st := range Schema(cfg) {
-			if err := sess.Query(st).WithContext(ctx).Exec(); err != nil {
-				sess.Close()
-				return nil, fmt.Errorf("create schema: %w", err)
-			}
-		}
-		return sess, nil
-	})
-	return s, nil
-}
-
-// connect calls dial until it succeeds or ctx is done, backing off from
-// wait, doubling up to 30 s between attempts.
-func (s *Store) connect(ctx context.Context, wait time.Duration, dial func(context.Context) (*gocql.Session, error)) {
-	defer close(s.done)
-	for attempt := 1; ; attempt++ {
-		sess, err := dial(ctx)
-		if err == nil {
-			s.mu.Lock()
-			closed := s.closed
-			if !closed {
-				s.sess.Store(sess)
-				s.connErr = nil
-				close(s.connected)
-			}
-			s.mu.Unlock()
-			if closed {
-				sess.Close()
-			} else {
-				s.log.Info("certificate storage connected to cassandra", "attempts", attempt)
-			}
-			return
-		}
-		s.mu.Lock()
-		s.connErr = err
-		s.mu.Unlock()
-		s.log.Warn("certificate storage: cassandra not reachable yet; retrying", "attempt", attempt, "retry_in", wait, "err", err)
+	s.conn = pool.Open(cqlsession.Config{Hosts: cfg.Hosts, Timeout: cfg.Timeout}, "tls", Schema(cfg))
+	go func() {
 		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+		case <-s.conn.Ready():
+			s.log.Info("certificate storage connected to cassandra")
+		case <-s.closing:
 		}
-		wait = min(2*wait, 30*time.Second)
-	}
+	}()
+	return s, nil
 }
 
 // Ready returns nil once the Store is connected and its tables are in
 // place, or the reason it is not (an error wrapping ErrNotConnected).
 func (s *Store) Ready() error {
+	_, err := s.session()
+	return err
+}
+
+// session returns the connected session, or why there is none.
+func (s *Store) session() (*gocql.Session, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return ErrClosed
-	case s.sess.Load() == nil:
-		return fmt.Errorf("%w: %v", ErrNotConnected, s.connErr)
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
 	}
-	return nil
+	return s.conn.Session()
 }
 
 // Connected is closed once the Store is connected.
-func (s *Store) Connected() <-chan struct{} { return s.connected }
+func (s *Store) Connected() <-chan struct{} { return s.conn.Ready() }
 
-// Close stops connecting, releases the locks still held and closes the
-// session. Calls after the first do nothing.
+// Close releases the locks still held and the session (closed once no
+// store of the gateway uses it). Calls after the first do nothing.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		s.cancel()
-		<-s.done
 		s.mu.Lock()
 		names := make([]string, 0, len(s.held))
 		for n := range s.held {
@@ -267,14 +215,16 @@ func (s *Store) Close() {
 			s.Unlock(ctx, n)
 			cancel()
 		}
-		if sess := s.sess.Load(); sess != nil {
-			sess.Close()
-		}
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.closing)
+		s.conn.Close()
 	})
 }
 
-// abandon stops refreshing every lock held and closes the session without
-// releasing them, as a gateway that dies does (tests).
+// abandon stops refreshing every lock held and releases the session
+// without releasing them, as a gateway that dies does (tests).
 func (s *Store) abandon() {
 	s.mu.Lock()
 	for _, h := range s.held {
@@ -282,33 +232,10 @@ func (s *Store) abandon() {
 		<-h.done
 	}
 	s.held = map[string]*heldLock{}
+	s.closed = true
 	s.mu.Unlock()
-	s.cancel()
-	<-s.done
-	if sess := s.sess.Load(); sess != nil {
-		sess.Close()
-	}
-}
-
-// gocqlLogger passes gocql's own lines (a host down, a failed dial) to the
-// log, each kind (its format) at most once every 10 s: while Cassandra is
-// away gocql retries every connection and would log several lines a
-// second.
-type gocqlLogger struct {
-	log  *slog.Logger
-	keys *logthrottle.Throttle[string]
-}
-
-func (l gocqlLogger) Print(v ...any)   { l.emit(fmt.Sprintf("%T", v), fmt.Sprint(v...)) }
-func (l gocqlLogger) Println(v ...any) { l.emit(fmt.Sprintf("%T", v), fmt.Sprintln(v...)) }
-func (l gocqlLogger) Printf(format string, v ...any) {
-	l.emit(format, fmt.Sprintf(format, v...))
-}
-
-func (l gocqlLogger) emit(kind, msg string) {
-	if n, ok := l.keys.Allow(kind, time.Now()); ok {
-		l.log.Info(strings.TrimSpace(msg), "source", "gocql", "suppressed", n)
-	}
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.conn.Close()
 }
 
 func randomID() string {
@@ -317,10 +244,40 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
-// query is stmt on the session. The caller checked Ready: a Store's
-// methods return its error before they build a query.
-func (s *Store) query(ctx context.Context, stmt string, args ...any) *gocql.Query {
-	return s.sess.Load().Query(stmt, args...).WithContext(ctx).Consistency(s.cons)
+// query is stmt on the session, or why there is none.
+func (s *Store) query(ctx context.Context, stmt string, args ...any) (*gocql.Query, error) {
+	sess, err := s.session()
+	if err != nil {
+		return nil, err
+	}
+	return sess.Query(stmt, args...).WithContext(ctx).Consistency(s.cons), nil
+}
+
+// exec runs stmt.
+func (s *Store) exec(ctx context.Context, stmt string, args ...any) error {
+	q, err := s.query(ctx, stmt, args...)
+	if err != nil {
+		return err
+	}
+	return q.Exec()
+}
+
+// cas runs a lightweight transaction and reports whether it applied.
+func (s *Store) cas(ctx context.Context, stmt string, args ...any) (bool, error) {
+	q, err := s.query(ctx, stmt, args...)
+	if err != nil {
+		return false, err
+	}
+	return q.SerialConsistency(s.serial).MapScanCAS(map[string]any{})
+}
+
+// file reads the value and time of the file at key.
+func (s *Store) file(ctx context.Context, key string) (value []byte, modified time.Time, err error) {
+	q, err := s.query(ctx, s.q.get, key)
+	if err == nil {
+		err = q.Scan(&value, &modified)
+	}
+	return value, modified, err
 }
 
 // rootDir is the dir column of the top folder's entries: Cassandra refuses
@@ -360,13 +317,13 @@ func (s *Store) Store(ctx context.Context, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
-	if err := s.query(ctx, s.q.put, key, value, time.Now()).Exec(); err != nil {
+	if err := s.exec(ctx, s.q.put, key, value, time.Now()); err != nil {
 		return fmt.Errorf("cassandra: store %s: %w", key, err)
 	}
 	file := true
 	for k := key; k != ""; {
 		dir, name := split(k)
-		if err := s.query(ctx, s.q.putDir, dirKey(dir), name, file).Exec(); err != nil {
+		if err := s.exec(ctx, s.q.putDir, dirKey(dir), name, file); err != nil {
 			return fmt.Errorf("cassandra: store %s: list in %q: %w", key, dir, err)
 		}
 		file, k = false, dir
@@ -382,9 +339,7 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, error) {
 	if key = clean(key); key == "" {
 		return nil, fs.ErrNotExist // the top folder, never a file
 	}
-	var value []byte
-	var modified time.Time
-	err := s.query(ctx, s.q.get, key).Scan(&value, &modified)
+	value, _, err := s.file(ctx, key)
 	if errors.Is(err, gocql.ErrNotFound) {
 		return nil, fs.ErrNotExist
 	}
@@ -403,7 +358,11 @@ func (s *Store) entries(ctx context.Context, dir string) ([]entry, error) {
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
-	it := s.query(ctx, s.q.list, dirKey(dir)).Iter()
+	q, err := s.query(ctx, s.q.list, dirKey(dir))
+	if err != nil {
+		return nil, err
+	}
+	it := q.Iter()
 	var out []entry
 	var e entry
 	for it.Scan(&e.name, &e.file) {
@@ -431,11 +390,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
 		return nil // the top folder: no row of its own, listed nowhere
 	}
-	if err := s.query(ctx, s.q.del, key).Exec(); err != nil {
+	if err := s.exec(ctx, s.q.del, key); err != nil {
 		return fmt.Errorf("cassandra: delete %s: %w", key, err)
 	}
 	dir, name := split(key)
-	if err := s.query(ctx, s.q.delDir, dirKey(dir), name).Exec(); err != nil {
+	if err := s.exec(ctx, s.q.delDir, dirKey(dir), name); err != nil {
 		return fmt.Errorf("cassandra: delete %s: unlist: %w", key, err)
 	}
 	return nil
@@ -484,7 +443,7 @@ func (s *Store) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error)
 	var modified time.Time
 	err := gocql.ErrNotFound // the top folder is never a file
 	if key != "" {
-		err = s.query(ctx, s.q.get, key).Scan(&value, &modified)
+		value, modified, err = s.file(ctx, key)
 	}
 	if err == nil {
 		return certmagic.KeyInfo{Key: key, Modified: modified, Size: int64(len(value)), IsTerminal: true}, nil
@@ -510,8 +469,7 @@ func (s *Store) TryLock(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	owner := s.owner + "-" + randomID()
-	cur := map[string]any{}
-	applied, err := s.query(ctx, s.q.lock, name, owner, ttlSeconds(s.ttl)).SerialConsistency(s.serial).MapScanCAS(cur)
+	applied, err := s.cas(ctx, s.q.lock, name, owner, ttlSeconds(s.ttl))
 	if err != nil {
 		return false, fmt.Errorf("cassandra: lock %s: %w", name, err)
 	}
@@ -579,8 +537,7 @@ func (s *Store) refreshLoop(ctx context.Context, name string, h *heldLock) {
 }
 
 func (s *Store) refresh(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
-	cur := map[string]any{}
-	return s.query(ctx, s.q.refresh, ttlSeconds(ttl), owner, name, owner).SerialConsistency(s.serial).MapScanCAS(cur)
+	return s.cas(ctx, s.q.refresh, ttlSeconds(ttl), owner, name, owner)
 }
 
 // RenewLockLease extends a lock this Store holds to leaseDuration from now
@@ -613,8 +570,7 @@ func (s *Store) Unlock(ctx context.Context, name string) error {
 	}
 	h.stop()
 	<-h.done
-	cur := map[string]any{}
-	if _, err := s.query(ctx, s.q.unlock, name, h.owner).SerialConsistency(s.serial).MapScanCAS(cur); err != nil {
+	if _, err := s.cas(ctx, s.q.unlock, name, h.owner); err != nil {
 		return fmt.Errorf("cassandra: unlock %s: %w", name, err)
 	}
 	return nil

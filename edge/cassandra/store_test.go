@@ -3,8 +3,6 @@ package cassandra
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,17 +57,17 @@ func TestConformanceOnModel(t *testing.T) {
 	})
 }
 
-// TestConformanceOnCluster runs the suite on a real cluster, in a keyspace
-// of its own, when CASSANDRA_HOSTS is set.
+// TestConformanceOnCluster runs the suite on a real cluster, a keyspace
+// per test, when CASSANDRA_HOSTS is set.
 func TestConformanceOnCluster(t *testing.T) {
-	hosts := os.Getenv("CASSANDRA_HOSTS")
-	if hosts == "" {
-		t.Skip("*** SKIPPED: CASSANDRA_HOSTS is not set: the certificate storage was NOT tested on a real Cassandra (docker compose up -d cassandra; CASSANDRA_HOSTS=127.0.0.1:9042 ./test.sh) ***")
-	}
-	ks := fmt.Sprintf("linkgate_certs_test_%d", time.Now().UnixNano()%1e9)
+	hosts := testkit.CassandraHosts(t)
+	keyspaces := map[string]string{} // by test: its clients share one
 	storagetest.Run(t, func(t *testing.T) certmagic.Storage {
-		c := config(strings.Split(hosts, ",")...)
-		c.Keyspace = ks + "_" + strings.NewReplacer("/", "_", "-", "_").Replace(strings.ToLower(t.Name()))[len("testconformanceoncluster_"):]
+		c := config(hosts...)
+		if keyspaces[t.Name()] == "" {
+			keyspaces[t.Name()] = testkit.CassandraKeyspace(t, hosts, "linkgate_certs_"+t.Name()[len("TestConformanceOnCluster/"):])
+		}
+		c.Keyspace = keyspaces[t.Name()]
 		c.Consistency = "QUORUM"
 		s := open(t, c, Options{PollInterval: 200 * time.Millisecond})
 		t.Cleanup(s.Close)
@@ -126,7 +124,7 @@ func TestDeadHolderLockExpires(t *testing.T) {
 func TestConnectsInTheBackground(t *testing.T) {
 	addr := testkit.FreeAddr(t)
 	t0 := time.Now()
-	s, err := Open(context.Background(), config(addr), nil, Options{RetryInterval: 50 * time.Millisecond})
+	s, err := Open(context.Background(), config(addr), nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +180,7 @@ func TestConnectsInTheBackground(t *testing.T) {
 
 // TestCloseWhileConnecting: Close stops the attempts to connect at once.
 func TestCloseWhileConnecting(t *testing.T) {
-	s, err := Open(context.Background(), config(testkit.DeadAddr(t)), nil, Options{RetryInterval: time.Hour})
+	s, err := Open(context.Background(), config(testkit.DeadAddr(t)), nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

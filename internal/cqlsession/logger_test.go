@@ -1,4 +1,4 @@
-package cassandra
+package cqlsession
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics"
-	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
 )
 
@@ -51,10 +49,10 @@ func (r *records) gocql() []map[string]string {
 // TestGocqlLoggerThrottles: gocql's lines of one kind (one format) reach
 // the log at most once every 10 s, the next one saying how many were held
 // back; other kinds have their own interval.
-func TestGocqlLoggerThrottles(t *testing.T) {
+func TestLoggerThrottles(t *testing.T) {
 	var recs records
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	l := newGocqlLogger(slog.New(&recs), func() time.Time { return now })
+	l := NewLogger(slog.New(&recs), func() time.Time { return now })
 	for i := range 50 { // five a second for ten seconds, from two hosts
 		l.Printf("gocql: unable to dial %q: %v\n", []string{"10.0.0.1", "10.0.0.2"}[i%2], "connection refused")
 		l.Println(io.ErrUnexpectedEOF)
@@ -79,34 +77,30 @@ func TestGocqlLoggerThrottles(t *testing.T) {
 	}
 }
 
-// TestGocqlOutageLogs drives a real gocql session into an outage: the
-// cluster (the CQL wire model) goes away after the store connected, and
+// TestOutageLogs drives a real gocql session into an outage: the cluster
+// (the CQL wire model) goes away after the session connected, and
 // gocql tries to reconnect its control connection every second, with
 // several lines each time. Each kind of line reaches the log once in the
 // 4 s watched, however often gocql repeats it.
-func TestGocqlOutageLogs(t *testing.T) {
+func TestOutageLogs(t *testing.T) {
 	var recs records
-	var s *Store
+	var h *Handle
 	before := 0 // gocql's lines before the outage
 	// The server lives as long as this subtest: its end is the outage.
 	t.Run("connect", func(t *testing.T) {
 		srv := cqlmodel.New(t)
-		cfg := analytics.Cassandra{Hosts: []string{srv.Addr()}, Keyspace: "ks", Consistency: "ONE", ReplicationFactor: 1}
-		var err error
-		if s, err = Open(context.Background(), cfg, analyticstest.DefaultPlan, slog.New(&recs)); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); s.Ready() != nil; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("not connected: %v", s.Ready())
-			}
+		h = NewPool(slog.New(&recs)).Open(Config{Hosts: []string{srv.Addr()}, Timeout: time.Second}, "test", nil)
+		select {
+		case <-h.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not connected: %v", h.State().Err)
 		}
 		before = len(recs.gocql())
 	})
-	if s == nil {
+	if h == nil {
 		t.FailNow()
 	}
-	defer s.Close()
+	defer h.Close()
 	// Watched for 4 s from gocql's first line of the outage (reconnecting
 	// every second, it logs about six lines a second without the throttle).
 	for deadline := time.Now().Add(10 * time.Second); len(recs.gocql()) == before; time.Sleep(20 * time.Millisecond) {

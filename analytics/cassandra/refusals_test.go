@@ -1,0 +1,137 @@
+package cassandra
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
+	"github.com/linkgate/linkgate/internal/cqlwire"
+	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// TestRefusalsAsCassandra runs the analytics store's statements, with the
+// values Cassandra refuses and with values it takes, singly and in the
+// batches the store sends, on a real node (CASSANDRA_HOSTS) and on the CQL
+// model, and compares the answers: the model must refuse what Cassandra
+// refuses, with the same error. (The model keeps no data: rows are not
+// compared.) The node's keyspace is linkgate_test, which the tests on the
+// node share.
+func TestRefusalsAsCassandra(t *testing.T) {
+	real := testkit.CassandraSession(t, testkit.CassandraHosts(t)...)
+	model := testkit.CassandraSession(t, cqlmodel.New(t).Addr())
+	const ks = "linkgate_test"
+	tiers := rollup.DefaultTiers()
+	for _, st := range schema(ks, 1, tiers) {
+		for _, s := range []*gocql.Session{real, model} {
+			if err := s.Query(st).Exec(); err != nil {
+				t.Fatalf("%s: %v", st, err)
+			}
+		}
+	}
+	q := newCQL(nil, ks, tiers, gocql.LocalQuorum, gocql.LocalSerial)
+	b := make([]byte, 6)
+	rand.Read(b)
+	run := "refusals-" + hex.EncodeToString(b)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	day := rollup.Align(now, rollup.Day)
+	w := gocql.MustRandomUUID()
+	point := q.insertPoint["points_1m"]
+	long := func(n int) string { return run + strings.Repeat("k", n-len(run)) }
+	pointArgs := func(key string, bucket, start any, writer any, ttl int, ts any) []any {
+		return []any{key, bucket, start, writer, 1, 0, ttl, ts}
+	}
+	ts := now.UnixMicro()
+	cases := []cqlwire.Case{
+		{Name: "a point", Q: point, Args: pointArgs(run, day, now, w, 60, ts)},
+		{Name: "a point of an empty key: one part of the partition key", Q: point, Args: pointArgs("", day, now, w, 60, ts)},
+		{Name: "a point of a null bucket", Q: point, Args: pointArgs(run, nil, now, w, 60, ts), Refused: true},
+		{Name: "a point of a null start", Q: point, Args: pointArgs(run, day, nil, w, 60, ts), Refused: true},
+		{Name: "a point of an unset writer", Q: point, Args: pointArgs(run, day, now, gocql.UnsetValue, 60, ts), Refused: true},
+		{Name: "a point of a key of 65,536 bytes", Q: point, Args: pointArgs(long(65536), day, now, w, 60, ts), Refused: true},
+		{Name: "a point of a key of 65,530 bytes: the partition key over 65,535", Q: point, Args: pointArgs(long(65530), day, now, w, 60, ts), Refused: true},
+		{Name: "a point without a TTL", Q: point, Args: pointArgs(run, day, now, w, 0, ts)},
+		{Name: "a point of a negative TTL", Q: point, Args: pointArgs(run, day, now, w, -1, ts), Refused: true},
+		{Name: "a point of a TTL over 20 years", Q: point, Args: pointArgs(run, day, now, w, 630720001, ts), Refused: true},
+		{Name: "a point of 20 years: past 2038", Q: point, Args: pointArgs(run, day, now, w, 630720000, ts), Refused: true},
+		{Name: "a point of a null timestamp", Q: point, Args: pointArgs(run, day, now, w, 60, nil), Refused: true},
+		{Name: "a point of the smallest timestamp", Q: point, Args: pointArgs(run, day, now, w, 60, int64(-1<<63)), Refused: true},
+		{Name: "points read", Q: q.selectPoints["points_1m"], Args: []any{run, day, day, now}},
+		{Name: "points read without a lower bound", Q: q.selectPoints["points_1m"], Args: []any{run, day, nil, now}},
+		{Name: "points of a null bucket read", Q: q.selectPoints["points_1m"], Args: []any{run, nil, day, now}, Refused: true},
+		{Name: "an Active entry", Q: q.insertActive, Args: []any{300, day, 3, run, 60}},
+		{Name: "an Active entry of an empty key", Q: q.insertActive, Args: []any{300, day, 3, "", 60}},
+		{Name: "Active entries read", Q: q.selectActive, Args: []any{300, day, 3, "", 10}},
+		{Name: "Active entries read with LIMIT 0", Q: q.selectActive, Args: []any{300, day, 3, "", 0}, Refused: true},
+		{Name: "a mark", Q: q.insertMark, Args: []any{run, 300, day, int64(1), ts, 60, ts}},
+		{Name: "a mark deleted", Q: q.delMark, Args: []any{ts, run, 300, day, int64(1)}},
+		{Name: "a mark deleted with a null timestamp", Q: q.delMark, Args: []any{nil, run, 300, day, int64(1)}, Refused: true},
+		{Name: "a mark deleted with a null start", Q: q.delMark, Args: []any{ts, run, 300, nil, int64(1)}, Refused: true},
+		{Name: "marks of an empty key read", Q: q.selectMarks, Args: []any{""}, Refused: true},
+		{Name: "progress", Q: q.insertProgress, Args: []any{300, day, day.UnixMicro()}},
+		{Name: "progress of a null step", Q: q.insertProgress, Args: []any{nil, day, day.UnixMicro()}, Refused: true},
+		{Name: "progress read", Q: q.selectProgress},
+		{Name: "a lease of a TTL past 2038", Q: q.takeLease, Args: []any{w, 630720000}, Refused: true},
+		{Name: "a lease of a negative TTL", Q: q.takeLease, Args: []any{w, -1}, Refused: true},
+		{Name: "a breakdown", Q: q.insertDim, Args: []any{run, day, 0, day, "example.org", w, int64(3), 60, ts}},
+		{Name: "a breakdown of an empty value", Q: q.insertDim, Args: []any{run, day, 0, day, "", w, int64(3), 60, ts}},
+		{Name: "a breakdown of a null day", Q: q.insertDim, Args: []any{run, day, 0, nil, "x", w, int64(3), 60, ts}, Refused: true},
+		{Name: "a breakdown of a null dimension", Q: q.insertDim, Args: []any{run, day, nil, day, "x", w, int64(3), 60, ts}, Refused: true},
+		{Name: "breakdowns read", Q: q.selectDims, Args: []any{run, day, 0, day, day.Add(rollup.Day)}},
+		{Name: "breakdowns of a null dimension read", Q: q.selectDims, Args: []any{run, day, nil, day, day.Add(rollup.Day)}},
+		{Name: "a register", Q: q.insertUniq, Args: uniqArgs(uniqRow{run, day, day, 7, 3, 60})},
+		{Name: "a register of a null day", Q: q.insertUniq, Args: []any{run, day, nil, 7, 3, 60, int64(3)}, Refused: true},
+		{Name: "registers read", Q: q.selectUniqs, Args: []any{run, day, day, day.Add(rollup.Day)}},
+		{Name: "a top row", Q: q.insertTop, Args: []any{day, 3, run, w, int64(5), 60, ts}},
+		{Name: "top rows read by key", Q: q.selectTopKeys, Args: []any{day, 3, []string{run, ""}}},
+		{Name: "top rows of a null shard read", Q: q.selectTopKeys, Args: []any{day, nil, []string{run}}, Refused: true},
+		{Name: "a leader", Q: q.insertLeader, Args: []any{day, w, 1, run, int64(5), 60, ts}},
+		{Name: "leaders read", Q: q.selectLeaders, Args: []any{day}},
+		{Name: "leaders of a null day read", Q: q.selectLeaders, Args: []any{nil}, Refused: true},
+	}
+	// Batches: of one partition, never measured (one mutation); across
+	// partitions, refused over 50 KB.
+	entries := func(n int, f func(i int) cqlwire.Entry) []cqlwire.Entry {
+		var es []cqlwire.Entry
+		for i := range n {
+			es = append(es, f(i))
+		}
+		return es
+	}
+	active := func(shard func(int) int, keyLen int) func(int) cqlwire.Entry {
+		return func(i int) cqlwire.Entry {
+			return cqlwire.Entry{Q: q.insertActive, Args: []any{300, day, shard(i), long(keyLen) + fmt.Sprint(i), 60}}
+		}
+	}
+	link := func(key string) func(int) cqlwire.Entry {
+		return func(i int) cqlwire.Entry {
+			if i%2 == 0 {
+				return cqlwire.Entry{Q: q.insertDim, Args: []any{key, day, 0, day, long(1000) + fmt.Sprint(i), w, int64(1), 60, ts}}
+			}
+			return cqlwire.Entry{Q: q.insertUniq, Args: uniqArgs(uniqRow{key, day, day, i, 3, 60})}
+		}
+	}
+	cases = append(cases,
+		cqlwire.Case{Name: "Active entries of one partition, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(int) int { return 1 }, 1000))},
+		cqlwire.Case{Name: "Active entries of two partitions, 40 KB", Type: gocql.UnloggedBatch, Batch: entries(40, active(func(i int) int { return i % 2 }, 1000))},
+		cqlwire.Case{Name: "Active entries of two partitions, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(i int) int { return i % 2 }, 1000)), Refused: true},
+		cqlwire.Case{Name: "a link's breakdowns and registers, 60 KB: one partition of two tables", Type: gocql.UnloggedBatch, Batch: entries(120, link(run))},
+		cqlwire.Case{Name: "two links' breakdowns and registers, 60 KB", Type: gocql.UnloggedBatch, Refused: true,
+			Batch: append(entries(60, link(run)), entries(60, link(run+"b"))...)},
+		cqlwire.Case{Name: "a batch with a null start", Type: gocql.UnloggedBatch, Refused: true, Batch: []cqlwire.Entry{
+			{Q: point, Args: pointArgs(run, day, now, w, 60, ts)},
+			{Q: point, Args: pointArgs(run, day, nil, w, 60, ts)},
+		}},
+		cqlwire.Case{Name: "a lease in a batch with a point", Type: gocql.LoggedBatch, Refused: true, Batch: []cqlwire.Entry{
+			{Q: q.takeLease, Args: []any{w, 60}},
+			{Q: point, Args: pointArgs(run, day, now, w, 60, ts)},
+		}},
+	)
+	cqlwire.Compare(t, real, model, cases)
+}
