@@ -97,6 +97,8 @@ type Edge struct {
 	issuer  *certmagic.ACMEIssuer
 	gate    *gate
 
+	health storageHealth // the storage's last check (storagecheck.go)
+
 	mu    sync.Mutex
 	certs map[string]*certState // ACME names seen, for Certificates
 
@@ -127,6 +129,7 @@ func New(plan *Plan, opts Options) (*Edge, error) {
 		opts.LimitStore = limit.NewMemory()
 	}
 	e := &Edge{opts: opts, log: opts.Log, certs: map[string]*certState{}, done: make(chan struct{}), ticketSecret: newTicketSecret()}
+	e.health.poke = make(chan struct{}, 1)
 	e.m = opts.Metrics
 	if e.m == nil {
 		e.m = NewMetrics(nil)
@@ -182,6 +185,7 @@ func (e *Edge) startACME(ctx context.Context, plan *Plan) error {
 		managed, _ = e.newConfig(plan, st, zl, nil)
 	}
 	e.magic = magic
+	e.bg.Go(func() { e.watchStorage(ctx) })
 	if len(plan.domains) == 0 {
 		return nil
 	}
@@ -244,10 +248,6 @@ func (e *Edge) storageReady() error {
 	return nil
 }
 
-// StorageState returns nil when the certificate storage answers, else why
-// it does not yet; nil without ACME (no storage).
-func (e *Edge) StorageState() error { return e.storageReady() }
-
 // Managed reports whether the edge obtains certificates by ACME, and so
 // keeps a certificate storage.
 func (e *Edge) Managed() bool { return e.magic != nil }
@@ -309,7 +309,11 @@ func (e *Edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 	if e.magic == nil {
 		return nil, errors.New("edge: no certificate")
 	}
-	return e.magic.GetCertificate(hello)
+	cert, err := e.magic.GetCertificate(hello)
+	if err != nil {
+		e.handshakeFailed(hello.ServerName, err)
+	}
+	return cert, err
 }
 
 // onEvent follows certmagic's events: it caps new orders (returning an

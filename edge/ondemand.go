@@ -73,6 +73,14 @@ var (
 	errDomainOrderCap = errors.New("edge: server.tls.on_demand.orders_per_hour_per_domain reached for this registered domain")
 )
 
+// errUnavailable is wrapped by the decision for a name without a
+// certificate in memory while the storage is not connected.
+var errUnavailable = errors.New("edge: the certificate storage is not connected yet")
+
+// errAskFailed is wrapped by the decision when the ask endpoint gives no
+// answer (an error, a 5xx, a redirect).
+var errAskFailed = errors.New("edge: on_demand.ask failed")
+
 func newGate(e *Edge, plan *Plan) (*gate, error) {
 	g := &gate{e: e, answers: map[string]answer{}, asking: map[string]*askInFlight{}, charged: map[string][]time.Time{}, now: time.Now}
 	g.logs.Every = 10 * time.Second
@@ -121,7 +129,7 @@ func (g *gate) decide(ctx context.Context, name string) error {
 		if n, ok := g.logs.Allow("storage", g.now()); ok {
 			g.e.log.Warn("TLS handshake for a name without a certificate in memory refused: the certificate storage is not connected yet", "name", name, "err", err, "suppressed", n)
 		}
-		return fmt.Errorf("edge: %s: %w", name, err)
+		return fmt.Errorf("%w: %s: %w", errUnavailable, name, err)
 	}
 	p := g.plan.Load()
 	if slices.Contains(p.domains, name) {
@@ -174,9 +182,21 @@ func (g *gate) decide(ctx context.Context, name string) error {
 			return nil
 		}
 		g.e.m.decisions.WithLabelValues("ask_failed").Inc()
-		return err
+		return fmt.Errorf("%w: %w", errAskFailed, err)
 	}
 	return g.verdict(name, allowed)
+}
+
+// allowed reports whether name may have a certificate, as last decided:
+// in acme.domains, or allowed by the ask endpoint within allow_ttl.
+func (g *gate) allowed(name string) bool {
+	if slices.Contains(g.plan.Load().domains, name) {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	a, ok := g.answers[name]
+	return ok && a.allowed && g.now().Before(a.until)
 }
 
 func (g *gate) verdict(name string, allowed bool) error {

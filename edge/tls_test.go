@@ -261,8 +261,8 @@ func TestStorageNotConnectedYet(t *testing.T) {
 		}
 	})
 	e, addr := serve(t, c, edge.Options{Storage: st})
-	if err := e.StorageState(); err == nil {
-		t.Errorf("StorageState is nil before the storage connected")
+	if state, err := e.StorageState(); state != edge.StorageConnecting || err == nil {
+		t.Errorf("StorageState before the storage connected: %s, %v; want %s with an error", state, err, edge.StorageConnecting)
 	}
 	if err := e.Decide(context.Background(), "early.ok.test"); err == nil || !strings.Contains(err.Error(), "not connected yet") {
 		t.Errorf("decision before the storage connected: %v, want refused for the storage", err)
@@ -291,8 +291,8 @@ func TestStaticOnly(t *testing.T) {
 	var written *big.Int
 	c.CertFile, c.KeyFile, written = ca.WritePair(t, t.TempDir(), "static.test")
 	e, addr := serve(t, c, edge.Options{})
-	if e.Managed() || e.StorageState() != nil {
-		t.Errorf("a static certificate alone: Managed %v, StorageState %v; want no storage", e.Managed(), e.StorageState())
+	if state, err := e.StorageState(); e.Managed() || state != edge.StorageOK || err != nil {
+		t.Errorf("a static certificate alone: Managed %v, StorageState %s, %v; want no storage", e.Managed(), state, err)
 	}
 	for _, name := range []string{"static.test", "other.test", ""} {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: testkit.Slack(10 * time.Second)}, "tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: name, InsecureSkipVerify: name != "static.test"})

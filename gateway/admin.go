@@ -111,10 +111,12 @@ type HealthDetail struct {
 	TLSStorage *StorageHealth `json:"tls_storage"`
 }
 
-// StorageHealth is whether a store answers.
+// StorageHealth is whether a store answers and takes writes.
 type StorageHealth struct {
-	State  string `json:"state"`            // "ok", or "connecting" until it answers
-	Reason string `json:"reason,omitempty"` // why it does not answer yet
+	// State is "ok"; "connecting" until it answers; "failing" while a write
+	// to it (the edge's check, or certmagic's before an order) fails.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"` // why it is not ok
 }
 
 // handleHealth answers the health detail as JSON, 200 whatever the state:
@@ -127,9 +129,10 @@ func (g *Gateway) handleHealth(w http.ResponseWriter, r *http.Request) {
 		d.Analytics = &h
 	}
 	if e := g.edge; e != nil && e.Managed() {
-		d.TLSStorage = &StorageHealth{State: "ok"}
-		if err := e.StorageState(); err != nil {
-			d.TLSStorage = &StorageHealth{State: "connecting", Reason: err.Error()}
+		state, err := e.StorageState()
+		d.TLSStorage = &StorageHealth{State: state}
+		if err != nil {
+			d.TLSStorage.Reason = err.Error()
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

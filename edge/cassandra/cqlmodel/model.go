@@ -31,6 +31,8 @@ type Model struct {
 	locks map[string]lockRow
 	lwt   int // lightweight transactions executed
 	ddl   []string
+
+	unavailable bool // answer every statement Unavailable
 }
 
 type kvRow struct {
@@ -115,7 +117,23 @@ func (m *Model) Query(q string) cqlwire.Answer {
 
 // Execute implements cqlwire.Handler.
 func (m *Model) Execute(st cqlwire.Stmt, consistency uint16) cqlwire.Answer {
+	m.mu.Lock()
+	down := m.unavailable
+	m.mu.Unlock()
+	if down {
+		return cqlwire.Answer{Error: cqlwire.Unavailable(consistency, 2, 1)}
+	}
 	return m.exec(st)
+}
+
+// SetUnavailable makes the model answer every statement but the schema's
+// with Unavailable, as a cluster answers when fewer replicas are alive
+// than the consistency needs (a keyspace of replication_factor 3 on one
+// node at QUORUM), or stops it.
+func (m *Model) SetUnavailable(on bool) {
+	m.mu.Lock()
+	m.unavailable = on
+	m.mu.Unlock()
 }
 
 // Batch implements cqlwire.Handler: the Store sends none, but the test
