@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -187,14 +186,14 @@ func TestShutdownFlushesAndRestartKeeps(t *testing.T) {
 	}
 }
 
-// TestTwoGatewaysAddUp needs a store two gateways share: Cassandra.
-func TestTwoGatewaysAddUp(t *testing.T) {
-	hosts := os.Getenv("CASSANDRA_HOSTS")
-	if hosts == "" {
-		t.Skip("CASSANDRA_HOSTS not set: two gateways on one Cassandra store SKIPPED")
-	}
+// TestTwoGatewaysAddUpOnNode: two gateways on one Cassandra node
+// (CASSANDRA_HOSTS), the store they share, count visits that add up, as a
+// third gateway reads them.
+func TestTwoGatewaysAddUpOnNode(t *testing.T) {
+	hosts := testkit.CassandraHosts(t)
+	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_e2e")
 	up := tinyURL(t)
-	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: linkgate_e2e}", hosts)
+	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: %s}", strings.Join(hosts, ", "), ks)
 	// Each gateway has a journal of its own (a journal directory is held
 	// by one process): beside an embedded path of its own.
 	cfg := func() string {

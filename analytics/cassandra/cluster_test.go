@@ -58,15 +58,15 @@ func openIn(t *testing.T, cfg analytics.Cassandra, plan *rollup.Plan) *cassandra
 	return s
 }
 
-// TestConformance runs the analytics store conformance suite against the
-// cluster: two stores writing at once stand for two gateway processes, and
+// TestConformanceOnNode runs the analytics store conformance suite on the
+// node: two stores writing at once stand for two gateway processes, and
 // reopening is a restart (a new writer id, the rows of the old one kept).
 // The subtests that read beyond their own keys get a keyspace each; the
 // others share one (a keyspace's tables take seconds to create on a
 // loaded node). Expiry and DimsExpiry are skipped: the suite moves a clock
 // that a real node does not have, and TestExpiryOnNode checks the TTLs on
 // the node instead.
-func TestConformance(t *testing.T) {
+func TestConformanceOnNode(t *testing.T) {
 	hs := hosts(t)
 	shared := "" // the keyspace of the subtests that read their own keys only
 	analyticstest.Run(t, func(t *testing.T, plan *rollup.Plan) analyticstest.Harness {
@@ -107,10 +107,10 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestTwoWritersAndRestart writes through two stores, closes one and
+// TestTwoWritersAndRestartOnNode writes through two stores, closes one and
 // crashes the other in effect (its rows stay), then reads through a third:
 // everything adds up.
-func TestTwoWritersAndRestart(t *testing.T) {
+func TestTwoWritersAndRestartOnNode(t *testing.T) {
 	hs := hosts(t)
 	a, b := open(t, hs), open(t, hs)
 	defer b.Close()

@@ -11,7 +11,7 @@ import (
 
 // TestConformanceOnModel runs the conformance suite on the Store's own
 // logic over the model of the cluster (fakeDB), without faults: it checks
-// the Store, not Cassandra. TestConformance runs it on a real cluster.
+// the Store, not Cassandra. TestConformanceOnNode runs it on a real node.
 // The model's clock follows the wall clock, and Expire moves it (and the
 // stores' clock, which clamps read ranges) forward, so the Expiry subtest
 // checks the TTLs the Store sets, and a lease expires as on a cluster.

@@ -21,15 +21,21 @@ import (
 )
 
 // tlsGatewayConfig is a gateway in front of upstream, ordering from pebble
-// on demand after asking ask, keeping certificates in storage.
+// on demand after asking ask, keeping certificates in the folder storage.
 func tlsGatewayConfig(upstream string, p *edgetest.Pebble, ask, storage, extra string) string {
+	return tlsGatewayStorage(upstream, p, ask, "{path: "+storage+"}", extra)
+}
+
+// tlsGatewayStorage is tlsGatewayConfig with server.tls.storage given as
+// YAML.
+func tlsGatewayStorage(upstream string, p *edgetest.Pebble, ask, storage, extra string) string {
 	return fmt.Sprintf(`server:
   listen: 127.0.0.1:0
   shutdown_timeout: 5s
   tls:
     acme: {ca: %s, ca_root: %s}
     on_demand: {ask: %s}
-    storage: {path: %s}
+    storage: %s
 %sadmin:
   listen: 127.0.0.1:0
 upstream:
@@ -47,16 +53,59 @@ func allowAll(t *testing.T) *httptest.Server {
 }
 
 // TestFleetObtainsOneCertificate: two gateway processes sharing their
-// certificate storage that see the same new name at once obtain exactly
-// one certificate between them, and both serve it.
+// certificate storage (a folder) that see the same new name at once obtain
+// exactly one certificate between them, and both serve it.
 func TestFleetObtainsOneCertificate(t *testing.T) {
+	fleetObtainsOneCertificate(t, "{path: "+t.TempDir()+"}", false)
+}
+
+// TestFleetObtainsOneCertificateOnNode: the same with the storage on a
+// real Cassandra node (CASSANDRA_HOSTS): the lock is a lightweight
+// transaction, the certificate is read from the node by the gateway that
+// did not order it, and no test file of a storage check is left behind.
+func TestFleetObtainsOneCertificateOnNode(t *testing.T) {
+	hosts := testkit.CassandraHosts(t)
+	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_certs_fleet")
+	fleetObtainsOneCertificate(t, fmt.Sprintf("{cassandra: {hosts: [%s], keyspace: %s, consistency: QUORUM}}", strings.Join(hosts, ", "), ks), true)
+	s := testkit.CassandraSession(t, hosts...)
+	it := s.Query("SELECT key FROM " + ks + ".certmagic_kv").Iter()
+	var keys []string
+	for k := ""; it.Scan(&k); {
+		keys = append(keys, k)
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var certs int
+	for _, k := range keys {
+		switch {
+		case strings.HasSuffix(k, "/fleet.example.crt"):
+			certs++
+		case strings.HasPrefix(k, "rw_test_"), strings.HasPrefix(k, "linkgate_storage_check"):
+			t.Errorf("a storage check left %q on the node", k)
+		}
+	}
+	if certs != 1 {
+		t.Errorf("the node holds %d certificates of fleet.example in %q, want 1", certs, keys)
+	}
+}
+
+func fleetObtainsOneCertificate(t *testing.T, storage string, connecting bool) {
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
-	storage := t.TempDir()
 	up := testkit.Named(t, "up")
 	ask := allowAll(t)
-	cfg := tlsGatewayConfig(up.URL, p, ask.URL, storage, "")
+	cfg := tlsGatewayStorage(up.URL, p, ask.URL, storage, "")
 	a, _ := startGateway(t, cfg)
 	b, _ := startGateway(t, cfg)
+	if connecting {
+		// The storage connects in the background: until then a new name's
+		// handshake fails at once.
+		for _, gw := range []*process{a, b} {
+			testkit.Eventually(t, 2*time.Minute, "the certificate storage connected", func() bool {
+				return gw.logs.Logged("certificate storage connected to cassandra", nil)
+			})
+		}
+	}
 
 	var wg sync.WaitGroup
 	serials := make(chan string, 8)

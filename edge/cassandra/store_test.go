@@ -57,15 +57,15 @@ func TestConformanceOnModel(t *testing.T) {
 	})
 }
 
-// TestConformanceOnCluster runs the suite on a real cluster, a keyspace
+// TestConformanceOnNode runs the suite on a real cluster, a keyspace
 // per test, when CASSANDRA_HOSTS is set.
-func TestConformanceOnCluster(t *testing.T) {
+func TestConformanceOnNode(t *testing.T) {
 	hosts := testkit.CassandraHosts(t)
 	keyspaces := map[string]string{} // by test: its clients share one
 	storagetest.Run(t, func(t *testing.T) certmagic.Storage {
 		c := config(hosts...)
 		if keyspaces[t.Name()] == "" {
-			keyspaces[t.Name()] = testkit.CassandraKeyspace(t, hosts, "linkgate_certs_"+t.Name()[len("TestConformanceOnCluster/"):])
+			keyspaces[t.Name()] = testkit.CassandraKeyspace(t, hosts, "linkgate_certs_"+t.Name()[len("TestConformanceOnNode/"):])
 		}
 		c.Keyspace = keyspaces[t.Name()]
 		c.Consistency = "QUORUM"

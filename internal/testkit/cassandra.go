@@ -1,10 +1,16 @@
 package testkit
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,4 +85,104 @@ func CassandraKeyspace(t testing.TB, hosts []string, name string) string {
 		}
 	}
 	return ks
+}
+
+// CassandraCluster is a real Cassandra cluster a test started with the
+// scripts of ../shared/cassandra (CASSANDRA_SCRIPTS names their folder):
+// its nodes on loopback addresses of their own, from 127.0.0.10, apart
+// from the node of CASSANDRA_HOSTS. Its methods are for one goroutine.
+type CassandraCluster struct {
+	Hosts []string // host:port of each node, node 1 first
+
+	t       testing.TB
+	scripts string
+	dir     string
+	args    []string // the flags of start: the cluster's shape
+}
+
+// cassandraClusterAddr is the first node's address, cassandraClusterJMX
+// its JMX port (node N's is 100 more per node): neither clashes with a
+// single node started with the defaults.
+const (
+	cassandraClusterAddr = "127.0.0.10"
+	cassandraClusterJMX  = "7300"
+)
+
+// StartCassandraCluster starts a cluster of nodes and waits until each
+// answers CQL; it is stopped and its data removed when the test ends.
+// Without CASSANDRA_SCRIPTS the test is skipped, loudly (the CI lane sets
+// it when ../shared/cassandra is there).
+func StartCassandraCluster(t testing.TB, nodes int) *CassandraCluster {
+	t.Helper()
+	scripts := os.Getenv("CASSANDRA_SCRIPTS")
+	if scripts == "" {
+		t.Skip("*** SKIPPED: CASSANDRA_SCRIPTS is not set: NOT tested on a real Cassandra cluster (CASSANDRA_SCRIPTS=../shared/cassandra; .ci/run sets it) ***")
+	}
+	dir, err := os.MkdirTemp("", "linkgate-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &CassandraCluster{t: t, scripts: scripts, dir: dir,
+		args: []string{"-n", strconv.Itoa(nodes), "-a", cassandraClusterAddr, "-j", cassandraClusterJMX}}
+	t.Cleanup(c.stop)
+	t0 := time.Now()
+	c.run("start", append(c.args, dir)...)
+	prefix := cassandraClusterAddr[:strings.LastIndexByte(cassandraClusterAddr, '.')+1]
+	for i := range nodes {
+		c.Hosts = append(c.Hosts, fmt.Sprintf("%s%d:9042", prefix, 10+i))
+	}
+	t.Logf("a Cassandra cluster of %d nodes answers after %v: %v", nodes, time.Since(t0).Round(time.Second), c.Hosts)
+	return c
+}
+
+// run runs one of the scripts, failing the test when it fails.
+func (c *CassandraCluster) run(script string, args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command(filepath.Join(c.scripts, script), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		c.t.Fatalf("%s %s: %v\n%s", script, strings.Join(args, " "), err, out.String())
+	}
+	return out.String()
+}
+
+// Kill kills node n (from 1) with SIGKILL and returns once it is gone: a
+// node failure.
+func (c *CassandraCluster) Kill(n int) {
+	c.t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("n%d", n), "pid"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d (pid %d) still runs 30 s after SIGKILL", n, pid)
+		}
+	}
+}
+
+// Start starts node n again and waits until every node answers CQL.
+func (c *CassandraCluster) Start(n int) {
+	c.t.Helper()
+	c.run("start", append(append([]string{"-only", strconv.Itoa(n)}, c.args...), c.dir)...)
+}
+
+// Nodetool runs nodetool against node n.
+func (c *CassandraCluster) Nodetool(n int, args ...string) string {
+	c.t.Helper()
+	return c.run("nodetool", append([]string{c.dir, strconv.Itoa(n)}, args...)...)
+}
+
+func (c *CassandraCluster) stop() {
+	cmd := exec.Command(filepath.Join(c.scripts, "stop"), c.dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		c.t.Logf("stop %s: %v\n%s", c.dir, err, out)
+	}
+	os.RemoveAll(c.dir)
 }

@@ -2,9 +2,10 @@
 // several packages share: an HTTP client that shows redirects, RFC 9457
 // problem answers, polling, small upstreams, addresses nothing listens on,
 // config files written atomically, a gateway config on free ports, the log
-// records a test matches, Prometheus series, a real memcached server,
-// tmpfs volumes for disk faults, and the machine's pace that stretches the
-// few durations a test bounds (pace.go).
+// records a test matches, Prometheus series, a real memcached server, a real
+// Cassandra node or cluster (../shared/cassandra), tmpfs volumes for disk
+// faults, and the machine's pace that stretches the few durations a test
+// bounds (pace.go).
 //
 // It is imported by tests only, and imports no linkgate package, so that
 // the tests of every package can import it.
