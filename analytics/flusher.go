@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/journal"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -133,6 +134,8 @@ type Flusher struct {
 	openMu   sync.Mutex  // serializes openJournal
 	kick     chan struct{}
 	announce announcedSet // guarded by writeMu
+	pace     pace         // guarded by writeMu
+	refused  journal.Pos  // the journal record last reported refused; guarded by writeMu
 
 	// gate is held for writing only to begin a Write, and for reading
 	// by a read's last try (see Flusher.Reader): a Write begun during that
@@ -646,6 +649,17 @@ func (f *Flusher) writeJournalHead(ctx context.Context, sp *spool, rewrites uint
 			break
 		}
 	}
+	if err != nil && !isTimeout(err, ctx) && h.end != f.refused {
+		// Not the store's pace (a timeout makes smaller parts): said once
+		// for the record, which waits for the backoff at every attempt.
+		f.refused = h.end
+		var visits int64
+		for i := range h.batches {
+			visits += batchVisits(&h.batches[i].b)
+		}
+		f.log.Error("analytics: the store refuses a journaled batch; it is tried again after the backoff, and the batches after it wait",
+			"seq", h.batches[0].b.Seq, "batches", len(h.batches), "visits", visits, "err", err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.noteBacklogLocked()
@@ -698,14 +712,118 @@ func (f *Flusher) spill(in *inflight) {
 	f.noteBacklogLocked()
 }
 
-// write writes b with the Active entries and marks of its counts as of
-// now, and remembers the Active entries it stored. Called with writeMu
-// held.
+// write writes b, in parts to a PartWriter whose last Write of a whole
+// part timed out (see pace), with more time to another store after a
+// timeout. Called with writeMu held.
 func (f *Flusher) write(ctx context.Context, b *Batch) error {
+	if _, ok := f.w.(PartWriter); !ok {
+		err := f.writeOnce(ctx, b, f.opts.WriteTimeout<<f.pace.grow)
+		f.pace.wrote(err, ctx)
+		return err
+	}
+	n := b.entries()
+	for from := 0; from < n || n == 0; {
+		to := n
+		if f.pace.part > 0 {
+			to = min(from+f.pace.part, n)
+		}
+		p := *b
+		if from > 0 || to < n {
+			p = b.part(from, to)
+		}
+		err := f.writeOnce(ctx, &p, f.opts.WriteTimeout)
+		if err == nil {
+			if f.pace.fitted(to-from, n) {
+				f.log.Info("analytics: the store keeps up: writing larger parts", "part", f.pace.part, "whole", f.pace.part == 0)
+			}
+			if n == 0 {
+				return nil
+			}
+			from = to
+			continue
+		}
+		if !f.pace.split(err, ctx, to-from) {
+			return err
+		}
+		f.log.Warn("analytics: a write timed out; writing its batch in smaller parts", "err", err,
+			"entries", to-from, "part", f.pace.part, "seq", b.Seq)
+	}
+	return nil
+}
+
+// pace is how much a Write may hold for the store's current pace: a
+// Write of a whole batch that times out is tried again at once as two
+// halves, and so on, each with the full WriteTimeout, down to minPart
+// entries (a smaller part that times out is the store failing, not being
+// slow: the writer backs off); batches are then written in parts of that
+// size, doubled after partsToGrow parts in a row fit. A store that takes
+// no parts gets twice the time after a timeout instead, up to 8 times.
+type pace struct {
+	part int  // entries per Write; 0: whole batches
+	fit  int  // parts in a row written within the deadline
+	grow uint // a Write's deadline is WriteTimeout << grow
+}
+
+const (
+	minPart     = 64
+	partsToGrow = 8
+	maxGrow     = 3
+)
+
+// isTimeout says whether err is a Write that ran out of time, at the store
+// or on its deadline, rather than refused (ctx is the writer's own: its
+// end is no timeout).
+func isTimeout(err error, ctx context.Context) bool {
+	return ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout))
+}
+
+// split notes a Write of size entries that failed with err and says
+// whether to try again at once with the smaller part it sets.
+func (p *pace) split(err error, ctx context.Context, size int) bool {
+	p.fit = 0
+	if !isTimeout(err, ctx) || size <= minPart {
+		return false
+	}
+	p.part = max(size/2, minPart)
+	return true
+}
+
+// fitted notes a part of size entries, of a batch of n, written in time,
+// and says whether that made parts bigger (whole batches again when they
+// reach n).
+func (p *pace) fitted(size, n int) bool {
+	if p.part == 0 || size < p.part {
+		return false
+	}
+	if p.fit++; p.fit < partsToGrow {
+		return false
+	}
+	p.fit = 0
+	p.part *= 2
+	if p.part >= n {
+		p.part = 0
+	}
+	return true
+}
+
+// wrote notes the outcome of a Write to a store that takes no parts.
+func (p *pace) wrote(err error, ctx context.Context) {
+	switch {
+	case err == nil:
+		p.grow = 0
+	case isTimeout(err, ctx) && p.grow < maxGrow:
+		p.grow++
+	}
+}
+
+// writeOnce writes b with the Active entries and marks of its counts as
+// of now, on a deadline of timeout, and remembers the Active entries it
+// stored. Called with writeMu held.
+func (f *Flusher) writeOnce(ctx context.Context, b *Batch, timeout time.Duration) error {
 	now := f.opts.Now()
 	wb := *b
 	wb.Active, wb.Marks = follow(wb.Counts, now, f.plan, f.announce.has)
-	ctx, cancel := context.WithTimeout(ctx, f.opts.WriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	err := f.w.Write(ctx, wb)

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/hll"
@@ -192,3 +193,43 @@ type Store interface {
 // entries returns how many entries b holds: its counts and its
 // dimensions' values.
 func (b *Batch) entries() int { return len(b.Counts) + len(b.Dims) + len(b.Uniques) }
+
+// part returns the entries [from, to) of b, counting its counts, then its
+// breakdowns, then its sketches, with b's identity and At: a part a
+// PartWriter takes.
+func (b *Batch) part(from, to int) Batch {
+	p := Batch{Writer: b.Writer, First: b.First, Seq: b.Seq, At: b.At}
+	take := func(n, from, to int) (int, int) {
+		return min(max(from, 0), n), min(max(to, 0), n)
+	}
+	lo, hi := take(len(b.Counts), from, to)
+	p.Counts = b.Counts[lo:hi:hi]
+	from, to = from-len(b.Counts), to-len(b.Counts)
+	lo, hi = take(len(b.Dims), from, to)
+	p.Dims = b.Dims[lo:hi:hi]
+	from, to = from-len(b.Dims), to-len(b.Dims)
+	lo, hi = take(len(b.Uniques), from, to)
+	p.Uniques = b.Uniques[lo:hi:hi]
+	return p
+}
+
+// ErrTimeout is wrapped by a store's error when a Write ran out of time
+// at the store (a cluster's write timeout, a request never answered)
+// rather than being refused. The flusher then writes the batch in smaller
+// parts to a PartWriter, or gives a Write more time.
+var ErrTimeout = errors.New("analytics: the store timed out")
+
+// PartWriter is a Writer that stores a batch written in parts as it
+// stores the whole: Writes of parts of one batch (its counts, breakdowns
+// and sketches split between them, each part with the batch's identity
+// and At; see Batch.part) store what one Write of the whole does, in any
+// order and however often each is sent. The flusher writes a batch too
+// large for the store's pace (a Write of it timed out) in such parts, so
+// that it gets smaller until it fits. The Cassandra store is one (a row per
+// batch identity and bucket, overwritten by a resend); a store that applies
+// an identity once (the embedded store's watermark) is not.
+type PartWriter interface {
+	Writer
+	// WritesParts marks a PartWriter.
+	WritesParts()
+}

@@ -416,9 +416,27 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 		err = runAll(ctx, len(ops), func(ctx context.Context, i int) error { return ops[i](ctx, be) })
 	}
 	if err != nil {
+		if timedOut(err) {
+			return fmt.Errorf("cassandra: write %d rows: %w: %w", len(first)+len(ops), analytics.ErrTimeout, err)
+		}
 		return fmt.Errorf("cassandra: write %d rows: %w", len(first)+len(ops), err)
 	}
 	return nil
+}
+
+// WritesParts implements analytics.PartWriter: a part of a batch writes
+// the rows the whole writes (under the batch's writer id), no others.
+func (s *Store) WritesParts() {}
+
+var _ analytics.PartWriter = (*Store)(nil)
+
+// timedOut says whether err is the cluster running out of time (its
+// replicas' write or read timeout, a request never answered, the Write's
+// deadline) rather than refusing.
+func timedOut(err error) bool {
+	var wt *gocql.RequestErrWriteTimeout
+	var rt *gocql.RequestErrReadTimeout
+	return errors.As(err, &wt) || errors.As(err, &rt) || errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // op is one statement.
