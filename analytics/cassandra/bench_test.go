@@ -17,9 +17,9 @@ import (
 // store's own work (state, statements, collection), not the network.
 type nopBackend struct{}
 
-func (nopBackend) writePoint(context.Context, pointRow) error           { return nil }
-func (nopBackend) writeLink(context.Context, []dimRow, []uniqRow) error { return nil }
-func (nopBackend) writeTop(context.Context, []topRow) error             { return nil }
+func (nopBackend) writePoints(context.Context, []pointRow) error { return nil }
+func (nopBackend) writeLinks(context.Context, []linkPart) error  { return nil }
+func (nopBackend) writeTop(context.Context, []topRow) error      { return nil }
 func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, time.Time) ([]uniqRow, error) {
 	return nil, nil
 }

@@ -15,8 +15,10 @@ import (
 // statement each. cqlBackend does them with gocql; the unit tests use a
 // model of their semantics that can fail and delay them.
 type backend interface {
-	// writePoint overwrites one bucket row, with r.ttl (0: none) and r.ts.
-	writePoint(ctx context.Context, r pointRow) error
+	// writePoints overwrites bucket rows, each with its ttl (0: none) and
+	// ts, of any tables and partitions, in one statement: an unlogged
+	// batch when there are several (pack.go).
+	writePoints(ctx context.Context, rows []pointRow) error
 	// readPoints returns the rows of one partition of a tier table whose
 	// start is in [from, to), one per (start, writer), in start order.
 	readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error)
@@ -40,11 +42,11 @@ type backend interface {
 	writeProgress(ctx context.Context, step int, done time.Time) error
 	// readProgress returns every queue's progress.
 	readProgress(ctx context.Context) (rollup.Progress, error)
-	// writeLink overwrites rows of the dims table (each with its ttl and
+	// writeLinks overwrites rows of the dims table (each with its ttl and
 	// ts) and of the uniques table (each USING TIMESTAMP its value) of
-	// one partition key (link, bucket), which the two tables share, in
-	// one statement: a batch when there are several rows.
-	writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error
+	// one or more partition keys (link, bucket), which the two tables
+	// share, in one statement: a batch when there are several rows.
+	writeLinks(ctx context.Context, parts []linkPart) error
 	// readDims returns the rows of one partition of the dims table of one
 	// dimension whose day is in [from, to).
 	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
@@ -187,8 +189,16 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 	return batch
 }
 
-func (b *cqlBackend) writePoint(ctx context.Context, r pointRow) error {
-	return b.query(ctx, b.insertPoint[r.table], r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts).Exec()
+func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
+	args := func(r pointRow) []any { return []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts} }
+	if len(rows) == 1 {
+		return b.query(ctx, b.insertPoint[rows[0].table], args(rows[0])...).Exec()
+	}
+	batch := b.batch(ctx)
+	for _, r := range rows {
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertPoint[r.table], Args: args(r), Idempotent: true})
+	}
+	return b.s.ExecuteBatch(batch)
 }
 
 func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error) {

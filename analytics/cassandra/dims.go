@@ -25,18 +25,14 @@ import (
 // older value, never a sum. Readers add up the writers. A partition is a
 // link's 366 days (as the day tier's), so a year's breakdown reads at most
 // two; rows expire (USING TTL) the dimension retention after their day.
-// The values of one link changed in a flush are one unlogged batch of one
-// partition (up to maxLinkBatch rows), with its sketch's registers, whose
-// table shares the partition key: the statements of a flush are about the
-// links whose breakdowns changed, the rows the (link, dimension, value)s.
+// The values of one link changed in a flush are written with its sketch's
+// registers, whose table shares the partition key, in one statement with
+// those of other links (pack.go): the rows of a flush are the (link,
+// dimension, value)s whose count changed, and the statements about one for
+// every dozen links.
 
 // dimSpan is the time a partition of the dims table covers.
 const dimSpan = 366 * rollup.Day
-
-// maxLinkBatch bounds the rows of one batch of a link's breakdowns and
-// sketch registers: 40 values of at most 100 bytes, or 100 registers of a
-// few bytes, keep it under Cassandra's default batch size warning (5 KB).
-const maxLinkBatch = 40
 
 type dimRow struct {
 	key    string
@@ -123,10 +119,20 @@ type linkPart struct {
 	regs   []uniqRow
 }
 
+// size is p's data as Cassandra measures a batch (pack.go).
+func (p *linkPart) size() int {
+	n := len(p.regs) * uniqBytes
+	for _, d := range p.dims {
+		n += dimBytes + len(d.value)
+	}
+	return n
+}
+
 // prepareLinks returns the statements that write b's breakdowns and
-// sketches: per link and partition, its rows of both tables in unlogged
-// batches of up to maxLinkBatch, so that a link visited in a flush costs
-// one statement for both, and its top-list rows (prepareTop).
+// sketches, each link partition's rows of both tables together, several
+// links in a statement up to packBytes (a larger partition alone, in
+// statements of up to maxPartitionRows rows), and its top-list rows
+// (prepareTop).
 func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch) ([]op, error) {
 	dims, err := s.dimRows(b)
 	if err != nil {
@@ -161,15 +167,28 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 		p.regs = append(p.regs, r)
 	}
 	var ops []op
+	write := func(parts []linkPart) {
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLinks(ctx, parts) })
+	}
+	var small []linkPart
 	for _, p := range order {
-		ds, rs := p.dims, p.regs
-		for len(ds)+len(rs) > 0 {
-			nd := min(len(ds), maxLinkBatch)
-			nr := min(len(rs), maxLinkBatch-nd)
-			d, r := ds[:nd:nd], rs[:nr:nr]
-			ds, rs = ds[nd:], rs[nr:]
-			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLink(ctx, d, r) })
+		if p.size() <= packBytes {
+			small = append(small, *p)
+			continue
 		}
+		// A large partition alone: its breakdown rows, then its registers,
+		// maxPartitionRows a statement.
+		n := len(p.dims) + len(p.regs)
+		for from := 0; from < n; from += maxPartitionRows {
+			to := min(from+maxPartitionRows, n)
+			c := linkPart{key: p.key, bucket: p.bucket}
+			c.dims = p.dims[min(from, len(p.dims)):min(to, len(p.dims))]
+			c.regs = p.regs[max(from-len(p.dims), 0):max(to-len(p.dims), 0)]
+			write([]linkPart{c})
+		}
+	}
+	for _, g := range pack(small, func(p linkPart) int { return p.size() }) {
+		write(g)
 	}
 	tops, err := s.prepareTop(ctx, be, b)
 	if err != nil {
@@ -220,24 +239,26 @@ const (
 	selectDimsCQL = `SELECT day, value, writer, visits FROM %s.dims WHERE short_key = ? AND bucket = ? AND dim = ? AND day >= ? AND day < ?`
 )
 
-func (b *cqlBackend) writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error {
+func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
 	dimArgs := func(r dimRow) []any {
 		return []any{r.key, r.bucket, r.dim, r.day, r.value, r.writer, r.count, r.ttl, r.ts}
 	}
-	if len(dims) == 1 && len(regs) == 0 {
-		return b.query(ctx, b.insertDim, dimArgs(dims[0])...).Exec()
+	if len(parts) == 1 && len(parts[0].dims) == 1 && len(parts[0].regs) == 0 {
+		return b.query(ctx, b.insertDim, dimArgs(parts[0].dims[0])...).Exec()
 	}
-	if len(dims) == 0 && len(regs) == 1 {
-		return b.query(ctx, b.insertUniq, uniqArgs(regs[0])...).Exec()
+	if len(parts) == 1 && len(parts[0].dims) == 0 && len(parts[0].regs) == 1 {
+		return b.query(ctx, b.insertUniq, uniqArgs(parts[0].regs[0])...).Exec()
 	}
-	// An unlogged batch of one partition key, over the two tables that
-	// share it: one mutation on each replica.
+	// An unlogged batch: each partition key, over the two tables that
+	// share it, one mutation on each replica.
 	batch := b.batch(ctx)
-	for _, r := range dims {
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: dimArgs(r), Idempotent: true})
-	}
-	for _, r := range regs {
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertUniq, Args: uniqArgs(r), Idempotent: true})
+	for _, p := range parts {
+		for _, r := range p.dims {
+			batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: dimArgs(r), Idempotent: true})
+		}
+		for _, r := range p.regs {
+			batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertUniq, Args: uniqArgs(r), Idempotent: true})
+		}
 	}
 	return b.s.ExecuteBatch(batch)
 }
@@ -256,11 +277,13 @@ func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time,
 	return out, nil
 }
 
-func (b counted) writeLink(ctx context.Context, dims []dimRow, regs []uniqRow) error {
-	b.c.dims.Add(int64(len(dims)))
-	b.c.uniques.Add(int64(len(regs)))
+func (b counted) writeLinks(ctx context.Context, parts []linkPart) error {
+	for _, p := range parts {
+		b.c.dims.Add(int64(len(p.dims)))
+		b.c.uniques.Add(int64(len(p.regs)))
+	}
 	b.c.linkSent.Add(1)
-	return b.be.writeLink(ctx, dims, regs)
+	return b.be.writeLinks(ctx, parts)
 }
 
 func (b counted) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {

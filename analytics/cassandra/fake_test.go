@@ -84,46 +84,49 @@ type fakeDimRow struct {
 	writer gocql.UUID
 }
 
-func (db *fakeDB) writeLink(ctx context.Context, rows []dimRow, regs []uniqRow) error {
-	key, bucket := "", time.Time{}
-	if len(rows) > 0 {
-		key, bucket = rows[0].key, rows[0].bucket
-	} else {
-		key, bucket = regs[0].key, regs[0].bucket
-	}
-	for _, r := range regs {
-		if r.ttl <= 0 || r.key != key || !r.bucket.Equal(bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
-			panic("fake: a register without TTL, or a batch across partitions")
+// writeLinks applies the partitions of a batch, each as one mutation: a
+// fault fails or applies the whole batch.
+func (db *fakeDB) writeLinks(ctx context.Context, parts []linkPart) error {
+	for _, p := range parts {
+		for _, r := range p.regs {
+			if r.ttl <= 0 || r.key != p.key || !r.bucket.Equal(p.bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+				panic("fake: a register without TTL, or in another partition than its part's")
+			}
+		}
+		for _, r := range p.dims {
+			if r.ttl <= 0 || r.ts <= 0 {
+				panic("fake: a breakdown row without TTL or timestamp")
+			}
+			if r.key != p.key || !r.bucket.Equal(p.bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
+				panic("fake: a breakdown in another partition than its part's, or in the wrong one")
+			}
 		}
 	}
-	for _, r := range rows {
-		if r.ttl <= 0 || r.ts <= 0 {
-			panic("fake: a breakdown row without TTL or timestamp")
-		}
-		if r.key != key || !r.bucket.Equal(bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
-			panic("fake: a batch of breakdowns across partitions, or in the wrong one")
-		}
-	}
-	// A batch of one partition key is one mutation: all of it or none.
 	return db.do(ctx, "dims", func() {
-		pk := fakeDimPart{key, bucket.UnixMicro()}
-		if db.dims[pk] == nil {
-			db.dims[pk] = map[fakeDimRow]fakeCell{}
-		}
-		if db.uniqs[pk] == nil {
-			db.uniqs[pk] = map[[2]int64]fakeCell{}
-		}
-		for _, r := range regs {
-			k := [2]int64{r.day.UnixMicro(), int64(r.reg)}
-			c, exists := db.uniqs[pk][k]
-			db.uniqs[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: int64(r.rho)}, ts: int64(r.rho), expires: db.expiry(r.ttl)})
-		}
-		for _, r := range rows {
-			k := fakeDimRow{r.dim, r.day.UnixMicro(), r.value, r.writer}
-			c, exists := db.dims[pk][k]
-			db.dims[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+		for _, p := range parts {
+			db.applyLink(p)
 		}
 	})
+}
+
+func (db *fakeDB) applyLink(p linkPart) {
+	pk := fakeDimPart{p.key, p.bucket.UnixMicro()}
+	if db.dims[pk] == nil {
+		db.dims[pk] = map[fakeDimRow]fakeCell{}
+	}
+	if db.uniqs[pk] == nil {
+		db.uniqs[pk] = map[[2]int64]fakeCell{}
+	}
+	for _, r := range p.regs {
+		k := [2]int64{r.day.UnixMicro(), int64(r.reg)}
+		c, exists := db.uniqs[pk][k]
+		db.uniqs[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: int64(r.rho)}, ts: int64(r.rho), expires: db.expiry(r.ttl)})
+	}
+	for _, r := range p.dims {
+		k := fakeDimRow{r.dim, r.day.UnixMicro(), r.value, r.writer}
+		c, exists := db.dims[pk][k]
+		db.dims[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+	}
 }
 
 func (db *fakeDB) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
@@ -374,21 +377,25 @@ func (db *fakeDB) expiry(ttl int) time.Time {
 // live says whether a cell that expires at exp is alive now.
 func (db *fakeDB) live(exp time.Time) bool { return exp.IsZero() || db.now.Before(exp) }
 
-func (db *fakeDB) writePoint(ctx context.Context, r pointRow) error {
-	if r.ts <= 0 {
-		panic("fake: write without a timestamp")
-	}
-	if table := pointsTableOf(r.table); table.Expires() != (r.ttl > 0) {
-		panic("fake: a TTL on a table that keeps forever, or none on one that expires: " + r.table)
+func (db *fakeDB) writePoints(ctx context.Context, rows []pointRow) error {
+	for _, r := range rows {
+		if r.ts <= 0 {
+			panic("fake: write without a timestamp")
+		}
+		if table := pointsTableOf(r.table); table.Expires() != (r.ttl > 0) {
+			panic("fake: a TTL on a table that keeps forever, or none on one that expires: " + r.table)
+		}
 	}
 	return db.do(ctx, "point", func() {
-		pk := fakePartition{r.table, r.key, r.bucket.UnixMicro()}
-		if db.points[pk] == nil {
-			db.points[pk] = make(map[fakeRow]fakeCell)
+		for _, r := range rows {
+			pk := fakePartition{r.table, r.key, r.bucket.UnixMicro()}
+			if db.points[pk] == nil {
+				db.points[pk] = make(map[fakeRow]fakeCell)
+			}
+			k := fakeRow{r.start.UnixMicro(), r.writer}
+			c, exists := db.points[pk][k]
+			db.points[pk][k] = put(c, exists, fakeCell{v: r.v, ts: r.ts, expires: db.expiry(r.ttl)})
 		}
-		k := fakeRow{r.start.UnixMicro(), r.writer}
-		c, exists := db.points[pk][k]
-		db.points[pk][k] = put(c, exists, fakeCell{v: r.v, ts: r.ts, expires: db.expiry(r.ttl)})
 	})
 }
 

@@ -60,14 +60,17 @@ func TestFlushStatementsWithDims(t *testing.T) {
 		if d(st.Dims, before.Dims) != 6*links+10 {
 			t.Errorf("%d breakdown rows, want %d: one per link and dimension, and all links' ten values", d(st.Dims, before.Dims), 6*links+10)
 		}
-		if d(st.LinkSent, before.LinkSent) > links+hll.M/maxLinkBatch+10 { // all links' sketch is dense
-			t.Errorf("%d breakdown and sketch statements, want one batch per link", d(st.LinkSent, before.LinkSent))
+		// A link's 6 breakdown rows and register take about 400 bytes: ten
+		// links a statement (packBytes); all links' dense sketch in
+		// statements of maxPartitionRows.
+		if n := d(st.LinkSent, before.LinkSent); n > links/8+hll.M/maxPartitionRows+10 {
+			t.Errorf("%d breakdown and sketch statements for %d links, want about one for ten links", n, links)
 		}
 		// Every link's count changed, but only the writer's 2,000 most
 		// visited of the day have a slot: the top list adds about 2% to
 		// the top_days batches, not a statement per link.
-		if d(st.Leaders, before.Leaders) != topLeaders || d(st.LeadersSent, before.LeadersSent) > topLeaders/maxActiveBatch+topLeaders*40/maxActiveBatchBytes+1 {
-			t.Errorf("%d top-list slots in %d batches, want %d in batches of up to %d", d(st.Leaders, before.Leaders), d(st.LeadersSent, before.LeadersSent), topLeaders, maxActiveBatch)
+		if d(st.Leaders, before.Leaders) != topLeaders || d(st.LeadersSent, before.LeadersSent) > topLeaders/maxPartitionRows+1 {
+			t.Errorf("%d top-list slots in %d batches, want %d in batches of up to %d", d(st.Leaders, before.Leaders), d(st.LeadersSent, before.LeadersSent), topLeaders, maxPartitionRows)
 		}
 		at = at.Add(10 * time.Second)
 	}

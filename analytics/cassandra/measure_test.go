@@ -252,9 +252,10 @@ func TestFirstFlushOfAnHour(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := s.Statements()
-		sent[i] = Statements{Points: after.Points - before.Points, Active: after.Active - before.Active, ActiveSent: after.ActiveSent - before.ActiveSent}
-		t.Logf("flush %d of the hour: %d statements: %d counts, %d Active entries in %d batches",
-			i+1, sent[i].Writes(), sent[i].Points, sent[i].Active, sent[i].ActiveSent)
+		sent[i] = Statements{Points: after.Points - before.Points, PointsSent: after.PointsSent - before.PointsSent,
+			Active: after.Active - before.Active, ActiveSent: after.ActiveSent - before.ActiveSent}
+		t.Logf("flush %d of the hour: %d statements: %d counts in %d, %d Active entries in %d",
+			i+1, sent[i].Writes(), sent[i].Points, sent[i].PointsSent, sent[i].Active, sent[i].ActiveSent)
 	}
 	if sent[0].Active != int64(links)+1 || sent[1].Active != 0 {
 		t.Errorf("Active entries: %d then %d, want %d then none", sent[0].Active, sent[1].Active, links+1)

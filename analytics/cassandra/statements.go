@@ -15,40 +15,41 @@ import (
 // cluster had to absorb. Failed statements count too (gocql's own retries
 // of one are not seen here).
 type Statements struct {
-	Points      int64 // flushed counts written (INSERT into points_*)
+	Points      int64 // flushed counts written (rows of points_*)
 	Rolled      int64 // rolled values written by the rollup worker
+	PointsSent  int64 // statements that wrote both: several rows each (pack.go)
 	Active      int64 // rollup_active entries written
-	ActiveSent  int64 // statements that wrote them: a batch per partition of up to maxActiveBatch entries
+	ActiveSent  int64 // statements that wrote them: a batch per partition of up to maxPartitionRows entries
 	Marks       int64 // marks written
 	MarkDeletes int64 // marks deleted once processed
 	Progress    int64 // rollup_progress rows written
 	Leases      int64 // lease transactions (each one or two LWTs)
 	Dims        int64 // breakdown rows written
 	Uniques     int64 // sketch registers written
-	LinkSent    int64 // statements that wrote them: per link and partition, batches of up to maxLinkBatch rows of both
+	LinkSent    int64 // statements that wrote them: a link's partition, or several links' (pack.go)
 	Top         int64 // top_days rows written: a link's human visits of a day
-	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxActiveBatch rows
+	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxPartitionRows rows
 	Leaders     int64 // top_leaders slots written: a link among its writer generation's topLeaders of a day
-	LeadersSent int64 // statements that wrote them: batches of one day of up to maxActiveBatch slots
+	LeadersSent int64 // statements that wrote them: batches of one day of up to maxPartitionRows slots
 	Reads       int64 // SELECTs of any table
 	TopRows     int64 // rows the reads of top_days and top_leaders returned
 }
 
 // Writes returns the statements that write: all but Reads and Leases.
 func (s Statements) Writes() int64 {
-	return s.Points + s.Rolled + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent + s.LeadersSent
+	return s.PointsSent + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent + s.LeadersSent
 }
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent, leaders, leadersSent, topRows atomic.Int64
+	points, rolled, pointsSent, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent, leaders, leadersSent, topRows atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
 func (s *Store) Statements() Statements {
 	c := &s.stmts
 	return Statements{
-		Points: c.points.Load(), Rolled: c.rolled.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
+		Points: c.points.Load(), Rolled: c.rolled.Load(), PointsSent: c.pointsSent.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
 		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
 		Leaders: c.leaders.Load(), LeadersSent: c.leadersSent.Load(), TopRows: c.topRows.Load(),
@@ -61,13 +62,16 @@ type counted struct {
 	c  *statements
 }
 
-func (b counted) writePoint(ctx context.Context, r pointRow) error {
-	if r.writer == rollupWriter {
-		b.c.rolled.Add(1)
-	} else {
-		b.c.points.Add(1)
+func (b counted) writePoints(ctx context.Context, rows []pointRow) error {
+	for _, r := range rows {
+		if r.writer == rollupWriter {
+			b.c.rolled.Add(1)
+		} else {
+			b.c.points.Add(1)
+		}
 	}
-	return b.be.writePoint(ctx, r)
+	b.c.pointsSent.Add(1)
+	return b.be.writePoints(ctx, rows)
 }
 
 func (b counted) readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error) {

@@ -442,16 +442,6 @@ func timedOut(err error) bool {
 // op is one statement.
 type op func(context.Context, backend) error
 
-// maxActiveBatch and maxActiveBatchBytes bound a batch of Active entries:
-// 100 entries of keys of about 20 bytes are some 4 KB, under Cassandra's
-// default batch_size_warn_threshold_in_kb (5); long keys end a batch
-// sooner. 100,000 links announced at the first flush of an hour then cost
-// about 1,000 statements beside their 100,000 counts.
-const (
-	maxActiveBatch      = 100
-	maxActiveBatchBytes = 4 << 10
-)
-
 // partitioned gathers rows by partition, in the order in which the
 // partitions first appear: a batch writes the rows of one partition.
 type partitioned[K comparable, R any] struct {
@@ -471,9 +461,9 @@ func (p *partitioned[K, R]) add(k K, r R) {
 
 // announce returns the statements that store Active entries and marks made
 // at at: the entries of one partition (step, period, shard) in batches of
-// up to maxActiveBatch, so that announcing every link at the first flush
-// of an hour costs about 1% more statements than its counts, not double;
-// marks one statement each (they are rare: late counts only).
+// up to maxPartitionRows, so that announcing every link at the first flush
+// of an hour costs a few hundred statements; marks one statement each
+// (they are rare: late counts only).
 func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]op, error) {
 	type partition struct {
 		step   int
@@ -495,15 +485,7 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 	}
 	var ops []op
 	for _, p := range parts.order {
-		rows := parts.rows[p]
-		for len(rows) > 0 {
-			n, bytes := 0, 0
-			for n < len(rows) && n < maxActiveBatch && (n == 0 || bytes+len(rows[n].key) <= maxActiveBatchBytes) {
-				bytes += len(rows[n].key) + 24 // the key and the other columns
-				n++
-			}
-			batch := rows[:n:n]
-			rows = rows[n:]
+		for _, batch := range chunks(parts.rows[p]) {
 			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, batch) })
 		}
 	}
@@ -582,17 +564,26 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 		}
 		sums[r] = v.Add(c.Visits)
 	}
-	ops := make([]op, 0, len(order))
+	rows := make([]pointRow, 0, len(order))
 	for _, r := range order {
 		v := sums[r]
 		ttl, keep := ttlSeconds(r.t, r.start, at)
 		if v == (analytics.Visits{}) || !keep {
 			continue // nothing to add, or expired already
 		}
-		pr := pointRow{pointsTable(r.t), r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts}
-		ops = append(ops, func(ctx context.Context, be backend) error { return be.writePoint(ctx, pr) })
+		rows = append(rows, pointRow{pointsTable(r.t), r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts})
 	}
-	return ops, nil
+	return pointOps(rows), nil
+}
+
+// pointOps returns the statements that write rows, several a statement
+// (pack.go).
+func pointOps(rows []pointRow) []op {
+	var ops []op
+	for _, g := range pack(rows, func(pointRow) int { return pointBytes }) {
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writePoints(ctx, g) })
+	}
+	return ops
 }
 
 // ttlSeconds returns the TTL of a row of the bucket of tier t that starts
@@ -767,6 +758,7 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 	if err != nil {
 		return fmt.Errorf("cassandra: apply: %w", err)
 	}
+	var rows []pointRow
 	for _, r := range u.Rows {
 		t, ok := s.tiers[r.Step]
 		if i, _ := s.plan.Level(r.Step); !ok || i == 0 {
@@ -780,10 +772,10 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 		if !keep {
 			continue
 		}
-		row := pointRow{pointsTable(t), r.Key, tierPartition(t, start), start, rollupWriter, r.Visits, ttl,
-			start.Add(t.Step).UnixMicro() + r.Human + r.Bot}
-		first = append(first, func(ctx context.Context, be backend) error { return be.writePoint(ctx, row) })
+		rows = append(rows, pointRow{pointsTable(t), r.Key, tierPartition(t, start), start, rollupWriter, r.Visits, ttl,
+			start.Add(t.Step).UnixMicro() + r.Human + r.Bot})
 	}
+	first = append(first, pointOps(rows)...)
 	if err := runAll(ctx, len(first), func(ctx context.Context, i int) error { return first[i](ctx, be) }); err != nil {
 		return fmt.Errorf("cassandra: apply: %w", err)
 	}

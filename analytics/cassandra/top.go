@@ -108,7 +108,7 @@ type leaderRow struct {
 }
 
 // prepareTop returns the statements that write b's DimLink counts: to
-// top_days one unlogged batch per (day, shard) of up to maxActiveBatch
+// top_days one unlogged batch per (day, shard) of up to maxPartitionRows
 // rows, and to top_leaders the slots of the links that are in their
 // writer generation's list, in batches of one day.
 func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) ([]op, error) {
@@ -137,11 +137,7 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 	}
 	var ops []op
 	for _, p := range parts.order {
-		rows := parts.rows[p]
-		for len(rows) > 0 {
-			n := min(len(rows), maxActiveBatch)
-			batch := rows[:n:n]
-			rows = rows[n:]
+		for _, batch := range chunks(parts.rows[p]) {
 			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeTop(ctx, batch) })
 		}
 	}
@@ -150,10 +146,8 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 		return nil, fmt.Errorf("cassandra: write: top list: %w", err)
 	}
 	for len(leaders) > 0 {
-		n, bytes := 0, 0
-		for n < len(leaders) && n < maxActiveBatch && leaders[n].day.Equal(leaders[0].day) &&
-			(n == 0 || bytes+len(leaders[n].key) <= maxActiveBatchBytes) {
-			bytes += len(leaders[n].key) + 40 // the key and the other columns
+		n := 0
+		for n < len(leaders) && n < maxPartitionRows && leaders[n].day.Equal(leaders[0].day) {
 			n++
 		}
 		batch := leaders[:n:n]

@@ -1,0 +1,177 @@
+package cassandra
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/visitor"
+)
+
+// TestMeasureFlushCost measures what flushing 100,000 links with every
+// feature on costs a real Cassandra: each link visited once in each
+// interval with a referrer, a source, a country, a device, a browser and
+// an OS and its visitor's sketch, through the real Recorder and Flusher
+// into the Store, three flushes: the first of an hour (every link
+// announced to the rollup), then two steady ones. For each it logs the
+// statements sent, the bytes each way (through a counting proxy in front
+// of each node) and the flush's duration against the default interval
+// (10 s). On the node of CASSANDRA_HOSTS (RF 1) and on a cluster of three
+// (RF 3, LOCAL_QUORUM) it starts with CASSANDRA_SCRIPTS. A measurement,
+// not a check (minutes of a loaded machine): it runs only with
+// LINKGATE_MEASURE_FLUSH=1 (LINKGATE_MEASURE_LINKS to change the count):
+//
+//	LINKGATE_MEASURE_FLUSH=1 CASSANDRA_HOSTS=127.0.0.1:9042 go test ./analytics/cassandra -run TestMeasureFlushCost -v -timeout 1h
+func TestMeasureFlushCost(t *testing.T) {
+	if os.Getenv("LINKGATE_MEASURE_FLUSH") == "" {
+		t.Skip("a measurement of minutes: set LINKGATE_MEASURE_FLUSH=1 (and CASSANDRA_HOSTS, CASSANDRA_SCRIPTS)")
+	}
+	links := 100_000
+	if v := os.Getenv("LINKGATE_MEASURE_LINKS"); v != "" {
+		fmt.Sscan(v, &links)
+	}
+	t.Run("node", func(t *testing.T) {
+		measureFlush(t, testkit.CassandraHosts(t), 1, gocql.LocalQuorum, links)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := testkit.StartCassandraCluster(t, 3)
+		measureFlush(t, c.Hosts, 3, gocql.LocalQuorum, links)
+	})
+}
+
+func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, links int) {
+	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_flush_cost")
+	var up, down atomic.Int64
+	proxies := map[string]string{}
+	for _, h := range hosts {
+		proxies[h] = countingProxy(t, h, &up, &down)
+	}
+	cc := gocql.NewCluster(proxies[hosts[0]])
+	cc.ProtoVersion = 4
+	cc.Timeout = time.Minute
+	cc.ConnectTimeout = 10 * time.Second
+	cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
+	cc.AddressTranslator = gocql.AddressTranslatorFunc(func(addr net.IP, port int) (net.IP, int) {
+		p, ok := proxies[net.JoinHostPort(addr.String(), fmt.Sprint(port))]
+		if !ok {
+			return addr, port
+		}
+		ap := netip.MustParseAddrPort(p)
+		return net.IP(ap.Addr().AsSlice()), int(ap.Port())
+	})
+	sess, err := cc.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	for _, q := range schema(ks, rf, analyticstest.DefaultPlan.Retention()) {
+		if err := sess.Query(q).Exec(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newStore(analyticstest.DefaultPlan, nil)
+	s.be = newCQL(sess, ks, analyticstest.DefaultPlan.Tiers(), cons, gocql.LocalSerial)
+	rec := analytics.NewRecorder(2*links, nil)
+	rec.SetMaxValues(100)
+	rec.SetMaxBytes(1 << 30)
+	at := time.Now().UTC().Truncate(time.Hour).Add(5 * time.Second) // the first flush of an hour
+	f := analytics.NewFlusher(rec, s, analyticstest.DefaultPlan,
+		analytics.FlusherOptions{Now: func() time.Time { return at }, WriteTimeout: time.Hour}, nil, nil)
+	u := visitor.NewUniques([]byte("a-secret-of-32-bytes-for-testing"))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	refs := []string{"news.example", "direct", "t.co"}
+	for round := range 3 {
+		for i := range links {
+			key := fmt.Sprint("link", i)
+			fe := visitor.Features{refs[i%3], refs[i%3], "DE", "mobile", "Safari", "iOS"}
+			addr := netip.AddrFrom4([4]byte{203, 0, 113, byte(rnd.IntN(256))})
+			rec.RecordVisit(key, at, false, &fe, u.Hash(at, addr, "ua", key))
+		}
+		before, up0, down0 := s.Statements(), up.Load(), down.Load()
+		t0 := time.Now()
+		if err := f.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(t0)
+		st := s.Statements()
+		kind := "steady"
+		if round == 0 {
+			kind = "first of an hour"
+		}
+		t.Logf("%d nodes, flush %d (%s) of %d links with breakdowns and uniques: %d write statements (%d counts, %d Active entries in %d, %d breakdown rows and %d registers in %d, %d top rows in %d, %d top-list slots in %d); %.1f MB sent, %.1f MB received; %v, %.2f of the 10 s interval",
+			len(hosts), round+1, kind, links, st.Writes()-before.Writes(), st.Points-before.Points, st.Active-before.Active, st.ActiveSent-before.ActiveSent,
+			st.Dims-before.Dims, st.Uniques-before.Uniques, st.LinkSent-before.LinkSent, st.Top-before.Top, st.TopSent-before.TopSent,
+			st.Leaders-before.Leaders, st.LeadersSent-before.LeadersSent,
+			float64(up.Load()-up0)/1e6, float64(down.Load()-down0)/1e6, took.Round(10*time.Millisecond), took.Seconds()/10)
+		at = at.Add(10 * time.Second)
+	}
+}
+
+// countingProxy forwards a loopback port to addr, counting the bytes each
+// way, until the test ends. It returns its address.
+func countingProxy(t *testing.T, addr string, up, down *atomic.Int64) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			copyCounting := func(dst, src net.Conn, n *atomic.Int64) {
+				buf := make([]byte, 64<<10)
+				for {
+					k, err := src.Read(buf)
+					if k > 0 {
+						n.Add(int64(k))
+						if _, werr := dst.Write(buf[:k]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				dst.Close()
+				src.Close()
+			}
+			wg.Go(func() { copyCounting(s, c, up) })
+			wg.Go(func() { copyCounting(c, s, down) })
+		}
+	})
+	return ln.Addr().String()
+}
