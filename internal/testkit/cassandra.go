@@ -3,6 +3,7 @@ package testkit
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,10 +168,53 @@ func (c *CassandraCluster) Kill(n int) {
 	}
 }
 
-// Start starts node n again and waits until every node answers CQL.
+// Start starts node n again and waits until it answers CQL (start waits
+// for every node; another may still be down).
 func (c *CassandraCluster) Start(n int) {
 	c.t.Helper()
-	c.run("start", append(append([]string{"-only", strconv.Itoa(n)}, c.args...), c.dir)...)
+	if err := c.start(n); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// StartInBackground starts node n again and returns at once; the channel
+// gets nil once the node answers CQL, or why it does not.
+func (c *CassandraCluster) StartInBackground(n int) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- c.start(n) }()
+	return done
+}
+
+func (c *CassandraCluster) start(n int) error {
+	cmd := exec.Command(filepath.Join(c.scripts, "start"), append(append([]string{"-only", strconv.Itoa(n)}, c.args...), c.dir)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill() // the script, waiting for the other nodes; the node runs on
+		<-exited
+	}()
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		if conn, err := net.DialTimeout("tcp", c.Hosts[n-1], time.Second); err == nil {
+			conn.Close()
+			return nil
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			if err != nil {
+				return fmt.Errorf("start node %d: %v\n%s", n, err, out.String())
+			}
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %d does not answer 5 minutes after start:\n%s", n, out.String())
+		}
+	}
 }
 
 // Nodetool runs nodetool against node n.
