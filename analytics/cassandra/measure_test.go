@@ -151,10 +151,10 @@ func TestStatementsPerVisit(t *testing.T) {
 	}
 	flushWrites := float64(flushCounts + flushActive)
 	if flushed.Points+flushed.Active != flushCounts+flushActive {
-		t.Errorf("flushes sent %d statements, asked for %d", flushed.Points+flushed.Active, flushCounts+flushActive)
+		t.Errorf("flushes wrote %d rows, asked for %d", flushed.Points+flushed.Active, flushCounts+flushActive)
 	}
-	t.Logf("%d links, an hour of 2,000 visits/s: flushes sent %d statements (%d counts, %d Active), %.1f/s, %.4f per visit; the rollup %.0f writes per hour of steady traffic; all writes %.1f/s",
-		links, flushed.Points+flushed.Active, flushCounts, flushActive, flushWrites/3600, flushWrites/visits, rollupPerHour, (flushWrites+rollupPerHour)/3600)
+	t.Logf("%d links, an hour of 2,000 visits/s: flushes wrote %d rows (%d counts, %d Active) in %d statements, %.1f rows/s, %.4f per visit; the rollup %.0f rows per hour of steady traffic; all rows %.1f/s",
+		links, flushed.Points+flushed.Active, flushCounts, flushActive, flushed.PointsSent+flushed.ActiveSent, flushWrites/3600, flushWrites/visits, rollupPerHour, (flushWrites+rollupPerHour)/3600)
 	db.mu.Lock()
 	rollupRows := db.rowsRead - rowsBefore
 	db.mu.Unlock()

@@ -132,6 +132,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,8 +291,9 @@ func newStore(plan *rollup.Plan, log *slog.Logger) *Store {
 }
 
 // retryPolicy retries a statement 3 times with exponential backoff: on the
-// same coordinator when the cluster answered a timeout or Unavailable (the
-// coordinator is fine; the replicas were slow or down), on the next host
+// same coordinator when the cluster answered a timeout, a write failure
+// (replicas timing out among themselves) or Unavailable (the coordinator is
+// fine; the replicas were slow or down), on the next host
 // otherwise. gocql's ExponentialBackoffRetryPolicy always asks for the next
 // host, so on a one-node cluster, or once every replica was tried, it would
 // never retry at all. Retrying a write is safe here whatever its outcome:
@@ -302,7 +304,7 @@ type retryPolicy struct {
 
 func (r *retryPolicy) GetRetryType(err error) gocql.RetryType {
 	switch err.(type) {
-	case *gocql.RequestErrWriteTimeout, *gocql.RequestErrReadTimeout, *gocql.RequestErrUnavailable:
+	case *gocql.RequestErrWriteTimeout, *gocql.RequestErrReadTimeout, *gocql.RequestErrWriteFailure, *gocql.RequestErrUnavailable:
 		return gocql.Retry
 	}
 	return gocql.RetryNextHost
@@ -431,12 +433,22 @@ func (s *Store) WritesParts() {}
 var _ analytics.PartWriter = (*Store)(nil)
 
 // timedOut says whether err is the cluster running out of time (its
-// replicas' write or read timeout, a request never answered, the Write's
-// deadline) rather than refusing.
+// replicas' write or read timeout, replicas failing a write by timing out
+// among themselves, a request never answered, the Write's deadline) rather
+// than refusing.
 func timedOut(err error) bool {
 	var wt *gocql.RequestErrWriteTimeout
 	var rt *gocql.RequestErrReadTimeout
-	return errors.As(err, &wt) || errors.As(err, &rt) || errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, context.DeadlineExceeded)
+	var wf *gocql.RequestErrWriteFailure
+	switch {
+	case errors.As(err, &wt), errors.As(err, &rt), errors.Is(err, gocql.ErrTimeoutNoResponse), errors.Is(err, context.DeadlineExceeded):
+		return true
+	case errors.As(err, &wf):
+		// "Operation failed - received 1 responses and 2 failures:
+		// TIMEOUT from /127.0.0.12:7000, ...": overloaded replicas.
+		return strings.Contains(wf.Message(), "TIMEOUT")
+	}
+	return false
 }
 
 // op is one statement.

@@ -40,8 +40,9 @@ func openWire(t *testing.T, srv *cqlmodel.Server) *Store {
 	return s
 }
 
-// TestWireFaults drives the real gocql session: a WriteTimeout or
-// Unavailable answer is retried by gocql's retry policy and then reported,
+// TestWireFaults drives the real gocql session: a WriteTimeout, a
+// WriteFailure or an Unavailable answer is retried by gocql's retry policy
+// and then reported, the first two as timeouts (analytics.ErrTimeout),
 // the resend of the same batch binds the same row (the writer id derived
 // from the batch's identity), its delta and its flush time, and the next
 // batch gets a row of its own; a request never answered ends with the
@@ -59,7 +60,10 @@ func TestWireFaults(t *testing.T) {
 	ctx := context.Background()
 	const insert = "INSERT INTO ks.points_1m"
 
-	for _, code := range []int{cqlmodel.ErrWriteTimeout, cqlmodel.ErrUnavailable} {
+	// A timeout, or replicas failing the write by timing out, is
+	// analytics.ErrTimeout (the flusher writes smaller parts); Unavailable
+	// is not (the flusher backs off).
+	for _, code := range []int{cqlmodel.ErrWriteTimeout, cqlmodel.ErrWriteFailure, cqlmodel.ErrUnavailable} {
 		before := srv.Count(insert)
 		srv.Mu.Lock()
 		srv.Reply = func(q string) int { return code }
@@ -71,6 +75,9 @@ func TestWireFaults(t *testing.T) {
 		var re gocql.RequestError
 		if !errors.As(err, &re) || re.Code() != code {
 			t.Errorf("error %#x: Write = %v, want that error from the server", code, err)
+		}
+		if timeout := errors.Is(err, analytics.ErrTimeout); timeout != (code != cqlmodel.ErrUnavailable) {
+			t.Errorf("error %#x: Write = %v, a timeout: %v", code, err, timeout)
 		}
 		if n := srv.Count(insert) - before; n != 4 {
 			t.Errorf("error %#x: the statement was sent %d times, want 4 (gocql retries 3 times)", code, n)

@@ -107,6 +107,20 @@ func WriteTimeout(consistency uint16, received, blockFor int32, writeType string
 	return b
 }
 
+// WriteFailure is the ERROR of a write that replicas failed, as an
+// overloaded cluster answers when its replicas time out among themselves:
+// msg is Cassandra's ("Operation failed - received 1 responses and 2
+// failures: TIMEOUT from /10.0.0.2:7000, ...").
+func WriteFailure(consistency uint16, received, blockFor, failures int32, writeType, msg string) []byte {
+	b := wbuf(ErrorBody(0x1500, msg))
+	b.short(consistency)
+	b.int(received)
+	b.int(blockFor)
+	b.int(failures)
+	b.string(writeType)
+	return b
+}
+
 func itoa(n int32) string {
 	if n == 0 {
 		return "0"

@@ -61,6 +61,7 @@ const (
 
 	ErrUnavailable  = 0x1000
 	ErrWriteTimeout = 0x1100
+	ErrWriteFailure = 0x1500 // replicas timing out among themselves
 
 	TypeBigint    = cqlwire.TypeBigint
 	TypeBoolean   = cqlwire.TypeBoolean
@@ -127,6 +128,9 @@ func failed(code int, consistency uint16, writeType string) cqlwire.Answer {
 		return cqlwire.Answer{Stall: true}
 	case ErrUnavailable:
 		return cqlwire.Answer{Error: cqlwire.Unavailable(consistency, 2, 1)}
+	case ErrWriteFailure:
+		return cqlwire.Answer{Error: cqlwire.WriteFailure(consistency, 1, 2, 2, writeType,
+			"Operation failed - received 1 responses and 2 failures: TIMEOUT from /127.0.0.12:7000, TIMEOUT from /127.0.0.11:7000")}
 	default:
 		return cqlwire.Answer{Error: cqlwire.WriteTimeout(consistency, 0, 1, writeType)}
 	}
