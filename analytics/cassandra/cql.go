@@ -190,7 +190,9 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 }
 
 func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
-	args := func(r pointRow) []any { return []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts} }
+	args := func(r pointRow) []any {
+		return []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts}
+	}
 	if len(rows) == 1 {
 		return b.query(ctx, b.insertPoint[rows[0].table], args(rows[0])...).Exec()
 	}
