@@ -12,7 +12,6 @@ import (
 
 	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
 	"github.com/linkgate/linkgate/internal/cqlwire"
-	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -24,17 +23,9 @@ import (
 // compared.) The node's keyspace is linkgate_test, which the tests on the
 // node share.
 func TestRefusalsAsCassandra(t *testing.T) {
-	real := testkit.CassandraSession(t, testkit.CassandraHosts(t)...)
-	model := testkit.CassandraSession(t, cqlmodel.New(t).Addr())
 	const ks = "linkgate_test"
 	tiers := rollup.DefaultTiers()
-	for _, st := range schema(ks, 1, tiers) {
-		for _, s := range []*gocql.Session{real, model} {
-			if err := s.Query(st).Exec(); err != nil {
-				t.Fatalf("%s: %v", st, err)
-			}
-		}
-	}
+	real, model := cqlwire.Sessions(t, cqlmodel.New(t).Addr(), schema(ks, 1, tiers))
 	q := newCQL(nil, ks, tiers, gocql.LocalQuorum, gocql.LocalSerial)
 	b := make([]byte, 6)
 	rand.Read(b)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/linkgate/linkgate/edge/cassandra/cqlmodel"
 	"github.com/linkgate/linkgate/internal/cqlwire"
-	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // TestRefusalsAsCassandra runs the certificate storage's statements, with
@@ -21,17 +20,9 @@ import (
 // the same rows otherwise. (The empty partition key of the top folder
 // passed the model and failed every Store on a real node.)
 func TestRefusalsAsCassandra(t *testing.T) {
-	real := testkit.CassandraSession(t, testkit.CassandraHosts(t)...)
-	model := testkit.CassandraSession(t, cqlmodel.New(t).Addr())
 	cfg := config()
 	cfg.Keyspace = "linkgate_certs_refusals"
-	for _, st := range Schema(cfg) {
-		for _, s := range []*gocql.Session{real, model} {
-			if err := s.Query(st).Exec(); err != nil {
-				t.Fatalf("%s: %v", st, err)
-			}
-		}
-	}
+	real, model := cqlwire.Sessions(t, cqlmodel.New(t).Addr(), Schema(cfg))
 	q := newStatements(cfg.Keyspace)
 	// The rows of this run only: the node keeps those of earlier runs.
 	b := make([]byte, 6)

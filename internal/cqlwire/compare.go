@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // Case is a statement, or a batch of statements, that Compare runs on a
@@ -117,6 +119,23 @@ func Exec(sess *gocql.Session, c Case) Outcome {
 		slices.Sort(o.Rows)
 	}
 	return o
+}
+
+// Sessions returns a session on a real node (CASSANDRA_HOSTS; the test is
+// skipped without it) and one on a model listening at model, each having
+// run schema: the two sides of a Compare.
+func Sessions(t *testing.T, model string, schema []string) (real, modelSession *gocql.Session) {
+	t.Helper()
+	real = testkit.CassandraSession(t, testkit.CassandraHosts(t)...)
+	modelSession = testkit.CassandraSession(t, model)
+	for _, st := range schema {
+		for _, s := range []*gocql.Session{real, modelSession} {
+			if err := s.Query(st).Exec(); err != nil {
+				t.Fatalf("%s: %v", st, err)
+			}
+		}
+	}
+	return real, modelSession
 }
 
 // Compare runs every case on a real node and on a model, in order, and
