@@ -50,7 +50,7 @@ func (e *Edge) handshakeReason(name string, err error) string {
 		return reasonAsk // whether the name is allowed is unknown: the endpoint must answer
 	case errors.Is(err, errUnavailable), !e.gate.allowed(name):
 		return ""
-	case strings.Contains(err.Error(), certmagicStorageCheck):
+	case isStorageCheck(err):
 		return reasonStorage
 	case is(err, errClientOrderCap):
 		return "" // one client's share of the hour's orders: the client's doing
