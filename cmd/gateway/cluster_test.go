@@ -59,7 +59,8 @@ const flushFailed = "analytics: flush failed; counts kept for a retry"
 //  3. the nodes back: both journals drain, and every visit sent is
 //     counted once, but those the killed gateway lost.
 //
-// The drain time after the outage is logged.
+// The drain time after the outage is logged. One function for the three
+// phases: they share the cluster (minutes to start) and the visits sent.
 func TestNodeFailuresOnCluster(t *testing.T) {
 	c := testkit.StartCassandraCluster(t, 3)
 	up := redirector(t)

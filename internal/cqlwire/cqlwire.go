@@ -228,6 +228,8 @@ func (s *Server) serve(c net.Conn) {
 	}
 }
 
+// handle answers one request: a case per opcode, each reading its body in
+// the protocol's order, so it is long; the refusals are refuse.go's.
 func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, byte, []byte)) {
 	answer := func(a Answer) {
 		switch {
