@@ -649,7 +649,7 @@ func (f *Flusher) writeJournalHead(ctx context.Context, sp *spool, rewrites uint
 			break
 		}
 	}
-	if err != nil && !isTimeout(err, ctx) && h.end != f.refused {
+	if err != nil && !isTimeout(ctx, err) && h.end != f.refused {
 		// Not the store's pace (a timeout makes smaller parts): said once
 		// for the record, which waits for the backoff at every attempt.
 		f.refused = h.end
@@ -718,7 +718,7 @@ func (f *Flusher) spill(in *inflight) {
 func (f *Flusher) write(ctx context.Context, b *Batch) error {
 	if _, ok := f.w.(PartWriter); !ok {
 		err := f.writeOnce(ctx, b, f.opts.WriteTimeout<<f.pace.grow)
-		f.pace.wrote(err, ctx)
+		f.pace.wrote(ctx, err)
 		return err
 	}
 	n := b.entries()
@@ -742,7 +742,7 @@ func (f *Flusher) write(ctx context.Context, b *Batch) error {
 			from = to
 			continue
 		}
-		if !f.pace.split(err, ctx, to-from) {
+		if !f.pace.split(ctx, err, to-from) {
 			return err
 		}
 		f.log.Warn("analytics: a write timed out; writing its batch in smaller parts", "err", err,
@@ -773,15 +773,15 @@ const (
 // isTimeout says whether err is a Write that ran out of time, at the store
 // or on its deadline, rather than refused (ctx is the writer's own: its
 // end is no timeout).
-func isTimeout(err error, ctx context.Context) bool {
+func isTimeout(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout))
 }
 
 // split notes a Write of size entries that failed with err and says
 // whether to try again at once with the smaller part it sets.
-func (p *pace) split(err error, ctx context.Context, size int) bool {
+func (p *pace) split(ctx context.Context, err error, size int) bool {
 	p.fit = 0
-	if !isTimeout(err, ctx) || size <= minPart {
+	if !isTimeout(ctx, err) || size <= minPart {
 		return false
 	}
 	p.part = max(size/2, minPart)
@@ -807,11 +807,11 @@ func (p *pace) fitted(size, n int) bool {
 }
 
 // wrote notes the outcome of a Write to a store that takes no parts.
-func (p *pace) wrote(err error, ctx context.Context) {
+func (p *pace) wrote(ctx context.Context, err error) {
 	switch {
 	case err == nil:
 		p.grow = 0
-	case isTimeout(err, ctx) && p.grow < maxGrow:
+	case isTimeout(ctx, err) && p.grow < maxGrow:
 		p.grow++
 	}
 }
