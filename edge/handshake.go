@@ -3,7 +3,6 @@ package edge
 import (
 	"errors"
 	"strings"
-	"time"
 )
 
 // Handshake failures the operator must hear of. A handshake for a name the
@@ -37,7 +36,7 @@ func (e *Edge) handshakeFailed(name string, err error) {
 	if reason == reasonStorage {
 		e.health.failed(err)
 	}
-	if n, ok := e.gate.logs.Allow("handshake "+reason, time.Now()); ok {
+	if n, ok := e.gate.logs.Allow("handshake "+reason, e.gate.now()); ok {
 		e.log.Warn("TLS handshake failed for an allowed name", "name", name, "reason", reason, "err", err, "suppressed", n)
 	}
 }
