@@ -173,7 +173,7 @@ func (c *cluster) run(ctx context.Context) {
 			c.mu.Lock()
 			c.sess, c.connErr = sess, nil
 			c.mu.Unlock()
-			log.Info("cassandra connected", "attempts", attempt, "took", time.Since(t0).Round(time.Millisecond))
+			log.Info("cassandra connected", "attempts", attempt, "took", time.Since(t0).Round(time.Millisecond).String())
 			break
 		}
 		c.mu.Lock()
@@ -208,7 +208,7 @@ func (c *cluster) run(ctx context.Context) {
 				}
 				continue
 			}
-			log.Info("cassandra schema ready", "store", h.name, "statements", len(h.ddl), "took", time.Since(t0).Round(time.Millisecond))
+			log.Info("cassandra schema ready", "store", h.name, "statements", len(h.ddl), "took", time.Since(t0).Round(time.Millisecond).String())
 		}
 		wait := make(<-chan time.Time)
 		if failed {
