@@ -31,6 +31,7 @@ import (
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/stats"
 	"github.com/linkgate/linkgate/suggest"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // Config is the whole configuration file, decoded and with defaults filled
@@ -47,6 +48,10 @@ type Config struct {
 	Rules     []limit.Rule     `yaml:"rules"`
 	Analytics analytics.Config `yaml:"analytics"`
 	Stats     Stats            `yaml:"stats"`
+	// Tenants are the customers of the link service whose links are
+	// counted and read apart (package tenant); none: every host is in the
+	// default tenant.
+	Tenants []tenant.Config `yaml:"tenants"`
 	Runtime   Runtime          `yaml:"runtime"`
 
 	src source // where the fields are in the file, for Locate

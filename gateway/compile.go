@@ -20,6 +20,7 @@ import (
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // Plan is a config file compiled: every value checked, every pattern,
@@ -38,6 +39,7 @@ type Plan struct {
 	limit      *limit.Plan
 	analytics  *analytics.Plan
 	tls        *edge.Plan
+	tenants    *tenant.Plan // the declared tenants; none: every host in the default tenant
 	adminToken string       // "": /admin/* answers 403
 	statsToken string       // "": /stats is open
 	share      stats.Sharer // its Key is nil: no share tokens
@@ -111,6 +113,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 		return nil, err
 	}
 	if err := stats.Compile(cfg.Stats.Config); err != nil {
+		return nil, err
+	}
+	if p.tenants, err = tenant.Compile(cfg.Tenants); err != nil {
 		return nil, err
 	}
 	if h := cfg.Stats.Host; h != "" {
