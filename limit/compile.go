@@ -305,8 +305,9 @@ func compileKey(k Feature, id Identity) error {
 			if len(id.EmailFields) == 0 {
 				return fmt.Errorf("key: email needs identity.email_fields to name the body fields")
 			}
+		case Tenant:
 		default:
-			return fmt.Errorf("key: %q is not one of ip, user, email, or a pair of them like [email, ip]", f)
+			return fmt.Errorf("key: %q is not one of ip, user, email, tenant, or a pair of them like [email, ip]", f)
 		}
 	}
 	return nil

@@ -14,11 +14,12 @@ import (
 	"github.com/linkgate/linkgate/route"
 )
 
-// Feature is what a rule counts by: the client address, the logged-in user or
-// the email address in the request's query string or body; or a pair of two
-// of them (Pair), counted together: the rule's counters are per pair of
-// values. A file writes a feature as a word (`key: email`) and a pair as a
-// list (`key: [email, ip]`).
+// Feature is what a rule counts by: the client address, the logged-in user,
+// the email address in the request's query string or body, or the tenant of
+// the request's host (package tenant); or a pair of two of them (Pair),
+// counted together: the rule's counters are per pair of values. A file
+// writes a feature as a word (`key: email`) and a pair as a list (`key:
+// [email, ip]`).
 type Feature string
 
 // The features a rule can be keyed by.
@@ -26,6 +27,10 @@ const (
 	IP    Feature = "ip"
 	User  Feature = "user"
 	Email Feature = "email"
+	// Tenant counts the requests of each tenant apart, so that one
+	// customer's campaign cannot use up a shared rule's budget for the
+	// others; a request for a host in no tenant is not counted by it.
+	Tenant Feature = "tenant"
 )
 
 // pairSep joins the two features of a pair in a Feature: "email+ip".
@@ -67,7 +72,7 @@ func (f *Feature) UnmarshalYAML(n *yaml.Node) error {
 			return nil
 		}
 	}
-	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want one of ip, user, email, or a pair of them like [email, ip]", n.Line)}}
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want one of ip, user, email, tenant, or a pair of them like [email, ip]", n.Line)}}
 }
 
 // MarshalJSON writes f as a string, a pair as a list of two: ["email","ip"].

@@ -34,6 +34,9 @@ type identifier struct {
 	ipv6Prefix int
 	user       UserSource
 	emails     emailReader
+	// tenant returns the tenant of a request's host, "" for none (see
+	// WithTenants). Nil: every host is in none.
+	tenant func(host string) string
 }
 
 // ipValue is the counter value of a client address, normalized as

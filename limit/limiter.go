@@ -95,6 +95,15 @@ func (l *Limiter) WithUserSource(src UserSource) *Limiter {
 	return l
 }
 
+// WithTenants makes tenant rules read a request's tenant from tenantOf,
+// given the request's host (Request.Host); "" is no tenant, and the rule
+// skips the request. Without it tenant rules skip every request. Call
+// before use.
+func (l *Limiter) WithTenants(tenantOf func(host string) string) *Limiter {
+	l.id.tenant = tenantOf
+	return l
+}
+
 // verdict is a rule's decision for one request.
 type verdict struct {
 	out       outcome

@@ -399,6 +399,12 @@ func (f *features) get(k Feature) (string, bool) {
 			f.email, f.emailErr = f.l.id.emails.emailIn(f.r, f.requestBody())
 		}
 		return f.email, f.email != ""
+	case Tenant:
+		if f.l.id.tenant == nil {
+			return "", false
+		}
+		t := f.l.id.tenant(f.r.Host)
+		return t, t != ""
 	}
 	return "", false
 }
