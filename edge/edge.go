@@ -54,6 +54,10 @@ type Options struct {
 	// honours (the limiter's rules marked edge): such a client gets no
 	// ask and no handshake for a name without an answer. Nil: none is.
 	Boxed func(ctx context.Context, addr netip.Addr) bool
+	// Learn is told the tenant the ask endpoint puts each name it allows
+	// in: the value of the answer's Linkgate-Tenant header, "" without one
+	// (see TenantHeader). Nil: the header is not read.
+	Learn func(name, tenant string)
 	// Storage is where certificates are kept, closed by Close when it has
 	// a Close method. Nil: the file storage at storage.path. A Storage
 	// that connects in the background (Connecting) is waited for: see

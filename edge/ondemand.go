@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,9 +253,16 @@ func (g *gate) askOnce(ctx context.Context, p *Plan, name, client string) (bool,
 	return f.allowed, f.err
 }
 
+// TenantHeader is the header of an ask endpoint's 200 answer that names
+// the tenant of the name it allows (package tenant): the name's visits
+// are counted as that tenant's links from its first one. Without it the
+// name is in no tenant, unless the config puts it in one.
+const TenantHeader = "Linkgate-Tenant"
+
 // ask requests GET <ask>?domain=<name>&client=<address>: 200 allows, a
 // 4xx denies, anything else (no answer, a 5xx, a redirect) is an error,
-// which is not cached. client is the address of the handshake's client
+// which is not cached. A 200 names the name's tenant to Options.Learn
+// (TenantHeader). client is the address of the handshake's client
 // ("" when unknown: no client parameter), so that the link service can
 // decide with it too. It runs on its own deadline, not the handshake's, so
 // that the answer is cached for the next handshake even if this one's
@@ -284,9 +292,15 @@ func (g *gate) ask(p *Plan, name, client string) (bool, error) {
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		g.e.m.asks.WithLabelValues("allow").Inc()
+		if learn := g.e.opts.Learn; learn != nil {
+			learn(name, strings.TrimSpace(resp.Header.Get(TenantHeader)))
+		}
 		return true, nil
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		g.e.m.asks.WithLabelValues("deny").Inc()
+		if learn := g.e.opts.Learn; learn != nil {
+			learn(name, "") // a name denied is no tenant's any more
+		}
 		return false, nil
 	}
 	g.e.m.asks.WithLabelValues("error").Inc()
