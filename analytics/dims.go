@@ -39,10 +39,13 @@ func (p *pending) addDims(s snapshot) {
 			if e.dims == nil {
 				continue
 			}
+			all := !isTenantAll(key) // a tenant's entry repeats its links' visits
 			for d, list := range e.dims {
 				for _, c := range list {
 					p.addDim(dimPendKey{key, c.day, visitor.Dim(d), c.value}, c.n)
-					p.addDim(dimPendKey{AllLinks, c.day, visitor.Dim(d), c.value}, c.n)
+					if all {
+						p.addDim(dimPendKey{AllLinks, c.day, visitor.Dim(d), c.value}, c.n)
+					}
 				}
 			}
 		}
@@ -52,9 +55,14 @@ func (p *pending) addDims(s snapshot) {
 			p.addDim(dimPendKey{AllLinks, k.day, k.dim, k.value}, n)
 		}
 	}
-	// Every link's human visits per day, as DimLink of all links.
+	// Every link's human visits per day, as DimLink of all links (a
+	// tenant's link under its stored key: the stores keep the tenant's
+	// top list from them too).
 	for _, links := range s.links {
 		for key, e := range links {
+			if isTenantAll(key) {
+				continue
+			}
 			e.each(func(c minuteCount) {
 				if c.Human != 0 {
 					p.addDim(dimPendKey{AllLinks, int32(floorDiv(c.minute, 1440)), DimLink, key}, c.Human)
@@ -243,7 +251,9 @@ func (p *pending) addUniques(s snapshot) {
 		for key, e := range links {
 			for i := range e.uniq {
 				p.uniq(key, e.uniq[i].day).Merge(&e.uniq[i].sk)
-				p.uniq(AllLinks, e.uniq[i].day).Merge(&e.uniq[i].sk)
+				if !isTenantAll(key) {
+					p.uniq(AllLinks, e.uniq[i].day).Merge(&e.uniq[i].sk)
+				}
 			}
 		}
 	}

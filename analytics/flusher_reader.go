@@ -212,6 +212,16 @@ func (r *Reader) Dims(ctx context.Context, key string, dim visitor.Dim, from, to
 // visits are read (TopCounts) and added. See Flusher.Reader for its
 // errors; with the store unreadable, the list is of the unsaved visits.
 func (r *Reader) Top(ctx context.Context, from, to time.Time, n int) ([]TopLink, error) {
+	return r.top(ctx, "", from, to, n)
+}
+
+// TenantTop is Top over the links of tenant alone (their TenantKeys).
+func (r *Reader) TenantTop(ctx context.Context, tenant string, from, to time.Time, n int) ([]TopLink, error) {
+	return r.top(ctx, tenant, from, to, n)
+}
+
+// top is Top over the links of tenant ("": every link).
+func (r *Reader) top(ctx context.Context, tenant string, from, to time.Time, n int) ([]TopLink, error) {
 	ts, ok := r.f.w.(TopSource)
 	if !ok {
 		return nil, ErrNoDims
@@ -220,10 +230,16 @@ func (r *Reader) Top(ctx context.Context, from, to time.Time, n int) ([]TopLink,
 	for try := 1; ; try++ {
 		last := r.f.lastTry(try)
 		v := r.f.dimView(ctx, AllLinks, DimLink)
-		top, err := ts.Top(ctx, from, to, n)
+		var top []TopLink
+		var err error
+		if tenant == "" {
+			top, err = ts.Top(ctx, from, to, n)
+		} else {
+			top, err = ts.TenantTop(ctx, tenant, from, to, n)
+		}
 		unsaved := map[string]int64{}
 		r.f.scanDims(v, func(d DimCount) {
-			if !d.Day.Before(lo) && d.Day.Before(hi) {
+			if t, _ := SplitKey(d.Value); (tenant == "" || t == tenant) && !d.Day.Before(lo) && d.Day.Before(hi) {
 				unsaved[d.Value] += d.N
 			}
 		})

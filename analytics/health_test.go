@@ -107,7 +107,7 @@ func TestPipelineHealth(t *testing.T) {
 	check("attempts failed", "degraded", "read-only file system")
 
 	before := time.Now().Truncate(time.Minute)
-	p.Middleware(plan)(shortener).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/abc", nil))
+	p.Middleware(plan, nil)(shortener).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/abc", nil))
 	if err := p.Flush(t.Context()); err == nil {
 		t.Fatal("Flush to a failing store succeeded")
 	}
@@ -152,7 +152,7 @@ func BenchmarkHealth(b *testing.B) {
 	m := analytics.NewMetrics(reg)
 	p := analytics.NewPipeline(plan, st, m, nil)
 	defer p.Close(context.Background())
-	h := p.Middleware(plan)(http.RedirectHandler("https://example.com/", http.StatusFound))
+	h := p.Middleware(plan, nil)(http.RedirectHandler("https://example.com/", http.StatusFound))
 	for i := range 100_000 {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/k"+strconv.Itoa(i), nil))
 	}

@@ -272,7 +272,7 @@ func (r *Recorder) Live(key string, now time.Time) ([]Point, bool) {
 			}
 		}
 	}
-	complete := key == AllLinks
+	complete := key == AllLinks || isTenantAll(key) // followed whatever the caps
 	if refused := r.liveRefused.Load(); refused == 0 || refused < first {
 		complete = true
 	}

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/internal/header"
@@ -26,11 +27,27 @@ import (
 //
 //	handler := analytics.NewMiddleware(plan, rec)(proxyHandler)
 func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
+	return NewTenantMiddleware(p, rec, nil)
+}
+
+// Tenants answers the tenant of a request's host (its Host, or
+// :authority, or the host of an absolute request line: Request.Host), ""
+// for the default tenant. tenant.Resolver is one.
+type Tenants interface {
+	Of(host string) string
+}
+
+// NewTenantMiddleware is NewMiddleware counting each visit as a visit to
+// the link of its host's tenant (tenants; nil: every host is in the
+// default tenant), see TenantKey. A short key holding a "/" (which only a
+// pattern with a regular expression can match) is not counted: it could
+// not be told from a tenant's link, nor be read.
+func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Handler) http.Handler {
 	mt, count, bots, maxKey, visit, uniques := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes, p.visit, p.uniques
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
-			if !ok || key == "" || key == AllLinks { // a pattern like {short_key:.*} must not count all links twice
+			if !ok || key == "" || strings.IndexByte(key, '/') >= 0 { // a pattern like {short_key:.*} must not count all links twice
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -62,13 +79,17 @@ func NewMiddleware(p *Plan, rec *Recorder) func(http.Handler) http.Handler {
 					u = uniques.Hash(now, c.Addr, header.First(r.Header, "User-Agent"), key)
 				}
 			}
+			tenant := ""
+			if tenants != nil {
+				tenant = tenants.Of(r.Host)
+			}
 			if visit == nil {
-				rec.RecordVisit(key, now, bot, nil, u)
+				rec.RecordTenantVisit(tenant, key, now, bot, nil, u)
 				return
 			}
 			var f visitor.Features
 			visit.Read(r, bot, &f)
-			rec.RecordVisit(key, now, bot, &f, u)
+			rec.RecordTenantVisit(tenant, key, now, bot, &f, u)
 		})
 	}
 }

@@ -66,10 +66,11 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 }
 
 // Middleware returns the middleware that records the visits plan defines
-// (its match, count_status and bots) into the pipeline: build one per
-// config snapshot.
-func (p *Pipeline) Middleware(plan *Plan) func(http.Handler) http.Handler {
-	return NewMiddleware(plan, p.rec)
+// (its match, count_status and bots) into the pipeline, each in the tenant
+// of its host (nil: all in the default tenant): build one per config
+// snapshot.
+func (p *Pipeline) Middleware(plan *Plan, tenants Tenants) func(http.Handler) http.Handler {
+	return NewTenantMiddleware(plan, p.rec, tenants)
 }
 
 // Apply takes the settings of a new config that the pipeline holds and a

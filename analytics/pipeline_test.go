@@ -31,7 +31,7 @@ func TestPipelineLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := analytics.NewPipeline(plan, st, analytics.NewMetrics(nil), nil)
-	h := p.Middleware(plan)(shortener)
+	h := p.Middleware(plan, nil)(shortener)
 	for range 5 {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/abc", nil))
 	}
@@ -75,7 +75,7 @@ func TestPipelineApply(t *testing.T) {
 	}
 	p := analytics.NewPipeline(plan, st, nil, nil)
 	defer p.Close(context.Background())
-	h := p.Middleware(plan)(shortener)
+	h := p.Middleware(plan, nil)(shortener)
 	visit := func(path string) {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", path, nil))
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/visitor"
@@ -81,7 +82,11 @@ type shard struct {
 	live      map[string]*liveRing
 	allLive   liveRing
 	liveSwept uint32
-	_         [32]byte // keep neighbouring shards' locks off one cache line
+	// scratch spells a tenant's link key ("<tenant>/<short_key>") for the
+	// lookups of RecordTenantVisit, so that a visit to a link tracked
+	// already allocates nothing.
+	scratch []byte
+	_       [8]byte // keep neighbouring shards' locks off one cache line
 }
 
 // dirShard is one part of the directory of links tracked since the last
@@ -322,6 +327,23 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 // core has seen since the last flush, with values seen too, does not
 // allocate (a sketch allocates as it grows).
 func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
+	r.record("", key, t, bot, f, uniq)
+}
+
+// RecordTenantVisit is RecordVisit of the link short of tenant (see
+// TenantKey; "" is the default tenant, whose visit RecordVisit counts), also
+// counted in the tenant's all-links entry (TenantAll), which is tracked
+// whatever max_keys and max_buffer_bytes say (there are as many as
+// tenants visited in an interval) and followed live whatever
+// live.max_links says. A visit to a link tracked already does not
+// allocate.
+func (r *Recorder) RecordTenantVisit(tenant, short string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
+	r.record(tenant, short, t, bot, f, uniq)
+}
+
+// record counts a visit to the link key of tenant: see RecordVisit and
+// RecordTenantVisit.
+func (r *Recorder) record(tenant, key string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
 	minute := unixMinute(t)
 	maxValues := int(r.maxValues.Load())
 	if maxValues == 0 {
@@ -337,7 +359,18 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 	}
 	s.all.add(minute, bot)
 	day := int32(floorDiv(minute, 1440))
-	e, owned := s.links[key], false
+	var e *entry
+	if tenant == "" {
+		e = s.links[key]
+	} else {
+		s.scratch = append(append(append(s.scratch[:0], tenant...), '/'), key...)
+		// The link's key over the scratch: valid while s.mu is held, and,
+		// like a key pointing into a request, copied wherever it is kept.
+		key = unsafe.String(unsafe.SliceData(s.scratch), len(s.scratch))
+		e = s.links[key]
+		r.recordTenantAll(s, key[:len(tenant)+1], minute, day, liveTick(t), bot, f, uniq, maxValues)
+	}
+	owned := false
 	if e == nil {
 		k, ok := r.admit(key)
 		if !ok {
@@ -367,6 +400,14 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 	}
 	e.add(minute, bot)
 	r.recordLive(s, e, key, owned, liveTick(t), bot)
+	r.addFeatures(s, e, day, bot, f, uniq, maxValues)
+	s.mu.Unlock()
+	r.cores.Put(i)
+}
+
+// addFeatures counts a visit's features (f, nil for none) and its visitor
+// (uniq, 0 for none) in e, an entry of s. Called with s.mu held.
+func (r *Recorder) addFeatures(s *shard, e *entry, day int32, bot bool, f *visitor.Features, uniq uint64, maxValues int) {
 	if f != nil {
 		if e.dims == nil {
 			e.dims = new(entryDims)
@@ -392,8 +433,6 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 			r.bytes.Add(grew)
 		}
 	}
-	s.mu.Unlock()
-	r.cores.Put(i)
 }
 
 // addAllDims counts a visit's features for all links together, at most
@@ -576,6 +615,9 @@ func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value 
 		if key == AllLinks && dim == DimLink {
 			// Every link's human visits per day, as the swap makes them.
 			for k, e := range s.links {
+				if isTenantAll(k) {
+					continue
+				}
 				e.each(func(c minuteCount) {
 					if c.Human != 0 {
 						fn(int32(floorDiv(c.minute, 1440)), k, c.Human)
@@ -588,8 +630,8 @@ func (r *Recorder) dimsOf(key string, dim visitor.Dim, fn func(day int32, value 
 					fn(k.day, k.value, n)
 				}
 			}
-			for _, e := range s.links {
-				if e.dims != nil {
+			for k, e := range s.links {
+				if e.dims != nil && !isTenantAll(k) {
 					for _, c := range e.dims[dim] {
 						fn(c.day, c.value, c.n)
 					}
@@ -614,7 +656,10 @@ func (r *Recorder) uniqOf(key string, fn func(day int32, sk *hll.Sketch)) {
 			for j := range s.allUniq {
 				fn(s.allUniq[j].day, &s.allUniq[j].sk)
 			}
-			for _, e := range s.links {
+			for k, e := range s.links {
+				if isTenantAll(k) {
+					continue
+				}
 				for j := range e.uniq {
 					fn(e.uniq[j].day, &e.uniq[j].sk)
 				}

@@ -129,6 +129,9 @@ type TopSource interface {
 	// TopCounts returns the human visits of each of keys over the same
 	// days, as Top counts them (0 for a link without any).
 	TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error)
+	// TenantTop is Top over the links of tenant (not "") alone: those
+	// whose keys are its TenantKeys, returned as stored.
+	TenantTop(ctx context.Context, tenant string, from, to time.Time, n int) ([]TopLink, error)
 }
 
 // DimValue is the visits of one value of a dimension over a range of days.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"reflect"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/linkgate/linkgate/config"
@@ -17,6 +18,7 @@ import (
 	certcassandra "github.com/linkgate/linkgate/edge/cassandra"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/problem"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // restartOnlyEdge restores into eff the running values of the TLS edge's
@@ -71,6 +73,7 @@ func (g *Gateway) startEdge(p *Plan) error {
 			s := g.current()
 			return s.limiter.EdgeBoxed(ctx, limit.IPValue(a, s.plan.cfg.Identity.IPv6Prefix))
 		},
+		Learn: g.learnTenant,
 	})
 	if err != nil {
 		if c, ok := storage.(interface{ Close() }); ok {
@@ -160,3 +163,19 @@ func (s currentLimitStore) Boxes(ctx context.Context, now int64, yield func(limi
 }
 
 var _ limit.Store = currentLimitStore{}
+
+// learnTenant records the tenant the ask endpoint named for a name it
+// allowed ("" for none), logging the answers it cannot take: a name that
+// is not a tenant's, or a name past the hosts it can remember.
+func (g *Gateway) learnTenant(name, t string) {
+	if g.learned.Set(name, t) {
+		return
+	}
+	reason := "the ask endpoint's " + edge.TenantHeader + " is not a tenant name (1 to 63 lower-case letters, digits and -); the name is in no tenant"
+	if tenant.ValidName(t) {
+		reason = "the gateway remembers the tenants of at most 100,000 names; this one is in no tenant"
+	}
+	if n, ok := g.tenantLog.Allow(reason, time.Now()); ok {
+		g.log.Warn("tenant of an allowed name not learned", "name", name, "tenant", t, "reason", reason, "suppressed", n)
+	}
+}

@@ -64,6 +64,7 @@ import (
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // Options are what a Gateway needs besides its Plan.
@@ -123,6 +124,11 @@ type Gateway struct {
 	// cql holds the Cassandra sessions: the analytics store and the
 	// certificate storage share one when they name the same cluster.
 	cql *cqlsession.Pool
+	// learned is the tenants the on-demand ask endpoint named, which
+	// outlive reloads; tenantLog throttles what is said of those it could
+	// not take.
+	learned   *tenant.Learned
+	tenantLog logthrottle.Throttle[string]
 
 	mu     sync.Mutex // serializes reloads and Close
 	closed bool       // guarded by mu
@@ -181,8 +187,10 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		streams: stats.NewStreams(plan.cfg.Stats.Live),
 		loop:    newLoopMark(),
 		cql:     cqlsession.NewPool(opts.Log.With("component", "cassandra")),
+		learned: &tenant.Learned{},
 	}
 	g.withheld.Every = 10 * time.Second
+	g.tenantLog.Every = 10 * time.Second
 	if opts.Listen {
 		var err error
 		if err = g.bind(plan.cfg); err != nil {
@@ -350,7 +358,8 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	if h := buildHook.Load(); h != nil {
 		(*h)(s)
 	}
-	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log)
+	tenants := tenant.NewResolver(plan.tenants, g.learned)
+	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log).WithTenants(tenants.Of)
 	if g.opts.LimitClock != nil {
 		s.limiter.WithClock(g.opts.LimitClock)
 	}
@@ -361,15 +370,16 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		access = &accessLog{log: g.log, trust: plan.trust}
 	}
 	// Each pool's proxy behind the limiter and the visit counter, which
-	// see every host alike: a short key is a short key on every domain,
-	// and a rule may name hosts.
+	// see every host alike: a short key is one link on every domain of a
+	// tenant (of the default tenant, the hosts in none), and a rule may
+	// name hosts.
 	for _, p := range s.pools {
 		next := g.loop.set(p.proxy)
 		if access != nil {
 			next = upstreamTimer(next)
 		}
 		if g.pipeline != nil {
-			next = g.pipeline.Middleware(plan.analytics)(next)
+			next = g.pipeline.Middleware(plan.analytics, tenants)(next)
 		}
 		p.handler = s.limiter.Middleware(next)
 	}

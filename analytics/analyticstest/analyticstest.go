@@ -139,6 +139,7 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"DimsExpiry", testDimsExpiry},
 		{"DimsYear", testDimsYear},
 		{"Top", testTop},
+		{"TenantTop", testTenantTop},
 		{"Uniques", testUniques},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -395,3 +395,92 @@ func testUniques(t *testing.T, e *env) {
 		t.Errorf("another key's uniques: %v, want none", got)
 	}
 }
+
+// testTenantTop writes the day counts of the links of two tenants and of
+// the default tenant, from two writers, a batch twice: a tenant's top list
+// holds its own links alone (as stored: TenantKeys), most visited first,
+// exactly; the service's top list holds every link of every tenant, and
+// TopCounts counts a tenant's link.
+func testTenantTop(t *testing.T, e *env) {
+	d0 := e.base().Add(-2 * rollup.Day)
+	day := func(i int) time.Time { return d0.Add(time.Duration(i) * rollup.Day) }
+	run := strings.ToLower(strings.TrimSuffix(e.prefix, "-"))
+	tenants := []string{run + "-a", run + "-b", ""}
+	ws := []*dimWriter{e.dimWriter("w1"), e.dimWriter("w2")}
+	stores := []Store{e.s, e.s}
+	if e.h.Another != nil {
+		stores[1] = e.h.Another()
+	}
+	ref := map[string]map[string]int64{} // tenant → link → visits of days 0 and 1
+	var replay analytics.Batch
+	for round := range 4 {
+		var vs []dv
+		for ti, tn := range tenants {
+			for i := range 30 {
+				for di := range 2 {
+					n := int64((30-i)*(1+ti) + round)
+					short := fmt.Sprintf("%sl%02d", e.prefix, i) // the same short keys in every tenant
+					k := analytics.TenantKey(tn, short)
+					vs = append(vs, dv{analytics.AllLinks, analytics.DimLink, day(di), k, n, 0})
+					if ref[tn] == nil {
+						ref[tn] = map[string]int64{}
+					}
+					ref[tn][k] += n
+				}
+			}
+		}
+		b := ws[round%2].batch(vs...)
+		write(t, stores[round%2], b)
+		if round == 1 {
+			replay = b
+		}
+	}
+	write(t, e.s, replay)
+	want := func(tn string, n int) []analytics.TopLink {
+		var out []analytics.TopLink
+		for k, v := range ref[tn] {
+			out = append(out, analytics.TopLink{Key: k, Visits: v})
+		}
+		slices.SortFunc(out, func(a, b analytics.TopLink) int {
+			if a.Visits != b.Visits {
+				return int(b.Visits - a.Visits)
+			}
+			return strings.Compare(a.Key, b.Key)
+		})
+		return out[:min(n, len(out))]
+	}
+	for _, tn := range tenants[:2] {
+		for _, n := range []int{1, 5, 30, 100} {
+			got, err := e.s.TenantTop(context.Background(), tn, day(0), day(2), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want(tn, n), got); diff != "" {
+				t.Errorf("TenantTop(%s, %d) (-want +got):\n%s", tn, n, diff)
+			}
+		}
+	}
+	got, err := e.s.Top(context.Background(), day(0), day(2), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, l := range got {
+		if tn, short := analytics.SplitKey(l.Key); strings.HasPrefix(short, e.prefix) {
+			seen[tn]++
+			if w := ref[tn][l.Key]; l.Visits != w {
+				t.Errorf("Top: %s has %d visits, want %d", l.Key, l.Visits, w)
+			}
+		}
+	}
+	for _, tn := range tenants {
+		if seen[tn] != 30 {
+			t.Errorf("Top lists %d links of tenant %q, want all 30", seen[tn], tn)
+		}
+	}
+	k := analytics.TenantKey(tenants[1], e.prefix+"l03")
+	counts, err := e.s.TopCounts(context.Background(), []string{k}, day(0), day(2))
+	if err != nil || counts[k] != ref[tenants[1]][k] {
+		t.Errorf("TopCounts(%s) = %v, %v; want %d", k, counts, err, ref[tenants[1]][k])
+	}
+}

@@ -239,6 +239,24 @@ func (m *Memory) Top(ctx context.Context, from, to time.Time, n int) ([]analytic
 	return out, nil
 }
 
+// TenantTop implements analytics.TopSource, by brute force.
+func (m *Memory) TenantTop(ctx context.Context, tenant string, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	vals, err := m.Dims(ctx, analytics.AllLinks, analytics.DimLink, from, to)
+	if err != nil {
+		return nil, err
+	}
+	vals = slices.DeleteFunc(vals, func(v analytics.DimValue) bool {
+		t, _ := analytics.SplitKey(v.Value)
+		return t != tenant
+	})
+	analytics.SortDims(vals)
+	out := make([]analytics.TopLink, 0, min(n, len(vals)))
+	for _, v := range vals[:min(n, len(vals))] {
+		out = append(out, analytics.TopLink{Key: v.Value, Visits: v.Count})
+	}
+	return out, nil
+}
+
 // TopCounts implements analytics.TopSource.
 func (m *Memory) TopCounts(ctx context.Context, keys []string, from, to time.Time) (map[string]int64, error) {
 	vals, err := m.Dims(ctx, analytics.AllLinks, analytics.DimLink, from, to)

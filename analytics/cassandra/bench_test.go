@@ -27,10 +27,10 @@ func (nopBackend) readTopKeys(context.Context, time.Time, int, []string) ([]topR
 	return nil, nil
 }
 func (nopBackend) writeLeaders(context.Context, []leaderRow) error { return nil }
-func (nopBackend) readLeaders(context.Context, time.Time) ([]leaderRow, error) {
+func (nopBackend) readLeaders(context.Context, string, time.Time) ([]leaderRow, error) {
 	return nil, nil
 }
-func (nopBackend) readLeader(context.Context, time.Time, gocql.UUID) ([]leaderRow, error) {
+func (nopBackend) readLeader(context.Context, string, time.Time, gocql.UUID) ([]leaderRow, error) {
 	return nil, nil
 }
 func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, time.Time) ([]dimReadRow, error) {

@@ -55,13 +55,15 @@ type backend interface {
 	// readTopKeys returns the rows of keys in one partition of top_days
 	// (one per link and writer generation): short_key IN keys.
 	readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error)
-	// writeLeaders overwrites slots of top_leaders of one partition (day).
+	// writeLeaders overwrites slots of top_leaders of one partition (day),
+	// or of tenant_leaders (tenant, day) when the rows' tenant is not "".
 	writeLeaders(ctx context.Context, rows []leaderRow) error
-	// readLeaders returns the slots of one partition of top_leaders.
-	readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error)
+	// readLeaders returns the slots of one partition of top_leaders (tenant
+	// ""), or of tenant_leaders.
+	readLeaders(ctx context.Context, tenant string, day time.Time) ([]leaderRow, error)
 	// readLeader returns the slots of one writer generation in a
-	// partition of top_leaders.
-	readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error)
+	// partition of top_leaders (tenant ""), or of tenant_leaders.
+	readLeader(ctx context.Context, tenant string, day time.Time, writer gocql.UUID) ([]leaderRow, error)
 	// readUniques returns the registers of one partition of the uniques
 	// table whose day is in [from, to).
 	readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error)
@@ -136,6 +138,7 @@ type cqlBackend struct {
 	insertDim, selectDims,
 	insertTop, selectTopKeys,
 	insertLeader, selectLeaders, selectLeader,
+	insertTenantLeader, selectTenantLeaders, selectTenantLeader,
 	insertUniq, selectUniqs string
 }
 
@@ -161,8 +164,12 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		insertLeader:   fmt.Sprintf(insertLeaderCQL, ks),
 		selectLeaders:  fmt.Sprintf(selectLeadersCQL, ks),
 		selectLeader:   fmt.Sprintf(selectLeaderCQL, ks),
-		insertUniq:     fmt.Sprintf(insertUniqCQL, ks),
-		selectUniqs:    fmt.Sprintf(selectUniqsCQL, ks),
+
+		insertTenantLeader:  fmt.Sprintf(insertTenantLeaderCQL, ks),
+		selectTenantLeaders: fmt.Sprintf(selectTenantLeadersCQL, ks),
+		selectTenantLeader:  fmt.Sprintf(selectTenantLeaderCQL, ks),
+		insertUniq:          fmt.Sprintf(insertUniqCQL, ks),
+		selectUniqs:         fmt.Sprintf(selectUniqsCQL, ks),
 	}
 	for _, t := range tiers {
 		table := pointsTable(t)

@@ -31,8 +31,8 @@ type fakeDB struct {
 	progress map[int]fakeProgress
 	dims     map[fakeDimPart]map[fakeDimRow]fakeCell
 	top      map[fakeTopPart]map[fakeTopRow]fakeCell
-	leaders  map[int64]map[fakeLeaderRow]fakeLeader // day µs → slots
-	uniqs    map[fakeDimPart]map[[2]int64]fakeCell  // (day µs, reg) → rho
+	leaders  map[fakeLeaderPart]map[fakeLeaderRow]fakeLeader // (tenant, day µs) → slots
+	uniqs    map[fakeDimPart]map[[2]int64]fakeCell           // (day µs, reg) → rho
 	holder   gocql.UUID
 	leaseEnd time.Time
 	late     []func() // duplicates to apply later (applyLate)
@@ -194,6 +194,11 @@ func (db *fakeDB) readTopKeys(ctx context.Context, day time.Time, shard int, key
 	return out, nil
 }
 
+type fakeLeaderPart struct {
+	tenant string
+	day    int64
+}
+
 type fakeLeaderRow struct {
 	writer gocql.UUID
 	slot   int
@@ -206,12 +211,12 @@ type fakeLeader struct {
 
 func (db *fakeDB) writeLeaders(ctx context.Context, rows []leaderRow) error {
 	for _, r := range rows {
-		if r.ttl <= 0 || r.ts <= 0 || !r.day.Equal(rows[0].day) || r.slot < 0 || r.slot >= topLeaders {
+		if r.ttl <= 0 || r.ts <= 0 || !r.day.Equal(rows[0].day) || r.tenant != rows[0].tenant || r.slot < 0 || r.slot >= topLeaders {
 			panic("fake: a top_leaders row without TTL or timestamp, out of the slots, or a batch across partitions")
 		}
 	}
 	return db.do(ctx, "leaders", func() {
-		day := rows[0].day.UnixMicro()
+		day := fakeLeaderPart{rows[0].tenant, rows[0].day.UnixMicro()}
 		if db.leaders[day] == nil {
 			db.leaders[day] = map[fakeLeaderRow]fakeLeader{}
 		}
@@ -228,13 +233,13 @@ func (db *fakeDB) writeLeaders(ctx context.Context, rows []leaderRow) error {
 	})
 }
 
-func (db *fakeDB) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
-	return db.readLeader(ctx, day, gocql.UUID{})
+func (db *fakeDB) readLeaders(ctx context.Context, tenant string, day time.Time) ([]leaderRow, error) {
+	return db.readLeader(ctx, tenant, day, gocql.UUID{})
 }
 
 // readLeader returns the slots of writer, or of all writers for the zero
 // UUID, in clustering order.
-func (db *fakeDB) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+func (db *fakeDB) readLeader(ctx context.Context, tenant string, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -242,9 +247,9 @@ func (db *fakeDB) readLeader(ctx context.Context, day time.Time, writer gocql.UU
 	defer db.mu.Unlock()
 	db.tick()
 	var out []leaderRow
-	for k, c := range db.leaders[day.UnixMicro()] {
+	for k, c := range db.leaders[fakeLeaderPart{tenant, day.UnixMicro()}] {
 		if (writer == gocql.UUID{} || k.writer == writer) && db.live(c.expires) {
-			out = append(out, leaderRow{day: day, writer: k.writer, slot: k.slot, key: c.key, count: c.v.Human})
+			out = append(out, leaderRow{tenant: tenant, day: day, writer: k.writer, slot: k.slot, key: c.key, count: c.v.Human})
 		}
 	}
 	slices.SortFunc(out, func(a, b leaderRow) int {
@@ -298,7 +303,7 @@ var errFault = errors.New("fake: injected fault (timeout)")
 func newFakeDB(now time.Time) *fakeDB {
 	return &fakeDB{now: now, points: make(map[fakePartition]map[fakeRow]fakeCell), active: map[fakeQueue]map[string]time.Time{},
 		marks: map[string]map[fakeMarkKey]fakeMark{}, progress: map[int]fakeProgress{}, dims: map[fakeDimPart]map[fakeDimRow]fakeCell{},
-		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}, leaders: map[int64]map[fakeLeaderRow]fakeLeader{}, uniqs: map[fakeDimPart]map[[2]int64]fakeCell{}}
+		top: map[fakeTopPart]map[fakeTopRow]fakeCell{}, leaders: map[fakeLeaderPart]map[fakeLeaderRow]fakeLeader{}, uniqs: map[fakeDimPart]map[[2]int64]fakeCell{}}
 }
 
 // do runs apply under the fault that the fault function picks for op.

@@ -154,6 +154,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 		dimsSchema(keyspace),
 		topSchema(keyspace),
 		leadersSchema(keyspace),
+		tenantLeadersSchema(keyspace),
 		uniquesSchema(keyspace),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_active (
     step      int,

@@ -44,6 +44,13 @@ import (
 // generation the Store dropped to bound its memory) is read back from
 // top_leaders first: one read per (generation, day) and process.
 //
+// A tenant's link (analytics.TenantKey) is in the lists of top_leaders with
+// every link, and in its tenant's lists too: tenant_leaders, one
+// partition per (tenant, day), kept alike (a writer generation's
+// topLeaders most visited links of the tenant on the day), so that a
+// tenant's top list (TenantTop) reads its own lists, and the exact counts
+// of top_days every link shares.
+//
 // Retries and replays change nothing: a resent batch finds its links in
 // the list already, in the same slots, and writes the same rows; an older
 // batch replayed writes older counts with an older timestamp, which lose
@@ -84,6 +91,10 @@ const (
 	insertLeaderCQL  = `INSERT INTO %s.top_leaders (day, writer, slot, short_key, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
 	selectLeadersCQL = `SELECT writer, slot, short_key, visits FROM %s.top_leaders WHERE day = ?`
 	selectLeaderCQL  = `SELECT writer, slot, short_key, visits FROM %s.top_leaders WHERE day = ? AND writer = ?`
+
+	insertTenantLeaderCQL  = `INSERT INTO %s.tenant_leaders (tenant, day, writer, slot, short_key, visits) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectTenantLeadersCQL = `SELECT writer, slot, short_key, visits FROM %s.tenant_leaders WHERE tenant = ? AND day = ?`
+	selectTenantLeaderCQL  = `SELECT writer, slot, short_key, visits FROM %s.tenant_leaders WHERE tenant = ? AND day = ? AND writer = ?`
 )
 
 type topRow struct {
@@ -96,8 +107,10 @@ type topRow struct {
 	ts     int64
 }
 
-// leaderRow is a slot of a writer generation's list of a day.
+// leaderRow is a slot of a writer generation's list of a day: of every
+// link (tenant ""), or of a tenant's links.
 type leaderRow struct {
+	tenant string
 	day    time.Time
 	writer gocql.UUID
 	slot   int
@@ -147,7 +160,7 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 	}
 	for len(leaders) > 0 {
 		n := 0
-		for n < len(leaders) && n < maxPartitionRows && leaders[n].day.Equal(leaders[0].day) {
+		for n < len(leaders) && n < maxPartitionRows && leaders[n].day.Equal(leaders[0].day) && leaders[n].tenant == leaders[0].tenant {
 			n++
 		}
 		batch := leaders[:n:n]
@@ -157,21 +170,29 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 	return ops, nil
 }
 
-// leaderSets are the lists a Store writes, by writer generation and day.
+// leaderSets are the lists a Store writes, by writer generation, day and
+// tenant.
 type leaderSets struct {
 	mu   sync.Mutex
 	sets map[leaderID]*leaderSet
 	tick uint64 // counts updates, for dropping the least recently used set
 }
 
-// maxLeaderSets bounds the lists a Store holds (each at most topLeaders
-// links): a writer has one generation at a time, and writes today's and
-// now and then yesterday's or an older day's visits.
-const maxLeaderSets = 16
+// maxLeaderSets and maxLeadersHeld bound the lists a Store holds (each at
+// most topLeaders links): beyond maxLeaderSets lists, the least recently
+// used go while they hold more than maxLeadersHeld links together. A
+// writer has one generation at a time, and writes today's and now and
+// then yesterday's or an older day's visits, in a list of every link and
+// one per tenant visited.
+const (
+	maxLeaderSets  = 16
+	maxLeadersHeld = 8 * topLeaders
+)
 
 type leaderID struct {
 	writer gocql.UUID
 	day    int64
+	tenant string
 }
 
 // leaderSet is a writer generation's list of a day: a min-heap by count
@@ -255,25 +276,39 @@ func (ls *leaderSets) update(ctx context.Context, be backend, rows []topRow, ano
 	}
 	var out []leaderRow
 	sets := map[leaderID]*leaderSet{}
-	for _, r := range rows {
-		id := leaderID{r.writer, r.day.Unix()}
-		if _, ok := sets[id]; !ok {
-			set, err := ls.get(ctx, be, id, anon)
-			if err != nil {
-				return nil, err
-			}
-			sets[id] = set
+	// A row is in the list of every link, and a tenant's link in its
+	// tenant's list too.
+	lists := func(r topRow) []leaderID {
+		all := leaderID{r.writer, r.day.Unix(), ""}
+		if t, _ := analytics.SplitKey(r.key); t != "" {
+			return []leaderID{all, {r.writer, r.day.Unix(), t}}
 		}
-		sets[id].add(r.key, r.count)
+		return []leaderID{all}
+	}
+	for _, r := range rows {
+		for _, id := range lists(r) {
+			if _, ok := sets[id]; !ok {
+				set, err := ls.get(ctx, be, id, anon)
+				if err != nil {
+					return nil, err
+				}
+				sets[id] = set
+			}
+			sets[id].add(r.key, r.count)
+		}
 	}
 	// The slots once the whole batch is counted: a link that entered and
 	// was pushed out again by the batch's next ones is not written.
 	for _, r := range rows {
-		if l, ok := sets[leaderID{r.writer, r.day.Unix()}].byKey[r.key]; ok {
-			out = append(out, leaderRow{day: r.day, writer: r.writer, slot: l.slot, key: r.key, count: r.count, ttl: r.ttl, ts: r.ts})
+		for _, id := range lists(r) {
+			if l, ok := sets[id].byKey[r.key]; ok {
+				out = append(out, leaderRow{tenant: id.tenant, day: r.day, writer: r.writer, slot: l.slot, key: r.key, count: r.count, ttl: r.ttl, ts: r.ts})
+			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b leaderRow) int { return a.day.Compare(b.day) })
+	slices.SortStableFunc(out, func(a, b leaderRow) int {
+		return cmp.Or(strings.Compare(a.tenant, b.tenant), a.day.Compare(b.day))
+	})
 	return out, nil
 }
 
@@ -289,7 +324,7 @@ func (ls *leaderSets) get(ctx context.Context, be backend, id leaderID, anon boo
 	if anon {
 		return set, nil // a random writer id: nothing stored under it
 	}
-	stored, err := be.readLeader(ctx, time.Unix(id.day, 0).UTC(), id.writer)
+	stored, err := be.readLeader(ctx, id.tenant, time.Unix(id.day, 0).UTC(), id.writer)
 	if err != nil {
 		return nil, err
 	}
@@ -312,13 +347,17 @@ func (ls *leaderSets) get(ctx context.Context, be backend, id leaderID, anon boo
 		}
 	}
 	heap.Init(set)
-	if len(ls.sets) >= maxLeaderSets {
+	for len(ls.sets) >= maxLeaderSets {
 		var old leaderID
-		oldest := ^uint64(0)
+		oldest, held := ^uint64(0), 0
 		for k, v := range ls.sets {
+			held += len(v.items)
 			if v.used < oldest {
 				old, oldest = k, v.used
 			}
+		}
+		if held <= maxLeadersHeld {
+			break
 		}
 		delete(ls.sets, old)
 	}
@@ -328,6 +367,19 @@ func (ls *leaderSets) get(ctx context.Context, be backend, id leaderID, anon boo
 
 // Top implements analytics.TopSource: see "Top links" above.
 func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	return s.top(ctx, "", from, to, n)
+}
+
+// TenantTop implements analytics.TopSource: Top over the tenant's lists.
+func (s *Store) TenantTop(ctx context.Context, tenant string, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	if tenant == "" {
+		return nil, fmt.Errorf("cassandra: top: no tenant")
+	}
+	return s.top(ctx, tenant, from, to, n)
+}
+
+// top is Top over the lists of tenant's links ("": every link).
+func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n int) ([]analytics.TopLink, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cassandra: top: %w", err)
 	}
@@ -347,7 +399,7 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 	counts := map[list][]int64{}
 	links := map[string][]listed{}
 	for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
-		rows, err := be.readLeaders(ctx, day)
+		rows, err := be.readLeaders(ctx, tenant, day)
 		if err != nil {
 			return nil, fmt.Errorf("cassandra: top: %w", err)
 		}
@@ -519,17 +571,29 @@ func (b *cqlBackend) readTopKeys(ctx context.Context, day time.Time, shard int, 
 }
 
 func (b *cqlBackend) writeLeaders(ctx context.Context, rows []leaderRow) error {
+	if t := rows[0].tenant; t != "" {
+		return b.writeRows(ctx, b.insertTenantLeader, len(rows), func(i int) []any {
+			r := rows[i]
+			return []any{t, r.day, r.writer, r.slot, r.key, r.count, r.ttl, r.ts}
+		})
+	}
 	return b.writeRows(ctx, b.insertLeader, len(rows), func(i int) []any {
 		r := rows[i]
 		return []any{r.day, r.writer, r.slot, r.key, r.count, r.ttl, r.ts}
 	})
 }
 
-func (b *cqlBackend) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
+func (b *cqlBackend) readLeaders(ctx context.Context, tenant string, day time.Time) ([]leaderRow, error) {
+	if tenant != "" {
+		return b.scanLeaders(b.query(ctx, b.selectTenantLeaders, tenant, day).Iter())
+	}
 	return b.scanLeaders(b.query(ctx, b.selectLeaders, day).Iter())
 }
 
-func (b *cqlBackend) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+func (b *cqlBackend) readLeader(ctx context.Context, tenant string, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+	if tenant != "" {
+		return b.scanLeaders(b.query(ctx, b.selectTenantLeader, tenant, day, writer).Iter())
+	}
 	return b.scanLeaders(b.query(ctx, b.selectLeader, day, writer).Iter())
 }
 
@@ -564,16 +628,16 @@ func (b counted) writeLeaders(ctx context.Context, rows []leaderRow) error {
 	return b.be.writeLeaders(ctx, rows)
 }
 
-func (b counted) readLeaders(ctx context.Context, day time.Time) ([]leaderRow, error) {
+func (b counted) readLeaders(ctx context.Context, tenant string, day time.Time) ([]leaderRow, error) {
 	b.c.reads.Add(1)
-	rows, err := b.be.readLeaders(ctx, day)
+	rows, err := b.be.readLeaders(ctx, tenant, day)
 	b.c.topRows.Add(int64(len(rows)))
 	return rows, err
 }
 
-func (b counted) readLeader(ctx context.Context, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
+func (b counted) readLeader(ctx context.Context, tenant string, day time.Time, writer gocql.UUID) ([]leaderRow, error) {
 	b.c.reads.Add(1)
-	rows, err := b.be.readLeader(ctx, day, writer)
+	rows, err := b.be.readLeader(ctx, tenant, day, writer)
 	b.c.topRows.Add(int64(len(rows)))
 	return rows, err
 }
@@ -602,4 +666,18 @@ func leadersSchema(keyspace string) string {
 ) WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
     AND gc_grace_seconds = 10800
     AND comment = 'per UTC day and writer generation, its 2000 most visited links (human visits), in slots overwritten USING TIMESTAMP the batch time; for top lists; USING TTL'`, keyspace)
+}
+
+func tenantLeadersSchema(keyspace string) string {
+	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.tenant_leaders (
+    tenant    text,
+    day       timestamp,
+    writer    uuid,
+    slot      int,
+    short_key text,
+    visits    bigint,
+    PRIMARY KEY ((tenant, day), writer, slot)
+) WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
+    AND gc_grace_seconds = 10800
+    AND comment = 'per tenant, UTC day and writer generation, its 2000 most visited links of the tenant (human visits), in slots overwritten USING TIMESTAMP the batch time; for a tenant''s top lists; USING TTL'`, keyspace)
 }

@@ -133,7 +133,7 @@ func TestTopListKeepsTheMostVisited(t *testing.T) {
 		return b
 	}
 	stored := func() []leaderRow {
-		rows, err := db.readLeader(context.Background(), day, writer)
+		rows, err := db.readLeader(context.Background(), "", day, writer)
 		if err != nil {
 			t.Fatal(err)
 		}

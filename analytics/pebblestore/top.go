@@ -23,13 +23,17 @@ import (
 //
 //	'n' uvarint(len(key)) key day -> count   the link's human visits of the day
 //	'o' day ^count key            -> empty   the day's links, most visited first
+//	'O' day uvarint(len(tenant)) tenant ^count key -> empty   the same, of one tenant's links
 //
 // day is unix seconds as start is; ^count is the count's bits inverted
 // (big-endian), so that an iterator over a day's 'o' range meets its links
 // from the most visited down, and a link's counts of a range of days are
-// one iterator range. Write reads the 'n' entries it changes and moves
-// their 'o' entries, under the commit lock, in the batch's atomic commit:
-// a link's entries cost two keys per day (and the (day, link) index entry
+// one iterator range. A tenant's link (analytics.TenantKey) is in the
+// day's 'o' range with every link, and in its tenant's 'O' range too, so
+// that a tenant's top list reads its own links only. Write reads the 'n'
+// entries it changes and moves their 'o' (and 'O') entries, under the
+// commit lock, in the batch's atomic commit: a link's entries cost two
+// keys per day (three for a tenant's link; and the (day, link) index entry
 // the breakdowns share, for expiry), and a flush reads one key per (link,
 // day) it changes.
 //
@@ -54,6 +58,48 @@ func appendTopIndexKey(b []byte, day int64, count int64, key string) []byte {
 	b = binary.BigEndian.AppendUint64(b, timeBits(day))
 	b = binary.BigEndian.AppendUint64(b, ^uint64(count))
 	return append(b, key...)
+}
+
+// appendTopDayPrefix appends the start of a day's index keys: every link's
+// ('o'), or one tenant's links' ('O', tenant not "").
+func appendTopDayPrefix(b []byte, day int64, tenant string) []byte {
+	if tenant == "" {
+		return binary.BigEndian.AppendUint64(append(b, 'o'), timeBits(day))
+	}
+	b = binary.BigEndian.AppendUint64(append(b, 'O'), timeBits(day))
+	b = binary.AppendUvarint(b, uint64(len(tenant)))
+	return append(b, tenant...)
+}
+
+// appendTenantTopIndexKey appends the key of a tenant's link in its
+// tenant's index of a day.
+func appendTenantTopIndexKey(b []byte, day int64, tenant string, count int64, key string) []byte {
+	b = appendTopDayPrefix(b, day, tenant)
+	b = binary.BigEndian.AppendUint64(b, ^uint64(count))
+	return append(b, key...)
+}
+
+// setTopIndex moves key's entries in the indexes of day from old (0: none)
+// to count: the day's, and its tenant's for a tenant's link.
+func setTopIndex(wb *pebble.Batch, day int64, key string, old, count int64) error {
+	tenant, _ := analytics.SplitKey(key)
+	if old > 0 {
+		if err := wb.Delete(appendTopIndexKey(nil, day, old, key), nil); err != nil {
+			return err
+		}
+		if tenant != "" {
+			if err := wb.Delete(appendTenantTopIndexKey(nil, day, tenant, old, key), nil); err != nil {
+				return err
+			}
+		}
+	}
+	if err := wb.Set(appendTopIndexKey(nil, day, count, key), nil, nil); err != nil {
+		return err
+	}
+	if tenant != "" {
+		return wb.Set(appendTenantTopIndexKey(nil, day, tenant, count, key), nil, nil)
+	}
+	return nil
 }
 
 type topKey struct {
@@ -86,15 +132,10 @@ func (s *Store) addTop(wb *pebble.Batch, deltas map[topKey]int64) error {
 		if err != nil {
 			return err
 		}
-		if old > 0 {
-			if err := wb.Delete(appendTopIndexKey(nil, tk.day, old, tk.key), nil); err != nil {
-				return err
-			}
-		}
 		if err := wb.Set(k, binary.AppendVarint(nil, old+n), nil); err != nil {
 			return err
 		}
-		if err := wb.Set(appendTopIndexKey(nil, tk.day, old+n, tk.key), nil, nil); err != nil {
+		if err := setTopIndex(wb, tk.day, tk.key, old, old+n); err != nil {
 			return err
 		}
 		if old == 0 {
@@ -136,6 +177,19 @@ type dayCursor struct {
 
 // Top implements analytics.TopSource (see above).
 func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	return s.top(ctx, "", from, to, n)
+}
+
+// TenantTop implements analytics.TopSource: Top over the tenant's index.
+func (s *Store) TenantTop(ctx context.Context, tenant string, from, to time.Time, n int) ([]analytics.TopLink, error) {
+	if tenant == "" {
+		return nil, fmt.Errorf("pebble: top: no tenant")
+	}
+	return s.top(ctx, tenant, from, to, n)
+}
+
+// top is Top over the indexes of tenant's links ("": every link).
+func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n int) ([]analytics.TopLink, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pebble: top: %w", err)
 	}
@@ -156,10 +210,10 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 			c.it.Close()
 		}
 	}()
+	at := len(appendTopDayPrefix(nil, lo, tenant)) // where an index key's count starts
 	for day := lo; day < hi; day += 86400 {
-		it, err := snap.NewIter(&pebble.IterOptions{
-			LowerBound: appendTopIndexKey(nil, day, 1<<62, "")[:9], UpperBound: appendTopIndexKey(nil, day+1, 1<<62, "")[:9],
-		})
+		p := appendTopDayPrefix(nil, day, tenant)
+		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 		if err != nil {
 			return nil, fmt.Errorf("pebble: top: %w", err)
 		}
@@ -186,8 +240,8 @@ func (s *Store) Top(ctx context.Context, from, to time.Time, n int) ([]analytics
 		for _, c := range days {
 			for i := 0; i < topPage && c.ok; i++ {
 				ik := c.it.Key()
-				c.last = int64(^binary.BigEndian.Uint64(ik[9:17]))
-				key := string(ik[17:])
+				c.last = int64(^binary.BigEndian.Uint64(ik[at : at+8]))
+				key := string(ik[at+8:])
 				if _, seen := sums[key]; !seen {
 					k = appendTopCountPrefix(k[:0], key)
 					plen := len(k)
@@ -289,7 +343,7 @@ func (s *Store) expireTop(now time.Time) error {
 	defer s.commit.Unlock()
 	wb := s.db.NewBatch()
 	defer wb.Close()
-	for _, p := range []byte{'o'} {
+	for _, p := range []byte{'o', 'O'} {
 		lo := append([]byte{p}, binary.BigEndian.AppendUint64(nil, timeBits(-1<<62))...)
 		hi := append([]byte{p}, binary.BigEndian.AppendUint64(nil, timeBits(cut))...)
 		if err := wb.DeleteRange(lo, hi, nil); err != nil {
