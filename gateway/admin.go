@@ -49,6 +49,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Get("/health", g.handleHealth)
 		r.Get("/certificates", g.handleCertificates)
 		r.Post("/share", g.handleShare)
+		r.Post("/tokens", g.handleTokens)
 		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
 		})

@@ -251,7 +251,7 @@ func TestDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := plan.MakeShare("go", false, 24*time.Hour, time.Now())
+	sh, err := plan.MakeShare("", "go", false, 24*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

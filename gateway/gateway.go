@@ -455,7 +455,7 @@ func (g *Gateway) statsHandler(plan *Plan) (http.Handler, *stats.API) {
 			}
 			return ""
 		},
-		FrameAncestors: plan.cfg.Stats.Embed.FrameAncestors})
+		FrameAncestors: plan.cfg.Stats.Embed.FrameAncestors, Prefix: plan.cfg.Stats.Prefix})
 	prefix := plan.cfg.Stats.Prefix
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())

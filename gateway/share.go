@@ -3,130 +3,110 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"mime"
 	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
-	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // Shared is a share token made for an operator (POST /admin/share, gateway
 // share): the token and where it opens.
-type Shared struct {
-	Token    string    `json:"token"`
-	ShortKey string    `json:"short_key"` // "" for all links
-	All      bool      `json:"all"`
-	Issued   time.Time `json:"issued"`
-	Expires  time.Time `json:"expires"`
-	// Page is the chart page's path with the token, Embed the embed
-	// view's and Data the JSON answer's: append them to the gateway's
-	// address.
-	Page  string `json:"page"`
-	Embed string `json:"embed"`
-	Data  string `json:"data"`
-}
+type Shared = stats.Shared
 
 // MakeShare makes a share token under the plan's key (stats.share.key_env)
-// for the link key, or for all links when all, valid for ttl from now (0:
-// 30 days, capped at stats.share.max_ttl).
-func (p *Plan) MakeShare(key string, all bool, ttl time.Duration, now time.Time) (Shared, error) {
-	k := key
-	switch {
-	case all && key != "":
-		return Shared{}, errors.New("gateway: a share token is for one link or for all links, not both")
-	case all:
-		k = analytics.AllLinks
-	case key == "":
-		return Shared{}, errors.New("gateway: a share token needs a short key, or all links")
-	}
-	tok, g, err := p.share.Make(k, ttl, now)
-	if err != nil {
-		return Shared{}, err
-	}
-	path := p.cfg.Stats.Prefix
-	if !all {
-		path += "/" + url.PathEscape(key)
-	}
-	q := "share=" + url.QueryEscape(tok)
-	return Shared{
-		Token: tok, ShortKey: key, All: all, Issued: g.Issued, Expires: g.Expires,
-		Page: path + "?" + q, Embed: path + "?format=embed&" + q, Data: path + "?format=json&" + q,
-	}, nil
+// for the link key of tenant ("": the default tenant), or for all its
+// links when all, valid for ttl from now (0: 30 days, capped at
+// stats.share.max_ttl).
+func (p *Plan) MakeShare(tenant, key string, all bool, ttl time.Duration, now time.Time) (Shared, error) {
+	return p.share.Share(p.cfg.Stats.Prefix, stats.ShareRequest{Tenant: tenant, ShortKey: key, All: all, TTL: ttl}, now)
 }
 
 // handleShare makes a share token: POST /admin/share with a JSON object or
-// a form of short_key (or all=true) and ttl (a duration: 720h, 30d; default
-// 30 days). 200 with a Shared; 400 naming the parameter; 409 when sharing
-// is off (no key in stats.share.key_env's variable).
+// a form of short_key (or all=true), tenant (default: the default tenant)
+// and ttl (a duration: 720h, 30d; default 30 days). 200 with a Shared; 400
+// naming the parameter; 409 when sharing is off (no key in
+// stats.share.key_env's variable).
 func (g *Gateway) handleShare(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		ShortKey string `json:"short_key"`
-		All      bool   `json:"all"`
-		TTL      string `json:"ttl"`
+	req, ok := stats.ReadShareRequest(w, r, true)
+	if !ok {
+		return
 	}
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" {
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&in); err != nil {
-			badShareParam(w, "body", "not a JSON object of short_key, all and ttl: "+err.Error())
-			return
-		}
-	} else {
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		if err := r.ParseForm(); err != nil {
-			badShareParam(w, "body", err.Error())
-			return
-		}
-		in.ShortKey, in.TTL = r.Form.Get("short_key"), r.Form.Get("ttl")
-		if a := r.Form.Get("all"); a != "" {
-			b, err := strconv.ParseBool(a)
-			if err != nil {
-				badShareParam(w, "all", fmt.Sprintf("%q is not true or false", a))
-				return
-			}
-			in.All = b
-		}
+	plan := g.current().plan
+	sh, err := plan.share.Share(plan.cfg.Stats.Prefix, req, time.Now())
+	if err == nil {
+		g.log.Info("share token made", "tenant", sh.Tenant, "short_key", sh.ShortKey, "all", sh.All, "expires", sh.Expires)
+	}
+	stats.WriteShared(w, req, sh, err)
+}
+
+// TenantToken is a tenant token made for an operator (POST /admin/tokens,
+// gateway token): a bearer token that reads the tenant's stats and nothing
+// else, until it expires.
+type TenantToken struct {
+	Token   string    `json:"token"`
+	Tenant  string    `json:"tenant"`
+	Issued  time.Time `json:"issued"`
+	Expires time.Time `json:"expires"`
+}
+
+// MakeTenantToken makes a tenant token under the plan's key
+// (stats.share.key_env) for the tenant name, valid for ttl from now (0: 30
+// days, capped at stats.share.max_ttl).
+func (p *Plan) MakeTenantToken(name string, ttl time.Duration, now time.Time) (TenantToken, error) {
+	tok, g, err := p.share.MakeTenant(name, ttl, now)
+	if err != nil {
+		return TenantToken{}, err
+	}
+	return TenantToken{Token: tok, Tenant: g.Tenant, Issued: g.Issued, Expires: g.Expires}, nil
+}
+
+// handleTokens makes a tenant token: POST /admin/tokens with a JSON object
+// of tenant and ttl (a duration: 24h, 30d; default 30 days). 200 with a
+// TenantToken; 400 naming the parameter; 409 when sharing is off (tenant
+// tokens are signed with the share tokens' key).
+func (g *Gateway) handleTokens(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Tenant string `json:"tenant"`
+		TTL    string `json:"ttl"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		badParam(w, "body", "not a JSON object of tenant and ttl: "+err.Error())
+		return
+	}
+	if !tenant.ValidName(in.Tenant) {
+		badParam(w, "tenant", "give a tenant's name: 1 to 63 lower-case letters, digits and -, starting with a letter or a digit")
+		return
 	}
 	var ttl time.Duration
 	if in.TTL != "" {
 		d, err := rollup.ParseDuration(in.TTL)
 		if err != nil || d <= 0 {
-			badShareParam(w, "ttl", fmt.Sprintf("%q is not a duration like 24h, 30d or 8w", in.TTL))
+			badParam(w, "ttl", "not a duration like 24h, 30d or 8w")
 			return
 		}
 		ttl = d
 	}
-	plan := g.current().plan
-	sh, err := plan.MakeShare(in.ShortKey, in.All, ttl, time.Now())
+	tt, err := g.current().plan.MakeTenantToken(in.Tenant, ttl, time.Now())
 	switch {
 	case errors.Is(err, stats.ErrSharingOff):
-		problem.Write(w, http.StatusConflict, "sharing is off: set the environment variable named by stats.share.key_env (at least 16 bytes) and restart")
-		return
-	case err != nil && (in.All && in.ShortKey != "" || in.ShortKey == "" && !in.All):
-		badShareParam(w, "short_key", "give a short key, or all=true for all links")
-		return
-	case err != nil && ttl != 0:
-		badShareParam(w, "ttl", err.Error())
+		problem.Write(w, http.StatusConflict, "tenant tokens are off: they are signed with the key of stats.share.key_env; set its environment variable (at least 16 bytes) and restart")
 		return
 	case err != nil:
-		badShareParam(w, "short_key", err.Error())
+		badParam(w, "ttl", err.Error())
 		return
 	}
-	g.log.Info("share token made", "short_key", sh.ShortKey, "all", sh.All, "expires", sh.Expires)
+	g.log.Info("tenant token made", "tenant", tt.Tenant, "expires", tt.Expires)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // the paths' "&" stay readable
-	enc.Encode(sh)
+	json.NewEncoder(w).Encode(tt)
 }
 
-func badShareParam(w http.ResponseWriter, name, reason string) {
+func badParam(w http.ResponseWriter, name, reason string) {
 	problem.WriteDetails(w, problem.Details{Status: http.StatusBadRequest, Detail: name + ": " + reason,
 		Extra: map[string]any{"invalid-params": []map[string]string{{"name": name, "reason": reason}}}})
 }

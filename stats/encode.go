@@ -16,6 +16,9 @@ func (c *curve) appendJSON(b []byte) []byte {
 	key, _ := json.Marshal(c.shortKey) // a string always marshals
 	b = append(b, `{"short_key":`...)
 	b = append(b, key...)
+	if c.tenant != "" {
+		b = append(b, `,"tenant":"`+c.tenant+`"`...) // a tenant's name needs no escaping
+	}
 	b = append(b, `,"known":`...)
 	switch k := c.known(); k {
 	case "unknown":
@@ -78,6 +81,9 @@ func (c *curve) appendJSON(b []byte) []byte {
 			key, _ := json.Marshal(l.key)
 			b = append(b, `{"short_key":`...)
 			b = append(b, key...)
+			if l.tenant != "" {
+				b = append(b, `,"tenant":"`+l.tenant+`"`...)
+			}
 			b = appendField(b, "total", l.visits)
 			b = appendField(b, "range_total", l.rangeTotal)
 			if l.compareTotal != nil {
@@ -233,16 +239,21 @@ func (c *curve) appendBreakdownCSV(b []byte) []byte {
 
 // appendTopCSV appends c's top list as CSV: "short_key,total" and a row per
 // link, most visited first; a key holding a comma or a quote is quoted
-// (RFC 4180).
+// (RFC 4180). A link of another tenant than the answer's (the default
+// tenant's list holds every tenant's links) is written "<tenant>/<key>".
 func (c *curve) appendTopCSV(b []byte) []byte {
 	b = append(b, "short_key,total\n"...)
 	for _, l := range c.top {
-		if strings.ContainsAny(l.key, ",\"\r\n") {
+		k := l.key
+		if l.tenant != "" {
+			k = l.tenant + "/" + k
+		}
+		if strings.ContainsAny(k, ",\"\r\n") {
 			b = append(b, '"')
-			b = append(b, strings.ReplaceAll(l.key, `"`, `""`)...)
+			b = append(b, strings.ReplaceAll(k, `"`, `""`)...)
 			b = append(b, '"')
 		} else {
-			b = append(b, l.key...)
+			b = append(b, k...)
 		}
 		b = append(b, ',')
 		b = strconv.AppendInt(b, l.visits, 10)

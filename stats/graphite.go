@@ -71,8 +71,8 @@ func (s *API) serveGraphite(w http.ResponseWriter, r *http.Request, rest string)
 		problem.Write(w, http.StatusMethodNotAllowed, "the Graphite API is read-only: use GET or POST")
 		return
 	}
-	if !s.authorized(r) {
-		writeUnauthorized(w, r)
+	if _, ok := bearerToken(r); !ok && !s.authorized(r) {
+		writeUnauthorized(w, r) // before reading a body
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
@@ -80,14 +80,21 @@ func (s *API) serveGraphite(w http.ResponseWriter, r *http.Request, rest string)
 		writeParamError(w, badParam("body", "%v", err))
 		return
 	}
+	// The tree of one tenant: the stats token's (the default tenant, or
+	// the one tenant= names, in the query or the body) or a tenant
+	// token's; share tokens are not taken.
+	sc, ok := s.scopeOf(w, r, r.Form, false)
+	if !ok {
+		return
+	}
 	ctx, cancel := s.readContext(r)
 	defer cancel()
 	var body []byte
 	var err error
 	if rest == "/render" {
-		body, err = s.graphiteRender(ctx, r.Form, s.o.Now())
+		body, err = s.graphiteRender(ctx, sc, r.Form, s.o.Now())
 	} else {
-		body, err = s.graphiteFind(ctx, r.Form, s.o.Now())
+		body, err = s.graphiteFind(ctx, sc, r.Form, s.o.Now())
 	}
 	if err != nil {
 		writeParamError(w, err)
@@ -101,10 +108,10 @@ func (s *API) serveGraphite(w http.ResponseWriter, r *http.Request, rest string)
 }
 
 // graphiteRenderParams are the parameters render reads or accepts.
-var graphiteRenderParams = []string{"target", "from", "until", "format", "maxDataPoints", "cacheTimeout", "noCache"}
+var graphiteRenderParams = []string{"target", "from", "until", "format", "maxDataPoints", "cacheTimeout", "noCache", "tenant"}
 
 // graphiteFindParams are those of metrics/find.
-var graphiteFindParams = []string{"query", "format", "wildcards", "from", "until"}
+var graphiteFindParams = []string{"query", "format", "wildcards", "from", "until", "tenant"}
 
 func checkGraphiteParams(v url.Values, known []string) error {
 	var unknown []string
@@ -219,6 +226,7 @@ func (s *gSeries) clone() *gSeries {
 // gEval is the state of one render.
 type gEval struct {
 	api      *API
+	sc       scope // the tenant whose tree the targets name
 	ctx      context.Context
 	from, to time.Time
 	now      time.Time
@@ -228,7 +236,7 @@ type gEval struct {
 }
 
 // graphiteRender answers /render.
-func (s *API) graphiteRender(ctx context.Context, v url.Values, now time.Time) ([]byte, error) {
+func (s *API) graphiteRender(ctx context.Context, sc scope, v url.Values, now time.Time) ([]byte, error) {
 	if err := checkGraphiteParams(v, graphiteRenderParams); err != nil {
 		return nil, err
 	}
@@ -270,7 +278,7 @@ func (s *API) graphiteRender(ctx context.Context, v url.Values, now time.Time) (
 			break
 		}
 	}
-	e := &gEval{api: s, ctx: ctx, from: from, to: until, now: now, step: tier.Step}
+	e := &gEval{api: s, sc: sc, ctx: ctx, from: from, to: until, now: now, step: tier.Step}
 	var out []*gSeries
 	for _, t := range v["target"] {
 		if strings.TrimSpace(t) == "" {
@@ -531,9 +539,10 @@ func braceList(pat string) ([]string, bool) {
 	return nil, false
 }
 
-// links returns the nodes of the links the pattern node matches: literals
-// as they are, wildcards among the links visited in [from, to).
-func (s *API) graphiteLinks(ctx context.Context, pat string, from, to time.Time) ([]string, bool, error) {
+// links returns the nodes of the links of sc's tenant the pattern node
+// matches: literals as they are, wildcards among the links visited in
+// [from, to).
+func (s *API) graphiteLinks(ctx context.Context, sc scope, pat string, from, to time.Time) ([]string, bool, error) {
 	if alts, ok := braceList(pat); ok {
 		var out []string
 		for _, a := range alts {
@@ -547,16 +556,19 @@ func (s *API) graphiteLinks(ctx context.Context, pat string, from, to time.Time)
 	if err != nil {
 		return nil, false, err
 	}
-	tr, ok := s.r.(TopReader)
-	if !ok {
+	if !s.hasTop(sc) {
 		return nil, false, nil
 	}
-	top, err := tr.Top(ctx, rollup.Align(from, rollup.Day), to, graphiteMaxLinks)
+	top, err := s.topOf(ctx, sc, rollup.Align(from, rollup.Day), to, graphiteMaxLinks)
 	partial := err != nil
 	var out []string
 	for _, l := range top {
-		if n := encodeNode(l.Key); match(n) {
-			out = append(out, n)
+		// The default tenant's list holds every tenant's links: its tree
+		// holds its own (another tenant's is in that tenant's tree).
+		if t, short := analytics.SplitKey(l.Key); t == sc.tenant {
+			if n := encodeNode(short); match(n) {
+				out = append(out, n)
+			}
 		}
 	}
 	return out, partial, nil
@@ -584,16 +596,17 @@ func (e *gEval) fetch(path string) ([]*gSeries, error) {
 	var leafPat string
 	switch {
 	case len(nodes) == 3 && kind(gAll):
-		keys, leafPat = []target{{analytics.AllLinks, gRoot + "." + gAll}}, nodes[2]
+		keys, leafPat = []target{{e.sc.key(""), gRoot + "." + gAll}}, nodes[2]
 	case len(nodes) == 4 && kind(gLinks):
-		ls, partial, err := e.api.graphiteLinks(e.ctx, nodes[2], e.from, e.to)
+		ls, partial, err := e.api.graphiteLinks(e.ctx, e.sc, nodes[2], e.from, e.to)
 		if err != nil {
 			return nil, err
 		}
 		e.partial = e.partial || partial
 		for _, n := range ls {
-			k, _ := decodeNode(n)
-			keys = append(keys, target{k, gRoot + "." + gLinks + "." + n})
+			if k, ok := decodeNode(n); ok {
+				keys = append(keys, target{e.sc.key(k), gRoot + "." + gLinks + "." + n})
+			}
 		}
 		leafPat = nodes[3]
 	default:
@@ -642,7 +655,7 @@ func (e *gEval) fetch(path string) ([]*gSeries, error) {
 // graphiteFind answers /metrics/find: the nodes one level down that the
 // query's last node matches, as graphite-web's treejson (the default) or
 // completer format.
-func (s *API) graphiteFind(ctx context.Context, v url.Values, now time.Time) ([]byte, error) {
+func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time.Time) ([]byte, error) {
 	if err := checkGraphiteParams(v, graphiteFindParams); err != nil {
 		return nil, err
 	}
@@ -675,7 +688,7 @@ func (s *API) graphiteFind(ctx context.Context, v url.Values, now time.Time) ([]
 			if prefix[1] == gAll {
 				return []found{{"visits", true}, {"humans", true}, {"bots", true}}, nil
 			}
-			ls, _, err := s.graphiteLinks(ctx, nodes[2], from, until)
+			ls, _, err := s.graphiteLinks(ctx, sc, nodes[2], from, until)
 			if err != nil {
 				return nil, err
 			}

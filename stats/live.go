@@ -223,7 +223,7 @@ var liveParams = [...]string{"last", "from", "to", "step", "stitch", "by", "top"
 //	data: {"reason":"the share token has expired"}
 //
 // and a reconnection is refused as any new request would be.
-func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey string, a access) {
+func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey string, sc scope) {
 	for _, name := range liveParams {
 		if r.URL.Query().Has(name) {
 			writeParamError(w, badParam(name, "the live stream is always the last 15 minutes in 10-second buckets"))
@@ -234,7 +234,7 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		problem.Write(w, http.StatusNotFound, "this gateway has no live view")
 		return
 	}
-	t := ticket{token: a.token, share: a.share}
+	t := ticket{token: sc.token, share: sc.shareTok}
 	if s.o.ClientKey != nil {
 		t.client = s.o.ClientKey(r)
 	}
@@ -253,8 +253,8 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 	w.WriteHeader(http.StatusOK)
 
 	var expired <-chan time.Time
-	if a.share != "" {
-		timer := time.NewTimer(a.grant.Expires.Sub(s.o.Now()))
+	if !sc.expires.IsZero() {
+		timer := time.NewTimer(sc.expires.Sub(s.o.Now()))
 		defer timer.Stop()
 		expired = timer.C
 	}
@@ -286,7 +286,11 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		case <-s.o.Streams.done:
 			return
 		case <-expired:
-			writeEvent(w, rc, appendEndEvent(b, ErrShareExpired))
+			why := ErrShareExpired
+			if sc.byTenant() {
+				why = errTenantExpired
+			}
+			writeEvent(w, rc, appendEndEvent(b, why))
 			return
 		case <-changed:
 			var cur *API
@@ -294,8 +298,12 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 			if cur == nil {
 				continue
 			}
-			if _, d := cur.check(r, key, cur.o.Now()); d != nil {
-				writeEvent(w, rc, appendEndEvent(b, errors.New(d.Detail)))
+			if _, k, d := cur.check(r, r.URL.Query(), shortKey, cur.o.Now()); d != nil || k != key {
+				why := "the stream's credentials no longer read this link"
+				if d != nil {
+					why = d.Detail
+				}
+				writeEvent(w, rc, appendEndEvent(b, errors.New(why)))
 				return
 			}
 		case <-tick.C:

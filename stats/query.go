@@ -42,6 +42,9 @@ type query struct {
 	top      int            // top=N: the N most visited links; 0: none
 	compare  string         // "previous" or "year": the earlier range to answer beside; "": none
 	tz       *time.Location // tz=: day and week buckets start at its midnights; nil: UTC
+	// scope is what the request may read (its tenant), set by the
+	// handler once it has checked the request's token.
+	scope scope
 }
 
 // paramError is a bad query parameter; the 400 answer names it.
@@ -210,7 +213,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz", "share"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz", "share", "tenant"}
 
 // maxTop is the longest top list one answer has.
 const maxTop = 1000

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // Share tokens
@@ -40,20 +41,38 @@ const sharePrefix = "lgs1."
 // MinShareKeyBytes is the shortest share key: 128 bits.
 const MinShareKeyBytes = 16
 
-// Grant is what a share token allows: reading Key's stats (analytics.AllLinks:
-// every link's and all links together) until Expires.
+// Grant is what a share token allows: reading Key's stats until Expires.
+// Key is a stored key (analytics.TenantKey): a link's, or all links'
+// (analytics.AllLinks, or a tenant's analytics.TenantAll), which grants
+// every link of its tenant too.
 type Grant struct {
 	Key     string
 	Issued  time.Time
 	Expires time.Time
 }
 
-// All reports whether g is for all links.
-func (g Grant) All() bool { return g.Key == analytics.AllLinks }
+// All reports whether g is for all links (of its tenant).
+func (g Grant) All() bool {
+	_, short := analytics.SplitKey(g.Key)
+	return short == ""
+}
 
-// Allows reports whether g lets its holder read key's stats
-// (analytics.AllLinks: all links together).
-func (g Grant) Allows(key string) bool { return g.All() || g.Key == key }
+// Tenant returns the tenant of g's links ("": the default tenant).
+func (g Grant) Tenant() string {
+	t, _ := analytics.SplitKey(g.Key)
+	return t
+}
+
+// Allows reports whether g lets its holder read the stored key's stats
+// (analytics.AllLinks, analytics.TenantAll: all links together): its own
+// key, or, for all links, any key of its tenant.
+func (g Grant) Allows(key string) bool {
+	if g.Key == key {
+		return true
+	}
+	t, _ := analytics.SplitKey(key)
+	return g.All() && t == g.Tenant()
+}
 
 // Errors of VerifyShare.
 var (
@@ -65,8 +84,16 @@ var (
 
 // SignShare returns the share token of g under key.
 func SignShare(key []byte, g Grant) string {
-	payload := strconv.FormatInt(g.Issued.Unix(), 10) + ":" + strconv.FormatInt(g.Expires.Unix(), 10) + ":" + g.Key
-	p := sharePrefix + base64.RawURLEncoding.EncodeToString([]byte(payload))
+	return sign(key, sharePrefix, g.Issued, g.Expires, g.Key)
+}
+
+// sign returns the token prefix.<payload>.<signature> of what (a stored
+// key, a tenant) from issued to expires: the prefix names the kind of
+// token and is signed with the payload, so that no token of one kind
+// passes for one of another.
+func sign(key []byte, prefix string, issued, expires time.Time, what string) string {
+	payload := strconv.FormatInt(issued.Unix(), 10) + ":" + strconv.FormatInt(expires.Unix(), 10) + ":" + what
+	p := prefix + base64.RawURLEncoding.EncodeToString([]byte(payload))
 	return p + "." + base64.RawURLEncoding.EncodeToString(shareMAC(key, p))
 }
 
@@ -80,42 +107,49 @@ func shareMAC(key []byte, signed string) []byte {
 // its signature must match (in constant time), it must not have expired,
 // and its lifetime must be at most maxTTL (0: any).
 func VerifyShare(key []byte, token string, now time.Time, maxTTL time.Duration) (Grant, error) {
-	rest, ok := strings.CutPrefix(token, sharePrefix)
+	what, issued, expires, err := verify(key, sharePrefix, token, now, maxTTL)
+	return Grant{Key: what, Issued: issued, Expires: expires}, err
+}
+
+// verify checks a token of sign's under key at now and returns what it
+// is for and its lifetime: see VerifyShare.
+func verify(key []byte, prefix, token string, now time.Time, maxTTL time.Duration) (what string, issued, expires time.Time, err error) {
+	rest, ok := strings.CutPrefix(token, prefix)
 	if !ok || len(key) == 0 {
-		return Grant{}, ErrShareMalformed
+		return "", issued, expires, ErrShareMalformed
 	}
 	p, sig, ok := strings.Cut(rest, ".")
 	if !ok {
-		return Grant{}, ErrShareMalformed
+		return "", issued, expires, ErrShareMalformed
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
 	if err != nil {
-		return Grant{}, ErrShareMalformed
+		return "", issued, expires, ErrShareMalformed
 	}
-	if !hmac.Equal(got, shareMAC(key, sharePrefix+p)) {
-		return Grant{}, ErrShareSignature
+	if !hmac.Equal(got, shareMAC(key, prefix+p)) {
+		return "", issued, expires, ErrShareSignature
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(p)
 	if err != nil {
-		return Grant{}, ErrShareMalformed
+		return "", issued, expires, ErrShareMalformed
 	}
 	parts := strings.SplitN(string(raw), ":", 3)
 	if len(parts) != 3 || parts[2] == "" {
-		return Grant{}, ErrShareMalformed
+		return "", issued, expires, ErrShareMalformed
 	}
 	iat, err1 := strconv.ParseInt(parts[0], 10, 64)
 	exp, err2 := strconv.ParseInt(parts[1], 10, 64)
 	if err1 != nil || err2 != nil || exp < iat {
-		return Grant{}, ErrShareMalformed
+		return "", issued, expires, ErrShareMalformed
 	}
-	g := Grant{Key: parts[2], Issued: time.Unix(iat, 0).UTC(), Expires: time.Unix(exp, 0).UTC()}
-	if !now.Before(g.Expires) {
-		return g, ErrShareExpired
+	what, issued, expires = parts[2], time.Unix(iat, 0).UTC(), time.Unix(exp, 0).UTC()
+	if !now.Before(expires) {
+		return what, issued, expires, ErrShareExpired
 	}
-	if maxTTL > 0 && g.Expires.Sub(g.Issued) > maxTTL {
-		return g, ErrShareTooLong
+	if maxTTL > 0 && expires.Sub(issued) > maxTTL {
+		return what, issued, expires, ErrShareTooLong
 	}
-	return g, nil
+	return what, issued, expires, nil
 }
 
 // Sharer makes and checks share tokens under one key. The zero value, or
@@ -134,25 +168,37 @@ const DefaultShareMaxTTL = 365 * 24 * time.Hour
 // ErrSharingOff is returned by Sharer.Make without a key.
 var ErrSharingOff = errors.New("stats: sharing is off: set the environment variable named by stats.share.key_env (at least 16 bytes) and restart")
 
-// Make returns a token granting key's stats (analytics.AllLinks: all links)
-// from now for ttl (0: DefaultShareTTL, capped at MaxTTL). key must be a
-// short key (no "/") or AllLinks.
+// Make returns a token granting key's stats (a stored key: a short key,
+// analytics.AllLinks for all links, or a tenant's analytics.TenantKey or
+// analytics.TenantAll) from now for ttl (0: DefaultShareTTL, capped at
+// MaxTTL).
 func (s Sharer) Make(key string, ttl time.Duration, now time.Time) (string, Grant, error) {
 	if len(s.Key) == 0 {
 		return "", Grant{}, ErrSharingOff
 	}
-	if key == "" || key != analytics.AllLinks && strings.Contains(key, "/") {
+	t, short := analytics.SplitKey(key)
+	if key == "" || t != "" && !tenant.ValidName(t) || strings.Contains(short, "/") {
 		return "", Grant{}, fmt.Errorf("stats: %q is not a short key", key)
 	}
+	issued, expires, err := s.lifetime(ttl, now)
+	if err != nil {
+		return "", Grant{}, err
+	}
+	g := Grant{Key: key, Issued: issued, Expires: expires}
+	return SignShare(s.Key, g), g, nil
+}
+
+// lifetime returns the issue time and expiry of a token made at now for
+// ttl (0: DefaultShareTTL, capped at MaxTTL).
+func (s Sharer) lifetime(ttl time.Duration, now time.Time) (issued, expires time.Time, err error) {
 	if ttl == 0 {
 		ttl = min(DefaultShareTTL, s.MaxTTL)
 	}
 	if ttl < time.Second || s.MaxTTL > 0 && ttl > s.MaxTTL {
-		return "", Grant{}, fmt.Errorf("stats: a share token's ttl must be from 1s to %v (stats.share.max_ttl), not %v", s.MaxTTL, ttl)
+		return issued, expires, fmt.Errorf("stats: a token's ttl must be from 1s to %v (stats.share.max_ttl), not %v", s.MaxTTL, ttl)
 	}
-	g := Grant{Key: key, Issued: now.UTC().Truncate(time.Second)}
-	g.Expires = g.Issued.Add(ttl)
-	return SignShare(s.Key, g), g, nil
+	issued = now.UTC().Truncate(time.Second)
+	return issued, issued.Add(ttl), nil
 }
 
 // Verify checks token at now: see VerifyShare.

@@ -71,7 +71,7 @@ func TestShareTokens(t *testing.T) {
 	for _, c := range []struct {
 		key string
 		ttl time.Duration
-	}{{"", 0}, {"a/b", 0}, {"go", 400 * 24 * time.Hour}, {"go", time.Millisecond}} {
+	}{{"", 0}, {"a/b/c", 0}, {"Acme/x", 0}, {"go", 400 * 24 * time.Hour}, {"go", time.Millisecond}} {
 		if _, _, err := s.Make(c.key, c.ttl, now); err == nil {
 			t.Errorf("Make(%q, %v): no error", c.key, c.ttl)
 		}

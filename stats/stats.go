@@ -117,6 +117,9 @@ type Options struct {
 	// FrameAncestors are the CSP sources (stats.embed.frame_ancestors)
 	// that may frame the embed view (format=embed). Empty: none may.
 	FrameAncestors []string
+	// Prefix is where the gateway serves the API (stats.prefix): the
+	// paths of the share tokens it makes start with it.
+	Prefix string
 }
 
 // New returns the stats API reading from r, whose tiers are tiers (the
@@ -206,6 +209,9 @@ func New(r Reader, tiers []rollup.Tier, o Options) *API {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Prefix == "" {
+		o.Prefix = "/stats"
+	}
 	return &API{r: r, tiers: tiers, earliest: epochStart(tiers[len(tiers)-1].Step), o: o}
 }
 
@@ -216,15 +222,16 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveGraphite(w, r, "/"+rest)
 		return
 	}
+	if r.URL.Path == "/tokens/share" {
+		s.serveMakeShare(w, r)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		problem.Write(w, http.StatusMethodNotAllowed, "the stats API is read-only: use GET or HEAD")
 		return
 	}
-	key, shortKey := analytics.AllLinks, strings.TrimPrefix(r.URL.Path, "/")
-	if shortKey != "" {
-		key = shortKey
-	}
+	shortKey := strings.TrimPrefix(r.URL.Path, "/")
 	if strings.Contains(shortKey, "/") {
 		problem.Write(w, http.StatusNotFound, "no stats at this path: ask for / (all links) or /{short_key}")
 		return
@@ -256,12 +263,14 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveChart(w, format == formatEmbed, s.o.FrameAncestors)
 		return
 	}
-	a, ok := s.allow(w, r, key)
-	if !ok {
+	sc, key, d := s.check(r, v, shortKey, now)
+	if d != nil {
+		writeRefusal(w, r, sc, d)
 		return
 	}
+	q.scope = sc
 	if format == formatEvents {
-		s.serveLive(w, r, key, shortKey, a)
+		s.serveLive(w, r, key, shortKey, sc)
 		return
 	}
 	ctx, cancel := s.readContext(r)
@@ -276,9 +285,9 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.o.Log.Warn("stats: store not read; answering from unsaved counts", "key", key, "err", c.readErr, "suppressed", n)
 		}
 	}
-	c.shortKey = shortKey
+	c.shortKey, c.tenant = shortKey, sc.tenant
 	if c.compare != nil {
-		c.compare.shortKey = shortKey
+		c.compare.shortKey, c.compare.tenant = shortKey, sc.tenant
 	}
 	h := w.Header()
 	h.Set("Cache-Control", "no-store") // counts change at every flush
@@ -319,64 +328,6 @@ func (s *API) authorized(r *http.Request) bool {
 	return s.o.Token == "" || bearer.Match(r, s.o.Token)
 }
 
-// access is how a request may read a link's data.
-type access struct {
-	token bool   // it carries the stats token (false when none is required)
-	share string // the share token it came with, "" for none
-	grant Grant  // what share grants
-}
-
-// allow says whether r may read key's data (see check), answering the
-// refusal when it may not.
-func (s *API) allow(w http.ResponseWriter, r *http.Request, key string) (access, bool) {
-	a, d := s.check(r, key, s.o.Now())
-	if d == nil {
-		return a, true
-	}
-	if d.Status == http.StatusUnauthorized && a.share == "" {
-		bearer.Challenge(w, r, "linkgate stats")
-	}
-	problem.WriteDetails(w, *d)
-	return a, false
-}
-
-// check says whether r may read key's data at now: it carries the stats
-// token (or none is required), or a share token granting key. Otherwise
-// the problem to answer: 401 (no token, or a share token that is not
-// valid: its problem names the share parameter) or 403 (a valid share
-// token of another link).
-func (s *API) check(r *http.Request, key string, now time.Time) (access, *problem.Details) {
-	tok := r.URL.Query().Get("share")
-	if tok == "" {
-		if b, ok := bearerToken(r); ok && strings.HasPrefix(b, sharePrefix) {
-			tok = b
-		}
-	}
-	if tok == "" {
-		if s.authorized(r) {
-			return access{token: s.o.Token != ""}, nil
-		}
-		return access{}, &problem.Details{Status: http.StatusUnauthorized, Detail: needsToken}
-	}
-	a := access{share: tok}
-	g, err := s.o.Share.Verify(tok, now)
-	if err != nil {
-		reason := strings.TrimPrefix(err.Error(), "stats: ")
-		return a, &problem.Details{Status: http.StatusUnauthorized, Detail: reason,
-			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": reason}}}}
-	}
-	if !g.Allows(key) {
-		what := "all links together"
-		if key != analytics.AllLinks {
-			what = "the link " + strconv.Quote(key)
-		}
-		return a, &problem.Details{Status: http.StatusForbidden, Detail: "the share token is not for " + what,
-			Extra: map[string]any{"invalid-params": []map[string]string{{"name": "share", "reason": "not for " + what}}}}
-	}
-	a.grant = g
-	return a, nil
-}
-
 // bearerToken returns the token of r's Authorization header, if it has
 // one of the Bearer scheme (case-insensitive, RFC 6750 section 2.1).
 func bearerToken(r *http.Request) (string, bool) {
@@ -399,17 +350,24 @@ func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
 // writeParamError answers 400 naming the bad parameter, in the shape of RFC
 // 9457's "invalid-params" example.
 func writeParamError(w http.ResponseWriter, err error) {
-	d := problem.Details{Status: http.StatusBadRequest, Detail: err.Error()}
+	problem.WriteDetails(w, *paramProblem(err))
+}
+
+// paramProblem is the 400 of err, naming its parameter when it is a
+// paramError.
+func paramProblem(err error) *problem.Details {
+	d := &problem.Details{Status: http.StatusBadRequest, Detail: err.Error()}
 	var pe *paramError
 	if errors.As(err, &pe) {
 		d.Extra = map[string]any{"invalid-params": []map[string]string{{"name": pe.param, "reason": pe.reason}}}
 	}
-	problem.WriteDetails(w, d)
+	return d
 }
 
 // curve is the answer to one stats query.
 type curve struct {
 	shortKey   string
+	tenant     string // the tenant of the link, or of all links; "": the default
 	total      rollup.Visits
 	rangeTotal rollup.Visits // of the points not null
 	from, to   time.Time
@@ -449,7 +407,8 @@ type uniquesAnswer struct {
 // topAnswer is one link of a top list: its visits over the breakdown days
 // and its curve over the answer's buckets.
 type topAnswer struct {
-	key    string
+	key    string // the short key
+	tenant string // the link's tenant, in the default tenant's list (which lists every tenant's links)
 	visits int64
 	points []curvePoint
 	// rangeTotal is the human visits of points (not null);
@@ -741,16 +700,15 @@ func capValues(vals []analytics.DimValue, max int) []analytics.DimValue {
 // topLinks reads the q.top most visited links of the range's UTC days into
 // c, each with its curve at c's buckets. Only the all-links answer has one.
 func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now time.Time) error {
-	tr, ok := s.r.(TopReader)
-	if key != analytics.AllLinks {
+	if _, short := analytics.SplitKey(key); short != "" {
 		return badParam("top", "top lists are of all links: ask /stats?top=N")
 	}
-	if !ok {
+	if !s.hasTop(q.scope) {
 		return badParam("top", "this gateway keeps no top lists")
 	}
 	c.hasTop = true
 	c.dimFrom, c.dimTo = rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
-	links, err := tr.Top(ctx, c.dimFrom, q.to, q.top)
+	links, err := s.topOf(ctx, q.scope, c.dimFrom, q.to, q.top)
 	if err != nil {
 		if c.readErr == nil {
 			c.readErr = fmt.Errorf("stats: top links: %w", err)
@@ -774,7 +732,11 @@ func (s *API) topLinks(ctx context.Context, c *curve, key string, q query, now t
 		if lc.readErr != nil && c.readErr == nil {
 			c.readErr = lc.readErr
 		}
-		ta := topAnswer{key: l.Key, visits: l.Visits, points: lc.points, rangeTotal: lc.rangeTotal.Human}
+		t, short := analytics.SplitKey(l.Key)
+		ta := topAnswer{key: short, visits: l.Visits, points: lc.points, rangeTotal: lc.rangeTotal.Human}
+		if t != q.scope.tenant {
+			ta.tenant = t
+		}
 		if q.compare != "" {
 			ec, err := s.points(ctx, l.Key, early, now)
 			if err != nil {

@@ -27,7 +27,7 @@ Usage:
   gateway check-config FILE    compile FILE as start-up and reload do; exit 1 naming the field on error
   gateway version              print the version
   gateway probe URL            exit 0 when URL answers 2xx (container health checks)
-  gateway share [-config FILE] [-ttl 30d] (-all | SHORT_KEY)
+  gateway share [-config FILE] [-ttl 30d] [-tenant NAME] (-all | SHORT_KEY)
                                print a read-only share token of a link's stats (or all links'),
                                signed with the key of stats.share.key_env
 
@@ -259,6 +259,7 @@ func share(args []string, stdout io.Writer, getenv func(string) string) error {
 	path := fs.String("config", "configs/gateway.quickstart.yaml", "config file")
 	ttl := fs.String("ttl", "30d", "how long the token is valid: 24h, 30d, 8w (at most stats.share.max_ttl)")
 	all := fs.Bool("all", false, "a token for all links (their page, and each link's)")
+	tenantName := fs.String("tenant", "", "the tenant of the link (or of all links); default: the default tenant")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -267,7 +268,7 @@ func share(args []string, stdout io.Writer, getenv func(string) string) error {
 	}
 	key := fs.Arg(0)
 	if fs.NArg() > 1 || (key == "") == !*all {
-		return errors.New("usage: gateway share [-config FILE] [-ttl 30d] (-all | SHORT_KEY)")
+		return errors.New("usage: gateway share [-config FILE] [-ttl 30d] [-tenant NAME] (-all | SHORT_KEY)")
 	}
 	d, err := rollup.ParseDuration(*ttl)
 	if err != nil || d <= 0 {
@@ -277,13 +278,16 @@ func share(args []string, stdout io.Writer, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	sh, err := plan.MakeShare(key, *all, d, time.Now())
+	sh, err := plan.MakeShare(*tenantName, key, *all, d, time.Now())
 	if err != nil {
 		return fmt.Errorf("gateway share: %w", err)
 	}
 	what := "link " + sh.ShortKey
 	if sh.All {
 		what = "all links"
+	}
+	if sh.Tenant != "" {
+		what += " of tenant " + sh.Tenant
 	}
 	fmt.Fprintf(stdout, "token   %s\nfor     %s\nexpires %s\npage    %s\nembed   %s\ndata    %s\n",
 		sh.Token, what, sh.Expires.Format(time.RFC3339), sh.Page, sh.Embed, sh.Data)
