@@ -72,12 +72,16 @@ type LiveConfig struct {
 	// (IPv6 per identity.ipv6_prefix), those opened with the stats token
 	// aside.
 	PerClient int `yaml:"per_client"`
+	// PerTenant caps the streams open at once on the tokens of one tenant
+	// (its tenant tokens and the share tokens of its links), so that one
+	// customer's dashboards cannot take the others' share.
+	PerTenant int `yaml:"per_tenant"`
 }
 
 // DefaultConfig returns the defaults of the stats section.
 func DefaultConfig() Config {
 	return Config{Prefix: "/stats", ReadTimeout: time.Second, Live: LiveConfig{MaxStreams: DefaultMaxStreams,
-		ReservedStreams: DefaultReservedStreams, PerShareToken: DefaultPerShareToken, PerClient: DefaultPerClient},
+		ReservedStreams: DefaultReservedStreams, PerShareToken: DefaultPerShareToken, PerClient: DefaultPerClient, PerTenant: DefaultPerTenant},
 		Share: ShareConfig{KeyEnv: "LINKGATE_SHARE_KEY", MaxTTL: DefaultShareMaxTTL}}
 }
 
@@ -91,6 +95,7 @@ var bounds = bound.Section[Config]{
 	bound.At("live.reserved_streams", bound.Counts(0, MaxStreamsLimit), func(c Config) int { return c.Live.ReservedStreams }),
 	bound.At("live.per_share_token", bound.Counts(1, MaxStreamsLimit), func(c Config) int { return c.Live.PerShareToken }),
 	bound.At("live.per_client", bound.Counts(1, MaxStreamsLimit), func(c Config) int { return c.Live.PerClient }),
+	bound.At("live.per_tenant", bound.Counts(1, MaxStreamsLimit), func(c Config) int { return c.Live.PerTenant }),
 	bound.At("share.max_ttl", bound.Durations(time.Minute, 10*365*24*time.Hour), func(c Config) time.Duration { return c.Share.MaxTTL }),
 }
 

@@ -28,8 +28,8 @@ type LiveSource interface {
 // no holder of a share token can take the operator's (stats.live): at most
 // MaxStreams at once; of them ReservedStreams only for streams opened with
 // the stats token (when one is required); at most PerShareToken on one
-// share token and PerClient from one client address (the stats token's
-// streams aside). It outlives config reloads, as the streams do: Use gives
+// share token, PerTenant on the tokens of one tenant and PerClient from
+// one client address (the stats token's streams aside). It outlives config reloads, as the streams do: Use gives
 // it each new API, whose limits it takes and whose credentials every open
 // stream is held to again (a share key rotated, a stats token changed, a
 // lower max_ttl end the streams they no longer allow). Close ends them all.
@@ -42,6 +42,7 @@ type Streams struct {
 	others    int            // the streams not opened with the stats token
 	perShare  map[string]int // open streams per share token
 	perClient map[string]int // open streams per client key, the stats token's aside
+	perTenant map[string]int // open streams per tenant of a share or tenant token
 	cur       *API           // the API streams are held to; nil before Use
 	changed   chan struct{}  // closed by Use, then replaced
 
@@ -62,13 +63,14 @@ const (
 	DefaultReservedStreams = 10
 	DefaultPerShareToken   = 3
 	DefaultPerClient       = 5
+	DefaultPerTenant       = 20
 )
 
 // NewStreams returns Streams with the limits of c, and the reserve held
 // (as for an API with a stats token) until Use says otherwise.
 func NewStreams(c LiveConfig) *Streams {
 	s := &Streams{done: make(chan struct{}), changed: make(chan struct{}),
-		perShare: map[string]int{}, perClient: map[string]int{}}
+		perShare: map[string]int{}, perClient: map[string]int{}, perTenant: map[string]int{}}
 	s.setLimits(c, true)
 	return s
 }
@@ -118,6 +120,7 @@ func (s *Streams) Close() { s.closeOnce.Do(func() { close(s.done) }) }
 type ticket struct {
 	token  bool
 	share  string
+	tenant string // the tenant of a share or tenant token; "" for the default tenant's
 	client string
 }
 
@@ -144,6 +147,8 @@ func (s *Streams) acquire(t ticket) (refusal, bool) {
 	switch {
 	case t.share != "" && s.perShare[t.share] >= l.PerShareToken:
 		return refusal{field: "stats.live.per_share_token", own: true}, false
+	case t.tenant != "" && s.perTenant[t.tenant] >= l.PerTenant:
+		return refusal{field: "stats.live.per_tenant", own: true}, false
 	case !t.token && t.client != "" && s.perClient[t.client] >= l.PerClient:
 		return refusal{field: "stats.live.per_client", own: true}, false
 	case s.open >= l.MaxStreams:
@@ -154,6 +159,9 @@ func (s *Streams) acquire(t ticket) (refusal, bool) {
 	s.open++
 	if t.share != "" {
 		s.perShare[t.share]++
+	}
+	if t.tenant != "" {
+		s.perTenant[t.tenant]++
 	}
 	if !t.token {
 		s.others++
@@ -172,6 +180,11 @@ func (s *Streams) release(t ticket) {
 	if t.share != "" {
 		if s.perShare[t.share]--; s.perShare[t.share] <= 0 {
 			delete(s.perShare, t.share)
+		}
+	}
+	if t.tenant != "" {
+		if s.perTenant[t.tenant]--; s.perTenant[t.tenant] <= 0 {
+			delete(s.perTenant, t.tenant)
 		}
 	}
 	if !t.token {
@@ -235,6 +248,9 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 		return
 	}
 	t := ticket{token: sc.token, share: sc.shareTok}
+	if !sc.token {
+		t.tenant = sc.tenant // the operator's streams of a tenant count as the operator's
+	}
 	if s.o.ClientKey != nil {
 		t.client = s.o.ClientKey(r)
 	}

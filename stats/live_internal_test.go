@@ -81,3 +81,24 @@ func TestLiveStreamLetsAStalledClientGo(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the buffers filling, then the write timeout
 	}
 }
+
+// TestStreamsPerTenant: the streams of one tenant's tokens (tenant tokens
+// and its links' share tokens together) stop at per_tenant, with a 429 of
+// their own; another tenant's, the default tenant's and the operator's
+// are not counted with them, and a released place is taken again.
+func TestStreamsPerTenant(t *testing.T) {
+	s := NewStreams(LiveConfig{MaxStreams: 100, PerShareToken: 10, PerClient: 100, PerTenant: 2})
+	acme1, acme2 := ticket{tenant: "acme"}, ticket{tenant: "acme", share: "lgs1.a"}
+	for _, tk := range []ticket{acme1, acme2, {tenant: "other"}, {}, {token: true}} {
+		if why, ok := s.acquire(tk); !ok {
+			t.Fatalf("acquire(%+v) refused: %+v", tk, why)
+		}
+	}
+	if why, ok := s.acquire(ticket{tenant: "acme", client: "c"}); ok || why.field != "stats.live.per_tenant" || !why.own {
+		t.Errorf("a third stream of acme: %v %+v, want refused by stats.live.per_tenant", ok, why)
+	}
+	s.release(acme2)
+	if _, ok := s.acquire(acme1); !ok {
+		t.Errorf("a place acme released was not taken again")
+	}
+}
