@@ -52,7 +52,7 @@ type Config struct {
 	// counted and read apart (package tenant); none: every host is in the
 	// default tenant.
 	Tenants []tenant.Config `yaml:"tenants"`
-	Runtime   Runtime          `yaml:"runtime"`
+	Runtime Runtime         `yaml:"runtime"`
 
 	src source // where the fields are in the file, for Locate
 }

@@ -415,13 +415,16 @@ func baseDoc() map[string]any {
 	}
 }
 
-// docFor is baseDoc with a route when f is a field of routes[], so that the
-// first route's field can be set and changed.
+// docFor is baseDoc with a route when f is a field of routes[] (a tenant
+// for tenants[]), so that the first one's field can be set and changed.
 func docFor(f string) map[string]any {
 	doc := baseDoc()
 	if strings.HasPrefix(f, "rules[].penalty.") && f != "rules[].penalty.duration" || f == "rules[].edge" {
 		// A penalty's other fields, and edge, need its duration.
 		doc["rules"].([]any)[0].(map[string]any)["penalty"] = map[string]any{"duration": "1s"}
+	}
+	if strings.HasPrefix(f, "tenants[]") {
+		doc["tenants"] = []any{map[string]any{"name": "acme", "hosts": []any{"go.acme.example"}}}
 	}
 	if strings.HasPrefix(f, "routes[]") {
 		doc["routes"] = []any{map[string]any{
