@@ -53,16 +53,6 @@ func SplitKey(key string) (tenant, short string) {
 	return "", key
 }
 
-// tenantAllOf returns the TenantAll key of the tenant of the link key, ""
-// for a link of the default tenant (and for a key of all links). It points
-// into key.
-func tenantAllOf(key string) string {
-	if i := strings.IndexByte(key, '/'); i > 0 && i < len(key)-1 {
-		return key[:i+1]
-	}
-	return ""
-}
-
 // isTenantAll reports whether key is a tenant's TenantAll key.
 func isTenantAll(key string) bool {
 	return len(key) > 1 && key[len(key)-1] == '/'
