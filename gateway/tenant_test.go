@@ -2,12 +2,14 @@ package gateway_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -341,4 +343,42 @@ func rawTLS(t *testing.T, ca *edgetest.CA, gw *running, req string) (int, string
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestOnDemandTenantLearned: a name the ask endpoint allows with a
+// Linkgate-Tenant header is its tenant's from its first visit: the visit
+// made over the first handshake counts as the tenant's link, not the
+// default tenant's; a name allowed without the header stays in the
+// default tenant.
+func TestOnDemandTenantLearned(t *testing.T) {
+	t.Parallel()
+	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
+	ask := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch d := r.URL.Query().Get("domain"); {
+		case strings.HasSuffix(d, ".shop.test"):
+			w.Header().Set("Linkgate-Tenant", "shop")
+		case strings.HasSuffix(d, ".plain.test"):
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(ask.Close)
+	cfg := acmeConfig(tinyURL(t).URL, p, ask.URL, t.TempDir())
+	cfg = strings.Replace(cfg, "analytics:\n  enabled: false\n", "analytics:\n  flush_interval: 1h\n"+embeddedStore(t.TempDir())+"\n", 1)
+	gw := start(t, cfg)
+	client := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: p.Roots}, DialContext: func(ctx context.Context, n, a string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", gw.g.Addr().String())
+	}}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, u := range []string{"https://links.shop.test/go", "https://links.plain.test/go", "https://links.plain.test/go"} {
+		if resp, b := get(t, client, u); resp.StatusCode != http.StatusFound {
+			t.Fatalf("GET %s: %d %s", u, resp.StatusCode, b)
+		}
+	}
+	for path, want := range map[string]int64{"/stats/go?last=1h&tenant=shop": 1, "/stats/go?last=1h": 2, "/stats?last=1h&tenant=shop": 1} {
+		resp, b := get(t, client, "https://links.plain.test"+path, "Accept", "application/json")
+		var a statsAnswer
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &a) != nil || a.Total != want {
+			t.Errorf("GET %s: %d %s, want total %d", path, resp.StatusCode, b, want)
+		}
+	}
 }
