@@ -15,6 +15,7 @@ import (
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/limit"
+	"github.com/linkgate/linkgate/tenant"
 )
 
 // TestBoundsCoverEveryDurationAndSize: every duration of the file and
@@ -28,6 +29,7 @@ func TestBoundsCoverEveryDurationAndSize(t *testing.T) {
 	c := config.Default()
 	c.Rules = make([]limit.Rule, 1)
 	c.Routes = make([]config.Route, 1)
+	c.Tenants = make([]tenant.Config, 1)
 	cfg := reflect.ValueOf(c).Elem()
 	var missing []string
 	for _, f := range configFields() {

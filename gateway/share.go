@@ -42,9 +42,9 @@ func (g *Gateway) handleShare(w http.ResponseWriter, r *http.Request) {
 	stats.WriteShared(w, req, sh, err)
 }
 
-// TenantToken is a tenant token made for an operator (POST /admin/tokens,
-// gateway token): a bearer token that reads the tenant's stats and nothing
-// else, until it expires.
+// TenantToken is a tenant token made for an operator (POST /admin/tokens):
+// a bearer token that reads the tenant's stats and nothing else, until it
+// expires.
 type TenantToken struct {
 	Token   string    `json:"token"`
 	Tenant  string    `json:"tenant"`

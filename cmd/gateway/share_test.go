@@ -14,7 +14,7 @@ import (
 
 // TestShareCommand: "gateway share" signs with the key the config names, as
 // the gateway checks it: the token it prints verifies for its link (or all
-// links) and its ttl; without a key, with both a key and -all, or with a
+// links, or a tenant's link) and its ttl; without a key, with both a key and -all, or with a
 // ttl over max_ttl it fails saying why.
 func TestShareCommand(t *testing.T) {
 	t.Parallel()
@@ -50,10 +50,17 @@ func TestShareCommand(t *testing.T) {
 	} else if g, err := stats.VerifyShare([]byte(key), m[1], time.Now(), 0); err != nil || !g.All() || g.Expires.Sub(g.Issued) != 30*24*time.Hour {
 		t.Errorf("gateway share -all: %+v, %v; want all links for 30 days", g, err)
 	}
+	out, err = share("-tenant", "acme", "go")
+	if m := regexp.MustCompile(`(?m)^token +(\S+)$`).FindStringSubmatch(out); err != nil || m == nil || !strings.Contains(out, "for     link go of tenant acme") {
+		t.Errorf("gateway share -tenant acme go: %v\n%s", err, out)
+	} else if g, err := stats.VerifyShare([]byte(key), m[1], time.Now(), 0); err != nil || g.Key != "acme/go" || g.Tenant() != "acme" {
+		t.Errorf("gateway share -tenant acme go: %+v, %v; want acme's go", g, err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"-tenant", "Acme", "go"}, "tenant"},
 		{[]string{"-all", "go"}, "usage"},
 		{nil, "usage"},
 		{[]string{"-ttl", "90d", "go"}, "max_ttl"},
