@@ -267,10 +267,10 @@ func TestTenants(t *testing.T) {
 	if s.resp.StatusCode != 200 {
 		t.Fatalf("acme's live stream: %d", s.resp.StatusCode)
 	}
-	s.next(t, 10*time.Second, "acme's 4 visits to go", func(e liveEvent) bool { return e.RangeTotal == 4 })
+	s.next(t, testkit.Slack(10*time.Second), "acme's 4 visits to go", func(e liveEvent) bool { return e.RangeTotal == 4 })
 	visit(h2, "go.other.test", "/go", 1)
 	visit(h2, "go.acme.test", "/go", 1)
-	s.next(t, 10*time.Second, "acme's 5th visit to go", func(e liveEvent) bool { return e.RangeTotal == 5 })
+	s.next(t, testkit.Slack(10*time.Second), "acme's 5th visit to go", func(e liveEvent) bool { return e.RangeTotal == 5 })
 	s.cancel()
 
 	// A restart reads the same counts back from the store.
@@ -326,13 +326,13 @@ func makeShare(t *testing.T, c *http.Client, base, tok, body string, status int)
 // go.acme.test) and returns the answer's status and body.
 func rawTLS(t *testing.T, ca *edgetest.CA, gw *running, req string) (int, string) {
 	t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", gw.g.Addr().String(),
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: testkit.Slack(10 * time.Second)}, "tcp", gw.g.Addr().String(),
 		&tls.Config{RootCAs: ca.Pool(), ServerName: "go.acme.test", NextProtos: []string{"http/1.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.SetDeadline(time.Now().Add(testkit.Slack(10 * time.Second)))
 	if _, err := io.WriteString(conn, req); err != nil {
 		t.Fatal(err)
 	}
