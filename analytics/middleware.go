@@ -47,7 +47,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
-			if !ok || key == "" || strings.IndexByte(key, '/') >= 0 { // a pattern like {short_key:.*} must not count all links twice
+			if !ok || key == "" || strings.IndexByte(key, '/') >= 0 { // a pattern like {short_key:.*} must not count all links twice, nor a tenant's link
 				next.ServeHTTP(w, r)
 				return
 			}

@@ -991,3 +991,49 @@ func TestRuleHostsCompile(t *testing.T) {
 		t.Errorf("error %v, want one naming rules[0].match.hosts[1] listed twice", err)
 	}
 }
+
+// TestTenantRule: a rule keyed on the tenant counts each tenant's requests
+// apart, whichever of its hosts they name, so that one tenant's campaign
+// leaves the others' budget whole; a host in no tenant is not counted.
+func TestTenantRule(t *testing.T) {
+	rule := limit.Rule{Name: "per_tenant", Match: limit.Match{Path: "/{short_key}"}, Key: limit.Tenant, Limits: limits(t, "2/m")}
+	e := newEnv(t, []limit.Rule{rule}, envOpt{})
+	e.l.WithTenants(func(host string) string {
+		switch host {
+		case "go.acme.example", "x.acme.example":
+			return "acme"
+		case "go.other.example":
+			return "other"
+		}
+		return ""
+	})
+	for i, tc := range []struct {
+		host string
+		want int
+	}{
+		{"go.acme.example", 200},
+		{"x.acme.example", 200},
+		{"go.acme.example", 429}, // acme's third, on either host
+		{"go.other.example", 200},
+		{"go.other.example", 200},
+		{"x.acme.example", 429},
+		{"go.other.example", 429},
+		{"plain.example", 200}, // in no tenant: not the rule's
+		{"plain.example", 200},
+		{"plain.example", 200},
+	} {
+		req, err := http.NewRequest("GET", e.srv.URL+"/go", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = tc.host
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("request %d, Host %s: %d, want %d", i, tc.host, resp.StatusCode, tc.want)
+		}
+	}
+}
