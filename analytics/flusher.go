@@ -63,6 +63,13 @@ type FlusherOptions struct {
 	// Now returns the current time, which stamps batches (Batch.At) and
 	// paces retries. Default time.Now.
 	Now func() time.Time
+	// After, when not nil, holds back the journal and the writes until it
+	// is closed: meanwhile every interval's counts are taken and kept in
+	// memory (MaxBuffered), and read by Reader as unsaved. It is for a
+	// process that takes over from another (a binary upgrade): the journal
+	// is one process's at a time, and the embedded store too. Close waits
+	// for it, within its context, before the final flush.
+	After <-chan struct{}
 }
 
 // Flusher moves the visits a Recorder counted into a store every interval:
@@ -227,6 +234,11 @@ func NewFlusher(rec *Recorder, w Writer, plan *rollup.Plan, opts FlusherOptions,
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.After == nil {
+		now := make(chan struct{})
+		close(now)
+		opts.After = now
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -282,6 +294,11 @@ func (f *Flusher) tick() {
 // batch, after the backoff when a write failed, at most an interval of
 // writing at a time so that a long replay lets Flush in.
 func (f *Flusher) writeLoop(ctx context.Context) {
+	select {
+	case <-f.opts.After:
+	case <-ctx.Done():
+		return
+	}
 	f.openJournal()
 	for {
 		f.mu.Lock()
@@ -323,6 +340,11 @@ func (f *Flusher) writeLoop(ctx context.Context) {
 // journal without f.mu held (Open checks every record's CRC), under
 // openMu. It says whether the journal is open.
 func (f *Flusher) openJournal() bool {
+	select {
+	case <-f.opts.After:
+	default:
+		return false // the journal is another process's yet
+	}
 	f.openMu.Lock()
 	defer f.openMu.Unlock()
 	f.mu.Lock()
@@ -423,6 +445,10 @@ func (f *Flusher) Flush(ctx context.Context) error {
 // either is lost, and Close returns a *LostError saying how many visits.
 // It closes the journal.
 func (f *Flusher) Close(ctx context.Context) error {
+	select {
+	case <-f.opts.After:
+	case <-ctx.Done():
+	}
 	f.mu.Lock()
 	f.takeLocked()
 	f.mu.Unlock()

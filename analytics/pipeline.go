@@ -41,6 +41,16 @@ type Pipeline struct {
 // and writes what an earlier run left in it in the background. m and log
 // may be nil.
 func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
+	return NewPipelineAfter(nil, plan, store, m, log)
+}
+
+// NewPipelineAfter is NewPipeline for a process that takes over from
+// another (a binary upgrade): it counts visits at once, but opens the
+// journal and writes to the store only once after is closed (nil: at
+// once), when the other process has closed them (FlusherOptions.After);
+// meanwhile each interval's counts wait in memory. A store that one
+// process at a time may open waits for after too (pebblestore.StartAfter).
+func NewPipelineAfter(after <-chan struct{}, plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
 	cfg := plan.Config()
 	rec := NewRecorder(cfg.MaxKeys, m)
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
@@ -50,6 +60,7 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 		Interval:        cfg.FlushInterval,
 		JournalPath:     DefaultJournalPath(cfg),
 		JournalMaxBytes: cfg.Journal.MaxBytes,
+		After:           after,
 	}, m, log)
 	roller := rollup.NewWorker(store, plan.Rollup(), rollup.WorkerOptions{Metrics: m, Log: log})
 	ctx, stop := context.WithCancel(context.Background())

@@ -129,6 +129,33 @@ func Start(path string, plan *rollup.Plan, log *slog.Logger) (*Store, error) {
 	return start(path, vfs.Default, plan, log, openRetryMin, openRetryMax)
 }
 
+// StartAfter is Start that makes its first attempt only once after is
+// closed, for a process that takes over from another (a binary upgrade):
+// the folder is the other's until it closes it. Meanwhile State says the
+// store is starting, with ErrWaiting, and nothing is logged.
+func StartAfter(after <-chan struct{}, path string, plan *rollup.Plan, log *slog.Logger) (*Store, error) {
+	if strings.TrimSpace(path) == "" {
+		return nil, errors.New("pebble: the folder's path is empty")
+	}
+	s := newStore(path, vfs.Default, plan, log)
+	s.notOpen = ErrWaiting
+	s.background(func(ctx context.Context) {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			return
+		}
+		var said string
+		if s.tryOpen(1, &said, openRetryMax) || s.openLoop(ctx, openRetryMin, openRetryMax, said) {
+			s.expireLater(ctx)
+		}
+	})
+	return s, nil
+}
+
+// ErrWaiting is why a store of StartAfter is not open yet while it waits.
+var ErrWaiting = errors.New("pebble: waiting for the process this one replaces to close the folder")
+
 // openRetryMin and openRetryMax bound the wait between two attempts of
 // Start to open the database. Opening a local folder that is not usable
 // fails fast and costs little, so the wait stays short: the store opens
