@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,8 @@ type Listener struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+	draining  atomic.Bool
+	loopDone  chan struct{} // closed when acceptLoop returns
 }
 
 // Listen wraps inner. wrapHTTP1 may be nil.
@@ -40,16 +43,21 @@ func (e *Edge) Listen(inner net.Listener, wrapHTTP1 func(net.Conn) net.Conn) *Li
 		timeout: e.plan.Load().cfg.HandshakeTimeout,
 		wrap:    wrapHTTP1,
 		conns:   make(chan net.Conn), errc: make(chan error, 1), closed: make(chan struct{}),
+		loopDone: make(chan struct{}),
 	}
 	go l.acceptLoop()
 	return l
 }
 
 func (l *Listener) acceptLoop() {
+	defer close(l.loopDone)
 	var delay time.Duration
 	for {
 		c, err := l.inner.Accept()
 		if err != nil {
+			if l.draining.Load() {
+				return
+			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -137,6 +145,23 @@ func (l *Listener) Accept() (net.Conn, error) {
 		return nil, err
 	case <-l.closed:
 		return nil, net.ErrClosed
+	}
+}
+
+// Drain stops accepting and waits, until ctx is done, for the handshakes
+// in progress to end: Accept still returns the connections of those that
+// succeed, so that a graceful stop serves them rather than closing them
+// unanswered. Close after it.
+func (l *Listener) Drain(ctx context.Context) error {
+	l.draining.Store(true)
+	l.inner.Close()
+	done := make(chan struct{})
+	go func() { <-l.loopDone; l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -62,9 +62,11 @@ import (
 	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/proxy"
+	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
 	"github.com/linkgate/linkgate/tenant"
+	"github.com/linkgate/linkgate/upgrade"
 )
 
 // Options are what a Gateway needs besides its Plan.
@@ -91,7 +93,28 @@ type Options struct {
 	// LimitClock is the clock the limiter's windows and penalty boxes
 	// count in. Nil: the system clock. Tests drive it.
 	LimitClock func() time.Time
+	// Upgrade is the process's side of binary upgrades: the listeners are
+	// bound through it (those the process this one replaces handed over,
+	// when it was started by an upgrade: the journal and the embedded
+	// store are then opened once that process is done with them), Serve
+	// says through it when it serves (to that process, and to systemd),
+	// and each value of Upgrades starts the new process through it. Nil:
+	// listeners bound directly, no upgrades.
+	Upgrade *upgrade.Process
+	// Upgrades delivers SIGUSR2: each value starts a new process of the
+	// binary (Upgrade) and, once it serves, stops this one as its context
+	// ending would, but for systemd's STOPPING=1. Nil: none.
+	Upgrades <-chan os.Signal
+	// UpgradeTimeout bounds the wait for a new process to say it serves.
+	// Default DefaultUpgradeTimeout.
+	UpgradeTimeout time.Duration
 }
+
+// DefaultUpgradeTimeout is how long a binary upgrade waits for the new
+// process to serve before it kills it and serves on: compiling the
+// config, binding and opening what the new process opens at start takes
+// seconds even on a loaded machine.
+const DefaultUpgradeTimeout = time.Minute
 
 // Gateway is a running linkgate: the long-lived parts and the current
 // snapshot. Its methods are safe for concurrent use. Create it with New,
@@ -203,7 +226,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 			g.closeListeners()
 			return nil, err
 		}
-		g.pipeline = analytics.NewPipeline(plan.analytics, store, g.visitsM, g.log)
+		g.pipeline = analytics.NewPipelineAfter(g.predecessor(), plan.analytics, store, g.visitsM, g.log)
 	}
 	s, err := g.build(plan, plan.cfg, nil)
 	if err != nil {
@@ -294,13 +317,30 @@ func (g *Gateway) openAnalyticsStore(p *analytics.Plan) (analytics.Store, error)
 		// from proxying. The flusher keeps the counts until it opens, and
 		// the health detail and linkgate_analytics_state say why it has
 		// not.
-		st, err := pebblestore.Start(cfg.Embedded.Path, p.Rollup(), g.log)
+		start := pebblestore.Start
+		if after := g.predecessor(); after != nil {
+			// The folder is the process this one replaces until it is done.
+			start = func(path string, plan *rollup.Plan, log *slog.Logger) (*pebblestore.Store, error) {
+				return pebblestore.StartAfter(after, path, plan, log)
+			}
+		}
+		st, err := start(cfg.Embedded.Path, p.Rollup(), g.log)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: analytics.embedded.path: %w", err)
 		}
 		st.SetDimRetention(p.DimRetention())
 		return st, nil
 	}
+}
+
+// predecessor returns a channel closed once the process this one replaces
+// (a binary upgrade) is done with what one process at a time may hold;
+// nil when this process replaces none.
+func (g *Gateway) predecessor() <-chan struct{} {
+	if up := g.opts.Upgrade; up != nil && up.Inherited() {
+		return up.PredecessorDone()
+	}
+	return nil
 }
 
 // newLimitStore is the one place that picks the limiter's backend.

@@ -15,6 +15,7 @@ type metrics struct {
 	duration   prometheus.Histogram
 	reloads    *prometheus.CounterVec
 	generation prometheus.Gauge
+	upgrades   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,13 +33,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		generation: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "linkgate_config_generation", Help: "Generation of the running config: 1 at start, +1 per successful reload.",
 		}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "linkgate_upgrades_total", Help: "Binary upgrades (SIGUSR2) this process started, by result (ok: the new process serves; failed: this one serves on).",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.reloads, m.generation)
+	reg.MustRegister(m.requests, m.duration, m.reloads, m.generation, m.upgrades)
 	for _, c := range []string{"1xx", "2xx", "3xx", "4xx", "5xx"} {
 		m.requests.WithLabelValues(c)
 	}
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
+	m.upgrades.WithLabelValues("ok")
+	m.upgrades.WithLabelValues("failed")
 	return m
 }
 

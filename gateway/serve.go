@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/h2guard"
+	"github.com/linkgate/linkgate/upgrade"
 )
 
 // Listen binds the client listener (server.listen), the admin listener
@@ -51,7 +53,13 @@ func (g *Gateway) bind(cfg *config.Config) (err error) {
 		if addr == "" {
 			return nil, nil
 		}
-		l, err := net.Listen("tcp", addr)
+		var l net.Listener
+		var err error
+		if g.opts.Upgrade != nil {
+			l, err = g.opts.Upgrade.Listen(field, addr) // the socket handed over, if any
+		} else {
+			l, err = net.Listen("tcp", addr)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %s: %w", field, err)
 		}
@@ -109,18 +117,96 @@ func addrOf(l net.Listener) net.Addr {
 	return l.Addr()
 }
 
-// Serve serves the listeners until ctx is done, reloading on the
+// Serve serves the listeners until ctx is done, or a binary upgrade
+// (Options.Upgrades) handed them over to a new process, reloading on the
 // triggers of its Options meanwhile, then shuts down in order: stop
-// accepting and drain the requests in flight (up to
-// server.shutdown_timeout), cut off those still running, then Close (the
-// final analytics flush, the stores). It returns the error that stopped
-// it early, if any, and an *analytics.LostError when the final flush lost
-// visits; Close's other errors are logged.
+// accepting, answer every connection accepted once, drain the requests
+// in flight (up to server.shutdown_timeout), cut off those still running,
+// then Close (the final analytics flush, the stores). It returns the error
+// that stopped it early, if any, and an *analytics.LostError when the
+// final flush lost visits; Close's other errors are logged.
 func (g *Gateway) Serve(ctx context.Context) error {
 	if err := g.Listen(); err != nil {
 		g.Close(context.Background())
 		return err
 	}
+	run := g.startServers()
+	if up := g.opts.Upgrade; up != nil {
+		// The process this one replaces stops accepting now; systemd
+		// learns that this one serves, and is its main process.
+		if err := up.Ready(); err != nil {
+			g.log.Warn("saying that the gateway serves failed", "err", err)
+		}
+	}
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { g.watch(wctx); close(watched) }()
+
+	var serveErr error
+	var next *upgrade.Successor // the new process this one hands over to
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case serveErr = <-run.errc:
+			break wait
+		case <-g.opts.Upgrades:
+			if next = g.upgrade(ctx); next != nil {
+				break wait
+			}
+		}
+	}
+	stopWatch()
+	<-watched
+	// shutdown_timeout may have changed by reload since the start.
+	timeout := g.current().eff.Server.ShutdownTimeout
+	g.log.Info("shutting down", "drain_timeout", timeout, "handed_over", next != nil)
+	if next == nil && g.opts.Upgrade != nil {
+		g.opts.Upgrade.Notify("STOPPING=1")
+	}
+	g.streams.Close() // live streams never go idle: the drain would wait for them
+	run.drain(timeout, g.log)
+	// Close gets a deadline of its own: a drain that used all of its time
+	// must not leave the final flush none.
+	cctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	closeErr := g.Close(cctx)
+	if closeErr != nil {
+		g.log.Error("shutdown", "err", closeErr)
+	}
+	if next != nil {
+		// The journal and the embedded store are closed: the new process
+		// may open them.
+		next.Close()
+		g.log.Info("stopped: handed over", "pid", next.Pid)
+	} else {
+		g.log.Info("stopped")
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	// Visits the final flush could neither write nor journal are lost:
+	// that must not look like a clean exit (cmd/gateway exits 1).
+	if lost := (*analytics.LostError)(nil); errors.As(closeErr, &lost) {
+		return errors.Join(serveErr, lost)
+	}
+	return serveErr
+}
+
+// running is the servers Serve started, and how to stop them gracefully.
+type running struct {
+	servers []server
+	// stops stop the listeners accepting, before the servers shut down.
+	stops []func(context.Context) error
+	fresh freshConns
+	errc  chan error // each server's Serve's error
+}
+
+// startServers starts a server on each listener bound, with the settings
+// of the running config's server section.
+func (g *Gateway) startServers() *running {
 	cfg := g.current().eff
 	newServer := func(h http.Handler) *http.Server {
 		return &http.Server{
@@ -150,11 +236,10 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		}
 		return srv
 	}
-	var servers []server
-	errc := make(chan error, 4)
+	r := &running{errc: make(chan error, 8)}
 	start := func(name string, srv server, l net.Listener) {
-		servers = append(servers, srv)
-		go func() { errc <- srv.Serve(l) }()
+		r.servers = append(r.servers, srv)
+		go func() { r.errc <- srv.Serve(l) }()
 		g.log.Info("listening", "server", name, "addr", l.Addr().String(), "version", g.opts.Version)
 	}
 	if g.edge != nil {
@@ -162,73 +247,124 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		// the *tls.Conn of an h2 connection to h2guard, and serves HTTP/1
 		// on the rest through the framing scan.
 		srv := withH2(newServer(g.edge.HSTS(g)))
-		start("gateway", srv, g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: c} }))
+		tl := g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: r.fresh.track(c)} })
+		r.stops = append(r.stops, tl.Drain)
+		start("gateway", srv, tl)
 		if g.hln != nil {
 			hsrv := newServer(g.loop.refuse(g.edge.RedirectHandler(portOf(g.ln.Addr()))))
 			hsrv.ConnContext = nil
-			start("http", hsrv, g.hln)
+			start("http", hsrv, r.accepting(g.hln))
 		}
 	} else {
 		// Plain HTTP/1.1: the common request (a bodiless GET or HEAD) is
 		// served by h1serve's loop, every other connection by net/http.
 		hs := h1serve.New(newServer(g))
 		hs.HandOver(func(c net.Conn) net.Conn { return &framingConn{Conn: c} })
-		start("gateway", hs, g.ln)
+		start("gateway", hs, r.accepting(g.ln))
 	}
 	if g.cln != nil {
 		csrv := newServer(g)
 		csrv.Protocols = new(http.Protocols)
 		csrv.Protocols.SetHTTP1(true)
 		csrv.Protocols.SetUnencryptedHTTP2(true)
-		start("h2c", withH2(csrv), framingListener{g.cln})
+		start("h2c", withH2(csrv), framingListener{r.accepting(g.cln)})
 	}
 	if g.aln != nil {
 		asrv := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute,
 			ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug)}
-		start("admin", asrv, g.aln)
+		start("admin", asrv, r.accepting(g.aln))
 	}
+	return r
+}
 
-	wctx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() { g.watch(wctx); close(watched) }()
+// accepting wraps l so that its connections are answered once before a
+// graceful stop shuts its server down (freshConns), and notes how to stop
+// it accepting.
+func (r *running) accepting(l net.Listener) net.Listener {
+	fl := r.fresh.listener(l)
+	r.stops = append(r.stops, func(context.Context) error { return fl.Close() })
+	return fl
+}
 
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-	}
-	stopWatch()
-	<-watched
-	// shutdown_timeout may have changed by reload since the start.
-	timeout := g.current().eff.Server.ShutdownTimeout
-	g.log.Info("shutting down", "drain_timeout", timeout)
-	dctx, cancel := context.WithTimeout(context.Background(), timeout)
+// drain stops the servers gracefully within timeout: it stops accepting
+// (handshakes in progress end, and are served), lets every connection
+// accepted be answered once (freshConns says why), then shuts the servers
+// down, cutting off the requests still running at the deadline so that
+// none records anything after the final flush.
+func (r *running) drain(timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	g.streams.Close() // live streams never go idle: the drain would wait for them
-	for _, s := range servers {
-		if err := s.Shutdown(dctx); err != nil {
-			// Requests still running past the deadline are cut off, so that
-			// none records anything after the final flush.
-			g.log.Warn("drain incomplete: closing the connections of requests still running", "err", err)
+	for _, stop := range r.stops {
+		stop(ctx)
+	}
+	if err := r.fresh.wait(ctx); err != nil {
+		log.Warn("drain: connections accepted but not answered yet at the deadline", "err", err)
+	}
+	for _, s := range r.servers {
+		if err := s.Shutdown(ctx); err != nil {
+			log.Warn("drain incomplete: closing the connections of requests still running", "err", err)
 			s.Close()
 		}
 	}
-	// Close gets a deadline of its own: a drain that used all of its time
-	// must not leave the final flush none.
-	cctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	closeErr := g.Close(cctx)
-	if closeErr != nil {
-		g.log.Error("shutdown", "err", closeErr)
+}
+
+// upgrade starts a new process of the binary with the listening sockets
+// (package upgrade) and returns it once it serves; nil when it failed,
+// which is logged with the reason and counted, this process serving on.
+func (g *Gateway) upgrade(ctx context.Context) *upgrade.Successor {
+	up := g.opts.Upgrade
+	if up == nil {
+		return nil
 	}
-	g.log.Info("stopped")
-	if errors.Is(serveErr, http.ErrServerClosed) {
-		serveErr = nil
+	g.log.Info("binary upgrade: starting a new process of the binary")
+	socks, err := g.sockets()
+	var next *upgrade.Successor
+	if err == nil {
+		timeout := g.opts.UpgradeTimeout
+		if timeout <= 0 {
+			timeout = DefaultUpgradeTimeout
+		}
+		next, err = up.Start(ctx, socks, timeout)
 	}
-	// Visits the final flush could neither write nor journal are lost:
-	// that must not look like a clean exit (cmd/gateway exits 1).
-	if lost := (*analytics.LostError)(nil); errors.As(closeErr, &lost) {
-		return errors.Join(serveErr, lost)
+	for _, s := range socks {
+		s.File.Close() // the new process has its own copies
 	}
-	return serveErr
+	if err != nil {
+		g.m.upgrades.WithLabelValues("failed").Inc()
+		g.log.Error("binary upgrade failed: this process serves on", "err", err)
+		return nil
+	}
+	g.m.upgrades.WithLabelValues("ok").Inc()
+	g.log.Info("binary upgrade: the new process serves; this one stops accepting, drains and exits", "pid", next.Pid)
+	return next
+}
+
+// sockets returns the listening sockets to hand over, named by the fields
+// that configure them.
+func (g *Gateway) sockets() ([]upgrade.Socket, error) {
+	var socks []upgrade.Socket
+	for _, l := range []struct {
+		name string
+		l    net.Listener
+	}{{"server.listen", g.ln}, {"admin.listen", g.aln}, {"server.http_listen", g.hln}, {"server.internal_listen", g.cln}} {
+		if l.l == nil {
+			continue
+		}
+		c, ok := l.l.(syscall.Conn)
+		var s upgrade.Socket
+		var err error
+		if ok {
+			s, err = upgrade.SocketOf(l.name, c)
+		} else {
+			err = fmt.Errorf("gateway: %s: a %T has no descriptor to hand over", l.name, l.l)
+		}
+		if err != nil {
+			for _, s := range socks {
+				s.File.Close()
+			}
+			return nil, err
+		}
+		socks = append(socks, s)
+	}
+	return socks, nil
 }
