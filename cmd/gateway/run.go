@@ -18,6 +18,7 @@ import (
 
 	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/upgrade"
 )
 
 const usage = `linkgate: a reverse proxy for a tiny-URL service that limits abuse and counts visits.
@@ -47,7 +48,7 @@ var (
 
 // run is the whole program; main only supplies the process's context, args,
 // output and environment, so that tests can run it in-process.
-func run(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+func run(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) (err error) {
 	if len(args) > 1 {
 		switch args[1] {
 		case "version":
@@ -93,6 +94,31 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	if fs.NArg() > 0 {
 		return fmt.Errorf("gateway: unexpected argument %q (subcommands: check-config, version, probe, share)", fs.Arg(0))
 	}
+	// A binary upgrade (SIGUSR2) starts the binary at this one's path, so
+	// that a new release put there is what runs, with these arguments and
+	// environment; a process started so says why it failed, if it does,
+	// to the one it was to replace, which serves on.
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("gateway: the binary's path: %w", err)
+	}
+	up, err := upgrade.New(upgrade.Command{Path: exe, Args: args, Env: os.Environ()}, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			up.Fail(err)
+		}
+	}()
+	// Taken from the start: the default action of both is to end the
+	// process, which must not happen to one still starting.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr2)
 	log, err := newLogger(stdout, *logFormat, *logLevel)
 	if err != nil {
 		return err
@@ -101,14 +127,12 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	if err != nil {
 		return err
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	g, err := gateway.New(plan, gateway.Options{
 		Path: *path, Getenv: getenv, Log: log, Watch: *watchFile, Hangup: hup, Version: buildInfo().short(),
 		// Bound before the analytics pipeline starts: a start that cannot
 		// listen (the port in use) starts nothing it must then stop.
-		Listen: true,
+		Listen:  true,
+		Upgrade: up, Upgrades: usr2,
 	})
 	if err != nil {
 		return err
