@@ -93,6 +93,12 @@ type Server struct {
 	// MaxConcurrentStreams is how many requests one HTTP/2 connection may
 	// have in flight.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// HTTP3 serves HTTP/3 (QUIC) on the UDP port of server.listen's
+	// address, beside TLS, and advertises it with Alt-Svc on the HTTP/1.1
+	// and HTTP/2 answers. Off by default: it opens a UDP port a firewall
+	// must let through, and a client told of a port that drops its
+	// packets waits for its fallback to TCP.
+	HTTP3 bool `yaml:"http3"`
 	// TLS terminates TLS on server.listen (see package edge).
 	TLS edge.Config `yaml:"tls"`
 }

@@ -174,6 +174,9 @@ func compileEdge(cfg *config.Config, getenv func(string) string) (*edge.Plan, er
 	if clash(s.HTTPListen, s.InternalListen) {
 		return nil, fmt.Errorf("server.internal_listen: %q is the address of server.http_listen (%q): each listener needs its own", s.InternalListen, s.HTTPListen)
 	}
+	if s.HTTP3 && !p.Enabled() {
+		return nil, fmt.Errorf("server.http3: HTTP/3 is always encrypted, but server.tls sets no certificate (cert_file, acme.domains or on_demand.ask)")
+	}
 	if s.HTTPListen != "" && !p.Enabled() {
 		return nil, fmt.Errorf("server.http_listen: it redirects to https://, but server.tls sets no certificate (cert_file, acme.domains or on_demand.ask)")
 	}

@@ -82,6 +82,7 @@ func badConfigs(target string) []struct{ name, yaml, want string } {
 			fmt.Sprintf(":%d: routes[0].upstream.tls.ca_file:", nl+5)},
 		{"upstream tls without a default pool", strings.Replace(base, "  targets: ["+target+"]\n", "  tls: {server_name: b.internal}\n", 1) +
 			"routes:\n  - hosts: [a.example]\n    upstream: {targets: [http://127.0.0.1:2]}\n", "upstream.tls: set, but upstream lists no targets"},
+		{"http3 without tls", strings.Replace(base, "  shutdown_timeout: 10s\n", "  shutdown_timeout: 10s\n  http3: true\n", 1), ":5: server.http3: HTTP/3 is always encrypted"},
 		{"stats host wildcard", base + "stats:\n  host: \"*.sho.rt\"\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
 		{"stats host with a port", base + "stats:\n  host: sho.rt:443\n", fmt.Sprintf(":%d: stats.host:", nl+2)},
 		{"unknown field in stats", base + "stats:\n  hots: sho.rt\n", fmt.Sprintf(":%d: stats.hots: unknown field (did you mean host?); stats has prefix, token_env, read_timeout, live, share, embed, host", nl+2)},

@@ -35,6 +35,7 @@ func restartOnlyEdge(run, next config.Server, eff *config.Server) (changed []str
 	}
 	keep("server.http_listen", run.HTTPListen == next.HTTPListen, func() { eff.HTTPListen = run.HTTPListen })
 	keep("server.internal_listen", run.InternalListen == next.InternalListen, func() { eff.InternalListen = run.InternalListen })
+	keep("server.http3", run.HTTP3 == next.HTTP3, func() { eff.HTTP3 = run.HTTP3 })
 	keep("server.max_concurrent_streams", run.MaxConcurrentStreams == next.MaxConcurrentStreams, func() { eff.MaxConcurrentStreams = run.MaxConcurrentStreams })
 	rt, nt := run.TLS, next.TLS
 	if rt.Enabled() != nt.Enabled() || rt.Managed() != nt.Managed() {

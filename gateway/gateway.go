@@ -157,10 +157,11 @@ type Gateway struct {
 	closed bool       // guarded by mu
 	cur    atomic.Pointer[snapshot]
 
-	ln, aln   net.Listener // bound by Listen
-	hln, cln  net.Listener // server.http_listen, server.internal_listen; bound by Listen
-	started   bool         // Listen bound the listeners and started the edge
-	edge      *edge.Edge   // the TLS edge, built by Listen; nil without server.tls
+	ln, aln   net.Listener   // bound by Listen
+	hln, cln  net.Listener   // server.http_listen, server.internal_listen; bound by Listen
+	uln       net.PacketConn // server.http3's UDP socket at server.listen's address; bound by Listen
+	started   bool           // Listen bound the listeners and started the edge
+	edge      *edge.Edge     // the TLS edge, built by Listen; nil without server.tls
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -74,8 +74,23 @@ func (g *Gateway) bind(cfg *config.Config) (err error) {
 	if g.hln, err = bind("server.http_listen", cfg.Server.HTTPListen); err != nil {
 		return err
 	}
-	g.cln, err = bind("server.internal_listen", cfg.Server.InternalListen)
-	return err
+	if g.cln, err = bind("server.internal_listen", cfg.Server.InternalListen); err != nil {
+		return err
+	}
+	if cfg.Server.HTTP3 && cfg.Server.TLS.Enabled() {
+		// The UDP port of the TCP listener's address, its port once bound
+		// when server.listen asks for any.
+		addr := g.ln.Addr().String()
+		if g.opts.Upgrade != nil {
+			g.uln, err = g.opts.Upgrade.ListenPacket("server.http3", addr)
+		} else {
+			g.uln, err = net.ListenPacket("udp", addr)
+		}
+		if err != nil {
+			return fmt.Errorf("gateway: server.http3: %w", err)
+		}
+	}
+	return nil
 }
 
 // closeListeners closes the listeners bound, if any.
@@ -85,7 +100,10 @@ func (g *Gateway) closeListeners() {
 			l.Close()
 		}
 	}
-	g.ln, g.aln, g.hln, g.cln = nil, nil, nil, nil
+	if g.uln != nil {
+		g.uln.Close()
+	}
+	g.ln, g.aln, g.hln, g.cln, g.uln = nil, nil, nil, nil, nil
 }
 
 // Addr returns the client listener's address, nil before Listen.
@@ -167,7 +185,11 @@ wait:
 		g.opts.Upgrade.Notify("STOPPING=1")
 	}
 	g.streams.Close() // live streams never go idle: the drain would wait for them
-	run.drain(timeout, g.log)
+	run.drain(timeout, g.log, func() {
+		if next != nil {
+			next.ReleasePackets()
+		}
+	})
 	// Close gets a deadline of its own: a drain that used all of its time
 	// must not leave the final flush none.
 	cctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -202,7 +224,11 @@ type running struct {
 	stops []func(context.Context) error
 	fresh freshConns
 	errc  chan error // each server's Serve's error
+	h3    *h3        // nil without server.http3
 }
+
+// closedChan is a channel closed from the start.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // startServers starts a server on each listener bound, with the settings
 // of the running config's server section.
@@ -246,7 +272,18 @@ func (g *Gateway) startServers() *running {
 		// The edge handshakes (certificates, ACME, ALPN); net/http hands
 		// the *tls.Conn of an h2 connection to h2guard, and serves HTTP/1
 		// on the rest through the framing scan.
-		srv := withH2(newServer(g.edge.HSTS(g)))
+		var h http.Handler = g.edge.HSTS(g)
+		if g.uln != nil {
+			r.h3 = g.newH3(g.uln, g.edge.TLSConfig(), h)
+			var ready <-chan struct{} = closedChan
+			if g.opts.Upgrade != nil {
+				ready = g.opts.Upgrade.PacketsReleased()
+			}
+			go r.h3.serve(ready, g.log)
+			g.log.Info("listening", "server", "http3", "addr", g.uln.LocalAddr().String(), "version", g.opts.Version)
+			h = altSvc(portOf(g.uln.LocalAddr()), h)
+		}
+		srv := withH2(newServer(h))
 		tl := g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: r.fresh.track(c)} })
 		r.stops = append(r.stops, tl.Drain)
 		start("gateway", srv, tl)
@@ -290,10 +327,21 @@ func (r *running) accepting(l net.Listener) net.Listener {
 // (handshakes in progress end, and are served), lets every connection
 // accepted be answered once (freshConns says why), then shuts the servers
 // down, cutting off the requests still running at the deadline so that
-// none records anything after the final flush.
-func (r *running) drain(timeout time.Duration, log *slog.Logger) {
+// none records anything after the final flush. HTTP/3 stops beside
+// them, and released is called once nothing reads its UDP socket (a new
+// process reads it then).
+func (r *running) drain(timeout time.Duration, log *slog.Logger, released func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	h3done := make(chan struct{})
+	go func() {
+		defer close(h3done)
+		if r.h3 != nil {
+			r.h3.stop(ctx)
+		}
+		released()
+	}()
+	defer func() { <-h3done }()
 	for _, stop := range r.stops {
 		stop(ctx)
 	}
@@ -345,9 +393,9 @@ func (g *Gateway) sockets() ([]upgrade.Socket, error) {
 	var socks []upgrade.Socket
 	for _, l := range []struct {
 		name string
-		l    net.Listener
-	}{{"server.listen", g.ln}, {"admin.listen", g.aln}, {"server.http_listen", g.hln}, {"server.internal_listen", g.cln}} {
-		if l.l == nil {
+		l    any
+	}{{"server.listen", g.ln}, {"admin.listen", g.aln}, {"server.http_listen", g.hln}, {"server.internal_listen", g.cln}, {"server.http3", g.uln}} {
+		if l.l == nil { // a nil interface converted to any is nil
 			continue
 		}
 		c, ok := l.l.(syscall.Conn)

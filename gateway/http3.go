@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// h3RetryAbove is how many QUIC connections may be open before a new one
+// from an address not validated yet must first echo a Retry token (RFC
+// 9000 section 8.1.2): one round trip more for it, and none of the
+// handshake's work for a spoofed source. Below it a client's first
+// request costs one round trip, which is what HTTP/3 is for. A variable
+// so that a test can lower it.
+var h3RetryAbove int64 = 4096
+
+// h3 is the HTTP/3 server on the UDP socket of server.listen's address
+// (server.http3): quic-go's, with the TLS edge's certificates (on-demand
+// ones too), the gateway's handler (the limiter, visits, routes, stats as
+// over HTTP/2), and the request's client address the UDP peer's.
+//
+// QUIC's own abuse cases: quic-go never sends more than three times what
+// an address not validated yet sent (RFC 9000 section 8), and sends a
+// Retry first once h3RetryAbove connections are open; a connection may
+// have server.max_concurrent_streams requests open and its handshake
+// must end within server.tls.handshake_timeout; 0-RTT is refused (its
+// requests can be replayed, and a visit must be counted once), so a
+// resumed connection's first request waits for the handshake, as over
+// TLS 1.3 on TCP.
+type h3 struct {
+	tr       *quic.Transport
+	srv      *http3.Server
+	open     atomic.Int64  // QUIC connections open
+	inflight atomic.Int64  // requests being answered
+	served   chan struct{} // closed when serve returns
+}
+
+// newH3 prepares the server on pc; serve starts it.
+func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *h3 {
+	cfg := g.current().eff.Server
+	s := &h3{served: make(chan struct{})}
+	s.tr = &quic.Transport{
+		Conn:                pc,
+		VerifySourceAddress: func(net.Addr) bool { return s.open.Load() >= h3RetryAbove },
+		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+			s.open.Add(1)
+			context.AfterFunc(ctx, func() { s.open.Add(-1) })
+			return ctx, nil
+		},
+	}
+	idle := cfg.IdleTimeout
+	if idle == 0 {
+		idle = 30 * time.Second // quic-go's default: a QUIC connection always has one
+	}
+	s.srv = &http3.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.inflight.Add(1)
+			defer s.inflight.Add(-1)
+			h.ServeHTTP(w, r)
+		}),
+		TLSConfig:      http3.ConfigureTLSConfig(tlsCfg),
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
+		IdleTimeout:    idle,
+		QUICConfig: &quic.Config{
+			Allow0RTT:            false,
+			HandshakeIdleTimeout: cfg.TLS.HandshakeTimeout,
+			MaxIdleTimeout:       idle,
+			MaxIncomingStreams:   int64(cfg.MaxConcurrentStreams),
+		},
+		Logger: slog.New(g.log.Handler()).With("server", "http3"),
+	}
+	return s
+}
+
+// serve serves until stop, once ready is closed (the process this one
+// replaces reads the socket no more).
+func (s *h3) serve(ready <-chan struct{}, log *slog.Logger) {
+	defer close(s.served)
+	<-ready
+	ln, err := s.tr.Listen(s.srv.TLSConfig, s.srv.QUICConfig)
+	if err != nil {
+		log.Error("http3: listening failed", "err", err)
+		return
+	}
+	if err := s.srv.ServeListener(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, quic.ErrServerClosed) {
+		log.Error("http3: serving failed", "err", err)
+	}
+}
+
+// stop stops accepting connections and sends a GOAWAY on those open, then
+// waits, until ctx is done, for their clients to close them, or h3Grace
+// and no request in flight: a client sends no new request on a
+// connection once it read the GOAWAY (one it sent before is refused, and
+// quic-go's client, as RFC 9114 section 5.2 lets any, retries it on a new
+// connection). Then it closes every connection and stops reading the
+// socket: a new process may read it then. It returns once nothing reads
+// the socket.
+func (s *h3) stop(ctx context.Context) {
+	shut := make(chan struct{})
+	go func() { s.srv.Shutdown(ctx); close(shut) }()
+	grace := time.NewTimer(h3Grace)
+	defer grace.Stop()
+	select {
+	case <-shut:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	// Polled: a request may still start on a connection whose client has
+	// not read the GOAWAY yet.
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.inflight.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	s.srv.Close()
+	s.tr.Close()
+	select {
+	case <-s.served:
+	case <-ctx.Done():
+	}
+}
+
+// h3Grace is how long stop gives a GOAWAY to reach the clients: a few
+// round trips of a slow mobile network. New connections wait meanwhile
+// (their first packets, dropped, are sent again) and the new process of
+// an upgrade answers them once it reads the socket.
+const h3Grace = time.Second
+
+// altSvc advertises HTTP/3 at port on the answers of next (RFC 7838), for
+// a day.
+func altSvc(port int, next http.Handler) http.Handler {
+	v := fmt.Sprintf(`h3=":%d"; ma=86400`, port)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Alt-Svc", v)
+		next.ServeHTTP(w, r)
+	})
+}
