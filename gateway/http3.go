@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,9 +20,8 @@ import (
 // from an address not validated yet must first echo a Retry token (RFC
 // 9000 section 8.1.2): one round trip more for it, and none of the
 // handshake's work for a spoofed source. Below it a client's first
-// request costs one round trip, which is what HTTP/3 is for. A variable
-// so that a test can lower it.
-var h3RetryAbove int64 = 4096
+// request costs one round trip, which is what HTTP/3 is for.
+const h3RetryAbove = 4096
 
 // h3 is the HTTP/3 server on the UDP socket of server.listen's address
 // (server.http3): quic-go's, with the TLS edge's certificates (on-demand
@@ -42,12 +42,17 @@ type h3 struct {
 	open     atomic.Int64  // QUIC connections open
 	inflight atomic.Int64  // requests being answered
 	served   chan struct{} // closed when serve returns
+	quit     chan struct{} // closed when stop begins
+
+	mu      sync.Mutex
+	ln      *quic.Listener // once serve listens
+	stopped bool
 }
 
 // newH3 prepares the server on pc; serve starts it.
 func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *h3 {
 	cfg := g.current().eff.Server
-	s := &h3{served: make(chan struct{})}
+	s := &h3{served: make(chan struct{}), quit: make(chan struct{})}
 	s.tr = &quic.Transport{
 		Conn:                pc,
 		VerifySourceAddress: func(net.Addr) bool { return s.open.Load() >= h3RetryAbove },
@@ -85,8 +90,19 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 // replaces reads the socket no more).
 func (s *h3) serve(ready <-chan struct{}, log *slog.Logger) {
 	defer close(s.served)
-	<-ready
+	select {
+	case <-ready:
+	case <-s.quit: // stopped before it began
+		return
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
 	ln, err := s.tr.Listen(s.srv.TLSConfig, s.srv.QUICConfig)
+	s.ln = ln
+	s.mu.Unlock()
 	if err != nil {
 		log.Error("http3: listening failed", "err", err)
 		return
@@ -96,15 +112,27 @@ func (s *h3) serve(ready <-chan struct{}, log *slog.Logger) {
 	}
 }
 
-// stop stops accepting connections and sends a GOAWAY on those open, then
-// waits, until ctx is done, for their clients to close them, or h3Grace
-// and no request in flight: a client sends no new request on a
-// connection once it read the GOAWAY (one it sent before is refused, and
-// quic-go's client, as RFC 9114 section 5.2 lets any, retries it on a new
-// connection). Then it closes every connection and stops reading the
-// socket: a new process may read it then. It returns once nothing reads
-// the socket.
+// stop stops accepting connections: the handshakes under way are refused
+// (quic-go has no way to finish them and take no more), the connections
+// already made are served. It sends a GOAWAY on them, waits, until ctx is
+// done, for their clients to close them, or h3Grace and no request in
+// flight: a client sends no new request on a connection once it read the
+// GOAWAY (one it sent before is refused, and quic-go's client, as RFC 9114
+// section 5.2 lets any, retries it on a new connection). Then it closes
+// every connection and stops reading the socket: a new process may read
+// it then. It returns once nothing reads the socket.
 func (s *h3) stop(ctx context.Context) {
+	close(s.quit)
+	s.mu.Lock()
+	s.stopped = true
+	if s.ln != nil {
+		s.ln.Close() // Accept returns the connections made, then an error
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.served: // every connection made was taken
+	case <-ctx.Done():
+	}
 	shut := make(chan struct{})
 	go func() { s.srv.Shutdown(ctx); close(shut) }()
 	grace := time.NewTimer(h3Grace)
@@ -126,10 +154,6 @@ func (s *h3) stop(ctx context.Context) {
 	}
 	s.srv.Close()
 	s.tr.Close()
-	select {
-	case <-s.served:
-	case <-ctx.Done():
-	}
 }
 
 // h3Grace is how long stop gives a GOAWAY to reach the clients: a few

@@ -97,7 +97,7 @@ func decodesItself(t reflect.Type) bool {
 // commentedField is a field the example shows as a commented-out line:
 // "  # read_timeout: 60s   # what it does", or an item of a list:
 // "  # - hosts: [sho.rt]   # what it does".
-var commentedField = regexp.MustCompile(`^(\s*)# ((?:- )?[a-z_]+:(?:\s.*)?)$`)
+var commentedField = regexp.MustCompile(`^(\s*)# ((?:- )?[a-z_][a-z0-9_]*:(?:\s.*)?)$`)
 
 // uncomment returns src with its commented-out fields made real. A
 // commented-out list item ("  # - hosts: ...") and the commented-out lines

@@ -203,6 +203,28 @@ func (u *upgradable) reapAll() {
 	}
 }
 
+// upgrade sends SIGUSR2 to the first process and returns the PID of the
+// new one once the first one exited; the test fails when no new process
+// serves, or the first one does not exit 0, within a minute.
+func (u *upgradable) upgrade() int {
+	t := u.t
+	t.Helper()
+	u.cmd.Process.Signal(syscall.SIGUSR2)
+	next := u.successor()
+	if next == 0 {
+		t.Fatalf("no new process serves after SIGUSR2\n%s", u.logs.String())
+	}
+	select {
+	case <-u.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("the old process did not exit within a minute of handing over\n%s", u.logs.String())
+	}
+	if u.err != nil {
+		t.Errorf("the old process exited with %v, want 0", u.err)
+	}
+	return next
+}
+
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	t.Helper()
 	b, err := os.ReadFile(from)
@@ -338,19 +360,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	l.waitServed(t, 300)
 
 	signalled := time.Now()
-	gw.cmd.Process.Signal(syscall.SIGUSR2)
-	next := gw.successor()
-	if next == 0 {
-		t.Fatalf("no new process serves after SIGUSR2\n%s", gw.logs.String())
-	}
-	select {
-	case <-gw.exited:
-	case <-time.After(time.Minute):
-		t.Fatalf("the old process did not exit within a minute of handing over\n%s", gw.logs.String())
-	}
-	if gw.err != nil {
-		t.Errorf("the old process exited with %v, want 0", gw.err)
-	}
+	next := gw.upgrade()
 	handedOver := time.Now()
 	// The new process serves on: its own visits.
 	l.waitServed(t, 300)
@@ -635,19 +645,7 @@ func TestUpgradeHTTP3(t *testing.T) {
 	h3.waitServed(t, 100)
 	h1.waitServed(t, 100)
 
-	gw.cmd.Process.Signal(syscall.SIGUSR2)
-	next := gw.successor()
-	if next == 0 {
-		t.Fatalf("no new process serves after SIGUSR2\n%s", gw.logs.String())
-	}
-	select {
-	case <-gw.exited:
-	case <-time.After(time.Minute):
-		t.Fatalf("the old process did not exit within a minute of handing over\n%s", gw.logs.String())
-	}
-	if gw.err != nil {
-		t.Errorf("the old process exited with %v, want 0", gw.err)
-	}
+	next := gw.upgrade()
 	// The new process serves HTTP/3 on the socket handed over.
 	h3.waitServed(t, 100)
 	h1.waitServed(t, 100)
