@@ -442,8 +442,12 @@ func TestUpgradeFailureKeepsServing(t *testing.T) {
 	}
 
 	// A config the new process cannot compile.
-	testkit.WriteFile(t, path, strings.Replace(cfg, "dial_timeout: 500ms", "dial_timeout: soon", 1))
-	failOnce("upstream.dial_timeout")
+	bad := strings.Replace(cfg, "response_header_timeout: 10s", "response_header_timeout: soon", 1)
+	if bad == cfg {
+		t.Fatal("the base config has no response_header_timeout: 10s to break")
+	}
+	testkit.WriteFile(t, path, bad)
+	failOnce("upstream.response_header_timeout")
 	testkit.WriteFile(t, path, cfg)
 
 	// A binary that fails at once, put where the running one was.
