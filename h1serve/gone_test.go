@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/ongoing"
 )
 
@@ -36,7 +37,7 @@ func TestAfterEnd(t *testing.T) {
 			select {
 			case <-ch:
 				return true
-			case <-time.After(5 * time.Second):
+			case <-time.After(testkit.Slack(5 * time.Second)):
 				return false
 			}
 		}
@@ -80,7 +81,7 @@ func TestAfterEnd(t *testing.T) {
 			select {
 			case name := <-ran:
 				got = append(got, name)
-			case <-time.After(5 * time.Second):
+			case <-time.After(testkit.Slack(5 * time.Second)):
 			}
 		}
 		slices.Sort(got)
@@ -88,12 +89,17 @@ func TestAfterEnd(t *testing.T) {
 			t.Errorf("functions run: %q, want %q", got, want)
 		}
 	}
+	// outcomeOf is the handler's outcome for path, sent once it returns.
+	outcomeOf := func(path string) outcome {
+		t.Helper()
+		return testkit.Recv(t, results, 30*time.Second, path+"'s outcome")
+	}
 	get("/stopped")
-	if o := <-results; !o.stopped || o.allocs != 0 {
+	if o := outcomeOf("/stopped"); !o.stopped || o.allocs != 0 {
 		t.Errorf("/stopped: %+v, want stopped once, no allocation", o)
 	}
 	get("/at-return")
-	<-results
+	outcomeOf("/at-return")
 	ranNext("at-return")
 
 	c, br := dial(t, addr)
@@ -103,16 +109,16 @@ func TestAfterEnd(t *testing.T) {
 		t.Fatalf("/gone: %q %v", line, err)
 	}
 	c.Close()
-	if o := <-results; !o.ranInHandler {
+	if o := outcomeOf("/gone"); !o.ranInHandler {
 		t.Errorf("/gone: not run while the handler waited")
 	}
 
 	get("/derived")
-	if o := <-results; !o.ranInHandler {
+	if o := outcomeOf("/derived"); !o.ranInHandler {
 		t.Errorf("/derived: not run when the derived context ended")
 	}
 	get("/second")
-	<-results
+	outcomeOf("/second")
 	ranNext("first", "second")
 	select {
 	case name := <-ran:
@@ -171,7 +177,7 @@ func TestRequestContext(t *testing.T) {
 	c, br := dial(t, addr)
 	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
 	readResponse(t, c, br)
-	d := <-got
+	d := testkit.Recv(t, got, 30*time.Second, "the handler's contexts")
 	if d.errDuring != nil {
 		t.Errorf("Err during the handler: %v", d.errDuring)
 	}
@@ -183,8 +189,8 @@ func TestRequestContext(t *testing.T) {
 	}
 	select {
 	case <-d.done:
-	case <-time.After(5 * time.Second):
-		t.Error("the request's Done channel still open 5 s after the handler returned")
+	case <-time.After(testkit.Slack(5 * time.Second)):
+		t.Error("the request's Done channel still open 5 s (stretched by the pace) after the handler returned")
 	}
 	for name, ctx := range map[string]context.Context{"WithCancel": d.child, "WithTimeout": d.timeout} {
 		select {
@@ -192,13 +198,13 @@ func TestRequestContext(t *testing.T) {
 			if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), context.Canceled) {
 				t.Errorf("%s child: Err %v, Cause %v, want context.Canceled", name, ctx.Err(), context.Cause(ctx))
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(testkit.Slack(5 * time.Second)):
 			t.Errorf("%s child not done 5 s after the handler returned", name)
 		}
 	}
 	select {
 	case <-d.afterRan:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testkit.Slack(5 * time.Second)):
 		t.Error("context.AfterFunc's function did not run after the handler returned")
 	}
 	select {
@@ -220,15 +226,15 @@ func TestRequestContextEndsWithTheBase(t *testing.T) {
 			select {
 			case <-r.Context().Done():
 				ended <- r.Context().Err()
-			case <-time.After(5 * time.Second):
+			case <-time.After(testkit.Slack(5 * time.Second)):
 				ended <- errors.New("not ended")
 			}
 		})})
 	c, _ := dial(t, addr)
 	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
-	<-entered
+	testkit.Recv(t, entered, 30*time.Second, "the request at the handler")
 	cancel(errors.New("base ended"))
-	if err := <-ended; !errors.Is(err, context.Canceled) {
+	if err := testkit.Recv(t, ended, 30*time.Second, "the handler's end"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the request's context ended with %v, want context.Canceled", err)
 	}
 }
