@@ -86,7 +86,7 @@ func (s *server) client() *http.Client {
 	} else {
 		tr.Protocols.SetHTTP2(true)
 	}
-	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	return &http.Client{Transport: tr, Timeout: testkit.Slack(30 * time.Second)}
 }
 
 func (s *server) url(path string) string {
