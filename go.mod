@@ -11,6 +11,7 @@ require (
 	github.com/gocql/gocql v1.7.0
 	github.com/google/go-cmp v0.7.0
 	github.com/maxmind/mmdbwriter v1.2.0
+	github.com/maypok86/otter/v2 v2.4.0
 	github.com/mholt/acmez/v3 v3.1.7
 	github.com/mileusna/useragent v1.3.5
 	github.com/oschwald/maxminddb-golang/v2 v2.9.0

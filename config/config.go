@@ -26,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
@@ -47,6 +48,7 @@ type Config struct {
 	Limiter   limit.Config     `yaml:"limiter"`
 	Rules     []limit.Rule     `yaml:"rules"`
 	Analytics analytics.Config `yaml:"analytics"`
+	Cache     cache.Config     `yaml:"cache"`
 	Stats     Stats            `yaml:"stats"`
 	// Tenants are the customers of the link service whose links are
 	// counted and read apart (package tenant); none: every host is in the
@@ -115,6 +117,8 @@ type Route struct {
 	// Upstream is the route's pool: the fields of the upstream section,
 	// with the same defaults.
 	Upstream proxy.Config `yaml:"upstream"`
+	// Cache is the route's own cache settings (its default_ttl).
+	Cache cache.Route `yaml:"cache,omitempty"`
 }
 
 // UnmarshalYAML decodes a route over the defaults of its pool, as Parse
@@ -168,6 +172,7 @@ func Default() *Config {
 		Identity:  limit.DefaultIdentity(),
 		Limiter:   limit.DefaultConfig(),
 		Analytics: analytics.DefaultConfig(),
+		Cache:     cache.DefaultConfig(),
 		Stats:     Stats{Config: stats.DefaultConfig()},
 		Runtime:   Runtime{GOGC: DefaultGOGC},
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/problem"
@@ -119,6 +120,7 @@ type accessRecord struct {
 	proxied  bool
 	upstream time.Duration // until the upstream's first response headers
 	refused  limit.Refusal // the rule that answered 429, if one did
+	cache    cache.Result  // what the cache did, if the request reached it
 }
 
 // begin returns r with a record for upstreamTimer and the limiter to note
@@ -126,6 +128,7 @@ type accessRecord struct {
 func (a *accessLog) begin(r *http.Request) (*http.Request, *accessRecord) {
 	rec := &accessRecord{}
 	ctx := limit.WithRefusal(context.WithValue(r.Context(), accessKey{}, rec), &rec.refused)
+	ctx = cache.WithResult(ctx, &rec.cache)
 	return r.WithContext(ctx), rec
 }
 
@@ -138,6 +141,9 @@ func (a *accessLog) write(r *http.Request, rec *accessRecord, status, bytes int,
 		slog.Duration("duration", d))
 	if rec.proxied {
 		attrs = append(attrs, slog.Duration("upstream_duration", rec.upstream))
+	}
+	if rec.cache != 0 {
+		attrs = append(attrs, slog.String("cache", rec.cache.String()))
 	}
 	if rec.refused.Rule != "" {
 		attrs = append(attrs, slog.String("limit_rule", rec.refused.Rule), slog.Bool("boxed", rec.refused.Boxed))

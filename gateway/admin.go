@@ -12,6 +12,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/bearer"
+	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/problem"
 )
@@ -50,6 +51,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Get("/certificates", g.handleCertificates)
 		r.Post("/share", g.handleShare)
 		r.Post("/tokens", g.handleTokens)
+		r.Post("/cache/purge", g.handlePurge)
 		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
 		})
@@ -95,6 +97,38 @@ func (g *Gateway) handleReload(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(res)
+}
+
+// handlePurge purges the cache: one key (?key=sho.rt/abc: the key, its
+// query strings and variants), every key under a prefix
+// (?prefix=sho.rt/), or everything (?all=true), here and, when the
+// limiter's store is memcached, on every gateway sharing it. It answers
+// how many entries this gateway removed.
+func (g *Gateway) handlePurge(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var p cache.Purge
+	given := 0
+	if v := q.Get("key"); v != "" {
+		p.Key, given = v, given+1
+	}
+	if v := q.Get("prefix"); v != "" {
+		p.Prefix, given = v, given+1
+	}
+	if v := q.Get("all"); v != "" {
+		all, err := strconv.ParseBool(v)
+		if err != nil || !all {
+			problem.Write(w, http.StatusBadRequest, "all: want all=true")
+			return
+		}
+		p.All, given = true, given+1
+	}
+	if given != 1 {
+		problem.Write(w, http.StatusBadRequest, "give one of key (sho.rt/abc), prefix (sho.rt/) or all=true")
+		return
+	}
+	n := g.cache.Apply(p, "admin")
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]int{"purged": n})
 }
 
 // HealthDetail is what GET /admin/health answers.

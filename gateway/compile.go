@@ -14,6 +14,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/bound"
+	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/forwarded"
@@ -38,6 +39,7 @@ type Plan struct {
 	statsHost  string            // the stats API's host, as route.RequestHost writes it; "": every host
 	limit      *limit.Plan
 	analytics  *analytics.Plan
+	cache      *cache.Plan
 	tls        *edge.Plan
 	tenants    *tenant.Plan // the declared tenants; none: every host in the default tenant
 	adminToken string       // "": /admin/* answers 403
@@ -110,6 +112,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 		return nil, err
 	}
 	if p.analytics, err = analytics.CompileEnv(cfg.Analytics, analytics.Env{Trust: p.trust, Getenv: getenv}); err != nil {
+		return nil, err
+	}
+	if p.cache, err = cache.Compile("cache", cfg.Cache); err != nil {
 		return nil, err
 	}
 	if err := stats.Compile(cfg.Stats.Config); err != nil {

@@ -8,12 +8,13 @@
 // stats API (under stats.prefix, on stats.host when set; never proxied),
 // or the pool of its host (routes, else the upstream section, else a 421)
 // → the limiter (limit.Limiter.Middleware) → the visit counter
-// (analytics.Pipeline.Middleware) → the pool's reverse proxy
-// (proxy.Proxy).
+// (analytics.Pipeline.Middleware) → the redirect cache (cache.Store's
+// Handler) → the pool's reverse proxy (proxy.Proxy).
 //
 // What lives how long:
 //   - the process: metrics, the analytics pipeline (recorder, flusher,
-//     store), the listeners and their http.Server settings;
+//     store), the cache's entries, the listeners and their http.Server
+//     settings;
 //   - a snapshot: the compiled plan, the router, the limiter (over a store
 //     kept while its settings do not change), a proxy per pool (kept while
 //     the pool's section and the trusted proxies do not change; a proxy
@@ -53,6 +54,8 @@ import (
 	"github.com/linkgate/linkgate/analytics/cassandra"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/bound"
+	"github.com/linkgate/linkgate/cache"
+	cachefleet "github.com/linkgate/linkgate/cache/memcached"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/h2guard"
@@ -132,10 +135,14 @@ type Gateway struct {
 	visitsM *analytics.Metrics
 	edgeM   *edge.Metrics
 	h2M     *h2guard.Metrics
+	cacheM  *cache.Metrics
 
 	// pipeline runs for the life of the process (nil when analytics are
 	// off): counts in memory survive reloads, the store is chosen at start.
 	pipeline *analytics.Pipeline
+	// cache holds the upstream's answers for the life of the process:
+	// a reload resizes it (cache.max_bytes) and keeps its entries.
+	cache *cache.Store
 	// streams bounds the live streams of /stats, which outlive reloads.
 	streams *stats.Streams
 	// loop is the mark this gateway sets on the requests it proxies, and
@@ -175,7 +182,8 @@ type snapshot struct {
 	pools      []*pool // in plan.pools' order
 	limitStore limitStore
 	limiter    *limit.Limiter
-	stats      *stats.API // nil when analytics are off
+	fleet      *cachefleet.Fleet // the cache's purges through the limiter's memcached; nil without
+	stats      *stats.API        // nil when analytics are off
 }
 
 // limitStore is a limiter backend and how to release it.
@@ -208,6 +216,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		visitsM: analytics.NewMetrics(reg),
 		edgeM:   edge.NewMetrics(reg),
 		h2M:     h2guard.NewMetrics(reg),
+		cacheM:  cache.NewMetrics(reg),
 		streams: stats.NewStreams(plan.cfg.Stats.Live),
 		loop:    newLoopMark(),
 		cql:     cqlsession.NewPool(opts.Log.With("component", "cassandra")),
@@ -215,6 +224,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	}
 	g.withheld.Every = 10 * time.Second
 	g.tenantLog.Every = 10 * time.Second
+	g.cache = cache.NewStore(plan.cache.Config().MaxBytes, g.cacheM, nil)
 	if opts.Listen {
 		var err error
 		if err = g.bind(plan.cfg); err != nil {
@@ -242,6 +252,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	}
 	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
+	g.useCache(s)
 	g.limitM.Serve(s.limiter)
 	g.useStreams(s)
 	g.m.generation.Set(float64(s.gen))
@@ -399,6 +410,13 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	if h := buildHook.Load(); h != nil {
 		(*h)(s)
 	}
+	if plan.limit.Store().Store == "memcached" {
+		if old != nil && old.fleet != nil && old.plan.limit.SameStore(plan.limit) {
+			s.fleet = old.fleet
+		} else {
+			s.fleet = cachefleet.New(plan.limit.Store().Memcached, g.cache, g.cacheM, g.log)
+		}
+	}
 	tenants := tenant.NewResolver(plan.tenants, g.learned)
 	s.limiter = limit.New(plan.limit, s.limitStore, g.limitM, g.log).WithTenants(tenants.Of)
 	if g.opts.LimitClock != nil {
@@ -419,6 +437,7 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		if access != nil {
 			next = upstreamTimer(next)
 		}
+		next = g.cache.Handler(plan.cache, p.plan.cacheTTL, next)
 		if g.pipeline != nil {
 			next = g.pipeline.Middleware(plan.analytics, tenants)(next)
 		}
@@ -430,6 +449,23 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	statsH, s.stats = g.statsHandler(plan)
 	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, statsH, g.withhold(plan.statsToken, plan.adminToken, s.router())))
 	return s, nil
+}
+
+// useCache gives the cache, which outlives snapshots, the settings of s,
+// just swapped in: its bound, and the fleet its purges go to. A cache
+// turned off is emptied, so that turning it on again serves nothing
+// kept before.
+func (g *Gateway) useCache(s *snapshot) {
+	cfg := s.plan.cache.Config()
+	g.cache.Resize(cfg.MaxBytes)
+	if !cfg.Enabled {
+		g.cache.ApplyLocal(cache.Purge{All: true}, "") // not a purge anyone asked for
+	}
+	if s.fleet != nil {
+		g.cache.SetPublisher(s.fleet)
+	} else {
+		g.cache.SetPublisher(nil)
+	}
 }
 
 // useStreams gives the live streams, which outlive snapshots, the stats
@@ -545,6 +581,9 @@ func (s *snapshot) closeReplaced(old *snapshot) {
 	if s.limitStore != nil && (old == nil || s.limitStore != old.limitStore) {
 		s.limitStore.Close()
 	}
+	if s.fleet != nil && (old == nil || s.fleet != old.fleet) {
+		s.fleet.Close()
+	}
 }
 
 // ReloadResult is what a successful reload did.
@@ -595,6 +634,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	}
 	applyRuntime(plan.cfg.Runtime)
 	g.cur.Store(s)
+	g.useCache(s)
 	g.limitM.Serve(s.limiter)
 	g.useStreams(s)
 	old.closeReplaced(s)

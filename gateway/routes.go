@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
+	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/problem"
@@ -18,6 +20,9 @@ type poolPlan struct {
 	name  string   // "upstream" or "routes[2]", as logs and the health detail name it
 	hosts []string // the route's hosts as written; none for the default pool
 	proxy *proxy.Plan
+	// cacheTTL is the cache's default_ttl for the pool's hosts: the
+	// route's, else the cache section's.
+	cacheTTL time.Duration
 }
 
 // compilePools compiles the upstream section, the default pool, and the
@@ -35,7 +40,7 @@ func compilePools(cfg *config.Config, trust *forwarded.Trust, headers forwarded.
 			return nil, nil, 0, err
 		}
 		fallback = 0
-		pools = append(pools, poolPlan{name: "upstream", proxy: pp})
+		pools = append(pools, poolPlan{name: "upstream", proxy: pp, cacheTTL: cfg.Cache.DefaultTTL})
 	} else if cfg.Upstream.TLS != (proxy.TLS{}) {
 		return nil, nil, 0, fmt.Errorf("upstream.tls: set, but upstream lists no targets: with routes and no upstream.targets there is no default pool, and requests for other hosts are answered 421")
 	} else if err := proxy.CheckBounds("upstream", cfg.Upstream); err != nil {
@@ -66,7 +71,14 @@ func compilePools(cfg *config.Config, trust *forwarded.Trust, headers forwarded.
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		pools = append(pools, poolPlan{name: field, hosts: slices.Clone(r.Hosts), proxy: pp})
+		if err := cache.CheckRoute(field+".cache", r.Cache); err != nil {
+			return nil, nil, 0, err
+		}
+		ttl := cfg.Cache.DefaultTTL
+		if r.Cache.DefaultTTL != nil {
+			ttl = *r.Cache.DefaultTTL
+		}
+		pools = append(pools, poolPlan{name: field, hosts: slices.Clone(r.Hosts), proxy: pp, cacheTTL: ttl})
 	}
 	return pools, hosts, fallback, nil
 }
@@ -78,7 +90,7 @@ func compilePools(cfg *config.Config, trust *forwarded.Trust, headers forwarded.
 type pool struct {
 	plan    *poolPlan
 	proxy   *proxy.Proxy
-	handler http.Handler // limiter → visit counter → proxy, set by build
+	handler http.Handler // limiter → visit counter → cache → proxy, set by build
 }
 
 // buildPools makes the pools of s's plan, their handlers left to build:
