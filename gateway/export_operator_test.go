@@ -6,6 +6,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/bound"
+	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
@@ -28,7 +29,7 @@ func Bounds() []Bound {
 	var out []Bound
 	for _, sec := range [][]bound.Named{
 		serverBounds.Ranges("server"), runtimeBounds.Ranges("runtime"), edge.Bounds(), proxy.Bounds("upstream"), proxy.Bounds("routes[].upstream"),
-		limit.Bounds(), analytics.Bounds(), stats.Bounds(),
+		limit.Bounds(), analytics.Bounds(), stats.Bounds(), cache.Bounds.Ranges("cache"),
 	} {
 		for _, b := range sec {
 			r := b.Range

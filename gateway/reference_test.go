@@ -573,6 +573,13 @@ func change(t *testing.T, v reflect.Value, f string) {
 		v.SetFloat(v.Float() + 1)
 	case reflect.Slice:
 		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+	case reflect.Pointer:
+		n := reflect.New(v.Type().Elem()) // set, where it was unset
+		if !v.IsNil() {
+			n.Elem().Set(v.Elem())
+			change(t, n.Elem(), f)
+		}
+		v.Set(n)
 	case reflect.Map:
 		m := reflect.MakeMap(v.Type())
 		for _, k := range v.MapKeys() {
