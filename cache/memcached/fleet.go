@@ -82,6 +82,11 @@ func New(cfg limit.Memcached, store *cache.Store, m *cache.Metrics, log *slog.Lo
 	rand.Read(b[:])
 	f := &Fleet{c: c, store: store, m: m, log: log, id: hex.EncodeToString(b[:]),
 		out: make(chan cache.Purge, 64), stop: make(chan struct{}), last: -1}
+	// The counter read once before the gateway serves: the purges
+	// numbered after it are the ones this gateway applies.
+	if err := f.read(time.Now()); err != nil {
+		f.log.Warn("cache purges of the fleet not read", "err", err)
+	}
 	f.done.Add(2)
 	go f.send()
 	go f.poll()
@@ -169,7 +174,13 @@ func (f *Fleet) read(now time.Time) error {
 		}
 	}
 	switch {
-	case f.last < 0: // the first read: what came before is not ours
+	case f.last < 0:
+		// The first read. Before New returned, the store had nothing
+		// the purges before could have removed; after a failed first
+		// read, what it kept since may have missed some.
+		if f.store.Len() > 0 {
+			f.all("the fleet's purges could not be read since the start", seq)
+		}
 		f.last = seq
 		return nil
 	case seq == f.last:
