@@ -409,3 +409,36 @@ func TestBypass(t *testing.T) {
 		t.Errorf("upstream asked %d times, want 4", n)
 	}
 }
+
+// TestCompile: check-config refuses what the cache could not run with,
+// naming the field.
+func TestCompile(t *testing.T) {
+	t.Parallel()
+	ttl := func(d time.Duration) *time.Duration { return &d }
+	for _, tc := range []struct {
+		name string
+		edit func(c *cache.Config)
+		want string
+	}{
+		{"max_bytes too small", func(c *cache.Config) { c.MaxBytes = 1000 }, "cache.max_bytes:"},
+		{"entry over the whole", func(c *cache.Config) { c.MaxBytes, c.MaxEntryBytes = 1<<20, 1<<20+1 }, "cache.max_entry_bytes:"},
+		{"negative ttl", func(c *cache.Config) { c.DefaultTTL = -time.Second }, "cache.default_ttl:"},
+		{"1ns stale", func(c *cache.Config) { c.StaleIfError = 1 }, "cache.stale_if_error:"},
+		{"vary on credentials", func(c *cache.Config) { c.Vary = []string{"cookie"} }, "cache.vary[0]:"},
+		{"vary not a name", func(c *cache.Config) { c.Vary = []string{"a b"} }, "cache.vary[0]:"},
+	} {
+		c := cache.DefaultConfig()
+		tc.edit(&c)
+		if _, err := cache.Compile("cache", c); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error starting %q", tc.name, err, tc.want)
+		}
+	}
+	if err := cache.CheckRoute("routes[0].cache", cache.Route{DefaultTTL: ttl(time.Millisecond)}); err == nil || !strings.HasPrefix(err.Error(), "routes[0].cache.default_ttl:") {
+		t.Errorf("a route's 1ms default_ttl: %v", err)
+	}
+	for _, d := range []time.Duration{0, time.Second} {
+		if err := cache.CheckRoute("routes[0].cache", cache.Route{DefaultTTL: ttl(d)}); err != nil {
+			t.Errorf("a route's default_ttl %v: %v", d, err)
+		}
+	}
+}
