@@ -51,7 +51,7 @@ ticks() {
 # limit_req on the client address at a rate the benchmark never reaches (the
 # check is what is measured, as for the gateway's IP rule). SERVER holds the
 # server block's own directives (listen...), LOCATION more of the location's;
-# DIR its folders.
+# DIR its folders; HTTP, optional, more of the http block's (proxy_cache_path).
 nginx_config() {
 	cat <<EOF
 worker_processes auto;
@@ -66,6 +66,7 @@ http {
   uwsgi_temp_path $1/uwsgi;
   scgi_temp_path $1/scgi;
   limit_req_zone \$binary_remote_addr zone=ip:10m rate=1000000r/s;
+${5:-}
   upstream tinyurl {
     server 127.0.0.1:$2;
     keepalive 1024;

@@ -17,7 +17,8 @@
 #   BENCH_PATH [/go]                  a redirect, so analytics and the rules apply
 #   BENCH_RULES [none]                none | example: the rules of the "gateway" target
 #   BENCH_ANALYTICS [off]             off | on: analytics of the "gateway" target
-#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]   (and relay, nginx-id)
+#   BENCH_TARGETS [direct nginx floor gateway gateway-ip gateway-mc]   (and relay, nginx-id,
+#                                     gateway-cache, nginx-cache: the redirect cached for 5 minutes)
 #   GATEWAY_BIN [built from ./cmd/gateway]   a gateway binary to measure instead
 #   RESULTS_DIR [bench/results/TIMESTAMP]   raw wrk output and the summary
 set -euo pipefail
@@ -64,12 +65,12 @@ warm=$(seconds "$WARMUP") || die "WARMUP=$WARMUP: want like 1s"
 [[ $BENCH_PATH == /* ]] || die "BENCH_PATH=$BENCH_PATH: want a path starting with /"
 targets=()
 for t in $BENCH_TARGETS; do
-	case $t in direct | nginx | nginx-id | floor | relay | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
+	case $t in direct | nginx | nginx-id | nginx-cache | floor | relay | gateway | gateway-ip | gateway-mc | gateway-cache) targets+=("$t") ;; *) die "BENCH_TARGETS: unknown target $t" ;; esac
 done
 ((${#targets[@]} > 0)) || die "BENCH_TARGETS is empty"
 want() { [[ " ${targets[*]} " == *" $1 "* ]]; }
 gateways=()
-for t in gateway gateway-ip gateway-mc; do
+for t in gateway gateway-ip gateway-mc gateway-cache; do
 	if want "$t"; then gateways+=("$t"); fi
 done
 
@@ -89,7 +90,7 @@ apt_install() {
 	$sudo apt-get install -y -qq "$1" >&2
 }
 apt_install wrk wrk
-if want nginx || want nginx-id; then apt_install nginx nginx; fi
+if want nginx || want nginx-id || want nginx-cache; then apt_install nginx nginx; fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 memcached_bin=$(command -v memcached || echo /usr/bin/memcached)
 if want gateway-mc; then
@@ -186,13 +187,25 @@ nginx_target() {
 	for d in "$@"; do extra+="      $d"$'\n'; done
 	port=$(free_port)
 	mkdir -p "$tmp/$name"
-	nginx_config "$tmp/$name" "$up_port" "    listen 127.0.0.1:$port;"$'\n' "$extra" >"$tmp/$name.conf"
+	nginx_config "$tmp/$name" "$up_port" "    listen 127.0.0.1:$port;"$'\n' "$extra" "$nginx_http_extra" >"$tmp/$name.conf"
 	"$nginx_bin" -t -q -e "$tmp/$name/error.log" -c "$tmp/$name.conf" || die "generated $name config is invalid"
 	start "$name" "$nginx_bin" -e "$tmp/$name/error.log" -c "$tmp/$name.conf" -g 'daemon off;'
 	wait_ready "$name" "$last_pid" "$port"
 	url[$name]="http://127.0.0.1:$port$BENCH_PATH"
 }
+nginx_http_extra=""
 if want nginx; then nginx_target nginx; fi
+# nginx-cache: the same with proxy_cache keeping the redirects for 5
+# minutes over the demo's Cache-Control: no-store, as gateway-cache's
+# cache.default_ttl does: one request upstream per key at a time, stale
+# answers while the upstream fails.
+if want nginx-cache; then
+	nginx_http_extra="  proxy_cache_path $tmp/nginx-cache/cache levels=1:2 keys_zone=links:10m max_size=64m;"
+	nginx_target nginx-cache 'proxy_cache links;' 'proxy_ignore_headers Cache-Control Expires;' \
+		'proxy_cache_valid 301 302 303 307 308 5m;' 'proxy_cache_valid 404 410 10s;' 'proxy_cache_lock on;' \
+		'proxy_cache_use_stale error timeout http_500 http_502 http_503 http_504 updating;'
+	nginx_http_extra=""
+fi
 # nginx-id: the same, forwarding besides what the gateway forwards too: a
 # request id (as the gateway's X-Request-ID) and X-Forwarded-Host.
 if want nginx-id; then
@@ -210,7 +223,8 @@ fi
 # gateway_config NAME: the generated config of a gateway target.
 # gateway: BENCH_RULES and BENCH_ANALYTICS; gateway-ip: one IP rule on the
 # visit route and analytics on (embedded); gateway-mc: the same with the
-# limiter on memcached.
+# limiter on memcached; gateway-cache: gateway-ip with the redirects kept
+# for 5 minutes (cache.default_ttl, as nginx-cache's proxy_cache_valid).
 declare -A admin_port
 gateway_config() {
 	local name=$1 port=$2 aport=$3 store=memory analytics=false
@@ -248,6 +262,9 @@ EOF
 		analytics=true
 		;;
 	esac
+	if [[ $name == gateway-cache ]]; then
+		printf 'cache:\n  default_ttl: 5m\n'
+	fi
 	cat <<EOF
 analytics:
   enabled: $analytics
@@ -376,15 +393,17 @@ if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 				printf "%-8s %-11s %9.0f %15s %9.3f %9.3f %7d %11s  %s\n", pt[1], pt[2], R[k], spread(rps[k]), P[k], Q[k], bad[k], c, rps[k]
 			}
 			print ""
-			split("gateway-ip gateway gateway-mc", gs, " ")
+			split("gateway-ip gateway gateway-mc gateway-cache", gs, " ")
 			f = "load" SUBSEP "floor"; x = "load" SUBSEP "nginx"; xi = "load" SUBSEP "nginx-id"; d = "load" SUBSEP "direct"
-			for (j = 1; j <= 3; j++) {
+			for (j = 1; j <= 4; j++) {
 				g = "load" SUBSEP gs[j]
 				if (!(g in R)) continue
 				if ((f in R) && R[f] > 0) printf "%-10s / floor req/s:  %.2f\n", gs[j], R[g] / R[f]
 				if ((x in R) && R[x] > 0) printf "%-10s / nginx req/s:  %.2f   p99 %.2f× nginx'"'"'s\n", gs[j], R[g] / R[x], (Q[x] > 0 ? Q[g] / Q[x] : 0)
 				if ((xi in R) && R[xi] > 0) printf "%-10s / nginx-id req/s: %.2f   p99 %.2f× nginx-id'"'"'s\n", gs[j], R[g] / R[xi], (Q[xi] > 0 ? Q[g] / Q[xi] : 0)
 			}
+			gc = "load" SUBSEP "gateway-cache"; xc = "load" SUBSEP "nginx-cache"
+			if ((gc in R) && (xc in R) && R[xc] > 0) printf "gateway-cache / nginx-cache req/s: %.2f   p99 %.2f× nginx-cache'"'"'s\n", R[gc] / R[xc], (Q[xc] > 0 ? Q[gc] / Q[xc] : 0)
 			i = "load" SUBSEP "gateway-ip"; m = "load" SUBSEP "gateway-mc"
 			if ((i in R) && (m in R) && R[i] > 0) printf "gateway-mc / gateway-ip req/s: %.2f\n", R[m] / R[i]
 			if ((f in R) && (d in R) && R[d] > 0) printf "floor / direct req/s:     %.2f\n", R[f] / R[d]
