@@ -116,20 +116,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.forward(w, r, key, e) // nothing kept: this request goes itself
 		return
 	}
-	var kept *entry
 	failed := false
 	defer func() {
 		fl.failed = failed
-		h.s.flights.land(k, fl, kept)
+		h.s.flights.land(k, fl)
 	}()
-	kept, failed = h.forward(w, r, key, e)
+	// The flight before may have landed between the lookup and the join:
+	// what it kept is fresh.
+	if c, _ := h.lookup(key, r); c != nil && h.s.now().Before(c.fresh) {
+		h.serve(w, r, c, h.s.now(), Hit)
+		return
+	}
+	failed = h.forward(w, r, key, e)
 }
 
 // forward sends r upstream, passing the answer on and keeping it when it
 // may be kept. With stale set, an upstream failure (500, 502, 503, 504:
 // RFC 5861 section 4) is not passed on: stale is served instead, and
 // failed is true.
-func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, stale *entry) (kept *entry, failed bool) {
+func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, stale *entry) (failed bool) {
 	rw := &recorder{ResponseWriter: w, h: h, r: r, hold: stale != nil, start: h.s.now()}
 	defer func() {
 		if !rw.failed {
@@ -139,9 +144,10 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, st
 	h.next.ServeHTTP(rw, r)
 	if rw.failed {
 		h.serve(w, r, stale, h.s.now(), Stale)
-		return nil, true
+		return true
 	}
-	return h.keep(rw, key), false
+	h.keep(rw, key)
+	return false
 }
 
 // renew fetches key again in the background, once at a time per key, the
@@ -155,10 +161,9 @@ func (h *handler) renew(k, key string, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
 	rr := r.Clone(ctx) // no visit, no access record: the context is not the client's
 	go func() {
-		var kept *entry
 		defer func() {
 			cancel()
-			h.s.renew.land(k, fl, kept)
+			h.s.renew.land(k, fl)
 			if v := recover(); v != nil && !errors.Is(asError(v), http.ErrAbortHandler) {
 				panic(v)
 			}
@@ -166,7 +171,7 @@ func (h *handler) renew(k, key string, r *http.Request) {
 		rw := &recorder{ResponseWriter: discard{}, h: h, r: rr, hold: true, start: h.s.now()}
 		h.next.ServeHTTP(rw, rr)
 		if !rw.failed {
-			kept = h.keep(rw, key)
+			h.keep(rw, key)
 		}
 	}()
 }

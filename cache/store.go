@@ -210,7 +210,7 @@ func (s *Store) invalidateWhere(match func(string) bool) int {
 }
 
 // flights coalesces the requests of one key: the first runs, the others
-// wait for what it kept.
+// wait for it, then look the key up again.
 type flights struct {
 	mu sync.Mutex
 	m  map[string]*flight
@@ -219,8 +219,7 @@ type flights struct {
 // flight is one request upstream for a key, and its outcome.
 type flight struct {
 	done   chan struct{}
-	e      *entry // what it kept; nil: nothing, the waiters go themselves
-	failed bool   // the upstream failed (stale-if-error): the waiters serve their stale answer
+	failed bool // the upstream failed (stale-if-error): the waiters serve their stale answer
 }
 
 // join returns the flight of key and whether the caller leads it: the
@@ -239,12 +238,11 @@ func (f *flights) join(key string) (*flight, bool) {
 	return fl, true
 }
 
-// land ends the flight of key with e. The flight's fields are set
-// before: close publishes them to the waiters.
-func (f *flights) land(key string, fl *flight, e *entry) {
+// land ends the flight of key. Its fields are set before: close
+// publishes them to the waiters.
+func (f *flights) land(key string, fl *flight) {
 	f.mu.Lock()
 	delete(f.m, key)
 	f.mu.Unlock()
-	fl.e = e
 	close(fl.done)
 }
