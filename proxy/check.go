@@ -24,15 +24,9 @@ func (p *Proxy) checkH1(req *http.Request, t *target) error {
 	st.head = b
 	ctx := req.Context()
 	for fresh := false; ; fresh = true {
-		var c *h1Conn
-		if !fresh {
-			c = t.h1.get(time.Now(), false)
-		}
-		if c == nil {
-			var err error
-			if c, err = t.h1.dial(ctx); err != nil {
-				return err
-			}
+		c, err := t.h1.take(ctx, time.Now(), false, !fresh, false)
+		if err != nil {
+			return err
 		}
 		status, err := p.checkOn(ctx, st, c, t)
 		if _, ok := err.(staleError); ok && !fresh && ctx.Err() == nil {
@@ -58,7 +52,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	c.nc.SetReadDeadline(time.Time{}) // ctx bounds the check; a connection put back may hold a past deadline
 	if _, err := c.nc.Write(st.head); err != nil {
 		st.disarm(stop)
-		c.nc.Close()
+		t.h1.discard(c)
 		if c.reused {
 			return 0, staleError{err}
 		}
@@ -69,7 +63,7 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 	for {
 		if h, err = st.hr.ReadResponse(c.br, http.MethodGet, maxResponseHead, &c.last); err != nil {
 			st.disarm(stop)
-			c.nc.Close()
+			t.h1.discard(c)
 			if c.reused && h.Status == 0 && isClosed(err) {
 				return 0, staleError{err}
 			}
@@ -80,26 +74,43 @@ func (p *Proxy) checkOn(ctx context.Context, st *h1State, c *h1Conn, t *target) 
 		}
 	}
 	// Drain a little so the connection can be reused.
-	var src io.Reader = &io.LimitedReader{R: c.br, N: h.ContentLength}
-	switch {
-	case h.NoBody:
-		src = http.NoBody
-	case h.Chunked:
-		src = h1wire.NewChunkedReader(c.br)
-	case h.ContentLength < 0:
-		src = c.br
-	}
-	n, err := io.Copy(io.Discard, io.LimitReader(src, 64<<10))
-	whole := err == nil && (h.NoBody || h.ContentLength >= 0 && n == h.ContentLength)
-	if h.Chunked && err == nil {
-		if _, err := src.Read(make([]byte, 1)); err == io.EOF {
-			whole = st.hr.ReadFields(c.br, maxResponseHead) == nil
-		}
-	}
+	whole := st.drainBody(c, &h)
 	if st.disarm(stop) && whole && !h.Close {
 		t.h1.put(c, time.Now())
 	} else {
-		c.nc.Close()
+		t.h1.discard(c)
 	}
 	return h.Status, nil
+}
+
+// drainBytes is the most of an answer's body read to keep its connection
+// when no one wants the body (a health check's, a request whose client
+// left): a longer one closes the connection.
+const drainBytes = 64 << 10
+
+// drainBody reads and drops the body of the answer whose head h was just
+// read from c, up to drainBytes and within c's read deadline, and reports
+// whether it was read whole: c can then carry another request, unless h
+// closes it.
+func (st *h1State) drainBody(c *h1Conn, h *h1wire.Response) bool {
+	var src io.Reader = &io.LimitedReader{R: c.br, N: h.ContentLength}
+	switch {
+	case h.NoBody:
+		return true
+	case h.Chunked:
+		src = h1wire.NewChunkedReader(c.br)
+	case h.ContentLength < 0:
+		return false // read to the close: the connection ends with it
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(src, drainBytes))
+	if err != nil {
+		return false
+	}
+	if !h.Chunked {
+		return n == h.ContentLength
+	}
+	if _, err := src.Read(make([]byte, 1)); err != io.EOF {
+		return false
+	}
+	return st.hr.ReadFields(c.br, maxResponseHead) == nil
 }

@@ -47,6 +47,13 @@ type h1State struct {
 
 	conn   atomic.Pointer[h1Conn] // the connection ctx's cancellation aborts
 	cancel func()                 // st.abort, bound once
+	// drain: the request is sent whole, and its answer may yet come: an
+	// abort gives the answer drainTimeout to come, so that the
+	// connection can be kept, rather than cutting it.
+	drain atomic.Bool
+	// aborting is held by an abort while it sets the connection's
+	// deadlines: settle waits for one under way.
+	aborting sync.Mutex
 	// spoiled: an abort may still run (disarm came too late), and would
 	// hit the connection of whatever exchange had st next: st is not put
 	// back in the pool.
@@ -64,20 +71,43 @@ func (st *h1State) release() {
 		return
 	}
 	st.hr.Reset()
+	st.drain.Store(false)
 	clear(st.tried)
 	st.tried = st.tried[:0]
 	h1States.Put(st)
 }
 
-// abort makes the pending read or write of the exchange fail at once: the
-// request's context ended.
+// abort ends the exchange whose request's context ended: the pending
+// read or write fails at once, but for a request sent whole (drain),
+// whose answer is given drainTimeout to come, to be read and dropped
+// (trip.drain): the connection is then kept, and the client's leaving
+// costs the target no connection.
 func (st *h1State) abort() {
-	if c := st.conn.Load(); c != nil {
+	st.aborting.Lock()
+	defer st.aborting.Unlock()
+	c := st.conn.Load()
+	switch {
+	case c == nil:
+	case st.drain.Load():
+		c.nc.SetReadDeadline(time.Now().Add(drainTimeout))
+	default:
 		c.nc.SetDeadline(aLongTimeAgo)
 	}
 }
 
+// settle waits for an abort under way to be done with the exchange's
+// connection; one not yet begun finds none (st.conn is nil by then).
+func (st *h1State) settle() {
+	st.aborting.Lock()
+	//lint:ignore SA2001 an empty critical section: a barrier
+	st.aborting.Unlock()
+}
+
 var aLongTimeAgo = time.Unix(1, 0)
+
+// drainTimeout is how long the answer to a request whose client left is
+// waited for, to keep its connection; one that takes longer closes it.
+const drainTimeout = time.Second
 
 // disarm stops the abort that ongoing.AfterEnd registered for the
 // exchange (stop is what it returned) and says whether it did. When the
@@ -177,17 +207,11 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, t *target, st *
 	start := time.Now()
 	fresh := false
 	for {
-		var c *h1Conn
-		if !fresh {
-			c = t.h1.get(start, !replay)
+		c, err := t.h1.take(ctx, start, !replay, !fresh, true)
+		if err != nil {
+			return err
 		}
-		if c == nil {
-			var err error
-			if c, err = t.h1.dial(ctx); err != nil {
-				return err
-			}
-		}
-		err := p.roundTrip(w, r, t, st, c, start, upType)
+		err = p.roundTrip(w, r, t, st, c, start, upType)
 		if se, ok := err.(staleError); ok && replay && !fresh && ctx.Err() == nil {
 			p.log.Debug("upstream closed a kept-alive connection; sending again on a new one", "target", t.name, "err", se.err)
 			fresh = true

@@ -31,6 +31,12 @@ type Config struct {
 	// upstream connection for almost every request; it should be at least the
 	// number of concurrent clients.
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// MaxConnsPerHost is how many connections the proxy may have open to
+	// each target, idle and in use: a request that finds them all in use
+	// waits up to DialTimeout for one, then is answered 503 with
+	// Retry-After. It bounds what a burst (of streams a client resets
+	// above all) can cost a target.
+	MaxConnsPerHost int `yaml:"max_conns_per_host"`
 	// TLS is how the pool's https:// targets are spoken to.
 	TLS TLS `yaml:"tls"`
 }
@@ -70,6 +76,7 @@ func DefaultConfig() Config {
 		ResponseHeaderTimeout: 10 * time.Second,
 		HealthCheck:           HealthCheck{Path: "/healthz", Interval: 5 * time.Second},
 		MaxIdleConnsPerHost:   1024,
+		MaxConnsPerHost:       1024,
 	}
 }
 
@@ -93,6 +100,7 @@ var bounds = bound.Section[Config]{
 	bound.At("response_header_timeout", bound.Durations(100*time.Millisecond, time.Hour), func(c Config) time.Duration { return c.ResponseHeaderTimeout }),
 	bound.At("health_check.interval", bound.Durations(100*time.Millisecond, time.Hour), func(c Config) time.Duration { return c.HealthCheck.Interval }),
 	bound.At("max_idle_conns_per_host", bound.Counts(1, 65536), func(c Config) int { return c.MaxIdleConnsPerHost }),
+	bound.At("max_conns_per_host", bound.Counts(1, 65536), func(c Config) int { return c.MaxConnsPerHost }),
 }
 
 // Bounds lists the ranges of the numbers of a pool's section at path
@@ -254,7 +262,7 @@ func (p *Plan) Equal(q *Plan) bool {
 	a, b := p.cfg, q.cfg
 	return slices.Equal(a.Targets, b.Targets) && a.DialTimeout == b.DialTimeout &&
 		a.ResponseHeaderTimeout == b.ResponseHeaderTimeout && a.HealthCheck == b.HealthCheck &&
-		a.MaxIdleConnsPerHost == b.MaxIdleConnsPerHost && a.TLS == b.TLS &&
+		a.MaxIdleConnsPerHost == b.MaxIdleConnsPerHost && a.MaxConnsPerHost == b.MaxConnsPerHost && a.TLS == b.TLS &&
 		bytes.Equal(p.caPEM, q.caPEM) && bytes.Equal(p.certPEM, q.certPEM) && bytes.Equal(p.keyPEM, q.keyPEM) &&
 		p.trust.Equal(q.trust) && p.headers.Equal(q.headers)
 }

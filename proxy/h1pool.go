@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,12 @@ import (
 // fails before any byte of a response came back, and a request that may
 // be sent twice is then sent again on a new connection.
 //
+// At most maxOpen connections to the target are open (idle, in use or
+// being dialed): a request that finds none idle and every one taken waits
+// up to dial_timeout for one to be put back or closed, and is refused
+// (errPoolBusy, a 503) when none is, so that a burst of requests, or of
+// streams a client resets, never opens more than maxOpen connections.
+//
 // A Proxy built on reload (Renew) shares the pools of the targets it keeps
 // with the same connection settings, so that a reload keeps their
 // connections. It is safe for concurrent use.
@@ -37,11 +44,19 @@ type h1Pool struct {
 	opened  *atomic.Int64 // shared with the Proxies using the pool
 	m       *Metrics
 	maxIdle int
+	maxOpen int
 
-	mu     sync.Mutex
-	idle   []*h1Conn // guarded by mu; the last is the most recently used
-	refs   int       // guarded by mu: Proxies using the pool
-	closed bool      // guarded by mu
+	mu   sync.Mutex
+	idle []*h1Conn // guarded by mu; the last is the most recently used
+	// open counts the connections open, idle or in use, and the dials
+	// under way; guarded by mu.
+	open int
+	// waiters are the requests waiting for a connection, first come first
+	// served: each gets one put back, or nil, a slot to dial in; guarded
+	// by mu.
+	waiters []chan *h1Conn
+	refs    int  // guarded by mu: Proxies using the pool
+	closed  bool // guarded by mu
 }
 
 // poolKey is what makes two targets' connections interchangeable: the
@@ -51,6 +66,7 @@ type poolKey struct {
 	https       bool
 	dialTimeout time.Duration
 	maxIdle     int
+	maxOpen     int
 	tls         tlsKey // an https:// target's TLS settings; zero for http://
 }
 
@@ -64,6 +80,10 @@ type tlsKey struct {
 // tlsHandshakeTimeout bounds the TLS handshake with a target, as
 // http.Transport's TLSHandshakeTimeout in transport.go.
 const tlsHandshakeTimeout = 10 * time.Second
+
+// errPoolBusy is the error of a request that found maxOpen connections
+// to its target open, none put back within dial_timeout: 503.
+var errPoolBusy = errors.New("proxy: every connection to the target is in use")
 
 // errH2 is the error of a connection on which the target chose HTTP/2:
 // its requests go through http.Transport from then on.
@@ -123,6 +143,7 @@ func newH1Pool(key poolKey, tc *tls.Config, opened *atomic.Int64, m *Metrics) *h
 		opened:  opened,
 		m:       m,
 		maxIdle: key.maxIdle,
+		maxOpen: key.maxOpen,
 	}
 	if key.https {
 		// As http.Transport sets them: the target's host as the name to
@@ -161,7 +182,7 @@ func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
 		p.mu.Unlock()
 		idle := now.Sub(c.idleAt)
 		if idle > idleTimeout {
-			c.nc.Close()
+			p.discard(c)
 			continue
 		}
 		if check || idle >= staleCheckAfter {
@@ -170,7 +191,7 @@ func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
 			c.rdl = time.Time{}
 			c.nc.SetReadDeadline(time.Time{})
 			if c.peerClosed() {
-				c.nc.Close()
+				p.discard(c)
 				continue
 			}
 		}
@@ -178,12 +199,87 @@ func (p *h1Pool) get(now time.Time, check bool) *h1Conn {
 	}
 }
 
-// dial opens a new connection to the target, counting it, and for an
-// https:// target shakes hands over it. It returns errH2 when the target
-// chose HTTP/2.
+// take returns a connection for a request: an idle one (get; none when
+// idle is false, for a request sent again after a kept-alive connection
+// failed), else a new one while fewer than maxOpen are open, else the
+// first one put back or slot freed within dial_timeout: errPoolBusy when
+// none comes, ctx's error when it ends first. A health check (wait false)
+// does not wait: it dials at once, over maxOpen if need be, so that a
+// target whose every connection is busy is not taken for down.
+func (p *h1Pool) take(ctx context.Context, now time.Time, check, idle, wait bool) (*h1Conn, error) {
+	if idle {
+		if c := p.get(now, check); c != nil {
+			return c, nil
+		}
+	}
+	p.mu.Lock()
+	if p.open < p.maxOpen || !wait {
+		p.open++
+		p.mu.Unlock()
+		return p.dial(ctx)
+	}
+	ch := make(chan *h1Conn, 1)
+	p.waiters = append(p.waiters, ch)
+	p.mu.Unlock()
+	timer := time.NewTimer(p.key.dialTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case c := <-ch:
+		if c != nil {
+			return c, nil
+		}
+		return p.dial(ctx) // a slot freed
+	case <-timer.C:
+		err = errPoolBusy
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	p.mu.Lock()
+	if i := slices.Index(p.waiters, ch); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.mu.Unlock()
+	// Handed a connection or a slot as the wait ended: pass it on.
+	if c := <-ch; c != nil {
+		p.put(c, c.idleAt)
+	} else {
+		p.free()
+	}
+	return nil, err
+}
+
+// free gives a closed connection's slot to the first waiter, or counts
+// it free.
+func (p *h1Pool) free() {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		ch := p.waiters[0]
+		p.waiters = slices.Delete(p.waiters, 0, 1)
+		p.mu.Unlock()
+		ch <- nil
+		return
+	}
+	p.open--
+	p.mu.Unlock()
+}
+
+// discard closes c and frees its slot.
+func (p *h1Pool) discard(c *h1Conn) {
+	c.nc.Close()
+	p.free()
+}
+
+// dial opens a new connection to the target in a slot take counted,
+// counting it, and for an https:// target shakes hands over it. It
+// returns errH2 when the target chose HTTP/2. A dial that fails frees
+// its slot.
 func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	nc, err := p.dialer.DialContext(ctx, "tcp", p.key.addr)
 	if err != nil {
+		p.free()
 		return nil, err
 	}
 	p.opened.Add(1)
@@ -199,11 +295,13 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 		cancel()
 		if err != nil {
 			nc.Close()
+			p.free()
 			return nil, err
 		}
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
 			p.h2.Store(true)
 			tc.Close()
+			p.free()
 			return nil, errH2
 		}
 		c.nc = tc
@@ -213,14 +311,22 @@ func (p *h1Pool) dial(ctx context.Context) (*h1Conn, error) {
 	return c, nil
 }
 
-// put returns c to the pool, or closes it when the pool is full or closed.
+// put hands c to the first waiter, or returns it to the pool, or closes
+// it when the pool is full or closed.
 func (p *h1Pool) put(c *h1Conn, now time.Time) {
 	c.idleAt = now
 	c.reused = true
 	p.mu.Lock()
+	if len(p.waiters) > 0 && !p.closed {
+		ch := p.waiters[0]
+		p.waiters = slices.Delete(p.waiters, 0, 1)
+		p.mu.Unlock()
+		ch <- c
+		return
+	}
 	if p.closed || len(p.idle) >= p.maxIdle {
 		p.mu.Unlock()
-		c.nc.Close()
+		p.discard(c)
 		return
 	}
 	p.idle = append(p.idle, c)
@@ -245,7 +351,7 @@ func (p *h1Pool) prune(now time.Time) {
 	p.idle = keep
 	p.mu.Unlock()
 	for _, c := range old {
-		c.nc.Close()
+		p.discard(c)
 	}
 }
 
@@ -257,7 +363,7 @@ func (p *h1Pool) closeIdle() {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.nc.Close()
+		p.discard(c)
 	}
 }
 

@@ -30,6 +30,7 @@ const (
 	reasonUnreachable = "unreachable" // no healthy target, or connecting failed
 	reasonTimeout     = "timeout"     // no response headers in time
 	reasonFailed      = "failed"      // the connection broke after the request was sent
+	reasonBusy        = "busy"        // every connection the target may have was in use (503)
 )
 
 // NewMetrics creates the collectors and registers them with reg; a nil reg
@@ -47,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"target"}),
 		opened: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_upstream_connections_opened_total",
-			Help: "Upstream TCP connections opened; stays near the client concurrency when keep-alive pooling works.",
+			Help: "Upstream TCP connections opened, by requests and health checks; stays near the client concurrency when keep-alive pooling works.",
 		}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "linkgate_upstream_retries_total",
@@ -55,11 +56,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_upstream_errors_total",
-			Help: "Proxied requests answered by the gateway itself (502/504), by reason.",
+			Help: "Proxied requests answered by the gateway itself (502/503/504), by reason.",
 		}, []string{"reason"}),
 		refs: map[string]int{},
 	}
-	for _, r := range []string{reasonUnreachable, reasonTimeout, reasonFailed} {
+	for _, r := range []string{reasonUnreachable, reasonTimeout, reasonFailed, reasonBusy} {
 		m.errors.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -148,7 +148,7 @@ func newProxy(old []*Proxy, plan *Plan, m *Metrics, log *slog.Logger, stdlib boo
 func (p *Proxy) sharePools(old []*Proxy, plan *Plan) {
 	cfg := plan.cfg
 	for _, t := range p.pool.targets {
-		key := poolKey{addr: hostPort(t.url), https: t.url.Scheme == "https", dialTimeout: cfg.DialTimeout, maxIdle: cfg.MaxIdleConnsPerHost}
+		key := poolKey{addr: hostPort(t.url), https: t.url.Scheme == "https", dialTimeout: cfg.DialTimeout, maxIdle: cfg.MaxIdleConnsPerHost, maxOpen: cfg.MaxConnsPerHost}
 		if key.https {
 			key.tls = plan.tlsKey()
 		}
@@ -318,8 +318,9 @@ func (p *Proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // fail answers a request the upstream did not: 502 when no target could
-// be reached or the connection broke, 504 when the upstream did not answer
-// in time. t is the target tried last, nil for none. The detail never
+// be reached or the connection broke, 503 when every connection the
+// target may have is in use (max_conns_per_host), 504 when the upstream
+// did not answer in time. t is the target tried last, nil for none. The detail never
 // names a target.
 func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err error) {
 	var cut bodyCutError
@@ -369,6 +370,13 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, t *target
 	}
 	var ne net.Error
 	switch {
+	case errors.Is(err, errPoolBusy):
+		// Every connection the target may have is in use: the client may
+		// try again in a moment (RFC 9110 section 15.6.4).
+		p.m.failed(reasonBusy)
+		p.log.Warn("upstream connections all in use", "target", target, "method", r.Method, "path", r.URL.Path)
+		w.Header().Set("Retry-After", "1")
+		problem.Write(w, http.StatusServiceUnavailable, "the upstream is busy; try again in a moment")
 	case errors.Is(err, ErrNoHealthyTarget):
 		p.m.failed(reasonUnreachable)
 		p.log.Debug("no healthy upstream target", "method", r.Method, "path", r.URL.Path)

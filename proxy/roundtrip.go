@@ -35,12 +35,18 @@ type trip struct {
 // written to w.
 func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st *h1State, c *h1Conn, start time.Time, upType string) (err error) {
 	x := trip{p: p, w: w, r: r, t: t, st: st, c: c, start: start, upType: upType}
+	st.drain.Store(false)
 	st.conn.Store(c)
 	stop := ongoing.AfterEnd(r.Context(), st.cancel)
 	reuse, streamed := false, false
 	var headAt time.Time
 	defer func() { x.end(stop, reuse, streamed, headAt) }()
 	if err := x.send(); err != nil {
+		if err == errNotSent {
+			// The client left first: the connection is as it was.
+			reuse = true
+			return r.Context().Err()
+		}
 		return err
 	}
 	h, err := x.readAnswer()
@@ -48,6 +54,11 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		return err
 	}
 	if headAt, err = x.headRead(&h); err != nil {
+		if st.drain.Load() && r.Context().Err() != nil {
+			// The client left; the answer came: drop it, keep the
+			// connection.
+			reuse, headAt = x.drainAnswer(&h), time.Now()
+		}
 		return err
 	}
 	if h.Status == http.StatusSwitchingProtocols {
@@ -62,13 +73,18 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 // can carry another request (reuse), as idle since the answer's head came
 // or, when its body streamed after it, since now; else it closes it.
 func (x *trip) end(stop func() bool, reuse, streamed bool, headAt time.Time) {
-	if !x.st.disarm(stop) {
-		reuse = false // the cancellation has set (or is setting) the connection's deadline
-	}
+	aborted := !x.st.disarm(stop)
 	x.st.conn.Store(nil)
+	if aborted && reuse {
+		// The abort has set (or is setting) the connection's deadlines:
+		// once it is done, they are cleared for the next exchange.
+		x.st.settle()
+		x.c.rdl = time.Time{}
+		x.c.nc.SetDeadline(time.Time{})
+	}
 	if !reuse {
 		x.bw.stop(x.w, false) // not waited for yet on a failure or an abort
-		x.c.nc.Close()
+		x.t.h1.discard(x.c)
 		return
 	}
 	if streamed {
@@ -84,7 +100,7 @@ func (x *trip) end(stop func() bool, reuse, streamed bool, headAt time.Time) {
 func (x *trip) send() error {
 	ctx, c, r := x.r.Context(), x.c, x.r
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return errNotSent
 	}
 	if _, err := c.nc.Write(x.st.head); err != nil {
 		if c.reused {
@@ -114,8 +130,25 @@ func (x *trip) send() error {
 		// ResponseHeaderTimeout, the wait counts from the request sent,
 		// not the dial and handshake before it.
 		c.armHeaderDeadline(later(x.start, c.dialed), x.p.rht)
+		x.st.drain.Store(true) // after the deadline armed: an abort's comes last
 	}
 	return ctx.Err()
+}
+
+// errNotSent is send's error for a request whose client left before it
+// was sent: it never is, and its connection is kept.
+var errNotSent = errors.New("proxy: the request ended before it was sent")
+
+// drainAnswer reads and drops the answer whose head h came after the
+// client left, within drainTimeout and up to drainBytes, and reports
+// whether the connection can carry another request.
+func (x *trip) drainAnswer(h *h1wire.Response) bool {
+	if h.Close || h.Status == http.StatusSwitchingProtocols {
+		return false
+	}
+	x.c.rdl = time.Time{}
+	x.c.nc.SetReadDeadline(time.Now().Add(drainTimeout))
+	return x.st.drainBody(x.c, h)
 }
 
 // later is the later of a and b.

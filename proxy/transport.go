@@ -46,6 +46,7 @@ func newTransport(p *Plan, dial func(context.Context, string, string) (net.Conn,
 		DialContext:         dial,
 		MaxIdleConns:        0, // no global cap; the per-host cap bounds the pool
 		MaxIdleConnsPerHost: cfg.MaxIdleConnsPerHost,
+		MaxConnsPerHost:     cfg.MaxConnsPerHost,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
 		// A slow upstream yields 504 instead of holding the client forever.
