@@ -13,7 +13,9 @@ import (
 // NewMiddleware returns the middleware that counts visits: a request that
 // matches the plan's route (its {short_key} names the link) and that the
 // next handler answers with a status in count_status is recorded in rec,
-// as a bot visit when its User-Agent is a known bot and bots is "separate".
+// as a bot visit when its User-Agent is a known bot and bots is "separate";
+// a request whose client left before its answer (ongoing.Recorder.Final:
+// 499) is not.
 // With dimensions on, the visit's features (package visitor: referrer,
 // source, country, device, browser, OS) are counted with it. Anything
 // else, a 404 for an unknown key above all, is not a visit, so
@@ -58,11 +60,8 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			}
 			ww := ongoing.StatusWriter(w) // the gateway's, when there is one
 			next.ServeHTTP(ww, r)
-			status := ww.Status()
-			if status == 0 { // nothing written: net/http answers 200
-				status = http.StatusOK
-			}
-			if status >= len(count) || !count[status] {
+			status := ww.Final(r) // 499 when the client left before its answer: no visit
+			if status == ongoing.StatusClientClosed || status >= len(count) || !count[status] {
 				return
 			}
 			bot := false

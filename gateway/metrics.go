@@ -51,7 +51,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 var classes = [...]string{"1xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
 // middleware counts every answer by status class and, when access is not
-// nil, writes its access log line. It is the outermost middleware but the
+// nil, writes its access log line: with the status ongoing.Recorder.Final
+// gives, 499 (4xx) for a request whose client left before its answer. It is the outermost middleware but the
 // request id's: it makes the request's one ongoing.StatusWriter, which the
 // limiter and the visit counter reuse.
 func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler {
@@ -68,10 +69,7 @@ func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler 
 				r, rec = access.begin(r)
 			}
 			next.ServeHTTP(ww, r)
-			status := ww.Status()
-			if status == 0 {
-				status = http.StatusOK
-			}
+			status := ww.Final(r)
 			if c := status / 100; c >= 1 && c <= 5 {
 				counters[c].Inc()
 			}

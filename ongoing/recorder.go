@@ -4,7 +4,10 @@
 // (StatusWriter, Recorder), and its end (AfterEnd).
 package ongoing
 
-import "net/http"
+import (
+	"context"
+	"net/http"
+)
 
 // StatusWriter returns w as a *Recorder, which records the status and the
 // bytes of the answer written through it: w itself when it is one
@@ -70,3 +73,26 @@ func (w *Recorder) Status() int { return w.status }
 
 // BytesWritten is the number of body bytes written.
 func (w *Recorder) BytesWritten() int { return w.bytes }
+
+// StatusClientClosed is the status a request whose client left before
+// its answer was written is logged and counted with, as nginx logs it:
+// no client ever saw it.
+const StatusClientClosed = 499
+
+// Final is the status r was answered with, as the gateway reports it
+// (access log, requests_total, the visit counter): StatusClientClosed
+// when r's client left before the handler was done (its HTTP/1
+// connection closed, its HTTP/2 stream reset: its context canceled, not
+// timed out), whatever the handler wrote, which the client did not wait
+// for; else the status written, 200 when nothing was. A 408 stays: the
+// gateway ended the request itself, for a body too slow, and the server
+// canceled it then.
+func (w *Recorder) Final(r *http.Request) int {
+	if w.status != http.StatusRequestTimeout && context.Cause(r.Context()) == context.Canceled {
+		return StatusClientClosed
+	}
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}

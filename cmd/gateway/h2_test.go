@@ -35,16 +35,27 @@ type h2Gateway struct {
 
 func startH2Gateway(t *testing.T, server string) *h2Gateway {
 	t.Helper()
+	return startH2GatewayOver(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("hello from the upstream\n"))
+	}), server, "")
+}
+
+// startH2GatewayOver is startH2Gateway in front of an upstream of its own,
+// server's lines added to the server section and analytics, when not "",
+// in place of the analytics section.
+func startH2GatewayOver(t *testing.T, upstream http.Handler, server, analytics string) *h2Gateway {
+	t.Helper()
 	ca := edgetest.NewCA(t)
 	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test", "127.0.0.1")
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("hello from the upstream\n"))
-	}))
+	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
 	cfg := strings.Replace(testkit.BaseConfig(up.URL), "  shutdown_timeout: 10s\n", fmt.Sprintf(`  shutdown_timeout: 10s
   internal_listen: 127.0.0.1:0
   tls: {cert_file: %s, key_file: %s}
 %s`, certFile, keyFile, server), 1)
+	if analytics != "" {
+		cfg = strings.Replace(cfg, "analytics:\n  enabled: false\n", analytics, 1)
+	}
 	p, _ := startGateway(t, cfg, tokenEnv)
 	g := &h2Gateway{p: p, tls: &tls.Config{RootCAs: ca.Pool(), ServerName: "short.test"},
 		addr: strings.TrimPrefix(p.url("gateway", ""), "http://"), h2c: strings.TrimPrefix(p.url("h2c", ""), "http://")}
@@ -56,17 +67,35 @@ func startH2Gateway(t *testing.T, server string) *h2Gateway {
 // cuts returns the connections the gateway cut for reason.
 func (g *h2Gateway) cuts(t *testing.T, reason string) int {
 	t.Helper()
+	return int(g.metric(t, fmt.Sprintf(`linkgate_http2_connections_cut_total{reason=%q}`, reason)))
+}
+
+// metric returns the value of series (name{labels}) in the gateway's
+// /metrics.
+func (g *h2Gateway) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	v, ok := g.series(t, series)
+	if !ok {
+		t.Fatalf("no series %s in /metrics", series)
+	}
+	return v
+}
+
+// series is metric for a series that may not be there yet (a labelled
+// counter before its first count).
+func (g *h2Gateway) series(t *testing.T, series string) (float64, bool) {
+	t.Helper()
 	body := testkit.Body(t, g.p.url("admin", "/metrics"))
-	prefix := fmt.Sprintf(`linkgate_http2_connections_cut_total{reason=%q} `, reason)
 	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			n, _ := strconv.Atoi(v)
-			return n
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n, true
 		}
 	}
-	t.Fatalf("no series %s in /metrics", prefix)
-	return 0
+	return 0, false
 }
+
+const upstreamOpened = "linkgate_upstream_connections_opened_total"
 
 // meanwhile runs a well-behaved HTTP/2 client against g, a request every
 // 10 ms, until the returned function is called, which fails t if any
@@ -150,12 +179,16 @@ func statCPU(f []string) time.Duration {
 // (CVE-2023-44487) gets GOAWAY ENHANCE_YOUR_CALM once past its budget of
 // resets (twice max_concurrent_streams at once, max_concurrent_streams a
 // second), the connection closed; a well-behaved client is answered
-// throughout.
+// throughout, never 5xx; and the streams cost the upstream no more
+// connections than the streams the gateway serves at once (a request not
+// yet sent is not, one sent has its answer drained and its connection
+// kept), however many were reset.
 func TestHTTP2RapidReset(t *testing.T) {
 	t.Parallel()
 	const streams = 100
 	g := startH2Gateway(t, fmt.Sprintf("  max_concurrent_streams: %d\n", streams))
 	stop := g.meanwhile(t)
+	opened0 := g.metric(t, upstreamOpened)
 	h := g.dial(t)
 	block := h.Block("/reset")
 	stream := uint32(1)
@@ -190,11 +223,17 @@ func TestHTTP2RapidReset(t *testing.T) {
 	if got := g.cuts(t, "rst_stream"); got != 1 {
 		t.Errorf("connections cut for rst_stream: %d, want 1", got)
 	}
+	// The attack's handlers run at most max_concurrent_streams at once;
+	// the well-behaved client and the health checks add a few.
+	opened := g.metric(t, upstreamOpened) - opened0
+	if opened > streams+8 {
+		t.Errorf("upstream connections opened during the attack: %v, want at most %d (the streams served at once, and a few)", opened, streams+8)
+	}
 	testkit.Eventually(t, 10*time.Second, "the cut logged", func() bool {
 		return g.p.logs.Logged("HTTP/2 connection cut: GOAWAY ENHANCE_YOUR_CALM", map[string]string{"reason": "rst_stream"})
 	})
-	t.Logf("GOAWAY %v after %v and %d streams reset (the gateway took %d); %d answers to the well-behaved client meanwhile",
-		gw.Code, took, sent, (gw.LastStream+1)/2, answered)
+	t.Logf("GOAWAY %v after %v and %d streams reset (the gateway took %d); %v upstream connections opened; %d answers to the well-behaved client meanwhile",
+		gw.Code, took, sent, (gw.LastStream+1)/2, opened, answered)
 }
 
 // TestHTTP2EmptyContinuationFlood: HEADERS without END_HEADERS, then empty
