@@ -1,6 +1,7 @@
 package ongoing_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -64,3 +65,34 @@ type deadlineWriter struct {
 }
 
 func (w *deadlineWriter) SetReadDeadline(time.Time) error { w.set = true; return nil }
+
+// TestFinal: the status reported is the one written (200 for none), but
+// 499 when the request's client left (its context canceled, not timed
+// out) before the handler was done, whatever was written; a 408 stays.
+func TestFinal(t *testing.T) {
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	late, cancel2 := context.WithTimeout(context.Background(), 0)
+	defer cancel2()
+	for _, c := range []struct {
+		ctx     context.Context
+		written int
+		want    int
+	}{
+		{context.Background(), 0, http.StatusOK},
+		{context.Background(), http.StatusFound, http.StatusFound},
+		{gone, 0, ongoing.StatusClientClosed},
+		{gone, http.StatusFound, ongoing.StatusClientClosed},
+		{gone, http.StatusRequestTimeout, http.StatusRequestTimeout},
+		{late, http.StatusGatewayTimeout, http.StatusGatewayTimeout},
+	} {
+		w := ongoing.StatusWriter(httptest.NewRecorder())
+		if c.written != 0 {
+			w.WriteHeader(c.written)
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(c.ctx)
+		if got := w.Final(r); got != c.want {
+			t.Errorf("written %d, context %v: Final %d, want %d", c.written, c.ctx.Err(), got, c.want)
+		}
+	}
+}

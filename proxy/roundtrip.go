@@ -57,7 +57,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, t *target, st 
 		if st.drain.Load() && r.Context().Err() != nil {
 			// The client left; the answer came: drop it, keep the
 			// connection.
-			reuse, headAt = x.drainAnswer(&h), time.Now()
+			reuse, streamed = x.drainAnswer(&h), true
 		}
 		return err
 	}
@@ -87,7 +87,7 @@ func (x *trip) end(stop func() bool, reuse, streamed bool, headAt time.Time) {
 		x.t.h1.discard(x.c)
 		return
 	}
-	if streamed {
+	if streamed || headAt.IsZero() { // or never sent
 		headAt = time.Now()
 	}
 	x.t.h1.put(x.c, headAt)
@@ -130,7 +130,10 @@ func (x *trip) send() error {
 		// ResponseHeaderTimeout, the wait counts from the request sent,
 		// not the dial and handshake before it.
 		c.armHeaderDeadline(later(x.start, c.dialed), x.p.rht)
-		x.st.drain.Store(true) // after the deadline armed: an abort's comes last
+		// After the deadline armed: an abort's comes last. The client
+		// leaving from here on is the answer's drain's to see.
+		x.st.drain.Store(true)
+		return nil
 	}
 	return ctx.Err()
 }
