@@ -55,7 +55,7 @@ func TestSchemaFileOnNode(t *testing.T) {
 	}
 	slices.Sort(tables)
 	want := []string{"dims", "points_1d", "points_1h", "points_1m", "points_1w", "points_5m", "points_total",
-		"rollup_active", "rollup_lease", "rollup_marks", "rollup_progress", "top_days", "top_leaders", "uniques"}
+		"rollup_active", "rollup_lease", "rollup_marks", "rollup_progress", "tenant_leaders", "top_days", "top_leaders", "uniques"}
 	if !slices.Equal(tables, want) {
 		t.Errorf("%d statements made the tables %q, want %q", n, tables, want)
 	}
