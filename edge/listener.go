@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/linkgate/linkgate/ja4"
 )
 
 // Listener terminates TLS on the connections of a net.Listener. Accept
@@ -38,8 +40,10 @@ type Listener struct {
 
 // Listen wraps inner. wrapHTTP1 may be nil.
 func (e *Edge) Listen(inner net.Listener, wrapHTTP1 func(net.Conn) net.Conn) *Listener {
+	cfg := e.TLSConfig()
+	cfg.GetConfigForClient = fingerprint
 	l := &Listener{
-		inner: inner, e: e, tlsCfg: e.TLSConfig(),
+		inner: inner, e: e, tlsCfg: cfg,
 		timeout: e.plan.Load().cfg.HandshakeTimeout,
 		wrap:    wrapHTTP1,
 		conns:   make(chan net.Conn), errc: make(chan error, 1), closed: make(chan struct{}),
@@ -91,7 +95,7 @@ func isTemporary(err error) bool {
 
 func (l *Listener) handshake(raw net.Conn) {
 	defer l.wg.Done()
-	tc := tls.Server(raw, l.tlsCfg)
+	tc := tls.Server(&helloConn{Conn: raw}, l.tlsCfg)
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	raw.SetDeadline(time.Now().Add(l.timeout))
@@ -114,7 +118,7 @@ func (l *Listener) handshake(raw net.Conn) {
 		if l.wrap != nil {
 			c = l.wrap(tc)
 		}
-		c = &http1Conn{Conn: c, state: state}
+		c = &http1Conn{Conn: c, state: state, ja4: Fingerprint(tc)}
 	}
 	select {
 	case l.conns <- c:
@@ -123,11 +127,44 @@ func (l *Listener) handshake(raw net.Conn) {
 	}
 }
 
+// helloConn is a client connection as crypto/tls reads it: the handshake
+// leaves the JA4 fingerprint of its ClientHello in ja4.
+type helloConn struct {
+	net.Conn
+	ja4 string
+}
+
+// fingerprint is the listener's GetConfigForClient: it keeps the JA4
+// fingerprint of the ClientHello on the connection, for the analytics
+// (Fingerprint), and changes nothing in the handshake.
+func fingerprint(h *tls.ClientHelloInfo) (*tls.Config, error) {
+	if c, ok := h.Conn.(*helloConn); ok {
+		c.ja4 = ja4.Fingerprint(ja4.FromClientHello(h))
+	}
+	return nil, nil
+}
+
+// Fingerprint returns the JA4 fingerprint of the ClientHello of a
+// connection the Listener returned (an HTTP/1 one, or the *tls.Conn of an
+// HTTP/2 one); "" for any other connection.
+func Fingerprint(c net.Conn) string {
+	switch cc := c.(type) {
+	case *http1Conn:
+		return cc.ja4
+	case *tls.Conn:
+		if h, ok := cc.NetConn().(*helloConn); ok {
+			return h.ja4
+		}
+	}
+	return ""
+}
+
 // http1Conn is a TLS connection serving HTTP/1: net/http reads its
 // ConnectionState into Request.TLS.
 type http1Conn struct {
 	net.Conn
 	state tls.ConnectionState
+	ja4   string
 }
 
 func (c *http1Conn) ConnectionState() tls.ConnectionState { return c.state }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/linkgate/linkgate/edge"
+	"github.com/linkgate/linkgate/ja4"
 	"github.com/linkgate/linkgate/problem"
 )
 
@@ -176,8 +178,12 @@ func (c *framingConn) ambiguous(r *http.Request) bool {
 type framingKey struct{}
 
 // withFramingConn is the server's ConnContext: it puts the connection in
-// the context of its requests.
+// the context of its requests, and the JA4 fingerprint of its TLS
+// ClientHello when the edge terminated TLS on it.
 func withFramingConn(ctx context.Context, c net.Conn) context.Context {
+	if fp := edge.Fingerprint(c); fp != "" {
+		ctx = ja4.NewContext(ctx, fp)
+	}
 	if u, ok := c.(interface{ Unwrap() net.Conn }); ok {
 		c = u.Unwrap() // a TLS connection serving HTTP/1 (edge.Listener)
 	}
