@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/route"
+	"github.com/linkgate/linkgate/visitclass"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -33,6 +35,8 @@ type Plan struct {
 	// uniques hashes visitors; nil when no secret is set.
 	uniques *visitor.Uniques
 	trust   *forwarded.Trust
+	// classes decides each visit's class (human, bot, preview, …).
+	classes *visitclass.Classifier
 }
 
 // Env is what CompileEnv needs beside the section: the gateway's decision
@@ -157,6 +161,9 @@ func CompileEnv(cfg Config, env Env) (*Plan, error) {
 			}
 		}
 	}
+	if err := p.compileClasses(); err != nil {
+		return nil, err
+	}
 	if err := p.compileDims(env); err != nil {
 		return nil, err
 	}
@@ -197,6 +204,41 @@ func (p *Plan) compileDims(env Env) error {
 			p.uniques = visitor.NewUniques([]byte(secret))
 		}
 	}
+	return nil
+}
+
+// compileClasses checks analytics.asn and analytics.classes and builds the
+// classifier. It reads the ASN database whole, so that a file it accepts
+// is one the gateway can use.
+func (p *Plan) compileClasses() error {
+	c := p.cfg.Classes
+	o := visitclass.Options{BurstWindow: c.BurstWindow}
+	if c.BurstWindow < 0 || c.BurstWindow > time.Hour {
+		return fmt.Errorf("analytics.classes.burst_window: %v is not between 0 (the default, %v) and 1h", c.BurstWindow, visitclass.DefaultBurstWindow)
+	}
+	for i, s := range c.InternalNetworks {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return fmt.Errorf("analytics.classes.internal_networks[%d]: %q is not a network (CIDR) or an address", i, s)
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		o.Internal = append(o.Internal, pfx.Masked())
+	}
+	if path := p.cfg.ASN.Path; path != "" {
+		nets, err := visitclass.OpenNetworks(path,
+			append(slices.Clone(visitclass.DefaultScannerNetworks), c.ScannerNetworks...),
+			append(slices.Clone(visitclass.DefaultCloudNetworks), c.CloudNetworks...))
+		if err != nil {
+			return fmt.Errorf("analytics.asn.path: %w", err)
+		}
+		o.Networks = nets
+	} else if len(c.ScannerNetworks)+len(c.CloudNetworks) > 0 {
+		return fmt.Errorf("analytics.classes: scanner_networks and cloud_networks need an ASN database (analytics.asn.path)")
+	}
+	p.classes = visitclass.New(o)
 	return nil
 }
 

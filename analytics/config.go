@@ -5,6 +5,7 @@ import (
 
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/route"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // Config is the "analytics" section: what a visit is, how often counts are
@@ -42,6 +43,11 @@ type Config struct {
 
 	// GeoIP is the country database; without one, countries are off.
 	GeoIP GeoIPConfig `yaml:"geoip"`
+	// ASN is the network database; without one, the classes of visits
+	// use no network signal.
+	ASN ASNConfig `yaml:"asn"`
+	// Classes configures how visits are classed (package visitclass).
+	Classes ClassesConfig `yaml:"classes"`
 	// Dimensions configures the breakdowns of visits by where they come
 	// from (referrer, source, country, device, browser, OS).
 	Dimensions DimensionsConfig `yaml:"dimensions"`
@@ -72,6 +78,30 @@ type GeoIPConfig struct {
 	// Path is a MaxMind-format .mmdb file (GeoLite2-Country, or the CC0
 	// geo-whois-asn-country of ip-location-db); empty: no country.
 	Path string `yaml:"path"`
+}
+
+// ASNConfig names the network database.
+type ASNConfig struct {
+	// Path is a MaxMind-format ASN .mmdb file (GeoLite2-ASN, or an asn
+	// database of ip-location-db); empty: no network signals.
+	Path string `yaml:"path"`
+}
+
+// ClassesConfig configures the classes of visits (human, bot, preview,
+// scanner, prefetch, internal).
+type ClassesConfig struct {
+	// InternalNetworks are the operator's own networks (CIDR, or an
+	// address): visits from them are internal.
+	InternalNetworks []string `yaml:"internal_networks"`
+	// ScannerNetworks add to visitclass.DefaultScannerNetworks: "AS1234",
+	// or an organization name substring.
+	ScannerNetworks []string `yaml:"scanner_networks"`
+	// CloudNetworks add to visitclass.DefaultCloudNetworks, likewise.
+	CloudNetworks []string `yaml:"cloud_networks"`
+	// BurstWindow is how long after a link's first visit from a cloud
+	// network further ones are scanners (visitclass.DefaultBurstWindow);
+	// 0: the default.
+	BurstWindow time.Duration `yaml:"burst_window"`
 }
 
 // DimensionsConfig configures the breakdowns (see Dimensions in the
@@ -156,6 +186,7 @@ func DefaultConfig() Config {
 		Journal:        JournalConfig{MaxBytes: DefaultJournalMaxBytes},
 		Uniques:        UniquesConfig{SecretEnv: "LINKGATE_UNIQUES_SECRET"},
 		Live:           LiveConfig{MaxLinks: DefaultLiveLinks},
+		Classes:        ClassesConfig{BurstWindow: visitclass.DefaultBurstWindow},
 		Dimensions: DimensionsConfig{
 			MaxValues: DefaultMaxValues, RetentionDays: DefaultDimRetentionDays,
 			SourceParams: []string{"utm_source", "src"},

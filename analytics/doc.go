@@ -13,15 +13,16 @@
 // visit, so random paths grow neither memory nor storage. NewMiddleware
 // wraps the proxy handler and records visits in a Recorder.
 //
-// # Bots
+// # Classes
 //
-// Requests whose User-Agent names a known crawler or link-preview fetcher
-// (Slackbot, Twitterbot, facebookexternalhit, Mastodon, Discordbot,
-// Googlebot, …: the reviewed list in bots.txt) are bot visits. With
-// "bots: separate" they are counted apart from human visits (Visits.Bot),
-// with "count" as human visits, with "ignore" not at all. IsBot matches the
-// whole list in one pass over the User-Agent with a precompiled
-// Aho–Corasick automaton, without allocating.
+// Each visit is classed as it is counted by package visitclass: human,
+// bot (crawlers that say so), preview (link unfurlers), scanner (security
+// scanners and automated fetchers posing as browsers), prefetch or
+// internal, from its headers, its User-Agent, the JA4 fingerprint of its
+// TLS ClientHello (package ja4, put in the request's context by the edge)
+// and its network (analytics.asn). With "bots: separate" every class but
+// human is counted apart from human visits (Visits.Bot), with "count" every
+// visit is a human one, with "ignore" only human visits are counted.
 //
 // # Aggregation
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // Metrics are the Prometheus collectors of recording, flushing and rolling
@@ -27,6 +28,8 @@ type Metrics struct {
 	replayedN     prometheus.Counter
 	dropped       prometheus.Counter
 	tooLong       prometheus.Counter
+	// classes counts visits by the signal that decided their class.
+	classes [visitclass.NumReasons]prometheus.Counter
 
 	rollupRuns     *prometheus.CounterVec
 	rollupDuration prometheus.Histogram
@@ -121,6 +124,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(stateCollector{m})
 	}
+	classes := f.NewCounterVec(prometheus.CounterOpts{
+		Name: "linkgate_analytics_visits_classified_total",
+		Help: "Visits counted, by their class (human, bot, preview, scanner, prefetch, internal) and the signal that decided it (none for a human).",
+	}, []string{"class", "reason"})
+	for r := range visitclass.NumReasons {
+		m.classes[r] = classes.WithLabelValues(r.Class().String(), r.String())
+	}
 	return m
 }
 
@@ -154,6 +164,13 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) watch(state func() string) {
 	if m != nil {
 		m.state.Store(&state)
+	}
+}
+
+// classified counts a visit whose class reason decided.
+func (m *Metrics) classified(reason visitclass.Reason) {
+	if m != nil && reason < visitclass.NumReasons {
+		m.classes[reason].Inc()
 	}
 }
 

@@ -6,16 +6,19 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/internal/header"
+	"github.com/linkgate/linkgate/ja4"
 	"github.com/linkgate/linkgate/ongoing"
+	"github.com/linkgate/linkgate/visitclass"
 	"github.com/linkgate/linkgate/visitor"
 )
 
 // NewMiddleware returns the middleware that counts visits: a request that
 // matches the plan's route (its {short_key} names the link) and that the
 // next handler answers with a status in count_status is recorded in rec,
-// as a bot visit when its User-Agent is a known bot and bots is "separate";
-// a request whose client left before its answer (ongoing.Recorder.Final:
-// 499) is not.
+// as a bot visit when its class (package visitclass) is not human and bots
+// is "separate" (not at all with "ignore"; with "count", every visit is a
+// human one and no class is decided); a request whose client left before
+// its answer (ongoing.Recorder.Final: 499) is not.
 // With dimensions on, the visit's features (package visitor: referrer,
 // source, country, device, browser, OS) are counted with it. Anything
 // else, a 404 for an unknown key above all, is not a visit, so
@@ -45,7 +48,7 @@ type Tenants interface {
 // pattern with a regular expression can match) is not counted: it could
 // not be told from a tenant's link, nor be read.
 func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Handler) http.Handler {
-	mt, count, bots, maxKey, visit, uniques := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes, p.visit, p.uniques
+	mt, count, bots, maxKey, visit, uniques, classes := p.match, &p.count, p.bots, p.cfg.MaxKeyBytes, p.visit, p.uniques, p.classes
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, ok := mt.Param(r.Method, r.URL.Path, "short_key")
@@ -64,30 +67,41 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			if status == ongoing.StatusClientClosed || status >= len(count) || !count[status] {
 				return
 			}
-			bot := false
-			if bots != BotsCount && IsBot(header.First(r.Header, "User-Agent")) {
-				if bots == BotsIgnore {
-					return
-				}
-				bot = true
-			}
 			now := time.Now()
-			var u uint64
-			if uniques != nil && !bot {
-				if c, ok := p.trust.Client(r); ok {
-					u = uniques.Hash(now, c.Addr, header.First(r.Header, "User-Agent"), key)
-				}
-			}
 			tenant := ""
 			if tenants != nil {
 				tenant = tenants.Of(r.Host)
+			}
+			client, known := p.trust.Client(r)
+			bot, declared := false, false
+			if bots != BotsCount {
+				v := visitclass.Visit{Key: TenantKey(tenant, key), Time: now}
+				if known {
+					v.Client = client.Addr
+					if !client.ViaProxy { // a proxy's ClientHello says nothing of the client
+						v.JA4 = ja4.FromContext(r.Context())
+					}
+				}
+				class, reason := classes.Classify(r, v)
+				rec.m.classified(reason)
+				declared = reason == visitclass.BotUA || reason == visitclass.PreviewUA
+				if class != visitclass.Human {
+					if bots == BotsIgnore {
+						return
+					}
+					bot = true
+				}
+			}
+			var u uint64
+			if uniques != nil && !bot && known {
+				u = uniques.Hash(now, client.Addr, header.First(r.Header, "User-Agent"), key)
 			}
 			if visit == nil {
 				rec.RecordTenantVisit(tenant, key, now, bot, nil, u)
 				return
 			}
 			var f visitor.Features
-			visit.Read(r, bot, &f)
+			visit.Read(r, declared, &f)
 			rec.RecordTenantVisit(tenant, key, now, bot, &f, u)
 		})
 	}

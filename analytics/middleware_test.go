@@ -1,6 +1,7 @@
 package analytics_test
 
 import (
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/ja4"
 	"github.com/linkgate/linkgate/ongoing"
 )
 
@@ -151,6 +154,10 @@ func TestCompileErrors(t *testing.T) {
 		{"bad consistency", func(c *analytics.Config) { c.Store = "cassandra"; c.Cassandra.Consistency = "MOST" }, "analytics.cassandra.consistency:"},
 		{"no hosts", func(c *analytics.Config) { c.Store = "cassandra"; c.Cassandra.Hosts = nil }, "analytics.cassandra.hosts:"},
 		{"bad retention", func(c *analytics.Config) { c.Retention = nil }, "analytics.retention:"},
+		{"bad internal network", func(c *analytics.Config) { c.Classes.InternalNetworks = []string{"10.0.0.0/33"} }, "analytics.classes.internal_networks[0]:"},
+		{"lists without a database", func(c *analytics.Config) { c.Classes.CloudNetworks = []string{"AS1"} }, "analytics.classes:"},
+		{"long burst window", func(c *analytics.Config) { c.Classes.BurstWindow = 2 * time.Hour }, "analytics.classes.burst_window:"},
+		{"missing asn database", func(c *analytics.Config) { c.ASN.Path = "/nonexistent.mmdb" }, "analytics.asn.path:"},
 	} {
 		cfg := analytics.DefaultConfig()
 		tc.mod(&cfg)
@@ -165,10 +172,90 @@ func BenchmarkMiddleware(b *testing.B) {
 	mw := analytics.NewMiddleware(compile(b, analytics.DefaultConfig()), rec)
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusFound) }))
 	req := httptest.NewRequest("GET", "/abc123", nil)
-	req.Header.Set("User-Agent", userAgents[13].ua)
+	req.Header.Set("User-Agent", "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36")
+	req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+	req.Header.Set("Accept-Language", "en-US,en;q=0.9")
+	req.Header.Set("Sec-Fetch-Mode", "navigate")
+	req.Header.Set("Sec-Fetch-Dest", "document")
 	w := httptest.NewRecorder()
 	b.ReportAllocs()
 	for b.Loop() {
 		h.ServeHTTP(w, req)
+	}
+}
+
+// TestMiddlewareClasses checks that a visit's class decides how it counts:
+// only people are human visits; prefetches, scanners and the operator's
+// own networks count apart, and the TLS fingerprint counts only when the
+// peer is the client.
+func TestMiddlewareClasses(t *testing.T) {
+	const chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+	const goTLS = "t13d1312h2_f57a46bbacb6_ab7e3b40a677"
+	nav := map[string]string{"User-Agent": chrome, "Accept": "text/html,*/*;q=0.8", "Accept-Language": "en",
+		"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+	with := func(extra map[string]string) map[string]string {
+		h := maps.Clone(nav)
+		maps.Copy(h, extra)
+		return h
+	}
+	trust, err := forwarded.Parse([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := analytics.DefaultConfig()
+	cfg.Classes.InternalNetworks = []string{"192.0.2.0/24"}
+	plan, err := analytics.CompileEnv(cfg, analytics.Env{Trust: trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		method  string
+		peer    string
+		xff     string
+		ja4     string
+		headers map[string]string
+		human   bool
+	}{
+		{"a browser's navigation", "GET", "203.0.113.1", "", "", nav, true},
+		{"a browser over a browser's TLS", "GET", "203.0.113.1", "", "t13d1516h2_8daaf6152771_02713d6af862", nav, true},
+		{"a library with a browser's headers", "GET", "203.0.113.1", "", goTLS, nav, false},
+		{"a library's TLS behind a trusted proxy is the proxy's", "GET", "10.1.1.1", "203.0.113.1", goTLS, nav, true},
+		{"a prefetch", "GET", "203.0.113.1", "", "", with(map[string]string{"Sec-Purpose": "prefetch"}), false},
+		{"HEAD with a browser's User-Agent", "HEAD", "203.0.113.1", "", "", nav, false},
+		{"a browser's User-Agent alone", "GET", "203.0.113.1", "", "", map[string]string{"User-Agent": chrome}, false},
+		{"the operator's network", "GET", "192.0.2.7", "", "", nav, false},
+		{"the operator's network behind the proxy", "GET", "10.1.1.1", "192.0.2.7", "", nav, false},
+		{"a library's own User-Agent", "GET", "203.0.113.1", "", goTLS, map[string]string{"User-Agent": "Go-http-client/2.0"}, true},
+		{"an unfurler", "GET", "203.0.113.1", "", "", map[string]string{"User-Agent": slackbot}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := analytics.NewRecorder(cfg.MaxKeys, nil)
+			h := analytics.NewMiddleware(plan, rec)(shortener)
+			req := httptest.NewRequest(tc.method, "/abc", nil)
+			req.RemoteAddr = tc.peer + ":4321"
+			if tc.xff != "" {
+				req.Header.Set("X-Forwarded-For", tc.xff)
+			}
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			if tc.ja4 != "" {
+				req = req.WithContext(ja4.NewContext(req.Context(), tc.ja4))
+			}
+			h.ServeHTTP(httptest.NewRecorder(), req)
+			f := analytics.NewFlusher(rec, newMemStore(), analyticstest.DefaultPlan, analytics.FlusherOptions{}, nil, nil)
+			got, err := f.Reader(newMemStore()).Total(t.Context(), "abc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := analytics.Visits{Bot: 1}
+			if tc.human {
+				want = analytics.Visits{Human: 1}
+			}
+			if got != want {
+				t.Errorf("Total = %+v, want %+v", got, want)
+			}
+		})
 	}
 }

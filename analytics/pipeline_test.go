@@ -99,7 +99,8 @@ func TestPipelineApply(t *testing.T) {
 // one side.
 func TestRestartOnlyDecidesEveryField(t *testing.T) {
 	reloadable := []string{"match.methods", "match.path", "count_status", "bots", "max_key_bytes", "max_keys", "max_buffer_bytes",
-		"geoip.path", "dimensions.max_values", "dimensions.source_params", "uniques.secret_env", "live.max_links"}
+		"geoip.path", "dimensions.max_values", "dimensions.source_params", "uniques.secret_env", "live.max_links",
+		"asn.path", "classes.internal_networks", "classes.scanner_networks", "classes.cloud_networks", "classes.burst_window"}
 	fields := yamlLeaves(reflect.TypeFor[analytics.Config](), "")
 	for _, f := range reloadable {
 		if !slices.Contains(fields, f) {

@@ -82,3 +82,45 @@ func (l Layout) databaseType() string {
 	}
 	return "GeoLite2-Country"
 }
+
+// AS is an autonomous system as an ASN database names it.
+type AS struct {
+	Number uint32
+	Org    string
+}
+
+// ASNDB writes an ASN database in the layout of MaxMind's GeoLite2-ASN
+// (which the ip-location-db project's asn databases share), mapping each
+// CIDR network to its autonomous system, into a file of t's temporary
+// directory and returns its path.
+func ASNDB(t testing.TB, networks map[string]AS) string {
+	t.Helper()
+	w, err := mmdbwriter.New(mmdbwriter.Options{DatabaseType: "GeoLite2-ASN", RecordSize: 24, IncludeReservedNetworks: true,
+		Description: map[string]string{"en": "linkgate test networks"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cidr, as := range networks {
+		_, n, err := net.ParseCIDR(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := mmdbtype.Map{"autonomous_system_number": mmdbtype.Uint32(as.Number),
+			"autonomous_system_organization": mmdbtype.String(as.Org)}
+		if err := w.Insert(n, rec); err != nil {
+			t.Fatalf("insert %s: %v", cidr, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "GeoLite2-ASN.mmdb")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
