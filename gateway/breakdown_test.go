@@ -72,7 +72,7 @@ func TestBreakdownsEndToEnd(t *testing.T) {
 	)
 	visit := func(n int, path, client, ref, ua string) {
 		for range n {
-			resp, _ := testkit.Do(t, "GET", gw.url(path), nil, "X-Forwarded-For", client, "Referer", ref, "User-Agent", ua)
+			resp, _ := testkit.Do(t, "GET", gw.url(path), nil, append(testkit.Navigation(ua), "X-Forwarded-For", client, "Referer", ref)...)
 			if resp.StatusCode != 302 {
 				t.Fatalf("GET %s: %d", path, resp.StatusCode)
 			}

@@ -163,7 +163,7 @@ func TestLiveStream(t *testing.T) {
 	time.Sleep(writeTimeout + 200*time.Millisecond)
 	visit := func(ua string) {
 		t.Helper()
-		if r, _ := testkit.Do(t, "GET", gw.url("/go"), nil, "User-Agent", ua); r.StatusCode != 302 {
+		if r, _ := testkit.Do(t, "GET", gw.url("/go"), nil, testkit.Navigation(ua)...); r.StatusCode != 302 {
 			t.Fatalf("GET /go: %d", r.StatusCode)
 		}
 	}

@@ -129,6 +129,15 @@ func Do(t testing.TB, method, url string, body io.Reader, hdr ...string) (*http.
 	return Send(t, req)
 }
 
+// Navigation returns the header pairs of a browser's navigation with the
+// User-Agent ua, for Do: what a person's click sends besides it
+// (Accept-Language, an Accept naming text/html, Sec-Fetch-Mode navigate),
+// so that the analytics class the visit as human (package visitclass).
+func Navigation(ua string) []string {
+	return []string{"User-Agent", ua, "Accept", "text/html,application/xhtml+xml,*/*;q=0.8",
+		"Accept-Language", "en-US,en;q=0.9", "Sec-Fetch-Mode", "navigate", "Sec-Fetch-Dest", "document"}
+}
+
 // Send sends req with Client and returns the answer with its body; an
 // error sending it fails t. The body is what arrived before an error
 // reading it: a server may reset the connection after its answer (a 431
