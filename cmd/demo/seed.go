@@ -245,6 +245,14 @@ func (s *seeder) visits(ctx context.Context, n int) (humans, robots int, err err
 		if ref := pick(s.rand, referrers); ref != "" && !bot {
 			req.Header.Set("Referer", ref)
 		}
+		if !bot {
+			// What a person's browser sends with a click: the gateway
+			// takes a browser's User-Agent without them for a scanner's.
+			req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+			req.Header.Set("Accept-Language", "en-US,en;q=0.9")
+			req.Header.Set("Sec-Fetch-Mode", "navigate")
+			req.Header.Set("Sec-Fetch-Dest", "document")
+		}
 		resp, err := s.client.Do(req)
 		if err != nil {
 			return humans, robots, fmt.Errorf("seed: %w", err)
