@@ -74,6 +74,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			}
 			client, known := p.trust.Client(r)
 			bot, declared := false, false
+			class, reason := visitclass.Human, visitclass.None
 			if bots != BotsCount {
 				v := visitclass.Visit{Key: TenantKey(tenant, key), Time: now}
 				if known {
@@ -82,7 +83,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 						v.JA4 = ja4.FromContext(r.Context())
 					}
 				}
-				class, reason := classes.Classify(r, v)
+				class, reason = classes.Classify(r, v)
 				rec.m.classified(reason)
 				declared = reason == visitclass.BotUA || reason == visitclass.PreviewUA
 				if class != visitclass.Human {
@@ -102,6 +103,9 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			}
 			var f visitor.Features
 			visit.Read(r, declared, &f)
+			if bots != BotsCount {
+				f[visitor.Class], f[visitor.Reason] = class.String(), reason.String()
+			}
 			rec.RecordTenantVisit(tenant, key, now, bot, &f, u)
 		})
 	}

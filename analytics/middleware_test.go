@@ -1,6 +1,7 @@
 package analytics_test
 
 import (
+	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/ja4"
 	"github.com/linkgate/linkgate/ongoing"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // shortener answers like the demo shortener: a redirect for a known key,
@@ -215,22 +217,23 @@ func TestMiddlewareClasses(t *testing.T) {
 		xff     string
 		ja4     string
 		headers map[string]string
-		human   bool
+		class   string // and reason
 	}{
-		{"a browser's navigation", "GET", "203.0.113.1", "", "", nav, true},
-		{"a browser over a browser's TLS", "GET", "203.0.113.1", "", "t13d1516h2_8daaf6152771_02713d6af862", nav, true},
-		{"a library with a browser's headers", "GET", "203.0.113.1", "", goTLS, nav, false},
-		{"a library's TLS behind a trusted proxy is the proxy's", "GET", "10.1.1.1", "203.0.113.1", goTLS, nav, true},
-		{"a prefetch", "GET", "203.0.113.1", "", "", with(map[string]string{"Sec-Purpose": "prefetch"}), false},
-		{"HEAD with a browser's User-Agent", "HEAD", "203.0.113.1", "", "", nav, false},
-		{"a browser's User-Agent alone", "GET", "203.0.113.1", "", "", map[string]string{"User-Agent": chrome}, false},
-		{"the operator's network", "GET", "192.0.2.7", "", "", nav, false},
-		{"the operator's network behind the proxy", "GET", "10.1.1.1", "192.0.2.7", "", nav, false},
-		{"a library's own User-Agent", "GET", "203.0.113.1", "", goTLS, map[string]string{"User-Agent": "Go-http-client/2.0"}, true},
-		{"an unfurler", "GET", "203.0.113.1", "", "", map[string]string{"User-Agent": slackbot}, false},
+		{"a browser's navigation", "GET", "203.0.113.1", "", "", nav, "human none"},
+		{"a browser over a browser's TLS", "GET", "203.0.113.1", "", "t13d1516h2_8daaf6152771_02713d6af862", nav, "human none"},
+		{"a library with a browser's headers", "GET", "203.0.113.1", "", goTLS, nav, "scanner tls-stack"},
+		{"a library's TLS behind a trusted proxy is the proxy's", "GET", "10.1.1.1", "203.0.113.1", goTLS, nav, "human none"},
+		{"a prefetch", "GET", "203.0.113.1", "", "", with(map[string]string{"Sec-Purpose": "prefetch"}), "prefetch prefetch-header"},
+		{"HEAD with a browser's User-Agent", "HEAD", "203.0.113.1", "", "", nav, "scanner head"},
+		{"a browser's User-Agent alone", "GET", "203.0.113.1", "", "", map[string]string{"User-Agent": chrome}, "scanner headers"},
+		{"the operator's network", "GET", "192.0.2.7", "", "", nav, "internal internal-network"},
+		{"the operator's network behind the proxy", "GET", "10.1.1.1", "192.0.2.7", "", nav, "internal internal-network"},
+		{"a library's own User-Agent", "GET", "203.0.113.1", "", goTLS, map[string]string{"User-Agent": "Go-http-client/2.0"}, "human none"},
+		{"an unfurler", "GET", "203.0.113.1", "", "", map[string]string{"User-Agent": slackbot}, "preview preview-ua"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := analytics.NewRecorder(cfg.MaxKeys, nil)
+			rec.SetMaxValues(cfg.Dimensions.MaxValues)
 			h := analytics.NewMiddleware(plan, rec)(shortener)
 			req := httptest.NewRequest(tc.method, "/abc", nil)
 			req.RemoteAddr = tc.peer + ":4321"
@@ -250,11 +253,26 @@ func TestMiddlewareClasses(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := analytics.Visits{Bot: 1}
-			if tc.human {
+			if strings.HasPrefix(tc.class, "human ") {
 				want = analytics.Visits{Human: 1}
 			}
 			if got != want {
 				t.Errorf("Total = %+v, want %+v", got, want)
+			}
+			// The class and the reason are dimensions of the visit.
+			var gotClass []string
+			day := time.Now().UTC().Truncate(24 * time.Hour)
+			for _, d := range []visitor.Dim{visitor.Class, visitor.Reason} {
+				vals, err := f.Reader(analyticstest.NewMemory(analyticstest.DefaultPlan)).Dims(t.Context(), "abc", d, day, day.Add(24*time.Hour))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, v := range vals {
+					gotClass = append(gotClass, fmt.Sprintf("%s=%d", v.Value, v.Count))
+				}
+			}
+			if w := strings.ReplaceAll(tc.class, " ", "=1 ") + "=1"; strings.Join(gotClass, " ") != w {
+				t.Errorf("by class and reason: %v, want %s", gotClass, w)
 			}
 		})
 	}

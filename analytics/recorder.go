@@ -196,7 +196,7 @@ func (e *entry) addDim(d visitor.Dim, day int32, v string, maxValues int) int64 
 	if len(list) >= maxValues && v != visitor.Other {
 		return e.addDim(d, day, visitor.Other, maxValues+1)
 	}
-	if d <= visitor.Source {
+	if d.FromRequest() {
 		v = strings.Clone(v)
 	}
 	e.dims[d] = append(list, dimCount{day: day, value: v, n: 1})
@@ -447,7 +447,7 @@ func (s *shard) addAllDims(day int32, f *visitor.Features, maxValues int) {
 		if _, ok := s.allDims[k]; !ok {
 			if s.allVals[d] >= maxValues {
 				k.value = visitor.Other
-			} else if visitor.Dim(d) <= visitor.Source {
+			} else if visitor.Dim(d).FromRequest() {
 				k.value = strings.Clone(v)
 			}
 			if _, ok := s.allDims[k]; !ok {

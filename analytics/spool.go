@@ -826,7 +826,7 @@ func (r *recordReader) dims(fn func(DimCount), key string) {
 		if r.err != nil {
 			return
 		}
-		if dim > DimLink {
+		if !ValidDim(dim) {
 			r.err = errRecord
 			return
 		}

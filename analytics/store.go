@@ -112,7 +112,11 @@ type DimCount struct {
 // its day. The flusher writes it for every link visited, uncapped, so that
 // stores can answer the most visited links of a range (TopSource) from
 // what flushes wrote, without reading every link's curve.
-const DimLink = visitor.NumDims
+const DimLink = visitor.Links
+
+// ValidDim reports whether a DimCount may name d: a dimension of visitor,
+// or DimLink.
+func ValidDim(d visitor.Dim) bool { return d < visitor.NumDims }
 
 // TopLink is a link and its human visits over a range.
 type TopLink struct {

@@ -1,5 +1,6 @@
 // Package visitor reads where a visit comes from: its referrer domain, its
 // source (a utm_source-like query parameter, else the referrer), its
+// campaign's other utm parameters (medium, campaign, term, content), its
 // country (from a MaxMind-format .mmdb database), its device class, browser
 // and operating system (from the User-Agent, parsed once per distinct
 // User-Agent and cached). It is the one place that turns a request into
@@ -22,7 +23,8 @@ import (
 )
 
 // Dim names one feature of a visit: a dimension that link analytics break
-// visits down by.
+// visits down by. Its number is stored (the analytics journal keeps it):
+// a Dim's number never changes, and new ones are added at the end.
 type Dim uint8
 
 // The dimensions, in the order of Features.
@@ -33,10 +35,26 @@ const (
 	Device              // desktop, mobile, tablet, bot or other
 	Browser             // Chrome, Firefox, Safari, Edge, …; "other" when unknown
 	OS                  // Windows, macOS, iOS, Android, Linux, …; "other" when unknown
+	// Links is no feature of a visit: the number under which package
+	// analytics keeps the links of all links (analytics.DimLink), which
+	// its journal wrote before the dimensions below were added.
+	Links
+	Medium   // the utm_medium query parameter's value; "" when none
+	Campaign // utm_campaign's
+	Term     // utm_term's
+	Content  // utm_content's
+	Class    // the visit's class (package visitclass): human, bot, preview, scanner, prefetch, internal
+	Reason   // the signal that decided the class: "none" for a human, "tls-stack", "cloud-burst", …
 	NumDims
 )
 
-var dimNames = [NumDims]string{"referrer", "source", "country", "device", "browser", "os"}
+var dimNames = [NumDims]string{"referrer", "source", "country", "device", "browser", "os", "",
+	"medium", "campaign", "term", "content", "class", "reason"}
+
+// FromRequest reports whether d's values are read from the request's own
+// bytes (a header or the query), which a store must copy: the referrer,
+// the source and the utm parameters.
+func (d Dim) FromRequest() bool { return d <= Source || Medium <= d && d <= Content }
 
 // String returns d's name as the stats API writes it: "referrer", "os".
 func (d Dim) String() string {
@@ -49,15 +67,34 @@ func (d Dim) String() string {
 // ParseDim returns the Dim named s.
 func ParseDim(s string) (Dim, bool) {
 	for i, n := range dimNames {
-		if n == s {
+		if n == s && n != "" {
 			return Dim(i), true
 		}
 	}
 	return 0, false
 }
 
-// Names returns the names of every Dim, in order.
-func Names() []string { return dimNames[:] }
+// Names returns the names of every Dim, in order, Links left out.
+func Names() []string {
+	out := make([]string, 0, NumDims-1)
+	for _, n := range dimNames {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Dims returns every Dim, in order, Links left out.
+func Dims() []Dim {
+	out := make([]Dim, 0, NumDims-1)
+	for d := range NumDims {
+		if d != Links {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // Values every dimension may take besides what a request says.
 const (
@@ -80,7 +117,9 @@ const (
 const MaxValueBytes = 100
 
 // Features is a visit's value of each Dim. An empty value means the
-// dimension is off (Country without a database).
+// dimension is off (Country without a database) or the visit has none (a
+// utm parameter it does not carry). Read leaves Class and Reason empty:
+// the analytics set them.
 type Features [NumDims]string
 
 // Options configure a Reader. The zero value reads every feature but the
@@ -133,6 +172,13 @@ func (rd *Reader) Read(r *http.Request, bot bool, f *Features) {
 	if src := rd.source(r.URL.RawQuery); src != "" {
 		f[Source] = src
 	}
+	f[Medium], f[Campaign], f[Term], f[Content] = "", "", "", ""
+	if q := r.URL.RawQuery; q != "" && strings.Contains(q, "utm_") {
+		f[Medium] = param(q, "utm_medium")
+		f[Campaign] = param(q, "utm_campaign")
+		f[Term] = param(q, "utm_term")
+		f[Content] = param(q, "utm_content")
+	}
 	f[Country] = ""
 	if rd.geo != nil {
 		f[Country] = Unknown
@@ -155,30 +201,39 @@ func (rd *Reader) source(raw string) string {
 		return ""
 	}
 	for _, name := range rd.sources {
-		for q := raw; q != ""; {
-			var kv string
-			if i := strings.IndexAny(q, "&;"); i >= 0 {
-				kv, q = q[:i], q[i+1:]
-			} else {
-				kv, q = q, ""
-			}
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k != name || v == "" {
-				continue
-			}
-			if strings.ContainsAny(v, "%+") {
-				u, err := url.QueryUnescape(v)
-				if err != nil {
-					continue
-				}
-				v = u
-			}
-			v = strings.TrimSpace(v)
-			if v == "" {
-				continue
-			}
-			return clean(v)
+		if v := param(raw, name); v != "" {
+			return v
 		}
+	}
+	return ""
+}
+
+// param returns the value of the first name=value of the raw query with a
+// value, unescaped, lower case, cut to MaxValueBytes; "" when none.
+func param(raw, name string) string {
+	for q := raw; q != ""; {
+		var kv string
+		if i := strings.IndexAny(q, "&;"); i >= 0 {
+			kv, q = q[:i], q[i+1:]
+		} else {
+			kv, q = q, ""
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k != name || v == "" {
+			continue
+		}
+		if strings.ContainsAny(v, "%+") {
+			u, err := url.QueryUnescape(v)
+			if err != nil {
+				continue
+			}
+			v = u
+		}
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		return clean(v)
 	}
 	return ""
 }

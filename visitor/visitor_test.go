@@ -87,6 +87,8 @@ func TestRead(t *testing.T) {
 			visitor.Features{"direct", "qr", "unknown", "tablet", "Safari", "iOS"}},
 		{"escaped source", "/k?src=&utm_source=a%20b+c", "192.0.2.1:1", "", "", "", false,
 			visitor.Features{"direct", "a b c", "unknown", "other", "other", "other"}},
+		{"a campaign's utm parameters", "/k?utm_source=news&utm_medium=Email&utm_campaign=spring%20sale&utm_term=&utm_content=hero;x=1", "192.0.2.1:1", "", "", chromeWindows, false,
+			visitor.Features{"direct", "news", "unknown", "desktop", "Chrome", "Windows", "", "email", "spring sale", "", "hero"}},
 		{"client through a trusted proxy", "/k", "127.0.0.1:1", "198.51.100.7", "", googlebot, false,
 			visitor.Features{"direct", "direct", "FR", "bot", "other", "other"}},
 		{"forged X-Forwarded-For from an untrusted peer", "/k", "203.0.113.1:1", "198.51.100.7", "", chromeWindows, true,
@@ -148,14 +150,26 @@ func TestOpenGeoIPRefusesGarbage(t *testing.T) {
 }
 
 func TestParseDim(t *testing.T) {
-	for i, n := range visitor.Names() {
+	names, dims := visitor.Names(), visitor.Dims()
+	if len(names) != len(dims) || len(dims) != int(visitor.NumDims)-1 {
+		t.Fatalf("%d names, %d dims, want %d each", len(names), len(dims), visitor.NumDims-1)
+	}
+	for i, n := range names {
 		d, ok := visitor.ParseDim(n)
-		if !ok || int(d) != i || d.String() != n {
+		if !ok || d != dims[i] || d.String() != n {
 			t.Errorf("ParseDim(%q) = %v, %v", n, d, ok)
 		}
 	}
-	if _, ok := visitor.ParseDim("city"); ok {
-		t.Error("ParseDim(city) succeeded")
+	for _, n := range []string{"city", ""} {
+		if _, ok := visitor.ParseDim(n); ok {
+			t.Errorf("ParseDim(%q) succeeded", n)
+		}
+	}
+	// The numbers are stored: they never change.
+	for d, want := range map[visitor.Dim]uint8{visitor.Referrer: 0, visitor.OS: 5, visitor.Links: 6, visitor.Medium: 7, visitor.Content: 10, visitor.Class: 11, visitor.Reason: 12} {
+		if uint8(d) != want {
+			t.Errorf("%v is %d, was %d", d, d, want)
+		}
 	}
 }
 

@@ -134,6 +134,7 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"RollupDurable", testRollupDurable},
 		{"RollupExact", testRollupExact},
 		{"DimsPerDay", testDimsPerDay},
+		{"DimsEvery", testDimsEvery},
 		{"DimsResentOnce", testDimsResentOnce},
 		{"DimsWriters", testDimsWriters},
 		{"DimsExpiry", testDimsExpiry},

@@ -123,6 +123,30 @@ func testDimsPerDay(t *testing.T, e *env) {
 	}
 }
 
+// testDimsEvery writes a value of every dimension, those added after the
+// first six (the utm parameters, the class and its reason) included: each
+// reads back apart from the others; a dimension no version knows is
+// refused, and the batch holding it leaves nothing.
+func testDimsEvery(t *testing.T, e *env) {
+	k := e.key("every")
+	d0 := e.base().Add(-rollup.Day)
+	w := e.dimWriter("w")
+	var vs []dv
+	for _, d := range visitor.Dims() {
+		vs = append(vs, dv{k, d, d0, "v-" + d.String(), int64(d) + 1, 0})
+	}
+	write(t, e.s, w.batch(vs...))
+	for _, d := range visitor.Dims() {
+		checkDims(t, e.s, k, d, d0, d0.Add(rollup.Day), val("v-"+d.String(), int64(d)+1))
+	}
+	bad := e.key("bad")
+	b := e.dimWriter("bad").batch(dv{bad, visitor.Referrer, d0, "ok", 1, 0}, dv{bad, visitor.NumDims, d0, "x", 1, 0})
+	if err := e.s.Write(context.Background(), b); err == nil {
+		t.Errorf("a batch with dimension %d was taken", visitor.NumDims)
+	}
+	checkDims(t, e.s, bad, visitor.Referrer, d0, d0.Add(rollup.Day))
+}
+
 // testDimsResentOnce follows the flusher: a failed Write is sent again,
 // the batches are replayed after a reopen, in order and out of it: every
 // batch counts once. A batch without identity counts each time.

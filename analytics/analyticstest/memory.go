@@ -177,7 +177,7 @@ func (m *Memory) Write(ctx context.Context, b analytics.Batch) error {
 // day's start, a value.
 func checkDim(d analytics.DimCount) error {
 	switch {
-	case d.Dim > analytics.DimLink:
+	case !analytics.ValidDim(d.Dim):
 		return fmt.Errorf("memory: %q: no dimension %d", d.Key, d.Dim)
 	case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
 		return fmt.Errorf("memory: %q: %v is not the start of a UTC day", d.Key, d.Day)

@@ -61,7 +61,7 @@ func addDims(wb *pebble.Batch, ds []analytics.DimCount) error {
 	for _, d := range ds {
 		day := d.Day.Unix()
 		switch {
-		case d.Dim > analytics.DimLink:
+		case !analytics.ValidDim(d.Dim):
 			return fmt.Errorf("%q: no dimension %d", d.Key, d.Dim)
 		case !rollup.Align(d.Day, rollup.Day).Equal(d.Day):
 			return fmt.Errorf("%q: %v is not the start of a UTC day", d.Key, d.Day)
