@@ -208,6 +208,9 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
+	if e.Visits == 1 {
+		return fmt.Sprintf("analytics: final flush: 1 visit lost: %v", e.Err)
+	}
 	return fmt.Sprintf("analytics: final flush: %d visits lost: %v", e.Visits, e.Err)
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -853,4 +854,12 @@ func (r *recording) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	r.batches = append(r.batches, b)
 	return nil
+}
+
+func TestLostErrorSaysVisits(t *testing.T) {
+	for n, want := range map[int64]string{1: "final flush: 1 visit lost: store down", 2: "final flush: 2 visits lost: store down"} {
+		if got := (&analytics.LostError{Visits: n, Err: errors.New("store down")}).Error(); !strings.Contains(got, want) {
+			t.Errorf("LostError{%d}: %q, want it to say %q", n, got, want)
+		}
+	}
 }

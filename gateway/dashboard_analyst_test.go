@@ -1,0 +1,293 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/internal/browser"
+	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/visitor/visitortest"
+)
+
+// analystLinks are the links of TestAnalystPage: ten, so that the top list
+// is longer than a list shows before its "more" control, one of them a
+// long key that must not break inside a word on a phone. "quiet" is never
+// visited.
+var analystLinks = []string{"go", "spring-sale-2026-newsletter", "gh", "docs", "blog", "jobs", "shop", "help", "news", "team"}
+
+// TestAnalystPage walks the chart page as an analyst would, at the three
+// sizes the page is read at (a desktop at 1280 px, a phone at 390 px, and
+// the README's embed frame of 600×360), in light and dark: the embed view
+// shows its chart; the page follows prefers-color-scheme; lists show their
+// first rows and a control for the rest, cut in no scroll box; the
+// campaign's utm parameters and the visits' classes are breakdowns; the
+// unique-visitor card says which UTC days it covers and shows no change
+// against the same days; a link without visits says "no visits", not that
+// the gateway has no country database; top links' keys and changes do not
+// wrap; the live strip has a scale.
+func TestAnalystPage(t *testing.T) {
+	t.Parallel()
+	b := browser.Shared(t)
+	dir := t.TempDir()
+	setenv(t, "LG_ANALYST_TOKEN", "analyst-s3cret")
+	setenv(t, "LG_ANALYST_UNIQUES", "a-secret-of-32-bytes-for-uniques")
+	setenv(t, "LG_ANALYST_SHARE", "a-share-key-of-32-bytes-long-too")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := strings.TrimPrefix(r.URL.Path, "/")
+		for _, l := range analystLinks {
+			if key == l {
+				http.Redirect(w, r, "https://example.com/"+key, http.StatusFound)
+				return
+			}
+		}
+		http.NotFound(w, r)
+	}))
+	defer up.Close()
+	geo := visitortest.CountryDB(t, visitortest.GeoLite2, map[string]string{"203.0.113.0/24": "DE", "198.51.100.0/24": "FR"})
+	cfg := analyticsConfig(up.URL, embeddedStore(filepath.Join(dir, "analytics")), "1s") +
+		"  geoip: {path: " + geo + "}\n  uniques: {secret_env: LG_ANALYST_UNIQUES}\n" +
+		"stats:\n  token_env: LG_ANALYST_TOKEN\n  share: {key_env: LG_ANALYST_SHARE}\n  embed: {frame_ancestors: [\"'self'\"]}\n"
+	gw := start(t, cfg)
+	plan, err := gatewayPlan(gw.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := plan.MakeShare("go", false, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+	visit := func(path, from, ref string, hdr ...string) {
+		t.Helper()
+		if resp, _ := testkit.Do(t, "GET", gw.url(path), nil, append(hdr, "X-Forwarded-For", from, "Referer", ref)...); resp.StatusCode != http.StatusFound {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+	}
+	// go: twelve referrers (more than a list shows at first), a campaign,
+	// two scanners and an unfurler; every other link a few people.
+	for i := range 12 {
+		for range 12 - i {
+			visit("/go?utm_source=news&utm_medium=email&utm_campaign=spring-sale", fmt.Sprintf("203.0.113.%d", i+1), fmt.Sprintf("https://site%02d.example/", i), testkit.Navigation(chrome)...)
+		}
+	}
+	visit("/go", "198.51.100.7", "", "User-Agent", chrome) // a browser's User-Agent without its headers
+	visit("/go", "198.51.100.8", "", "User-Agent", chrome)
+	visit("/go", "198.51.100.9", "", "User-Agent", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)")
+	for i, l := range analystLinks[1:] {
+		for range 10 - i {
+			visit("/"+l, "198.51.100.20", "", testkit.Navigation(chrome)...)
+		}
+	}
+
+	shots := os.Getenv("LINKGATE_SCREENSHOTS")
+	for _, vp := range []struct {
+		name          string
+		width, height int
+		mobile        bool
+	}{{"desktop", 1280, 800, false}, {"phone", 390, 844, true}, {"embed", 600, 360, false}} {
+		for _, scheme := range []string{"light", "dark"} {
+			t.Run(vp.name+"/"+scheme, func(t *testing.T) {
+				p := b.NewPage(t, browser.Options{Width: vp.width, Height: vp.height, Mobile: vp.mobile})
+				p.Call("Emulation.setEmulatedMedia", map[string]any{"features": []map[string]string{{"name": "prefers-color-scheme", "value": scheme}}}, nil)
+				a := &analyst{t: t, p: p, gw: gw, scheme: scheme, vp: vp.name, shots: shots}
+				a.embed(sh.Token)
+				p.Navigate(gw.url("/stats/go"))
+				p.Eval(`sessionStorage.setItem("linkgate-stats-token", "analyst-s3cret")`, nil)
+				a.linkPage()
+				a.allLinks()
+				a.uniques()
+				a.quietLink()
+				if errs := p.Errors(); len(errs) > 0 {
+					t.Errorf("page errors (a CSP violation is one): %q", errs)
+				}
+			})
+		}
+	}
+}
+
+// analyst drives one page at one size and colour scheme.
+type analyst struct {
+	t         *testing.T
+	p         *browser.Page
+	gw        *running
+	scheme    string
+	vp, shots string
+}
+
+func (a *analyst) shot(name string) {
+	if a.shots == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(a.shots, name+"-"+a.vp+"-"+a.scheme+".png"), a.p.Screenshot(), 0o644); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// colours checks that the page follows the colour scheme: its background
+// and its text, and a breakdown box's, are light on dark or dark on light.
+func (a *analyst) colours(where string) {
+	a.t.Helper()
+	var lum struct{ Bg, Ink, Box float64 }
+	a.p.Eval(`(() => {
+		const l = c => { const m = c.match(/[\d.]+/g).map(Number); return (0.2126*m[0] + 0.7152*m[1] + 0.0722*m[2]) / 255; };
+		const box = document.querySelector(".dim, .card");
+		return {bg: l(getComputedStyle(document.body).backgroundColor), ink: l(getComputedStyle(document.body).color),
+			box: box ? l(getComputedStyle(box).backgroundColor) : -1};
+	})()`, &lum)
+	dark := a.scheme == "dark"
+	if dark && !(lum.Bg < 0.2 && lum.Ink > 0.7 && lum.Box < 0.3) || !dark && !(lum.Bg > 0.9 && lum.Ink < 0.3 && lum.Box > 0.85) {
+		a.t.Errorf("%s in %s: background %.2f, text %.2f, boxes %.2f (luminance)", where, a.scheme, lum.Bg, lum.Ink, lum.Box)
+	}
+}
+
+// embed: the embed view at this size shows its chart, inside the frame.
+func (a *analyst) embed(share string) {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats/go?format=embed&share=" + share))
+	ready(a.t, a.p, "the embed view")
+	var c struct {
+		Top, Height, Bottom, Inner float64
+		Points                     int
+	}
+	a.p.Eval(`(() => { const r = document.getElementById("chart").getBoundingClientRect(), path = document.getElementById("humans");
+		return {top: r.top, height: r.height, bottom: r.bottom, inner: innerHeight, points: path ? path.getAttribute("d").split(/[ML]/).length - 1 : 0}; })()`, &c)
+	if c.Points < 2 || c.Height < 100 || c.Bottom > c.Inner+1 {
+		a.t.Errorf("embed at %s: the chart is %.0f px high, from %.0f to %.0f in a %.0f px frame, %d points: want it whole in the frame",
+			a.vp, c.Height, c.Top, c.Bottom, c.Inner, c.Points)
+	}
+	a.colours("the embed view")
+	a.shot("embed")
+}
+
+// rows returns the rows of a table's body: their first cell's text and
+// whether each is shown.
+func (a *analyst) rows(sel string) (texts []string, shown int) {
+	a.t.Helper()
+	var r struct {
+		Texts []string
+		Shown int
+	}
+	a.p.Eval(fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll(%q)];
+		return {texts: rows.map(r => r.cells[0].textContent), shown: rows.filter(r => r.getClientRects().length > 0).length}; })()`, sel+" tbody tr"), &r)
+	return r.Texts, r.Shown
+}
+
+// more checks a list of n rows shows the first 8 and a control for all,
+// which shows them and hides them again.
+func (a *analyst) more(sel, box, what string, n int) {
+	a.t.Helper()
+	texts, shown := a.rows(sel)
+	var label string
+	a.p.Eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, box+" button.more"), &label)
+	if len(texts) != n || shown != 8 || label != fmt.Sprintf("Show all %d %s", n, what) {
+		a.t.Errorf("%s: %d rows, %d shown, control %q; want %d, 8 and \"Show all %d %s\"", sel, len(texts), shown, label, n, n, what)
+		return
+	}
+	a.p.Eval(fmt.Sprintf(`document.querySelector(%q).click()`, box+" button.more"), nil)
+	if _, shown = a.rows(sel); shown != n {
+		a.t.Errorf("%s after \"more\": %d of %d rows shown", sel, shown, n)
+	}
+	a.p.Eval(fmt.Sprintf(`document.querySelector(%q).click()`, box+" button.more"), nil)
+	if _, shown = a.rows(sel); shown != 8 {
+		a.t.Errorf("%s after \"less\": %d rows shown, want 8", sel, shown)
+	}
+}
+
+// linkPage: the link's breakdowns, their lists, the utm dimensions and the
+// classes, the live strip's scale.
+func (a *analyst) linkPage() {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats/go"))
+	ready(a.t, a.p, "the link's page")
+	a.colours("the link's page")
+	a.more("#dim-referrer", "#dimbox-referrer", "referrers", 13) // and "direct", the machines'
+	var cut []string
+	a.p.Eval(`[...document.querySelectorAll("#dims *, #top-section *")].filter(e => e.scrollHeight > e.clientHeight + 1 && /auto|scroll|hidden/.test(getComputedStyle(e).overflowY)).map(e => e.id || e.className)`, &cut)
+	if len(cut) > 0 {
+		a.t.Errorf("boxes that cut their lists: %q", cut)
+	}
+	for sel, want := range map[string][]string{
+		"#dim-medium":   {"email"},
+		"#dim-campaign": {"spring-sale"},
+		"#dim-class":    {"human", "scanner", "preview"},
+		"#dim-reason":   {"none", "headers", "preview-ua"},
+		"#dim-country":  {"DE · Germany", "FR · France"},
+	} {
+		texts, _ := a.rows(sel)
+		if strings.Join(texts, ",") != strings.Join(want, ",") {
+			a.t.Errorf("%s: %q, want %q", sel, texts, want)
+		}
+	}
+	a.p.WaitFor(10*time.Second, "the live strip's scale", `!!document.querySelector("#live text.ymax")`)
+	var scale string
+	a.p.Eval(`document.querySelector("#live text.ymax").textContent`, &scale)
+	if !strings.HasSuffix(scale, " per 10 s") {
+		a.t.Errorf("live strip scale %q", scale)
+	}
+	a.shot("link")
+	a.p.Eval(`document.getElementById("dims-section").scrollIntoView({block: "start"})`, nil)
+	a.shot("link-breakdowns")
+}
+
+// allLinks: ten top links, eight shown and a control; on a phone a long
+// key on one line and no change that wraps.
+func (a *analyst) allLinks() {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats"))
+	ready(a.t, a.p, "the all-links page")
+	a.p.WaitFor(10*time.Second, "the top links", `!document.getElementById("top-section").hidden`)
+	a.more("#top", "#top-section", "links", len(analystLinks))
+	a.p.Eval(`document.querySelector("#top-section button.more").click()`, nil)
+	var lines []struct {
+		Key        string
+		Key1, Chg1 bool
+		Change     string
+	}
+	a.p.Eval(`[...document.querySelectorAll("#top tbody tr")].map(r => {
+		const one = el => { const rg = document.createRange(); rg.selectNodeContents(el); const rs = [...rg.getClientRects()]; return rs.length > 0 && rs.every(x => Math.abs(x.top - rs[0].top) < 2); };
+		return {key: r.dataset.key, key1: one(r.cells[0]), chg1: one(r.cells[2]), change: r.cells[2].textContent}; })`, &lines)
+	for _, l := range lines {
+		if !l.Key1 || !l.Chg1 {
+			a.t.Errorf("top link %q at %s: key on one line %v, change %q on one line %v", l.Key, a.vp, l.Key1, l.Change, l.Chg1)
+		}
+	}
+	a.colours("the all-links page")
+	a.shot("all-links")
+}
+
+// uniques: over a range inside one UTC day the card says which day it
+// covers and shows no change (the previous period is the same day).
+func (a *analyst) uniques() {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats/go?last=30m"))
+	ready(a.t, a.p, "the link's last 30 minutes")
+	var u struct{ Count, Change, Cover string }
+	a.p.Eval(`({count: document.getElementById("uniques").textContent, change: document.getElementById("uniques_chg").textContent,
+		cover: document.getElementById("uniques_cover").textContent})`, &u)
+	today := time.Now().UTC()
+	if u.Count == "–" || u.Change != "" || !strings.HasPrefix(u.Cover, "UTC day") || !strings.HasSuffix(u.Cover, fmt.Sprintf(" %d", today.Day())) {
+		// A run across midnight covers two days: say so rather than fail.
+		if !strings.HasPrefix(u.Cover, "UTC days") || u.Change != "" {
+			a.t.Errorf("unique visitors over 30 minutes: %+v; want the UTC day it covers and no change", u)
+		}
+	}
+}
+
+// quietLink: a link without visits, on a gateway with a country
+// database, says it has no visits.
+func (a *analyst) quietLink() {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats/quiet"))
+	ready(a.t, a.p, "a link without visits")
+	texts, _ := a.rows("#dim-country")
+	if len(texts) != 1 || texts[0] != "no visits" {
+		a.t.Errorf("countries of a link without visits: %q, want \"no visits\"", texts)
+	}
+}
