@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bytes"
 	"fmt"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,11 +123,22 @@ type analyst struct {
 	vp, shots string
 }
 
+// shot saves a screenshot in 256 colours as TestDashboard's, when
+// LINKGATE_SCREENSHOTS names a directory.
 func (a *analyst) shot(name string) {
 	if a.shots == "" {
 		return
 	}
-	if err := os.WriteFile(filepath.Join(a.shots, name+"-"+a.vp+"-"+a.scheme+".png"), a.p.Screenshot(), 0o644); err != nil {
+	img, err := png.Decode(bytes.NewReader(a.p.Screenshot()))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestCompression}
+	if err := enc.Encode(&buf, paletted(img)); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.shots, name+"-"+a.vp+"-"+a.scheme+".png"), buf.Bytes(), 0o644); err != nil {
 		a.t.Fatal(err)
 	}
 }
