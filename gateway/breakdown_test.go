@@ -116,6 +116,34 @@ func TestBreakdownsEndToEnd(t *testing.T) {
 	if p := testkit.Problem(t, resp, b, 400); !strings.Contains(b, `"name":"by"`) {
 		t.Errorf("by=city: %v, want the problem to name by", p)
 	}
+	// One value's visits per UTC day: the page's curve of a clicked value.
+	resp, b = testkit.Do(t, "GET", gw.url("/stats/go?last=3d&daily=referrer:news.example"), nil, "Accept", "application/json")
+	var daily struct {
+		Daily struct {
+			Dimension, Value string
+			Points           [][2]int64
+		}
+	}
+	if err := json.Unmarshal([]byte(b), &daily); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("daily=: %d %s (%v)", resp.StatusCode, b, err)
+	}
+	today := rollup.Align(time.Now().UTC(), rollup.Day).Unix()
+	pts := daily.Daily.Points
+	if daily.Daily.Dimension != "referrer" || daily.Daily.Value != "news.example" || len(pts) != 4 || pts[0][0] != today-3*86400 ||
+		pts[len(pts)-1] != [2]int64{today, 6} {
+		t.Errorf("daily=referrer:news.example: %+v; want the 4 UTC days the 3 days touch, today's 6 last", daily.Daily)
+	}
+	for _, p := range pts[:len(pts)-1] {
+		if p[1] != 0 {
+			t.Errorf("daily=referrer:news.example: %d visits on day %d, before any was sent", p[1], p[0])
+		}
+	}
+	for _, bad := range []string{"referrer", "city:x", "referrer:"} {
+		resp, b = testkit.Do(t, "GET", gw.url("/stats/go?daily="+bad), nil)
+		if p := testkit.Problem(t, resp, b, 400); !strings.Contains(b, `"name":"daily"`) {
+			t.Errorf("daily=%s: %v, want the problem to name daily", bad, p)
+		}
+	}
 	if err := gw.shutdown(); err != nil {
 		t.Fatal(err)
 	}

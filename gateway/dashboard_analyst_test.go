@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"net/http"
@@ -238,6 +239,7 @@ func (a *analyst) linkPage() {
 			a.t.Errorf("%s: %q, want %q", sel, texts, want)
 		}
 	}
+	a.daily()
 	a.p.WaitFor(10*time.Second, "the live strip's scale", `!!document.querySelector("#live text.ymax")`)
 	var scale string
 	a.p.Eval(`document.querySelector("#live text.ymax").textContent`, &scale)
@@ -247,6 +249,47 @@ func (a *analyst) linkPage() {
 	a.shot("link")
 	a.p.Eval(`document.getElementById("dims-section").scrollIntoView({block: "start"})`, nil)
 	a.shot("link-breakdowns")
+}
+
+// daily: clicking a breakdown's value shows its visits per UTC day, as
+// the API answers them; another value replaces it; Clear hides it.
+func (a *analyst) daily() {
+	a.t.Helper()
+	for _, pick := range []struct{ table, value string }{{"#dim-referrer", "site03.example"}, {"#dim-country", "FR"}} {
+		a.p.Eval(`delete document.body.dataset.dailyApi`, nil)
+		a.p.Eval(fmt.Sprintf(`document.querySelector(%q).click()`, fmt.Sprintf(`%s tr[data-value=%q]`, pick.table, pick.value)), nil)
+		a.p.WaitFor(10*time.Second, "the daily curve of "+pick.value, `document.body.dataset.dailyApi !== undefined && !document.getElementById("daily").hidden`)
+		var got struct {
+			API, Title string
+			Bars       [][2]int64
+			Pressed    int
+		}
+		a.p.Eval(`({api: document.body.dataset.dailyApi, title: document.getElementById("daily-title").textContent,
+			bars: [...document.querySelectorAll("#daily-chart rect")].map(r => [+r.dataset.t, +r.dataset.n]),
+			pressed: document.querySelectorAll("#dims tr[aria-pressed=true]").length})`, &got)
+		var ans struct {
+			Daily struct{ Points [][2]int64 }
+		}
+		_, body := testkit.Do(a.t, "GET", a.gw.url("/stats/go"+got.API), nil, "Accept", "application/json", "Authorization", "Bearer analyst-s3cret")
+		if err := json.Unmarshal([]byte(body), &ans); err != nil {
+			a.t.Fatalf("the daily curve's request: %v in %s", err, body)
+		}
+		var sum int64
+		for _, p := range got.Bars {
+			sum += p[1]
+		}
+		if !strings.Contains(got.Title, pick.value) || got.Pressed != 1 || fmt.Sprint(got.Bars) != fmt.Sprint(ans.Daily.Points) || sum == 0 {
+			a.t.Errorf("the daily curve of %s: title %q, %d rows pressed, bars %v; the API says %v", pick.value, got.Title, got.Pressed, got.Bars, ans.Daily.Points)
+		}
+	}
+	a.p.Eval(`document.getElementById("dims-section").scrollIntoView({block: "start"})`, nil)
+	a.shot("link-daily")
+	a.p.Eval(`document.getElementById("daily-clear").click()`, nil)
+	var hidden bool
+	a.p.Eval(`document.getElementById("daily").hidden && !document.querySelector("#dims tr[aria-pressed=true]")`, &hidden)
+	if !hidden {
+		a.t.Error("Clear left the daily curve or a pressed value")
+	}
 }
 
 // allLinks: ten top links, eight shown and a control; on a phone a long

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/linkgate/linkgate/analytics/hll"
 )
@@ -120,6 +121,25 @@ func (c *curve) appendJSON(b []byte) []byte {
 			b = append(b, ']')
 		}
 		b = append(b, '}')
+	}
+	if d := c.daily; d != nil {
+		val, _ := json.Marshal(d.value)
+		b = append(b, `,"daily":{"dimension":"`...)
+		b = append(b, d.dim.String()...)
+		b = append(b, `","value":`...)
+		b = append(b, val...)
+		b = append(b, `,"points":[`...)
+		for i, n := range d.counts {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '[')
+			b = strconv.AppendInt(b, d.from.Add(time.Duration(i)*24*time.Hour).Unix(), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, n, 10)
+			b = append(b, ']')
+		}
+		b = append(b, "]}"...)
 	}
 	if c.compare != nil {
 		b = append(b, `,"compare":`...)

@@ -38,10 +38,14 @@ type query struct {
 	step     time.Duration
 	stitch   bool
 	format   string
-	by       []visitor.Dim  // breakdowns asked for, in the order asked
-	top      int            // top=N: the N most visited links; 0: none
-	compare  string         // "previous" or "year": the earlier range to answer beside; "": none
-	tz       *time.Location // tz=: day and week buckets start at its midnights; nil: UTC
+	by       []visitor.Dim // breakdowns asked for, in the order asked
+	top      int           // top=N: the N most visited links; 0: none
+	compare  string        // "previous" or "year": the earlier range to answer beside; "": none
+	// daily is the dimension and value (daily=referrer:news.example)
+	// whose visits per UTC day the answer gives; dailyValue "" for none.
+	daily      visitor.Dim
+	dailyValue string
+	tz         *time.Location // tz=: day and week buckets start at its midnights; nil: UTC
 	// scope is what the request may read (its tenant), set by the
 	// handler once it has checked the request's token.
 	scope scope
@@ -74,6 +78,8 @@ func badParam(param, format string, args ...any) error {
 //	                          page for an iframe; events: the live stream);
 //	                          otherwise the Accept header
 //	by=referrer,source,...    breakdowns (any of visitor.Names), per UTC day
+//	daily=DIM:VALUE           the visits of one value of a breakdown per UTC
+//	                          day of the range (daily=referrer:news.example)
 //
 // Any other parameter is an error rather than ignored: a misspelt one
 // (lst=1h) would otherwise answer the 24 h default as if it had been read.
@@ -183,6 +189,14 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 			}
 		}
 	}
+	if s := v.Get("daily"); s != "" {
+		name, value, ok := strings.Cut(s, ":")
+		d, known := visitor.ParseDim(name)
+		if !ok || !known || value == "" {
+			return query{}, badParam("daily", "%q is not a breakdown and a value, such as referrer:news.example (breakdowns: %s)", s, strings.Join(visitor.Names(), ", "))
+		}
+		q.daily, q.dailyValue = d, value
+	}
 	if s := v.Get("top"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxTop {
@@ -213,7 +227,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 }
 
 // queryParams are the parameters parseQuery reads.
-var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "top", "compare", "tz", "share", "tenant"}
+var queryParams = [...]string{"last", "from", "to", "step", "stitch", "format", "by", "daily", "top", "compare", "tz", "share", "tenant"}
 
 // maxTop is the longest top list one answer has.
 const maxTop = 1000

@@ -384,6 +384,8 @@ type curve struct {
 	// their days are [dimFrom, dimTo).
 	breakdown      []dimAnswer
 	dimFrom, dimTo time.Time
+	// daily is one breakdown value's visits per UTC day (daily=).
+	daily *dailyAnswer
 	// top is the most visited links (top=N), each with its curve.
 	top    []topAnswer
 	hasTop bool
@@ -415,6 +417,15 @@ type topAnswer struct {
 	// compareTotal those of the earlier range, when compare= was asked.
 	rangeTotal   int64
 	compareTotal *int64
+}
+
+// dailyAnswer is one value of a breakdown per UTC day: counts[i] are the
+// visits of the day starting at from + i days.
+type dailyAnswer struct {
+	dim    visitor.Dim
+	value  string
+	from   time.Time
+	counts []int64
 }
 
 // dimAnswer is one breakdown of an answer.
@@ -610,6 +621,11 @@ func (s *API) finish(ctx context.Context, c *curve, key string, q query, now tim
 			return nil, err
 		}
 	}
+	if q.dailyValue != "" {
+		if err := s.dailyValues(ctx, c, key, q); err != nil {
+			return nil, err
+		}
+	}
 	if q.top > 0 {
 		if err := s.topLinks(ctx, c, key, q, now); err != nil {
 			return nil, err
@@ -670,6 +686,45 @@ func (s *API) breakdowns(ctx context.Context, c *curve, key string, q query) err
 		}
 		c.breakdown = append(c.breakdown, dimAnswer{d, capValues(vals, s.o.MaxValues)})
 	}
+	return nil
+}
+
+// maxDailyDays bounds the days a daily= answer reads, one breakdown read
+// each: a year and a month.
+const maxDailyDays = 400
+
+// dailyValues reads q's daily value per UTC day of the range into c: what
+// the per-day breakdowns can answer of one value, a read of each day.
+func (s *API) dailyValues(ctx context.Context, c *curve, key string, q query) error {
+	dr, ok := s.r.(DimReader)
+	if !ok || s.o.MaxValues <= 0 {
+		return badParam("daily", "breakdowns are off on this gateway (analytics.dimensions.max_values is 0)")
+	}
+	from, to := rollup.Align(q.from, rollup.Day), rollup.AlignUp(q.to, rollup.Day)
+	days := int(to.Sub(from) / rollup.Day)
+	if days > maxDailyDays {
+		return badParam("daily", "the range has %d UTC days; daily= reads at most %d", days, maxDailyDays)
+	}
+	c.dimFrom, c.dimTo = from, to
+	a := &dailyAnswer{dim: q.daily, value: q.dailyValue, from: from, counts: make([]int64, days)}
+	for i := range days {
+		day := from.Add(time.Duration(i) * rollup.Day)
+		vals, err := dr.Dims(ctx, key, q.daily, day, day.Add(rollup.Day))
+		if err != nil {
+			if c.readErr == nil {
+				c.readErr = fmt.Errorf("stats: %v %q of %q per day: %w", q.daily, q.dailyValue, key, err)
+			}
+			if !errors.Is(err, analytics.ErrUnsavedOnly) {
+				continue
+			}
+		}
+		for _, v := range vals {
+			if v.Value == q.dailyValue {
+				a.counts[i] += v.Count
+			}
+		}
+	}
+	c.daily = a
 	return nil
 }
 
