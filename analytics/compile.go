@@ -69,6 +69,7 @@ var bounds = bound.Section[Config]{
 	bound.At("live.max_links", bound.Counts(1, MaxLiveLinks).OrZero("all links only"), func(c Config) int { return c.Live.MaxLinks }),
 	bound.At("dimensions.max_values", bound.Counts(1, maxMaxValues).OrZero("no breakdowns"), func(c Config) int { return c.Dimensions.MaxValues }),
 	bound.At("dimensions.retention_days", bound.Counts(1, maxDimRetentionDays), func(c Config) int { return c.Dimensions.RetentionDays }),
+	bound.At("classes.burst_window", bound.Durations(time.Second, time.Hour).OrZero("the default, 2m"), func(c Config) time.Duration { return c.Classes.BurstWindow }),
 	bound.At("rollup_grace", bound.Durations(time.Second, 24*time.Hour), func(c Config) time.Duration { return c.RollupGrace }),
 }
 
@@ -213,9 +214,6 @@ func (p *Plan) compileDims(env Env) error {
 func (p *Plan) compileClasses() error {
 	c := p.cfg.Classes
 	o := visitclass.Options{BurstWindow: c.BurstWindow}
-	if c.BurstWindow < 0 || c.BurstWindow > time.Hour {
-		return fmt.Errorf("analytics.classes.burst_window: %v is not between 0 (the default, %v) and 1h", c.BurstWindow, visitclass.DefaultBurstWindow)
-	}
 	for i, s := range c.InternalNetworks {
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {
