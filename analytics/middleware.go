@@ -106,6 +106,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			if bots != BotsCount {
 				f[visitor.Class], f[visitor.Reason] = class.String(), reason.String()
 			}
+			f[visitor.Destination] = visitor.DestinationOf(ww.Header().Get("Location"))
 			rec.RecordTenantVisit(tenant, key, now, bot, &f, u)
 		})
 	}

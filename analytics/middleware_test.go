@@ -274,6 +274,11 @@ func TestMiddlewareClasses(t *testing.T) {
 			if w := strings.ReplaceAll(tc.class, " ", "=1 ") + "=1"; strings.Join(gotClass, " ") != w {
 				t.Errorf("by class and reason: %v, want %s", gotClass, w)
 			}
+			// And where the link led: the upstream's Location.
+			dest, err := f.Reader(analyticstest.NewMemory(analyticstest.DefaultPlan)).Dims(t.Context(), "abc", visitor.Destination, day, day.Add(24*time.Hour))
+			if err != nil || len(dest) != 1 || dest[0] != (analytics.DimValue{Value: "https://example.com/abc", Count: 1}) {
+				t.Errorf("by destination: %v (%v), want https://example.com/abc once", dest, err)
+			}
 		})
 	}
 }

@@ -45,16 +45,44 @@ const (
 	Content  // utm_content's
 	Class    // the visit's class (package visitclass): human, bot, preview, scanner, prefetch, internal
 	Reason   // the signal that decided the class: "none" for a human, "tls-stack", "cloud-burst", …
+	// Destination is where the link led: the Location the upstream
+	// answered the visit with, case kept, cut to MaxValueBytes.
+	Destination
 	NumDims
 )
 
 var dimNames = [NumDims]string{"referrer", "source", "country", "device", "browser", "os", "",
-	"medium", "campaign", "term", "content", "class", "reason"}
+	"medium", "campaign", "term", "content", "class", "reason", "destination"}
 
 // FromRequest reports whether d's values are read from the request's own
 // bytes (a header or the query), which a store must copy: the referrer,
-// the source and the utm parameters.
-func (d Dim) FromRequest() bool { return d <= Source || Medium <= d && d <= Content }
+// the source, the utm parameters, and the destination (the response's).
+func (d Dim) FromRequest() bool {
+	return d <= Source || Medium <= d && d <= Content || d == Destination
+}
+
+// DestinationOf returns the Destination value of a response's Location:
+// cut to MaxValueBytes at a character boundary, without control
+// characters, commas or quotes (CSV and logs keep one line per value),
+// case kept; "" for none.
+func DestinationOf(loc string) string {
+	loc = strings.TrimSpace(loc)
+	if loc == "" {
+		return ""
+	}
+	if len(loc) > MaxValueBytes {
+		loc = strings.ToValidUTF8(loc[:MaxValueBytes], "")
+	}
+	if strings.IndexFunc(loc, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ',' || r == '"' }) >= 0 {
+		loc = strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f || r == ',' || r == '"' {
+				return -1
+			}
+			return r
+		}, loc)
+	}
+	return loc
+}
 
 // String returns d's name as the stats API writes it: "referrer", "os".
 func (d Dim) String() string {

@@ -149,6 +149,20 @@ func TestOpenGeoIPRefusesGarbage(t *testing.T) {
 	}
 }
 
+func TestDestinationOf(t *testing.T) {
+	long := "https://example.com/" + strings.Repeat("é", 60)
+	for in, want := range map[string]string{
+		"":                              "",
+		" https://Go.dev/Blog?a=1 ":     "https://Go.dev/Blog?a=1",
+		"https://x.example/a,b\"c\r\nd": "https://x.example/abcd",
+		long:                            long[:len("https://example.com/")+80],
+	} {
+		if got := visitor.DestinationOf(in); got != want {
+			t.Errorf("DestinationOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestParseDim(t *testing.T) {
 	names, dims := visitor.Names(), visitor.Dims()
 	if len(names) != len(dims) || len(dims) != int(visitor.NumDims)-1 {
@@ -166,7 +180,7 @@ func TestParseDim(t *testing.T) {
 		}
 	}
 	// The numbers are stored: they never change.
-	for d, want := range map[visitor.Dim]uint8{visitor.Referrer: 0, visitor.OS: 5, visitor.Links: 6, visitor.Medium: 7, visitor.Content: 10, visitor.Class: 11, visitor.Reason: 12} {
+	for d, want := range map[visitor.Dim]uint8{visitor.Referrer: 0, visitor.OS: 5, visitor.Links: 6, visitor.Medium: 7, visitor.Content: 10, visitor.Class: 11, visitor.Reason: 12, visitor.Destination: 13} {
 		if uint8(d) != want {
 			t.Errorf("%v is %d, was %d", d, d, want)
 		}

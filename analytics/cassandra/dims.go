@@ -305,5 +305,5 @@ func dimsSchema(keyspace string) string {
 ) WITH CLUSTERING ORDER BY (dim ASC, day ASC, value ASC, writer ASC)
     AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
     AND gc_grace_seconds = 10800
-    AND comment = 'visits per link, UTC day, dimension (0 referrer, 1 source, 2 country, 3 device, 4 browser, 5 os, 7 medium, 8 campaign, 9 term, 10 content, 11 class, 12 reason) and value; one row per writer generation holding its cumulative count, written USING TIMESTAMP the batch time; partition = 366 days; USING TTL'`, keyspace)
+    AND comment = 'visits per link, UTC day, dimension (0 referrer, 1 source, 2 country, 3 device, 4 browser, 5 os, 7 medium, 8 campaign, 9 term, 10 content, 11 class, 12 reason, 13 destination) and value; one row per writer generation holding its cumulative count, written USING TIMESTAMP the batch time; partition = 366 days; USING TTL'`, keyspace)
 }
