@@ -221,6 +221,11 @@ func (a *analyst) linkPage() {
 	a.p.Navigate(a.gw.url("/stats/go"))
 	ready(a.t, a.p, "the link's page")
 	a.colours("the link's page")
+	var dest struct{ Text, Href string }
+	a.p.Eval(`({text: document.getElementById("dest").textContent, href: document.getElementById("dest-link").getAttribute("href")})`, &dest)
+	if dest.Text != "Leads to https://example.com/go " || dest.Href != "https://example.com/go" {
+		a.t.Errorf("the link's destination: %+v, want https://example.com/go", dest)
+	}
 	a.more("#dim-referrer", "#dimbox-referrer", "referrers", 13) // and "direct", the machines'
 	var cut []string
 	a.p.Eval(`[...document.querySelectorAll("#dims *, #top-section *")].filter(e => e.scrollHeight > e.clientHeight + 1 && /auto|scroll|hidden/.test(getComputedStyle(e).overflowY)).map(e => e.id || e.className)`, &cut)
@@ -301,17 +306,22 @@ func (a *analyst) allLinks() {
 	a.p.WaitFor(10*time.Second, "the top links", `!document.getElementById("top-section").hidden`)
 	a.more("#top", "#top-section", "links", len(analystLinks))
 	a.p.Eval(`document.querySelector("#top-section button.more").click()`, nil)
+	a.p.WaitFor(10*time.Second, "the top links' destinations", `[...document.querySelectorAll("#top .dest")].every(e => e.textContent !== "")`)
 	var lines []struct {
-		Key        string
-		Key1, Chg1 bool
-		Change     string
+		Key          string
+		Key1, Chg1   bool
+		Change, Dest string
 	}
 	a.p.Eval(`[...document.querySelectorAll("#top tbody tr")].map(r => {
 		const one = el => { const rg = document.createRange(); rg.selectNodeContents(el); const rs = [...rg.getClientRects()]; return rs.length > 0 && rs.every(x => Math.abs(x.top - rs[0].top) < 2); };
-		return {key: r.dataset.key, key1: one(r.cells[0]), chg1: one(r.cells[2]), change: r.cells[2].textContent}; })`, &lines)
+		return {key: r.dataset.key, key1: one(r.cells[0].querySelector("a")), chg1: one(r.cells[2]), change: r.cells[2].textContent,
+			dest: r.cells[0].querySelector(".dest").textContent}; })`, &lines)
 	for _, l := range lines {
 		if !l.Key1 || !l.Chg1 {
 			a.t.Errorf("top link %q at %s: key on one line %v, change %q on one line %v", l.Key, a.vp, l.Key1, l.Change, l.Chg1)
+		}
+		if want := "→ https://example.com/" + l.Key; l.Dest != want {
+			a.t.Errorf("top link %q leads to %q, want %q", l.Key, l.Dest, want)
 		}
 	}
 	a.colours("the all-links page")
