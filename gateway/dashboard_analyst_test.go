@@ -53,15 +53,15 @@ func TestAnalystPage(t *testing.T) {
 	}))
 	defer up.Close()
 	geo := visitortest.CountryDB(t, visitortest.GeoLite2, map[string]string{"203.0.113.0/24": "DE", "198.51.100.0/24": "FR"})
-	cfg := analyticsConfig(up.URL, embeddedStore(filepath.Join(dir, "analytics")), "1s") +
-		"  geoip: {path: " + geo + "}\n  uniques: {secret_env: LG_ANALYST_UNIQUES}\n" +
-		"stats:\n  token_env: LG_ANALYST_TOKEN\n  share: {key_env: LG_ANALYST_SHARE}\n  embed: {frame_ancestors: [\"'self'\"]}\n"
+	cfg := withStats(analyticsConfig(up.URL, embeddedStore(filepath.Join(dir, "analytics")), "1s"),
+		"  token_env: LG_ANALYST_TOKEN\n  share: {key_env: LG_ANALYST_SHARE}\n  embed: {frame_ancestors: [\"'self'\"]}\n") +
+		"  geoip: {path: " + geo + "}\n  uniques: {secret_env: LG_ANALYST_UNIQUES}\n"
 	gw := start(t, cfg)
 	plan, err := gatewayPlan(gw.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := plan.MakeShare("go", false, time.Hour, time.Now())
+	sh, err := plan.MakeShare("", "go", false, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
