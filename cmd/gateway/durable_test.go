@@ -143,10 +143,16 @@ func statsTotal(t *testing.T, gw *process) (int, bool) {
 // three intervals (a replay writing twice would show), and returns it.
 func settle(t *testing.T, gw *process, want int) int {
 	t.Helper()
+	return settleOn(t, want, func() (int, bool) { return statsTotal(t, gw) })
+}
+
+// settleOn is settle of the visits read counts (false: not read).
+func settleOn(t *testing.T, want int, read func() (int, bool)) int {
+	t.Helper()
 	deadline := time.Now().Add(testkit.Slack(20 * time.Second))
 	last, steady := -1, 0
 	for time.Now().Before(deadline) {
-		got, ok := statsTotal(t, gw)
+		got, ok := read()
 		if ok && got == last && got >= want {
 			steady++
 			if steady >= 3 {
