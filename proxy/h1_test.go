@@ -217,6 +217,10 @@ func send(t *testing.T, method, url string, body io.Reader, header ...string) (*
 
 func h1Cases() []h1Case {
 	busyTimeout := testkit.Slack(200 * time.Millisecond)
+	// closedAfterAnswer receives once the upstream of "a server that
+	// closes each kept-alive connection right after answering" closed a
+	// connection it answered on.
+	closedAfterAnswer := make(chan struct{}, 64)
 	return []h1Case{
 		{
 			name: "redirect",
@@ -639,19 +643,42 @@ func h1Cases() []h1Case {
 			name: "a server that closes each kept-alive connection right after answering",
 			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				return false // without saying Connection: close
+				c.Close() // without saying Connection: close
+				closedAfterAnswer <- struct{}{}
+				return false
 			}),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
+				// closed waits until the upstream closed the connection of
+				// each answer so far (a 502 has none to wait for).
+				answered, seen := 0, 0
+				closed := func() {
+					for ; seen < answered; seen++ {
+						select {
+						case <-closedAfterAnswer:
+						case <-time.After(testkit.Slack(5 * time.Second)):
+							return
+						}
+					}
+				}
 				var codes []string
 				for i := range 10 {
 					method := "GET"
 					if i%2 == 1 {
-						method = "POST" // not sent twice: the close must be seen before
-						time.Sleep(5 * time.Millisecond)
+						// Not sent twice: the close must be seen before. It
+						// reaches the proxy through the kernel once the
+						// upstream closed, or through the TLS relay's
+						// goroutines.
+						method = "POST"
+						closed()
+						time.Sleep(testkit.Slack(5 * time.Millisecond))
 					}
 					resp, body := send(t, method, front+"/x", nil)
+					if resp.StatusCode == 200 {
+						answered++
+					}
 					codes = append(codes, fmt.Sprint(resp.StatusCode, body))
 				}
+				closed() // none left for the next client's run
 				return strings.Join(codes, " ")
 			},
 			want: `200ok 200ok 200ok 200ok 200ok 200ok 200ok 200ok 200ok 200ok`,
