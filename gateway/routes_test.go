@@ -191,10 +191,23 @@ func TestRoutesPoolHealth(t *testing.T) {
 // kept-alive connections, and a pool whose section did not change keeps
 // its proxy (its targets' health).
 func TestRoutesReload(t *testing.T) {
-	var dials, checks atomic.Int64
+	var dials, checks, inflight atomic.Int64
+	// While warming, a request waits for a second one to come in (or a
+	// while), so that moving keeps at least two idle connections however
+	// the machine schedules the requests sent at once below.
+	var warming atomic.Bool
+	two, twoOnce := make(chan struct{}), sync.Once{}
 	moving := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			checks.Add(1)
+		} else if warming.Load() {
+			if inflight.Add(1) >= 2 {
+				twoOnce.Do(func() { close(two) })
+			}
+			select {
+			case <-two:
+			case <-time.After(testkit.Slack(2 * time.Second)):
+			}
 		}
 		fmt.Fprintf(w, "moving host=%s", r.Host)
 	}))
@@ -215,6 +228,7 @@ func TestRoutesReload(t *testing.T) {
 	// new pool's first health check takes one while the requests below
 	// take another.
 	var wg sync.WaitGroup
+	warming.Store(true)
 	for range 8 {
 		wg.Go(func() {
 			req, _ := http.NewRequest(http.MethodGet, gw.url("/x"), nil)
@@ -229,6 +243,7 @@ func TestRoutesReload(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	warming.Store(false)
 	reload := func(cfg string) {
 		t.Helper()
 		testkit.WriteFile(t, gw.path, hourly(cfg))
