@@ -115,7 +115,10 @@ func testUpstreamTLS(t *testing.T, h2 bool, proto string) {
 			// The dial, the handshake and the system's roots loaded
 			// first: seconds on a busy machine, which must not turn a
 			// refused certificate into a 504.
+			// The health check is bounded by dial_timeout: its mutual
+			// TLS handshake on a fresh connection takes as long.
 			cfg.ResponseHeaderTimeout = testkit.Slack(cfg.ResponseHeaderTimeout)
+			cfg.DialTimeout = testkit.Slack(cfg.DialTimeout)
 			f := start(t, cfg)
 			resp, body := f.get(t, "/k")
 			if !tc.ok {
