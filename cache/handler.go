@@ -181,10 +181,19 @@ func asError(v any) error {
 	return err
 }
 
-// lookup returns the entry of key for r, following a varying key's note
-// to r's variant, and the key it is (or would be) kept under.
+// lookup returns the entry of key for r, and the key it is (or would be)
+// kept under: the entry of r's full key, else the one its path's
+// No-Vary-Search note points to, following a varying key's note to r's
+// variant.
 func (h *handler) lookup(key string, r *http.Request) (*entry, string) {
 	e := h.s.get(key)
+	if e == nil {
+		nk := searchNoteKey(r)
+		if n := h.s.get(nk); n != nil && n.search != nil {
+			key = searchKey(nk, n, r)
+			e = h.s.get(key)
+		}
+	}
 	if e == nil || e.vary == nil {
 		return e, key
 	}
@@ -216,10 +225,13 @@ func (h *handler) keep(rw *recorder, key string) *entry {
 	}
 	e := rw.entry
 	e.body = rw.body
-	e.weight = uint32(min(int64(len(key))+int64(len(e.body))+headerBytes(e.header)+entryOverhead, 1<<32-1))
-	if int64(e.weight) > h.p.cfg.MaxEntryBytes+entryOverhead+int64(len(key)) {
+	if int64(len(e.body))+headerBytes(e.header) > h.p.cfg.MaxEntryBytes {
 		return nil
 	}
+	if e.search != nil {
+		key = h.keepSearch(rw.r, key, e)
+	}
+	e.weight = uint32(int64(len(key)) + int64(len(e.body)) + headerBytes(e.header) + entryOverhead)
 	if len(e.vary) == 0 {
 		h.s.set(key, e)
 		return e
@@ -241,6 +253,31 @@ func (h *handler) keep(rw *recorder, key string) *entry {
 	h.s.set(key, &entry{vary: vary, gen: gen, fresh: exp, weight: uint32(len(key)) + entryOverhead})
 	h.s.set(variantKey(key, &entry{vary: vary, gen: gen}, rw.r), e)
 	return e
+}
+
+// keepSearch keeps (or renews) the note that the answers of r's path
+// carry e's No-Vary-Search, and returns the key e is kept under (the
+// note's). The entry of key, r's full key, is dropped: the note answers
+// r now.
+func (h *handler) keepSearch(r *http.Request, key string, e *entry) string {
+	s := e.search
+	e.search = nil // the answer, not a note
+	nk := searchNoteKey(r)
+	n := h.s.get(nk)
+	exp := e.expires()
+	var gen uint64
+	if n != nil && n.search != nil && n.search.equal(s) {
+		gen = n.gen
+		if n.expires().After(exp) {
+			exp = n.expires()
+		}
+	} else {
+		gen = h.s.gen.Add(1)
+	}
+	n = &entry{search: s, gen: gen, fresh: exp, weight: uint32(len(nk)+s.bytes()) + entryOverhead}
+	h.s.set(nk, n)
+	h.s.c.Invalidate(key)
+	return searchKey(nk, n, r)
 }
 
 // fieldOverhead is what a field value costs beyond its name and text:
@@ -363,7 +400,8 @@ func (h *handler) policy(r *http.Request, status int, hdr http.Header, start tim
 		return nil
 	}
 	fresh := start.Add(ttl - age)
-	e := &entry{status: status, stored: start, age: age, fresh: fresh, swr: fresh.Add(swr), sie: fresh.Add(sie), vary: vary}
+	e := &entry{status: status, stored: start, age: age, fresh: fresh, swr: fresh.Add(swr), sie: fresh.Add(sie), vary: vary,
+		search: parseSearch(hdr[SearchField])}
 	e.header = make(http.Header, len(hdr))
 	for k, v := range hdr {
 		switch k {

@@ -76,7 +76,9 @@ func TestMemoryBound(t *testing.T) {
 	for i := range hot {
 		get("/hot" + strconv.Itoa(i))
 	}
-	if lost := upstream.Load() - before2; lost > hot/10 {
+	lost := upstream.Load() - before2
+	t.Logf("hot keys kept through the flood: %d of %d", hot-lost, hot)
+	if lost > hot/10 {
 		t.Errorf("%d of the %d hot keys were evicted by the flood", lost, hot)
 	}
 	runtime.KeepAlive(st)

@@ -32,10 +32,12 @@ import (
 	"github.com/maypok86/otter/v2"
 )
 
-// entry is an answer kept, or, with vary set, the note that the answers
-// of a key depend on some request fields: each is then kept under a key
-// of its own, made of the note's key, its generation and those fields'
-// values (variantKey).
+// entry is an answer kept, or a note: with vary set, that the answers
+// of a key depend on some request fields, each kept under a key of its
+// own, made of the note's key, its generation and those fields' values
+// (variantKey); with search set, that the answers of a path carry a
+// No-Vary-Search, each kept under the path's note key, the note's
+// generation and the query as the field sees it (searchKey).
 type entry struct {
 	status int
 	header http.Header // as the client gets it, each value slice clipped (shared by the hits)
@@ -46,6 +48,7 @@ type entry struct {
 	swr    time.Time     // served while renewed until then
 	sie    time.Time     // served when the upstream fails until then
 	vary   []string      // canonical names: the note of a varying key
+	search *search       // the note of a path whose answers carry a No-Vary-Search
 	gen    uint64        // the note's generation
 	weight uint32
 }
