@@ -200,6 +200,9 @@ if want nginx; then nginx_target nginx; fi
 # cache.default_ttl does: one request upstream per key at a time, stale
 # answers while the upstream fails.
 if want nginx-cache; then
+	# nginx started by root runs its workers as nobody, who must reach
+	# the cache's folder under $tmp (made 0700 by mktemp) to write it.
+	chmod o+x "$tmp"
 	nginx_http_extra="  proxy_cache_path $tmp/nginx-cache/cache levels=1:2 keys_zone=links:10m max_size=64m;"
 	nginx_target nginx-cache 'proxy_cache links;' 'proxy_ignore_headers Cache-Control Expires;' \
 		'proxy_cache_valid 301 302 303 307 308 5m;' 'proxy_cache_valid 404 410 10s;' 'proxy_cache_lock on;' \
@@ -291,7 +294,10 @@ for t in "${targets[@]}"; do
 	port=${port%%/*}
 	status=$(http_get "$port" "$BENCH_PATH" | head -1 | tr -d '\r')
 	echo "bench: $t ${url[$t]}: $status" >&2
-	[[ $status == *" 2"[0-9][0-9]* || $status == *" 3"[0-9][0-9]* ]] || die "$t answers $BENCH_PATH with '$status'"
+	if [[ $status != *" 2"[0-9][0-9]* && $status != *" 3"[0-9][0-9]* ]]; then
+		[[ -f $tmp/$t/error.log ]] && tail -5 "$tmp/$t/error.log" >&2
+		die "$t answers $BENCH_PATH with '$status'"
+	fi
 done
 
 opened() { # the upstream connections gateway $1 opened so far
