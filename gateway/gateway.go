@@ -410,11 +410,12 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 	if h := buildHook.Load(); h != nil {
 		(*h)(s)
 	}
-	if plan.limit.Store().Store == "memcached" {
-		if old != nil && old.fleet != nil && old.plan.limit.SameStore(plan.limit) {
+	if mc, ok := s.limitStore.(*memcached.Store); ok {
+		// The purges go through the limiter's client: one per server.
+		if old != nil && old.fleet != nil && old.limitStore == s.limitStore {
 			s.fleet = old.fleet
 		} else {
-			s.fleet = cachefleet.New(plan.limit.Store().Memcached, g.cache, g.cacheM, g.log)
+			s.fleet = cachefleet.New(mc.Client(cachefleet.Name), g.cache, g.cacheM, g.log)
 		}
 	}
 	tenants := tenant.NewResolver(plan.tenants, g.learned)
@@ -578,11 +579,12 @@ func (s *snapshot) closeReplaced(old *snapshot) {
 			p.Close()
 		}
 	}
-	if s.limitStore != nil && (old == nil || s.limitStore != old.limitStore) {
-		s.limitStore.Close()
-	}
+	// The fleet first: it uses the limiter store's client.
 	if s.fleet != nil && (old == nil || s.fleet != old.fleet) {
 		s.fleet.Close()
+	}
+	if s.limitStore != nil && (old == nil || s.limitStore != old.limitStore) {
+		s.limitStore.Close()
 	}
 }
 

@@ -4,7 +4,10 @@
 // a minute, and every gateway reads the counter a few times a second and
 // applies the purges it has not seen. memcached has no publish and
 // subscribe; a counter read every 200 ms costs one small request, and a
-// purge reaches every gateway within about a second.
+// purge reaches every gateway within about a second. The requests go
+// through the limiter's own client of the server that holds the counter
+// (limit/memcached.Store.Client): one client per memcached server in a
+// gateway, whatever uses it.
 package memcached
 
 import (
@@ -20,8 +23,24 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/linkgate/linkgate/cache"
-	"github.com/linkgate/linkgate/limit"
 )
+
+// Client is what a Fleet asks of memcached: a *memcache.Client of the
+// server that holds the Fleet's keys (they live on one server, so that
+// one get reads every purge missed).
+type Client interface {
+	Get(key string) (*memcache.Item, error)
+	GetMulti(keys []string) (map[string]*memcache.Item, error)
+	Increment(key string, delta uint64) (uint64, error)
+	Add(item *memcache.Item) error
+	Set(item *memcache.Item) error
+}
+
+var _ Client = (*memcache.Client)(nil)
+
+// Name is what picks the server of the Fleet's keys among the limiter's
+// (limit/memcached.Store.Client(Name)).
+const Name = "linkgate:cache:purge"
 
 // The keys, and how long a purge is kept: far longer than a poll, so that
 // a gateway that misses a few polls still finds every purge.
@@ -49,7 +68,7 @@ type record struct {
 // Fleet sends this gateway's purges to the others and applies theirs to
 // its Store. Create it with New; Close stops it. Safe for concurrent use.
 type Fleet struct {
-	c     *memcache.Client
+	c     Client
 	store *cache.Store
 	m     *cache.Metrics
 	log   *slog.Logger
@@ -67,16 +86,11 @@ type Fleet struct {
 
 var _ cache.Publisher = (*Fleet)(nil)
 
-// New starts a Fleet on the servers of cfg (the limiter's memcached
-// section, as limit.Compile checked it) for store. m and log may be nil.
-func New(cfg limit.Memcached, store *cache.Store, m *cache.Metrics, log *slog.Logger) *Fleet {
+// New starts a Fleet on c (the limiter's client of the server that
+// holds Name) for store. m and log may be nil.
+func New(c Client, store *cache.Store, m *cache.Metrics, log *slog.Logger) *Fleet {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	c := memcache.New(cfg.Servers...)
-	c.Timeout = cfg.Timeout
-	if c.Timeout <= 0 {
-		c.Timeout = 100 * time.Millisecond
 	}
 	var b [8]byte
 	rand.Read(b[:])

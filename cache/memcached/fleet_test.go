@@ -10,6 +10,7 @@ import (
 	"github.com/linkgate/linkgate/cache/memcached"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
+	limitmc "github.com/linkgate/linkgate/limit/memcached"
 )
 
 // keep fills st with the answer of key.
@@ -35,7 +36,11 @@ func TestFleet(t *testing.T) {
 	cfg := limit.Memcached{Servers: []string{mc.Addr}, Timeout: time.Second}
 	m := cache.NewMetrics(nil)
 	a, b := cache.NewStore(1<<20, m, nil), cache.NewStore(1<<20, nil, nil)
-	fa, fb := memcached.New(cfg, a, m, nil), memcached.New(cfg, b, nil, nil)
+	// Two gateways: each its limiter's store, whose client the fleet uses.
+	la, lb := limitmc.New(cfg, nil, nil), limitmc.New(cfg, nil, nil)
+	defer la.Close()
+	defer lb.Close()
+	fa, fb := memcached.New(la.Client(memcached.Name), a, m, nil), memcached.New(lb.Client(memcached.Name), b, nil, nil)
 	defer fa.Close()
 	defer fb.Close()
 	a.SetPublisher(fa)

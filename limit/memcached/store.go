@@ -163,6 +163,17 @@ func (s *Store) locate(c limit.Counter) (*server, *shard) {
 	return sv, &sv.shards[mix(h)>>58&(numShards-1)]
 }
 
+// Client returns the memcached client of the server that a counter of
+// rule name would live on, for the other state the gateways of a fleet
+// share on the limiter's servers (the cache's purges): one client per
+// server for the process, with the limiter's timeout, idle connections
+// and dials (linkgate_memcached_dials_total). Every gateway naming the
+// same servers picks the same one for name.
+func (s *Store) Client(name string) *memcache.Client {
+	sv, _ := s.locate(limit.Counter{Rule: name})
+	return sv.client
+}
+
 // Server returns the address (as configured) of the server that holds the
 // buckets of c.
 func (s *Store) Server(c limit.Counter) string {
