@@ -206,11 +206,10 @@ func (h *handler) lookup(key string, r *http.Request) (*entry, string) {
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, e *entry, now time.Time, res Result) {
 	note(r, res, h.s.m)
 	hdr := w.Header()
-	for k, v := range e.header {
-		hdr[k] = v // clipped: an append elsewhere copies
+	for _, f := range e.fields {
+		hdr[f.name] = f.values
 	}
-	age := e.age + now.Sub(e.stored)
-	hdr["Age"] = []string{strconv.FormatInt(int64(age/time.Second), 10)}
+	hdr["Age"] = e.age(int64((e.arrivedAge + now.Sub(e.stored)) / time.Second))
 	w.WriteHeader(e.status)
 	if r.Method != http.MethodHead {
 		w.Write(e.body)
@@ -225,13 +224,13 @@ func (h *handler) keep(rw *recorder, key string) *entry {
 	}
 	e := rw.entry
 	e.body = rw.body
-	if int64(len(e.body))+headerBytes(e.header) > h.p.cfg.MaxEntryBytes {
+	if int64(len(e.body))+fieldBytes(e.fields) > h.p.cfg.MaxEntryBytes {
 		return nil
 	}
 	if e.search != nil {
 		key = h.keepSearch(rw.r, key, e)
 	}
-	e.weight = uint32(int64(len(key)) + int64(len(e.body)) + headerBytes(e.header) + entryOverhead)
+	e.weight = uint32(int64(len(key)) + int64(len(e.body)) + fieldBytes(e.fields) + entryOverhead)
 	if len(e.vary) == 0 {
 		h.s.set(key, e)
 		return e
@@ -284,12 +283,12 @@ func (h *handler) keepSearch(r *http.Request, key string, e *entry) string {
 // its string and slice headers and its slot in the map.
 const fieldOverhead = 64
 
-// headerBytes is what the fields of h take in memory.
-func headerBytes(h http.Header) int64 {
+// fieldBytes is what fs take in memory.
+func fieldBytes(fs []field) int64 {
 	n := int64(0)
-	for k, vs := range h {
-		for _, v := range vs {
-			n += int64(len(k) + len(v) + fieldOverhead)
+	for _, f := range fs {
+		for _, v := range f.values {
+			n += int64(len(f.name) + len(v) + fieldOverhead)
 		}
 	}
 	return n
@@ -400,14 +399,14 @@ func (h *handler) policy(r *http.Request, status int, hdr http.Header, start tim
 		return nil
 	}
 	fresh := start.Add(ttl - age)
-	e := &entry{status: status, stored: start, age: age, fresh: fresh, swr: fresh.Add(swr), sie: fresh.Add(sie), vary: vary,
+	e := &entry{status: status, stored: start, arrivedAge: age, fresh: fresh, swr: fresh.Add(swr), sie: fresh.Add(sie), vary: vary,
 		search: parseSearch(hdr[SearchField])}
-	e.header = make(http.Header, len(hdr))
+	e.fields = make([]field, 0, len(hdr))
 	for k, v := range hdr {
 		switch k {
 		case OwnField, PurgeField, "Age":
 		default:
-			e.header[k] = slices.Clip(slices.Clone(v))
+			e.fields = append(e.fields, field{k, slices.Clip(slices.Clone(v))})
 		}
 	}
 	return e

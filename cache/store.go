@@ -23,7 +23,7 @@
 package cache
 
 import (
-	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,18 +39,45 @@ import (
 // No-Vary-Search, each kept under the path's note key, the note's
 // generation and the query as the field sees it (searchKey).
 type entry struct {
-	status int
-	header http.Header // as the client gets it, each value slice clipped (shared by the hits)
-	body   []byte
-	stored time.Time     // when the answer arrived
-	age    time.Duration // its Age when it arrived
-	fresh  time.Time     // fresh until then
-	swr    time.Time     // served while renewed until then
-	sie    time.Time     // served when the upstream fails until then
-	vary   []string      // canonical names: the note of a varying key
-	search *search       // the note of a path whose answers carry a No-Vary-Search
-	gen    uint64        // the note's generation
-	weight uint32
+	status     int
+	fields     []field // as the client gets them (a slice: faster to copy than a map)
+	body       []byte
+	stored     time.Time     // when the answer arrived
+	arrivedAge time.Duration // its Age when it arrived
+	fresh      time.Time     // fresh until then
+	swr        time.Time     // served while renewed until then
+	sie        time.Time     // served when the upstream fails until then
+	vary       []string      // canonical names: the note of a varying key
+	search     *search       // the note of a path whose answers carry a No-Vary-Search
+	gen        uint64        // the note's generation
+	weight     uint32
+
+	ageField atomic.Pointer[ageField] // the last Age served, for the hits of the same second
+}
+
+// field is a field of a kept answer: its canonical name and its values,
+// clipped, so that an append by a handler in front copies them (the hits
+// share them).
+type field struct {
+	name   string
+	values []string
+}
+
+// ageField is an Age value made once for the hits of one second.
+type ageField struct {
+	secs   int64
+	values []string // clipped: shared by the hits
+}
+
+// age returns the Age field's values for an age of secs seconds, made
+// once per second rather than once per hit.
+func (e *entry) age(secs int64) []string {
+	if a := e.ageField.Load(); a != nil && a.secs == secs {
+		return a.values
+	}
+	a := &ageField{secs: secs, values: []string{strconv.FormatInt(secs, 10)}}
+	e.ageField.Store(a)
+	return a.values
 }
 
 // entryOverhead is what an entry costs beyond its key, fields and body:

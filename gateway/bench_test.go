@@ -21,14 +21,16 @@ import (
 // (the limiter waits for the upstream's status), the visit counter and the
 // proxy, to an upstream on loopback that answers from a canned response
 // and allocates nothing, so that the allocations reported are the
-// gateway's own (TestServeVisitAllocs holds them to a budget).
+// gateway's own (TestServeVisitAllocs holds them to a budget). "cached"
+// is the same visit answered by the redirect cache (a hit): everything
+// but the proxy.
 func BenchmarkServeVisit(b *testing.B) {
 	for _, bc := range []struct {
-		name   string
-		routes bool
-	}{{"one pool", false}, {"routes", true}} {
+		name           string
+		routes, cached bool
+	}{{"one pool", false, false}, {"routes", true, false}, {"cached", false, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			g, req := visitGateway(b, bc.routes)
+			g, req := visitGateway(b, bc.routes, bc.cached)
 			w := &headerWriter{h: http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -48,7 +50,7 @@ func TestServeVisitAllocs(t *testing.T) {
 	const budget = 40
 	allocs := map[bool]float64{}
 	for _, routes := range []bool{false, true} {
-		g, req := visitGateway(t, routes)
+		g, req := visitGateway(t, routes, false)
 		w := &headerWriter{h: http.Header{}}
 		serveVisit(t, g, w, req) // connections and first-visit state
 		got := testing.AllocsPerRun(500, func() { serveVisit(t, g, w, req) })
@@ -77,10 +79,14 @@ func serveVisit(tb testing.TB, g *gateway.Gateway, w *headerWriter, req *http.Re
 // visitGateway is a gateway with a count_status IP rule and analytics on,
 // in front of a canned redirecting upstream, and a visit to send it. With
 // routes, the visit's host (a.brand.example:443) is one of a wildcard
-// route among 20 routes, and the rule lists the route's hosts.
-func visitGateway(tb testing.TB, routes bool) (*gateway.Gateway, *http.Request) {
+// route among 20 routes, and the rule lists the route's hosts. With
+// cached, the redirect cache keeps the upstream's answers for 5 minutes.
+func visitGateway(tb testing.TB, routes, cached bool) (*gateway.Gateway, *http.Request) {
 	up := cannedUpstream(tb)
 	extra, hosts := "", ""
+	if cached {
+		extra = "cache: {default_ttl: 5m}\n"
+	}
 	if routes {
 		extra = "routes:\n"
 		for i := range 20 {
