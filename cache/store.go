@@ -81,9 +81,9 @@ func (e *entry) age(secs int64) []string {
 }
 
 // entryOverhead is what an entry costs beyond its key, fields and body:
-// the entry, the header map and the cache library's node, measured (see
+// the entry, its field slice and the cache library's node, measured (see
 // TestMemoryBound).
-const entryOverhead = 512
+const entryOverhead = 320
 
 // expires is when e may no longer be served at all.
 func (e *entry) expires() time.Time {
