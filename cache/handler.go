@@ -280,7 +280,7 @@ func (h *handler) keepSearch(r *http.Request, key string, e *entry) string {
 }
 
 // fieldOverhead is what a field value costs beyond its name and text:
-// its string and slice headers and its slot in the map.
+// its string and slice headers and its share of the field slice.
 const fieldOverhead = 64
 
 // fieldBytes is what fs take in memory.
