@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -248,5 +249,50 @@ func TestCachePurgeAdmin(t *testing.T) {
 	}
 	if resp, _ := testkit.Do(t, "POST", gw.admin("/admin/cache/purge?all=true"), nil); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("purge without the token: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestCacheNoVarySearchCounts: visits to one link with a different
+// utm_source each, which the link service's No-Vary-Search says does not
+// change its answer, reach it once, and /stats counts every one.
+func TestCacheNoVarySearchCounts(t *testing.T) {
+	t.Parallel()
+	var upstream atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		upstream.Add(1)
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("CDN-Cache-Control", "max-age=300")
+		w.Header().Set("No-Vary-Search", `params=("utm_source" "utm_medium")`)
+		http.Redirect(w, r, "https://example.com"+r.URL.Path, http.StatusFound)
+	}))
+	t.Cleanup(up.Close)
+	gw := start(t, cacheConfig(up.URL, t.TempDir(), ""))
+	const visits = 20
+	for i := range visits {
+		resp, _ := testkit.Do(t, "GET", gw.url(fmt.Sprintf("/nvs?utm_source=s%d&utm_medium=m", i)), nil)
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("No-Vary-Search") == "" {
+			t.Fatalf("visit %d: %d, No-Vary-Search %q", i, resp.StatusCode, resp.Header.Get("No-Vary-Search"))
+		}
+	}
+	if n := upstream.Load(); n != 1 {
+		t.Errorf("%d requests upstream for %d visits differing only in utm_*, want 1", n, visits)
+	}
+	var got int64
+	testkit.Eventually(t, 30*time.Second, "/stats/nvs whole", func() bool {
+		got = stats(t, gw, "/stats/nvs?last=1h").Total
+		return got == visits
+	})
+	if got != visits {
+		t.Errorf("/stats/nvs: total %d, want %d", got, visits)
+	}
+	results := map[string]int{}
+	for _, r := range gw.logs.Records("access", nil) {
+		results[r["cache"]]++
+	}
+	if results["miss"] != 1 || results["hit"] != visits-1 {
+		t.Errorf("access log cache= counts %v: want 1 miss, %d hits", results, visits-1)
 	}
 }
