@@ -158,6 +158,13 @@ func (h *handler) renew(k, key string, r *http.Request) {
 	if !lead {
 		return
 	}
+	// The renewal before may have landed between the caller's lookup and
+	// the join: what it kept is fresh, and a second renewal would ask the
+	// upstream again.
+	if c, _ := h.lookup(key, r); c != nil && h.s.now().Before(c.fresh) {
+		h.s.renew.land(k, fl)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
 	rr := r.Clone(ctx) // no visit, no access record: the context is not the client's
 	go func() {
