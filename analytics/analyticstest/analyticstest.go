@@ -65,8 +65,16 @@ type Harness struct {
 
 	// Expire deletes what each tier holds beyond its retention as of now,
 	// on the store the subtest uses last. Stores that expire by themselves
-	// (a TTL) leave it nil.
+	// (a TTL) leave it nil and set TTL.
 	Expire func(now time.Time) error
+
+	// TTL is for a store that expires by itself, counting a row's time to
+	// live from its batch's At to the end of its retention (Cassandra):
+	// the expiry subtests write the rows meant to expire with an At that
+	// leaves them TTL, and the others now, then read until the first have
+	// gone (for at most TTL and two minutes), on the store's own clock.
+	// Unset with Expire nil, the expiry subtests skip.
+	TTL time.Duration
 }
 
 // Plan returns the rollup plan of tiers with the given grace: what the
@@ -747,7 +755,11 @@ func testLargeBatch(t *testing.T, e *env) {
 // tiers keep theirs, and the all-time tier is never expired.
 func testExpiry(t *testing.T, e *env) {
 	if e.h.Expire == nil {
-		t.Skip("the backend expires by itself (Harness.Expire is nil)")
+		if e.h.TTL > 0 {
+			testExpiryByTTL(t, e)
+			return
+		}
+		t.Skip("the backend expires by itself and gives no TTL (Harness.Expire and Harness.TTL unset)")
 	}
 	k := e.key("a")
 	tiers := rollup.DefaultTiers()
@@ -794,5 +806,79 @@ func testExpiry(t *testing.T, e *env) {
 			t.Fatalf("Expire(now + %v): %v", d, err)
 		}
 		check("now + "+rollup.FormatDuration(d), i)
+	}
+}
+
+// testExpiryByTTL is testExpiry on a store that expires by itself: in
+// each tier, the oldest bucket still kept, written with an At that leaves
+// it Harness.TTL, goes once the TTL ends; the current bucket, written
+// now, stays; so does an all-time bucket written with the first, which
+// never expires.
+func testExpiryByTTL(t *testing.T, e *env) {
+	k := e.key("a")
+	tiers := rollup.DefaultTiers()
+	total, err := rollup.TotalTier(tiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allTime := rollup.Align(e.now.Add(-3*time.Hour), total.Step)
+	old := make([]time.Time, len(tiers))
+	young := make([]time.Time, len(tiers))
+	now := analytics.Batch{At: e.at()}
+	for i, tr := range tiers {
+		old[i] = rollup.Align(e.now.Add(-tr.Retention), tr.Step)
+		young[i] = rollup.Align(e.now, tr.Step)
+		b := analytics.Batch{At: old[i].Add(tr.Step + tr.Retention - e.h.TTL), Counts: []analytics.Count{count(k, tr.Step, old[i], 1, 0)}}
+		if i == 0 {
+			b.Counts = append(b.Counts, count(k, total.Step, allTime, 9, 9))
+		}
+		write(t, e.s, b)
+		now.Counts = append(now.Counts, count(k, tr.Step, young[i], 2, 0))
+	}
+	write(t, e.s, now)
+	written := time.Now()
+	there := func(i int, start time.Time) bool {
+		return len(points(t, e.s, k, tiers[i].Step, start, start.Add(tiers[i].Step))) == 1
+	}
+	untilExpired(t, e, written, func() (all, gone bool) {
+		all, gone = true, true
+		for i := range tiers {
+			o := there(i, old[i])
+			all = all && o && there(i, young[i])
+			gone = gone && !o
+		}
+		return all, gone
+	})
+	for i, tr := range tiers {
+		checkPoints(t, e.s, k, tr.Step, old[i], young[i].Add(tr.Step), []analytics.Point{point(young[i], 2, 0)})
+	}
+	checkPoints(t, e.s, k, total.Step, allTime, allTime.Add(total.Step), []analytics.Point{point(allTime, 9, 9)})
+}
+
+// untilExpired reads, through read, whether every row a TTL subtest wrote
+// is there and whether those meant to expire have gone, until they have:
+// it fails the test when a read that ended well within the TTL (5 s
+// before its end) misses a row, or when the rows have not gone TTL and two
+// minutes after written. A TTL ends on the store's clock, with nothing to
+// wait on but reads.
+func untilExpired(t *testing.T, e *env, written time.Time, read func() (all, gone bool)) {
+	t.Helper()
+	if all, _ := read(); time.Since(written) < e.h.TTL-5*time.Second {
+		if !all {
+			t.Fatalf("read within the TTL of %v: rows missing", e.h.TTL)
+		}
+	} else {
+		t.Logf("the first read ended %v after the writes: too late to check the rows before their TTL of %v", time.Since(written), e.h.TTL)
+	}
+	deadline := written.Add(e.h.TTL + 2*time.Minute)
+	for {
+		if _, gone := read(); gone {
+			t.Logf("expired %v after the writes (TTL %v)", time.Since(written).Round(time.Second), e.h.TTL)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after writes with a TTL of %v, the rows meant to expire are still there", time.Since(written).Round(time.Second), e.h.TTL)
+		}
+		time.Sleep(time.Second)
 	}
 }

@@ -210,7 +210,11 @@ func testDimsWriters(t *testing.T, e *env) {
 // (analytics.DefaultDimRetentionDays): old days go, recent ones stay.
 func testDimsExpiry(t *testing.T, e *env) {
 	if e.h.Expire == nil {
-		t.Skip("the backend expires by itself (Harness.Expire is nil)")
+		if e.h.TTL > 0 {
+			testDimsExpiryByTTL(t, e)
+			return
+		}
+		t.Skip("the backend expires by itself and gives no TTL (Harness.Expire and Harness.TTL unset)")
 	}
 	k := e.key("a")
 	old, young := e.base().Add(-5*rollup.Day), e.base()
@@ -244,6 +248,65 @@ func testDimsExpiry(t *testing.T, e *env) {
 	checkDims(t, e.s, k, visitor.OS, old, young.Add(rollup.Day), val("iOS", 2))
 	if n := top(); n != 3 {
 		t.Errorf("top visits after the old day expired: %d, want 3", n)
+	}
+}
+
+// testDimsExpiryByTTL is testDimsExpiry on a store that expires by
+// itself: a link's breakdown, top-list count and unique visitors of the
+// oldest day still kept, written with an At that leaves them Harness.TTL,
+// go once the TTL ends; those of a recent day, written now, stay.
+func testDimsExpiryByTTL(t *testing.T, e *env) {
+	k := e.key("a")
+	keep := time.Duration(analytics.DefaultDimRetentionDays) * rollup.Day
+	days := [2]time.Time{rollup.Align(e.now.Add(-keep), rollup.Day), e.base()}
+	var sk hll.Sketch
+	for i := range 50 {
+		sk.Add(uint64(i) * 0x9e3779b97f4a7c15)
+	}
+	for i, day := range days {
+		b := e.dimWriter(fmt.Sprint("w", i)).batch(dv{k, visitor.OS, day, "Linux", int64(1 + i), 0},
+			dv{analytics.AllLinks, analytics.DimLink, day, k, int64(7 + i), 0})
+		b.Uniques = []analytics.UniqueSketch{{Key: k, Day: day, Sketch: sk.AppendBinary(nil)}}
+		if i == 0 {
+			b.At = day.Add(rollup.Day + keep - e.h.TTL)
+		}
+		write(t, e.s, b)
+	}
+	written := time.Now()
+	// read returns what the store holds of each day: the breakdown's
+	// visits, the link's top-list visits and its unique visitors.
+	read := func() (vs, top, uniq [2]int64) {
+		t.Helper()
+		ctx := context.Background()
+		for i, day := range days {
+			for _, v := range dims(t, e.s, k, visitor.OS, day, day.Add(rollup.Day)) {
+				vs[i] += v.Count
+			}
+			links, err := e.s.Top(ctx, day, day.Add(rollup.Day), 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range links {
+				if l.Key == k {
+					top[i] = l.Visits
+				}
+			}
+			u, err := e.s.Uniques(ctx, k, day, day.Add(rollup.Day))
+			if err != nil {
+				t.Fatal(err)
+			}
+			uniq[i] = int64(u.Len())
+		}
+		return vs, top, uniq
+	}
+	untilExpired(t, e, written, func() (all, gone bool) {
+		vs, top, uniq := read()
+		return vs == [2]int64{1, 2} && top == [2]int64{7, 8} && uniq[0] == int64(sk.Len()) && uniq[1] == int64(sk.Len()),
+			vs[0] == 0 && top[0] == 0 && uniq[0] == 0
+	})
+	if vs, top, uniq := read(); vs[1] != 2 || top[1] != 8 || uniq[1] != int64(sk.Len()) {
+		t.Errorf("the recent day after the old one expired: %d visits by OS, %d in the top list, %d registers; want 2, 8 and %d",
+			vs[1], top[1], uniq[1], sk.Len())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,10 +12,8 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/analytics/cassandra"
-	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
-	"github.com/linkgate/linkgate/visitor"
 )
 
 // The tests in this file need a real cluster: CASSANDRA_HOSTS lists its
@@ -63,9 +60,10 @@ func openIn(t *testing.T, cfg analytics.Cassandra, plan *rollup.Plan) *cassandra
 // reopening is a restart (a new writer id, the rows of the old one kept).
 // The subtests that read beyond their own keys get a keyspace each; the
 // others share one (a keyspace's tables take seconds to create on a
-// loaded node). Expiry and DimsExpiry are skipped: the suite moves a clock
-// that a real node does not have, and TestExpiryOnNode checks the TTLs on
-// the node instead.
+// loaded node). Expiry and DimsExpiry run on the node's own clock: the
+// rows meant to expire are written with a batch time (At) that puts the
+// end of their retention 15 s after the write, so their TTL is 15 s, as
+// it is for rows written 15 s before the end of their retention.
 func TestConformanceOnNode(t *testing.T) {
 	hs := hosts(t)
 	shared := "" // the keyspace of the subtests that read their own keys only
@@ -103,6 +101,7 @@ func TestConformanceOnNode(t *testing.T) {
 				return last
 			},
 			Another: func() analyticstest.Store { return track(open(t, hs)) },
+			TTL:     15 * time.Second,
 		}
 	})
 }
@@ -190,146 +189,5 @@ func TestNotConnected(t *testing.T) {
 	}
 	if err := s.Write(ctx, analytics.Batch{At: time.Now()}); !errors.Is(err, cassandra.ErrClosed) {
 		t.Errorf("Write after Close = %v, want ErrClosed", err)
-	}
-}
-
-// TestExpiryOnNode checks on the node that points of every tier,
-// breakdowns, top-list counts and unique-visitor registers expire by their
-// TTL, and that those still within their retention stay. The rows meant to
-// expire are written with a batch time (At) that puts the end of their
-// retention 15 s after the write: their TTL is 15 s, as it is for rows
-// written 15 s before the end of their retention.
-func TestExpiryOnNode(t *testing.T) {
-	hs := hosts(t)
-	s := open(t, hs)
-	defer s.Close()
-	keep := 2 * rollup.Day
-	s.SetDimRetention(keep)
-	ctx := context.Background()
-	key := "expiry-" + time.Now().UTC().Format("20060102T150405.000000000")
-	const ttl = 15 * time.Second
-	now := time.Now().UTC()
-	today := rollup.Align(now, rollup.Day)
-	yesterday := today.Add(-rollup.Day)
-
-	type tierRows struct {
-		tr       rollup.Tier
-		old, new time.Time
-	}
-	var tiers []tierRows
-	for _, tr := range rollup.DefaultTiers() {
-		old := rollup.Align(now.Add(-tr.Retention), tr.Step)
-		// One batch per tier: At sets the TTL, old's end of retention
-		// less 15 s.
-		b := analytics.Batch{At: old.Add(tr.Step + tr.Retention - ttl),
-			Counts: []analytics.Count{{Key: key, Step: tr.Step, Start: old, Visits: analytics.Visits{Human: 1}}}}
-		if err := s.Write(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		tiers = append(tiers, tierRows{tr, old, rollup.Align(now, tr.Step)})
-	}
-	var sk hll.Sketch
-	for i := range 50 {
-		sk.Add(uint64(i) * 0x9e3779b97f4a7c15)
-	}
-	enc := sk.AppendBinary(nil)
-	dims := func(day time.Time) analytics.Batch {
-		return analytics.Batch{
-			Dims: []analytics.DimCount{
-				{Key: key, Day: day, Dim: visitor.OS, Value: "Linux", N: 3},
-				{Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: key, N: 3},
-			},
-			Uniques: []analytics.UniqueSketch{{Key: key, Day: day, Sketch: enc}},
-		}
-	}
-	old := dims(yesterday)
-	old.At = yesterday.Add(rollup.Day + keep - ttl)
-	young := dims(today)
-	young.At = now
-	for _, tr := range tiers {
-		young.Counts = append(young.Counts, analytics.Count{Key: key, Step: tr.tr.Step, Start: tr.new, Visits: analytics.Visits{Human: 2}})
-	}
-	for _, b := range []analytics.Batch{old, young} {
-		if err := s.Write(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	written := time.Now()
-
-	// state reads what the node holds: per tier, whether the old and the
-	// young bucket are there; the breakdown, top-list and unique counts of
-	// yesterday and today.
-	type state struct {
-		old, young      []bool
-		dims, top, uniq [2]int64
-	}
-	read := func() state {
-		t.Helper()
-		var st state
-		for _, tr := range tiers {
-			for i, start := range []time.Time{tr.old, tr.new} {
-				ps, err := s.Points(ctx, key, tr.tr.Step, start, start.Add(tr.tr.Step))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if i == 0 {
-					st.old = append(st.old, len(ps) == 1)
-				} else {
-					st.young = append(st.young, len(ps) == 1)
-				}
-			}
-		}
-		for i, day := range []time.Time{yesterday, today} {
-			vs, err := s.Dims(ctx, key, visitor.OS, day, day.Add(rollup.Day))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range vs {
-				st.dims[i] += v.Count
-			}
-			top, err := s.TopCounts(ctx, []string{key}, day, day.Add(rollup.Day))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st.top[i] = top[key]
-			u, err := s.Uniques(ctx, key, day, day.Add(rollup.Day))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st.uniq[i] = u.Estimate()
-		}
-		return st
-	}
-	all := func(bs []bool, want bool) bool {
-		for _, b := range bs {
-			if b != want {
-				return false
-			}
-		}
-		return true
-	}
-	if st := read(); time.Since(written) < ttl-5*time.Second {
-		// Read well before the TTL ends: everything is there.
-		if !all(st.old, true) || !all(st.young, true) || st.dims != [2]int64{3, 3} || st.top != [2]int64{3, 3} || st.uniq[0] == 0 || st.uniq[1] == 0 {
-			t.Fatalf("before the TTL: %+v, want every row", st)
-		}
-	} else {
-		t.Logf("the first read came %v after the write: too late to see the rows that expire", time.Since(written))
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		st := read()
-		expired := !slices.Contains(st.old, true) && st.dims[0] == 0 && st.top[0] == 0 && st.uniq[0] == 0
-		if expired {
-			if !all(st.young, true) || st.dims[1] != 3 || st.top[1] != 3 || st.uniq[1] == 0 {
-				t.Errorf("after the TTL: %+v, want the rows within their retention kept", st)
-			}
-			t.Logf("expired %v after the write (TTL %v)", time.Since(written).Round(time.Second), ttl)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("2 minutes after a write with a TTL of %v: %+v, want the old rows expired", ttl, st)
-		}
-		time.Sleep(time.Second) // a TTL ends on the node's clock: nothing to wait on
 	}
 }
