@@ -42,13 +42,15 @@ type backend interface {
 	writeProgress(ctx context.Context, step int, done time.Time) error
 	// readProgress returns every queue's progress.
 	readProgress(ctx context.Context) (rollup.Progress, error)
-	// writeLinks overwrites rows of the dims table (each with its ttl and
-	// ts) and of the uniques table (each USING TIMESTAMP its value) of
-	// one or more partition keys (link, bucket), which the two tables
-	// share, in one statement: a batch when there are several rows.
+	// writeLinks writes the breakdown counts (each a cell with its ttl
+	// and ts: the newest wins) and the sketch registers (the largest rho
+	// of a register wins) of one or more partitions (link, bucket) of
+	// link_days, in one statement: a batch when there are several rows.
 	writeLinks(ctx context.Context, parts []linkPart) error
-	// readDims returns the rows of one partition of the dims table of one
-	// dimension whose day is in [from, to).
+	// readDims returns the counts of one dimension in one partition
+	// (link, bucket) whose day is in [from, to), one per day, value and
+	// writer generation, or two when both link_days and the dims table
+	// it replaced hold one.
 	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
 	// writeTop overwrites rows of top_days of one partition (day, shard).
 	writeTop(ctx context.Context, rows []topRow) error
@@ -64,8 +66,8 @@ type backend interface {
 	// readLeader returns the slots of one writer generation in a
 	// partition of top_leaders (tenant ""), or of tenant_leaders.
 	readLeader(ctx context.Context, tenant string, day time.Time, writer gocql.UUID) ([]leaderRow, error)
-	// readUniques returns the registers of one partition of the uniques
-	// table whose day is in [from, to).
+	// readUniques returns the registers of one partition (link, bucket)
+	// whose day is in [from, to), a register possibly several times.
 	readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error)
 	// lease takes the rollup lease for holder, or renews it when holder
 	// holds it, for ttl seconds, and reports whether holder holds it:
@@ -135,11 +137,12 @@ type cqlBackend struct {
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
 	takeLease, renewLease,
-	insertDim, selectDims,
+	updateLinkDay, selectLinkDims, selectLinkRegs,
+	selectDims,
 	insertTop, selectTopKeys,
 	insertLeader, selectLeaders, selectLeader,
 	insertTenantLeader, selectTenantLeaders, selectTenantLeader,
-	insertUniq, selectUniqs string
+	selectUniqs string
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consistency, serial gocql.SerialConsistency) *cqlBackend {
@@ -157,7 +160,9 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		selectProgress: fmt.Sprintf(selectProgressCQL, ks),
 		takeLease:      fmt.Sprintf(takeLeaseCQL, ks),
 		renewLease:     fmt.Sprintf(renewLeaseCQL, ks),
-		insertDim:      fmt.Sprintf(insertDimCQL, ks),
+		updateLinkDay:  fmt.Sprintf(updateLinkDayCQL, ks),
+		selectLinkDims: fmt.Sprintf(selectLinkDimsCQL, ks),
+		selectLinkRegs: fmt.Sprintf(selectLinkRegsCQL, ks),
 		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
 		insertTop:      fmt.Sprintf(insertTopCQL, ks),
 		selectTopKeys:  fmt.Sprintf(selectTopKeysCQL, ks),
@@ -168,7 +173,6 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		insertTenantLeader:  fmt.Sprintf(insertTenantLeaderCQL, ks),
 		selectTenantLeaders: fmt.Sprintf(selectTenantLeadersCQL, ks),
 		selectTenantLeader:  fmt.Sprintf(selectTenantLeaderCQL, ks),
-		insertUniq:          fmt.Sprintf(insertUniqCQL, ks),
 		selectUniqs:         fmt.Sprintf(selectUniqsCQL, ks),
 	}
 	for _, t := range tiers {

@@ -16,20 +16,19 @@ import (
 
 // Breakdowns
 //
-// The dims table keeps, per link, UTC day, dimension and value, one row per
-// writer generation (analytics.DimCount): the writer's cumulative count, a
-// plain INSERT written USING TIMESTAMP the batch's At, which grows with the
+// A link's breakdowns are kept per UTC day, dimension and value, one count
+// per writer generation (analytics.DimCount): the writer's cumulative
+// count, written USING TIMESTAMP the batch's At, which grows with the
 // batch's Seq, so that the newest cumulative count wins whatever order the
 // copies land in: a retry, a resend, a journal replayed by another process
 // after a crash, or an older batch arriving late write the same or an
 // older value, never a sum. Readers add up the writers. A partition is a
 // link's 366 days (as the day tier's), so a year's breakdown reads at most
-// two; rows expire (USING TTL) the dimension retention after their day.
-// The values of one link changed in a flush are written with its sketch's
-// registers, whose table shares the partition key, in one statement with
-// those of other links (pack.go): the rows of a flush are the (link,
-// dimension, value)s whose count changed, and the statements about one for
-// every dozen links.
+// two; counts expire (USING TTL) the dimension retention after their day.
+// They are entries of a map in link_days, with the link's sketch
+// registers (linkdays.go): one row per link, day and generation, written
+// by one UPDATE of the entries a flush changed, in one statement with
+// those of other links (pack.go).
 
 // dimSpan is the time a partition of the dims table covers.
 const dimSpan = 366 * rollup.Day
@@ -119,13 +118,14 @@ type linkPart struct {
 	regs   []uniqRow
 }
 
-// size is p's data as Cassandra measures a batch (pack.go).
+// size is p's data as Cassandra measures a batch (pack.go): a
+// link_days row per day at most, and a cell per value and register.
 func (p *linkPart) size() int {
-	n := len(p.regs) * uniqBytes
+	n := (len(p.regs) + len(p.dims)) * linkDayBytes
 	for _, d := range p.dims {
 		n += dimBytes + len(d.value)
 	}
-	return n
+	return n + len(p.regs)*uniqBytes
 }
 
 // prepareLinks returns the statements that write b's breakdowns and
@@ -215,15 +215,28 @@ func (s *Store) Dims(ctx context.Context, key string, dim visitor.Dim, from, to 
 	if !lo.Before(hi) {
 		return nil, nil
 	}
-	sums := map[string]int64{}
+	// A generation's count of a value may be read twice (the dims table
+	// and link_days): its cumulative counts only grow, so the larger is
+	// the newer.
+	type gen struct {
+		day    int64
+		value  string
+		writer gocql.UUID
+	}
+	counts := map[gen]int64{}
 	for p := partitionOf(lo, dimSpan); p.Before(hi); p = p.Add(dimSpan) {
 		rows, err := be.readDims(ctx, key, p, int(dim), latest(lo, p), earliest(hi, p.Add(dimSpan)))
 		if err != nil {
 			return nil, fmt.Errorf("cassandra: dims: %w", err)
 		}
 		for _, r := range rows {
-			sums[r.value] += r.count
+			g := gen{r.day.Unix(), r.value, r.writer}
+			counts[g] = max(counts[g], r.count)
 		}
+	}
+	sums := map[string]int64{}
+	for g, n := range counts {
+		sums[g.value] += n
 	}
 	out := make([]analytics.DimValue, 0, len(sums))
 	for v, n := range sums {
@@ -234,38 +247,17 @@ func (s *Store) Dims(ctx context.Context, key string, dim visitor.Dim, from, to 
 	return out, nil
 }
 
-const (
-	insertDimCQL  = `INSERT INTO %s.dims (short_key, bucket, dim, day, value, writer, visits) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectDimsCQL = `SELECT day, value, writer, visits FROM %s.dims WHERE short_key = ? AND bucket = ? AND dim = ? AND day >= ? AND day < ?`
-)
+// selectDimsCQL reads the dims table, which link_days replaced: nothing
+// writes it any more.
+const selectDimsCQL = `SELECT day, value, writer, visits FROM %s.dims WHERE short_key = ? AND bucket = ? AND dim = ? AND day >= ? AND day < ?`
 
-func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
-	dimArgs := func(r dimRow) []any {
-		return []any{r.key, r.bucket, r.dim, r.day, r.value, r.writer, r.count, r.ttl, r.ts}
-	}
-	if len(parts) == 1 && len(parts[0].dims) == 1 && len(parts[0].regs) == 0 {
-		return b.query(ctx, b.insertDim, dimArgs(parts[0].dims[0])...).Exec()
-	}
-	if len(parts) == 1 && len(parts[0].dims) == 0 && len(parts[0].regs) == 1 {
-		return b.query(ctx, b.insertUniq, uniqArgs(parts[0].regs[0])...).Exec()
-	}
-	// An unlogged batch: each partition key, over the two tables that
-	// share it, one mutation on each replica.
-	batch := b.batch(ctx)
-	for _, p := range parts {
-		for _, r := range p.dims {
-			batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertDim, Args: dimArgs(r), Idempotent: true})
-		}
-		for _, r := range p.regs {
-			batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertUniq, Args: uniqArgs(r), Idempotent: true})
-		}
-	}
-	return b.s.ExecuteBatch(batch)
-}
-
+// readDims reads link_days and the dims table it replaced.
 func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
+	out, err := b.readLinkDims(ctx, key, bucket, dim, from, to)
+	if err != nil {
+		return nil, err
+	}
 	it := b.query(ctx, b.selectDims, key, bucket, dim, from, to).Iter()
-	var out []dimReadRow
 	var r dimReadRow
 	for it.Scan(&r.day, &r.value, &r.writer, &r.count) {
 		r.day = r.day.UTC()
@@ -281,6 +273,7 @@ func (b counted) writeLinks(ctx context.Context, parts []linkPart) error {
 	for _, p := range parts {
 		b.c.dims.Add(int64(len(p.dims)))
 		b.c.uniques.Add(int64(len(p.regs)))
+		b.c.linkRows.Add(int64(len(p.rows())))
 	}
 	b.c.linkSent.Add(1)
 	return b.be.writeLinks(ctx, parts)
@@ -291,7 +284,8 @@ func (b counted) readDims(ctx context.Context, key string, bucket time.Time, dim
 	return b.be.readDims(ctx, key, bucket, dim, from, to)
 }
 
-// dimsSchema returns the CQL that creates the dims table.
+// dimsSchema returns the CQL that creates the dims table, which link_days
+// replaced: readers still read what it holds.
 func dimsSchema(keyspace string) string {
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.dims (
     short_key text,
@@ -305,5 +299,5 @@ func dimsSchema(keyspace string) string {
 ) WITH CLUSTERING ORDER BY (dim ASC, day ASC, value ASC, writer ASC)
     AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
     AND gc_grace_seconds = 10800
-    AND comment = 'visits per link, UTC day, dimension (0 referrer, 1 source, 2 country, 3 device, 4 browser, 5 os, 7 medium, 8 campaign, 9 term, 10 content, 11 class, 12 reason, 13 destination) and value; one row per writer generation holding its cumulative count, written USING TIMESTAMP the batch time; partition = 366 days; USING TTL'`, keyspace)
+    AND comment = 'visits per link, UTC day, dimension (0 referrer, 1 source, 2 country, 3 device, 4 browser, 5 os, 7 medium, 8 campaign, 9 term, 10 content, 11 class, 12 reason, 13 destination) and value; one row per writer generation holding its cumulative count, written USING TIMESTAMP the batch time; partition = 366 days; USING TTL; replaced by link_days, read until its rows expire'`, keyspace)
 }

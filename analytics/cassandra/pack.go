@@ -34,10 +34,11 @@ const (
 // Data sizes of rows as Cassandra measures them (see above): clustering
 // values, then each regular cell's value plus 16 bytes.
 const (
-	pointBytes = 8 + 16 + 2*(16+8)     // start, writer; human, bot
-	dimBytes   = 4 + 8 + 16 + (16 + 8) // dim, day, writer; visits (and the value's bytes)
-	uniqBytes  = 8 + 4 + (16 + 4)      // day, reg; rho
-	topBytes   = 16 + (16 + 8)         // writer; visits (and the key's bytes)
+	pointBytes   = 8 + 16 + 2*(16+8) // start, writer; human, bot
+	linkDayBytes = 8 + 16            // a link_days row: day, writer
+	dimBytes     = 2 + 16 + 8        // a breakdown cell: its key "dim:" (and the value's bytes), 16, its count
+	uniqBytes    = 16 + 4            // a register's element
+	topBytes     = 16 + (16 + 8)     // writer; visits (and the key's bytes)
 )
 
 // pack groups items into statements: consecutive items whose sizes add up

@@ -71,14 +71,16 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		{Name: "progress read", Q: q.selectProgress},
 		{Name: "a lease of a TTL past 2038", Q: q.takeLease, Args: []any{w, 630720000}, Refused: true},
 		{Name: "a lease of a negative TTL", Q: q.takeLease, Args: []any{w, -1}, Refused: true},
-		{Name: "a breakdown", Q: q.insertDim, Args: []any{run, day, 0, day, "example.org", w, int64(3), 60, ts}},
-		{Name: "a breakdown of an empty value", Q: q.insertDim, Args: []any{run, day, 0, day, "", w, int64(3), 60, ts}},
-		{Name: "a breakdown of a null day", Q: q.insertDim, Args: []any{run, day, 0, nil, "x", w, int64(3), 60, ts}, Refused: true},
-		{Name: "a breakdown of a null dimension", Q: q.insertDim, Args: []any{run, day, nil, day, "x", w, int64(3), 60, ts}, Refused: true},
+		{Name: "a link day", Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{"0:example.org": 3}, []int{7<<8 | 3}, run, day, day, w}},
+		{Name: "a link day of an empty value", Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{"0:": 3}, []int{}, run, day, day, w}},
+		{Name: "a link day of nothing", Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{}, []int{}, run, day, day, w}},
+		{Name: "a link day of a null day", Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{"0:x": 3}, []int{}, run, day, nil, w}, Refused: true},
+		{Name: "a link day of a null writer", Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{"0:x": 3}, []int{}, run, day, day, nil}, Refused: true},
+		{Name: "a link day of a TTL past 2038", Q: q.updateLinkDay, Args: []any{630720000, ts, map[string]int64{"0:x": 3}, []int{}, run, day, day, w}, Refused: true},
+		{Name: "link days' breakdowns read", Q: q.selectLinkDims, Args: []any{run, day, day, day.Add(rollup.Day)}},
+		{Name: "link days' registers read", Q: q.selectLinkRegs, Args: []any{run, day, day, day.Add(rollup.Day)}},
 		{Name: "breakdowns read", Q: q.selectDims, Args: []any{run, day, 0, day, day.Add(rollup.Day)}},
 		{Name: "breakdowns of a null dimension read", Q: q.selectDims, Args: []any{run, day, nil, day, day.Add(rollup.Day)}},
-		{Name: "a register", Q: q.insertUniq, Args: uniqArgs(uniqRow{run, day, day, 7, 3, 60})},
-		{Name: "a register of a null day", Q: q.insertUniq, Args: []any{run, day, nil, 7, 3, 60, int64(3)}, Refused: true},
 		{Name: "registers read", Q: q.selectUniqs, Args: []any{run, day, day, day.Add(rollup.Day)}},
 		{Name: "a top row", Q: q.insertTop, Args: []any{day, 3, run, w, int64(5), 60, ts}},
 		{Name: "top rows read by key", Q: q.selectTopKeys, Args: []any{day, 3, []string{run, ""}}},
@@ -101,21 +103,20 @@ func TestRefusalsAsCassandra(t *testing.T) {
 			return cqlwire.Entry{Q: q.insertActive, Args: []any{300, day, shard(i), long(keyLen) + fmt.Sprint(i), 60}}
 		}
 	}
+	// A link day of a value of 1,000 bytes, each on a day of its own.
 	link := func(key string) func(int) cqlwire.Entry {
 		return func(i int) cqlwire.Entry {
-			if i%2 == 0 {
-				return cqlwire.Entry{Q: q.insertDim, Args: []any{key, day, 0, day, long(1000) + fmt.Sprint(i), w, int64(1), 60, ts}}
-			}
-			return cqlwire.Entry{Q: q.insertUniq, Args: uniqArgs(uniqRow{key, day, day, i, 3, 60})}
+			return cqlwire.Entry{Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{"0:" + long(1000) + fmt.Sprint(i): 1}, []int{i<<8 | 3},
+				key, day, day.Add(time.Duration(i) * rollup.Day), w}}
 		}
 	}
 	cases = append(cases,
 		cqlwire.Case{Name: "Active entries of one partition, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(int) int { return 1 }, 1000))},
 		cqlwire.Case{Name: "Active entries of two partitions, 40 KB", Type: gocql.UnloggedBatch, Batch: entries(40, active(func(i int) int { return i % 2 }, 1000))},
 		cqlwire.Case{Name: "Active entries of two partitions, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(i int) int { return i % 2 }, 1000)), Refused: true},
-		cqlwire.Case{Name: "a link's breakdowns and registers, 60 KB: one partition of two tables", Type: gocql.UnloggedBatch, Batch: entries(120, link(run))},
+		cqlwire.Case{Name: "a link's breakdowns and registers, 60 KB: one partition", Type: gocql.UnloggedBatch, Batch: entries(60, link(run))},
 		cqlwire.Case{Name: "two links' breakdowns and registers, 60 KB", Type: gocql.UnloggedBatch, Refused: true,
-			Batch: append(entries(60, link(run)), entries(60, link(run+"b"))...)},
+			Batch: append(entries(30, link(run)), entries(30, link(run+"b"))...)},
 		cqlwire.Case{Name: "a batch with a null start", Type: gocql.UnloggedBatch, Refused: true, Batch: []cqlwire.Entry{
 			{Q: point, Args: pointArgs(run, day, now, w, 60, ts)},
 			{Q: point, Args: pointArgs(run, day, nil, w, 60, ts)},

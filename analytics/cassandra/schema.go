@@ -151,6 +151,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 			keyspace, pointsTable(total), columns, rollup.FormatDuration(total.Step)))
 	}
 	stmts = append(stmts,
+		linkDaysSchema(keyspace),
 		dimsSchema(keyspace),
 		topSchema(keyspace),
 		leadersSchema(keyspace),

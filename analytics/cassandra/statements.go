@@ -24,9 +24,10 @@ type Statements struct {
 	MarkDeletes int64 // marks deleted once processed
 	Progress    int64 // rollup_progress rows written
 	Leases      int64 // lease transactions (each one or two LWTs)
-	Dims        int64 // breakdown rows written
-	Uniques     int64 // sketch registers written
+	Dims        int64 // breakdown counts written (a cell of link_days each)
+	Uniques     int64 // sketch registers written (a cell each)
 	LinkSent    int64 // statements that wrote them: a link's partition, or several links' (pack.go)
+	LinkRows    int64 // link_days rows those statements wrote: one per link, day and writer generation
 	Top         int64 // top_days rows written: a link's human visits of a day
 	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxPartitionRows rows
 	Leaders     int64 // top_leaders slots written: a link among its writer generation's topLeaders of a day
@@ -42,7 +43,7 @@ func (s Statements) Writes() int64 {
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, pointsSent, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, top, topSent, leaders, leadersSent, topRows atomic.Int64
+	points, rolled, pointsSent, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, linkRows, top, topSent, leaders, leadersSent, topRows atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
@@ -51,7 +52,7 @@ func (s *Store) Statements() Statements {
 	return Statements{
 		Points: c.points.Load(), Rolled: c.rolled.Load(), PointsSent: c.pointsSent.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
-		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
+		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), LinkRows: c.linkRows.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
 		Leaders: c.leaders.Load(), LeadersSent: c.leadersSent.Load(), TopRows: c.topRows.Load(),
 	}
 }

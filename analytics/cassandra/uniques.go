@@ -12,28 +12,23 @@ import (
 
 // Unique visitors
 //
-// A sketch's registers are rows of the uniques table, one per (link, day,
-// register), its value written USING TIMESTAMP the value itself: the
-// largest value offered for a register wins whatever order the writes land
-// in, which is exactly a sketch's merge (each register's maximum), across
-// retries, replays and every gateway of a fleet, with no writer id and no
-// state. (Such timestamps are a few microseconds after 1970, so the table
-// uses LeveledCompactionStrategy, not the time windows of the others; its
-// rows expire by TTL, which does not depend on the timestamp.) A flush
-// writes the registers its sketches set, a link's in unlogged batches of
-// up to maxLinkBatch with its breakdowns (the tables share their partition
-// key); a read merges the rows of the range's days.
+// A sketch's registers are elements of the regs set of link_days
+// (linkdays.go), reg<<8 | rho: a flush adds those its sketches set, a
+// register's elements only ever add up, and a read takes each register's
+// largest rho, which is exactly a sketch's merge, across retries, replays
+// and every gateway of a fleet, with no writer id and no state. The
+// uniques table it replaced, one row per (link, day, register) written
+// USING TIMESTAMP its value, is still read until its rows expire.
 
-const (
-	insertUniqCQL  = `INSERT INTO %s.uniques (short_key, bucket, day, reg, rho) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectUniqsCQL = `SELECT reg, rho FROM %s.uniques WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
-)
+// selectUniqsCQL reads the uniques table, which nothing writes any more.
+const selectUniqsCQL = `SELECT reg, rho FROM %s.uniques WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
 
 type uniqRow struct {
 	key         string
 	bucket, day time.Time
 	reg, rho    int
 	ttl         int
+	ts          int64 // µs: the batch's At
 }
 
 // uniqRows returns the registers of b's sketches as rows.
@@ -54,7 +49,7 @@ func (s *Store) uniqRows(b analytics.Batch) ([]uniqRow, error) {
 		}
 		day := u.Day.UTC()
 		sk.Each(func(idx uint16, rho uint8) {
-			rows = append(rows, uniqRow{u.Key, partitionOf(day, dimSpan), day, int(idx), int(rho), ttl})
+			rows = append(rows, uniqRow{u.Key, partitionOf(day, dimSpan), day, int(idx), int(rho), ttl, b.At.UnixMicro()})
 		})
 	}
 	return rows, nil
@@ -89,15 +84,13 @@ func (s *Store) Uniques(ctx context.Context, key string, from, to time.Time) (*h
 	return sk, nil
 }
 
-// uniqArgs are the values of a register's insert: written USING
-// TIMESTAMP its value.
-func uniqArgs(r uniqRow) []any {
-	return []any{r.key, r.bucket, r.day, r.reg, r.rho, r.ttl, int64(r.rho)}
-}
-
+// readUniques reads link_days and the uniques table it replaced.
 func (b *cqlBackend) readUniques(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
+	out, err := b.readLinkRegs(ctx, key, bucket, from, to)
+	if err != nil {
+		return nil, err
+	}
 	it := b.query(ctx, b.selectUniqs, key, bucket, from, to).Iter()
-	var out []uniqRow
 	var r uniqRow
 	for it.Scan(&r.reg, &r.rho) {
 		out = append(out, r)
@@ -113,6 +106,8 @@ func (b counted) readUniques(ctx context.Context, key string, bucket, from, to t
 	return b.be.readUniques(ctx, key, bucket, from, to)
 }
 
+// uniquesSchema returns the CQL that creates the uniques table, which
+// link_days replaced: readers still read what it holds.
 func uniquesSchema(keyspace string) string {
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.uniques (
     short_key text,
@@ -123,5 +118,5 @@ func uniquesSchema(keyspace string) string {
     PRIMARY KEY ((short_key, bucket), day, reg)
 ) WITH compaction = {'class': 'LeveledCompactionStrategy'}
     AND gc_grace_seconds = 10800
-    AND comment = 'unique visitors: the HyperLogLog registers of a link per UTC day, each written USING TIMESTAMP its value so that the largest wins; partition = 366 days; USING TTL'`, keyspace)
+    AND comment = 'unique visitors: the HyperLogLog registers of a link per UTC day, each written USING TIMESTAMP its value so that the largest wins; partition = 366 days; USING TTL; replaced by link_days, read until its rows expire'`, keyspace)
 }

@@ -16,10 +16,11 @@ import (
 )
 
 // TestWireDims sends a flush's breakdowns through gocql to the protocol
-// model: the values of one link go as one unlogged batch of the dims
-// insert (here the two links' partitions in one batch), binding the cumulative count,
-// the writer generation's id, the flush time as timestamp and a TTL of the
-// retention past the day's end; the statements counted are those sent.
+// model: the values of one link's day and writer generation go as one
+// UPDATE of link_days (here the two links' in one unlogged batch),
+// binding the cumulative counts in a map by "dim:value", the
+// generation's id, the flush time as timestamp and a TTL of the retention
+// past the day's end; the statements counted are those sent.
 func TestWireDims(t *testing.T) {
 	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
@@ -35,57 +36,74 @@ func TestWireDims(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := s.Statements()
-	if n, sent := after.Dims-before.Dims, after.LinkSent-before.LinkSent; n != 4 || sent != 1 {
-		t.Errorf("counted %d rows in %d statements, want 4 in 1", n, sent)
+	if n, rows, sent := after.Dims-before.Dims, after.LinkRows-before.LinkRows, after.LinkSent-before.LinkSent; n != 4 || rows != 2 || sent != 1 {
+		t.Errorf("counted %d counts in %d rows and %d statements, want 4 in 2 and 1", n, rows, sent)
 	}
 	srv.Mu.Lock()
 	defer srv.Mu.Unlock()
-	rows := map[string]int{}
+	got := map[string]map[string]int64{}
 	for _, bt := range srv.Batches {
 		for _, st := range bt.Stmts {
-			if strings.HasPrefix(st.Q, "INSERT INTO ks.dims") {
-				key := string(st.Values[0])
-				rows[key]++
-				check(t, st.Values, key, map[string]uint64{"a": 2, "b": 0}[key])
+			if strings.HasPrefix(st.Q, "UPDATE ks.link_days") {
+				key := string(st.Values[4])
+				got[key] = check(t, st.Values, key, map[string]uint64{"a": 2, "b": 0}[key])
 			}
 		}
 	}
-	if len(srv.Batches) != 1 || rows["a"] != 3 || rows["b"] != 1 {
-		t.Errorf("%d batches holding %v rows, want one of both links' 3 and 1", len(srv.Batches), rows)
+	want := map[string]map[string]int64{"a": {"0:r0.example": 10, "0:r1.example": 11, "0:r2.example": 12}, "b": {"2:DE": 4}}
+	if len(srv.Batches) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%d batches writing %v, want one writing %v", len(srv.Batches), got, want)
 	}
 }
 
-// check checks the values bound to a dims insert: short_key, bucket, dim,
-// day, value, writer, visits, ttl, timestamp.
-func check(t *testing.T, v [][]byte, key string, gen uint64) {
+// check checks the values bound to an UPDATE of link_days (ttl,
+// timestamp, dims, regs, short_key, bucket, day, writer) and returns its
+// dims.
+func check(t *testing.T, v [][]byte, key string, gen uint64) map[string]int64 {
 	t.Helper()
 	at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 	day := rollup.Align(at, rollup.Day)
-	if string(v[0]) != key || int64(binary.BigEndian.Uint64(v[3])) != day.UnixMilli() {
-		t.Errorf("bound key %q day %d, want %s %d", v[0], binary.BigEndian.Uint64(v[3]), key, day.UnixMilli())
+	if string(v[4]) != key || int64(binary.BigEndian.Uint64(v[6])) != day.UnixMilli() {
+		t.Errorf("bound key %q day %d, want %s %d", v[4], binary.BigEndian.Uint64(v[6]), key, day.UnixMilli())
 	}
-	if w := dimWriter("w", gen); string(v[5]) != string(w[:]) {
-		t.Errorf("%s: bound writer %x, want generation %d's %v", key, v[5], gen, w)
-	}
-	visits := int64(binary.BigEndian.Uint64(v[6]))
-	if key == "a" && (visits < 10 || visits > 12) || key == "b" && visits != 4 {
-		t.Errorf("%s: bound visits %d, want the cumulative count", key, visits)
+	if w := dimWriter("w", gen); string(v[7]) != string(w[:]) {
+		t.Errorf("%s: bound writer %x, want generation %d's %v", key, v[7], gen, w)
 	}
 	wantTTL := int32(day.Add(rollup.Day+analytics.DefaultDimRetentionDays*rollup.Day).Sub(at) / time.Second)
-	if ttl := int32(binary.BigEndian.Uint32(v[7])); ttl != wantTTL {
+	if ttl := int32(binary.BigEndian.Uint32(v[0])); ttl != wantTTL {
 		t.Errorf("%s: TTL %d, want %d", key, ttl, wantTTL)
 	}
-	if ts := int64(binary.BigEndian.Uint64(v[8])); ts != at.UnixMicro() {
+	if ts := int64(binary.BigEndian.Uint64(v[1])); ts != at.UnixMicro() {
 		t.Errorf("%s: timestamp %d, want the batch time %d", key, ts, at.UnixMicro())
 	}
+	dims := map[string]int64{}
+	for e := elements(v[2], 2); len(e) > 0; e = e[2:] {
+		dims[string(e[0])] = int64(binary.BigEndian.Uint64(e[1]))
+	}
+	return dims
+}
+
+// elements returns the elements of a collection cell: a list's or a
+// set's, or a map's keys and values in turn.
+func elements(b []byte, perEntry int) [][]byte {
+	var out [][]byte
+	count := int(binary.BigEndian.Uint32(b))
+	b = b[4:]
+	for range count * perEntry {
+		n := int(binary.BigEndian.Uint32(b))
+		out = append(out, b[4:4+n])
+		b = b[4+n:]
+	}
+	return out
 }
 
 // TestWireTopAndUniques sends a flush's top-list counts and a sketch
 // through gocql to the protocol model: every statement is accepted with
 // its values bound as the table's types (the links of a top_days read as
-// a list bound to short_key IN ?), the sketch's registers each written
-// USING TIMESTAMP its value, and reads of both, and of a breakdown, parse
-// the model's rows.
+// a list bound to short_key IN ?), the sketch's registers as elements of
+// the regs set of link_days, and reads of both, and of a breakdown, parse
+// the model's rows: link_days and the tables it replaced, a writer
+// generation's larger count of the two kept.
 func TestWireTopAndUniques(t *testing.T) {
 	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
@@ -118,11 +136,12 @@ func TestWireTopAndUniques(t *testing.T) {
 			tops++
 		case strings.HasPrefix(st.Q, "INSERT INTO ks.top_leaders"):
 			leaders++
-		case strings.HasPrefix(st.Q, "INSERT INTO ks.uniques"):
-			regs++
-			rho := int64(binary.BigEndian.Uint32(st.Values[4]))
-			if ts := int64(binary.BigEndian.Uint64(st.Values[6])); ts != rho {
-				t.Errorf("register written with timestamp %d, want its value %d", ts, rho)
+		case strings.HasPrefix(st.Q, "UPDATE ks.link_days"):
+			for _, e := range elements(st.Values[3], 1) {
+				if reg, rho := binary.BigEndian.Uint32(e)>>8, binary.BigEndian.Uint32(e)&0xff; reg >= hll.M || rho == 0 || rho > 64 {
+					t.Errorf("register element %x: register %d, rho %d", e, reg, rho)
+				}
+				regs++
 			}
 		}
 	}
@@ -151,6 +170,14 @@ func TestWireTopAndUniques(t *testing.T) {
 				{cqlmodel.TimeCell(day), []byte("news.example"), w1[:], cqlmodel.BE64(4)},
 				{cqlmodel.TimeCell(day), []byte("news.example"), w2[:], cqlmodel.BE64(2)},
 			}
+		case strings.Contains(q, "SELECT day, writer, dims FROM ks.link_days"):
+			w1, w3 := dimWriter("a", 0), dimWriter("c", 0)
+			return cols, [][][]byte{
+				{cqlmodel.TimeCell(day), w1[:], mapCell("0:news.example", 5, "2:DE", 9)},
+				{cqlmodel.TimeCell(day), w3[:], mapCell("0:news.example", 1)},
+			}
+		case strings.Contains(q, "SELECT regs FROM ks.link_days"):
+			return cols, [][][]byte{{setCell(7<<8 | 5)}, {setCell(11<<8|1, 7<<8|1)}}
 		case strings.Contains(q, "FROM ks.uniques"):
 			return cols, [][][]byte{{cqlmodel.BE32(7), cqlmodel.BE32(2)}, {cqlmodel.BE32(9), cqlmodel.BE32(1)}}
 		}
@@ -170,11 +197,38 @@ func TestWireTopAndUniques(t *testing.T) {
 	}
 	srv.Mu.Unlock()
 	vals, err := s.Dims(context.Background(), "go", visitor.Referrer, day, day.Add(rollup.Day))
-	if err != nil || len(vals) != 1 || vals[0] != (analytics.DimValue{Value: "news.example", Count: 6}) {
-		t.Errorf("Dims = %v, %v; want the two writers' rows added: news.example 6", vals, err)
+	if err != nil || len(vals) != 1 || vals[0] != (analytics.DimValue{Value: "news.example", Count: 8}) {
+		t.Errorf("Dims = %v, %v; want the three writers' counts added, the larger of a's two: news.example 8", vals, err)
 	}
 	got, err := s.Uniques(context.Background(), "go", day, day.Add(rollup.Day))
-	if err != nil || got.Len() != 2 {
-		t.Errorf("Uniques = %v registers, %v; want the model's 2", got.Len(), err)
+	var want hll.Sketch
+	for _, r := range [][2]int{{7, 5}, {9, 1}, {11, 1}} {
+		want.Set(uint16(r[0]), uint8(r[1]))
 	}
+	if err != nil || got.Len() != 3 || got.Estimate() != want.Estimate() {
+		t.Errorf("Uniques = %v registers, %v; want the model's 3, register 7 at its largest, 5", got.Len(), err)
+	}
+}
+
+// mapCell is a map<text, bigint> cell of keys and values in turn.
+func mapCell(kv ...any) []byte {
+	b := cqlmodel.BE32(int32(len(kv) / 2))
+	for i := 0; i < len(kv); i += 2 {
+		k := kv[i].(string)
+		b = append(b, cqlmodel.BE32(int32(len(k)))...)
+		b = append(b, k...)
+		b = append(b, cqlmodel.BE32(8)...)
+		b = append(b, cqlmodel.BE64(int64(kv[i+1].(int)))...)
+	}
+	return b
+}
+
+// setCell is a set<int> cell.
+func setCell(es ...int) []byte {
+	b := cqlmodel.BE32(int32(len(es)))
+	for _, e := range es {
+		b = append(b, cqlmodel.BE32(4)...)
+		b = append(b, cqlmodel.BE32(int32(e))...)
+	}
+	return b
 }

@@ -29,19 +29,26 @@ const (
 	TypeVarchar   = 0x000D
 	TypeInet      = 0x0010
 	TypeList      = 0x0020 // followed by its element's type (Col.Elem)
+	TypeMap       = 0x0021 // followed by its key's type (Col.Key) and its value's (Col.Elem)
+	TypeSet       = 0x0022 // followed by its element's type (Col.Elem)
 )
 
 // Col is a column or a bind marker: its name and CQL type.
 type Col struct {
 	Name string
 	Type uint16
-	Elem uint16 // a TypeList's element type
+	Elem uint16 // the element type of a TypeList or TypeSet, the value type of a TypeMap
+	Key  uint16 // a TypeMap's key type
 }
 
 // option writes c's type: its id, and a list's element type.
 func (b *wbuf) option(c Col) {
 	b.short(c.Type)
-	if c.Type == TypeList {
+	switch c.Type {
+	case TypeList, TypeSet:
+		b.short(c.Elem)
+	case TypeMap:
+		b.short(c.Key)
 		b.short(c.Elem)
 	}
 }

@@ -71,7 +71,15 @@ const (
 	TypeInet      = cqlwire.TypeInet
 	TypeVarchar   = cqlwire.TypeVarchar
 	TypeList      = cqlwire.TypeList
+	TypeMap       = cqlwire.TypeMap
+	TypeSet       = cqlwire.TypeSet
 )
+
+// collections are the collection columns of the Store's tables.
+var collections = map[string]Col{
+	"dims": {Name: "dims", Type: TypeMap, Key: TypeVarchar, Elem: TypeBigint},
+	"regs": {Name: "regs", Type: TypeSet, Elem: TypeInt},
+}
 
 // New starts a Server on a free loopback port; it stops at the end of t.
 func New(t testing.TB) *Server { return NewAt(t, "127.0.0.1:0") }
@@ -233,6 +241,8 @@ func bindTypes(q string) []Col {
 			cols = append(cols, Col{Name: "[limit]", Type: TypeInt})
 		case "IN":
 			cols = append(cols, Col{Name: "in(" + fields[i-2] + ")", Type: TypeList, Elem: types[fields[i-2]]})
+		case "+":
+			cols = append(cols, collections[fields[i-2]])
 		default:
 			cols = append(cols, Col{Name: fields[i-2], Type: types[fields[i-2]]})
 		}
@@ -251,6 +261,10 @@ func SelectCols(q string) []Col {
 	var cols []Col
 	if strings.HasPrefix(q, "SELECT ") {
 		for _, n := range strings.Split(q[len("SELECT "):strings.Index(q, " FROM")], ", ") {
+			if c, ok := collections[n]; ok {
+				cols = append(cols, c)
+				continue
+			}
 			cols = append(cols, Col{Name: n, Type: resultTypes[n]})
 		}
 	}
