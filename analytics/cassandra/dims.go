@@ -118,14 +118,20 @@ type linkPart struct {
 	regs   []uniqRow
 }
 
-// size is p's data as Cassandra measures a batch (pack.go): a
-// link_days row per day at most, and a cell per value and register.
+// size is p's data as Cassandra measures a batch (pack.go): its
+// link_days rows (about one per day; a new writer generation adds one)
+// and a cell per value and register.
 func (p *linkPart) size() int {
-	n := (len(p.regs) + len(p.dims)) * linkDayBytes
+	days := map[int64]bool{}
+	n := len(p.regs) * uniqBytes
 	for _, d := range p.dims {
 		n += dimBytes + len(d.value)
+		days[d.day.Unix()] = true
 	}
-	return n + len(p.regs)*uniqBytes
+	for _, u := range p.regs {
+		days[u.day.Unix()] = true
+	}
+	return n + len(days)*linkDayBytes
 }
 
 // prepareLinks returns the statements that write b's breakdowns and

@@ -1,12 +1,14 @@
 package cassandra
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +33,10 @@ import (
 // (10 s). On the node of CASSANDRA_HOSTS (RF 1) and on a cluster of three
 // (RF 3, LOCAL_QUORUM) it starts with CASSANDRA_SCRIPTS. A measurement,
 // not a check (minutes of a loaded machine): it runs only with
-// LINKGATE_MEASURE_FLUSH=1 (LINKGATE_MEASURE_LINKS to change the count):
+// LINKGATE_MEASURE_FLUSH=1 (LINKGATE_MEASURE_LINKS to change the count).
+// With LINKGATE_MEASURE_NODE_PID, the process id of the node, it also logs
+// the CPU time the node and this process took in each flush: on a shared
+// machine the flush's duration follows the load, its CPU time much less.
 //
 //	LINKGATE_MEASURE_FLUSH=1 CASSANDRA_HOSTS=127.0.0.1:9042 go test ./analytics/cassandra -run TestMeasureFlushCost -v -timeout 1h
 func TestMeasureFlushCost(t *testing.T) {
@@ -100,23 +105,47 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 			rec.RecordVisit(key, at, false, &fe, u.Hash(at, addr, "ua", key))
 		}
 		before, up0, down0 := s.Statements(), up.Load(), down.Load()
+		node0, self0 := cpuSeconds(os.Getenv("LINKGATE_MEASURE_NODE_PID")), cpuSeconds("self")
 		t0 := time.Now()
 		if err := f.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(t0)
+		if node0 >= 0 {
+			t.Logf("flush %d: the node took %.1f s of CPU, this process %.1f s", round+1,
+				cpuSeconds(os.Getenv("LINKGATE_MEASURE_NODE_PID"))-node0, cpuSeconds("self")-self0)
+		}
 		st := s.Statements()
 		kind := "steady"
 		if round == 0 {
 			kind = "first of an hour"
 		}
-		t.Logf("%d nodes, flush %d (%s) of %d links with breakdowns and uniques: %d write statements (%d counts, %d Active entries in %d, %d breakdown rows and %d registers in %d, %d top rows in %d, %d top-list slots in %d); %.1f MB sent, %.1f MB received; %v, %.2f of the 10 s interval",
+		t.Logf("%d nodes, flush %d (%s) of %d links with breakdowns and uniques: %d write statements (%d counts, %d Active entries in %d, %d breakdown counts and %d registers in %d link_days rows in %d, %d top rows in %d, %d top-list slots in %d); %.1f MB sent, %.1f MB received; %v, %.2f of the 10 s interval",
 			len(hosts), round+1, kind, links, st.Writes()-before.Writes(), st.Points-before.Points, st.Active-before.Active, st.ActiveSent-before.ActiveSent,
-			st.Dims-before.Dims, st.Uniques-before.Uniques, st.LinkSent-before.LinkSent, st.Top-before.Top, st.TopSent-before.TopSent,
+			st.Dims-before.Dims, st.Uniques-before.Uniques, st.LinkRows-before.LinkRows, st.LinkSent-before.LinkSent, st.Top-before.Top, st.TopSent-before.TopSent,
 			st.Leaders-before.Leaders, st.LeadersSent-before.LeadersSent,
 			float64(up.Load()-up0)/1e6, float64(down.Load()-down0)/1e6, took.Round(10*time.Millisecond), took.Seconds()/10)
 		at = at.Add(10 * time.Second)
 	}
+}
+
+// cpuSeconds returns the user and system CPU time process pid ("self":
+// this one) has taken, in seconds; -1 when it cannot be read.
+func cpuSeconds(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if pid == "" || err != nil {
+		return -1
+	}
+	// The fields after the command's closing parenthesis: state is the
+	// first, utime the 12th, stime the 13th (clock ticks, 100 a second).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	var user, sys float64
+	fmt.Sscan(f[11], &user)
+	fmt.Sscan(f[12], &sys)
+	return (user + sys) / 100
 }
 
 // countingProxy forwards a loopback port to addr, counting the bytes each
