@@ -2,8 +2,10 @@ package testkit
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +105,8 @@ type CassandraCluster struct {
 
 // cassandraClusterAddr is the first node's address, cassandraClusterJMX
 // its JMX port (node N's is 100 more per node): neither clashes with a
-// single node started with the defaults.
+// single node started with the defaults. CASSANDRA_CLUSTER_ADDR and
+// CASSANDRA_CLUSTER_JMX change them, for two clusters on one machine.
 const (
 	cassandraClusterAddr = "127.0.0.10"
 	cassandraClusterJMX  = "7300"
@@ -123,14 +126,19 @@ func StartCassandraCluster(t testing.TB, nodes int) *CassandraCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	addr, jmx := cmp.Or(os.Getenv("CASSANDRA_CLUSTER_ADDR"), cassandraClusterAddr), cmp.Or(os.Getenv("CASSANDRA_CLUSTER_JMX"), cassandraClusterJMX)
+	first, err := netip.ParseAddr(addr)
+	if err != nil || !first.Is4() || !first.IsLoopback() {
+		t.Fatalf("CASSANDRA_CLUSTER_ADDR=%q: want an IPv4 loopback address", addr)
+	}
 	c := &CassandraCluster{t: t, scripts: scripts, dir: dir,
-		args: []string{"-n", strconv.Itoa(nodes), "-a", cassandraClusterAddr, "-j", cassandraClusterJMX}}
+		args: []string{"-n", strconv.Itoa(nodes), "-a", addr, "-j", jmx}}
 	t.Cleanup(c.stop)
 	t0 := time.Now()
 	c.run("start", append(c.args, dir)...)
-	prefix := cassandraClusterAddr[:strings.LastIndexByte(cassandraClusterAddr, '.')+1]
-	for i := range nodes {
-		c.Hosts = append(c.Hosts, fmt.Sprintf("%s%d:9042", prefix, 10+i))
+	for range nodes {
+		c.Hosts = append(c.Hosts, netip.AddrPortFrom(first, 9042).String())
+		first = first.Next()
 	}
 	t.Logf("a Cassandra cluster of %d nodes answers after %v: %v", nodes, time.Since(t0).Round(time.Second), c.Hosts)
 	return c
