@@ -31,13 +31,8 @@ func config(hosts []string) analytics.Cassandra {
 	return analytics.Cassandra{Hosts: hosts, Keyspace: testKeyspace, Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
 }
 
-// open opens a store on the cluster and waits until it is connected (the
-// schema created), failing the test after a minute.
-func open(t *testing.T, hosts []string) *cassandra.Store {
-	return openIn(t, config(hosts), analyticstest.DefaultPlan)
-}
-
-// openIn opens a store with cfg and plan and waits until it is connected.
+// openIn opens a store with cfg and plan and waits until it is connected
+// (the schema created), failing the test after a minute.
 func openIn(t *testing.T, cfg analytics.Cassandra, plan *rollup.Plan) *cassandra.Store {
 	t.Helper()
 	s, err := cassandra.Open(context.Background(), nil, cfg, plan, nil)

@@ -30,7 +30,8 @@ import (
 // by one UPDATE of the entries a flush changed, in one statement with
 // those of other links (pack.go).
 
-// dimSpan is the time a partition of the dims table covers.
+// dimSpan is the time a partition of link_days (and of the dims and
+// uniques tables it replaced) covers.
 const dimSpan = 366 * rollup.Day
 
 type dimRow struct {
