@@ -218,10 +218,38 @@ func (j *Journal) Fold(upTo Pos, fold func(recs func(yield func(rec []byte) bool
 		}
 	}()
 
+	out, to, ok, err := j.foldRecords(vs, from, upTo, fold)
+	if err != nil || !ok {
+		return err
+	}
+	if err := hookStep(j.hook, "fold: folded"); err != nil {
+		return err
+	}
+	fp, err := j.writeFold(from, to, out)
+	if err != nil {
+		return err
+	}
+
+	// The fold file is in place: from here on a reopened journal reads it
+	// instead of the records it replaces, whichever of them are still on
+	// disk.
+	j.mu.Lock()
+	for _, v := range vs {
+		v.p.refs--
+	}
+	held = false
+	now := j.replaceFolded(fp)
+	j.mu.Unlock()
+	return j.removeFiles(now, "fold")
+}
+
+// foldRecords gives fold the records of vs in (from, upTo] and returns
+// what it made of them and where the last of them ended; ok is false, and
+// the error nil, when there was no record to fold.
+func (j *Journal) foldRecords(vs []view, from, upTo Pos, fold func(recs func(yield func(rec []byte) bool)) ([]byte, error)) (out []byte, to Pos, ok bool, err error) {
 	var (
 		r        = j.newReader()
 		n        int64
-		last     Pos
 		complete bool
 		rerr     error
 	)
@@ -230,7 +258,7 @@ func (j *Journal) Fold(upTo Pos, fold func(recs func(yield func(rec []byte) bool
 		for _, v := range vs {
 			err := r.read(v, from, upTo, func(end Pos, rec []byte) error {
 				n++
-				last = end
+				to = end
 				if !yield(rec) {
 					return errStop
 				}
@@ -246,24 +274,25 @@ func (j *Journal) Fold(upTo Pos, fold func(recs func(yield func(rec []byte) bool
 		}
 		complete = true
 	}
-	out, err := fold(recs)
+	out, err = fold(recs)
 	switch {
 	case rerr != nil:
-		return fmt.Errorf("journal: fold: %w", rerr)
+		return nil, Pos{}, false, fmt.Errorf("journal: fold: %w", rerr)
 	case err != nil:
-		return fmt.Errorf("journal: fold: %w", err)
+		return nil, Pos{}, false, fmt.Errorf("journal: fold: %w", err)
 	case n == 0:
-		return nil
+		return nil, Pos{}, false, nil
 	case !complete:
-		return errors.New("journal: fold: fold stopped reading the records before the last; nothing replaced")
+		return nil, Pos{}, false, errors.New("journal: fold: fold stopped reading the records before the last; nothing replaced")
 	case len(out) > MaxRecordBytes:
-		return fmt.Errorf("journal: fold: a folded record of %d bytes is larger than %d", len(out), MaxRecordBytes)
+		return nil, Pos{}, false, fmt.Errorf("journal: fold: a folded record of %d bytes is larger than %d", len(out), MaxRecordBytes)
 	}
-	to := last
-	if err := hookStep(j.hook, "fold: folded"); err != nil {
-		return err
-	}
+	return out, to, true, nil
+}
 
+// writeFold writes the fold file of the record out replacing (from, to]
+// and returns its piece.
+func (j *Journal) writeFold(from, to Pos, out []byte) (*piece, error) {
 	var h [frameHeader]byte
 	putFrameHeader(&h, out)
 	b := slices.Concat(encodeFoldHeader(from, to), h[:], out)
@@ -271,18 +300,15 @@ func (j *Journal) Fold(upTo Pos, fold func(recs func(yield func(rec []byte) bool
 	name := foldName(to, j.foldGen)
 	j.foldGen++
 	if err := writeFileSync(j.dir, name, b, !j.noSync, j.stepHook("fold")); err != nil {
-		return fmt.Errorf("journal: fold: %w", err)
+		return nil, fmt.Errorf("journal: fold: %w", err)
 	}
+	return &piece{path: filepath.Join(j.dir, name), fold: true, seq: to.seg, disk: int64(len(b)), end: int64(len(b)), to: to}, nil
+}
 
-	// The fold file is in place: from here on a reopened journal reads it
-	// instead of the records it replaces, whichever of them are still on
-	// disk.
-	fp := &piece{path: filepath.Join(j.dir, name), fold: true, seq: to.seg, disk: int64(len(b)), end: int64(len(b)), to: to}
-	j.mu.Lock()
-	for _, v := range vs {
-		v.p.refs--
-	}
-	held = false
+// replaceFolded puts fold piece fp in place of the pieces it replaces and
+// returns those to remove now. The caller holds mu.
+func (j *Journal) replaceFolded(fp *piece) []*piece {
+	to := fp.to
 	var gone []*piece
 	keep := []*piece{fp}
 	for _, p := range j.pieces {
@@ -305,7 +331,5 @@ func (j *Journal) Fold(upTo Pos, fold func(recs func(yield func(rec []byte) bool
 	}
 	j.pieces = keep
 	j.bytes += fp.disk
-	now := j.doom(gone)
-	j.mu.Unlock()
-	return j.removeFiles(now, "fold")
+	return j.doom(gone)
 }
