@@ -188,28 +188,16 @@ func validToken(s string) bool {
 // compileRule checks one rule and compiles it. Errors start with the
 // field's name within the rule ("allow[0]: ...").
 func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule, error) {
-	if r.Name == "" {
-		return nil, fmt.Errorf("name: missing")
-	}
-	for _, ch := range r.Name {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.ContainsRune("_.:-", ch)) {
-			// The name is a RateLimit-Policy string, a metric label and a
-			// URL segment of the admin API.
-			return nil, fmt.Errorf("name: %q may hold only letters, digits and _ . : -", r.Name)
-		}
+	if err := checkRuleName(r.Name); err != nil {
+		return nil, err
 	}
 	mt, err := r.Match.Route().Compile()
 	if err != nil {
 		return nil, fmt.Errorf("match: %w", err)
 	}
-	var hosts *route.Hosts[struct{}]
-	if len(r.Match.Hosts) > 0 {
-		hosts = &route.Hosts[struct{}]{}
-		for i, h := range r.Match.Hosts {
-			if err := hosts.Add(h, struct{}{}); err != nil {
-				return nil, fmt.Errorf("match.hosts[%d]: %w", i, err)
-			}
-		}
+	hosts, err := compileHosts(r.Match.Hosts)
+	if err != nil {
+		return nil, err
 	}
 	if err := compileKey(r.Key, id); err != nil {
 		return nil, err
@@ -217,21 +205,8 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 	if len(r.Limits) == 0 {
 		return nil, fmt.Errorf("limits: none given")
 	}
-	for i, s := range r.CountStatus {
-		if s < 100 || s > 599 {
-			return nil, fmt.Errorf("count_status[%d]: %d is not an HTTP status", i, s)
-		}
-	}
-	if r.Strict && len(r.CountStatus) > 0 {
-		return nil, fmt.Errorf("strict: cannot be combined with count_status (a strict rule counts before the upstream answers)")
-	}
-	switch r.OnUnreadable {
-	case "", OnUnreadableReject, OnUnreadableSkip, OnUnreadableKeyByIP:
-	default:
-		return nil, fmt.Errorf("on_unreadable: %q is not reject, skip or key_by_ip", r.OnUnreadable)
-	}
-	if r.OnUnreadable != "" && !r.Key.has(Email) {
-		return nil, fmt.Errorf("on_unreadable: only email rules read a request's body; this rule's key is %s", r.Key)
+	if err := checkCounting(r); err != nil {
+		return nil, err
 	}
 	pen, err := compilePenalty(r.Penalty)
 	if err != nil {
@@ -252,39 +227,105 @@ func compileRule(r Rule, prec Precision, id Identity, emails emailReader) (*rule
 		cr.isPair, cr.pair = true, [2]Feature{p[0], p[1]}
 		cr.keyName = string(p[0]) + " and " + string(p[1])
 	}
-	for i, a := range r.Allow {
-		if r.Key.has(IP) {
+	if err := cr.compileAllow(emails); err != nil {
+		return nil, err
+	}
+	cr.nameWindows()
+	return cr, nil
+}
+
+// checkRuleName checks a rule's name: a RateLimit-Policy string, a metric
+// label and a URL segment of the admin API.
+func checkRuleName(name string) error {
+	if name == "" {
+		return fmt.Errorf("name: missing")
+	}
+	for _, ch := range name {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.ContainsRune("_.:-", ch)) {
+			return fmt.Errorf("name: %q may hold only letters, digits and _ . : -", name)
+		}
+	}
+	return nil
+}
+
+// compileHosts compiles a rule's match.hosts; nil when it names none.
+func compileHosts(hs []string) (*route.Hosts[struct{}], error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	hosts := &route.Hosts[struct{}]{}
+	for i, h := range hs {
+		if err := hosts.Add(h, struct{}{}); err != nil {
+			return nil, fmt.Errorf("match.hosts[%d]: %w", i, err)
+		}
+	}
+	return hosts, nil
+}
+
+// checkCounting checks the fields that say when a rule counts a request:
+// count_status, strict and on_unreadable.
+func checkCounting(r Rule) error {
+	for i, s := range r.CountStatus {
+		if s < 100 || s > 599 {
+			return fmt.Errorf("count_status[%d]: %d is not an HTTP status", i, s)
+		}
+	}
+	if r.Strict && len(r.CountStatus) > 0 {
+		return fmt.Errorf("strict: cannot be combined with count_status (a strict rule counts before the upstream answers)")
+	}
+	switch r.OnUnreadable {
+	case "", OnUnreadableReject, OnUnreadableSkip, OnUnreadableKeyByIP:
+	default:
+		return fmt.Errorf("on_unreadable: %q is not reject, skip or key_by_ip", r.OnUnreadable)
+	}
+	if r.OnUnreadable != "" && !r.Key.has(Email) {
+		return fmt.Errorf("on_unreadable: only email rules read a request's body; this rule's key is %s", r.Key)
+	}
+	return nil
+}
+
+// compileAllow compiles the rule's allow list: networks for rules keyed
+// by ip (and, where a value parses as one, by a pair with ip), values
+// for the others.
+func (cr *rule) compileAllow(emails emailReader) error {
+	for i, a := range cr.Allow {
+		if cr.Key.has(IP) {
 			p, err := forwarded.ParsePrefix(a)
-			if err == nil || r.Key == IP {
+			if err == nil || cr.Key == IP {
 				if err != nil {
-					return nil, fmt.Errorf("allow[%d]: %w", i, err)
+					return fmt.Errorf("allow[%d]: %w", i, err)
 				}
 				cr.allowNets = append(cr.allowNets, p)
 				continue
 			}
 		}
 		if strings.TrimSpace(a) == "" {
-			return nil, fmt.Errorf("allow[%d]: empty", i)
+			return fmt.Errorf("allow[%d]: empty", i)
 		}
 		if cr.allowVals == nil {
 			cr.allowVals = make(map[string]bool)
 		}
-		if r.Key.has(Email) {
+		if cr.Key.has(Email) {
 			// Allowed emails are counted values: folded as requests' are.
 			a = emails.normalize(a)
 		}
 		cr.allowVals[a] = true
 	}
+	return nil
+}
+
+// nameWindows names the rule's windows (metric labels, the RateLimit
+// fields' items) and writes its RateLimit-Policy value.
+func (cr *rule) nameWindows() {
 	var items []string
-	for _, lim := range r.Limits {
-		name := r.Name + "-" + windowName(lim.Window)
+	for _, lim := range cr.Limits {
+		name := cr.Name + "-" + windowName(lim.Window)
 		cr.names = append(cr.names, name)
 		cr.quoted = append(cr.quoted, strconv.Quote(name))
 		cr.limitNames = append(cr.limitNames, lim.String())
 		items = append(items, fmt.Sprintf("%q;q=%d;w=%d", name, lim.N, int64(lim.Window/time.Second)))
 	}
 	cr.policy = strings.Join(items, ", ")
-	return cr, nil
 }
 
 // compileKey checks a rule's key: a feature the identity section can

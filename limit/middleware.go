@@ -64,23 +64,8 @@ import (
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var buf [8]*rule
-		matched := buf[:0]
-		q := route.Folding{Method: r.Method, Path: r.URL.Path}
 		f := features{l: l, r: r}
-		host, hostDone := "", false
-		for _, ru := range l.rules {
-			if ru.hosts != nil {
-				if !hostDone {
-					host, hostDone = route.RequestHost(r.Host), true
-				}
-				if !ru.hosts.Match(host) {
-					continue
-				}
-			}
-			if q.Match(ru.match) || f.routedAs(&q, ru.match) {
-				matched = append(matched, ru)
-			}
-		}
+		matched := l.matching(buf[:0], r, &f)
 		if len(matched) == 0 {
 			next.ServeHTTP(w, r)
 			return
@@ -89,10 +74,6 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		// Not the request's context: a client that leaves must not cut
 		// the count short (the stores read no values from it).
 		ctx := context.Background()
-		type hit struct {
-			r     *rule
-			value string
-		}
 		var pre, post [8]hit
 		before, after := pre[:0], post[:0]
 		var policyBuf [8]string
@@ -100,48 +81,16 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		var stateBuf [128]byte
 		states := stateBuf[:0] // the RateLimit field's items
 		for _, ru := range matched {
-			value, parts, ok := f.value(ru)
-			if !ok && ru.Key.has(Email) && f.emailErr != nil {
-				var answered bool
-				if value, ok, answered = l.unreadable(w, ru, &f, now); answered {
-					return
-				}
-				if !ok {
-					continue
-				}
-			} else if !ok {
-				ru.metrics.inc(skipped)
-				continue
-			}
-			if ru.allowlisted(value, parts, f.addr) {
-				ru.metrics.inc(allowed)
-				continue
-			}
 			// A lone rule counting every request counts in the same store
 			// operation as its check; otherwise hits are counted once every
 			// rule has passed.
 			alone := len(matched) == 1 && len(ru.CountStatus) == 0
-			v := l.check(ctx, &ru.windows, value, now, alone)
-			ru.metrics.inc(v.out)
-			switch v.out {
-			case limited, boxed:
-				l.reject(w, r, ru, v)
+			value, v, ok, answered := l.decide(ctx, w, r, ru, &f, now, alone)
+			if answered {
 				return
-			case storeError:
-				if n, ok := l.logs.allow(logKey{ru.Name, "store_error"}, now); ok {
-					l.log.Warn("limit: store failed", "rule", ru.Name, "err", v.err, "policy", l.storePolicy(), "suppressed", n)
-				}
-				if !l.failOpen {
-					w.Header().Set("Retry-After", "1")
-					problem.WriteDetails(w, problem.Details{Status: http.StatusServiceUnavailable,
-						Detail: "the rate limiter cannot reach its store", Extra: map[string]any{"rule": ru.Name}})
-					return
-				}
+			}
+			if !ok {
 				continue
-			case shadowLimited:
-				if n, ok := l.logs.allow(logKey{ru.Name, "shadow_limited"}, now); ok {
-					l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit], "suppressed", n)
-				}
 			}
 			if ru.Strict || alone {
 				// already counted
@@ -162,46 +111,125 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			l.count(ctx, h.r, h.value, now)
 		}
 		if len(policies) > 0 {
-			// Set by their canonical names: Header.Set would canonicalize
-			// "RateLimit-Policy" into a new string on every request.
-			// One array holds both values, each field a slice of its own
-			// element, as Header.Set would give it.
-			vals := &[2]string{policies[0], string(states)}
-			if len(policies) > 1 {
-				vals[0] = strings.Join(policies, ", ")
-			}
-			h := w.Header()
-			h[hdrRateLimitPolicy] = vals[0:1:1]
-			h[hdrRateLimit] = vals[1:2:2]
+			setRateLimit(w.Header(), policies, states)
 		}
 		if len(after) == 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ww := ongoing.StatusWriter(w) // the gateway's, when there is one
-		returned := false
-		// Deferred, so that a handler that aborts is counted too:
-		// httputil.ReverseProxy panics with http.ErrAbortHandler when the
-		// client hangs up while the upstream's body is being copied, and a
-		// client that reads the status of a 401 and hangs up must still
-		// have its wrong password counted.
-		defer func() {
-			status := ww.Status()
-			if status == 0 {
-				if !returned {
-					return // aborted before answering: the upstream said nothing
-				}
-				status = http.StatusOK
-			}
-			for _, h := range after {
-				if h.r.counts(status) {
-					l.count(ctx, h.r, h.value, now)
-				}
-			}
-		}()
-		next.ServeHTTP(ww, r)
-		returned = true
+		l.serveCounting(ctx, w, r, next, after, now)
 	})
+}
+
+// hit is a rule passed and the value it counts.
+type hit struct {
+	r     *rule
+	value string
+}
+
+// matching appends to buf the rules whose hosts and routes match r.
+func (l *Limiter) matching(buf []*rule, r *http.Request, f *features) []*rule {
+	q := route.Folding{Method: r.Method, Path: r.URL.Path}
+	host, hostDone := "", false
+	for _, ru := range l.rules {
+		if ru.hosts != nil {
+			if !hostDone {
+				host, hostDone = route.RequestHost(r.Host), true
+			}
+			if !ru.hosts.Match(host) {
+				continue
+			}
+		}
+		if q.Match(ru.match) || f.routedAs(&q, ru.match) {
+			buf = append(buf, ru)
+		}
+	}
+	return buf
+}
+
+// decide checks the request against rule ru, counting it when alone. It
+// returns the value the rule counts, its verdict, ok when the request
+// passed a rule that applies (not skipped, allowlisted or failed open),
+// and answered when it wrote the answer (a rejection): then the request
+// goes no further.
+func (l *Limiter) decide(ctx context.Context, w http.ResponseWriter, r *http.Request, ru *rule, f *features, now time.Time, alone bool) (value string, v verdict, ok, answered bool) {
+	value, parts, ok := f.value(ru)
+	if !ok && ru.Key.has(Email) && f.emailErr != nil {
+		if value, ok, answered = l.unreadable(w, ru, f, now); answered || !ok {
+			return "", verdict{}, false, answered
+		}
+	} else if !ok {
+		ru.metrics.inc(skipped)
+		return "", verdict{}, false, false
+	}
+	if ru.allowlisted(value, parts, f.addr) {
+		ru.metrics.inc(allowed)
+		return "", verdict{}, false, false
+	}
+	v = l.check(ctx, &ru.windows, value, now, alone)
+	ru.metrics.inc(v.out)
+	switch v.out {
+	case limited, boxed:
+		l.reject(w, r, ru, v)
+		return "", v, false, true
+	case storeError:
+		if n, ok := l.logs.allow(logKey{ru.Name, "store_error"}, now); ok {
+			l.log.Warn("limit: store failed", "rule", ru.Name, "err", v.err, "policy", l.storePolicy(), "suppressed", n)
+		}
+		if !l.failOpen {
+			w.Header().Set("Retry-After", "1")
+			problem.WriteDetails(w, problem.Details{Status: http.StatusServiceUnavailable,
+				Detail: "the rate limiter cannot reach its store", Extra: map[string]any{"rule": ru.Name}})
+			return "", v, false, true
+		}
+		return "", v, false, false
+	case shadowLimited:
+		if n, ok := l.logs.allow(logKey{ru.Name, "shadow_limited"}, now); ok {
+			l.log.Info("limit: shadow rule would limit", "rule", ru.Name, "key", string(ru.Key), "value", value, "limit", ru.limitNames[v.limit], "suppressed", n)
+		}
+	}
+	return value, v, true, false
+}
+
+// setRateLimit sets the RateLimit-Policy and RateLimit fields by their
+// canonical names: Header.Set would canonicalize "RateLimit-Policy" into
+// a new string on every request. One array holds both values, each field
+// a slice of its own element, as Header.Set would give it.
+func setRateLimit(h http.Header, policies []string, states []byte) {
+	vals := &[2]string{policies[0], string(states)}
+	if len(policies) > 1 {
+		vals[0] = strings.Join(policies, ", ")
+	}
+	h[hdrRateLimitPolicy] = vals[0:1:1]
+	h[hdrRateLimit] = vals[1:2:2]
+}
+
+// serveCounting serves the request and then counts the hits of the rules
+// that count by the answer's status.
+func (l *Limiter) serveCounting(ctx context.Context, w http.ResponseWriter, r *http.Request, next http.Handler, after []hit, now time.Time) {
+	ww := ongoing.StatusWriter(w) // the gateway's, when there is one
+	returned := false
+	// Deferred, so that a handler that aborts is counted too:
+	// httputil.ReverseProxy panics with http.ErrAbortHandler when the
+	// client hangs up while the upstream's body is being copied, and a
+	// client that reads the status of a 401 and hangs up must still
+	// have its wrong password counted.
+	defer func() {
+		status := ww.Status()
+		if status == 0 {
+			if !returned {
+				return // aborted before answering: the upstream said nothing
+			}
+			status = http.StatusOK
+		}
+		for _, h := range after {
+			if h.r.counts(status) {
+				l.count(ctx, h.r, h.value, now)
+			}
+		}
+	}()
+	next.ServeHTTP(ww, r)
+	returned = true
 }
 
 // The canonical names of the RateLimit headers (net/http's spelling).

@@ -111,35 +111,46 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 		sv.readDone(sh, rk, st, err)
 		return at, err
 	}
-	g := st.next
-	if g != nil {
+	if g := st.next; g != nil {
 		g.waiting++
 		sh.mu.Unlock()
-		select {
-		case <-g.done:
-		case <-g.expired:
-			select {
-			case <-g.done: // both ready: the answer is there
-			default:
-				clear(counts)
-				return 0, fmt.Errorf("memcached: no answer within %v: %w", sv.timeout, errReadTimeout)
-			}
-		}
-		if g.err != nil {
-			clear(counts)
-			return 0, g.err
-		}
-		copy(counts, g.counts)
-		return g.at, nil
+		return sv.awaitGroup(g, counts)
 	}
 	// The first to wait for the next read: it sends it for the group.
-	g = &readGroup{done: make(chan struct{})}
+	g := &readGroup{done: make(chan struct{})}
 	g.timer = time.NewTimer(sv.timeout)
 	g.expired = g.timer.C
 	st.next = g
 	busy := st.busy
 	sh.mu.Unlock()
 	defer g.timer.Stop()
+	return sv.leadGroup(sh, rk, st, busy, g, c, buckets, counts)
+}
+
+// awaitGroup waits for the read of group g, which another check sends,
+// and copies its counts.
+func (sv *server) awaitGroup(g *readGroup, counts []int64) (int64, error) {
+	select {
+	case <-g.done:
+	case <-g.expired:
+		select {
+		case <-g.done: // both ready: the answer is there
+		default:
+			clear(counts)
+			return 0, fmt.Errorf("memcached: no answer within %v: %w", sv.timeout, errReadTimeout)
+		}
+	}
+	if g.err != nil {
+		clear(counts)
+		return 0, g.err
+	}
+	copy(counts, g.counts)
+	return g.at, nil
+}
+
+// leadGroup sends the read of group g, which it leads, once the read on
+// its way (busy) returned, and gives the group its answer.
+func (sv *server) leadGroup(sh *shard, rk readKey, st *readState, busy chan struct{}, g *readGroup, c limit.Counter, buckets []limit.Bucket, counts []int64) (int64, error) {
 	select {
 	case <-busy:
 	case <-g.expired:
