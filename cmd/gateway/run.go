@@ -50,49 +50,13 @@ var (
 // output and environment, so that tests can run it in-process.
 func run(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) (err error) {
 	if len(args) > 1 {
-		switch args[1] {
-		case "version":
-			bi, _ := debug.ReadBuildInfo()
-			fmt.Fprint(stdout, versionText(bi, version, revision))
-			return nil
-		case "check-config":
-			if len(args) != 3 {
-				return errors.New("usage: gateway check-config FILE")
-			}
-			// The same compile as start-up and every reload: what it
-			// accepts, the gateway runs.
-			if _, err := gateway.Load(args[2], getenv); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "%s: ok\n", args[2])
-			return nil
-		case "probe":
-			if len(args) != 3 {
-				return errors.New("usage: gateway probe URL")
-			}
-			return probe(ctx, args[2])
-		case "share":
-			return share(args[2:], stdout, getenv)
+		if done, err := subcommand(ctx, args, stdout, getenv); done {
+			return err
 		}
 	}
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	path := fs.String("config", "configs/gateway.quickstart.yaml", "config file")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	watchFile := fs.Bool("watch", true, "reload when the config file changes (SIGHUP and POST /admin/reload always reload)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway: unexpected argument %q (subcommands: check-config, version, probe, share)", fs.Arg(0))
+	fl, err := parseFlags(args, stdout)
+	if fl == nil {
+		return err // an error, or -help answered
 	}
 	// A binary upgrade (SIGUSR2) starts the binary at this one's path, so
 	// that a new release put there is what runs, with these arguments and
@@ -119,16 +83,16 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 	usr2 := make(chan os.Signal, 1)
 	signal.Notify(usr2, syscall.SIGUSR2)
 	defer signal.Stop(usr2)
-	log, err := newLogger(stdout, *logFormat, *logLevel)
+	log, err := newLogger(stdout, fl.logFormat, fl.logLevel)
 	if err != nil {
 		return err
 	}
-	plan, err := gateway.Load(*path, getenv)
+	plan, err := gateway.Load(fl.path, getenv)
 	if err != nil {
 		return err
 	}
 	g, err := gateway.New(plan, gateway.Options{
-		Path: *path, Getenv: getenv, Log: log, Watch: *watchFile, Hangup: hup, Version: buildInfo().short(),
+		Path: fl.path, Getenv: getenv, Log: log, Watch: fl.watch, Hangup: hup, Version: buildInfo().short(),
 		// Bound before the analytics pipeline starts: a start that cannot
 		// listen (the port in use) starts nothing it must then stop.
 		Listen:  true,
@@ -138,6 +102,66 @@ func run(ctx context.Context, args []string, stdout io.Writer, getenv func(strin
 		return err
 	}
 	return g.Serve(ctx)
+}
+
+// subcommand runs the subcommand args[1] names, if it names one.
+func subcommand(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) (done bool, err error) {
+	switch args[1] {
+	case "version":
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprint(stdout, versionText(bi, version, revision))
+		return true, nil
+	case "check-config":
+		if len(args) != 3 {
+			return true, errors.New("usage: gateway check-config FILE")
+		}
+		// The same compile as start-up and every reload: what it
+		// accepts, the gateway runs.
+		if _, err := gateway.Load(args[2], getenv); err != nil {
+			return true, err
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", args[2])
+		return true, nil
+	case "probe":
+		if len(args) != 3 {
+			return true, errors.New("usage: gateway probe URL")
+		}
+		return true, probe(ctx, args[2])
+	case "share":
+		return true, share(args[2:], stdout, getenv)
+	}
+	return false, nil
+}
+
+// flags are the serving command's flags.
+type flags struct {
+	path, logFormat, logLevel string
+	watch                     bool
+}
+
+// parseFlags parses the serving command's flags; nil when they do not
+// parse (with the error) or asked for help (without).
+func parseFlags(args []string, stdout io.Writer) (*flags, error) {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	path := fs.String("config", "configs/gateway.quickstart.yaml", "config file")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	watchFile := fs.Bool("watch", true, "reload when the config file changes (SIGHUP and POST /admin/reload always reload)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("gateway: unexpected argument %q (subcommands: check-config, version, probe, share)", fs.Arg(0))
+	}
+	return &flags{path: *path, logFormat: *logFormat, logLevel: *logLevel, watch: *watchFile}, nil
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
