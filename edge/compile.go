@@ -77,75 +77,19 @@ func CompileEnv(c Config, getenv func(string) string) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{cfg: c}
-	const f = "server.tls."
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return nil, fmt.Errorf(f+"cert_file: cert_file and key_file go together (cert_file %q, key_file %q)", c.CertFile, c.KeyFile)
+	if err := p.compileCert(c); err != nil {
+		return nil, err
 	}
-	if c.CertFile != "" {
-		cert, err := LoadPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf(f+"cert_file: %w", err)
-		}
-		p.static = cert
+	if err := p.compileACME(c.ACME); err != nil {
+		return nil, err
 	}
-	a := c.ACME
-	u, err := url.Parse(a.CA)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf(f+"acme.ca: %q is not an https:// URL of an ACME directory", a.CA)
-	}
-	if a.CARoot != "" {
-		pem, err := os.ReadFile(a.CARoot)
-		if err != nil {
-			return nil, fmt.Errorf(f+"acme.ca_root: %w", err)
-		}
-		p.roots = x509.NewCertPool()
-		if !p.roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf(f+"acme.ca_root: %s holds no PEM certificate", a.CARoot)
-		}
-	}
-	if a.Email != "" && (!strings.Contains(a.Email, "@") || strings.ContainsAny(a.Email, " \t<>")) {
-		return nil, fmt.Errorf(f+"acme.email: %q is not an email address", a.Email)
-	}
-	for i, d := range a.Domains {
-		n, err := normalizeName(d)
-		if err != nil {
-			return nil, fmt.Errorf(f+"acme.domains[%d]: %w", i, err)
-		}
-		p.domains = append(p.domains, n)
-	}
-	if len(a.Challenges) == 0 {
-		return nil, fmt.Errorf(f + "acme.challenges: none given; offer tls-alpn-01, http-01 or both")
-	}
-	for i, ch := range a.Challenges {
-		if ch != TLSALPN01 && ch != HTTP01 {
-			return nil, fmt.Errorf(f+"acme.challenges[%d]: %q is not tls-alpn-01 or http-01", i, ch)
-		}
-	}
-	o := c.OnDemand
-	if o.Ask != "" {
-		u, err := url.Parse(o.Ask)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf(f+"on_demand.ask: %q is not an http:// or https:// URL", o.Ask)
-		}
-		if u.Query().Has("domain") {
-			return nil, fmt.Errorf(f+"on_demand.ask: %q already has a domain parameter; the gateway adds it", o.Ask)
-		}
-		p.ask = u
-	}
-	if len(o.HandshakesPerClient) == 0 {
-		return nil, fmt.Errorf(f + "on_demand.handshakes_per_client: none given; without a limit one client could make the gateway ask for any number of names")
-	}
-	for _, n := range []struct {
-		name string
-		v    int
-	}{{"orders_per_hour", o.OrdersPerHour}, {"orders_per_hour_per_client", o.OrdersPerHourPerClient}, {"orders_per_hour_per_domain", o.OrdersPerHourPerDomain}} {
-		if n.v <= 0 {
-			return nil, fmt.Errorf(f+"on_demand.%s: %d must be positive", n.name, n.v)
-		}
+	if err := p.compileOnDemand(c.OnDemand); err != nil {
+		return nil, err
 	}
 	if err := compileStorage(c.Storage, c.Managed()); err != nil {
 		return nil, err
 	}
+	var err error
 	if p.tickets, err = compileTickets(c.SessionTickets, getenv); err != nil {
 		return nil, err
 	}
@@ -153,11 +97,92 @@ func CompileEnv(c Config, getenv func(string) string) (*Plan, error) {
 	for _, h := range hosts {
 		r, err := compileHSTS(h, c.HSTS[h])
 		if err != nil {
-			return nil, fmt.Errorf(f+"hsts: %q: %w", h, err)
+			return nil, fmt.Errorf("server.tls.hsts: %q: %w", h, err)
 		}
 		p.hsts = append(p.hsts, r)
 	}
 	return p, nil
+}
+
+// compileCert loads the static certificate, if the section names one.
+func (p *Plan) compileCert(c Config) error {
+	const f = "server.tls."
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return fmt.Errorf(f+"cert_file: cert_file and key_file go together (cert_file %q, key_file %q)", c.CertFile, c.KeyFile)
+	}
+	if c.CertFile != "" {
+		cert, err := LoadPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return fmt.Errorf(f+"cert_file: %w", err)
+		}
+		p.static = cert
+	}
+	return nil
+}
+
+// compileACME checks the acme section and reads its CA root.
+func (p *Plan) compileACME(a ACME) error {
+	const f = "server.tls.acme."
+	u, err := url.Parse(a.CA)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf(f+"ca: %q is not an https:// URL of an ACME directory", a.CA)
+	}
+	if a.CARoot != "" {
+		pem, err := os.ReadFile(a.CARoot)
+		if err != nil {
+			return fmt.Errorf(f+"ca_root: %w", err)
+		}
+		p.roots = x509.NewCertPool()
+		if !p.roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf(f+"ca_root: %s holds no PEM certificate", a.CARoot)
+		}
+	}
+	if a.Email != "" && (!strings.Contains(a.Email, "@") || strings.ContainsAny(a.Email, " \t<>")) {
+		return fmt.Errorf(f+"email: %q is not an email address", a.Email)
+	}
+	for i, d := range a.Domains {
+		n, err := normalizeName(d)
+		if err != nil {
+			return fmt.Errorf(f+"domains[%d]: %w", i, err)
+		}
+		p.domains = append(p.domains, n)
+	}
+	if len(a.Challenges) == 0 {
+		return fmt.Errorf(f + "challenges: none given; offer tls-alpn-01, http-01 or both")
+	}
+	for i, ch := range a.Challenges {
+		if ch != TLSALPN01 && ch != HTTP01 {
+			return fmt.Errorf(f+"challenges[%d]: %q is not tls-alpn-01 or http-01", i, ch)
+		}
+	}
+	return nil
+}
+
+// compileOnDemand checks the on_demand section: its ask URL and limits.
+func (p *Plan) compileOnDemand(o OnDemand) error {
+	const f = "server.tls.on_demand."
+	if o.Ask != "" {
+		u, err := url.Parse(o.Ask)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf(f+"ask: %q is not an http:// or https:// URL", o.Ask)
+		}
+		if u.Query().Has("domain") {
+			return fmt.Errorf(f+"ask: %q already has a domain parameter; the gateway adds it", o.Ask)
+		}
+		p.ask = u
+	}
+	if len(o.HandshakesPerClient) == 0 {
+		return fmt.Errorf(f + "handshakes_per_client: none given; without a limit one client could make the gateway ask for any number of names")
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"orders_per_hour", o.OrdersPerHour}, {"orders_per_hour_per_client", o.OrdersPerHourPerClient}, {"orders_per_hour_per_domain", o.OrdersPerHourPerDomain}} {
+		if n.v <= 0 {
+			return fmt.Errorf(f+"%s: %d must be positive", n.name, n.v)
+		}
+	}
+	return nil
 }
 
 func compileStorage(s Storage, managed bool) error {

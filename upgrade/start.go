@@ -72,48 +72,19 @@ func (s *Successor) Close() error { return s.gone.Close() }
 // yet, while another Start runs, and in a process of PID 1 (a container's
 // first process: the container would end with it).
 func (p *Process) Start(ctx context.Context, sockets []Socket, timeout time.Duration) (*Successor, error) {
-	select {
-	case <-p.done:
-	default:
-		return nil, errors.New("upgrade: the process this one replaced is not done yet")
+	if err := p.claim(); err != nil {
+		return nil, err
 	}
-	if p.pid == 1 {
-		return nil, errors.New("upgrade: this process is PID 1 (a container's first process), and its container would end with it: start a new container instead")
-	}
-	p.mu.Lock()
-	if p.starting {
-		p.mu.Unlock()
-		return nil, errors.New("upgrade: an upgrade is already under way")
-	}
-	p.starting = true
-	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
 		p.starting = false
 		p.mu.Unlock()
 	}()
-
-	readyR, readyW, err := os.Pipe()
+	cmd, readyR, goneW, err := p.spawn(sockets)
 	if err != nil {
-		return nil, fmt.Errorf("upgrade: %w", err)
+		return nil, err
 	}
 	defer readyR.Close()
-	goneR, goneW, err := os.Pipe()
-	if err != nil {
-		readyW.Close()
-		return nil, fmt.Errorf("upgrade: %w", err)
-	}
-	cmd, err := p.command(readyW, goneR, sockets)
-	if err == nil {
-		err = cmd.Start()
-	}
-	// The new process holds its copies of these now.
-	readyW.Close()
-	goneR.Close()
-	if err != nil {
-		goneW.Close()
-		return nil, fmt.Errorf("upgrade: starting %s: %w", p.cmd.Path, err)
-	}
 	said := make(chan string, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(readyR, 4096))
@@ -152,6 +123,56 @@ func (p *Process) Start(ctx context.Context, sockets []Socket, timeout time.Dura
 		status = <-exited
 	}
 	return nil, fmt.Errorf("upgrade: the new process (pid %d, %s) failed: %s (%v)", pid, p.cmd.Path, why, status)
+}
+
+// claim refuses a Start while the process this one replaced is not
+// done, in PID 1, or while another Start runs; otherwise it marks this
+// one as under way.
+func (p *Process) claim() error {
+	select {
+	case <-p.done:
+	default:
+		return errors.New("upgrade: the process this one replaced is not done yet")
+	}
+	if p.pid == 1 {
+		return errors.New("upgrade: this process is PID 1 (a container's first process), and its container would end with it: start a new container instead")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.starting {
+		return errors.New("upgrade: an upgrade is already under way")
+	}
+	p.starting = true
+	return nil
+}
+
+// spawn starts the new process with sockets and the two pipes it talks
+// through: it writes readyR (it serves, or why it failed); goneW closes
+// when this process is gone or gives up on it.
+func (p *Process) spawn(sockets []Socket) (cmd *exec.Cmd, readyR, goneW *os.File, err error) {
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("upgrade: %w", err)
+	}
+	goneR, goneW, err := os.Pipe()
+	if err != nil {
+		readyR.Close()
+		readyW.Close()
+		return nil, nil, nil, fmt.Errorf("upgrade: %w", err)
+	}
+	cmd, err = p.command(readyW, goneR, sockets)
+	if err == nil {
+		err = cmd.Start()
+	}
+	// The new process holds its copies of these now.
+	readyW.Close()
+	goneR.Close()
+	if err != nil {
+		readyR.Close()
+		goneW.Close()
+		return nil, nil, nil, fmt.Errorf("upgrade: starting %s: %w", p.cmd.Path, err)
+	}
+	return cmd, readyR, goneW, nil
 }
 
 // exitGrace is how long a new process that said why it failed has to exit
