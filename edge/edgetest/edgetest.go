@@ -202,8 +202,26 @@ func StartPebble(t testing.TB, o PebbleOptions) *Pebble {
 // one of its ports was taken.
 func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy bool) {
 	t.Helper()
-	dir := t.TempDir()
 	ca := NewCA(t)
+	p = &Pebble{}
+	cfgFile, acmePort, mgmtPort := p.writeConfig(t, o, ca)
+	dns := fmt.Sprintf("127.0.0.1:%d", FreePort(t)) // a dead address, unless Validate
+	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0"}
+	if o.Validate {
+		startDNS(t, dns)
+	} else {
+		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
+	}
+	scanned := p.run(t, bin, env, "-config", cfgFile, "-dnsserver", dns)
+	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
+	return p, p.awaitRoot(t, ca, mgmtPort, scanned)
+}
+
+// writeConfig writes pebble's config, its TLS certificate (of ca) and
+// ca's root file, and returns the config's path and the ports of
+// pebble's ACME and management listeners.
+func (p *Pebble) writeConfig(t testing.TB, o PebbleOptions, ca *CA) (cfgFile string, acmePort, mgmtPort int) {
+	dir := t.TempDir()
 	c, k := ca.Issue(t, "127.0.0.1", "localhost")
 	write := func(name string, data []byte) string {
 		p := filepath.Join(dir, name)
@@ -212,8 +230,8 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 		}
 		return p
 	}
-	p = &Pebble{CARootFile: write("ca.pem", ca.PEM)}
-	acmePort, mgmtPort := pebblePort(t), pebblePort(t)
+	p.CARootFile = write("ca.pem", ca.PEM)
+	acmePort, mgmtPort = pebblePort(t), pebblePort(t)
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress":           fmt.Sprintf("127.0.0.1:%d", acmePort),
 		"managementListenAddress": fmt.Sprintf("127.0.0.1:%d", mgmtPort),
@@ -227,16 +245,15 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 		cfg["pebble"].(map[string]any)["certificateValidityPeriod"] = int64(o.Validity / time.Second)
 	}
 	js, _ := json.Marshal(cfg)
-	cfgFile := write("pebble.json", js)
+	return write("pebble.json", js), acmePort, mgmtPort
+}
+
+// run starts pebble, stopped when the test ends, and reads its log into
+// p (the orders it added, the serials it issued); scanned is closed when
+// the log ends: pebble exited.
+func (p *Pebble) run(t testing.TB, bin string, env []string, args ...string) (scanned chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	dns := fmt.Sprintf("127.0.0.1:%d", FreePort(t)) // a dead address, unless Validate
-	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0"}
-	if o.Validate {
-		startDNS(t, dns)
-	} else {
-		env = append(env, "PEBBLE_VA_ALWAYS_VALID=1")
-	}
-	cmd := exec.CommandContext(ctx, bin, "-config", cfgFile, "-dnsserver", dns)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	testkit.DiesWithTheBinary(cmd)
 	out, err := cmd.StdoutPipe()
@@ -245,37 +262,47 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	scanned := make(chan struct{})
+	scanned = make(chan struct{})
 	go func() {
 		defer close(scanned)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line + "\n")
-			if strings.Contains(line, "Added order") {
-				p.orders++
-			}
-			if i := strings.Index(line, "Issued certificate serial "); i >= 0 {
-				f := strings.Fields(line[i+len("Issued certificate serial "):])
-				if len(f) > 0 {
-					p.issued = append(p.issued, f[0])
-				}
-			}
-			p.mu.Unlock()
+			p.logLine(sc.Text())
 		}
 	}()
 	t.Cleanup(func() {
 		cancel()
 		cmd.Wait()
-		<-scanned
+		<-scanned // the kill closed its output
 		if t.Failed() {
 			t.Logf("pebble's log:\n%s", p.Log())
 		}
 	})
-	p.Directory = fmt.Sprintf("https://127.0.0.1:%d/dir", acmePort)
+	return scanned
+}
+
+func (p *Pebble) logLine(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.log.WriteString(line + "\n")
+	if strings.Contains(line, "Added order") {
+		p.orders++
+	}
+	if i := strings.Index(line, "Issued certificate serial "); i >= 0 {
+		f := strings.Fields(line[i+len("Issued certificate serial "):])
+		if len(f) > 0 {
+			p.issued = append(p.issued, f[0])
+		}
+	}
+}
+
+// awaitRoot waits until pebble answers on its management port and reads
+// its issued certificates' root; busy: pebble exited because a port was
+// taken.
+func (p *Pebble) awaitRoot(t testing.TB, ca *CA, mgmtPort int, scanned chan struct{}) (busy bool) {
 	client := &http.Client{Timeout: testkit.Slack(2 * time.Second), Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 	// exited reports whether pebble has exited, and why, as busy when a
 	// port was taken (it logs "Listening on" before it binds).
@@ -291,7 +318,7 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 	for {
 		if dead, busy := exited(); dead {
 			if busy {
-				return p, true
+				return true
 			}
 			t.Fatalf("pebble exited:\n%s", p.Log())
 		}
@@ -315,7 +342,7 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 	time.Sleep(20 * time.Millisecond)
 	if dead, busy := exited(); dead {
 		if busy {
-			return p, true
+			return true
 		}
 		t.Fatalf("pebble exited:\n%s", p.Log())
 	}
@@ -323,7 +350,7 @@ func startPebble(t testing.TB, o PebbleOptions, bin string) (p *Pebble, busy boo
 	if !p.Roots.AppendCertsFromPEM(p.RootPEM) {
 		t.Fatalf("pebble's root is not PEM: %q", p.RootPEM)
 	}
-	return p, false
+	return false
 }
 
 // pebblePort picks the ports pebble itself binds (a variable for the
