@@ -235,23 +235,10 @@ func (s *Server) serve(c net.Conn) {
 	}
 }
 
-// handle answers one request: a case per opcode, each reading its body in
-// the protocol's order, so it is long; the refusals are refuse.go's.
+// handle answers one request.
 func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, byte, []byte)) {
-	answer := func(a Answer) {
-		switch {
-		case a.Stall:
-		case a.Error != nil:
-			write(stream, opError, a.Error)
-		case a.Cols == nil:
-			var b wbuf
-			b.int(1) // Void
-			write(stream, opResult, b)
-		default:
-			write(stream, opResult, rowsResult(a.Cols, a.Rows))
-		}
-	}
 	rd := &rbuf{b: body}
+	var a Answer
 	switch op {
 	case opOptions:
 		var b wbuf
@@ -262,95 +249,131 @@ func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, 
 		b.string("COMPRESSION")
 		b.short(0)
 		write(stream, opSupported, b)
+		return
 	case opStartup, opRegister:
 		write(stream, opReady, nil)
+		return
 	case opQuery:
-		q := rd.longString()
-		switch {
-		case strings.HasPrefix(q, "SELECT * FROM system.local"):
-			answer(Answer{
-				Cols: []Col{{Name: "key", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}, {Name: "rack", Type: TypeVarchar}, {Name: "release_version", Type: TypeVarchar},
-					{Name: "partitioner", Type: TypeVarchar}, {Name: "rpc_address", Type: TypeInet}, {Name: "native_port", Type: TypeInt}},
-				Rows: [][][]byte{{[]byte("local"), []byte("dc1"), []byte("rack1"), []byte("4.0.11"),
-					[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), {127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}},
-			})
-		case strings.HasPrefix(q, "SELECT * FROM system.peers"):
-			answer(Answer{Cols: []Col{{Name: "peer", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}}})
-		default:
-			s.schema.learn(q)
-			answer(s.h.Query(q))
-		}
+		a = s.query(rd.longString())
 	case opPrepare:
-		q := rd.longString()
-		st, refused := s.schema.parse(q)
-		if refused != nil {
-			answer(refused.answer())
+		var result []byte
+		if result, a = s.prepare(rd.longString()); result != nil {
+			write(stream, opResult, result)
 			return
 		}
-		binds, result, ok := s.h.Shape(q)
-		if !ok {
-			answer(Answer{Error: ErrorBody(0x2200, "cqlwire: unknown statement "+q)})
-			return
-		}
-		// The id under the lock: statements prepared at once (a Write's
-		// first statements of each kind) must not share one.
-		s.mu.Lock()
-		id := []byte{byte(len(s.prepared) + 1)}
-		s.prepared[string(id)] = prepared{q, st}
-		s.mu.Unlock()
-		write(stream, opResult, preparedResult(id, binds, result))
 	case opExecute:
-		p, ok := s.statement(rd.shortBytes())
-		if !ok {
-			answer(Answer{Error: ErrorBody(0x2500, "unprepared")})
-			return
-		}
-		consistency := rd.short()
-		flags := rd.byte()
-		var vs []value
-		if flags&0x01 != 0 {
-			for range rd.short() {
-				vs = append(vs, rd.value())
-			}
-		}
-		if refused := p.st.check(vs, time.Now()); refused != nil {
-			answer(refused.answer())
-			return
-		}
-		answer(s.h.Execute(Stmt{Q: p.q, Values: bytesOf(vs), st: p.st}, consistency))
+		a = s.execute(rd)
 	case opBatch:
-		rd.byte() // type
-		var (
-			stmts []Stmt
-			sts   []*statement
-			vals  [][]value
-		)
-		for range rd.short() {
-			if rd.byte() != 1 {
-				s.t.Error("cqlwire: a batch statement that is not prepared")
-				return
-			}
-			p, _ := s.statement(rd.shortBytes())
-			var vs []value
-			for range rd.short() {
-				vs = append(vs, rd.value())
-			}
-			stmts = append(stmts, Stmt{Q: p.q, Values: bytesOf(vs), st: p.st})
-			sts, vals = append(sts, p.st), append(vals, vs)
-		}
-		consistency := rd.short()
-		var serial uint16
-		if flags := rd.byte(); flags&0x10 != 0 {
-			serial = rd.short()
-		}
-		if refused := checkBatch(sts, vals, time.Now()); refused != nil {
-			answer(refused.answer())
+		var ok bool
+		if a, ok = s.batch(rd); !ok {
 			return
 		}
-		answer(s.h.Batch(stmts, consistency, serial))
 	default:
-		answer(Answer{Error: ErrorBody(0x000A, "cqlwire: unsupported opcode")})
+		a = Answer{Error: ErrorBody(0x000A, "cqlwire: unsupported opcode")}
 	}
+	switch {
+	case a.Stall:
+	case a.Error != nil:
+		write(stream, opError, a.Error)
+	case a.Cols == nil:
+		var b wbuf
+		b.int(1) // Void
+		write(stream, opResult, b)
+	default:
+		write(stream, opResult, rowsResult(a.Cols, a.Rows))
+	}
+}
+
+// query answers a QUERY: the system tables a driver reads on connecting,
+// or the handler's answer.
+func (s *Server) query(q string) Answer {
+	switch {
+	case strings.HasPrefix(q, "SELECT * FROM system.local"):
+		return Answer{
+			Cols: []Col{{Name: "key", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}, {Name: "rack", Type: TypeVarchar}, {Name: "release_version", Type: TypeVarchar},
+				{Name: "partitioner", Type: TypeVarchar}, {Name: "rpc_address", Type: TypeInet}, {Name: "native_port", Type: TypeInt}},
+			Rows: [][][]byte{{[]byte("local"), []byte("dc1"), []byte("rack1"), []byte("4.0.11"),
+				[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), {127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}},
+		}
+	case strings.HasPrefix(q, "SELECT * FROM system.peers"):
+		return Answer{Cols: []Col{{Name: "peer", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}}}
+	default:
+		s.schema.learn(q)
+		return s.h.Query(q)
+	}
+}
+
+// prepare answers a PREPARE: the PREPARED result, or the answer that
+// refuses the statement.
+func (s *Server) prepare(q string) (result []byte, refusal Answer) {
+	st, refused := s.schema.parse(q)
+	if refused != nil {
+		return nil, refused.answer()
+	}
+	binds, cols, ok := s.h.Shape(q)
+	if !ok {
+		return nil, Answer{Error: ErrorBody(0x2200, "cqlwire: unknown statement "+q)}
+	}
+	// The id under the lock: statements prepared at once (a Write's
+	// first statements of each kind) must not share one.
+	s.mu.Lock()
+	id := []byte{byte(len(s.prepared) + 1)}
+	s.prepared[string(id)] = prepared{q, st}
+	s.mu.Unlock()
+	return preparedResult(id, binds, cols), Answer{}
+}
+
+// execute answers an EXECUTE.
+func (s *Server) execute(rd *rbuf) Answer {
+	p, ok := s.statement(rd.shortBytes())
+	if !ok {
+		return Answer{Error: ErrorBody(0x2500, "unprepared")}
+	}
+	consistency := rd.short()
+	flags := rd.byte()
+	var vs []value
+	if flags&0x01 != 0 {
+		for range rd.short() {
+			vs = append(vs, rd.value())
+		}
+	}
+	if refused := p.st.check(vs, time.Now()); refused != nil {
+		return refused.answer()
+	}
+	return s.h.Execute(Stmt{Q: p.q, Values: bytesOf(vs), st: p.st}, consistency)
+}
+
+// batch answers a BATCH; not ok (and the test failed) when it holds a
+// statement that is not prepared, which the gateway never sends.
+func (s *Server) batch(rd *rbuf) (a Answer, ok bool) {
+	rd.byte() // type
+	var (
+		stmts []Stmt
+		sts   []*statement
+		vals  [][]value
+	)
+	for range rd.short() {
+		if rd.byte() != 1 {
+			s.t.Error("cqlwire: a batch statement that is not prepared")
+			return Answer{}, false
+		}
+		p, _ := s.statement(rd.shortBytes())
+		var vs []value
+		for range rd.short() {
+			vs = append(vs, rd.value())
+		}
+		stmts = append(stmts, Stmt{Q: p.q, Values: bytesOf(vs), st: p.st})
+		sts, vals = append(sts, p.st), append(vals, vs)
+	}
+	consistency := rd.short()
+	var serial uint16
+	if flags := rd.byte(); flags&0x10 != 0 {
+		serial = rd.short()
+	}
+	if refused := checkBatch(sts, vals, time.Now()); refused != nil {
+		return refused.answer(), true
+	}
+	return s.h.Batch(stmts, consistency, serial), true
 }
 
 // statement returns the statement prepared under id.

@@ -157,38 +157,7 @@ func (m *Model) exec(st cqlwire.Stmt) cqlwire.Answer {
 	q, v := unqualified(st.Q), st.Values
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
 	str := func(i int) string { return string(v[i]) }
-	rows := func(cols []col, rs [][][]byte) cqlwire.Answer { return cqlwire.Answer{Cols: cols, Rows: rs} }
-	// A lightweight transaction answers whether it applied, and when it
-	// did not, the row's columns it was conditioned on: all of them for
-	// IF NOT EXISTS, the owner for IF owner = ?; none without a row.
-	notApplied := func(name string, l lockRow, held, all bool) cqlwire.Answer {
-		m.lwt++
-		switch {
-		case !held:
-			return rows([]col{applied}, [][][]byte{{{0}}})
-		case all:
-			return rows([]col{applied, {Name: "name", Type: tVarchar}, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(name), []byte(l.owner)}})
-		}
-		return rows([]col{applied, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(l.owner)}})
-	}
-	apply := func(f func()) cqlwire.Answer {
-		if refused, ok := st.Applies(now); ok {
-			return refused
-		}
-		m.lwt++
-		f()
-		return rows([]col{applied}, [][][]byte{{{1}}})
-	}
-	lock := func(name string) (lockRow, bool) {
-		l, ok := m.locks[name]
-		if ok && !now.Before(l.expires) {
-			delete(m.locks, name) // expired by its TTL
-			return lockRow{}, false
-		}
-		return l, ok
-	}
 	switch {
 	case strings.HasPrefix(q, "INSERT INTO certmagic_kv"):
 		m.kv[str(0)] = kvRow{value: append([]byte{}, v[1]...), modified: v[2]}
@@ -222,27 +191,73 @@ func (m *Model) exec(st cqlwire.Stmt) cqlwire.Answer {
 		if len(m.dirs[str(0)]) == 0 {
 			delete(m.dirs, str(0))
 		}
+	default:
+		return m.execLock(st, q, time.Now())
+	}
+	return cqlwire.Answer{}
+}
+
+func rows(cols []col, rs [][][]byte) cqlwire.Answer { return cqlwire.Answer{Cols: cols, Rows: rs} }
+
+// execLock runs a lightweight transaction on certmagic_locks. The caller
+// holds mu.
+func (m *Model) execLock(st cqlwire.Stmt, q string, now time.Time) cqlwire.Answer {
+	v := st.Values
+	str := func(i int) string { return string(v[i]) }
+	apply := func(f func()) cqlwire.Answer {
+		if refused, ok := st.Applies(now); ok {
+			return refused
+		}
+		m.lwt++
+		f()
+		return rows([]col{applied}, [][][]byte{{{1}}})
+	}
+	switch {
 	case strings.HasPrefix(q, "INSERT INTO certmagic_locks"):
-		if l, held := lock(str(0)); held {
-			return notApplied(str(0), l, true, true)
+		if l, held := m.lock(str(0), now); held {
+			return m.notApplied(str(0), l, true, true)
 		}
 		ttl := time.Duration(int32(binary.BigEndian.Uint32(v[2]))) * time.Second
 		return apply(func() { m.locks[str(0)] = lockRow{owner: str(1), expires: now.Add(ttl)} })
 	case strings.HasPrefix(q, "UPDATE certmagic_locks"):
-		l, held := lock(str(2))
+		l, held := m.lock(str(2), now)
 		if !held || l.owner != str(3) {
-			return notApplied(str(2), l, held, false)
+			return m.notApplied(str(2), l, held, false)
 		}
 		ttl := time.Duration(int32(binary.BigEndian.Uint32(v[0]))) * time.Second
 		return apply(func() { m.locks[str(2)] = lockRow{owner: str(1), expires: now.Add(ttl)} })
 	case strings.HasPrefix(q, "DELETE FROM certmagic_locks"):
-		l, held := lock(str(0))
+		l, held := m.lock(str(0), now)
 		if !held || l.owner != str(1) {
-			return notApplied(str(0), l, held, false)
+			return m.notApplied(str(0), l, held, false)
 		}
 		return apply(func() { delete(m.locks, str(0)) })
 	}
 	return cqlwire.Answer{}
+}
+
+// lock returns the lock row of name, if one is held at now.
+func (m *Model) lock(name string, now time.Time) (lockRow, bool) {
+	l, ok := m.locks[name]
+	if ok && !now.Before(l.expires) {
+		delete(m.locks, name) // expired by its TTL
+		return lockRow{}, false
+	}
+	return l, ok
+}
+
+// notApplied is a lightweight transaction's answer when it did not apply:
+// the row's columns it was conditioned on, all of them for IF NOT EXISTS,
+// the owner for IF owner = ?; none without a row.
+func (m *Model) notApplied(name string, l lockRow, held, all bool) cqlwire.Answer {
+	m.lwt++
+	switch {
+	case !held:
+		return rows([]col{applied}, [][][]byte{{{0}}})
+	case all:
+		return rows([]col{applied, {Name: "name", Type: tVarchar}, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(name), []byte(l.owner)}})
+	}
+	return rows([]col{applied, {Name: "owner", Type: tVarchar}}, [][][]byte{{{0}, []byte(l.owner)}})
 }
 
 // LWT returns how many lightweight transactions the model executed.
