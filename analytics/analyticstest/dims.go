@@ -337,15 +337,8 @@ func testDimsYear(t *testing.T, e *env) {
 func testTop(t *testing.T, e *env) {
 	d0 := e.base().Add(-3 * rollup.Day)
 	day := func(i int) time.Time { return d0.Add(time.Duration(i) * rollup.Day) }
-	ws := []*dimWriter{e.dimWriter("w1"), e.dimWriter("w2")}
-	stores := []Store{e.s, e.s} // the second writer through a second store when the backend has one
-	if e.h.Another != nil {
-		stores[1] = e.h.Another()
-	}
 	ref := map[int]map[string]int64{} // day → link → visits
-	var replay analytics.Batch
-	for round := range 6 {
-		var vs []dv
+	writeRounds(t, e, 6, 2, func(round int) (vs []dv) {
 		for i := range 60 {
 			for di := range 4 {
 				n := int64((60 - i) / (1 + i%7) * (1 + (round+di)%3))
@@ -363,13 +356,8 @@ func testTop(t *testing.T, e *env) {
 				ref[di][k] += n
 			}
 		}
-		b := ws[round%2].batch(vs...)
-		write(t, stores[round%2], b)
-		if round == 2 {
-			replay = b
-		}
-	}
-	write(t, e.s, replay)
+		return vs
+	})
 	want := func(lo, hi, n int) []analytics.TopLink {
 		sums := map[string]int64{}
 		for d := lo; d < hi; d++ {
@@ -377,17 +365,7 @@ func testTop(t *testing.T, e *env) {
 				sums[k] += v
 			}
 		}
-		var out []analytics.TopLink
-		for k, v := range sums {
-			out = append(out, analytics.TopLink{Key: k, Visits: v})
-		}
-		slices.SortFunc(out, func(a, b analytics.TopLink) int {
-			if a.Visits != b.Visits {
-				return int(b.Visits - a.Visits)
-			}
-			return strings.Compare(a.Key, b.Key)
-		})
-		return out[:min(n, len(out))]
+		return topOf(sums, n)
 	}
 	for _, r := range []struct{ lo, hi, n int }{{0, 4, 10}, {0, 4, 50}, {1, 2, 5}, {2, 4, 1}, {0, 4, 100}, {3, 4, 45}} {
 		got, err := e.s.Top(context.Background(), day(r.lo), day(r.hi), r.n)
@@ -416,6 +394,42 @@ func testTop(t *testing.T, e *env) {
 			t.Errorf("TopCounts(%s, days 1 to 3) = %d, want %d", k, got[k], w)
 		}
 	}
+}
+
+// writeRounds writes each round's visits through two writers in turn (the
+// second through a second store when the backend has one), and the batch
+// of round replayed once more.
+func writeRounds(t *testing.T, e *env, rounds, replayed int, visits func(round int) []dv) {
+	ws := []*dimWriter{e.dimWriter("w1"), e.dimWriter("w2")}
+	stores := []Store{e.s, e.s}
+	if e.h.Another != nil {
+		stores[1] = e.h.Another()
+	}
+	var replay analytics.Batch
+	for round := range rounds {
+		b := ws[round%2].batch(visits(round)...)
+		write(t, stores[round%2], b)
+		if round == replayed {
+			replay = b
+		}
+	}
+	write(t, e.s, replay)
+}
+
+// topOf is the top list of at most n links of sums: most visits first,
+// ties by key.
+func topOf(sums map[string]int64, n int) []analytics.TopLink {
+	var out []analytics.TopLink
+	for k, v := range sums {
+		out = append(out, analytics.TopLink{Key: k, Visits: v})
+	}
+	slices.SortFunc(out, func(a, b analytics.TopLink) int {
+		if a.Visits != b.Visits {
+			return int(b.Visits - a.Visits)
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return out[:min(n, len(out))]
 }
 
 // testUniques writes sketches of visitor hashes for two days, from two
@@ -493,15 +507,8 @@ func testTenantTop(t *testing.T, e *env) {
 	day := func(i int) time.Time { return d0.Add(time.Duration(i) * rollup.Day) }
 	run := strings.ToLower(strings.TrimSuffix(e.prefix, "-"))
 	tenants := []string{run + "-a", run + "-b", ""}
-	ws := []*dimWriter{e.dimWriter("w1"), e.dimWriter("w2")}
-	stores := []Store{e.s, e.s}
-	if e.h.Another != nil {
-		stores[1] = e.h.Another()
-	}
 	ref := map[string]map[string]int64{} // tenant → link → visits of days 0 and 1
-	var replay analytics.Batch
-	for round := range 4 {
-		var vs []dv
+	writeRounds(t, e, 4, 1, func(round int) (vs []dv) {
 		for ti, tn := range tenants {
 			for i := range 30 {
 				for di := range 2 {
@@ -516,33 +523,15 @@ func testTenantTop(t *testing.T, e *env) {
 				}
 			}
 		}
-		b := ws[round%2].batch(vs...)
-		write(t, stores[round%2], b)
-		if round == 1 {
-			replay = b
-		}
-	}
-	write(t, e.s, replay)
-	want := func(tn string, n int) []analytics.TopLink {
-		var out []analytics.TopLink
-		for k, v := range ref[tn] {
-			out = append(out, analytics.TopLink{Key: k, Visits: v})
-		}
-		slices.SortFunc(out, func(a, b analytics.TopLink) int {
-			if a.Visits != b.Visits {
-				return int(b.Visits - a.Visits)
-			}
-			return strings.Compare(a.Key, b.Key)
-		})
-		return out[:min(n, len(out))]
-	}
+		return vs
+	})
 	for _, tn := range tenants[:2] {
 		for _, n := range []int{1, 5, 30, 100} {
 			got, err := e.s.TenantTop(context.Background(), tn, day(0), day(2), n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(want(tn, n), got); diff != "" {
+			if diff := cmp.Diff(topOf(ref[tn], n), got); diff != "" {
 				t.Errorf("TenantTop(%s, %d) (-want +got):\n%s", tn, n, diff)
 			}
 		}
