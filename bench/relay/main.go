@@ -23,18 +23,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
+
+	"github.com/linkgate/linkgate/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	cli.Main(func(ctx context.Context) error { return run(ctx, os.Args, os.Stdout) })
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {

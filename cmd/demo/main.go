@@ -28,17 +28,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/linkgate/linkgate/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args, os.Stdout); err != nil && ctx.Err() == nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
+	cli.Main(func(ctx context.Context) error {
+		if err := run(ctx, os.Args, os.Stdout); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		return nil // done, or stopped by a signal
+	})
 }
 
 // run runs the subcommand args[1] with the rest of args, writing what it
