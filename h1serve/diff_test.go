@@ -190,14 +190,11 @@ func startDiffServer(t *testing.T, loop bool, tc *diffCase, rec *diffRecorder) (
 	if tc.config != nil {
 		tc.config(srv)
 	}
-	done := make(chan struct{})
 	if loop {
 		s := h1serve.New(srv)
-		go func() { s.Serve(ln); close(done) }()
-		t.Cleanup(func() { s.Close(); ln.Close(); <-done })
+		serveUntilCleanup(t, ln, s.Serve, s.Close)
 	} else {
-		go func() { srv.Serve(ln); close(done) }()
-		t.Cleanup(func() { srv.Close(); ln.Close(); <-done })
+		serveUntilCleanup(t, ln, srv.Serve, srv.Close)
 	}
 	return ln.Addr().String(), nil
 }
@@ -393,6 +390,17 @@ func (tc diffCase) documented(differs, loopShows string) diffCase {
 }
 
 // diffPadHead is a GET whose head is n bytes long.
+// diffFieldsCase is a response case whose handler adds the fields kv
+// (name, value, ...) and writes body.
+func diffFieldsCase(name, body string, kv ...string) diffCase {
+	return diffRespCase(name, func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+		for i := 0; i < len(kv); i += 2 {
+			w.Header().Add(kv[i], kv[i+1])
+		}
+		diffWrite(w, note, body)
+	})
+}
+
 func diffPadHead(n int) string {
 	prefix := "GET / HTTP/1.1\r\n" + diffHost + "X-Pad: "
 	return prefix + strings.Repeat("p", n-len(prefix)-4) + "\r\n\r\n"
@@ -540,86 +548,40 @@ func diffCases() []diffCase {
 			w.Header().Set("Etag", `"x"`)
 			w.WriteHeader(http.StatusNotModified)
 		}),
-		diffRespCase("resp/sniff-html", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, "<html><body>hi</body></html>")
-		}),
-		diffRespCase("resp/sniff-text", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, "hello world")
-		}),
-		diffRespCase("resp/sniff-json", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, `{"a": [1, 2, "x"]}`)
-		}),
-		diffRespCase("resp/sniff-png", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, pngMagic)
-		}),
+		diffFieldsCase("resp/sniff-html", "<html><body>hi</body></html>"),
+		diffFieldsCase("resp/sniff-text", "hello world"),
+		diffFieldsCase("resp/sniff-json", `{"a": [1, 2, "x"]}`),
+		diffFieldsCase("resp/sniff-png", pngMagic),
 		diffRespCase("resp/sniff-split-writes", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			diffWrite(w, note, "<ht")
 			diffWrite(w, note, "ml><p>x")
 		}),
-		diffRespCase("resp/content-encoding-gzip", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Encoding", "gzip")
-			diffWrite(w, note, "<html>not really gzip</html>")
-		}),
-		diffRespCase("resp/content-encoding-empty", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Encoding", "")
-			diffWrite(w, note, "<html>sniffed</html>")
-		}),
+		diffFieldsCase("resp/content-encoding-gzip", "<html>not really gzip</html>", "Content-Encoding", "gzip"),
+		diffFieldsCase("resp/content-encoding-empty", "<html>sniffed</html>", "Content-Encoding", ""),
 		diffRespCase("resp/content-type-nil", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			w.Header()["Content-Type"] = nil
 			diffWrite(w, note, "<html>not sniffed</html>")
 		}),
-		diffRespCase("resp/content-length-correct", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "5")
-			diffWrite(w, note, "hello")
-		}),
+		diffFieldsCase("resp/content-length-correct", "hello", "Content-Length", "5"),
 		diffRespCase("resp/content-length-too-short", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			w.Header().Set("Content-Length", "5")
 			diffWrite(w, note, "hello")
 			diffWrite(w, note, " world")
 		}),
-		diffRespCase("resp/content-length-too-short-one-write", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "3")
-			diffWrite(w, note, "hello")
-		}),
-		diffRespCase("resp/content-length-too-long", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "10")
-			diffWrite(w, note, "hello")
-		}),
+		diffFieldsCase("resp/content-length-too-short-one-write", "hello", "Content-Length", "3"),
+		diffFieldsCase("resp/content-length-too-long", "hello", "Content-Length", "10"),
 		// net/http deletes an invalid Content-Length from the handler's map
 		// after WriteHeader cloned it: the clone still has it, so no
 		// Content-Length is computed and the body is chunked.
-		diffRespCase("resp/content-length-invalid", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "abc")
-			diffWrite(w, note, "hello")
-		}),
-		diffRespCase("resp/content-length-negative", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "-5")
-			diffWrite(w, note, "hello")
-		}),
+		diffFieldsCase("resp/content-length-invalid", "hello", "Content-Length", "abc"),
+		diffFieldsCase("resp/content-length-negative", "hello", "Content-Length", "-5"),
 		// net/http drops the (empty) Content-Length field when chunking.
-		diffRespCase("resp/content-length-empty", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "")
-			diffWrite(w, note, "hello")
-		}),
-		diffRespCase("resp/content-length-twice", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Add("Content-Length", "5")
-			w.Header().Add("Content-Length", "5")
-			diffWrite(w, note, "hello")
-		}),
-		diffRespCase("resp/content-length-with-te-chunked", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Content-Length", "5")
-			w.Header().Set("Transfer-Encoding", "chunked")
-			diffWrite(w, note, "hello")
-		}),
-		diffRespCase("resp/body-5000", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, body5000)
-		}),
-		diffRespCase("resp/body-2048", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, body5000[:2048])
-		}),
-		diffRespCase("resp/body-2049", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			diffWrite(w, note, body5000[:2049])
-		}),
+		diffFieldsCase("resp/content-length-empty", "hello", "Content-Length", ""),
+		diffFieldsCase("resp/content-length-twice", "hello", "Content-Length", "5", "Content-Length", "5"),
+		diffFieldsCase("resp/content-length-with-te-chunked", "hello", "Content-Length", "5", "Transfer-Encoding", "chunked"),
+		diffFieldsCase("resp/body-5000", body5000),
+		diffFieldsCase("resp/body-2048", body5000[:2048]),
+		diffFieldsCase("resp/body-2049", body5000[:2049]),
 		diffRespCase("resp/small-writes-2000", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			for i := range 100 {
 				diffWrite(w, note, fmt.Sprintf("line %13d\n", i))
@@ -716,23 +678,14 @@ func diffCases() []diffCase {
 			diffWrite(w, note, "x")
 			w.Header().Set("X-Late", "1")
 		}),
-		diffRespCase("resp/connection-close", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Connection", "close")
-			diffWrite(w, note, "bye")
-		}),
+		diffFieldsCase("resp/connection-close", "bye", "Connection", "close"),
 		diffRespCase("resp/connection-close-flushed", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			w.Header().Set("Connection", "close")
 			diffWrite(w, note, "bye")
 			w.(http.Flusher).Flush()
 		}),
-		diffRespCase("resp/connection-close-in-list", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Connection", "close, x-other")
-			diffWrite(w, note, "stays open")
-		}),
-		diffRespCase("resp/connection-keep-alive", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Connection", "keep-alive")
-			diffWrite(w, note, "x")
-		}),
+		diffFieldsCase("resp/connection-close-in-list", "stays open", "Connection", "close, x-other"),
+		diffFieldsCase("resp/connection-keep-alive", "x", "Connection", "keep-alive"),
 		{name: "resp/connection-keep-alive-request-close", via: "L", ex: oneExchange(diffGet("Connection: close\r\n")),
 			handler: func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 				w.Header().Set("Connection", "keep-alive")
@@ -745,23 +698,10 @@ func diffCases() []diffCase {
 				w.Header().Set("Connection", "x-other close")
 				diffWrite(w, note, "x")
 			}},
-		diffRespCase("resp/te-identity", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Transfer-Encoding", "identity")
-			diffWrite(w, note, "<html>till close")
-		}),
-		diffRespCase("resp/te-identity-with-length", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Transfer-Encoding", "identity")
-			w.Header().Set("Content-Length", "5")
-			diffWrite(w, note, "hello")
-		}),
-		diffRespCase("resp/te-chunked-by-handler", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Transfer-Encoding", "chunked")
-			diffWrite(w, note, "<html>chunked")
-		}),
-		diffRespCase("resp/te-gzip-by-handler", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Transfer-Encoding", "gzip")
-			diffWrite(w, note, "not gzip")
-		}),
+		diffFieldsCase("resp/te-identity", "<html>till close", "Transfer-Encoding", "identity"),
+		diffFieldsCase("resp/te-identity-with-length", "hello", "Transfer-Encoding", "identity", "Content-Length", "5"),
+		diffFieldsCase("resp/te-chunked-by-handler", "<html>chunked", "Transfer-Encoding", "chunked"),
+		diffFieldsCase("resp/te-gzip-by-handler", "not gzip", "Transfer-Encoding", "gzip"),
 		diffRespCase("resp/trailer-declared", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			w.Header().Set("Trailer", "X-T1, X-T2")
 			w.Header().Add("Trailer", "X-T3")
@@ -797,13 +737,7 @@ func diffCases() []diffCase {
 			diffWrite(w, note, "body")
 			w.Header().Set(http.TrailerPrefix+"X-Q", "late")
 		}),
-		diffRespCase("resp/header-value-crlf", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("X-Inject", "a\r\nX-Injected: 1")
-			w.Header().Set("X-Lead", "\r\n lead and trail \r\n")
-			w.Header().Set("X-Lf", "a\nb")
-			w.Header().Set("X-Spaces", "  \t padded \t ")
-			diffWrite(w, note, "x")
-		}),
+		diffFieldsCase("resp/header-value-crlf", "x", "X-Inject", "a\r\nX-Injected: 1", "X-Lead", "\r\n lead and trail \r\n", "X-Lf", "a\nb", "X-Spaces", "  \t padded \t "),
 		diffRespCase("resp/invalid-header-names", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			w.Header()["Bad Name"] = []string{"1"}
 			w.Header()["X:Colon"] = []string{"2"}
@@ -825,10 +759,7 @@ func diffCases() []diffCase {
 		diffRespCase("resp/status-0-panics", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
 			w.WriteHeader(0)
 		}),
-		diffRespCase("resp/date-set-by-handler", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
-			w.Header().Set("Date", "Mon, 02 Jan 2006 15:04:05 GMT")
-			diffWrite(w, note, "x")
-		}),
+		diffFieldsCase("resp/date-set-by-handler", "x", "Date", "Mon, 02 Jan 2006 15:04:05 GMT"),
 		// io.Copy into net/http's writer goes through its ReadFrom, which
 		// writes the head after the first 512 bytes (so: chunked).
 		diffRespCase("resp/io-copy", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
@@ -1061,42 +992,58 @@ func diffClip(s string, n int) string {
 	return fmt.Sprintf("%q ...(%d bytes in all)... %q", s[:n*2/3], len(s), s[len(s)-n/3:])
 }
 
-// TestLoopServesWithoutNetHTTP checks that net/http never sees a
-// connection of simple requests (ConnState is called only for the
-// connections it serves), and that it takes the connection over from the
-// first request the loop does not take, for good.
-func TestLoopServesWithoutNetHTTP(t *testing.T) {
-	t.Parallel()
+// serveWatched serves h through the loop until the test ends, and returns
+// its address and the ConnState calls net/http made so far.
+func serveWatched(t *testing.T, h http.Handler) (addr string, states func() []http.ConnState) {
 	var mu sync.Mutex
-	var states []http.ConnState
-	getStates := func() []http.ConnState {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(states)
-	}
+	var seen []http.ConnState
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{
 		ErrorLog: diffDiscardLog,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("X-Writer", fmt.Sprintf("%T", w))
-			io.Copy(io.Discard, r.Body)
-			io.WriteString(w, "ok")
-		}),
+		Handler:  h,
 		ConnState: func(c net.Conn, s http.ConnState) {
 			mu.Lock()
-			states = append(states, s)
+			seen = append(seen, s)
 			mu.Unlock()
 		},
 	}
 	s := h1serve.New(srv)
-	done := make(chan struct{})
-	go func() { s.Serve(ln); close(done) }()
-	t.Cleanup(func() { s.Close(); ln.Close(); <-done })
+	serveUntilCleanup(t, ln, s.Serve, s.Close)
+	return ln.Addr().String(), func() []http.ConnState {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
 
-	c, err := net.Dial("tcp", ln.Addr().String())
+// serveUntilCleanup runs serve(ln) until the test ends, then closes it and
+// waits, with a deadline, for serve to return.
+func serveUntilCleanup(t *testing.T, ln net.Listener, serve func(net.Listener) error, stop func() error) {
+	done := make(chan struct{})
+	go func() { serve(ln); close(done) }()
+	t.Cleanup(func() {
+		stop()
+		ln.Close()
+		testkit.Recv(t, done, 10*time.Second, "the server's Serve returning after its Close")
+	})
+}
+
+// TestLoopServesWithoutNetHTTP checks that net/http never sees a
+// connection of simple requests (ConnState is called only for the
+// connections it serves), and that it takes the connection over from the
+// first request the loop does not take, for good.
+func TestLoopServesWithoutNetHTTP(t *testing.T) {
+	t.Parallel()
+	addr, getStates := serveWatched(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Writer", fmt.Sprintf("%T", w))
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1150,32 +1097,14 @@ func TestLoopServesWithoutNetHTTP(t *testing.T) {
 // three), that ConnState never runs: the loop served them alone.
 func TestLoopConnectionNeverSeenByNetHTTP(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var states []http.ConnState
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{
-		ErrorLog: diffDiscardLog,
-		Handler:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-		ConnState: func(c net.Conn, s http.ConnState) {
-			mu.Lock()
-			states = append(states, s)
-			mu.Unlock()
-		},
-	}
-	s := h1serve.New(srv)
-	done := make(chan struct{})
-	go func() { s.Serve(ln); close(done) }()
-	t.Cleanup(func() { s.Close(); ln.Close(); <-done })
+	addr, getStates := serveWatched(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 
 	for _, e := range []diffExchange{
 		{send: diffGet(), methods: []string{"GET"}},
 		{send: diffGet("Connection: close\r\n"), methods: []string{"GET"}},
 		{send: diffGet() + diffHead() + diffGet("X-A: 1\r\n", "x-b: 2\r\n"), methods: []string{"GET", "HEAD", "GET"}},
 	} {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1193,9 +1122,7 @@ func TestLoopConnectionNeverSeenByNetHTTP(t *testing.T) {
 	}
 	// Had net/http served one of these requests, ConnState(StateNew) would
 	// have run before its response was written.
-	mu.Lock()
-	defer mu.Unlock()
-	if len(states) != 0 {
-		t.Fatalf("ConnState saw %v on connections the loop should serve alone", states)
+	if st := getStates(); len(st) != 0 {
+		t.Fatalf("ConnState saw %v on connections the loop should serve alone", st)
 	}
 }
