@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/journal"
 )
 
@@ -56,86 +58,77 @@ func TestConcurrent(t *testing.T) {
 		done      = make(chan struct{})
 		errs      = make(chan error, 3)
 	)
-	wg.Add(3)
-	go func() { // scanner and acker: acks a third of what it sees
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			spans, ends, err := contiguous(j)
-			if err != nil {
-				errs <- err
-				return
-			}
-			if len(spans) > 2 {
-				if err := j.Ack(ends[len(ends)/3]); err != nil {
+	// loop runs step until done is closed or it fails.
+	loop := func(step func() error) {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := step(); err != nil {
 					errs <- err
 					return
 				}
-				ackedLast = max(ackedLast, spans[len(ends)/3].last)
 			}
+		})
+	}
+	loop(func() error { // scanner and acker: acks a third of what it sees
+		spans, ends, err := contiguous(j)
+		if err != nil || len(spans) <= 2 {
+			return err
 		}
-	}()
-	go func() { // scanner
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			if _, _, err := contiguous(j); err != nil {
-				errs <- err
-				return
-			}
+		if err := j.Ack(ends[len(ends)/3]); err != nil {
+			return err
 		}
-	}()
-	go func() { // folder: folds the first half of what it sees
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			_, ends, err := contiguous(j)
-			if err != nil || len(ends) < 4 {
-				continue
-			}
-			err = j.Fold(ends[len(ends)/2], func(recs func(func([]byte) bool)) ([]byte, error) {
-				var all span
-				first := true
-				for r := range recs {
-					s, err := parseSpan(r)
-					if err != nil {
-						return nil, err
-					}
-					if first {
-						all.first = s.first
-						first = false
-					} else if s.first != all.last+1 {
-						return nil, fmt.Errorf("fold: span %v after %d", s, all.last)
-					}
-					all.last = s.last
+		ackedLast = max(ackedLast, spans[len(ends)/3].last)
+		return nil
+	})
+	loop(func() error { // scanner
+		_, _, err := contiguous(j)
+		return err
+	})
+	loop(func() error { // folder: folds the first half of what it sees
+		_, ends, err := contiguous(j)
+		if err != nil || len(ends) < 4 {
+			return nil
+		}
+		return j.Fold(ends[len(ends)/2], func(recs func(func([]byte) bool)) ([]byte, error) {
+			var all span
+			first := true
+			for r := range recs {
+				s, err := parseSpan(r)
+				if err != nil {
+					return nil, err
 				}
-				return fmt.Appendf(nil, "%d-%d", all.first, all.last), nil
-			})
-			if err != nil {
-				errs <- err
-				return
+				if first {
+					all.first = s.first
+					first = false
+				} else if s.first != all.last+1 {
+					return nil, fmt.Errorf("fold: span %v after %d", s, all.last)
+				}
+				all.last = s.last
 			}
-		}
-	}()
+			return fmt.Appendf(nil, "%d-%d", all.first, all.last), nil
+		})
+	})
+	stopped := make(chan struct{})
+	stop := sync.OnceFunc(func() {
+		close(done)
+		go func() { wg.Wait(); close(stopped) }()
+	})
+	wait := func() {
+		stop()
+		testkit.Recv(t, stopped, time.Minute, "the scanners, the acker and the folder stopping")
+	}
+	t.Cleanup(wait) // also when an Append fails the test
 	for i := range n {
 		if _, err := j.Append(fmt.Appendf(nil, "%d-%d", i, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	close(done)
-	wg.Wait()
+	wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)

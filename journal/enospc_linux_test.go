@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/linkgate/linkgate/journal"
 )
 
@@ -41,27 +39,14 @@ func TestAppendNoSpace(t *testing.T) {
 	dir := filepath.Join(vol, "journal")
 	opts := journal.Options{SegmentBytes: 100 << 10}
 	j := open(t, dir, opts)
-	var (
-		kept []entry
-		err  error
-	)
-	for i := 0; ; i++ {
-		r := rec(i, 30<<10)
-		var p journal.Pos
-		if p, err = j.Append([]byte(r)); err != nil {
-			break
-		}
-		kept = append(kept, entry{p, r})
-	}
+	kept, err := appendUntilFails(j, 0, nil)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Append on a full volume = %v, want ENOSPC", err)
 	}
 	t.Logf("%d records of 30 KiB fit, then: %v", len(kept), err)
 	check := func(what string) {
 		t.Helper()
-		if got := scanAll(t, j); !cmp.Equal(got, kept, cmpPos) {
-			t.Fatalf("%s: %s", what, cmp.Diff(kept, got, cmpPos))
-		}
+		checkScan(t, j, kept, what)
 		if want := int64(len(kept)) * (30<<10 + journal.FrameHeader); j.Bytes() != want || diskBytes(t, dir) != want {
 			t.Fatalf("%s: Bytes() %d, files hold %d, want %d: a part of the failed record is left", what, j.Bytes(), diskBytes(t, dir), want)
 		}
@@ -113,9 +98,7 @@ func TestFoldNoSpace(t *testing.T) {
 	if err := j.Fold(kept[len(kept)-1].End, big); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Fold into a file that does not fit = %v, want ENOSPC", err)
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, kept, cmpPos) {
-		t.Fatalf("after a failed Fold: %s", cmp.Diff(kept, got, cmpPos))
-	}
+	checkScan(t, j, kept, "after a failed Fold")
 	if j.Bytes() != diskBytes(t, dir) {
 		t.Errorf("Bytes() %d, files hold %d", j.Bytes(), diskBytes(t, dir))
 	}
@@ -167,9 +150,7 @@ func TestAckNoSpace(t *testing.T) {
 	if j.Acked() != kept[5].End {
 		t.Fatalf("Acked() after reopen = %v, want %v", j.Acked(), kept[5].End)
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, kept[6:], cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(kept[6:], got, cmpPos))
-	}
+	checkScan(t, j, kept[6:], "Scan after reopen")
 	if _, err := j.Append([]byte(rec(100, 30<<10))); err != nil {
 		t.Errorf("Append after the ack gave space back: %v", err)
 	}
@@ -208,15 +189,7 @@ func TestPreallocateOnFullVolume(t *testing.T) {
 			j := open(t, dir, opts)
 			kept := appendAll(t, j, rec(0, 30<<10))
 			fill(t, vol)
-			var err error
-			for i := 1; ; i++ {
-				r := rec(i, 30<<10)
-				var p journal.Pos
-				if p, err = j.Append([]byte(r)); err != nil {
-					break
-				}
-				kept = append(kept, entry{p, r})
-			}
+			kept, err := appendUntilFails(j, 1, kept)
 			if !errors.Is(err, syscall.ENOSPC) {
 				t.Fatalf("Append past the reserve = %v, want ENOSPC", err)
 			}
@@ -230,10 +203,22 @@ func TestPreallocateOnFullVolume(t *testing.T) {
 			}
 			j.Close()
 			j = open(t, dir, opts)
-			if got := scanAll(t, j); !cmp.Equal(got, kept, cmpPos) {
-				t.Fatalf("reopened: %s", cmp.Diff(kept, got, cmpPos))
-			}
+			checkScan(t, j, kept, "reopened")
 			j.Close()
 		})
+	}
+}
+
+// appendUntilFails appends records of 30 KiB, numbered from i, to kept
+// until an Append fails, and returns them and the error. (The volumes
+// are small: it ends.)
+func appendUntilFails(j *journal.Journal, i int, kept []entry) ([]entry, error) {
+	for ; ; i++ {
+		r := rec(i, 30<<10)
+		p, err := j.Append([]byte(r))
+		if err != nil {
+			return kept, err
+		}
+		kept = append(kept, entry{p, r})
 	}
 }

@@ -49,9 +49,7 @@ func TestFold(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append([]entry{{all[4].End, "r1+r2+r3+r4"}}, all[5:]...)
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan after Fold: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan after Fold")
 	if got := files(t, dir); len(got) != 3 || !strings.HasPrefix(got[0], "fold-") {
 		t.Errorf("files after Fold: %v, want the fold file and the last two segments", got)
 	}
@@ -60,9 +58,7 @@ func TestFold(t *testing.T) {
 	}
 	j.Close()
 	j = open(t, dir, journal.Options{})
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan after reopen")
 	if st := j.Recovered(); st.Records != 5 || st.Removed != 0 {
 		t.Errorf("Recovered() = %+v, want 5 records, nothing removed", st)
 	}
@@ -72,9 +68,7 @@ func TestFold(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = append([]entry{{all[6].End, "r1+r2+r3+r4+r5+r6"}}, all[7:]...)
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan after a second Fold: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan after a second Fold")
 	if got := files(t, dir); len(got) != 2 || !strings.HasPrefix(got[0], "fold-") {
 		t.Errorf("files after a second Fold: %v, want one fold file and the last segment", got)
 	}
@@ -84,9 +78,7 @@ func TestFold(t *testing.T) {
 	if err := j.Ack(all[5].End); err != nil {
 		t.Fatal(err)
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan after acking inside the folded range: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan after acking inside the folded range")
 	// Acking its end removes it.
 	if err := j.Ack(want[0].End); err != nil {
 		t.Fatal(err)
@@ -96,9 +88,7 @@ func TestFold(t *testing.T) {
 	}
 	j.Close()
 	j = open(t, dir, journal.Options{})
-	if got := scanAll(t, j); !cmp.Equal(got, all[7:], cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(all[7:], got, cmpPos))
-	}
+	checkScan(t, j, all[7:], "Scan after reopen")
 }
 
 func TestFoldEverything(t *testing.T) {
@@ -107,9 +97,7 @@ func TestFoldEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []entry{{all[8].End, "r1+r2+r3+r4+r5+r6+r7+r8"}}
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan")
 	if got := files(t, dir); len(got) != 1 {
 		t.Errorf("files after folding everything: %v, want the fold file only", got)
 	}
@@ -158,9 +146,7 @@ func TestFoldChangesNothing(t *testing.T) {
 			if (err != nil) != tc.wantErr || called != tc.called {
 				t.Fatalf("Fold = %v, fold called %v; want error %v, called %v", err, called, tc.wantErr, tc.called)
 			}
-			if got := scanAll(t, j); !cmp.Equal(got, all[1:], cmpPos) {
-				t.Fatalf("Scan: %s", cmp.Diff(all[1:], got, cmpPos))
-			}
+			checkScan(t, j, all[1:], "Scan")
 			if got := files(t, dir); !slices.Equal(got, before) {
 				t.Errorf("files %v, want %v", got, before)
 			}
@@ -223,9 +209,7 @@ func TestFoldCrash(t *testing.T) {
 				}
 				for reopen := range 2 {
 					j = open(t, dir, journal.Options{})
-					if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-						t.Fatalf("reopen %d: %s", reopen, cmp.Diff(want, got, cmpPos))
-					}
+					checkScan(t, j, want, fmt.Sprintf("reopen %d", reopen))
 					if j.Bytes() != diskBytes(t, dir) {
 						t.Errorf("reopen %d: Bytes() = %d, files hold %d", reopen, j.Bytes(), diskBytes(t, dir))
 					}
@@ -261,9 +245,7 @@ func TestAckCrash(t *testing.T) {
 				want = all[8:]
 			}
 			j = open(t, dir, journal.Options{})
-			if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-				t.Fatalf("reopen: %s", cmp.Diff(want, got, cmpPos))
-			}
+			checkScan(t, j, want, "reopen")
 			if i >= slices.Index(steps, "ack: renamed") && len(files(t, dir)) != 1 {
 				t.Errorf("files after reopen: %v, want the last segment only", files(t, dir))
 			}
@@ -286,9 +268,7 @@ func TestDamagedFoldFile(t *testing.T) {
 	j = open(t, dir, journal.Options{})
 	// r1 and r2 were in the first segment, removed by the fold: lost with
 	// it. r3 and r4 are still in the second segment.
-	if got := scanAll(t, j); !cmp.Equal(got, all[3:], cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(all[3:], got, cmpPos))
-	}
+	checkScan(t, j, all[3:], "Scan")
 	if st := j.Recovered(); st.Corrupt != 1 || st.LostBytes != fi.Size() {
 		t.Errorf("Recovered() = %+v, want 1 corrupt, %d bytes lost", st, fi.Size())
 	}
@@ -315,17 +295,13 @@ func TestRefold(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append([]entry{{all[4].End, "1 folded"}}, all[5:]...)
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan")
 	if j.Bytes() != diskBytes(t, dir) {
 		t.Errorf("Bytes() = %d, files hold %d", j.Bytes(), diskBytes(t, dir))
 	}
 	j.Close()
 	j = open(t, dir, journal.Options{})
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan after reopen")
 }
 
 // TestReclaimable: acking up to what Reclaimable says gives back exactly

@@ -88,6 +88,24 @@ func diskBytes(t *testing.T, dir string) int64 {
 	return n
 }
 
+// checkScan fails the test, saying what, unless a scan of j from its ack
+// position yields want.
+func checkScan(t *testing.T, j *journal.Journal, want []entry, what string) {
+	t.Helper()
+	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
+		t.Fatalf("%s: %s", what, cmp.Diff(want, got, cmpPos))
+	}
+}
+
+// recsOf returns n records of size bytes.
+func recsOf(n, size int) []string {
+	recs := make([]string, n)
+	for i := range recs {
+		recs[i] = rec(i, size)
+	}
+	return recs
+}
+
 func rec(i, size int) string {
 	s := fmt.Sprintf("record %d:", i)
 	return s + strings.Repeat(string(rune('a'+i%26)), max(size-len(s), 0))
@@ -103,9 +121,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("positions not increasing: %v then %v", want[i-1].End, want[i].End)
 		}
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan")
 	// Scanning after a record's position starts after it.
 	var got []entry
 	j.Scan(want[2].End, func(end journal.Pos, rec []byte) error {
@@ -158,9 +174,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("Append after Close = %v, want ErrClosed", err)
 	}
 	j = open(t, dir, journal.Options{SegmentBytes: 1024})
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan after reopen")
 	st := j.Recovered()
 	if st.Records != 20 || st.Segments != len(files(t, dir)) || st.Bytes != diskBytes(t, dir) || st.TornBytes != 0 || st.Corrupt != 0 {
 		t.Errorf("Recovered() = %+v, want 20 records in %d segments, %d bytes, nothing torn or corrupt", st, len(files(t, dir)), diskBytes(t, dir))
@@ -325,10 +339,7 @@ func TestCorruptRecord(t *testing.T) {
 			dir := t.TempDir()
 			j := open(t, dir, journal.Options{SegmentBytes: 400})
 			// Three records of 112 bytes per segment, two segments.
-			var recs []string
-			for i := range 6 {
-				recs = append(recs, rec(i, 100))
-			}
+			recs := recsOf(6, 100)
 			all := appendAll(t, j, recs...)
 			j.Close()
 			segs := files(t, dir)
@@ -343,9 +354,7 @@ func TestCorruptRecord(t *testing.T) {
 			// length the next good frame is found again.
 			bad := 3*tc.seg + 1
 			want := slices.Concat(all[:bad], all[bad+1:])
-			if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-				t.Fatalf("Scan: %s", cmp.Diff(want, got, cmpPos))
-			}
+			checkScan(t, j, want, "Scan")
 			if st := j.Recovered(); st.Corrupt != 1 || st.LostBytes != 100+journal.FrameHeader || st.TornBytes != 0 {
 				t.Errorf("Recovered() = %+v, want 1 corrupt record of %d bytes lost, none torn", st, 100+journal.FrameHeader)
 			}
@@ -360,9 +369,7 @@ func TestCorruptRecord(t *testing.T) {
 			want = append(want, entry{p, "new"})
 			j.Close()
 			j = open(t, dir, journal.Options{SegmentBytes: 400})
-			if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-				t.Fatalf("Scan after Append and reopen: %s", cmp.Diff(want, got, cmpPos))
-			}
+			checkScan(t, j, want, "Scan after Append and reopen")
 		})
 	}
 }
@@ -372,17 +379,12 @@ func TestCorruptRecord(t *testing.T) {
 func TestCorruptAfterOpen(t *testing.T) {
 	dir := t.TempDir()
 	j := open(t, dir, journal.Options{SegmentBytes: 400})
-	var recs []string
-	for i := range 6 {
-		recs = append(recs, rec(i, 100))
-	}
+	recs := recsOf(6, 100)
 	all := appendAll(t, j, recs...)
 	_, second := journal.Split(all[0].End)
 	flip(t, filepath.Join(dir, files(t, dir)[0]), second+20)
 	want := slices.Concat(all[:1], all[3:])
-	if got := scanAll(t, j); !cmp.Equal(got, want, cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(want, got, cmpPos))
-	}
+	checkScan(t, j, want, "Scan")
 	if j.Corrupt() != 1 {
 		t.Errorf("Corrupt() = %d, want 1", j.Corrupt())
 	}
@@ -413,9 +415,7 @@ func TestAck(t *testing.T) {
 	if got, want := j.Bytes(), diskBytes(t, dir); got != want || got != 6*112 {
 		t.Errorf("Bytes() = %d, files hold %d, want %d", got, want, 6*112)
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, all[8:], cmpPos) {
-		t.Fatalf("Scan after Ack: %s", cmp.Diff(all[8:], got, cmpPos))
-	}
+	checkScan(t, j, all[8:], "Scan after Ack")
 	// Acking backwards does nothing.
 	if err := j.Ack(all[2].End); err != nil || j.Acked() != all[7].End {
 		t.Errorf("Ack backwards = %v, Acked() = %v, want nil and %v", err, j.Acked(), all[7].End)
@@ -434,9 +434,7 @@ func TestAck(t *testing.T) {
 	if j.Acked() != all[7].End {
 		t.Errorf("Acked() after reopen = %v, want %v", j.Acked(), all[7].End)
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, all[8:], cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(all[8:], got, cmpPos))
-	}
+	checkScan(t, j, all[8:], "Scan after reopen")
 	if st := j.Recovered(); st.Records != 4 || st.Segments != 2 {
 		t.Errorf("Recovered() = %+v, want 4 records in 2 segments", st)
 	}
@@ -455,9 +453,7 @@ func TestAck(t *testing.T) {
 	}
 	j.Close()
 	j = open(t, dir, opts)
-	if got := scanAll(t, j); !cmp.Equal(got, more, cmpPos) {
-		t.Fatalf("Scan after reopen: %s", cmp.Diff(more, got, cmpPos))
-	}
+	checkScan(t, j, more, "Scan after reopen")
 }
 
 // TestAckDuringScan acks each record from inside Scan, as a replay that
@@ -466,10 +462,7 @@ func TestAck(t *testing.T) {
 func TestAckDuringScan(t *testing.T) {
 	dir := t.TempDir()
 	j := open(t, dir, journal.Options{SegmentBytes: 400})
-	var recs []string
-	for i := range 12 {
-		recs = append(recs, rec(i, 100))
-	}
+	recs := recsOf(12, 100)
 	all := appendAll(t, j, recs...)
 	var got []entry
 	err := j.Scan(journal.Pos{}, func(end journal.Pos, rec []byte) error {
@@ -613,9 +606,7 @@ func TestDamagedAckFile(t *testing.T) {
 	if st := j.Recovered(); !st.AckLost {
 		t.Errorf("Recovered() = %+v, want AckLost", st)
 	}
-	if got := scanAll(t, j); !cmp.Equal(got, all, cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(all, got, cmpPos))
-	}
+	checkScan(t, j, all, "Scan")
 	// The next Ack writes a good file again.
 	if err := j.Ack(all[1].End); err != nil {
 		t.Fatal(err)
@@ -640,9 +631,7 @@ func TestDamagedAckedRecord(t *testing.T) {
 	j.Close()
 	flip(t, filepath.Join(dir, files(t, dir)[0]), journal.FrameHeader+50)
 	j = open(t, dir, journal.Options{})
-	if got := scanAll(t, j); !cmp.Equal(got, all[1:], cmpPos) {
-		t.Fatalf("Scan: %s", cmp.Diff(all[1:], got, cmpPos))
-	}
+	checkScan(t, j, all[1:], "Scan")
 	if st := j.Recovered(); st.Corrupt != 0 || st.Records != 2 {
 		t.Errorf("Recovered() = %+v, want 2 records, none corrupt", st)
 	}
