@@ -250,26 +250,46 @@ func rounds(t *testing.T) int {
 func TestKill9DuringCassandraOutage(t *testing.T) {
 	t.Parallel()
 	up := redirector(t)
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 9))
-	t.Logf("seed %d", seed)
+	rng := seeded(t, 9)
 	for r := range rounds(t) {
 		dir := t.TempDir()
 		embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}\n"
 		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", testkit.DeadAddr(t), embedded)
 		gw, _ := startGateway(t, analyticsGateway(up.URL, down))
 		v := visit(gw.url("gateway", ""))
-		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
-		killed := gw.kill9()
-		v.halt()
+		killed := killAtRandom(rng, gw, v)
 
-		gw2, _ := startGateway(t, analyticsGateway(up.URL, "  store: embedded\n"+embedded))
-		sent, _ := v.sent(time.Time{})
-		counted := settle(t, gw2, sent-sentAfter(v, killed))
-		checkLoss(t, fmt.Sprintf("cassandra down, round %d", r), v, killed, counted)
-		checkBreakdown(t, fmt.Sprintf("cassandra down, round %d", r), gw2, counted)
-		gw2.stop()
+		recount(t, fmt.Sprintf("cassandra down, round %d", r), analyticsGateway(up.URL, "  store: embedded\n"+embedded), v, killed)
 	}
+}
+
+// seeded returns a random source of a seed it logs, on stream.
+func seeded(t *testing.T, stream uint64) *rand.Rand {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
+// killAtRandom kills gw with SIGKILL 1.5 to 4 s from now, stops the
+// visitor, and returns when it killed.
+func killAtRandom(rng *rand.Rand, gw *process, v *visitor) (killed time.Time) {
+	time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
+	killed = gw.kill9()
+	v.halt()
+	return killed
+}
+
+// recount starts the next process on cfg after a kill -9 at killed,
+// waits until it counted what v sent before the interval the kill may
+// lose, and checks the loss and the breakdown.
+func recount(t *testing.T, what, cfg string, v *visitor, killed time.Time) {
+	t.Helper()
+	gw2, _ := startGateway(t, cfg)
+	sent, _ := v.sent(time.Time{})
+	counted := settle(t, gw2, sent-sentAfter(v, killed))
+	checkLoss(t, what, v, killed, counted)
+	checkBreakdown(t, what, gw2, counted)
+	gw2.stop()
 }
 
 func sentAfter(v *visitor, killed time.Time) int {
@@ -303,9 +323,7 @@ func stored(t *testing.T, gw *process) {
 func TestKill9DuringPebbleOutage(t *testing.T) {
 	t.Parallel()
 	up := redirector(t)
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 11))
-	t.Logf("seed %d", seed)
+	rng := seeded(t, 11)
 	for r := range rounds(t) {
 		disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
@@ -314,20 +332,13 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 		v := visit(gw.url("gateway", ""))
 		stored(t, gw) // healthy flushes first
 		free := testkit.Fill(t, disk, 16<<20)
-		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
-		killed := gw.kill9()
-		v.halt()
+		killed := killAtRandom(rng, gw, v)
 		if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
 			t.Errorf("round %d: no failed flush logged: the disk did not stop the store\n%s", r, gw.logs.String())
 		}
 		free()
 
-		gw2, _ := startGateway(t, cfg)
-		sent, _ := v.sent(time.Time{})
-		counted := settle(t, gw2, sent-sentAfter(v, killed))
-		checkLoss(t, fmt.Sprintf("pebble disk full, round %d", r), v, killed, counted)
-		checkBreakdown(t, fmt.Sprintf("pebble disk full, round %d", r), gw2, counted)
-		gw2.stop()
+		recount(t, fmt.Sprintf("pebble disk full, round %d", r), cfg, v, killed)
 	}
 }
 
@@ -408,9 +419,7 @@ func TestLostVisitsSaid(t *testing.T) {
 func TestKill9FullDiskDefaultLayout(t *testing.T) {
 	t.Parallel()
 	up := redirector(t)
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 17))
-	t.Logf("seed %d", seed)
+	rng := seeded(t, 17)
 	for r := range rounds(t) {
 		disk := testkit.Tmpfs(t, 64<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n", filepath.Join(disk, "analytics")))
@@ -418,19 +427,12 @@ func TestKill9FullDiskDefaultLayout(t *testing.T) {
 		v := visit(gw.url("gateway", ""))
 		stored(t, gw) // healthy flushes first
 		free := testkit.Fill(t, disk, 0)
-		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
-		killed := gw.kill9()
-		v.halt()
+		killed := killAtRandom(rng, gw, v)
 		if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
 			t.Errorf("round %d: no failed flush logged: the full disk did not stop the store\n%s", r, gw.logs.String())
 		}
 		free()
-		gw2, _ := startGateway(t, cfg)
-		sent, _ := v.sent(time.Time{})
-		counted := settle(t, gw2, sent-sentAfter(v, killed))
-		checkLoss(t, fmt.Sprintf("volume full, default layout, round %d", r), v, killed, counted)
-		checkBreakdown(t, fmt.Sprintf("volume full, default layout, round %d", r), gw2, counted)
-		gw2.stop()
+		recount(t, fmt.Sprintf("volume full, default layout, round %d", r), cfg, v, killed)
 	}
 }
 
@@ -439,27 +441,18 @@ func TestKill9FullDiskDefaultLayout(t *testing.T) {
 func TestKill9StoreHealthy(t *testing.T) {
 	t.Parallel()
 	up := redirector(t)
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 13))
-	t.Logf("seed %d", seed)
+	rng := seeded(t, 13)
 	for r := range rounds(t) {
 		dir := t.TempDir()
 		jdir := filepath.Join(dir, "journal")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n", filepath.Join(dir, "analytics"), jdir))
 		gw, _ := startGateway(t, cfg)
 		v := visit(gw.url("gateway", ""))
-		time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(2500))*time.Millisecond)
-		killed := gw.kill9()
-		v.halt()
+		killed := killAtRandom(rng, gw, v)
 		segs, _ := filepath.Glob(filepath.Join(jdir, "seg-*"))
 		if gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) || len(segs) > 0 {
 			t.Errorf("round %d: a healthy store, yet a failed flush or journal segments %v", r, segs)
 		}
-		gw2, _ := startGateway(t, cfg)
-		sent, _ := v.sent(time.Time{})
-		counted := settle(t, gw2, sent-sentAfter(v, killed))
-		checkLoss(t, fmt.Sprintf("store healthy, round %d", r), v, killed, counted)
-		checkBreakdown(t, fmt.Sprintf("store healthy, round %d", r), gw2, counted)
-		gw2.stop()
+		recount(t, fmt.Sprintf("store healthy, round %d", r), cfg, v, killed)
 	}
 }
