@@ -12,21 +12,38 @@ import (
 	"time"
 )
 
-func benchLimiter(b *testing.B) (*Limiter, *rule) {
+// benchLimiter is a limiter of the rule 2/s, 5/m, 10/h, 100/d on the
+// Memory store; raised, its limits are raised out of reach.
+func benchLimiter(b *testing.B, raised bool) (*Limiter, *rule) {
 	b.Helper()
 	rules := []Rule{{Name: "login_ip", Match: Match{Methods: []string{"POST"}, Path: "/login"}, Key: IP, Limits: mustLimits(b, "2/s", "5/m", "10/h", "100/d")}}
 	l := New(compileT(b, rules, DefaultConfig()), NewMemory(), NewMetrics(nil), nil)
-	return l, l.rules[0]
+	r := l.rules[0]
+	if raised {
+		for i := range r.plan.limits {
+			r.plan.limits[i].N = 1 << 40
+		}
+	}
+	return l, r
+}
+
+// benchOverLimit is benchLimiter's with the client 203.0.113.9 over its
+// limit at now.
+func benchOverLimit(b *testing.B) (l *Limiter, r *rule, ctx context.Context, now time.Time) {
+	l, r = benchLimiter(b, false)
+	ctx = context.Background()
+	now = time.Now().Truncate(time.Second)
+	for range 3 {
+		l.check(ctx, &r.windows, "203.0.113.9", now, true)
+	}
+	return l, r, ctx, now
 }
 
 // BenchmarkCheckCount is a check and a count of a known client under the
 // rule 2/s, 5/m, 10/h, 100/d on the Memory store. The limits are raised so
 // that the client stays under them.
 func BenchmarkCheckCount(b *testing.B) {
-	l, r := benchLimiter(b)
-	for i := range r.plan.limits {
-		r.plan.limits[i].N = 1 << 40
-	}
+	l, r := benchLimiter(b, true)
 	ctx := context.Background()
 	now := time.Now()
 	l.check(ctx, &r.windows, "203.0.113.7", now, true)
@@ -42,10 +59,7 @@ func BenchmarkCheckCount(b *testing.B) {
 // BenchmarkCheckCountParallel is BenchmarkCheckCount from GOMAXPROCS
 // goroutines, each its own client.
 func BenchmarkCheckCountParallel(b *testing.B) {
-	l, r := benchLimiter(b)
-	for i := range r.plan.limits {
-		r.plan.limits[i].N = 1 << 40
-	}
+	l, r := benchLimiter(b, true)
 	ctx := context.Background()
 	now := time.Now()
 	var id atomic.Int64
@@ -63,12 +77,7 @@ func BenchmarkCheckCountParallel(b *testing.B) {
 // BenchmarkOverLimit is a client over its limit: answered from the blocked
 // cache, no store operation.
 func BenchmarkOverLimit(b *testing.B) {
-	l, r := benchLimiter(b)
-	ctx := context.Background()
-	now := time.Now().Truncate(time.Second)
-	for range 3 {
-		l.check(ctx, &r.windows, "203.0.113.9", now, true)
-	}
+	l, r, ctx, now := benchOverLimit(b)
 	if v := l.check(ctx, &r.windows, "203.0.113.9", now, true); v.out != limited {
 		b.Fatal("client not limited")
 	}
@@ -82,12 +91,7 @@ func BenchmarkOverLimit(b *testing.B) {
 }
 
 func BenchmarkOverLimitParallel(b *testing.B) {
-	l, r := benchLimiter(b)
-	ctx := context.Background()
-	now := time.Now().Truncate(time.Second)
-	for range 3 {
-		l.check(ctx, &r.windows, "203.0.113.9", now, true)
-	}
+	l, r, ctx, now := benchOverLimit(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -100,10 +104,7 @@ func BenchmarkOverLimitParallel(b *testing.B) {
 // for a known client under the limits of 2/s, 5/m, 10/h, 100/d (raised),
 // headers included: for comparison with the decision alone.
 func BenchmarkMiddleware(b *testing.B) {
-	l, r := benchLimiter(b)
-	for i := range r.plan.limits {
-		r.plan.limits[i].N = 1 << 40
-	}
+	l, _ := benchLimiter(b, true)
 	h := l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	req := httptest.NewRequest("POST", "/login", nil)
 	req.RemoteAddr = "203.0.113.7:5555"

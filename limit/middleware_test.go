@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/forwarded"
@@ -597,23 +596,7 @@ func TestAdmin(t *testing.T) {
 	ip.Match = limit.Match{Path: "/ip"}
 	e := newEnv(t, []limit.Rule{em, ip}, envOpt{trusted: []string{"127.0.0.0/8"}})
 	// Mounted as cmd/gateway does: a chi sub-route, then StripPrefix.
-	mux := chi.NewRouter()
-	mux.Route("/admin", func(r chi.Router) {
-		r.Handle("/limits/*", http.StripPrefix("/admin/limits", e.l.AdminHandler()))
-	})
-	admin := httptest.NewServer(mux)
-	defer admin.Close()
-	call := func(method, path string) (int, map[string]any) {
-		req, _ := http.NewRequest(method, admin.URL+path, nil)
-		resp, err := admin.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var v map[string]any
-		json.NewDecoder(resp.Body).Decode(&v)
-		return resp.StatusCode, v
-	}
+	call := boxedAdmin(t, e)
 	for range 6 {
 		e.loginForm("frank@example.com", 401)
 	}
