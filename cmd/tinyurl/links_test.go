@@ -33,13 +33,8 @@ func runDemo(t *testing.T, args ...string) (base string, stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("run: %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("run did not return after cancel")
+			if err := testkit.Recv(t, done, 10*time.Second, "run returning after cancel"); err != nil {
+				t.Errorf("run: %v", err)
 			}
 		})
 	}

@@ -271,13 +271,8 @@ func TestRun(t *testing.T) {
 		t.Errorf("login with the default password = %d, want 401", a.status)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run = %v, want nil after cancel", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("run did not return after cancel")
+	if err := testkit.Recv(t, done, 5*time.Second, "run returning after cancel"); err != nil {
+		t.Errorf("run = %v, want nil after cancel", err)
 	}
 }
 
