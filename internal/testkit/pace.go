@@ -78,6 +78,19 @@ func Recv[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T
 	}
 }
 
+// Await calls wait (a WaitGroup's Wait, a process's) and returns when it
+// returns; it fails t, naming what it awaited, if wait has not returned
+// within Slack(within). The wait goes on, on a goroutine of its own.
+func Await(t testing.TB, wait func(), within time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	Recv(t, done, within, what)
+}
+
 // Deadline ends the test binary with every goroutine's stack, as go
 // test's -timeout does, if t has not ended within Slack(d): a test that
 // hangs names itself and shows where it waits, in minutes rather than at

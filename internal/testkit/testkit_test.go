@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -156,6 +157,27 @@ func TestRecv(t *testing.T) {
 	<-done
 	if !strings.Contains(rec.msg, "a value never sent") {
 		t.Errorf("Recv on a silent channel failed with %q, want what it waited for named", rec.msg)
+	}
+}
+
+// TestAwait: a wait that returns is awaited; one that does not fails the
+// test, naming what it waited for.
+func TestAwait(t *testing.T) {
+	t.Setenv(testkit.PaceEnv, "1")
+	var wg sync.WaitGroup
+	wg.Go(func() {})
+	testkit.Await(t, wg.Wait, time.Second, "a goroutine that ends")
+	rec := &fatalRecorder{TB: t}
+	block := make(chan struct{})
+	defer close(block)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testkit.Await(rec, func() { <-block }, 10*time.Millisecond, "a wait that never ends")
+	}()
+	<-done
+	if !strings.Contains(rec.msg, "a wait that never ends") {
+		t.Errorf("Await of a wait that does not return failed with %q, want what it waited for named", rec.msg)
 	}
 }
 
