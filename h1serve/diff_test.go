@@ -917,7 +917,7 @@ func TestDifferential(t *testing.T) {
 		wg.Go(func() { results[i].loop = runDiffSide(t, true, &cases[i]) })
 		wg.Go(func() { results[i].std = runDiffSide(t, false, &cases[i]) })
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 10*time.Minute, "every case on both servers")
 
 	for i, tc := range cases {
 		res := results[i]

@@ -287,10 +287,10 @@ func TestShutdownDrains(t *testing.T) {
 	if body != "done" || !resp.Close {
 		t.Fatalf("the request in flight got %q, close %v; want done, with Connection: close", body, resp.Close)
 	}
-	if err := <-shut; err != nil {
+	if err := testkit.Recv(t, shut, time.Minute, "Shutdown returning"); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+	if err := testkit.Recv(t, served, time.Minute, "Serve returning"); !errors.Is(err, http.ErrServerClosed) {
 		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
 	}
 }
@@ -344,7 +344,7 @@ func TestShutdownReachesHandedOverConnections(t *testing.T) {
 	if _, body := readResponse(t, c, br); body != "POST" {
 		t.Fatalf("got %q, want POST", body)
 	}
-	if err := <-shut; err != nil {
+	if err := testkit.Recv(t, shut, time.Minute, "Shutdown returning"); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
 }
@@ -426,7 +426,7 @@ func TestHandOverWrapsWhatNetHTTPReads(t *testing.T) {
 	// ConnContext ran for the loop's connection (the raw one) and for the
 	// one handed over (wrapped).
 	for i, want := range []bool{false, true} {
-		if got := <-wrapped; got != want {
+		if got := testkit.Recv(t, wrapped, time.Minute, "ConnContext running"); got != want {
 			t.Fatalf("ConnContext %d saw the wrapper: %v, want %v", i, got, want)
 		}
 	}

@@ -68,7 +68,7 @@ func TestScannerMissesNoHandler(t *testing.T) {
 	})
 	close(ready)
 	s.scanning() // as a request would
-	if err := <-ended; !errors.Is(err, context.Canceled) {
+	if err := testkit.Recv(t, ended, time.Minute, "the scan ending"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the handler ended with %v, want context.Canceled", err)
 	}
 	// And the scanner ends once no handler runs.
@@ -98,7 +98,7 @@ func TestScannerEndsAndStartsAgain(t *testing.T) {
 			time.Sleep(time.Duration(i%4) * scanEvery / 2)
 		}
 		hangUpAfter(t, addr, 40*time.Millisecond)
-		if err := <-ended; !errors.Is(err, context.Canceled) {
+		if err := testkit.Recv(t, ended, time.Minute, "the scan ending"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("request %d: the handler ended with %v, want context.Canceled", i, err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/upgrade"
 )
 
@@ -214,7 +215,7 @@ func TestHandOver(t *testing.T) {
 		}
 	}
 	close(stop)
-	<-loadDone
+	testkit.Recv(t, loadDone, time.Minute, "the load stopping")
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d of %d requests failed during the hand-over, the last: %v", n, n+served.Load(), lastErr.Load())
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -686,7 +687,7 @@ func testConcurrentWriters(t *testing.T, e *env) {
 			}
 		}()
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the writers of both stores")
 	close(errs)
 	for err := range errs {
 		t.Fatalf("Write: %v", err)

@@ -199,7 +199,7 @@ func testRolledRows(t *testing.T, e *env) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the applies of both stores")
 	checkPoints(t, e.s, k2, time.Hour, h0, h0.Add(time.Hour), []analytics.Point{point(h0, 39, 0)})
 }
 

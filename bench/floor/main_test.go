@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/linkgate/linkgate/internal/testkit"
 )
@@ -39,7 +40,7 @@ func TestFloorProxies(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "floor: upstream connections opened: 1" {
 		t.Errorf("last line %q, want one upstream connection for 50 sequential requests", lines.Text())
 	}
-	if err := <-done; err != nil {
+	if err := testkit.Recv(t, done, time.Minute, "run returning after cancel"); err != nil {
 		t.Errorf("run = %v", err)
 	}
 }

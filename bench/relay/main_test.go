@@ -65,7 +65,7 @@ func TestRelayPassesAnswersThrough(t *testing.T) {
 		t.Errorf("a request with a body: %v, want the connection closed", err)
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := testkit.Recv(t, done, time.Minute, "run returning after cancel"); err != nil {
 		t.Errorf("run = %v", err)
 	}
 }

@@ -122,7 +122,7 @@ func TestLinksConcurrentSaves(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent shortens")
 	got, err := loadLinks(file)
 	if err != nil {
 		t.Fatal(err)

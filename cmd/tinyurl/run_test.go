@@ -249,7 +249,7 @@ func TestConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent requests")
 }
 
 // TestRun drives the real program: flags, listener, shutdown on cancel.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 )
 
@@ -322,7 +323,7 @@ func testConcurrentAdds(t *testing.T, h Harness) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent checks")
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)

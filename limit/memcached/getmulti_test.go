@@ -192,7 +192,7 @@ func TestGetMultiReusesConnections(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent reads")
 	if d := dialsOf(t, reg, mc.Addr); d != 4 {
 		t.Errorf("%v dials for 300 reads with 4 connections warmed, want 4", d)
 	}

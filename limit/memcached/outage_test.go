@@ -83,7 +83,7 @@ func TestOutageLogsAFewLinesPerSecond(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	testkit.Eventually(t, 10*time.Second, "100 requests during the outage", func() bool { return sent.Load()-sentAtKill >= 100 })
 	close(stop)
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the load ending")
 	window := time.Since(killed)
 	during := sent.Load() - sentAtKill
 

@@ -92,7 +92,7 @@ func burst(t *testing.T, s *memcached.Store, n, rounds int) float64 {
 		})
 	}
 	close(start)
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent checks")
 	return testkit.Metric(t, reg, "linkgate_limit_decisions_total", "outcome", limit.OutcomeStoreError)
 }
 

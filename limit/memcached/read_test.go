@@ -55,7 +55,7 @@ func TestConcurrentChecksShareReads(t *testing.T) {
 	wg.Go(func() { load(other, 0) })
 	waitUntil(t, "the other counter's read to be sent", func() bool { return p.Count("get", "gets") == 2 })
 	release()
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -94,7 +94,7 @@ func TestSharedReadTimeout(t *testing.T) {
 	}
 	t.Logf("gave up after %v: %v", took, err)
 	release()
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {

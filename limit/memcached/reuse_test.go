@@ -237,7 +237,7 @@ func TestOwnIncrementsExactAtEveryCheck(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(stop)
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the checkers stopping")
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -296,7 +296,7 @@ func TestOtherStoreSeenWithinBound(t *testing.T) {
 		}
 		late = append(late, time.Since(t0))
 		close(stop)
-		wg.Wait()
+		testkit.Await(t, wg.Wait, 5*time.Minute, "the checkers stopping")
 	}
 	slices.Sort(late)
 	median := late[len(late)/2]

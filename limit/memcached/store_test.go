@@ -196,7 +196,7 @@ func TestBreaker(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent adds")
 
 	mc.Kill()
 	counts := make([]int64, 1)
@@ -350,7 +350,7 @@ func TestOvershoot(t *testing.T) {
 				}
 			})
 		}
-		wg.Wait()
+		testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent checks")
 		got := admitted.Load()
 		t.Logf("%s: 2 gateways admitted %d of limit %d: overshoot %d", tt.name, got, limitN, got-limitN)
 		// Checking first never admits fewer than the limit. Counting first
