@@ -89,12 +89,12 @@ func TestBurstMemory(t *testing.T) {
 			}
 		})
 	}
-	clients.Wait()
+	testkit.Await(t, clients.Wait, 5*time.Minute, "the clients of the burst")
 	took := time.Since(began)
 	tr.CloseIdleConnections()
 	time.Sleep(2 * time.Minute)
 	close(stop)
-	sampler.Wait()
+	testkit.Await(t, sampler.Wait, 5*time.Minute, "the sampler stopping")
 	after := rssOf(t, pid)
 	t.Logf("%d distinct links (%d redirects) in %v: RSS %.0f MB idle, %.0f MB at the peak, %.0f MB two minutes after",
 		links, redirects.Load(), took.Round(time.Second), float64(idle)/1e6, float64(peak.Load())/1e6, float64(after)/1e6)

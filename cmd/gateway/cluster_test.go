@@ -129,7 +129,7 @@ func TestNodeFailuresOnCluster(t *testing.T) {
 		testkit.Eventually(t, 5*time.Minute, "gateway "+name+"'s journal drained", func() bool { return drained(t, gw) })
 	}
 	drain := time.Since(quorum)
-	if err := <-second; err != nil {
+	if err := testkit.Recv(t, second, 10*time.Minute, "the second Cassandra node starting"); err != nil {
 		t.Fatal(err)
 	}
 	sent := sent1 + sentA + sentAll(va2) + sentAll(vb)

@@ -126,7 +126,7 @@ func (g *h2Gateway) meanwhile(t *testing.T) (stop func() int) {
 	})
 	return func() int {
 		close(done)
-		wg.Wait()
+		testkit.Await(t, wg.Wait, 5*time.Minute, "the well-behaved client stopping")
 		if answered == 0 {
 			t.Error("the well-behaved client had no answer during the attack")
 		}

@@ -123,7 +123,7 @@ func TestKill9WhileCassandraHangs(t *testing.T) {
 		time.Sleep(1500*time.Millisecond + time.Duration(rng.Int64N(int64(3*interval))))
 		killed := gw.kill9()
 		close(stopPolls)
-		polls.Wait()
+		testkit.Await(t, polls.Wait, 5*time.Minute, "the pollers stopping")
 		v.halt()
 		applied := acknowledged(db)
 

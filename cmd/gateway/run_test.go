@@ -87,7 +87,7 @@ func TestSIGTERMDrainsAndFlushes(t *testing.T) {
 	if err := gw.stop(); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
-	if r := <-res; r.Err != nil || r.Status != 200 || r.Body != "finished" {
+	if r := testkit.Recv(t, res, time.Minute, "the answer of the request in flight"); r.Err != nil || r.Status != 200 || r.Body != "finished" {
 		t.Errorf("in-flight request got %d %q (%v)", r.Status, r.Body, r.Err)
 	}
 	if !gw.logs.Logged("stopped", nil) {

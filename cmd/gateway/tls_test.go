@@ -125,7 +125,7 @@ func fleetObtainsOneCertificate(t *testing.T, storage string, connecting bool) {
 			c.Close()
 		})
 	}
-	wg.Wait()
+	testkit.Await(t, wg.Wait, 5*time.Minute, "the concurrent handshakes")
 	close(serials)
 	seen := map[string]int{}
 	for s := range serials {

@@ -529,7 +529,7 @@ func TestUpgradeTellsSystemd(t *testing.T) {
 	if got, want := said(), fmt.Sprintf("READY=1\nMAINPID=%d", next); got != want {
 		t.Errorf("after SIGUSR2: %q, want %q", got, want)
 	}
-	<-gw.exited
+	testkit.Recv(t, gw.exited, time.Minute, "the old process exiting")
 	syscall.Kill(next, syscall.SIGTERM)
 	if got := said(); got != "STOPPING=1" {
 		t.Errorf("on SIGTERM: %q, want STOPPING=1 (and nothing from the old process)", got)
