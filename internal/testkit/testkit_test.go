@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -164,9 +163,9 @@ func TestRecv(t *testing.T) {
 // test, naming what it waited for.
 func TestAwait(t *testing.T) {
 	t.Setenv(testkit.PaceEnv, "1")
-	var wg sync.WaitGroup
-	wg.Go(func() {})
-	testkit.Await(t, wg.Wait, time.Second, "a goroutine that ends")
+	ended := make(chan struct{})
+	close(ended)
+	testkit.Await(t, func() { <-ended }, time.Second, "a wait that ends")
 	rec := &fatalRecorder{TB: t}
 	block := make(chan struct{})
 	defer close(block)
