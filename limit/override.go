@@ -38,15 +38,9 @@ func overrides(r *http.Request) []string {
 			out = addMethod(out, v)
 		}
 	}
-	q := r.URL.RawQuery
-	for q != "" {
-		var pair string
-		if i := strings.IndexAny(q, "&;"); i >= 0 { // ';' separates pairs for some stacks
-			pair, q = q[:i], q[i+1:]
-		} else {
-			pair, q = q, ""
-		}
-		k, v, _ := strings.Cut(pair, "=")
+	for q := r.URL.RawQuery; q != ""; {
+		var k, v string
+		k, v, q = nextPair(q)
 		if !isOverrideKey(k) {
 			continue
 		}
@@ -56,6 +50,18 @@ func overrides(r *http.Request) []string {
 		out = addMethod(out, v)
 	}
 	return out
+}
+
+// nextPair cuts the first key=value pair off s, a query string or a form
+// body, and returns its key and value as sent (percent-encoded) and the
+// rest. Pairs are separated by '&' or, for some stacks, ';'.
+func nextPair(s string) (k, v, rest string) {
+	pair := s
+	if i := strings.IndexAny(s, "&;"); i >= 0 {
+		pair, rest = s[:i], s[i+1:]
+	}
+	k, v, _ = strings.Cut(pair, "=")
+	return k, v, rest
 }
 
 // isOverrideKey reports whether k, a query or form key as sent
@@ -138,13 +144,8 @@ func bodyOverrides(kind int, boundary string, buf []byte) (ms []string, ok bool)
 	switch kind {
 	case formBody:
 		for rest := string(buf); rest != ""; {
-			var pair string
-			if i := strings.IndexAny(rest, "&;"); i >= 0 {
-				pair, rest = rest[:i], rest[i+1:]
-			} else {
-				pair, rest = rest, ""
-			}
-			k, v, _ := strings.Cut(pair, "=")
+			var k, v string
+			k, v, rest = nextPair(rest)
 			if !isOverrideKey(k) {
 				continue
 			}

@@ -874,16 +874,22 @@ func (e *entry) find(l limit.Level, start int64) int {
 	return -1
 }
 
-// add records n for each bucket of c and returns how many pending
-// increments it created (others were coalesced into existing ones).
-func (sh *shard) add(c limit.Counter, buckets []limit.Bucket, n int64) int {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+// entryOf returns c's entry, made if it has none. The caller holds mu.
+func (sh *shard) entryOf(c limit.Counter) *entry {
 	e := sh.m[c]
 	if e == nil {
 		e = &entry{}
 		sh.m[c] = e
 	}
+	return e
+}
+
+// add records n for each bucket of c and returns how many pending
+// increments it created (others were coalesced into existing ones).
+func (sh *shard) add(c limit.Counter, buckets []limit.Bucket, n int64) int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entryOf(c)
 	created := 0
 	for _, b := range buckets {
 		if i := e.find(b.Level, b.Start); i >= 0 {
@@ -908,11 +914,7 @@ func (sh *shard) pin(c limit.Counter, buckets []limit.Bucket, counts []int64, re
 	now := mono()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[c]
-	if e == nil {
-		e = &entry{}
-		sh.m[c] = e
-	}
+	e := sh.entryOf(c)
 	if a := &e.last; a.counts != nil && a.gen == e.gen && a.wgen == e.wgen &&
 		now-a.at < reuse && a.key == keyOf(buckets) {
 		copy(counts, a.counts)
