@@ -231,7 +231,10 @@ type running struct {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // startServers starts a server on each listener bound, with the settings
-// of the running config's server section.
+// of the running config's server section. It is one function over 80
+// lines so that every listener's server is built in one place from the
+// same newServer: the settings they share (timeouts, header size, HTTP/2
+// budgets) cannot drift apart between the listeners.
 func (g *Gateway) startServers() *running {
 	cfg := g.current().eff
 	newServer := func(h http.Handler) *http.Server {
