@@ -81,15 +81,7 @@ func TestFoldNoSpace(t *testing.T) {
 	vol := smallVolume(t)
 	dir := filepath.Join(vol, "journal")
 	j := open(t, dir, journal.Options{SegmentBytes: 100 << 10})
-	var kept []entry
-	for i := 0; ; i++ {
-		r := rec(i, 30<<10)
-		p, err := j.Append([]byte(r))
-		if err != nil {
-			break
-		}
-		kept = append(kept, entry{p, r})
-	}
+	kept, _ := appendUntilFails(j, 0, nil)
 	big := func(recs func(func([]byte) bool)) ([]byte, error) {
 		for range recs {
 		}
@@ -118,15 +110,7 @@ func TestAckNoSpace(t *testing.T) {
 	dir := filepath.Join(vol, "journal")
 	opts := journal.Options{SegmentBytes: 100 << 10}
 	j := open(t, dir, opts)
-	var kept []entry
-	for i := 0; ; i++ {
-		r := rec(i, 30<<10)
-		p, err := j.Append([]byte(r))
-		if err != nil {
-			break
-		}
-		kept = append(kept, entry{p, r})
-	}
+	kept, _ := appendUntilFails(j, 0, nil)
 	// Take what space is left, down to the last block.
 	f, err := os.Create(filepath.Join(vol, "filler"))
 	if err != nil {
