@@ -328,18 +328,26 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 		disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
 			filepath.Join(disk, "analytics"), filepath.Join(t.TempDir(), "journal")))
-		gw, _ := startGateway(t, cfg)
-		v := visit(gw.url("gateway", ""))
-		stored(t, gw) // healthy flushes first
-		free := testkit.Fill(t, disk, 16<<20)
-		killed := killAtRandom(rng, gw, v)
-		if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
-			t.Errorf("round %d: no failed flush logged: the disk did not stop the store\n%s", r, gw.logs.String())
-		}
-		free()
-
-		recount(t, fmt.Sprintf("pebble disk full, round %d", r), cfg, v, killed)
+		killDuringFullDisk(t, rng, fmt.Sprintf("pebble disk full, round %d", r), cfg, disk, 16<<20)
 	}
+}
+
+// killDuringFullDisk starts a gateway on cfg, waits for its first flushes,
+// fills disk up to free bytes while visits come in, kills it with -9 at a
+// random moment, and gives the space back; the next process must count
+// what was sent (recount).
+func killDuringFullDisk(t *testing.T, rng *rand.Rand, what, cfg, disk string, free int64) {
+	t.Helper()
+	gw, _ := startGateway(t, cfg)
+	v := visit(gw.url("gateway", ""))
+	stored(t, gw) // healthy flushes first
+	unfill := testkit.Fill(t, disk, free)
+	killed := killAtRandom(rng, gw, v)
+	if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
+		t.Errorf("%s: no failed flush logged: the full disk did not stop the store\n%s", what, gw.logs.String())
+	}
+	unfill()
+	recount(t, what, cfg, v, killed)
 }
 
 // TestFullDiskSIGTERM: the volume of the embedded store and of its journal
@@ -423,16 +431,7 @@ func TestKill9FullDiskDefaultLayout(t *testing.T) {
 	for r := range rounds(t) {
 		disk := testkit.Tmpfs(t, 64<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n", filepath.Join(disk, "analytics")))
-		gw, _ := startGateway(t, cfg)
-		v := visit(gw.url("gateway", ""))
-		stored(t, gw) // healthy flushes first
-		free := testkit.Fill(t, disk, 0)
-		killed := killAtRandom(rng, gw, v)
-		if !gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) {
-			t.Errorf("round %d: no failed flush logged: the full disk did not stop the store\n%s", r, gw.logs.String())
-		}
-		free()
-		recount(t, fmt.Sprintf("volume full, default layout, round %d", r), cfg, v, killed)
+		killDuringFullDisk(t, rng, fmt.Sprintf("volume full, default layout, round %d", r), cfg, disk, 0)
 	}
 }
 
