@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // The CQL types of columns and bind markers.
@@ -186,7 +188,9 @@ func Start(t testing.TB, addr string, h Handler) *Server {
 			c.Close()
 		}
 		cmu.Unlock()
-		wg.Wait()
+		// A handler that blocks (a model of a hung node the test never
+		// released) would hold its connection's goroutine for good.
+		testkit.Await(t, wg.Wait, time.Minute, "the CQL server's connections ending")
 	})
 	return s
 }
