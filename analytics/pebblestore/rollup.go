@@ -109,6 +109,9 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 	defer s.commit.Unlock()
 	var k, v []byte
 	for _, r := range u.Rows {
+		if s.erasedBucket(r.Key, r.Start, r.Step) {
+			continue // rolled from data erased since it was read
+		}
 		k = append(appendPointKey(k[:0], r.Key, r.Step, r.Start.Unix()), 'r')
 		old, c, err := s.db.Get(k)
 		switch {

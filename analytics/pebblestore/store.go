@@ -82,6 +82,9 @@ type Store struct {
 	// expiring serializes Expire calls.
 	expiring sync.Mutex
 
+	// erased is the store's erasures (erase.go).
+	erased eraseState
+
 	// dimRetention is how long breakdowns are kept, in nanoseconds.
 	dimRetention atomic.Int64
 

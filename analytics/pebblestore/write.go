@@ -13,7 +13,7 @@ import (
 	"github.com/linkgate/linkgate/rollup"
 )
 
-// Write adds b's counts, Active entries and marks in one atomic batch and
+// write adds b's counts, Active entries and marks in one atomic batch and
 // returns once it is synced to disk. When it fails nothing of b was
 // applied; a batch whose identity was applied already is skipped (see the
 // package documentation), so a resend counts everything once. A count whose
@@ -27,7 +27,10 @@ import (
 // method returns that error, reads included, since the failed batch may or
 // may not have been applied. After a restart the batch is counted if its log
 // record reached the disk whole.
-func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
+//
+// write is Write of a batch filtered by the erasures of generation gen:
+// it returns errErasedMeanwhile when an erasure committed since.
+func (s *Store) write(ctx context.Context, b analytics.Batch, gen uint64) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pebble: write: %w", err)
 	}
@@ -70,6 +73,9 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	}
 	s.commit.Lock()
 	defer s.commit.Unlock()
+	if s.erasedSince(gen) {
+		return errErasedMeanwhile
+	}
 	if b.Writer != "" {
 		// Read and raised under the commit lock: no other Write of the
 		// writer can slip in between.
