@@ -51,6 +51,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 		r.Get("/certificates", g.handleCertificates)
 		r.Post("/share", g.handleShare)
 		r.Post("/tokens", g.handleTokens)
+		r.Post("/erase", g.handleErase)
 		r.Post("/cache/purge", g.handlePurge)
 		limits := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.StripPrefix("/admin/limits", g.current().limiter.AdminHandler()).ServeHTTP(w, r)
