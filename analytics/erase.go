@@ -26,7 +26,7 @@ import (
 // link erasure does not change the tenant's all-links total, nor does any
 // erasure change AllLinks, the service's: a total holds no trace of which
 // link its visits were on, so the link's share of it cannot be told from
-// the rest once summed (see docs/tenants.md).
+// the rest once summed (see docs/stats-api.md#erasure).
 
 // Erasure is one request to erase: a link (Tenant, Key) or a whole tenant
 // (Key ""), up to At.

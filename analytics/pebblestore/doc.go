@@ -33,6 +33,7 @@
 //	'd' uvarint(len(key)) key step start id -> at    rollup.Mark: the bucket may be stale
 //	'w' step                             -> done     rollup.Progress of the queue of step
 //	'q' writer                           -> seq      the last batch of writer applied
+//	'e' uvarint(len(tenant)) tenant key  -> at       an erasure (erase.go)
 //
 // step is the tier's step in seconds (uint32, big-endian; 0 for the marks
 // queue) and start, period and done are unix seconds (int64 with the sign
