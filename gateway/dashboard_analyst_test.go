@@ -33,7 +33,7 @@ var analystLinks = []string{"go", "spring-sale-2026-newsletter", "gh", "docs", "
 // unique-visitor card says which UTC days it covers and shows no change
 // against the same days; a link without visits says "no visits", not that
 // the gateway has no country database; top links' keys and changes do not
-// wrap; the live strip has a scale.
+// wrap; the live strip has a scale; a tenant's link page names its tenant.
 func TestAnalystPage(t *testing.T) {
 	t.Parallel()
 	b := browser.Shared(t)
@@ -55,7 +55,8 @@ func TestAnalystPage(t *testing.T) {
 	geo := visitortest.CountryDB(t, visitortest.GeoLite2, map[string]string{"203.0.113.0/24": "DE", "198.51.100.0/24": "FR"})
 	cfg := withStats(analyticsConfig(up.URL, embeddedStore(filepath.Join(dir, "analytics")), "1s"),
 		"  token_env: LG_ANALYST_TOKEN\n  share: {key_env: LG_ANALYST_SHARE}\n  embed: {frame_ancestors: [\"'self'\"]}\n") +
-		"  geoip: {path: " + geo + "}\n  uniques: {secret_env: LG_ANALYST_UNIQUES}\n"
+		"  geoip: {path: " + geo + "}\n  uniques: {secret_env: LG_ANALYST_UNIQUES}\n" +
+		"tenants:\n  - {name: acme, hosts: [go.acme.test]}\n"
 	gw := start(t, cfg)
 	plan, err := gatewayPlan(gw.path)
 	if err != nil {
@@ -107,6 +108,7 @@ func TestAnalystPage(t *testing.T) {
 				a.allLinks()
 				a.uniques()
 				a.quietLink()
+				a.tenantPage()
 				if errs := p.Errors(); len(errs) > 0 {
 					t.Errorf("page errors (a CSP violation is one): %q", errs)
 				}
@@ -348,6 +350,19 @@ func (a *analyst) uniques() {
 
 // quietLink: a link without visits, on a gateway with a country
 // database, says it has no visits.
+// tenantPage: a link of a tenant, opened by the operator with tenant=,
+// names its tenant in its heading and in the window's title.
+func (a *analyst) tenantPage() {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats/go?tenant=acme"))
+	ready(a.t, a.p, "acme's go")
+	var got struct{ Key, Title string }
+	a.p.Eval(`({key: document.getElementById("key").textContent, title: document.title})`, &got)
+	if got.Key != "acme: go" || !strings.Contains(got.Title, "acme: go") {
+		a.t.Errorf("acme's go: heading %q, title %q; want both to name acme", got.Key, got.Title)
+	}
+}
+
 func (a *analyst) quietLink() {
 	a.t.Helper()
 	a.p.Navigate(a.gw.url("/stats/quiet"))
