@@ -28,6 +28,8 @@ type Metrics struct {
 	replayedN     prometheus.Counter
 	dropped       prometheus.Counter
 	tooLong       prometheus.Counter
+	// tenants counts visits per tenant (tenant_metrics.go).
+	tenants *tenantVisits
 	// classes counts visits by the signal that decided their class.
 	classes [visitclass.NumReasons]prometheus.Counter
 
@@ -52,6 +54,7 @@ var _ rollup.Metrics = (*Metrics)(nil)
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	m := &Metrics{
+		tenants: newTenantVisits(reg),
 		visits: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_visits_recorded_total",
 			Help: "Visits recorded in memory, by kind (human or bot). Added when the flusher takes them, every flush_interval.",

@@ -558,6 +558,7 @@ func (r *Recorder) swap() snapshot {
 	}
 	all.each(func(c minuteCount) { snap.all = append(snap.all, c) })
 	r.m.recorded(snap.human, snap.bot)
+	r.m.tenantsRecorded(snap.links)
 	return snap
 }
 
