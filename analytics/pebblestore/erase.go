@@ -234,25 +234,31 @@ func (s *Store) deleteTopEntries(wb *pebble.Batch, sp [2][]byte) error {
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		n, w := binary.Uvarint(k[1:])
-		if w <= 0 || uint64(len(k)) != 1+uint64(w)+n+8 {
-			return fmt.Errorf("bad top count %x", k)
-		}
-		key := string(k[1+w : 1+uint64(w)+n])
-		day := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ 1<<63)
-		count, w := binary.Varint(it.Value())
-		if w <= 0 {
-			return fmt.Errorf("bad top count %x = %x", k, it.Value())
-		}
-		if err := wb.Delete(appendTopIndexKey(nil, day, count, key), nil); err != nil {
+		if err := s.deleteTopEntry(wb, it.Key(), it.Value()); err != nil {
 			return err
-		}
-		if tenant, _ := analytics.SplitKey(key); tenant != "" {
-			if err := wb.Delete(appendTenantTopIndexKey(nil, day, tenant, count, key), nil); err != nil {
-				return err
-			}
 		}
 	}
 	return it.Error()
+}
+
+// deleteTopEntry deletes from wb the top lists' index entries of the top
+// count k = v.
+func (s *Store) deleteTopEntry(wb *pebble.Batch, k, v []byte) error {
+	n, w := binary.Uvarint(k[1:])
+	if w <= 0 || uint64(len(k)) != 1+uint64(w)+n+8 {
+		return fmt.Errorf("bad top count %x", k)
+	}
+	key := string(k[1+w : 1+uint64(w)+n])
+	day := int64(binary.BigEndian.Uint64(k[len(k)-8:]) ^ 1<<63)
+	count, w := binary.Varint(v)
+	if w <= 0 {
+		return fmt.Errorf("bad top count %x = %x", k, v)
+	}
+	if err := wb.Delete(appendTopIndexKey(nil, day, count, key), nil); err != nil {
+		return err
+	}
+	if tenant, _ := analytics.SplitKey(key); tenant != "" {
+		return wb.Delete(appendTenantTopIndexKey(nil, day, tenant, count, key), nil)
+	}
+	return nil
 }

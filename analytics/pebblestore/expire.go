@@ -57,6 +57,11 @@ func (s *Store) Expire(now time.Time) error {
 	} else {
 		total += n
 	}
+	if n, err := s.expireTenants(now); err != nil {
+		return fmt.Errorf("pebble: expire: %w", err)
+	} else {
+		total += n
+	}
 	s.log.Debug("expired buckets", "now", now, "buckets", total)
 	return nil
 }

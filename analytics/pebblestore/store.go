@@ -84,6 +84,8 @@ type Store struct {
 
 	// erased is the store's erasures (erase.go).
 	erased eraseState
+	// tenantKeep is the tenants' retentions (retention.go).
+	tenantKeep tenantRetention
 
 	// dimRetention is how long breakdowns are kept, in nanoseconds.
 	dimRetention atomic.Int64
