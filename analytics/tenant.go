@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"strings"
+	"time"
 
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -85,4 +86,20 @@ func (r *Recorder) recordTenantAll(s *shard, agg string, minute int64, day int32
 	}
 	e.live.add(tick, bot)
 	r.addFeatures(s, e, day, bot, f, uniq, maxValues)
+}
+
+// TenantRetainer is a Store that keeps some tenants' counts for less time
+// than its tiers do.
+type TenantRetainer interface {
+	// SetTenantRetention sets each named tenant's retention; a tenant
+	// not named keeps the tiers'.
+	SetTenantRetention(map[string]time.Duration)
+}
+
+// SetTenantRetention passes each tenant's retention to the store, when it
+// applies them (TenantRetainer).
+func (p *Pipeline) SetTenantRetention(m map[string]time.Duration) {
+	if r, ok := p.store.(TenantRetainer); ok {
+		r.SetTenantRetention(m)
+	}
 }

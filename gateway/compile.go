@@ -123,6 +123,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if p.tenants, err = tenant.Compile(cfg.Tenants); err != nil {
 		return nil, err
 	}
+	if err := checkTenantRetention(cfg, p.tenants, p.analytics); err != nil {
+		return nil, err
+	}
 	if h := cfg.Stats.Host; h != "" {
 		n, err := route.HostPattern(h)
 		if err != nil || strings.HasPrefix(n, "*.") {

@@ -238,6 +238,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 			return nil, err
 		}
 		g.pipeline = analytics.NewPipelineAfter(g.predecessor(), plan.analytics, store, g.visitsM, g.log)
+		g.pipeline.SetTenantRetention(plan.tenants.Retentions())
 	}
 	s, err := g.build(plan, plan.cfg, nil)
 	if err != nil {
@@ -642,6 +643,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	old.closeReplaced(s)
 	if g.pipeline != nil {
 		g.pipeline.Apply(plan.analytics)
+		g.pipeline.SetTenantRetention(plan.tenants.Retentions())
 	}
 	if g.edge != nil && !slices.Contains(restart, "server.tls") {
 		g.edge.Apply(plan.tls)

@@ -18,7 +18,9 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/route"
 )
 
@@ -32,6 +34,9 @@ type Config struct {
 	// exact names (or IP addresses) and *.suffix wildcards one label deep.
 	// A host is in one tenant at most.
 	Hosts []string `yaml:"hosts"`
+	// Retention is how long the tenant's counts are kept, when shorter
+	// than the service's: a duration like 90d ("" keeps the service's).
+	Retention string `yaml:"retention,omitempty"`
 }
 
 // nameRE is a tenant's name: what a DNS label or a Prometheus label value
@@ -47,7 +52,8 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 type Plan struct {
 	cfg   []Config
 	hosts route.Hosts[string]
-	names map[string]int // name → index in cfg
+	names map[string]int           // name → index in cfg
+	keep  map[string]time.Duration // name → retention, for those that have one
 }
 
 // Compile checks the "tenants" list and returns its Plan. Errors start
@@ -64,6 +70,16 @@ func Compile(list []Config) (*Plan, error) {
 			return nil, fmt.Errorf("%s.name: %q is also tenants[%d]'s name", field, t.Name, j)
 		}
 		p.names[t.Name] = i
+		if t.Retention != "" {
+			d, err := rollup.ParseDuration(t.Retention)
+			if err != nil || d < MinRetention {
+				return nil, fmt.Errorf("%s.retention: %q is not a duration of at least an hour, like 90d", field, t.Retention)
+			}
+			if p.keep == nil {
+				p.keep = make(map[string]time.Duration)
+			}
+			p.keep[t.Name] = d
+		}
 		if len(t.Hosts) == 0 {
 			return nil, fmt.Errorf("%s.hosts: none given; list the tenant's names, like [go.acme.example, \"*.acme.example\"]", field)
 		}
@@ -83,6 +99,18 @@ func Compile(list []Config) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// MinRetention is the shortest retention a tenant may have: the embedded
+// store expires old counts hourly.
+const MinRetention = time.Hour
+
+// Retentions returns the retention of each tenant that has one, by name.
+func (p *Plan) Retentions() map[string]time.Duration {
+	if p == nil {
+		return nil
+	}
+	return p.keep
 }
 
 // Len returns the number of tenants p declares.

@@ -50,6 +50,9 @@ func TestCompile(t *testing.T) {
 		{[]tenant.Config{{Name: "a", Hosts: []string{"a.example"}}, {Name: "b", Hosts: []string{"A.example"}}}, "tenants[1].hosts[0]"},
 		{[]tenant.Config{{Name: "a", Hosts: []string{"a.example", "*.*.example"}}}, "tenants[0].hosts[1]"},
 		{[]tenant.Config{{Name: "a", Hosts: []string{"https://a.example/"}}}, "tenants[0].hosts[0]"},
+		{[]tenant.Config{{Name: "a", Hosts: []string{"a.example"}, Retention: "soon"}}, "tenants[0].retention"},
+		{[]tenant.Config{{Name: "a", Hosts: []string{"a.example"}, Retention: "10m"}}, "tenants[0].retention"},
+		{[]tenant.Config{{Name: "a", Hosts: []string{"a.example"}, Retention: "-1d"}}, "tenants[0].retention"},
 	} {
 		if _, err := tenant.Compile(c.list); err == nil || !strings.HasPrefix(err.Error(), c.want+":") {
 			t.Errorf("Compile(%+v) = %v, want an error naming %s", c.list, err, c.want)
