@@ -12,7 +12,6 @@ import (
 // checkTenantRetention refuses a tenant's retention longer than the
 // service's (the longest its tiers keep counts), naming the field: a
 // tenant can keep its counts for less time than the service, never more.
-// The Cassandra store does not apply one.
 func checkTenantRetention(cfg *config.Config, tenants *tenant.Plan, an *analytics.Plan) error {
 	keep := tenants.Retentions()
 	if len(keep) == 0 {
@@ -31,8 +30,6 @@ func checkTenantRetention(cfg *config.Config, tenants *tenant.Plan, an *analytic
 		case d > longest.Retention:
 			return fmt.Errorf("tenants[%d].retention: %s is longer than the service keeps counts (%s, analytics.retention's %v): a tenant's retention can only be shorter",
 				i, rollup.FormatDuration(d), rollup.FormatDuration(longest.Retention), longest)
-		case an.Config().Store == "cassandra":
-			return fmt.Errorf("tenants[%d].retention: the Cassandra store does not apply a tenant's retention yet; remove it, or use the embedded store", i)
 		}
 	}
 	return nil

@@ -98,7 +98,7 @@ func (s *Store) dimRows(b analytics.Batch) ([]dimRow, error) {
 			return nil, fmt.Errorf("cassandra: write: %q: an empty value of %v", d.Key, d.Dim)
 		}
 		r := dimRow{key: d.Key, bucket: partitionOf(d.Day.UTC(), dimSpan), dim: int(d.Dim), day: d.Day.UTC(), value: d.Value,
-			writer: anon, count: d.N, ts: ts, ttl: ttlOf(d.Day.Add(rollup.Day + keep).Sub(b.At))}
+			writer: anon, count: d.N, ts: ts, ttl: s.dayTTL(d.Key, ttlOf(d.Day.Add(rollup.Day+keep).Sub(b.At)), d.Day, b.At)}
 		if b.Writer != "" {
 			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
 		}

@@ -204,7 +204,8 @@ type Store struct {
 
 	wmu sync.Mutex // serializes Write
 
-	dimRetention atomic.Int64 // how long breakdowns are kept, ns
+	dimRetention atomic.Int64                             // how long breakdowns are kept, ns
+	tenantKeep   atomic.Pointer[map[string]time.Duration] // tenants' retentions (retention.go)
 
 	leaders leaderSets // the top lists this Store writes (top.go)
 }
@@ -579,7 +580,7 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 	rows := make([]pointRow, 0, len(order))
 	for _, r := range order {
 		v := sums[r]
-		ttl, keep := ttlSeconds(r.t, r.start, at)
+		ttl, keep := s.tierTTL(r.key, r.t, r.start, at)
 		if v == (analytics.Visits{}) || !keep {
 			continue // nothing to add, or expired already
 		}
@@ -780,7 +781,7 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 		if !rollup.Align(start, t.Step).Equal(start) {
 			return fmt.Errorf("cassandra: apply: %q: %v is not the start of a %v bucket", r.Key, start, rollup.FormatDuration(t.Step))
 		}
-		ttl, keep := ttlSeconds(t, start, now)
+		ttl, keep := s.tierTTL(r.Key, t, start, now)
 		if !keep {
 			continue
 		}

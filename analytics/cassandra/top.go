@@ -138,7 +138,7 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 			continue
 		}
 		r := topRow{day: d.Day.UTC(), shard: shardOf(d.Value), key: d.Value, writer: anon, count: d.N, ts: b.At.UnixMicro(),
-			ttl: ttlOf(d.Day.Add(rollup.Day + keep).Sub(b.At))}
+			ttl: s.dayTTL(d.Value, ttlOf(d.Day.Add(rollup.Day+keep).Sub(b.At)), d.Day, b.At)}
 		if b.Writer != "" {
 			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
 		}

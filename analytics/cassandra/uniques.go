@@ -43,7 +43,7 @@ func (s *Store) uniqRows(b analytics.Batch) ([]uniqRow, error) {
 		if err := sk.MergeBinary(u.Sketch); err != nil {
 			return nil, fmt.Errorf("cassandra: write: %q: %w", u.Key, err)
 		}
-		ttl := ttlOf(u.Day.Add(rollup.Day + keep).Sub(b.At))
+		ttl := s.dayTTL(u.Key, ttlOf(u.Day.Add(rollup.Day+keep).Sub(b.At)), u.Day, b.At)
 		if ttl <= 0 {
 			continue
 		}
