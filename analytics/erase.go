@@ -85,38 +85,75 @@ func (e Erasure) Prefix() (prefix string, exact bool) {
 // step is erased for good: it is one of e's keys and it ended by e.At, so
 // that nothing it holds was counted after the erasure.
 func (e Erasure) Bucket(key string, start time.Time, step time.Duration) bool {
-	return e.Covers(key) && !endOf(start, step).After(e.At)
+	return e.Covers(key) && !start.Add(step).After(e.At)
 }
 
-func endOf(start time.Time, step time.Duration) time.Time { return start.Add(step) }
+// Erased is a set of erasures, indexed by link and by tenant, so that
+// telling whether a key is erased costs two map lookups however many
+// erasures a store keeps. The zero Erased erases nothing.
+type Erased struct {
+	links   map[string]time.Time // a link's stored key → its latest erasure
+	tenants map[string]time.Time // a tenant → its latest erasure
+}
 
-// erasedIn reports whether an entry of key in a batch placed at at, in
-// the bucket [start, start+step), is covered by one of es: the batch was
-// placed by the erasure (its counts are older), or the bucket ended by it.
-func erasedIn(es []Erasure, at time.Time, key string, start time.Time, step time.Duration) bool {
+// NewErased returns the set of es.
+func NewErased(es []Erasure) Erased {
+	var s Erased
 	for _, e := range es {
-		if e.Covers(key) && (!at.After(e.At) || !endOf(start, step).After(e.At)) {
-			return true
+		m, k := &s.links, TenantKey(e.Tenant, e.Key)
+		if e.Key == "" {
+			m, k = &s.tenants, e.Tenant
+		}
+		if *m == nil {
+			*m = make(map[string]time.Time)
+		}
+		if e.At.After((*m)[k]) {
+			(*m)[k] = e.At
 		}
 	}
-	return false
+	return s
 }
 
-// Unerased returns b without what es erased: the counts, breakdowns and
-// sketches of the keys they cover, and the top lists' counts of those
+// at returns the latest erasure covering key, if any.
+func (s Erased) at(key string) (time.Time, bool) {
+	at, ok := s.links[key]
+	if t, _ := SplitKey(key); t != "" {
+		if ta, tok := s.tenants[t]; tok && (!ok || ta.After(at)) {
+			at, ok = ta, true
+		}
+	}
+	return at, ok
+}
+
+// Bucket is Erasure.Bucket for the latest erasure of key in s.
+func (s Erased) Bucket(key string, start time.Time, step time.Duration) bool {
+	at, ok := s.at(key)
+	return ok && !start.Add(step).After(at)
+}
+
+// covers reports whether an entry of key in a batch placed at placed, in
+// the bucket [start, start+step), is erased: the batch was placed by the
+// latest erasure of key (its counts are older), or the bucket ended by it.
+func (s Erased) covers(placed time.Time, key string, start time.Time, step time.Duration) bool {
+	at, ok := s.at(key)
+	return ok && (!placed.After(at) || !start.Add(step).After(at))
+}
+
+// Unerased returns b without what s erased: the counts, breakdowns and
+// sketches of the keys it covers, and the top lists' counts of those
 // links (DimLink values), placed before an erasure or in a bucket that
 // ended before it. b itself is not changed; b is returned as it is when
 // nothing in it is erased.
-func Unerased(b Batch, es []Erasure) Batch {
-	if len(es) == 0 {
+func Unerased(b Batch, s Erased) Batch {
+	if len(s.links) == 0 && len(s.tenants) == 0 {
 		return b
 	}
-	counts := func(c Count) bool { return erasedIn(es, b.At, c.Key, c.Start, c.Step) }
+	counts := func(c Count) bool { return s.covers(b.At, c.Key, c.Start, c.Step) }
 	dims := func(d DimCount) bool {
-		return erasedIn(es, b.At, d.Key, d.Day, rollup.Day) ||
-			d.Dim == DimLink && erasedIn(es, b.At, d.Value, d.Day, rollup.Day)
+		return s.covers(b.At, d.Key, d.Day, rollup.Day) ||
+			d.Dim == DimLink && s.covers(b.At, d.Value, d.Day, rollup.Day)
 	}
-	uniqs := func(u UniqueSketch) bool { return erasedIn(es, b.At, u.Key, u.Day, rollup.Day) }
+	uniqs := func(u UniqueSketch) bool { return s.covers(b.At, u.Key, u.Day, rollup.Day) }
 	b.Counts = without(b.Counts, counts)
 	b.Dims = without(b.Dims, dims)
 	b.Uniques = without(b.Uniques, uniqs)

@@ -38,6 +38,7 @@ type eraseState struct {
 	mu     sync.Mutex
 	loaded bool
 	list   []analytics.Erasure
+	set    analytics.Erased // list, indexed
 	// gen counts erasures made by this process: a Write that filtered its
 	// batch under an older gen filters it again (see Write).
 	gen uint64
@@ -65,33 +66,33 @@ func parseErasure(k, v []byte) (analytics.Erasure, error) {
 
 // erasures returns the store's erasures and their generation. Call it
 // with s.mu held to read and the store usable.
-func (s *Store) erasures() ([]analytics.Erasure, uint64, error) {
+func (s *Store) erasures() (analytics.Erased, uint64, error) {
 	st := &s.erased
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.loaded {
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'e'}, UpperBound: []byte{'e' + 1}})
 		if err != nil {
-			return nil, 0, err
+			return analytics.Erased{}, 0, err
 		}
 		var list []analytics.Erasure
 		for ok := it.First(); ok; ok = it.Next() {
 			e, err := parseErasure(it.Key(), it.Value())
 			if err != nil {
 				it.Close()
-				return nil, 0, err
+				return analytics.Erased{}, 0, err
 			}
 			list = append(list, e)
 		}
 		if err := it.Close(); err != nil {
-			return nil, 0, err
+			return analytics.Erased{}, 0, err
 		}
-		st.list, st.loaded = list, true
+		st.list, st.set, st.loaded = list, analytics.NewErased(list), true
 	}
-	return st.list, st.gen, nil
+	return st.set, st.gen, nil
 }
 
-// erasedGen reports whether an erasure was made since generation gen.
+// erasedSince reports whether an erasure was made since generation gen.
 func (s *Store) erasedSince(gen uint64) bool {
 	s.erased.mu.Lock()
 	defer s.erased.mu.Unlock()
@@ -103,12 +104,7 @@ func (s *Store) erasedSince(gen uint64) bool {
 func (s *Store) erasedBucket(key string, start time.Time, step time.Duration) bool {
 	s.erased.mu.Lock()
 	defer s.erased.mu.Unlock()
-	for _, e := range s.erased.list {
-		if e.Bucket(key, start, step) {
-			return true
-		}
-	}
-	return false
+	return s.erased.set.Bucket(key, start, step)
 }
 
 // errErasedMeanwhile is returned by write when an erasure was committed
@@ -189,6 +185,7 @@ func (s *Store) Erase(ctx context.Context, e analytics.Erasure) error {
 	st.list = append(slices.DeleteFunc(slices.Clone(st.list), func(o analytics.Erasure) bool {
 		return o.Tenant == e.Tenant && o.Key == e.Key
 	}), e)
+	st.set = analytics.NewErased(st.list)
 	st.gen++
 	st.mu.Unlock()
 	return nil
