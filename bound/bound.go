@@ -178,3 +178,19 @@ func (sec Section[S]) Ranges(at string) []Named {
 	}
 	return out
 }
+
+// Fraction checks a share of things, such as the requests a trace is
+// kept for: a number from 0 to 1, both included. It returns nil when v is
+// one, else the error naming field, v and the range, in Check's words:
+// `tracing.sample: 1.5 is more than 1; it can be 0 to 1`. NaN is outside.
+func Fraction(field string, v float64) error {
+	switch {
+	case v >= 0 && v <= 1:
+		return nil
+	case v > 1:
+		return fmt.Errorf("%s: %s is more than 1; it can be 0 to 1", field, strconv.FormatFloat(v, 'g', -1, 64))
+	case v < 0:
+		return fmt.Errorf("%s: %s is less than 0; it can be 0 to 1", field, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return fmt.Errorf("%s: %s is not a number; it can be 0 to 1", field, strconv.FormatFloat(v, 'g', -1, 64))
+}

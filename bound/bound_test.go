@@ -1,6 +1,7 @@
 package bound_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -73,5 +74,29 @@ func TestSection(t *testing.T) {
 	got := sec.Ranges("routes[].upstream")
 	if len(got) != 2 || got[0].Path != "routes[].upstream.timeout" || got[1].Path != "routes[].upstream.limits.max" || got[1].Range.Max != 10 {
 		t.Errorf("Ranges: %+v", got)
+	}
+}
+
+// TestFraction: a share is 0 to 1, both included; above, below and NaN
+// are refused in the words of Check.
+func TestFraction(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{
+		{0, ""}, {1, ""}, {0.01, ""},
+		{1.5, "f: 1.5 is more than 1; it can be 0 to 1"},
+		{-0.1, "f: -0.1 is less than 0; it can be 0 to 1"},
+		{math.NaN(), "f: NaN is not a number; it can be 0 to 1"},
+		{math.Inf(1), "f: +Inf is more than 1; it can be 0 to 1"},
+	} {
+		err := bound.Fraction("f", c.v)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("Fraction(%v) = %q, want %q", c.v, got, c.want)
+		}
 	}
 }
