@@ -14,6 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/journal"
 	"github.com/linkgate/linkgate/rollup"
@@ -70,6 +74,9 @@ type FlusherOptions struct {
 	// is one process's at a time, and the embedded store too. Close waits
 	// for it, within its context, before the final flush.
 	After <-chan struct{}
+	// Tracer, when not nil, makes each batch's write a span
+	// (analytics.flush).
+	Tracer trace.Tracer
 }
 
 // Flusher moves the visits a Recorder counted into a store every interval:
@@ -744,7 +751,19 @@ func (f *Flusher) spill(in *inflight) {
 // write writes b, in parts to a PartWriter whose last Write of a whole
 // part timed out (see pace), with more time to another store after a
 // timeout. Called with writeMu held.
-func (f *Flusher) write(ctx context.Context, b *Batch) error {
+func (f *Flusher) write(ctx context.Context, b *Batch) (err error) {
+	if tr := f.opts.Tracer; tr != nil {
+		var span trace.Span
+		ctx, span = tr.Start(ctx, "analytics.flush", trace.WithAttributes(
+			attribute.String("linkgate.batch.writer", b.Writer), attribute.Int64("linkgate.batch.seq", int64(b.Seq)),
+			attribute.Int("linkgate.batch.entries", b.entries()), attribute.Int64("linkgate.batch.visits", batchVisits(b))))
+		defer func() {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
 	if _, ok := f.w.(PartWriter); !ok {
 		err := f.writeOnce(ctx, b, f.opts.WriteTimeout<<f.pace.grow)
 		f.pace.wrote(ctx, err)

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -97,6 +98,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			if uniques != nil && !bot && known {
 				u = uniques.Hash(now, client.Addr, header.First(r.Header, "User-Agent"), key)
 			}
+			noteVisit(r, bot)
 			if visit == nil {
 				rec.RecordTenantVisit(tenant, key, now, bot, nil, u)
 				return
@@ -109,5 +111,27 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			f[visitor.Destination] = visitor.DestinationOf(ww.Header().Get("Location"))
 			rec.RecordTenantVisit(tenant, key, now, bot, &f, u)
 		})
+	}
+}
+
+// Visit is what the visit counter did with a request: the gateway puts
+// one in the context of a request it traces (WithVisit), and the
+// middleware fills it in when it counts the request.
+type Visit struct {
+	Counted bool // recorded as a visit
+	Bot     bool // as a bot's (bots: separate)
+}
+
+type visitKey struct{}
+
+// WithVisit returns ctx holding v, for the middleware to fill in.
+func WithVisit(ctx context.Context, v *Visit) context.Context {
+	return context.WithValue(ctx, visitKey{}, v)
+}
+
+// noteVisit fills in the Visit r's context holds, if any.
+func noteVisit(r *http.Request, bot bool) {
+	if v, _ := r.Context().Value(visitKey{}).(*Visit); v != nil {
+		*v = Visit{Counted: true, Bot: bot}
 	}
 }

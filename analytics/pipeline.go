@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -41,7 +43,7 @@ type Pipeline struct {
 // and writes what an earlier run left in it in the background. m and log
 // may be nil.
 func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
-	return NewPipelineAfter(nil, plan, store, m, log)
+	return NewPipelineAfter(nil, plan, store, m, log, nil)
 }
 
 // NewPipelineAfter is NewPipeline for a process that takes over from
@@ -50,7 +52,8 @@ func NewPipeline(plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipelin
 // once), when the other process has closed them (FlusherOptions.After);
 // meanwhile each interval's counts wait in memory. A store that one
 // process at a time may open waits for after too (pebblestore.StartAfter).
-func NewPipelineAfter(after <-chan struct{}, plan *Plan, store Store, m *Metrics, log *slog.Logger) *Pipeline {
+// With tracer not nil, each batch's write and each rollup run is a span.
+func NewPipelineAfter(after <-chan struct{}, plan *Plan, store Store, m *Metrics, log *slog.Logger, tracer trace.Tracer) *Pipeline {
 	cfg := plan.Config()
 	rec := NewRecorder(cfg.MaxKeys, m)
 	rec.SetMaxBytes(cfg.MaxBufferBytes)
@@ -61,8 +64,9 @@ func NewPipelineAfter(after <-chan struct{}, plan *Plan, store Store, m *Metrics
 		JournalPath:     DefaultJournalPath(cfg),
 		JournalMaxBytes: cfg.Journal.MaxBytes,
 		After:           after,
+		Tracer:          tracer,
 	}, m, log)
-	roller := rollup.NewWorker(store, plan.Rollup(), rollup.WorkerOptions{Metrics: m, Log: log})
+	roller := rollup.NewWorker(store, plan.Rollup(), rollup.WorkerOptions{Metrics: m, Log: log, Tracer: tracer})
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Pipeline{
 		rec: rec, fl: fl, store: store, reader: fl.Reader(store), tiers: plan.Rollup().Retention(),

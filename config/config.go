@@ -33,6 +33,7 @@ import (
 	"github.com/linkgate/linkgate/stats"
 	"github.com/linkgate/linkgate/suggest"
 	"github.com/linkgate/linkgate/tenant"
+	"github.com/linkgate/linkgate/tracing"
 )
 
 // Config is the whole configuration file, decoded and with defaults filled
@@ -55,6 +56,9 @@ type Config struct {
 	// default tenant.
 	Tenants []tenant.Config `yaml:"tenants"`
 	Runtime Runtime         `yaml:"runtime"`
+	// Tracing exports OpenTelemetry traces (package tracing); off by
+	// default.
+	Tracing tracing.Config `yaml:"tracing"`
 
 	src source // where the fields are in the file, for Locate
 }
@@ -175,6 +179,7 @@ func Default() *Config {
 		Cache:     cache.DefaultConfig(),
 		Stats:     Stats{Config: stats.DefaultConfig()},
 		Runtime:   Runtime{GOGC: DefaultGOGC},
+		Tracing:   tracing.DefaultConfig(),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/limit"
@@ -115,20 +116,35 @@ type accessLog struct {
 type accessKey struct{}
 
 // accessRecord is what the handlers inside note for a request's access
-// line.
+// line and its span: one record serves both.
 type accessRecord struct {
 	proxied  bool
-	upstream time.Duration // until the upstream's first response headers
-	refused  limit.Refusal // the rule that answered 429, if one did
-	cache    cache.Result  // what the cache did, if the request reached it
+	upstream time.Duration   // until the upstream's first response headers
+	refused  limit.Refusal   // the rule that answered 429, if one did
+	cache    cache.Result    // what the cache did, if the request reached it
+	route    string          // the pool ("upstream", "routes[2]") or "stats", noted when tracing
+	visit    analytics.Visit // what the visit counter did, noted when tracing
 }
 
 // begin returns r with a record for upstreamTimer and the limiter to note
 // in.
 func (a *accessLog) begin(r *http.Request) (*http.Request, *accessRecord) {
+	return record(r, false)
+}
+
+// record returns r with a record for the handlers inside to note in: the
+// one r has when an outer middleware made it (the span's, for the access
+// log), else a new one, which the visit counter notes in too when traced.
+func record(r *http.Request, traced bool) (*http.Request, *accessRecord) {
+	if rec, ok := r.Context().Value(accessKey{}).(*accessRecord); ok {
+		return r, rec
+	}
 	rec := &accessRecord{}
 	ctx := limit.WithRefusal(context.WithValue(r.Context(), accessKey{}, rec), &rec.refused)
 	ctx = cache.WithResult(ctx, &rec.cache)
+	if traced {
+		ctx = analytics.WithVisit(ctx, &rec.visit)
+	}
 	return r.WithContext(ctx), rec
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
 	"github.com/linkgate/linkgate/tenant"
+	"github.com/linkgate/linkgate/tracing"
 )
 
 // Plan is a config file compiled: every value checked, every pattern,
@@ -42,6 +43,7 @@ type Plan struct {
 	cache      *cache.Plan
 	tls        *edge.Plan
 	tenants    *tenant.Plan // the declared tenants; none: every host in the default tenant
+	tracing    *tracing.Plan
 	adminToken string       // "": /admin/* answers 403
 	statsToken string       // "": /stats is open
 	share      stats.Sharer // its Key is nil: no share tokens
@@ -124,6 +126,9 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 		return nil, err
 	}
 	if err := checkTenantRetention(cfg, p.tenants, p.analytics); err != nil {
+		return nil, err
+	}
+	if p.tracing, err = tracing.Compile(cfg.Tracing, getenv); err != nil {
 		return nil, err
 	}
 	if h := cfg.Stats.Host; h != "" {

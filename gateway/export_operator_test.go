@@ -11,6 +11,7 @@ import (
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/proxy"
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/tracing"
 )
 
 // Bound is a bound of the compile step, for tests: the field, its range
@@ -29,7 +30,7 @@ func Bounds() []Bound {
 	var out []Bound
 	for _, sec := range [][]bound.Named{
 		serverBounds.Ranges("server"), runtimeBounds.Ranges("runtime"), edge.Bounds(), proxy.Bounds("upstream"), proxy.Bounds("routes[].upstream"),
-		limit.Bounds(), analytics.Bounds(), stats.Bounds(), cache.Bounds.Ranges("cache"),
+		limit.Bounds(), analytics.Bounds(), stats.Bounds(), cache.Bounds.Ranges("cache"), tracing.Bounds.Ranges("tracing"),
 	} {
 		for _, b := range sec {
 			r := b.Range

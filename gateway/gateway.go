@@ -69,6 +69,7 @@ import (
 	"github.com/linkgate/linkgate/route"
 	"github.com/linkgate/linkgate/stats"
 	"github.com/linkgate/linkgate/tenant"
+	"github.com/linkgate/linkgate/tracing"
 	"github.com/linkgate/linkgate/upgrade"
 )
 
@@ -136,6 +137,12 @@ type Gateway struct {
 	edgeM   *edge.Metrics
 	h2M     *h2guard.Metrics
 	cacheM  *cache.Metrics
+	traceM  *tracing.Metrics
+
+	// tracer exports the traces of requests and background runs for the
+	// life of the process (nil when tracing is off): the collector, its
+	// fields and the queue change only on restart, the sample on reload.
+	tracer *tracing.Tracer
 
 	// pipeline runs for the life of the process (nil when analytics are
 	// off): counts in memory survive reloads, the store is chosen at start.
@@ -217,6 +224,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		edgeM:   edge.NewMetrics(reg),
 		h2M:     h2guard.NewMetrics(reg),
 		cacheM:  cache.NewMetrics(reg),
+		traceM:  tracing.NewMetrics(reg),
 		streams: stats.NewStreams(plan.cfg.Stats.Live),
 		loop:    newLoopMark(),
 		cql:     cqlsession.NewPool(opts.Log.With("component", "cassandra")),
@@ -226,18 +234,23 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 	g.tenantLog.Every = 10 * time.Second
 	g.cache = cache.NewStore(plan.cache.Config().MaxBytes, g.cacheM, nil)
 	if opts.Listen {
-		var err error
-		if err = g.bind(plan.cfg); err != nil {
+		if err := g.bind(plan.cfg); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if g.tracer, err = tracing.Start(plan.tracing, opts.Version, g.traceM, g.log.With("component", "tracing")); err != nil {
+		g.closeListeners()
+		return nil, err
 	}
 	if plan.cfg.Analytics.Enabled {
 		store, err := g.openAnalyticsStore(plan.analytics)
 		if err != nil {
+			g.tracer.Shutdown(context.Background())
 			g.closeListeners()
 			return nil, err
 		}
-		g.pipeline = analytics.NewPipelineAfter(g.predecessor(), plan.analytics, store, g.visitsM, g.log)
+		g.pipeline = analytics.NewPipelineAfter(g.predecessor(), plan.analytics, store, g.visitsM, g.log, g.tracer.Tracer())
 		g.pipeline.SetTenantRetention(plan.tenants.Retentions())
 	}
 	s, err := g.build(plan, plan.cfg, nil)
@@ -245,6 +258,7 @@ func New(plan *Plan, opts Options) (*Gateway, error) {
 		if g.pipeline != nil {
 			g.pipeline.Close(context.Background())
 		}
+		g.tracer.Shutdown(context.Background())
 		g.closeListeners()
 		return nil, err
 	}
@@ -439,16 +453,29 @@ func (g *Gateway) build(plan *Plan, eff *config.Config, old *snapshot) (s *snaps
 		if access != nil {
 			next = upstreamTimer(next)
 		}
+		if g.tracer != nil {
+			next = g.tracer.Upstream(p.plan.name, next)
+		}
 		next = g.cache.Handler(plan.cache, p.plan.cacheTTL, next)
 		if g.pipeline != nil {
 			next = g.pipeline.Middleware(plan.analytics, tenants)(next)
 		}
 		p.handler = s.limiter.Middleware(next)
+		if g.tracer != nil {
+			p.handler = routeNote(p.plan.name, p.handler)
+		}
 	}
-	chain := chi.Chain(requestID(plan.trust), g.m.middleware(access), g.loop.refuse, refuseDoubleAuthorization, refuseUnknownClient(plan.trust), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
-		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))
+	outer := []func(http.Handler) http.Handler{requestID(plan.trust)}
+	if g.tracer != nil {
+		outer = append(outer, traced(g.tracer, plan.trust))
+	}
+	chain := chi.Chain(append(outer, g.m.middleware(access), g.loop.refuse, refuseDoubleAuthorization, refuseUnknownClient(plan.trust), refuseAmbiguousFraming, refuseMethods(sc.AllowMethods),
+		proxy.BodyDeadline(sc.BodyTimeout, sc.ReadTimeout))...)
 	var statsH http.Handler
 	statsH, s.stats = g.statsHandler(plan)
+	if g.tracer != nil {
+		statsH = routeNote("stats", statsH)
+	}
 	s.handler = chain.Handler(splitStats(plan.cfg.Stats.Prefix, plan.statsHost, statsH, g.withhold(plan.statsToken, plan.adminToken, s.router())))
 	return s, nil
 }
@@ -640,6 +667,7 @@ func (g *Gateway) Reload(source string) (res ReloadResult, err error) {
 	g.useCache(s)
 	g.limitM.Serve(s.limiter)
 	g.useStreams(s)
+	g.tracer.SetSample(eff.Tracing.Sample)
 	old.closeReplaced(s)
 	if g.pipeline != nil {
 		g.pipeline.Apply(plan.analytics)
@@ -683,7 +711,9 @@ func keepsAdmin(run, next *Plan) error {
 // the listeners and the settings of their http.Server (which it reads on
 // every connection, so they cannot change under it), and the analytics
 // fields that analytics.RestartOnly names (the pipeline lives as long as
-// the process, so that counts in memory survive reloads). Everything else,
+// the process, so that counts in memory survive reloads), and the tracing
+// fields but the sample (tracing.RestartOnly: the exporter is built once,
+// at start). Everything else,
 // the trusted proxies and the rules above all, takes effect on reload.
 // next is not modified.
 func restartOnly(run, next *config.Config) (eff *config.Config, changed []string) {
@@ -704,6 +734,8 @@ func restartOnly(run, next *config.Config) (eff *config.Config, changed []string
 	changed = append(changed, restartOnlyEdge(rs, rn, &c.Server)...)
 	var fixed []string
 	c.Analytics, fixed = analytics.RestartOnly(run.Analytics, next.Analytics)
+	changed = append(changed, fixed...)
+	c.Tracing, fixed = tracing.RestartOnly(run.Tracing, next.Tracing)
 	return &c, append(changed, fixed...)
 }
 
@@ -721,6 +753,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 		var errs []error
 		if g.pipeline != nil {
 			errs = append(errs, g.pipeline.Close(ctx))
+		}
+		// Last, so that the final flush's span goes too.
+		if err := g.tracer.Shutdown(ctx); err != nil {
+			g.log.Warn("tracing: spans left unexported at exit", "err", err)
 		}
 		if s := g.cur.Load(); s != nil {
 			s.closeReplaced(nil)

@@ -324,7 +324,7 @@ func spans(s string) []string {
 type configRow struct {
 	field    string
 	def      string // the default cell
-	restart  bool   // marked ¹ or ²: changes only on restart
+	restart  bool   // marked ¹, ² or ³: changes only on restart
 	required bool
 }
 
@@ -354,7 +354,7 @@ func docConfigTable(t *testing.T) map[string]configRow {
 		}
 		row := strings.Join(c, " ")
 		out[f] = configRow{
-			field: f, def: c[1], restart: strings.ContainsAny(row, "¹²"),
+			field: f, def: c[1], restart: strings.ContainsAny(row, "¹²³"),
 			required: strings.HasPrefix(c[1], "required"),
 		}
 	}
@@ -512,7 +512,7 @@ func checkRestart(t *testing.T, f string, marked bool) {
 	})
 	switch {
 	case kept && !marked:
-		t.Errorf("docs/configuration.md: %s changes only on restart (a reload keeps its running value): mark it ¹ (listeners) or ² (analytics pipeline)", f)
+		t.Errorf("docs/configuration.md: %s changes only on restart (a reload keeps its running value): mark it ¹ (listeners), ² (analytics pipeline) or ³ (trace exporter)", f)
 	case marked && !kept:
 		t.Errorf("docs/configuration.md marks %s as changing only on restart, but a reload applies it", f)
 	}

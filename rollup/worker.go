@@ -8,6 +8,10 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // WorkerOptions configure a Worker. The zero value of a field means its
@@ -34,6 +38,8 @@ type WorkerOptions struct {
 	Metrics Metrics
 	// Log receives failures and warnings; nil discards them.
 	Log *slog.Logger
+	// Tracer, when not nil, makes each run a span (rollup.run).
+	Tracer trace.Tracer
 }
 
 // Report is what one run of a Worker did.
@@ -161,7 +167,20 @@ func (w *Worker) RunOnce(ctx context.Context) (Report, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	began := time.Now()
+	var span trace.Span
+	if w.o.Tracer != nil {
+		ctx, span = w.o.Tracer.Start(ctx, "rollup.run")
+	}
 	rep, err := w.run(ctx, w.o.Now())
+	if span != nil {
+		span.SetAttributes(attribute.Bool("linkgate.rollup.standby", rep.Standby), attribute.Int("linkgate.rollup.jobs", rep.Jobs),
+			attribute.Int("linkgate.rollup.rows", rep.Rows), attribute.Int("linkgate.rollup.marks", rep.Marks),
+			attribute.Int("linkgate.rollup.periods", rep.Periods), attribute.Bool("linkgate.rollup.more", rep.More))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 	if w.o.Metrics != nil {
 		w.o.Metrics.RollupRun(time.Since(began), rep, err)
 	}
