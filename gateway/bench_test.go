@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,37 @@ func BenchmarkServeVisit(b *testing.B) {
 	}{{"one pool", false, false}, {"routes", true, false}, {"cached", false, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			g, req := visitGateway(b, bc.routes, bc.cached)
+			w := &headerWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				serveVisit(b, g, w, req)
+			}
+		})
+	}
+}
+
+// BenchmarkServeVisitTracing is BenchmarkServeVisit's visit (one pool)
+// with tracing off, and on with the sample at 0, 0.01 and 1, exporting to
+// a collector on loopback that takes every batch: what a request pays
+// for its span, kept or not.
+func BenchmarkServeVisitTracing(b *testing.B) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(collector.Close)
+	for _, bc := range []struct{ name, section string }{
+		{"off", ""},
+		{"sample=0", "0"},
+		{"sample=0.01", "0.01"},
+		{"sample=1", "1"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			more := ""
+			if bc.section != "" {
+				more = fmt.Sprintf("tracing: {otlp_endpoint: %s, sample: %s}\n", collector.URL, bc.section)
+			}
+			g, req := visitGatewayWith(b, false, false, more)
 			w := &headerWriter{h: http.Header{}}
 			b.ReportAllocs()
 			for b.Loop() {
@@ -82,13 +114,19 @@ func serveVisit(tb testing.TB, g *gateway.Gateway, w *headerWriter, req *http.Re
 // route among 20 routes, and the rule lists the route's hosts. With
 // cached, the redirect cache keeps the upstream's answers for 5 minutes.
 func visitGateway(tb testing.TB, routes, cached bool) (*gateway.Gateway, *http.Request) {
+	return visitGatewayWith(tb, routes, cached, "")
+}
+
+// visitGatewayWith is visitGateway with the sections of more added to
+// its file.
+func visitGatewayWith(tb testing.TB, routes, cached bool, more string) (*gateway.Gateway, *http.Request) {
 	up := cannedUpstream(tb)
-	extra, hosts := "", ""
+	extra, hosts := more, ""
 	if cached {
-		extra = "cache: {default_ttl: 5m}\n"
+		extra += "cache: {default_ttl: 5m}\n"
 	}
 	if routes {
-		extra = "routes:\n"
+		extra += "routes:\n"
 		for i := range 20 {
 			extra += fmt.Sprintf("  - {hosts: [site%d.example, www.site%d.example], upstream: {targets: [%s]}}\n", i, i, up)
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
@@ -404,4 +406,28 @@ func TestRunLoop(t *testing.T) {
 		cancel()
 		<-done
 	})
+}
+
+// TestWorkerTraced: with a tracer, each run is a span that says what the
+// run did.
+func TestWorkerTraced(t *testing.T) {
+	f := newFixture(t)
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	w := rollup.NewWorker(f.st, f.plan, rollup.WorkerOptions{Now: func() time.Time { return f.end }, Tracer: tp.Tracer("test")})
+	rep, err := w.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := sr.Ended()
+	if len(spans) != 1 || spans[0].Name() != "rollup.run" {
+		t.Fatalf("spans %v, want one rollup.run", spans)
+	}
+	attrs := map[string]int64{}
+	for _, kv := range spans[0].Attributes() {
+		attrs[string(kv.Key)] = kv.Value.AsInt64()
+	}
+	if rep.Rows == 0 || attrs["linkgate.rollup.rows"] != int64(rep.Rows) || attrs["linkgate.rollup.jobs"] != int64(rep.Jobs) {
+		t.Errorf("the span says %v of a run that did %+v", attrs, rep)
+	}
 }

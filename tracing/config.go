@@ -91,7 +91,11 @@ func Compile(c Config, getenv func(string) string) (*Plan, error) {
 	}
 	var err error
 	if p.url, err = traceURL(c.OTLPEndpoint); err != nil {
-		return nil, fmt.Errorf("tracing.otlp_endpoint: %q: %w", c.OTLPEndpoint, err)
+		shown := c.OTLPEndpoint
+		if u, perr := url.Parse(shown); perr == nil {
+			shown = u.Redacted() // the password, if any, out of the log
+		}
+		return nil, fmt.Errorf("tracing.otlp_endpoint: %q: %w", shown, err)
 	}
 	if name := c.HeadersEnv; name != "" {
 		v := strings.TrimSpace(getenv(name))
