@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &metrics{
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_handshakes_total",
-			Help: "TLS handshakes on the client listener, by result (ok, failed, timeout).",
+			Help: "TLS handshakes on the client listener, over TCP and QUIC (HTTP/3), by result (ok, failed, timeout).",
 		}, []string{"result"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "linkgate_tls_on_demand_decisions_total",
@@ -53,6 +53,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// Handshake counts a TLS handshake made outside the edge's listener
+// (HTTP/3's, in QUIC) by its result: ok, failed or timeout.
+func (m *Metrics) Handshake(result string) { m.handshakes.WithLabelValues(result).Inc() }
 
 // expiryCollector reports the expiry of every certificate listed by
 // Certificates, at scrape time.

@@ -58,8 +58,14 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 		VerifySourceAddress: func(net.Addr) bool { return s.open.Load() >= h3RetryAbove },
 		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
 			s.open.Add(1)
-			context.AfterFunc(ctx, func() { s.open.Add(-1) })
-			return ctx, nil
+			done := new(atomic.Bool) // the handshake ended: counted
+			context.AfterFunc(ctx, func() {
+				s.open.Add(-1)
+				if done.CompareAndSwap(false, true) {
+					g.edgeM.Handshake(h3Failure(context.Cause(ctx)))
+				}
+			})
+			return context.WithValue(ctx, h3HandshakeKey{}, done), nil
 		},
 	}
 	idle := cfg.IdleTimeout
@@ -72,6 +78,15 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 			defer s.inflight.Add(-1)
 			h.ServeHTTP(w, r)
 		}),
+		// Called once a connection's handshake is complete (0-RTT is
+		// refused): counted ok there, failed or timeout when the
+		// connection ends before.
+		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
+			if done, ok := ctx.Value(h3HandshakeKey{}).(*atomic.Bool); ok && done.CompareAndSwap(false, true) {
+				g.edgeM.Handshake("ok")
+			}
+			return ctx
+		},
 		TLSConfig:      http3.ConfigureTLSConfig(tlsCfg),
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		IdleTimeout:    idle,
@@ -84,6 +99,22 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 		Logger: slog.New(g.log.Handler()).With("server", "http3"),
 	}
 	return s
+}
+
+// h3HandshakeKey is the context key of whether a QUIC connection's
+// handshake was counted in linkgate_tls_handshakes_total.
+type h3HandshakeKey struct{}
+
+// h3Failure is the result of a QUIC handshake that the connection's end,
+// cause, cut short: timeout when it ran past server.tls.handshake_timeout
+// or the client went silent, else failed.
+func h3Failure(cause error) string {
+	var hto *quic.HandshakeTimeoutError
+	var ito *quic.IdleTimeoutError
+	if errors.As(cause, &hto) || errors.As(cause, &ito) {
+		return "timeout"
+	}
+	return "failed"
 }
 
 // serve serves until stop, once ready is closed (the process this one

@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // h3Client is a quic-go HTTP/3 client trusting roots and naming
@@ -150,5 +151,58 @@ func TestHTTP3OnDemand(t *testing.T) {
 	if resp, err := h3Client(t, p.Roots, "junk.example", nil).Do(req); err == nil {
 		resp.Body.Close()
 		t.Errorf("a QUIC handshake for a denied name succeeded: %s", resp.Status)
+	}
+}
+
+// TestHTTP3Handshakes: QUIC handshakes are counted in
+// linkgate_tls_handshakes_total as TLS ones over TCP are: one ok per
+// connection however many requests it carries, and failed for a client
+// that offers no protocol the server speaks and for one that refuses the
+// server's certificate.
+func TestHTTP3Handshakes(t *testing.T) {
+	t.Parallel()
+	ca := edgetest.NewCA(t)
+	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test")
+	up := tinyURL(t)
+	gw := start(t, fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+  http3: true
+  tls: {cert_file: %s, key_file: %s}
+admin:
+  listen: 127.0.0.1:0
+upstream:
+  targets: [%s]
+  health_check: {path: /healthz, interval: 100ms}
+analytics:
+  enabled: false
+`, certFile, keyFile, up.URL))
+	addr := gw.g.Addr().String()
+	count := func(result string) float64 {
+		return testkit.Metric(t, gw.g.Registry(), "linkgate_tls_handshakes_total", "result", result)
+	}
+	c3 := h3Client(t, ca.Pool(), "short.test", nil)
+	for range 3 {
+		if resp, _ := get(t, c3, "https://"+addr+"/go"); resp.ProtoMajor != 3 || resp.StatusCode != http.StatusFound {
+			t.Fatalf("GET /go: %s %d, want an HTTP/3 302", resp.Proto, resp.StatusCode)
+		}
+	}
+	if ok, failed := count("ok"), count("failed"); ok != 1 || failed != 0 {
+		t.Errorf("after 3 requests on one HTTP/3 connection: %v ok, %v failed handshakes, want 1 ok", ok, failed)
+	}
+
+	dial := func(cfg *tls.Config) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(20*time.Second))
+		defer cancel()
+		if conn, err := quic.DialAddr(ctx, addr, cfg, nil); err == nil {
+			conn.CloseWithError(0, "")
+			t.Fatalf("a handshake with %v succeeded", cfg.NextProtos)
+		}
+	}
+	dial(&tls.Config{RootCAs: ca.Pool(), ServerName: "short.test", NextProtos: []string{"h2"}})          // no protocol in common
+	dial(&tls.Config{RootCAs: x509.NewCertPool(), ServerName: "short.test", NextProtos: []string{"h3"}}) // the certificate refused
+	testkit.Eventually(t, 20*time.Second, "2 failed handshakes counted", func() bool { return count("failed") == 2 })
+	if ok := count("ok"); ok != 1 {
+		t.Errorf("%v ok handshakes, want still 1", ok)
 	}
 }
