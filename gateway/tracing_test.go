@@ -448,3 +448,41 @@ func TestTracingReload(t *testing.T) {
 		t.Errorf("a request sent with sample: 0 was exported: %+v", got)
 	}
 }
+
+// TestTracingFlushedAtExit: the spans that wait are sent when the gateway
+// stops (as at a binary upgrade's handover, which stops it the same way),
+// after the final analytics flush, whose span goes too: they are at the
+// receiver once Serve has returned, with no wait for the next batch.
+func TestTracingFlushedAtExit(t *testing.T) {
+	t.Parallel()
+	rcv := newOTLPReceiver(t)
+	up := tinyURL(t)
+	r := start(t, fmt.Sprintf(`server:
+  listen: 127.0.0.1:0
+admin:
+  listen: 127.0.0.1:0
+upstream:
+  targets: [%s]
+  health_check: {path: /healthz, interval: 100ms}
+analytics:
+  flush_interval: 1h
+  embedded: {path: %s}
+tracing:
+  otlp_endpoint: %s
+  sample: 1
+`, up.URL, t.TempDir(), rcv.URL))
+	resp, body := testkit.Do(t, "GET", r.url("/go"), nil, "X-Request-Id", "last")
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if err := r.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rcv.find("GET", map[string]string{"linkgate.request_id": "last"}); len(got) != 1 {
+		t.Errorf("%d spans of the last request at the receiver once the gateway stopped, want 1", len(got))
+	}
+	final := rcv.find("analytics.flush", map[string]string{"linkgate.batch.visits": "1"})
+	if len(final) != 1 {
+		t.Errorf("%d spans of the final flush (the one visit) at the receiver once the gateway stopped, want 1", len(final))
+	}
+}
