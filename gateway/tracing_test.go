@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +21,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/linkgate/linkgate/config"
+	"github.com/linkgate/linkgate/gateway"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -485,4 +489,41 @@ tracing:
 	if len(final) != 1 {
 		t.Errorf("%d spans of the final flush (the one visit) at the receiver once the gateway stopped, want 1", len(final))
 	}
+}
+
+// TestTracingConfigErrors: check-config's compile refuses a tracing
+// section that would not start, naming the field and its line; one it
+// accepts builds a gateway (no connection is made at start).
+func TestTracingConfigErrors(t *testing.T) {
+	t.Parallel()
+	base := "upstream: {targets: [\"http://127.0.0.1:1\"]}\nadmin: {listen: \"\"}\nanalytics: {enabled: false}\ntracing:\n"
+	for _, c := range []struct{ section, path string }{
+		{"  otlp_endpoint: http://collector:4318\n  sample: 1.5\n", "tracing.sample"},
+		{"  otlp_endpoint: collector:4318\n", "tracing.otlp_endpoint"},
+		{"  otlp_endpoint: http://collector:4318\n  headers_env: LG_TEST_NO_SUCH_VARIABLE\n", "tracing.headers_env"},
+		{"  otlp_endpoint: http://collector:4318\n  max_queue: 1\n", "tracing.max_queue"},
+	} {
+		cfg, err := config.Parse([]byte(base + c.section))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = gateway.Compile(cfg, getenv)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Path != c.path || ce.Line < 5 {
+			t.Errorf("%q: %v; want an error naming %s and its line", c.section, err, c.path)
+		}
+	}
+	cfg, err := config.Parse([]byte(base + "  otlp_endpoint: http://" + testkit.DeadAddr(t) + "\n  sample: 0.5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := gateway.Compile(cfg, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(plan, gateway.Options{})
+	if err != nil {
+		t.Fatalf("a section Compile accepted did not start: %v", err)
+	}
+	g.Close(context.Background())
 }

@@ -68,7 +68,6 @@ type Tracer struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
 	sampler  *ratio
-	queue    *queue
 }
 
 // Start builds the tracer plan describes, nil when it is off. It opens no
@@ -99,7 +98,7 @@ func Start(p *Plan, version string, m *Metrics, log *slog.Logger) (*Tracer, erro
 	res := resource.NewSchemaless(attribute.String("service.name", c.ServiceName), attribute.String("service.version", version))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(s)), sdktrace.WithResource(res),
 		sdktrace.WithSpanProcessor(q))
-	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/linkgate/linkgate"), sampler: s, queue: q}, nil
+	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/linkgate/linkgate"), sampler: s}, nil
 }
 
 // Tracer is the tracer of the background runs (the analytics flusher,
