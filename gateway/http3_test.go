@@ -23,9 +23,13 @@ import (
 // h3Client is a quic-go HTTP/3 client trusting roots and naming
 // serverName in its handshakes, keeping its TLS sessions in cache.
 func h3Client(t *testing.T, roots *x509.CertPool, serverName string, cache tls.ClientSessionCache) *http.Client {
-	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: serverName, ClientSessionCache: cache}}
+	// The handshake may wait for an on-demand certificate: on a loaded
+	// machine longer than quic-go's 5 s of silence.
+	wait := testkit.Slack(20 * time.Second)
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: serverName, ClientSessionCache: cache},
+		QUICConfig: &quic.Config{HandshakeIdleTimeout: wait}}
 	t.Cleanup(func() { tr.Close() })
-	return &http.Client{Transport: tr, Timeout: 20 * time.Second,
+	return &http.Client{Transport: tr, Timeout: wait,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
