@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,6 +37,7 @@ type conn struct {
 	ctx    context.Context // the connection's values
 	ctxEnd bool            // ctx can end (BaseContext's, ConnContext's)
 	remote string
+	tls    *tls.ConnectionState // the handshake's, over TLS; nil over TCP
 	state  atomic.Int32
 
 	// The watch for the client leaving while a handler runs.
@@ -89,6 +91,10 @@ func (c *conn) serve() {
 		}
 		c.s.untrack(c)
 	}()
+	var serve bool
+	if serve, handed = c.startTLS(); !serve {
+		return
+	}
 	c.br = bufio.NewReaderSize(c.nc, 4<<10)
 	c.bw = bufio.NewWriterSize(c.nc, 4<<10)
 	// As net/http: a zero timeout falls back on ReadTimeout, and one not
@@ -226,6 +232,9 @@ func (c *conn) handOver() bool {
 	if c.s.wrap != nil {
 		rc = c.s.wrap(rc)
 	}
+	if c.tls != nil {
+		rc = &tlsHanded{Conn: rc, state: c.tls}
+	}
 	c.setReadDeadline(time.Time{})
 	c.nc.SetWriteDeadline(time.Time{})
 	return c.s.hand.give(rc)
@@ -291,7 +300,7 @@ func (c *conn) parse(head []byte, r *http.Request) bool {
 	}
 	*r = http.Request{
 		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: http.NoBody, Host: host, RemoteAddr: c.remote, RequestURI: uri,
+		Header: h, Body: http.NoBody, Host: host, RemoteAddr: c.remote, RequestURI: uri, TLS: c.tls,
 		Close: httpguts.HeaderValuesContainsToken(h["Connection"], "close"),
 	}
 	return true

@@ -23,6 +23,11 @@
 // IdleTimeout, WriteTimeout) and the same context values
 // (http.ServerContextKey, http.LocalAddrContextKey, ConnContext's).
 //
+// Over TLS (a *tls.Conn, or a connection handshaken before it was accepted
+// that says its ConnectionState), the loop serves HTTP/1 as over TCP, with
+// the request's TLS state; a handshake that chose h2 hands the connection
+// to the net/http server's TLSNextProto (tls.go).
+//
 // Not the same, and what the gateway needs of none of it:
 //   - response header fields are written in map order, not sorted (RFC
 //     9110 section 5.3: the order of fields with different names carries

@@ -1,0 +1,184 @@
+package h1serve_test
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/internal/testkit"
+)
+
+// tlsWriterHandler answers who served the request (the response writer's
+// type), its protocol and what it knew of TLS.
+func tlsWriterHandler(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	tlsState := "none"
+	if r.TLS != nil {
+		tlsState = fmt.Sprintf("complete=%v alpn=%q sni=%q", r.TLS.HandshakeComplete, r.TLS.NegotiatedProtocol, r.TLS.ServerName)
+	}
+	fmt.Fprintf(w, "%T %s %s", w, r.Proto, tlsState)
+}
+
+// tlsRoundTrip sends raw on c and returns the body of the answer.
+func tlsRoundTrip(t *testing.T, c net.Conn, br *bufio.Reader, raw, method string) string {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(testkit.Slack(5 * time.Second)))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("%q: %v", raw, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%q: status %d, %v", raw, resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+// TestTLSServedByProtocol checks a TLS listener served as net/http's
+// ServeTLS serves it: HTTP/1.1 (by ALPN or without it) by the loop with
+// the request's TLS state, a request the loop does not take by net/http
+// with the state still, and h2 by net/http's HTTP/2 server.
+func TestTLSServedByProtocol(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(tlsWriterHandler), ErrorLog: diffDiscardLog, ReadHeaderTimeout: time.Minute}
+	s := h1serve.New(srv)
+	done := make(chan struct{})
+	go func() { s.Serve(tls.NewListener(ln, diffTLSConfig(t))); close(done) }()
+	t.Cleanup(func() { s.Close(); <-done })
+	addr := ln.Addr().String()
+
+	for _, alpn := range [][]string{{"http/1.1"}, nil} {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "example.com", NextProtos: alpn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		want := fmt.Sprintf(" HTTP/1.1 complete=true alpn=%q sni=\"example.com\"", strings.Join(alpn, ""))
+		if got := tlsRoundTrip(t, c, br, diffGet(), "GET"); got != "*h1serve.response"+want {
+			t.Errorf("ALPN %q, a GET: %q, want the loop's with %q", alpn, got, want)
+		}
+		post := "POST / HTTP/1.1\r\n" + diffHost + "Content-Length: 2\r\n\r\nhi"
+		if got := tlsRoundTrip(t, c, br, post, "POST"); got != "*http.response"+want {
+			t.Errorf("ALPN %q, a POST: %q, want net/http's with %q", alpn, got, want)
+		}
+		c.Close()
+	}
+
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: "example.com"}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: testkit.Slack(5 * time.Second)}
+	resp, err := client.Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := ` HTTP/2.0 complete=true alpn="h2" sni="example.com"`; resp.ProtoMajor != 2 || !strings.HasSuffix(string(body), want) || strings.HasPrefix(string(body), "*h1serve") {
+		t.Errorf("h2: %s %q, want net/http's HTTP/2 server's answer ending %q", resp.Proto, body, want)
+	}
+}
+
+// handshakenListener handshakes each connection before Accept returns it,
+// and returns it as a connection that says its TLS state (as the
+// gateway's edge does).
+type handshakenListener struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+type handshakenConn struct {
+	net.Conn
+	state tls.ConnectionState
+}
+
+func (c *handshakenConn) ConnectionState() tls.ConnectionState { return c.state }
+
+func (l handshakenListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Server(c, l.cfg)
+		tc.SetDeadline(time.Now().Add(testkit.Slack(5 * time.Second)))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			continue
+		}
+		tc.SetDeadline(time.Time{})
+		return &handshakenConn{Conn: tc, state: tc.ConnectionState()}, nil
+	}
+}
+
+// TestTLSStateOfAConnectionHandshakenBefore checks a connection accepted
+// with its handshake done: the loop serves it with its TLS state, and a
+// request handed to net/http carries the state too.
+func TestTLSStateOfAConnectionHandshakenBefore(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(tlsWriterHandler), ErrorLog: diffDiscardLog}
+	s := h1serve.New(srv)
+	done := make(chan struct{})
+	go func() { s.Serve(handshakenListener{ln, diffTLSConfig(t)}); close(done) }()
+	t.Cleanup(func() { s.Close(); <-done })
+
+	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, ServerName: "example.com", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	const want = ` HTTP/1.1 complete=true alpn="http/1.1" sni="example.com"`
+	if got := tlsRoundTrip(t, c, br, diffGet(), "GET"); got != "*h1serve.response"+want {
+		t.Errorf("a GET: %q, want the loop's with %q", got, want)
+	}
+	post := "POST / HTTP/1.1\r\n" + diffHost + "Content-Length: 2\r\n\r\nhi"
+	if got := tlsRoundTrip(t, c, br, post, "POST"); got != "*http.response"+want {
+		t.Errorf("a POST: %q, want net/http's with %q", got, want)
+	}
+}
+
+// TestPlainHTTPToTheTLSPort checks that a client speaking plain HTTP to a
+// TLS listener gets net/http's plain-text 400.
+func TestPlainHTTPToTheTLSPort(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(tlsWriterHandler), ErrorLog: diffDiscardLog}
+	s := h1serve.New(srv)
+	done := make(chan struct{})
+	go func() { s.Serve(tls.NewListener(ln, diffTLSConfig(t))); close(done) }()
+	t.Cleanup(func() { s.Close(); <-done })
+
+	c, br := dial(t, ln.Addr().String())
+	c.SetDeadline(time.Now().Add(testkit.Slack(5 * time.Second)))
+	io.WriteString(c, diffGet())
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "Client sent an HTTP request to an HTTPS server") {
+		t.Errorf("%d %q, want net/http's 400", resp.StatusCode, body)
+	}
+}
