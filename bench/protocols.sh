@@ -16,7 +16,10 @@
 #   ROUNDS [3]  DURATION [5] (seconds)  CONNS [64] (wrk)  H2_CONNS [4]  H2_STREAMS [32]
 #   HS_WORKERS [8]  KX [x25519] (the handshakes' key exchange: x25519, or go for X25519MLKEM768)
 #   PROTOCOLS [http1 https1 h2 full resumed]
-#   TARGETS [nginx gateway gateway-ip]   (and gateway-mc: gateway-ip's limiter on memcached)
+#   TARGETS [nginx gateway gateway-ip]   (and gateway-mc: gateway-ip's limiter on memcached;
+#                                     base, base-ip: gateway and gateway-ip run from BASE_BIN)
+#   BASE_BIN [none]                   a second gateway binary (the build before a change), for an
+#                                     A/B comparison interleaved in one run
 #   RESULTS_DIR [bench/results/protocols-TIMESTAMP]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +44,10 @@ for p in $PROTOCOLS; do
 	case $p in http1 | https1 | h2 | full | resumed) protocols+=("$p") ;; *) die "PROTOCOLS: unknown protocol $p" ;; esac
 done
 for t in $TARGETS; do
-	case $t in nginx | gateway | gateway-ip | gateway-mc) targets+=("$t") ;; *) die "TARGETS: unknown target $t" ;; esac
+	case $t in nginx | gateway | gateway-ip | gateway-mc) targets+=("$t") ;;
+	base | base-ip) [[ -x ${BASE_BIN:-} ]] || die "TARGETS: $t needs BASE_BIN, a gateway binary"; targets+=("$t") ;;
+	*) die "TARGETS: unknown target $t" ;;
+	esac
 done
 for c in nginx wrk h2load openssl go; do command -v $c >/dev/null || [[ -x /usr/sbin/$c ]] || die "$c is not installed (apt-get install nginx wrk nghttp2-client openssl)"; done
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
@@ -145,11 +151,13 @@ for t in "${targets[@]}"; do
 	fi
 	# A gateway is two processes, one on plain HTTP, one on TLS: a
 	# listener is one or the other.
+	bin=$tmp/gateway config=$t
+	[[ $t == base* ]] && bin=$BASE_BIN config=gateway${t#base}
 	for tls in off on; do
 		port=$(free_port) aport=$(free_port)
-		gateway_config "$t" "$port" "$aport" $tls >"$tmp/$t-$tls.yaml"
-		"$tmp/gateway" check-config "$tmp/$t-$tls.yaml" >/dev/null || { cat "$tmp/$t-$tls.yaml" >&2; die "generated $t config is invalid"; }
-		start "$t-$tls" "$tmp/gateway" -config "$tmp/$t-$tls.yaml" -log-level warn
+		gateway_config "$config" "$port" "$aport" $tls | sed "s|$tmp/$config-|$tmp/$t-|" >"$tmp/$t-$tls.yaml"
+		"$bin" check-config "$tmp/$t-$tls.yaml" >/dev/null || { cat "$tmp/$t-$tls.yaml" >&2; die "generated $t config is invalid"; }
+		start "$t-$tls" "$bin" -config "$tmp/$t-$tls.yaml" -log-level warn
 		wait_port "$last_pid" "$aport"
 		if [[ $tls == on ]]; then tls_port[$t]=$port tls_pid[$t]=$last_pid; else plain_port[$t]=$port plain_pid[$t]=$last_pid; fi
 	done

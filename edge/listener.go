@@ -19,9 +19,10 @@ import (
 // on-demand issuance never holds up the others. A connection that
 // negotiated HTTP/2 is returned as the *tls.Conn (net/http hands it to the
 // server's HTTP/2 handler: the gateway's is h2guard's, which reads it
-// through its budgets); any other is passed through wrapHTTP1 (the gateway's
-// framing scan) and returned as a connection whose ConnectionState is the
-// handshake's, so that requests on it still carry their TLS state.
+// through its budgets); any other is passed through wrapHTTP1 (the
+// gateway's count of connections not answered yet) and returned as a
+// connection whose ConnectionState is the handshake's, so that requests on
+// it carry their TLS state (h1serve's loop and net/http both read it).
 type Listener struct {
 	inner   net.Listener
 	e       *Edge

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/edge/edgetest"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -25,7 +27,21 @@ import (
 // connection kept names Connection: close in raw, so as not to wait.
 func rawExchange(t *testing.T, addr, raw string, wait time.Duration) (string, bool) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	return rawExchangeOver(t, addr, false, raw, wait)
+}
+
+// rawExchangeOver is rawExchange, over TLS when overTLS is set (any
+// certificate trusted, ALPN http/1.1).
+func rawExchangeOver(t *testing.T, addr string, overTLS bool, raw string, wait time.Duration) (string, bool) {
+	t.Helper()
+	var c net.Conn
+	var err error
+	if overTLS {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: testkit.Slack(5 * time.Second)}, "tcp", addr,
+			&tls.Config{InsecureSkipVerify: true, ServerName: "short.test", NextProtos: []string{"http/1.1"}})
+	} else {
+		c, err = net.Dial("tcp", addr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +59,32 @@ func rawExchange(t *testing.T, addr, raw string, wait time.Duration) (string, bo
 // refused with 400 and the connection closed, so the bytes after its last
 // chunk are never served as a request of their own (RFC 9112 section 6.1).
 func TestContentLengthWithTransferEncoding(t *testing.T) {
+	t.Run("tcp", func(t *testing.T) { contentLengthWithTransferEncoding(t, false) })
+	t.Run("tls", func(t *testing.T) { contentLengthWithTransferEncoding(t, true) })
+}
+
+// framingGateway starts a gateway in front of up, on TLS when overTLS is
+// set (a static certificate).
+func framingGateway(t *testing.T, up string, overTLS bool) *running {
+	if !overTLS {
+		return start(t, testkit.BaseConfig(up))
+	}
+	certFile, keyFile, _ := edgetest.NewCA(t).WritePair(t, t.TempDir(), "short.test")
+	return start(t, tlsConfig(up, fmt.Sprintf("  tls: {cert_file: %s, key_file: %s}\n", certFile, keyFile)))
+}
+
+func contentLengthWithTransferEncoding(t *testing.T, overTLS bool) {
 	var seen sync.Map
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Store(r.URL.Path, true)
 	}))
 	defer up.Close()
-	gw := start(t, testkit.BaseConfig(up.URL))
+	gw := framingGateway(t, up.URL, overTLS)
 	addr := gw.g.Addr().String()
+	rawExchange := func(t *testing.T, addr, raw string, wait time.Duration) (string, bool) {
+		t.Helper()
+		return rawExchangeOver(t, addr, overTLS, raw, wait)
+	}
 	for _, tc := range []struct{ name, raw string }{
 		{"CL then TE", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 44\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
 		{"TE then CL, odd case", "POST /a HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-LENGTH: 5\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
@@ -90,14 +125,23 @@ var statusLine = regexp.MustCompile(`(?m)^HTTP/1\.[01] \d{3} `)
 // data, or read no body at all and take the chunks for the next request.
 // It is answered 400, the connection closed, and never proxied.
 func TestHTTP10TransferEncodingRefused(t *testing.T) {
+	t.Run("tcp", func(t *testing.T) { http10TransferEncodingRefused(t, false) })
+	t.Run("tls", func(t *testing.T) { http10TransferEncodingRefused(t, true) })
+}
+
+func http10TransferEncodingRefused(t *testing.T, overTLS bool) {
 	var seen sync.Map
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		seen.Store(r.URL.Path, string(b))
 	}))
 	defer up.Close()
-	gw := start(t, testkit.BaseConfig(up.URL))
+	gw := framingGateway(t, up.URL, overTLS)
 	addr := gw.g.Addr().String()
+	rawExchange := func(t *testing.T, addr, raw string, wait time.Duration) (string, bool) {
+		t.Helper()
+		return rawExchangeOver(t, addr, overTLS, raw, wait)
+	}
 	for _, tc := range []struct{ name, raw string }{
 		{"TE and CL", "POST /a HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 10\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
 		{"CL and TE, keep-alive", "POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},

@@ -28,8 +28,9 @@ import (
 // Transfer-Encoding has faulty framing; close the connection after it.
 //
 // Since the handler cannot see the dropped header, the connections Go's
-// server reads are wrapped (on the plain listener, those h1serve hands
-// over: its loop serves no request with a body and needs no scan):
+// server reads are wrapped (on server.listen, over TCP or TLS, those
+// h1serve hands over: its loop serves no request with a body and needs no
+// scan; on server.internal_listen, all):
 // framingConn reads along with the server and notes each request head
 // that carries both fields, or Transfer-Encoding on HTTP/1.0 (its request
 // line). A chunked or HTTP/1.0 request whose request line was so noted is
@@ -79,6 +80,9 @@ func (c *framingConn) CloseWrite() error {
 	}
 	return nil
 }
+
+// Unwrap returns the scanned connection.
+func (c *framingConn) Unwrap() net.Conn { return c.Conn }
 
 func (c *framingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
@@ -177,17 +181,29 @@ func (c *framingConn) ambiguous(r *http.Request) bool {
 
 type framingKey struct{}
 
-// withFramingConn is the server's ConnContext: it puts the connection in
-// the context of its requests, and the JA4 fingerprint of its TLS
-// ClientHello when the edge terminated TLS on it.
+// withFramingConn is the servers' ConnContext: it puts the connection's
+// framing scan in the context of its requests, and the JA4 fingerprint of
+// its TLS ClientHello when the edge terminated TLS on it. It looks for
+// both down the connection's wrappers: net/http sees a connection h1serve
+// handed over over TLS as its TLS state over the scan, over the bytes the
+// loop had read, over the edge's connection.
 func withFramingConn(ctx context.Context, c net.Conn) context.Context {
-	if fp := edge.Fingerprint(c); fp != "" {
-		ctx = ja4.NewContext(ctx, fp)
+	var fc *framingConn
+	for c != nil {
+		if fp := edge.Fingerprint(c); fp != "" {
+			ctx = ja4.NewContext(ctx, fp)
+			break
+		}
+		if f, ok := c.(*framingConn); ok && fc == nil {
+			fc = f
+		}
+		u, ok := c.(interface{ Unwrap() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.Unwrap()
 	}
-	if u, ok := c.(interface{ Unwrap() net.Conn }); ok {
-		c = u.Unwrap() // a TLS connection serving HTTP/1 (edge.Listener)
-	}
-	if fc, ok := c.(*framingConn); ok {
+	if fc != nil {
 		return context.WithValue(ctx, framingKey{}, fc)
 	}
 	return ctx

@@ -272,9 +272,10 @@ func (g *Gateway) startServers() *running {
 		g.log.Info("listening", "server", name, "addr", l.Addr().String(), "version", g.opts.Version)
 	}
 	if g.edge != nil {
-		// The edge handshakes (certificates, ACME, ALPN); net/http hands
-		// the *tls.Conn of an h2 connection to h2guard, and serves HTTP/1
-		// on the rest through the framing scan.
+		// The edge handshakes (certificates, ACME, ALPN); h1serve's loop
+		// serves HTTP/1 over TLS as it does over TCP, handing the rest to
+		// net/http through the framing scan, and net/http hands the
+		// *tls.Conn of an h2 connection to h2guard.
 		var h http.Handler = g.edge.HSTS(g)
 		if g.uln != nil {
 			r.h3 = g.newH3(g.uln, g.edge.TLSConfig(), h)
@@ -286,10 +287,11 @@ func (g *Gateway) startServers() *running {
 			g.log.Info("listening", "server", "http3", "addr", g.uln.LocalAddr().String(), "version", g.opts.Version)
 			h = altSvc(portOf(g.uln.LocalAddr()), h)
 		}
-		srv := withH2(newServer(h))
-		tl := g.edge.Listen(g.ln, func(c net.Conn) net.Conn { return &framingConn{Conn: r.fresh.track(c)} })
+		hs := h1serve.New(withH2(newServer(h)))
+		hs.HandOver(func(c net.Conn) net.Conn { return &framingConn{Conn: c} })
+		tl := g.edge.Listen(g.ln, r.fresh.track)
 		r.stops = append(r.stops, tl.Drain)
-		start("gateway", srv, tl)
+		start("gateway", hs, tl)
 		if g.hln != nil {
 			hsrv := newServer(g.loop.refuse(g.edge.RedirectHandler(portOf(g.ln.Addr()))))
 			hsrv.ConnContext = nil
