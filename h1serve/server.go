@@ -164,10 +164,14 @@ func (s *Server) untrack(c *conn) {
 }
 
 // Shutdown stops accepting, closes the loop's idle connections, lets the
-// requests in flight end (their answers say Connection: close), and then
-// shuts srv down; ctx bounds the whole.
+// requests in flight end (their answers say Connection: close), and shuts
+// srv down beside them, so that the HTTP/2 connections srv serves hear
+// GOAWAY at once rather than after the loop's last request; ctx bounds
+// the whole.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- s.srv.Shutdown(ctx) }()
 	done := make(chan struct{})
 	go func() { s.active.Wait(); close(done) }()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -182,7 +186,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-	return s.srv.Shutdown(ctx)
+	return <-srvDone
 }
 
 // Close closes the listener and every connection, in flight or not.

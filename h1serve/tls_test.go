@@ -2,6 +2,7 @@ package h1serve_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/internal/testkit"
@@ -180,5 +183,80 @@ func TestPlainHTTPToTheTLSPort(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "Client sent an HTTP request to an HTTPS server") {
 		t.Errorf("%d %q, want net/http's 400", resp.StatusCode, body)
+	}
+}
+
+// TestShutdownTellsHTTP2AtOnce checks that Shutdown sends an HTTP/2
+// connection net/http serves its GOAWAY at once, while a request of the
+// loop is still running: not once the loop's connections have ended.
+func TestShutdownTellsHTTP2AtOnce(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	srv := &http.Server{ErrorLog: diffDiscardLog, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(w, "done")
+	})}
+	s := h1serve.New(srv)
+	served := make(chan struct{})
+	go func() { s.Serve(tls.NewListener(ln, diffTLSConfig(t))); close(served) }()
+	t.Cleanup(func() { s.Close(); <-served })
+	addr := ln.Addr().String()
+
+	// DialH2's handshake has 10 s, which a machine busy with -race may
+	// miss: a few tries.
+	var h2 *testkit.H2Conn
+	for try := 0; h2 == nil; try++ {
+		if h2, err = testkit.DialH2(addr, &tls.Config{InsecureSkipVerify: true, ServerName: "example.com"}); err != nil && try == 2 {
+			t.Fatal(err)
+		}
+	}
+	defer h2.Close()
+	// The h2 connection is net/http's once one of its requests is answered.
+	if err := h2.Send(func(fr *http2.Framer) error {
+		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2.Block("/"), EndStream: true, EndHeaders: true})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !h2.Wait(5*time.Second, func(h *testkit.H2Conn) bool { return h.Status(1) != "" }) {
+		t.Fatal("no answer over h2")
+	}
+
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "example.com", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	testkit.Recv(t, entered, 5*time.Second, "the loop's request at the handler")
+
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	if !h2.Wait(5*time.Second, func(h *testkit.H2Conn) bool { _, ok := h.GoAway(); return ok }) {
+		t.Error("no GOAWAY on the h2 connection while the loop's request runs")
+	}
+	close(release)
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(testkit.Slack(5 * time.Second)))
+	if resp, err := http.ReadResponse(br, nil); err != nil || !resp.Close {
+		t.Fatalf("the loop's request in flight: %v (%v), want its answer with Connection: close", resp, err)
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(testkit.Slack(10 * time.Second)):
+		t.Fatal("Shutdown did not return once the requests ended")
 	}
 }
