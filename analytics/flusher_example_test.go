@@ -40,10 +40,10 @@ func ExampleFlusher() {
 		fmt.Println(err)
 	}
 	// Output:
-	// /    1m  09:59 {Human:1 Bot:0}
-	// /    1m  10:00 {Human:1 Bot:1}
-	// abc  1m  09:59 {Human:1 Bot:0}
-	// abc  1m  10:00 {Human:1 Bot:1}
+	// /    1m  09:59 {Human:1 Bot:0 Other:[0 0 0 0]}
+	// /    1m  10:00 {Human:1 Bot:1 Other:[0 0 0 0]}
+	// abc  1m  09:59 {Human:1 Bot:0 Other:[0 0 0 0]}
+	// abc  1m  10:00 {Human:1 Bot:1 Other:[0 0 0 0]}
 	// /    to roll into 1h, hour of 09:00
 	// /    to roll into 1h, hour of 10:00
 	// abc  to roll into 1h, hour of 09:00

@@ -100,7 +100,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			}
 			noteVisit(r, bot)
 			if visit == nil {
-				rec.RecordTenantVisit(tenant, key, now, bot, nil, u)
+				rec.RecordTenantVisit(tenant, key, now, class, nil, u)
 				return
 			}
 			var f visitor.Features
@@ -109,7 +109,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 				f[visitor.Class], f[visitor.Reason] = class.String(), reason.String()
 			}
 			f[visitor.Destination] = visitor.DestinationOf(ww.Header().Get("Location"))
-			rec.RecordTenantVisit(tenant, key, now, bot, &f, u)
+			rec.RecordTenantVisit(tenant, key, now, class, &f, u)
 		})
 	}
 }

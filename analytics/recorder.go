@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/visitclass"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -203,7 +204,7 @@ func (e *entry) addDim(d visitor.Dim, day int32, v string, maxValues int) int64 
 	return int64(len(v)) + dimOverhead
 }
 
-func (e *entry) add(minute int64, bot bool) {
+func (e *entry) add(minute int64, class visitclass.Class) {
 	c := &e.last
 	if c.minute != minute {
 		c = nil
@@ -229,11 +230,34 @@ func (e *entry) add(minute int64, bot bool) {
 			}
 		}
 	}
-	if bot {
-		c.Bot++
-	} else {
-		c.Human++
+	countClass(&c.Visits, class)
+}
+
+// countClass counts one visit of class c in v.
+func countClass(v *Visits, c visitclass.Class) {
+	if c == visitclass.Human {
+		v.Human++
+		return
 	}
+	v.Bot++
+	if o := int(c) - int(visitclass.Preview); o >= 0 && o < len(v.Other) {
+		v.Other[o]++
+	}
+}
+
+// ClassVisits returns the visits of class c in v: Human, Bot less the other
+// classes for declared bots (visitclass.Bot), or one of Other.
+func ClassVisits(v Visits, c visitclass.Class) int64 {
+	switch c {
+	case visitclass.Human:
+		return v.Human
+	case visitclass.Bot:
+		return v.Declared()
+	}
+	if o := int(c) - int(visitclass.Preview); o >= 0 && o < len(v.Other) {
+		return v.Other[o]
+	}
+	return 0
 }
 
 // each calls fn for every minute of e that has visits.
@@ -327,7 +351,16 @@ func (r *Recorder) Record(key string, t time.Time, bot bool) {
 // core has seen since the last flush, with values seen too, does not
 // allocate (a sketch allocates as it grows).
 func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
-	r.record("", key, t, bot, f, uniq)
+	r.record("", key, t, classOf(bot), f, uniq)
+}
+
+// classOf returns the class Record counts a visit in: a declared bot's
+// when bot.
+func classOf(bot bool) visitclass.Class {
+	if bot {
+		return visitclass.Bot
+	}
+	return visitclass.Human
 }
 
 // RecordTenantVisit is RecordVisit of the link short of tenant (see
@@ -335,15 +368,16 @@ func (r *Recorder) RecordVisit(key string, t time.Time, bot bool, f *visitor.Fea
 // counted in the tenant's all-links entry (TenantAll), which is tracked
 // whatever max_keys and max_buffer_bytes say (there are as many as
 // tenants visited in an interval) and followed live whatever
-// live.max_links says. A visit to a link tracked already does not
-// allocate.
-func (r *Recorder) RecordTenantVisit(tenant, short string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
-	r.record(tenant, short, t, bot, f, uniq)
+// live.max_links says, in its class (RecordVisit's bot is visitclass.Bot).
+// A visit to a link tracked already does not allocate.
+func (r *Recorder) RecordTenantVisit(tenant, short string, t time.Time, class visitclass.Class, f *visitor.Features, uniq uint64) {
+	r.record(tenant, short, t, class, f, uniq)
 }
 
 // record counts a visit to the link key of tenant: see RecordVisit and
 // RecordTenantVisit.
-func (r *Recorder) record(tenant, key string, t time.Time, bot bool, f *visitor.Features, uniq uint64) {
+func (r *Recorder) record(tenant, key string, t time.Time, class visitclass.Class, f *visitor.Features, uniq uint64) {
+	bot := class != visitclass.Human
 	minute := unixMinute(t)
 	maxValues := int(r.maxValues.Load())
 	if maxValues == 0 {
@@ -357,7 +391,7 @@ func (r *Recorder) record(tenant, key string, t time.Time, bot bool, f *visitor.
 	} else {
 		s.human++
 	}
-	s.all.add(minute, bot)
+	s.all.add(minute, class)
 	day := int32(floorDiv(minute, 1440))
 	var e *entry
 	if tenant == "" {
@@ -368,7 +402,7 @@ func (r *Recorder) record(tenant, key string, t time.Time, bot bool, f *visitor.
 		// like a key pointing into a request, copied wherever it is kept.
 		key = unsafe.String(unsafe.SliceData(s.scratch), len(s.scratch))
 		e = s.links[key]
-		r.recordTenantAll(s, key[:len(tenant)+1], minute, day, liveTick(t), bot, f, uniq, maxValues)
+		r.recordTenantAll(s, key[:len(tenant)+1], minute, day, liveTick(t), class, f, uniq, maxValues)
 	}
 	owned := false
 	if e == nil {
@@ -398,16 +432,16 @@ func (r *Recorder) record(tenant, key string, t time.Time, bot bool, f *visitor.
 		s.bytes += int64(len(k)) + linkOverhead
 		key, owned = k, true // the entry's copy: a new live ring shares it
 	}
-	e.add(minute, bot)
+	e.add(minute, class)
 	r.recordLive(s, e, key, owned, liveTick(t), bot)
-	r.addFeatures(s, e, day, bot, f, uniq, maxValues)
+	r.addFeatures(s, e, day, !bot, f, uniq, maxValues)
 	s.mu.Unlock()
 	r.cores.Put(i)
 }
 
 // addFeatures counts a visit's features (f, nil for none) and its visitor
 // (uniq, 0 for none) in e, an entry of s. Called with s.mu held.
-func (r *Recorder) addFeatures(s *shard, e *entry, day int32, bot bool, f *visitor.Features, uniq uint64, maxValues int) {
+func (r *Recorder) addFeatures(s *shard, e *entry, day int32, human bool, f *visitor.Features, uniq uint64, maxValues int) {
 	if f != nil {
 		if e.dims == nil {
 			e.dims = new(entryDims)
@@ -425,7 +459,7 @@ func (r *Recorder) addFeatures(s *shard, e *entry, day int32, bot bool, f *visit
 	}
 	// A sketch grows to 4 KB: within max_buffer_bytes only (past it, the
 	// visit's visitor is not counted; its visit is).
-	if uniq != 0 && !bot && r.bytes.Load() < r.maxBytes.Load() {
+	if uniq != 0 && human && r.bytes.Load() < r.maxBytes.Load() {
 		var grew int64
 		e.uniq, grew = addUniq(e.uniq, day, uniq)
 		if grew != 0 {
@@ -569,14 +603,12 @@ func (e *entry) addVisits(c minuteCount) {
 		return
 	}
 	if e.last.minute == c.minute {
-		e.last.Human += c.Human
-		e.last.Bot += c.Bot
+		e.last.Visits = e.last.Add(c.Visits)
 		return
 	}
 	for i := range e.more {
 		if e.more[i].minute == c.minute {
-			e.more[i].Human += c.Human
-			e.more[i].Bot += c.Bot
+			e.more[i].Visits = e.more[i].Add(c.Visits)
 			return
 		}
 	}

@@ -9,7 +9,7 @@ func TestEntryMinutes(t *testing.T) {
 	var e entry
 	// In order, back in time (concurrent requests), forward again.
 	for _, m := range []int64{5, 5, 6, 5, 4, 6, 7, 4} {
-		e.add(m, m == 4)
+		e.add(m, classOf(m == 4))
 	}
 	got := map[int64]Visits{}
 	e.each(func(c minuteCount) {

@@ -550,7 +550,8 @@ func recordOldest(rec []byte) time.Time {
 //	per batch: byte flags (1: attempted), uvarint len(writer) writer,
 //	  uvarint first, uvarint seq, varint At (unix ns), uvarint counts,
 //	  per count: uvarint len(key) key, uvarint step (s), varint start (unix s),
-//	  varint human, varint bot
+//	  varint human, varint bot, (version 4) uvarint n, n varints: the
+//	  first n of Visits.Other (n is 0 for a count without any)
 //	  (version 2) uvarint dims, per dim: uvarint len(key) key (0 and no
 //	  bytes: the key of the dim before), byte dim,
 //	  varint day (unix days), uvarint len(value) value, varint n,
@@ -559,9 +560,9 @@ func recordOldest(rec []byte) time.Time {
 //	  varint day (unix days), uvarint len(sketch) sketch
 //
 // Active entries and marks are not kept: they are worked out when the
-// batch is written. Records of versions 1 (without dims) and 2 (without
-// uniques) are read too.
-const recordVersion = 3
+// batch is written. Records of versions 1 (without dims), 2 (without
+// uniques) and 3 (without Other) are read too.
+const recordVersion = 4
 
 func appendRecordHeader(b []byte, n int) []byte {
 	b = append(b, 'L', 'J', recordVersion)
@@ -585,8 +586,7 @@ func appendBatch(out []byte, b *Batch, attempted bool) []byte {
 		out = append(out, c.Key...)
 		out = binary.AppendUvarint(out, uint64(c.Step/time.Second))
 		out = binary.AppendVarint(out, c.Start.Unix())
-		out = binary.AppendVarint(out, c.Human)
-		out = binary.AppendVarint(out, c.Bot)
+		out = appendRecordVisits(out, c.Visits)
 	}
 	out = binary.AppendUvarint(out, uint64(len(b.Dims)))
 	prev := ""
@@ -615,6 +615,41 @@ func appendBatch(out []byte, b *Batch, attempted bool) []byte {
 		out = append(out, u.Sketch...)
 	}
 	return out
+}
+
+// appendRecordVisits appends v as a record holds it: human, bot, and the
+// classes of Other up to the last that has visits (one byte more than a
+// version 3 count when there are none).
+func appendRecordVisits(out []byte, v Visits) []byte {
+	out = binary.AppendVarint(out, v.Human)
+	out = binary.AppendVarint(out, v.Bot)
+	n := len(v.Other)
+	for n > 0 && v.Other[n-1] == 0 {
+		n--
+	}
+	out = binary.AppendUvarint(out, uint64(n))
+	for _, o := range v.Other[:n] {
+		out = binary.AppendVarint(out, o)
+	}
+	return out
+}
+
+// visits reads what appendRecordVisits wrote (human and bot only before
+// version 4).
+func (r *recordReader) visits() Visits {
+	v := Visits{Human: r.varint(), Bot: r.varint()}
+	if r.version < 4 || r.err != nil {
+		return v
+	}
+	n := r.uvarint()
+	if n > uint64(len(v.Other)) {
+		r.err = errRecord
+		return v
+	}
+	for i := range n {
+		v.Other[i] = r.varint()
+	}
+	return v
 }
 
 var errRecord = errors.New("analytics: journal: bad record")
@@ -717,11 +752,11 @@ func decodeRecord(rec []byte) ([]interval, error) {
 			key := r.bytes()
 			step := time.Duration(r.uvarint()) * time.Second
 			start := time.Unix(r.varint(), 0).UTC()
-			h, bot := r.varint(), r.varint()
+			v := r.visits()
 			if r.err != nil {
 				break
 			}
-			b.b.Counts = append(b.b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: Visits{Human: h, Bot: bot}})
+			b.b.Counts = append(b.b.Counts, Count{Key: string(key), Step: step, Start: start, Visits: v})
 		}
 		r.dims(func(d DimCount) { b.b.Dims = append(b.b.Dims, d) }, "")
 		r.uniques(func(u UniqueSketch) { b.b.Uniques = append(b.b.Uniques, u) }, "")
@@ -753,12 +788,12 @@ func scanRecord(rec []byte, key string, sc recordScan) error {
 			k := r.bytes()
 			step := r.uvarint()
 			start := r.varint()
-			h, bot := r.varint(), r.varint()
+			v := r.visits()
 			if r.err != nil {
 				return r.err
 			}
 			if sc.counts != nil && string(k) == key {
-				sc.counts(time.Duration(step)*time.Second, time.Unix(start, 0).UTC(), Visits{Human: h, Bot: bot})
+				sc.counts(time.Duration(step)*time.Second, time.Unix(start, 0).UTC(), v)
 			}
 		}
 		r.dims(sc.dims, key)

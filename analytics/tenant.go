@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/visitclass"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -63,7 +64,7 @@ func isTenantAll(key string) bool {
 // being the tenant's TenantAll key (it may point into the shard's scratch):
 // tracked and followed live whatever the caps, since there are as many
 // as tenants. Called with s.mu held.
-func (r *Recorder) recordTenantAll(s *shard, agg string, minute int64, day int32, tick uint32, bot bool, f *visitor.Features, uniq uint64, maxValues int) {
+func (r *Recorder) recordTenantAll(s *shard, agg string, minute int64, day int32, tick uint32, class visitclass.Class, f *visitor.Features, uniq uint64, maxValues int) {
 	e := s.links[agg]
 	if e == nil {
 		agg = strings.Clone(agg)
@@ -73,7 +74,7 @@ func (r *Recorder) recordTenantAll(s *shard, agg string, minute int64, day int32
 		s.bytes += cost
 		r.bytes.Add(cost)
 	}
-	e.add(minute, bot)
+	e.add(minute, class)
 	if lr := e.live; lr == nil || lr.dead {
 		if e.live = s.live[agg]; e.live == nil {
 			if s.live == nil {
@@ -84,8 +85,8 @@ func (r *Recorder) recordTenantAll(s *shard, agg string, minute int64, day int32
 			r.liveRings.Add(1) // counted, so that a sweep's decrement balances it
 		}
 	}
-	e.live.add(tick, bot)
-	r.addFeatures(s, e, day, bot, f, uniq, maxValues)
+	e.live.add(tick, class != visitclass.Human)
+	r.addFeatures(s, e, day, class == visitclass.Human, f, uniq, maxValues)
 }
 
 // TenantRetainer is a Store that keeps some tenants' counts for less time

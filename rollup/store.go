@@ -5,16 +5,46 @@ import (
 	"time"
 )
 
-// Visits is a count of human visits and, counted apart, of known bots and
-// link-preview fetchers. It is defined here, not in analytics, so that
-// rollup can move counts between tiers without importing analytics (which
-// imports rollup); analytics.Visits is this type.
+// Visits is a count of human visits and, counted apart, of all the
+// others (Bot: declared bots, link unfurlers, scanners, prefetches, the
+// operator's own networks), of which Other splits out the classes after
+// declared bots. It is defined here, not in analytics, so that rollup can
+// move counts between tiers without importing analytics (which imports
+// rollup); analytics.Visits is this type.
 type Visits struct {
 	Human, Bot int64
+	// Other are the visits of Bot from each class after declared bots, in
+	// the order of package visitclass: preview, scanner, prefetch,
+	// internal. Bot less their sum are the declared bots' visits, so counts
+	// stored before classes were counted (all zero here) read as declared
+	// bots, as they were counted then.
+	Other [NumOther]int64
 }
 
+// NumOther is the number of classes Visits.Other counts.
+const NumOther = 4
+
 // Add returns v plus w.
-func (v Visits) Add(w Visits) Visits { return Visits{Human: v.Human + w.Human, Bot: v.Bot + w.Bot} }
+func (v Visits) Add(w Visits) Visits {
+	v.Human += w.Human
+	v.Bot += w.Bot
+	for i := range v.Other {
+		v.Other[i] += w.Other[i]
+	}
+	return v
+}
+
+// Declared returns the visits of v's declared bots: Bot less Other.
+func (v Visits) Declared() int64 {
+	n := v.Bot
+	for _, o := range v.Other {
+		n -= o
+	}
+	return n
+}
+
+// Split reports whether v counts any visit in Other.
+func (v Visits) Split() bool { return v.Other != [NumOther]int64{} }
 
 // Point is the visits of one stored bucket: analytics.Point is this type.
 type Point struct {

@@ -268,7 +268,9 @@ func sum(t *testing.T, s Store, key string, step time.Duration, from, to time.Ti
 }
 
 // testPointsPerTier writes three buckets in every tier, starting at the same
-// midnight in all tiers up to a day, and reads each tier back.
+// midnight in all tiers up to a day, and reads each tier back. Two of each
+// tier's buckets split their bots by class (Visits.Other), one is all
+// human.
 func testPointsPerTier(t *testing.T, e *env) {
 	k := e.key("a")
 	tiers := rollup.DefaultTiers()
@@ -278,9 +280,13 @@ func testPointsPerTier(t *testing.T, e *env) {
 		s0 := rollup.Align(e.base(), tr.Step)
 		for j := 2; j >= 0; j-- {
 			start := s0.Add(-time.Duration(j) * tr.Step)
-			h, bot := int64(100*i+j+1), int64(j)
-			b.Counts = append(b.Counts, count(k, tr.Step, start, h, bot))
-			want[i] = append(want[i], point(start, h, bot))
+			h, bot := int64(100*i+j+1), int64(3*j)
+			// Bots split by class in every bucket but the last (all
+			// human), the first with a class beyond the second's.
+			c := count(k, tr.Step, start, h, bot)
+			c.Other[j%rollup.NumOther], c.Other[(j+i)%rollup.NumOther] = int64(j), int64(j)
+			b.Counts = append(b.Counts, c)
+			want[i] = append(want[i], analytics.Point{Start: start, Visits: c.Visits})
 		}
 	}
 	write(t, e.s, b)

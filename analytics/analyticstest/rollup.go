@@ -16,6 +16,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // testActivePages stores Active entries of several queues and periods, some
@@ -175,6 +176,11 @@ func testRolledRows(t *testing.T, e *env) {
 	want(8, 2) // a count flushed into the tier adds to the rolled value
 	apply(e.s, row(9, 2))
 	want(10, 2) // and stays when the rolled value is replaced
+	// A rolled value whose bots are split by class keeps the split.
+	split := row(9, 3)
+	split.Other[1] = 1
+	apply(e.s, split)
+	checkPoints(t, e.s, k, time.Hour, h0, h0.Add(time.Hour), []analytics.Point{{Start: h0, Visits: analytics.Visits{Human: 10, Bot: 3, Other: split.Other}}})
 	// The all-time tier takes rolled values too.
 	total, _ := rollup.TotalTier(rollup.DefaultTiers())
 	ts := rollup.Align(e.base(), total.Step)
@@ -294,9 +300,9 @@ var exactPlan = Plan(exactTiers, exactGrace)
 
 // visit is one visit of the brute-force reference.
 type visit struct {
-	key string
-	at  time.Time
-	bot bool
+	key   string
+	at    time.Time
+	class visitclass.Class
 }
 
 // flaky is a Store whose writes fail while down is set.
@@ -413,9 +419,9 @@ func (s *rollupSim) newGateway(g *gateway, st Store, work bool) {
 	}
 }
 
-func (s *rollupSim) record(g *gateway, key string, at time.Time, bot bool) {
-	g.rec.Record(key, at, bot)
-	g.pending = append(g.pending, visit{key, at, bot})
+func (s *rollupSim) record(g *gateway, key string, at time.Time, class visitclass.Class) {
+	g.rec.RecordTenantVisit("", key, at, class, nil, 0)
+	g.pending = append(g.pending, visit{key, at, class})
 }
 
 func (s *rollupSim) flush(g *gateway) {
@@ -479,14 +485,19 @@ func (s *rollupSim) step(steps int) {
 				key = s.keys[len(s.keys)-1]
 			}
 			at := prev.Add(time.Duration(1 + rng.Int64N(int64(s.clock.Sub(prev)))))
-			s.record(g, key, at, rng.IntN(4) == 0)
+			// One visit in four is not a person's, of any class.
+			class := visitclass.Human
+			if rng.IntN(4) == 0 {
+				class = visitclass.Class(1 + rng.IntN(int(visitclass.NumClasses)-1))
+			}
+			s.record(g, key, at, class)
 		}
 		if rng.IntN(10) == 0 { // a visit counted hours late
 			at := s.clock.Add(-time.Duration(rng.Int64N(int64(6 * time.Hour))))
 			if at.Before(s.start) {
 				at = s.start
 			}
-			s.record(g, s.keys[rng.IntN(len(s.keys))], at, false)
+			s.record(g, s.keys[rng.IntN(len(s.keys))], at, visitclass.Human)
 			s.reports["late visits"]++
 		}
 		s.flush(g)
@@ -517,7 +528,7 @@ func (s *rollupSim) check(g *gateway, when string) {
 		var total analytics.Visits
 		for _, v := range seen {
 			if key == analytics.AllLinks || v.key == key {
-				total = total.Add(one(v.bot))
+				total = total.Add(one(v.class))
 			}
 		}
 		got, err := r.Total(s.ctx, key)
@@ -634,11 +645,18 @@ func (s *rollupSim) checkStored() {
 	}
 }
 
-func one(bot bool) analytics.Visits {
-	if bot {
-		return analytics.Visits{Bot: 1}
+// one is a visit of class c as Visits count it.
+func one(c visitclass.Class) analytics.Visits {
+	var v analytics.Visits
+	if c == visitclass.Human {
+		v.Human = 1
+		return v
 	}
-	return analytics.Visits{Human: 1}
+	v.Bot = 1
+	if c >= visitclass.Preview {
+		v.Other[c-visitclass.Preview] = 1
+	}
+	return v
 }
 
 // reference counts vs of key (every key for AllLinks) into the buckets of
@@ -651,7 +669,7 @@ func reference(vs []visit, key string, step time.Duration, from, to time.Time) [
 		}
 		b := rollup.Align(v.at, step)
 		if !b.Before(from) && b.Before(to) {
-			m[b] = m[b].Add(one(v.bot))
+			m[b] = m[b].Add(one(v.class))
 		}
 	}
 	var ps []analytics.Point

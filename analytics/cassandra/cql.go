@@ -110,8 +110,12 @@ const leaseName = "rollup"
 // (fmt verbs), bind markers for everything else, so that gocql prepares each
 // once per connection.
 const (
-	insertPointCQL    = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectPointsCQL   = `SELECT start, human, bot FROM %s.%s WHERE short_key = ? AND bucket = ? AND start >= ? AND start < ?`
+	insertPointCQL = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	// A row whose bots are split by class: insertPointCQL with
+	// classColumns, which a row without any leaves out (not null: no cell,
+	// no tombstone).
+	insertClassesCQL  = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot, preview, scanner, prefetch, internal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectPointsCQL   = `SELECT start, human, bot, preview, scanner, prefetch, internal FROM %s.%s WHERE short_key = ? AND bucket = ? AND start >= ? AND start < ?`
 	insertActiveCQL   = `INSERT INTO %s.rollup_active (step, period, shard, short_key) VALUES (?, ?, ?, ?) USING TTL ?`
 	selectActiveCQL   = `SELECT short_key FROM %s.rollup_active WHERE step = ? AND period = ? AND shard = ? AND short_key > ? LIMIT ?`
 	insertMarkCQL     = `INSERT INTO %s.rollup_marks (short_key, step, start, id, at_us) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
@@ -132,7 +136,7 @@ type cqlBackend struct {
 	serial gocql.SerialConsistency
 	retry  gocql.RetryPolicy
 
-	insertPoint, selectPoints map[string]string // by table
+	insertPoint, insertClasses, selectPoints map[string]string // by table
 	insertActive, selectActive,
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
@@ -150,6 +154,7 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		s: s, cons: cons, serial: serial,
 		retry:          &retryPolicy{gocql.ExponentialBackoffRetryPolicy{NumRetries: 3, Min: 100 * time.Millisecond, Max: 2 * time.Second}},
 		insertPoint:    make(map[string]string),
+		insertClasses:  make(map[string]string),
 		selectPoints:   make(map[string]string),
 		insertActive:   fmt.Sprintf(insertActiveCQL, ks),
 		selectActive:   fmt.Sprintf(selectActiveCQL, ks),
@@ -178,6 +183,7 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 	for _, t := range tiers {
 		table := pointsTable(t)
 		b.insertPoint[table] = fmt.Sprintf(insertPointCQL, ks, table)
+		b.insertClasses[table] = fmt.Sprintf(insertClassesCQL, ks, table)
 		b.selectPoints[table] = fmt.Sprintf(selectPointsCQL, ks, table)
 	}
 	return b
@@ -201,15 +207,21 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 }
 
 func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
-	args := func(r pointRow) []any {
-		return []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts}
+	stmt := func(r pointRow) (string, []any) {
+		if !r.v.Split() {
+			return b.insertPoint[r.table], []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts}
+		}
+		o := &r.v.Other
+		return b.insertClasses[r.table], []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, o[0], o[1], o[2], o[3], r.ttl, r.ts}
 	}
 	if len(rows) == 1 {
-		return b.query(ctx, b.insertPoint[rows[0].table], args(rows[0])...).Exec()
+		q, args := stmt(rows[0])
+		return b.query(ctx, q, args...).Exec()
 	}
 	batch := b.batch(ctx)
 	for _, r := range rows {
-		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: b.insertPoint[r.table], Args: args(r), Idempotent: true})
+		q, args := stmt(r)
+		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: q, Args: args, Idempotent: true})
 	}
 	return b.s.ExecuteBatch(batch)
 }
@@ -218,7 +230,8 @@ func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, 
 	it := b.query(ctx, b.selectPoints[table], key, bucket, from, to).Iter()
 	var out []analytics.Point
 	var p analytics.Point
-	for it.Scan(&p.Start, &p.Human, &p.Bot) {
+	o := &p.Other
+	for it.Scan(&p.Start, &p.Human, &p.Bot, &o[0], &o[1], &o[2], &o[3]) {
 		p.Start = p.Start.UTC()
 		out = append(out, p)
 	}

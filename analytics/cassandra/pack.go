@@ -35,11 +35,20 @@ const (
 // values, then each regular cell's value plus 16 bytes.
 const (
 	pointBytes   = 8 + 16 + 2*(16+8) // start, writer; human, bot
+	classBytes   = 4 * (16 + 8)      // preview, scanner, prefetch, internal, when written
 	linkDayBytes = 8 + 16            // a link_days row: day, writer
 	dimBytes     = 2 + 16 + 8        // a breakdown cell: its key "dim:" (and the value's bytes), 16, its count
 	uniqBytes    = 16 + 4            // a register's element
 	topBytes     = 16 + (16 + 8)     // writer; visits (and the key's bytes)
 )
+
+// pointSize is the data of r as Cassandra measures it.
+func pointSize(r pointRow) int {
+	if r.v.Split() {
+		return pointBytes + classBytes
+	}
+	return pointBytes
+}
 
 // pack groups items into statements: consecutive items whose sizes add up
 // to packBytes at most go together; an item larger than that goes alone.

@@ -131,6 +131,10 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
     writer    uuid,
     human     bigint,
     bot       bigint,
+    preview   bigint,
+    scanner   bigint,
+    prefetch  bigint,
+    internal  bigint,
     PRIMARY KEY ((short_key, bucket), start, writer)
 ) WITH CLUSTERING ORDER BY (start ASC, writer ASC)`
 	for _, t := range tiers {
@@ -188,6 +192,28 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 	return stmts
 }
 
+// classColumns are the columns of a points table that split bot by class
+// (analytics.Visits.Other, in its order), null in a row without any: rows
+// of all-human or declared-bot visits hold no cell of them.
+var classColumns = [rollup.NumOther]string{"preview", "scanner", "prefetch", "internal"}
+
+// migrations returns the statements that bring tables created by an
+// earlier release to schema's: the class columns added to each points
+// table. Cassandra 4.0 has no ADD IF NOT EXISTS: Open runs them after
+// schema, and cqlsession takes the refusal of a column that exists as done
+// (it always does on tables schema created).
+func migrations(keyspace string, tiers []rollup.Tier) []string {
+	add := "ADD (" + strings.Join(classColumns[:], " bigint, ") + " bigint)"
+	var stmts []string
+	for _, t := range tiers {
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s %s", keyspace, pointsTable(t), add))
+	}
+	if total, err := rollup.TotalTier(tiers); err == nil {
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s %s", keyspace, pointsTable(total), add))
+	}
+	return stmts
+}
+
 // SchemaCQL returns the CQL script that creates the keyspace and tables the
 // store uses, as Open runs it when they are missing: what
 // configs/cassandra.cql holds for the default configuration. Operators who
@@ -211,7 +237,11 @@ func SchemaCQL(keyspace string, replicationFactor int, tiers []rollup.Tier) stri
 -- holding a bounded number of buckets. Flushes write the finest tier: each
 -- gateway process its own cumulative count under its writer id. The rollup
 -- worker writes the coarser tiers from the finer ones, one row per bucket
--- under a fixed writer id. Readers sum the writers.
+-- under a fixed writer id. Readers sum the writers. bot counts every visit
+-- that is not a person's; preview, scanner, prefetch and internal split it by
+-- class, written only in rows that have such visits. Tables made by a release
+-- without them get them at a gateway's start (ALTER TABLE ... ADD (preview
+-- bigint, scanner bigint, prefetch bigint, internal bigint)).
 --
 -- points_total: the all-time tier, rolled from the coarsest, never expired.
 --

@@ -15,8 +15,15 @@
 // drops whole expired SSTables instead of keeping a five-year week row
 // alive in an SSTable of two-day minute rows. A row is
 //
-//	PRIMARY KEY ((short_key, bucket), start, writer) → human, bot
+//	PRIMARY KEY ((short_key, bucket), start, writer) → human, bot,
+//	    preview, scanner, prefetch, internal
 //
+// where bot counts every visit that is not a person's and the last four
+// split it by class (analytics.Visits.Other): they are written only in a
+// row that has such visits, so the row of an all-human or declared-bot
+// bucket is what it was before classes were counted, and a row of then
+// reads as its bots all declared (Open adds the columns to tables an
+// earlier release made: migrations),
 // where start is the bucket's start and bucket the start of a period that
 // holds a bounded number of buckets (partitionSpan): a day of minutes, a
 // week of 5 minutes, 30 days of hours, 366 days of days, 521 weeks of weeks.
@@ -266,7 +273,7 @@ func Open(ctx context.Context, pool *cqlsession.Pool, cfg analytics.Cassandra, p
 		pool = cqlsession.NewPool(log)
 	}
 	s.conn = pool.Open(cqlsession.Config{Hosts: cfg.Hosts, Timeout: Timeout}, "analytics",
-		schema(cfg.Keyspace, cfg.ReplicationFactor, plan.Retention()))
+		append(schema(cfg.Keyspace, cfg.ReplicationFactor, plan.Retention()), migrations(cfg.Keyspace, plan.Retention())...))
 	return s, nil
 }
 
@@ -593,7 +600,7 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 // (pack.go).
 func pointOps(rows []pointRow) []op {
 	var ops []op
-	for _, g := range pack(rows, func(pointRow) int { return pointBytes }) {
+	for _, g := range pack(rows, pointSize) {
 		ops = append(ops, func(ctx context.Context, be backend) error { return be.writePoints(ctx, g) })
 	}
 	return ops

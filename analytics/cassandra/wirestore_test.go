@@ -265,12 +265,18 @@ func TestWireReads(t *testing.T) {
 		if string(values[0]) != "k" {
 			return cols, nil
 		}
-		return cols, [][][]byte{{cqlmodel.TimeCell(h0), cqlmodel.BE64(1), cqlmodel.BE64(0)}, {cqlmodel.TimeCell(h0), cqlmodel.BE64(2), cqlmodel.BE64(1)}, {cqlmodel.TimeCell(h0.Add(time.Hour)), cqlmodel.BE64(4), cqlmodel.BE64(0)}}
+		// A row whose bots are split by class, then rows without the
+		// class columns (null: all-human, or written before classes).
+		return cols, [][][]byte{
+			{cqlmodel.TimeCell(h0), cqlmodel.BE64(2), cqlmodel.BE64(4), cqlmodel.BE64(1), nil, cqlmodel.BE64(2), nil},
+			{cqlmodel.TimeCell(h0), cqlmodel.BE64(1), cqlmodel.BE64(1), nil, nil, nil, nil},
+			{cqlmodel.TimeCell(h0.Add(time.Hour)), cqlmodel.BE64(4), cqlmodel.BE64(0), nil, nil, nil, nil},
+		}
 	}
 	s := openWire(t, srv)
 	ctx := context.Background()
 	ps, err := s.Points(ctx, "k", time.Hour, h0, h0.Add(2*time.Hour))
-	want := []analytics.Point{{Start: h0, Visits: analytics.Visits{Human: 3, Bot: 1}}, {Start: h0.Add(time.Hour), Visits: analytics.Visits{Human: 4}}}
+	want := []analytics.Point{{Start: h0, Visits: analytics.Visits{Human: 3, Bot: 5, Other: [rollup.NumOther]int64{1, 0, 2, 0}}}, {Start: h0.Add(time.Hour), Visits: analytics.Visits{Human: 4}}}
 	if err != nil || len(ps) != 2 || ps[0] != want[0] || ps[1] != want[1] {
 		t.Errorf("Points = %v, %v; want %v", ps, err, want)
 	}

@@ -18,8 +18,9 @@ func FuzzVisits(f *testing.F) {
 	f.Add(int64(1), int64(-1), []byte{0x02, 0x00})
 	f.Add(int64(1<<62), int64(7), []byte{0xff, 0xff, 0xff})
 	f.Add(int64(3), int64(4), []byte{0xff, 0x00, 0x30})
+	f.Add(int64(3), int64(4), []byte{0x02, 0x04, 0x00, 0x00, 0x06})
 	f.Fuzz(func(t *testing.T, h, b int64, raw []byte) {
-		v := analytics.Visits{Human: h, Bot: b}
+		v := analytics.Visits{Human: h, Bot: b, Other: [rollup.NumOther]int64{0, b / 2, 0, h}}
 		got, err := decodeVisits(appendVisits(nil, v))
 		if err != nil || got != v {
 			t.Fatalf("round trip of %+v = %+v, %v", v, got, err)
@@ -30,6 +31,32 @@ func FuzzVisits(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestVisitsClasses checks the value of a bucket whose visits are split by
+// class: it round-trips; a value without classes is byte for byte what it
+// was before they were counted (so an all-human link stores no more), and
+// such a value of then reads with its bots all declared; a value with more
+// fields than there are classes is refused.
+func TestVisitsClasses(t *testing.T) {
+	v := analytics.Visits{Human: 4, Bot: 10, Other: [rollup.NumOther]int64{0, 3, 0, 2}}
+	if got, err := decodeVisits(appendVisits(nil, v)); err != nil || got != v {
+		t.Fatalf("round trip of %+v = %+v, %v", v, got, err)
+	}
+	old := binary.AppendVarint(binary.AppendVarint(nil, 4), 10)
+	if b := appendVisits(nil, analytics.Visits{Human: 4, Bot: 10}); !bytes.Equal(b, old) {
+		t.Errorf("a value without classes is %x, was %x", b, old)
+	}
+	if got, err := decodeVisits(old); err != nil || got.Declared() != 10 || got.Split() {
+		t.Errorf("a value of before reads as %+v, %v", got, err)
+	}
+	tooLong := old
+	for range rollup.NumOther + 1 {
+		tooLong = binary.AppendVarint(tooLong, 1)
+	}
+	if got, err := decodeVisits(tooLong); err == nil {
+		t.Errorf("%d fields read as %+v", 3+rollup.NumOther, got)
+	}
 }
 
 // FuzzKeys checks the key layout: index keys round-trip, and the point keys

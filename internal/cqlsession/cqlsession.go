@@ -241,11 +241,22 @@ func (c *cluster) pending() []*Handle {
 
 func (h *Handle) createSchema(ctx context.Context, sess *gocql.Session) error {
 	for _, q := range h.ddl {
-		if err := sess.Query(q).WithContext(ctx).Exec(); err != nil {
+		if err := sess.Query(q).WithContext(ctx).Exec(); err != nil && !columnExists(q, err) {
 			return fmt.Errorf("create schema: %w", err)
 		}
 	}
 	return nil
+}
+
+// columnExists reports whether err is Cassandra's refusal of q, an ALTER
+// TABLE … ADD, because a column it adds exists: the migration ran already
+// (Cassandra 4.0 has no ADD IF NOT EXISTS, and adds none of a statement's
+// columns when one exists).
+func columnExists(q string, err error) bool {
+	var re gocql.RequestError
+	return strings.HasPrefix(q, "ALTER TABLE ") && strings.Contains(q, " ADD ") &&
+		errors.As(err, &re) && re.Code() == gocql.ErrCodeInvalid &&
+		strings.HasPrefix(re.Message(), "Column with name ") && strings.HasSuffix(re.Message(), " already exists")
 }
 
 // Session returns the cluster's session once it is connected and the

@@ -10,6 +10,7 @@ package cqlmodel
 
 import (
 	"encoding/binary"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -118,8 +119,13 @@ func (s *Server) Shape(q string) (binds, result []Col, ok bool) {
 }
 
 // Query implements cqlwire.Handler: the schema's statements are
-// acknowledged (no schema change event, no agreement wait) and kept.
+// acknowledged (no schema change event, no agreement wait) and kept. An
+// ALTER TABLE … ADD is refused as Cassandra refuses it on the tables the
+// CREATE statements made, which hold the columns already.
 func (s *Server) Query(q string) cqlwire.Answer {
+	if m := alterAdd.FindStringSubmatch(q); m != nil {
+		return cqlwire.Answer{Error: cqlwire.ErrorBody(0x2200, "Column with name '"+m[1]+"' already exists")}
+	}
 	if !strings.HasPrefix(q, "CREATE") {
 		return cqlwire.Answer{Error: cqlwire.ErrorBody(0x2200, "cqlmodel: unexpected query "+q)}
 	}
@@ -128,6 +134,8 @@ func (s *Server) Query(q string) cqlwire.Answer {
 	s.Mu.Unlock()
 	return cqlwire.Answer{}
 }
+
+var alterAdd = regexp.MustCompile(`^ALTER TABLE \w+\.points_\w+ ADD \((\w+) `)
 
 // failed returns the answer of a Reply code other than ReplyOK.
 func failed(code int, consistency uint16, writeType string) cqlwire.Answer {
@@ -210,7 +218,7 @@ func (s *Server) Batch(stmts []cqlwire.Stmt, consistency, serial uint16) cqlwire
 func bindTypes(q string) []Col {
 	types := map[string]uint16{
 		"short_key": TypeVarchar, "bucket": TypeTimestamp, "start": TypeTimestamp, "writer": TypeUUID,
-		"human": TypeBigint, "bot": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
+		"human": TypeBigint, "bot": TypeBigint, "preview": TypeBigint, "scanner": TypeBigint, "prefetch": TypeBigint, "internal": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
 		"id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "holder": TypeUUID, "name": TypeVarchar,
 		"dim": TypeInt, "day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt, "slot": TypeInt,
 	}
@@ -252,6 +260,7 @@ func bindTypes(q string) []Col {
 
 var resultTypes = map[string]uint16{
 	"start": TypeTimestamp, "writer": TypeUUID, "human": TypeBigint, "bot": TypeBigint,
+	"preview": TypeBigint, "scanner": TypeBigint, "prefetch": TypeBigint, "internal": TypeBigint,
 	"step": TypeInt, "id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "short_key": TypeVarchar,
 	"day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt, "slot": TypeInt,
 }

@@ -1,0 +1,87 @@
+package cassandra
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/rollup"
+)
+
+// TestClassesMigrationOnNode opens a store on tables an earlier release
+// made, without the class columns, holding a row of then: Open adds the
+// columns, the old row reads as it did (its bots declared), a row split
+// by class reads back split, and a second Open (the columns there) starts
+// as well.
+func TestClassesMigrationOnNode(t *testing.T) {
+	hs := testkit.CassandraHosts(t)
+	const ks = "linkgate_migrate"
+	sess := testkit.CassandraSession(t, hs...)
+	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	tiers := analyticstest.DefaultPlan.Retention()
+	for _, q := range schema(ks, 1, tiers) {
+		for _, c := range classColumns {
+			q = strings.Replace(q, "\n    "+c+strings.Repeat(" ", 10-len(c))+"bigint,", "", 1)
+		}
+		if err := sess.Query(q).Exec(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var cols int
+	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'points_1m'", ks).Scan(&cols); err != nil || cols != 6 {
+		t.Fatalf("the old points_1m has %d columns (%v), want 6", cols, err)
+	}
+	now := time.Now().UTC()
+	m0 := rollup.Align(now.Add(-time.Hour), time.Minute)
+	day := rollup.Align(m0, rollup.Day)
+	if err := sess.Query("INSERT INTO "+ks+".points_1m (short_key, bucket, start, writer, human, bot) VALUES ('k', ?, ?, uuid(), 3, 2)", day, m0).Exec(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
+	for round := range 2 {
+		s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for s.Ready() != nil {
+			if time.Now().After(deadline) {
+				s.Close()
+				t.Fatalf("open %d: not ready after a minute: %v", round+1, s.Ready())
+			}
+			time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
+		}
+		if round == 0 {
+			split := analytics.Visits{Human: 1, Bot: 4, Other: [rollup.NumOther]int64{1, 2, 0, 1}}
+			err := s.Write(context.Background(), analytics.Batch{At: now, Counts: []analytics.Count{
+				{Key: "k", Step: time.Minute, Start: m0.Add(time.Minute), Visits: split},
+			}})
+			if err != nil {
+				s.Close()
+				t.Fatal(err)
+			}
+		}
+		ps, err := s.Points(context.Background(), "k", time.Minute, m0, m0.Add(2*time.Minute))
+		s.Close()
+		want := []analytics.Point{
+			{Start: m0, Visits: analytics.Visits{Human: 3, Bot: 2}},
+			{Start: m0.Add(time.Minute), Visits: analytics.Visits{Human: 1, Bot: 4, Other: [rollup.NumOther]int64{1, 2, 0, 1}}},
+		}
+		if err != nil || len(ps) != 2 || ps[0] != want[0] || ps[1] != want[1] {
+			t.Fatalf("open %d: points %+v, %v; want %+v", round+1, ps, err, want)
+		}
+		if d := ps[0].Declared(); d != 2 {
+			t.Errorf("the old row's declared bots: %d, want 2", d)
+		}
+	}
+	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'points_total'", ks).Scan(&cols); err != nil || cols != 10 {
+		t.Errorf("points_total has %d columns (%v), want 10", cols, err)
+	}
+}
