@@ -66,7 +66,7 @@ func TestCompare(t *testing.T) {
 	}
 	w := statsGet(t, h, "/abc?last=3h&step=1h&compare=previous&format=csv")
 	lines := strings.Split(strings.TrimSpace(w.Body.String()), "\n")
-	if lines[0] != "unix_seconds,count,bot_count,compare_unix_seconds,compare_count,compare_bot_count" || len(lines) != 5 {
+	if lines[0] != "unix_seconds,count,bot_count,compare_unix_seconds,compare_count,compare_bot_count,class_bot,class_preview,class_scanner,class_prefetch,class_internal" || len(lines) != 5 {
 		t.Errorf("CSV: %q", lines)
 	}
 	w = statsGet(t, h, "/abc?compare=lastweek")

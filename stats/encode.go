@@ -7,13 +7,46 @@ import (
 	"strings"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // appendJSON appends c as the stats API's JSON object (documented on
 // New), written by hand: a year of minutes is half a million numbers,
-// and encoding/json would allocate for each point.
+// and encoding/json would allocate for each point. Each part of the
+// object has a function of its own, in the order the object lists them.
 func (c *curve) appendJSON(b []byte) []byte {
+	b = c.appendHead(b)
+	b = c.appendUniques(b)
+	if c.hasTop || c.uniques != nil {
+		if len(c.breakdown) == 0 {
+			b = appendField(b, "breakdown_from", c.dimFrom.Unix())
+			b = appendField(b, "breakdown_to", c.dimTo.Unix())
+		}
+	}
+	if c.hasTop {
+		b = c.appendTop(b)
+	}
+	b = c.appendBreakdown(b)
+	b = c.appendDaily(b)
+	if c.compare != nil {
+		b = append(b, `,"compare":`...)
+		b = c.compare.appendJSON(b)
+		b = b[:len(b)-1] // its newline
+		b = append(b[:len(b)-1], `,"kind":"`...)
+		b = append(b, c.compareKind...)
+		b = append(b, `"}`...)
+	}
+	b = c.appendClasses(b)
+	b = append(b, `,"points":`...)
+	b = c.appendPoints(b, c.points)
+	return append(b, "}\n"...)
+}
+
+// appendHead appends the object's opening: the link, whether it is known
+// and the answer complete, the totals, the range, step and zone.
+func (c *curve) appendHead(b []byte) []byte {
 	key, _ := json.Marshal(c.shortKey) // a string always marshals
 	b = append(b, `{"short_key":`...)
 	b = append(b, key...)
@@ -52,106 +85,160 @@ func (c *curve) appendJSON(b []byte) []byte {
 			b = append(b, asked...)
 		}
 	}
-	if u := c.uniques; u != nil {
-		kind := "one_day"
-		if u.days > 1 {
-			kind = "sum_of_days"
+	return b
+}
+
+// appendUniques appends the unique visitors' estimate, when counted.
+func (c *curve) appendUniques(b []byte) []byte {
+	u := c.uniques
+	if u == nil {
+		return b
+	}
+	kind := "one_day"
+	if u.days > 1 {
+		kind = "sum_of_days"
+	}
+	b = append(b, `,"uniques":{"count":`...)
+	b = strconv.AppendInt(b, u.count, 10)
+	b = append(b, `,"kind":"`...)
+	b = append(b, kind...)
+	b = append(b, `","days":`...)
+	b = strconv.AppendInt(b, int64(u.days), 10)
+	b = append(b, `,"error":`...)
+	b = strconv.AppendFloat(b, math.Round(hll.StdError*1000)/1000, 'f', -1, 64)
+	return append(b, '}')
+}
+
+// appendTop appends the most visited links, each with its curve.
+func (c *curve) appendTop(b []byte) []byte {
+	b = append(b, `,"top":[`...)
+	for i, l := range c.top {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		b = append(b, `,"uniques":{"count":`...)
-		b = strconv.AppendInt(b, u.count, 10)
-		b = append(b, `,"kind":"`...)
-		b = append(b, kind...)
-		b = append(b, `","days":`...)
-		b = strconv.AppendInt(b, int64(u.days), 10)
-		b = append(b, `,"error":`...)
-		b = strconv.AppendFloat(b, math.Round(hll.StdError*1000)/1000, 'f', -1, 64)
+		key, _ := json.Marshal(l.key)
+		b = append(b, `{"short_key":`...)
+		b = append(b, key...)
+		if l.tenant != "" {
+			b = append(b, `,"tenant":"`+l.tenant+`"`...)
+		}
+		b = appendField(b, "total", l.visits)
+		b = appendField(b, "range_total", l.rangeTotal)
+		if l.compareTotal != nil {
+			b = appendField(b, "compare_range_total", *l.compareTotal)
+		}
+		b = append(b, `,"points":`...)
+		b = c.appendPoints(b, l.points)
 		b = append(b, '}')
 	}
-	if c.hasTop || c.uniques != nil {
-		if len(c.breakdown) == 0 {
-			b = appendField(b, "breakdown_from", c.dimFrom.Unix())
-			b = appendField(b, "breakdown_to", c.dimTo.Unix())
-		}
+	return append(b, ']')
+}
+
+// appendBreakdown appends the breakdowns asked (by=), when any.
+func (c *curve) appendBreakdown(b []byte) []byte {
+	if len(c.breakdown) == 0 {
+		return b
 	}
-	if c.hasTop {
-		b = append(b, `,"top":[`...)
-		for i, l := range c.top {
-			if i > 0 {
+	b = appendField(b, "breakdown_from", c.dimFrom.Unix())
+	b = appendField(b, "breakdown_to", c.dimTo.Unix())
+	b = append(b, `,"breakdown":{`...)
+	for i, d := range c.breakdown {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, d.dim.String()...)
+		b = append(b, `":[`...)
+		for j, v := range d.values {
+			if j > 0 {
 				b = append(b, ',')
 			}
-			key, _ := json.Marshal(l.key)
-			b = append(b, `{"short_key":`...)
-			b = append(b, key...)
-			if l.tenant != "" {
-				b = append(b, `,"tenant":"`+l.tenant+`"`...)
-			}
-			b = appendField(b, "total", l.visits)
-			b = appendField(b, "range_total", l.rangeTotal)
-			if l.compareTotal != nil {
-				b = appendField(b, "compare_range_total", *l.compareTotal)
-			}
-			b = append(b, `,"points":`...)
-			b = c.appendPoints(b, l.points)
+			val, _ := json.Marshal(v.Value)
+			b = append(b, `{"value":`...)
+			b = append(b, val...)
+			b = append(b, `,"count":`...)
+			b = strconv.AppendInt(b, v.Count, 10)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
-	if len(c.breakdown) > 0 {
-		b = appendField(b, "breakdown_from", c.dimFrom.Unix())
-		b = appendField(b, "breakdown_to", c.dimTo.Unix())
-		b = append(b, `,"breakdown":{`...)
-		for i, d := range c.breakdown {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '"')
-			b = append(b, d.dim.String()...)
-			b = append(b, `":[`...)
-			for j, v := range d.values {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				val, _ := json.Marshal(v.Value)
-				b = append(b, `{"value":`...)
-				b = append(b, val...)
-				b = append(b, `,"count":`...)
-				b = strconv.AppendInt(b, v.Count, 10)
-				b = append(b, '}')
-			}
-			b = append(b, ']')
+	return append(b, '}')
+}
+
+// appendDaily appends one breakdown value's visits per day (daily=).
+func (c *curve) appendDaily(b []byte) []byte {
+	d := c.daily
+	if d == nil {
+		return b
+	}
+	val, _ := json.Marshal(d.value)
+	b = append(b, `,"daily":{"dimension":"`...)
+	b = append(b, d.dim.String()...)
+	b = append(b, `","value":`...)
+	b = append(b, val...)
+	b = append(b, `,"points":[`...)
+	for i, n := range d.counts {
+		if i > 0 {
+			b = append(b, ',')
 		}
+		b = append(b, '[')
+		b = strconv.AppendInt(b, d.from.Add(time.Duration(i)*24*time.Hour).Unix(), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, n, 10)
+		b = append(b, ']')
+	}
+	return append(b, "]}"...)
+}
+
+// botClasses are the classes bot_total sums, in the order the API lists
+// them.
+var botClasses = [...]visitclass.Class{visitclass.Bot, visitclass.Preview, visitclass.Scanner, visitclass.Prefetch, visitclass.Internal}
+
+// appendClasses appends each non-human class's totals ("classes": all
+// time and over the range, always every class), and the curve of each
+// class that has visits in the range ("class_points": a count per point
+// of "points", in its order, null where the point is), so that a class's
+// curve costs nothing when it has no visits. Counts stored before classes
+// were counted are declared bots'.
+func (c *curve) appendClasses(b []byte) []byte {
+	b = append(b, `,"classes":{`...)
+	for i, cl := range botClasses {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, cl.String()...)
+		b = append(b, `":{"total":`...)
+		b = strconv.AppendInt(b, analytics.ClassVisits(c.total, cl), 10)
+		b = appendField(b, "range_total", analytics.ClassVisits(c.rangeTotal, cl))
 		b = append(b, '}')
 	}
-	if d := c.daily; d != nil {
-		val, _ := json.Marshal(d.value)
-		b = append(b, `,"daily":{"dimension":"`...)
-		b = append(b, d.dim.String()...)
-		b = append(b, `","value":`...)
-		b = append(b, val...)
-		b = append(b, `,"points":[`...)
-		for i, n := range d.counts {
+	b = append(b, `},"class_points":{`...)
+	first := true
+	for _, cl := range botClasses {
+		if analytics.ClassVisits(c.rangeTotal, cl) == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, '"')
+		b = append(b, cl.String()...)
+		b = append(b, `":[`...)
+		for i, p := range c.points {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, '[')
-			b = strconv.AppendInt(b, d.from.Add(time.Duration(i)*24*time.Hour).Unix(), 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, n, 10)
-			b = append(b, ']')
+			if p.null {
+				b = append(b, "null"...)
+			} else {
+				b = strconv.AppendInt(b, analytics.ClassVisits(p.Visits, cl), 10)
+			}
 		}
-		b = append(b, "]}"...)
+		b = append(b, ']')
 	}
-	if c.compare != nil {
-		b = append(b, `,"compare":`...)
-		b = c.compare.appendJSON(b)
-		b = b[:len(b)-1] // its newline
-		b = append(b[:len(b)-1], `,"kind":"`...)
-		b = append(b, c.compareKind...)
-		b = append(b, `"}`...)
-	}
-	b = append(b, `,"points":`...)
-	b = c.appendPoints(b, c.points)
-	return append(b, "}\n"...)
+	return append(b, '}')
 }
 
 // appendPoints appends points as a JSON array of [start, humans, bots]
@@ -199,6 +286,10 @@ func (c *curve) appendCSV(b []byte) []byte {
 	if c.compare != nil {
 		b = append(b, ",compare_unix_seconds,compare_count,compare_bot_count"...)
 	}
+	for _, cl := range botClasses {
+		b = append(b, ",class_"...)
+		b = append(b, cl.String()...)
+	}
 	b = append(b, '\n')
 	for i, p := range c.points {
 		b = strconv.AppendInt(b, p.start, 10)
@@ -231,6 +322,12 @@ func (c *curve) appendCSV(b []byte) []byte {
 				}
 			} else {
 				b = append(b, ",,,"...)
+			}
+		}
+		for _, cl := range botClasses {
+			b = append(b, ',')
+			if !p.null {
+				b = strconv.AppendInt(b, analytics.ClassVisits(p.Visits, cl), 10)
 			}
 		}
 		b = append(b, '\n')

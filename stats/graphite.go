@@ -17,6 +17,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/problem"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // The Graphite API
@@ -30,10 +31,12 @@ import (
 //
 // The metrics are
 //
-//	linkgate.links.<short_key>.visits|humans|bots   one link
-//	linkgate.all.visits|humans|bots                 all links together
+//	linkgate.links.<short_key>.visits|humans|bots|class_<class>   one link
+//	linkgate.all.visits|humans|bots|class_<class>                 all links together
 //
-// visits being humans plus bots. A short key holding anything but letters,
+// visits being humans plus bots, and bots the sum of the classes
+// class_bot (declared bots), class_preview, class_scanner, class_prefetch
+// and class_internal. A short key holding anything but letters,
 // digits, "_", "-" and "~" is percent-encoded in its node ("a.b" is
 // a%2Eb), as graphite-web's find unquotes node names. A wildcard over the
 // links (linkgate.links.*.visits) matches the links visited in the range,
@@ -455,7 +458,42 @@ const (
 	gAll   = "all"
 )
 
-var gLeaves = []string{"visits", "humans", "bots"}
+var gLeaves = func() []string {
+	ls := []string{"visits", "humans", "bots"}
+	for _, c := range botClasses {
+		ls = append(ls, "class_"+c.String())
+	}
+	return ls
+}()
+
+// gLeafValue returns the value of leaf l (one of gLeaves) of v.
+func gLeafValue(l string, v rollup.Visits) int64 {
+	switch l {
+	case "visits":
+		return v.Human + v.Bot
+	case "humans":
+		return v.Human
+	case "bots":
+		return v.Bot
+	}
+	c, _ := visitclass.ParseClass(strings.TrimPrefix(l, "class_"))
+	return analytics.ClassVisits(v, c)
+}
+
+// gLeafNodes are gLeaves as nodes of find's answer.
+func gLeafNodes() []gFound {
+	ns := make([]gFound, len(gLeaves))
+	for i, l := range gLeaves {
+		ns[i] = gFound{l, true}
+	}
+	return ns
+}
+
+// gFound is a node of the metric tree as find lists it.
+type gFound struct {
+	name string
+	leaf bool
+}
 
 // encodeNode returns a short key as a node of a metric path.
 func encodeNode(key string) string {
@@ -636,14 +674,7 @@ func (e *gEval) fetch(path string) ([]*gSeries, error) {
 			}
 			sr := &gSeries{name: k.name + "." + l, pathExpr: path, start: c.from.Unix(), step: int64(c.step / time.Second)}
 			for _, p := range c.points {
-				v := p.Human + p.Bot
-				switch l {
-				case "humans":
-					v = p.Human
-				case "bots":
-					v = p.Bot
-				}
-				sr.values = append(sr.values, float64(v))
+				sr.values = append(sr.values, float64(gLeafValue(l, p.Visits)))
 				sr.null = append(sr.null, p.null)
 			}
 			out = append(out, sr)
@@ -672,10 +703,7 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 		return nil, err
 	}
 	nodes := strings.Split(q, ".")
-	type found struct {
-		name string
-		leaf bool
-	}
+	type found = gFound
 	var out []found
 	// Walk the tree: each level's children matched by the query's node.
 	children := func(prefix []string) ([]found, error) {
@@ -686,7 +714,7 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 			return []found{{gLinks, false}, {gAll, false}}, nil
 		case 2:
 			if prefix[1] == gAll {
-				return []found{{"visits", true}, {"humans", true}, {"bots", true}}, nil
+				return gLeafNodes(), nil
 			}
 			ls, _, err := s.graphiteLinks(ctx, sc, nodes[2], from, until)
 			if err != nil {
@@ -699,7 +727,7 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 			return fs, nil
 		case 3:
 			if prefix[1] == gLinks {
-				return []found{{"visits", true}, {"humans", true}, {"bots", true}}, nil
+				return gLeafNodes(), nil
 			}
 		}
 		return nil, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // graphiteNow is the clock of the Graphite tests.
@@ -38,6 +39,9 @@ func graphiteAPI(t *testing.T, token string) http.Handler {
 		if i%3 == 0 {
 			rec.Record("gh", at, false)
 			rec.Record("go", at, true)
+		}
+		if i%5 == 0 {
+			rec.RecordTenantVisit("", "go", at, visitclass.Scanner, nil, 0)
 		}
 		if i == 30 {
 			for range 9 {
@@ -164,6 +168,17 @@ func TestGraphiteRender(t *testing.T) {
 			}
 		}
 	}
+	// The classes split the bots point for point: 24 scanner visits, 40
+	// declared bots'.
+	cls := render(t, h, "target=linkgate.links.go.class_bot&target=linkgate.links.go.class_scanner&target=linkgate.links.go.class_preview&"+rng)
+	if len(cls) != 3 || total(cls[0]) != 40 || total(cls[1]) != 24 || total(cls[2]) != 0 {
+		t.Fatalf("classes %v, want 40 declared bots, 24 scanners, no preview", cls)
+	}
+	for i, v := range got[1].Datapoints {
+		if sum := *cls[0].Datapoints[i][0] + *cls[1].Datapoints[i][0]; sum != *v[0] {
+			t.Fatalf("point %d: classes sum to %v, bots %v", i, sum, *v[0])
+		}
+	}
 	if got[0].Datapoints[1][1] == nil || *got[0].Datapoints[1][1]-*got[0].Datapoints[0][1] != 60 {
 		t.Errorf("two hours at the default maxDataPoints: step %v, want a minute", *got[0].Datapoints[1][1]-*got[0].Datapoints[0][1])
 	}
@@ -242,8 +257,8 @@ func TestGraphiteRender(t *testing.T) {
 	rw := httptest.NewRecorder()
 	h.ServeHTTP(rw, req)
 	var posted []graphiteSeries
-	if rw.Code != 200 || json.Unmarshal(rw.Body.Bytes(), &posted) != nil || len(posted) != 1 || total(posted[0]) != 40 {
-		t.Errorf("POST render: %d %.300s; want all links' 40 bots", rw.Code, rw.Body)
+	if rw.Code != 200 || json.Unmarshal(rw.Body.Bytes(), &posted) != nil || len(posted) != 1 || total(posted[0]) != 64 {
+		t.Errorf("POST render: %d %.300s; want all links' 64 bots (40 declared, 24 scanners)", rw.Code, rw.Body)
 	}
 }
 
@@ -324,6 +339,14 @@ func TestGraphiteFind(t *testing.T) {
 		}
 		return ns
 	}
+	// leaves returns the leaf ids under prefix, as find lists them.
+	leaves := func(prefix string) []string {
+		var out []string
+		for _, l := range []string{"visits", "humans", "bots", "class_bot", "class_preview", "class_scanner", "class_prefetch", "class_internal"} {
+			out = append(out, prefix+l+"="+l+"/1")
+		}
+		return out
+	}
 	ids := func(ns []node) []string {
 		var out []string
 		for _, n := range ns {
@@ -339,12 +362,13 @@ func TestGraphiteFind(t *testing.T) {
 		{"query=linkgate.*", []string{"linkgate.links=links/0", "linkgate.all=all/0"}},
 		{"query=linkgate.links.*", []string{"linkgate.links.go=go/0", "linkgate.links.gh=gh/0", "linkgate.links.a%2Eb=a%2Eb/0"}},
 		{"query=linkgate.links.g*&from=-3h&until=now", []string{"linkgate.links.go=go/0", "linkgate.links.gh=gh/0"}},
-		{"query=linkgate.links.go.*", []string{"linkgate.links.go.visits=visits/1", "linkgate.links.go.humans=humans/1", "linkgate.links.go.bots=bots/1"}},
+		{"query=linkgate.links.go.*", leaves("linkgate.links.go.")},
 		// As graphite-web's find: ids are the query's parent path and the name.
-		{"query=linkgate.*.*", []string{"linkgate.*.go=go/0", "linkgate.*.gh=gh/0", "linkgate.*.a%2Eb=a%2Eb/0", "linkgate.*.visits=visits/1", "linkgate.*.humans=humans/1", "linkgate.*.bots=bots/1"}},
+		{"query=linkgate.*.*", append([]string{"linkgate.*.go=go/0", "linkgate.*.gh=gh/0", "linkgate.*.a%2Eb=a%2Eb/0"}, leaves("linkgate.*.")...)},
+		{"query=linkgate.all.class_*", leaves("linkgate.all.")[3:]},
 		{"query=linkgate.links.*&from=-10d&until=-9d", nil},
 		{"query=linkgate.all.v*&wildcards=1", []string{"linkgate.all.visits=visits/1"}},
-		{"query=linkgate.all.*&wildcards=1", []string{"linkgate.all.*=*/1", "linkgate.all.visits=visits/1", "linkgate.all.humans=humans/1", "linkgate.all.bots=bots/1"}},
+		{"query=linkgate.all.*&wildcards=1", append([]string{"linkgate.all.*=*/1"}, leaves("linkgate.all.")...)},
 	} {
 		if got := ids(find(c.q)); !slices.Equal(got, c.want) {
 			t.Errorf("find %s: %v, want %v", c.q, got, c.want)
@@ -361,7 +385,7 @@ func TestGraphiteFind(t *testing.T) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(w.Body.Bytes()))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&comp); err != nil || len(comp.Metrics) != 3 || comp.Metrics[0].Path != "linkgate.all.visits" || comp.Metrics[0].IsLeaf != 1 {
+	if err := dec.Decode(&comp); err != nil || len(comp.Metrics) != 8 || comp.Metrics[0].Path != "linkgate.all.visits" || comp.Metrics[0].IsLeaf != 1 {
 		t.Errorf("completer: %v %s", err, w.Body)
 	}
 	w = statsGet(t, h, "/graphite/metrics/find?query=linkgate.*&format=completer")

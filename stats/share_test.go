@@ -138,7 +138,7 @@ func TestShareParam(t *testing.T) {
 	}{
 		{"/stats/abc?last=1h", nil, 401, ""},
 		{"/stats/abc?last=1h&share=" + goTok, nil, 200, `"short_key":"abc"`},
-		{"/stats/abc?last=1h&format=csv&share=" + goTok, nil, 200, "unix_seconds,count,bot_count\n"},
+		{"/stats/abc?last=1h&format=csv&share=" + goTok, nil, 200, "unix_seconds,count,bot_count,class_bot,"},
 		{"/stats/abc?last=1h", []string{"Authorization", "Bearer " + goTok}, 200, `"total":123456`},
 		{"/stats/xyz?last=1h&share=" + goTok, nil, 403, `"name":"share"`},
 		{"/stats?last=1h&share=" + goTok, nil, 403, `"name":"share"`},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/stats"
+	"github.com/linkgate/linkgate/visitclass"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/linkgate/linkgate/analytics"
@@ -57,6 +58,9 @@ func statsVisits(key string, step time.Duration, t time.Time) analytics.Visits {
 		return analytics.Visits{}
 	}
 	v := analytics.Visits{Human: n%7 + 1, Bot: n % 3}
+	if n%3 == 2 { // a scanner's visit beside a declared bot's
+		v.Other[visitclass.Scanner-visitclass.Preview] = 1
+	}
 	if key == analytics.AllLinks {
 		v.Human *= 10
 	}
@@ -93,7 +97,8 @@ func (s *statsReader) Total(ctx context.Context, key string) (analytics.Visits, 
 
 func newStatsReader() *statsReader {
 	return &statsReader{totals: map[string]analytics.Visits{
-		"abc": {Human: 123456, Bot: 789}, analytics.AllLinks: {Human: 9876543, Bot: 4321},
+		"abc":              {Human: 123456, Bot: 789, Other: [rollup.NumOther]int64{100, 50, 20, 9}},
+		analytics.AllLinks: {Human: 9876543, Bot: 4321},
 	}}
 }
 
@@ -169,8 +174,52 @@ type statsAnswer struct {
 	Step          int64     `json:"step"`
 	ExpiredBefore *int64    `json:"expired_before"`
 	Points        [][]int64 `json:"points"` // a null count decodes as 0: see nulls
+	Classes       map[string]struct {
+		Total      int64 `json:"total"`
+		RangeTotal int64 `json:"range_total"`
+	} `json:"classes"`
+	ClassPoints map[string][]*int64 `json:"class_points"`
 
 	nulls []bool // per point: its counts are null
+}
+
+// checkClasses checks that the non-human classes of a add up to its bots:
+// every class listed, their totals summing to bot_total and
+// bot_range_total, and the curve of each class with visits a count per
+// point, null where the point is, summing to the point's bots.
+func checkClasses(t *testing.T, a *statsAnswer) {
+	t.Helper()
+	var total, rangeTotal int64
+	for _, name := range []string{"bot", "preview", "scanner", "prefetch", "internal"} {
+		c, ok := a.Classes[name]
+		if !ok {
+			t.Fatalf("classes %v: no %s", a.Classes, name)
+		}
+		total += c.Total
+		rangeTotal += c.RangeTotal
+		if pts, ok := a.ClassPoints[name]; ok != (c.RangeTotal != 0) {
+			t.Errorf("class %s: range_total %d, curve given %v", name, c.RangeTotal, ok)
+		} else if ok && len(pts) != len(a.Points) {
+			t.Fatalf("class %s: %d points, the curve has %d", name, len(pts), len(a.Points))
+		}
+	}
+	if len(a.Classes) != 5 || total != a.BotTotal || rangeTotal != a.BotRangeTotal {
+		t.Errorf("classes %v sum to %d, %d; bot totals %d, %d", a.Classes, total, rangeTotal, a.BotTotal, a.BotRangeTotal)
+	}
+	for i, p := range a.Points {
+		var sum int64
+		for name, pts := range a.ClassPoints {
+			if (pts[i] == nil) != a.nulls[i] {
+				t.Fatalf("class %s, point %d: null %v, the point's %v", name, i, pts[i] == nil, a.nulls[i])
+			}
+			if pts[i] != nil {
+				sum += *pts[i]
+			}
+		}
+		if sum != p[2] {
+			t.Errorf("point %d: classes sum to %d, bots %d", i, sum, p[2])
+		}
+	}
 }
 
 func decodeStats(t *testing.T, w *httptest.ResponseRecorder) statsAnswer {
@@ -194,6 +243,7 @@ func decodeStats(t *testing.T, w *httptest.ResponseRecorder) statsAnswer {
 		}
 		a.nulls[i] = p[1] == nil
 	}
+	checkClasses(t, &a)
 	return a
 }
 
@@ -430,7 +480,7 @@ func TestStatsReaderErrorIsPartial(t *testing.T) {
 	if w.Code != http.StatusOK || w.Header().Get("Linkgate-Partial") != "store unreachable" || w.Header().Get("Linkgate-Known") != "unknown" {
 		t.Fatalf("CSV: %d, Linkgate-Partial %q, Linkgate-Known %q", w.Code, w.Header().Get("Linkgate-Partial"), w.Header().Get("Linkgate-Known"))
 	}
-	want := "unix_seconds,count,bot_count\n1795428840,,\n1795428900,,\n1795428960,,\n1795429020,,\n"
+	want := "unix_seconds,count,bot_count,class_bot,class_preview,class_scanner,class_prefetch,class_internal\n1795428840,,,,,,,\n1795428900,,,,,,,\n1795428960,,,,,,,\n1795429020,,,,,,,\n"
 	if got := w.Body.String(); got != want {
 		t.Errorf("CSV body %q, want %q", got, want)
 	}
