@@ -3,6 +3,9 @@ package analytics
 import (
 	"strings"
 	"time"
+
+	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // The live view
@@ -18,8 +21,9 @@ import (
 // are counted under the lock Record takes anyway: a visit pays a map lookup
 // and an increment more, no lock. A link has a ring in each shard that
 // recorded it (the cores that served its visits), holding only the buckets
-// that had visits: 12 bytes each, at most LiveBuckets of them (with its map
-// entry, up to 1.5 KB a ring, TestLiveMemory). The rings
+// that had visits: 28 bytes each (humans, bots and the classes of bots
+// apart), at most LiveBuckets of them (with its map entry, up to 3 KB a
+// ring, TestLiveMemory). The rings
 // are capped at SetLiveLinks; a ring without a visit for LiveWindow is
 // swept at the next flush (or sooner, when the cap is reached), so the cap
 // holds the links visited in the last quarter of an hour.
@@ -32,10 +36,10 @@ const (
 )
 
 // DefaultLiveLinks is the default of analytics.live.max_links: ten thousand
-// links visited in the last 15 minutes: at most about 15 MB of rings.
+// links visited in the last 15 minutes: at most about 30 MB of rings.
 const DefaultLiveLinks = 10_000
 
-// MaxLiveLinks is the most analytics.live.max_links may be: about 1.5 GB
+// MaxLiveLinks is the most analytics.live.max_links may be: about 3 GB
 // of rings at worst.
 const MaxLiveLinks = 1_000_000
 
@@ -43,6 +47,7 @@ const MaxLiveLinks = 1_000_000
 type liveCount struct {
 	tick       uint32
 	human, bot uint32
+	other      [rollup.NumOther]uint32 // of bot, as Visits.Other
 }
 
 // liveRing is a link's live buckets in one shard, oldest first, only those
@@ -58,7 +63,7 @@ func liveTick(t time.Time) uint32 { return uint32(t.Unix() / int64(LiveStep/time
 // add counts a visit in bucket tick, dropping the buckets that left the
 // window. Visits are recorded at the time they end, so tick is nearly
 // always the newest bucket or a new one after it.
-func (r *liveRing) add(tick uint32, bot bool) {
+func (r *liveRing) add(tick uint32, class visitclass.Class) {
 	c := r.counts
 	i := len(c) - 1
 	for i >= 0 && c[i].tick > tick {
@@ -91,10 +96,13 @@ func (r *liveRing) add(tick uint32, bot bool) {
 			c[i] = liveCount{tick: tick}
 		}
 	}
-	if bot {
-		c[i].bot++
-	} else {
+	if class == visitclass.Human {
 		c[i].human++
+	} else {
+		c[i].bot++
+		if o := int(class) - int(visitclass.Preview); o >= 0 && o < len(c[i].other) {
+			c[i].other[o]++
+		}
 	}
 	r.counts = c
 }
@@ -124,8 +132,8 @@ func (r *liveRing) newest() uint32 {
 // at tick. Called with s.mu held; e is key's entry of the interval, which
 // caches its ring, or nil when the link is not tracked per link. key is
 // copied when it makes a ring, unless owned (the copy e's map keeps).
-func (r *Recorder) recordLive(s *shard, e *entry, key string, owned bool, tick uint32, bot bool) {
-	s.allLive.add(tick, bot)
+func (r *Recorder) recordLive(s *shard, e *entry, key string, owned bool, tick uint32, class visitclass.Class) {
+	s.allLive.add(tick, class)
 	if e == nil {
 		r.refuseLive(tick) // not tracked per link (max_keys): not followed live either
 		return
@@ -148,7 +156,7 @@ func (r *Recorder) recordLive(s *shard, e *entry, key string, owned bool, tick u
 		}
 		e.live = lr
 	}
-	lr.add(tick, bot)
+	lr.add(tick, class)
 }
 
 // admitLive returns a new ring for key in s, or nil when the cap is
@@ -269,6 +277,9 @@ func (r *Recorder) Live(key string, now time.Time) ([]Point, bool) {
 				p := &pts[b.tick-first]
 				p.Human += int64(b.human)
 				p.Bot += int64(b.bot)
+				for i, o := range b.other {
+					p.Other[i] += int64(o)
+				}
 			}
 		}
 	}

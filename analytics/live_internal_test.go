@@ -3,6 +3,8 @@ package analytics
 import (
 	"testing"
 	"time"
+
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // TestLiveSweepAtCap: with the cap reached, a new link's visit sweeps its
@@ -17,21 +19,21 @@ func TestLiveSweepAtCap(t *testing.T) {
 	old := &entry{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r.recordLive(s, old, "old", true, liveTick(now), false)
+	r.recordLive(s, old, "old", true, liveTick(now), visitclass.Human)
 	if n := r.LiveLinks(); n != 1 {
 		t.Fatalf("%d rings, want 1", n)
 	}
 	fresh := &entry{}
-	r.recordLive(s, fresh, "new", true, liveTick(now.Add(time.Minute)), false)
+	r.recordLive(s, fresh, "new", true, liveTick(now.Add(time.Minute)), visitclass.Human)
 	if fresh.live != nil || r.LiveLinks() != 1 {
 		t.Fatalf("a second link within the window got a ring at a cap of 1")
 	}
 	later := liveTick(now.Add(LiveWindow))
-	r.recordLive(s, fresh, "new", true, later, false)
+	r.recordLive(s, fresh, "new", true, later, visitclass.Human)
 	if fresh.live == nil || s.live["old"] != nil || !old.live.dead || r.LiveLinks() != 1 {
 		t.Fatalf("15 minutes on, the stale ring was not swept for the new link: old %v, new %v", s.live["old"], fresh.live)
 	}
-	r.recordLive(s, old, "old", true, later, true) // the stale entry's ring is gone: looked up, refused
+	r.recordLive(s, old, "old", true, later, visitclass.Bot) // the stale entry's ring is gone: looked up, refused
 	if old.live.dead == false || len(s.live) != 1 {
 		t.Errorf("a visit through a swept ring revived it")
 	}
@@ -45,7 +47,7 @@ func TestLiveSweepAtCap(t *testing.T) {
 func TestLiveRingWindow(t *testing.T) {
 	var r liveRing
 	for _, tick := range []uint32{100, 101, 101, 150, 120, 189, 95, 190, 240} {
-		r.add(tick, false)
+		r.add(tick, visitclass.Human)
 	}
 	var got []uint32
 	for _, c := range r.counts {

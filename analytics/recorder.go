@@ -421,7 +421,7 @@ func (r *Recorder) record(tenant, key string, t time.Time, class visitclass.Clas
 				r.bytes.Add(grew)
 			}
 			s.overflow++
-			r.recordLive(s, nil, key, false, liveTick(t), bot)
+			r.recordLive(s, nil, key, false, liveTick(t), class)
 			s.mu.Unlock()
 			r.cores.Put(i)
 			r.m.overflowed()
@@ -433,7 +433,7 @@ func (r *Recorder) record(tenant, key string, t time.Time, class visitclass.Clas
 		key, owned = k, true // the entry's copy: a new live ring shares it
 	}
 	e.add(minute, class)
-	r.recordLive(s, e, key, owned, liveTick(t), bot)
+	r.recordLive(s, e, key, owned, liveTick(t), class)
 	r.addFeatures(s, e, day, !bot, f, uniq, maxValues)
 	s.mu.Unlock()
 	r.cores.Put(i)

@@ -85,7 +85,7 @@ func (r *Recorder) recordTenantAll(s *shard, agg string, minute int64, day int32
 			r.liveRings.Add(1) // counted, so that a sweep's decrement balances it
 		}
 	}
-	e.live.add(tick, class != visitclass.Human)
+	e.live.add(tick, class)
 	r.addFeatures(s, e, day, class == visitclass.Human, f, uniq, maxValues)
 }
 

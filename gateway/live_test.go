@@ -25,7 +25,11 @@ type liveEvent struct {
 	To            int64     `json:"to"`
 	RangeTotal    int64     `json:"range_total"`
 	BotRangeTotal int64     `json:"bot_range_total"`
-	Points        [][]int64 `json:"points"`
+	Classes       map[string]struct {
+		RangeTotal int64 `json:"range_total"`
+	} `json:"classes"`
+	ClassPoints map[string][]int64 `json:"class_points"`
+	Points      [][]int64          `json:"points"`
 }
 
 // liveStream is an open live stream.
@@ -177,6 +181,17 @@ func TestLiveStream(t *testing.T) {
 	}
 	if h != 2 || b != 1 {
 		t.Errorf("points add up to %d humans, %d bots; want 2, 1", h, b)
+	}
+	// The bot is an unfurler: class preview, with a curve of its own.
+	if len(e.Classes) != 5 || e.Classes["preview"].RangeTotal != 1 || e.Classes["bot"].RangeTotal != 0 ||
+		len(e.ClassPoints) != 1 || len(e.ClassPoints["preview"]) != len(e.Points) {
+		t.Errorf("classes %+v, curves %v; want the preview alone, with a point per bucket", e.Classes, e.ClassPoints)
+	} else {
+		for i, p := range e.Points {
+			if e.ClassPoints["preview"][i] != p[2] {
+				t.Errorf("bucket %d: %d bots, %d previews", i, p[2], e.ClassPoints["preview"][i])
+			}
+		}
 	}
 
 	// Shutdown ends the stream at once: the drain does not wait for it.

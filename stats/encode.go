@@ -9,6 +9,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/hll"
+	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitclass"
 )
 
@@ -196,10 +197,9 @@ var botClasses = [...]visitclass.Class{visitclass.Bot, visitclass.Preview, visit
 
 // appendClasses appends each non-human class's totals ("classes": all
 // time and over the range, always every class), and the curve of each
-// class that has visits in the range ("class_points": a count per point
-// of "points", in its order, null where the point is), so that a class's
-// curve costs nothing when it has no visits. Counts stored before classes
-// were counted are declared bots'.
+// class that has visits in the range ("class_points": see
+// appendClassPoints). Counts stored before classes were counted are
+// declared bots'.
 func (c *curve) appendClasses(b []byte) []byte {
 	b = append(b, `,"classes":{`...)
 	for i, cl := range botClasses {
@@ -213,10 +213,21 @@ func (c *curve) appendClasses(b []byte) []byte {
 		b = appendField(b, "range_total", analytics.ClassVisits(c.rangeTotal, cl))
 		b = append(b, '}')
 	}
-	b = append(b, `},"class_points":{`...)
+	b = append(b, '}')
+	return appendClassPoints(b, c.rangeTotal, len(c.points), func(i int) (rollup.Visits, bool) {
+		return c.points[i].Visits, c.points[i].null
+	})
+}
+
+// appendClassPoints appends "class_points": the curve of each non-human
+// class that has visits in rangeTotal, a count for each of the n points
+// (point returns the i-th's visits and whether it is null: null then), so
+// that a class without visits costs nothing.
+func appendClassPoints(b []byte, rangeTotal rollup.Visits, n int, point func(int) (rollup.Visits, bool)) []byte {
+	b = append(b, `,"class_points":{`...)
 	first := true
 	for _, cl := range botClasses {
-		if analytics.ClassVisits(c.rangeTotal, cl) == 0 {
+		if analytics.ClassVisits(rangeTotal, cl) == 0 {
 			continue
 		}
 		if !first {
@@ -226,14 +237,14 @@ func (c *curve) appendClasses(b []byte) []byte {
 		b = append(b, '"')
 		b = append(b, cl.String()...)
 		b = append(b, `":[`...)
-		for i, p := range c.points {
+		for i := range n {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if p.null {
+			if v, null := point(i); null {
 				b = append(b, "null"...)
 			} else {
-				b = strconv.AppendInt(b, analytics.ClassVisits(p.Visits, cl), 10)
+				b = strconv.AppendInt(b, analytics.ClassVisits(v, cl), 10)
 			}
 		}
 		b = append(b, ']')
