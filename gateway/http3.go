@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linkgate/linkgate/ja4"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
@@ -49,6 +50,55 @@ type h3 struct {
 	stopped bool
 }
 
+// The JA4 fingerprint of an HTTP/3 connection. quic-go runs crypto/tls's
+// QUIC handshake with the context its Transport's ConnContext returned, so
+// the tls.ClientHelloInfo that GetConfigForClient gets (with the
+// extension list, Go 1.24) carries it: h3HelloContext puts a place for
+// the fingerprint in that context, h3Fingerprint's GetConfigForClient
+// fills it, and h3ConnContext, called once the handshake is done (0-RTT is
+// refused), puts it where the analytics read it (ja4.NewContext), once per
+// connection.
+
+type h3HelloKey struct{}
+
+// h3HelloContext returns ctx with a place for its connection's
+// fingerprint.
+func h3HelloContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, h3HelloKey{}, new(atomic.Pointer[string]))
+}
+
+// h3Fingerprint returns a copy of cfg whose GetConfigForClient keeps the
+// ClientHello's JA4 fingerprint (QUIC's: "q…") in the place
+// h3HelloContext made, then asks cfg's own, if any.
+func h3Fingerprint(cfg *tls.Config) *tls.Config {
+	cfg = cfg.Clone()
+	next := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		if p, ok := h.Context().Value(h3HelloKey{}).(*atomic.Pointer[string]); ok {
+			hello := ja4.FromClientHello(h)
+			hello.QUIC = true
+			fp := ja4.Fingerprint(hello)
+			p.Store(&fp)
+		}
+		if next != nil {
+			return next(h)
+		}
+		return nil, nil
+	}
+	return cfg
+}
+
+// h3ConnContext is the http3.Server's ConnContext: the connection's
+// requests carry its fingerprint.
+func h3ConnContext(ctx context.Context, _ *quic.Conn) context.Context {
+	if p, ok := ctx.Value(h3HelloKey{}).(*atomic.Pointer[string]); ok {
+		if fp := p.Load(); fp != nil {
+			return ja4.NewContext(ctx, *fp)
+		}
+	}
+	return ctx
+}
+
 // newH3 prepares the server on pc; serve starts it.
 func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *h3 {
 	cfg := g.current().eff.Server
@@ -65,7 +115,7 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 					g.edgeM.Handshake(h3Failure(context.Cause(ctx)))
 				}
 			})
-			return context.WithValue(ctx, h3HandshakeKey{}, done), nil
+			return h3HelloContext(context.WithValue(ctx, h3HandshakeKey{}, done)), nil
 		},
 	}
 	idle := cfg.IdleTimeout
@@ -85,9 +135,9 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 			if done, ok := ctx.Value(h3HandshakeKey{}).(*atomic.Bool); ok && done.CompareAndSwap(false, true) {
 				g.edgeM.Handshake("ok")
 			}
-			return ctx
+			return h3ConnContext(ctx, c)
 		},
-		TLSConfig:      http3.ConfigureTLSConfig(tlsCfg),
+		TLSConfig:      http3.ConfigureTLSConfig(h3Fingerprint(tlsCfg)),
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		IdleTimeout:    idle,
 		QUICConfig: &quic.Config{

@@ -33,6 +33,9 @@ type Hello struct {
 	ALPN string
 	// SignatureAlgorithms are those of the signature_algorithms extension.
 	SignatureAlgorithms []uint16
+	// QUIC says the ClientHello came in a QUIC handshake (HTTP/3): the
+	// fingerprint starts with "q" rather than TCP's "t".
+	QUIC bool
 }
 
 // FromClientHello returns the Hello of what crypto/tls read. Go lists the
@@ -71,7 +74,11 @@ func IsGREASE(v uint16) bool { return v&0x0f0f == 0x0a0a && v>>8 == v&0xff }
 // "t13d1516h2_8daaf6152771_e5627efa2ab1".
 func Fingerprint(h Hello) string {
 	b := make([]byte, 0, 36)
-	b = append(b, 't')
+	if h.QUIC {
+		b = append(b, 'q')
+	} else {
+		b = append(b, 't')
+	}
 	b = append(b, version(h.Versions)...)
 	sni := byte('i')
 	if slices.Contains(h.Extensions, extSNI) {
