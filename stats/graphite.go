@@ -703,15 +703,13 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 		return nil, err
 	}
 	nodes := strings.Split(q, ".")
-	type found = gFound
-	var out []found
 	// Walk the tree: each level's children matched by the query's node.
-	children := func(prefix []string) ([]found, error) {
+	children := func(prefix []string) ([]gFound, error) {
 		switch len(prefix) {
 		case 0:
-			return []found{{gRoot, false}}, nil
+			return []gFound{{gRoot, false}}, nil
 		case 1:
-			return []found{{gLinks, false}, {gAll, false}}, nil
+			return []gFound{{gLinks, false}, {gAll, false}}, nil
 		case 2:
 			if prefix[1] == gAll {
 				return gLeafNodes(), nil
@@ -720,9 +718,9 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 			if err != nil {
 				return nil, err
 			}
-			var fs []found
+			var fs []gFound
 			for _, l := range ls {
-				fs = append(fs, found{l, false})
+				fs = append(fs, gFound{l, false})
 			}
 			return fs, nil
 		case 3:
@@ -732,7 +730,27 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 		}
 		return nil, nil
 	}
-	// Expand every level but the last along the tree.
+	out, err := gWalk(nodes, children)
+	if err != nil {
+		return nil, err
+	}
+	base := ""
+	if i := strings.LastIndexByte(q, '.'); i >= 0 {
+		base = q[:i+1]
+	}
+	if format == "completer" {
+		return appendCompleter(nil, out), nil
+	}
+	wc := v.Get("wildcards")
+	return appendTreeJSON(nil, out, base, (wc == "1" || wc == "true") && len(out) > 1), nil
+}
+
+// gWalk returns the nodes the query's nodes match, by their full paths,
+// expanding every level but the last along the tree that children
+// gives; as graphite-web lists them: the branches, then the leaves, each
+// node name once.
+func gWalk(nodes []string, children func(prefix []string) ([]gFound, error)) ([]gFound, error) {
+	var out []gFound
 	paths := [][]string{nil}
 	for depth, pat := range nodes {
 		match, _, err := glob(pat)
@@ -750,7 +768,7 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 					continue
 				}
 				if depth == len(nodes)-1 {
-					out = append(out, found{strings.Join(append(slices.Clone(p), c.name), "."), c.leaf})
+					out = append(out, gFound{strings.Join(append(slices.Clone(p), c.name), "."), c.leaf})
 				} else if !c.leaf {
 					next = append(next, append(slices.Clone(p), c.name))
 				}
@@ -758,46 +776,47 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 		}
 		paths = next
 	}
-	// graphite-web lists the branches, then the leaves, each node name
-	// once, with ids of the query's parent path (wildcards and all) and
-	// the name.
-	slices.SortStableFunc(out, func(a, b found) int { return boolInt(a.leaf) - boolInt(b.leaf) })
+	slices.SortStableFunc(out, func(a, b gFound) int { return boolInt(a.leaf) - boolInt(b.leaf) })
 	seen := map[string]bool{}
-	out = slices.DeleteFunc(out, func(f found) bool {
+	return slices.DeleteFunc(out, func(f gFound) bool {
 		n := f.name[strings.LastIndexByte(f.name, '.')+1:]
 		dup := seen[n]
 		seen[n] = true
 		return dup
-	})
-	base := ""
-	if i := strings.LastIndexByte(q, '.'); i >= 0 {
-		base = q[:i+1]
-	}
-	b := []byte{}
-	if format == "completer" {
-		b = append(b, `{"metrics":[`...)
-		for i, f := range out {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			name := f.name[strings.LastIndexByte(f.name, '.')+1:]
-			path := f.name
-			if !f.leaf {
-				path += "."
-			}
-			b = append(b, `{"is_leaf":`...)
-			b = strconv.AppendInt(b, int64(boolInt(f.leaf)), 10)
-			b = append(b, `,"name":`...)
-			b = appendJSONString(b, name)
-			b = append(b, `,"path":`...)
-			b = appendJSONString(b, path)
-			b = append(b, '}')
+	}), nil
+}
+
+// appendCompleter appends find's answer in graphite-web's completer
+// format.
+func appendCompleter(b []byte, out []gFound) []byte {
+	b = append(b, `{"metrics":[`...)
+	for i, f := range out {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		return append(b, "]}\n"...), nil
+		name := f.name[strings.LastIndexByte(f.name, '.')+1:]
+		path := f.name
+		if !f.leaf {
+			path += "."
+		}
+		b = append(b, `{"is_leaf":`...)
+		b = strconv.AppendInt(b, int64(boolInt(f.leaf)), 10)
+		b = append(b, `,"name":`...)
+		b = appendJSONString(b, name)
+		b = append(b, `,"path":`...)
+		b = appendJSONString(b, path)
+		b = append(b, '}')
 	}
+	return append(b, "]}\n"...)
+}
+
+// appendTreeJSON appends find's answer in graphite-web's treejson, with
+// ids of the query's parent path base (wildcards and all) and the name,
+// first a "*" node for them all when wildcard.
+func appendTreeJSON(b []byte, out []gFound, base string, wildcard bool) []byte {
 	b = append(b, '[')
-	if wc := v.Get("wildcards"); (wc == "1" || wc == "true") && len(out) > 1 {
-		allLeaves := !slices.ContainsFunc(out, func(f found) bool { return !f.leaf })
+	if wildcard {
+		allLeaves := !slices.ContainsFunc(out, func(f gFound) bool { return !f.leaf })
 		b = appendTreeNode(b, "*", base+"*", allLeaves)
 		if len(out) > 0 {
 			b = append(b, ',')
@@ -810,7 +829,7 @@ func (s *API) graphiteFind(ctx context.Context, sc scope, v url.Values, now time
 		name := f.name[strings.LastIndexByte(f.name, '.')+1:]
 		b = appendTreeNode(b, name, base+name, f.leaf)
 	}
-	return append(b, "]\n"...), nil
+	return append(b, "]\n"...)
 }
 
 // appendTreeNode appends one node of graphite-web's treejson.

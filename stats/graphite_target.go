@@ -70,6 +70,11 @@ func (p *gParser) space() {
 	}
 }
 
+// expr parses one expression of the target grammar at p.i: a number, a
+// quoted string, a function call with its arguments, or a metric path with
+// its wildcards. It is one function, longer than most, because it is one
+// recursive-descent rule whose alternatives are told apart by their first
+// bytes: split, each part would re-read where the last one stopped.
 func (p *gParser) expr(depth int) (*gNode, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("nested deeper than %d", maxDepth)

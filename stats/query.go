@@ -92,8 +92,6 @@ func badParam(param, format string, args ...any) error {
 //
 // Every error is a *paramError naming the parameter.
 func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
-	var q query
-	now = now.UTC()
 	if err := checkParams(v); err != nil {
 		return query{}, err
 	}
@@ -102,6 +100,26 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 			return query{}, badParam(name, "given %d times", n)
 		}
 	}
+	q, err := parseRange(v, now.UTC(), earliest)
+	if err != nil {
+		return query{}, err
+	}
+	if err := parseCurve(v, &q); err != nil {
+		return query{}, err
+	}
+	if err := parseBreakdowns(v, &q); err != nil {
+		return query{}, err
+	}
+	if err := parseAnswer(v, &q); err != nil {
+		return query{}, err
+	}
+	return q, nil
+}
+
+// parseRange reads the range of v (last, or from and to), as parseQuery
+// says.
+func parseRange(v url.Values, now, earliest time.Time) (query, error) {
+	var q query
 	last, from, to := v.Get("last"), v.Get("from"), v.Get("to")
 	switch {
 	case last != "" && (from != "" || to != ""):
@@ -156,23 +174,33 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 		}
 		return query{}, badParam(name, "the range is longer than %s", rollup.FormatDuration(maxRange))
 	}
+	return q, nil
+}
+
+// parseCurve reads the curve's step and stitch into q.
+func parseCurve(v url.Values, q *query) error {
 	if s := v.Get("step"); s != "" {
 		d, err := rollup.ParseDuration(s)
 		if err != nil {
-			return query{}, badParam("step", "%q is not a duration like 1m, 5m, 1h, 1d or 1w", s)
+			return badParam("step", "%q is not a duration like 1m, 5m, 1h, 1d or 1w", s)
 		}
 		q.step = d
 	}
 	if s := v.Get("stitch"); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return query{}, badParam("stitch", "%q is not true or false", s)
+			return badParam("stitch", "%q is not true or false", s)
 		}
 		q.stitch = b
 	}
 	if q.stitch && q.step != 0 {
-		return query{}, badParam("stitch", "cannot be combined with step: a stitched curve has its own steps")
+		return badParam("stitch", "cannot be combined with step: a stitched curve has its own steps")
 	}
+	return nil
+}
+
+// parseBreakdowns reads by, daily and top into q.
+func parseBreakdowns(v url.Values, q *query) error {
 	if s := v.Get("by"); s != "" {
 		for name := range strings.SplitSeq(s, ",") {
 			name = strings.TrimSpace(name)
@@ -182,7 +210,7 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 				if guess := suggest.Closest(name, visitor.Names()...); guess != "" {
 					reason = fmt.Sprintf("%q is not one of %s (did you mean %s?)", name, strings.Join(visitor.Names(), ", "), guess)
 				}
-				return query{}, badParam("by", "%s", reason)
+				return badParam("by", "%s", reason)
 			}
 			if !slices.Contains(q.by, d) {
 				q.by = append(q.by, d)
@@ -193,21 +221,26 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 		name, value, ok := strings.Cut(s, ":")
 		d, known := visitor.ParseDim(name)
 		if !ok || !known || value == "" {
-			return query{}, badParam("daily", "%q is not a breakdown and a value, such as referrer:news.example (breakdowns: %s)", s, strings.Join(visitor.Names(), ", "))
+			return badParam("daily", "%q is not a breakdown and a value, such as referrer:news.example (breakdowns: %s)", s, strings.Join(visitor.Names(), ", "))
 		}
 		q.daily, q.dailyValue = d, value
 	}
 	if s := v.Get("top"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxTop {
-			return query{}, badParam("top", "%q is not a number of links from 1 to %d", s, maxTop)
+			return badParam("top", "%q is not a number of links from 1 to %d", s, maxTop)
 		}
 		q.top = n
 	}
+	return nil
+}
+
+// parseAnswer reads tz, compare and format into q.
+func parseAnswer(v url.Values, q *query) error {
 	if name := v.Get("tz"); name != "" {
 		loc, err := time.LoadLocation(name)
 		if err != nil || name == "Local" {
-			return query{}, badParam("tz", "%q is not a time zone of the IANA database like Europe/Paris or America/New_York", name)
+			return badParam("tz", "%q is not a time zone of the IANA database like Europe/Paris or America/New_York", name)
 		}
 		q.tz = loc
 	}
@@ -215,15 +248,15 @@ func parseQuery(v url.Values, now, earliest time.Time) (query, error) {
 	case "", "previous", "year":
 		q.compare = c
 	default:
-		return query{}, badParam("compare", "%q is not previous or year", c)
+		return badParam("compare", "%q is not previous or year", c)
 	}
 	switch f := v.Get("format"); f {
 	case "", formatJSON, formatCSV, formatHTML, formatEvents, formatEmbed:
 		q.format = f
 	default:
-		return query{}, badParam("format", "%q is not json, csv, html, embed or events", f)
+		return badParam("format", "%q is not json, csv, html, embed or events", f)
 	}
-	return q, nil
+	return nil
 }
 
 // queryParams are the parameters parseQuery reads.
