@@ -499,25 +499,9 @@ func (s *API) curve(ctx context.Context, key string, q query, now time.Time) (*c
 // comparison, uniques, the all-time total): the curve alone, as a top
 // list's links and the Graphite API need it.
 func (s *API) points(ctx context.Context, key string, q query, now time.Time) (*curve, error) {
-	var segs []rollup.Segment
-	switch {
-	case q.stitch:
-		var err error
-		if segs, err = rollup.Stitch(s.tiers, q.from, q.to, now); err != nil {
-			return nil, badParam("from", "%v", err)
-		}
-	case q.step != 0:
-		t, err := rollup.WithStep(s.tiers, q.step)
-		if err != nil {
-			return nil, badParam("step", "%v", strings.TrimPrefix(err.Error(), "rollup: "))
-		}
-		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
-	default:
-		t, err := rollup.Choose(s.tiers, q.from, q.to, now, rollup.MaxPoints)
-		if err != nil {
-			return nil, badParam("from", "%v", err)
-		}
-		segs = []rollup.Segment{{Tier: t, From: q.from, To: q.to}}
+	segs, err := s.segments(q, now)
+	if err != nil {
+		return nil, err
 	}
 	if q.tz != nil && !q.stitch && segs[0].Tier.Step >= rollup.Day {
 		lc, ok, err := s.localCurve(ctx, key, q, segs[0].Tier.Step, now)
@@ -547,56 +531,7 @@ func (s *API) points(ctx context.Context, key string, q query, now time.Time) (*
 		c.step = segs[0].Tier.Step
 	}
 	for _, sg := range segs {
-		step := sg.Tier.Step
-		start := rollup.Align(sg.From, step)
-		t0, sec := start.Unix(), int64(step/time.Second)
-		// Buckets before kept are expired: null, and not read.
-		kept := start
-		if eb := expiredBefore(sg.Tier, now); kept.Before(eb) {
-			kept = eb
-			c.expiredBefore = eb
-		}
-		var pts []rollup.Point
-		failed := false
-		if kept.Before(sg.To) {
-			var err error
-			pts, err = s.r.Points(ctx, key, step, kept, sg.To)
-			if err != nil {
-				failed = true
-				if c.readErr == nil {
-					c.readErr = fmt.Errorf("stats: points of %q at %v: %w", key, step, err)
-				}
-				if !errors.Is(err, analytics.ErrUnsavedOnly) {
-					pts = nil // nothing but the error
-				}
-			}
-		}
-		// Fill the segment's buckets (zeros, or null when expired or not
-		// read), then add each point read to its bucket; a store may
-		// return them unaligned or more than once (one per writer): they
-		// add up.
-		base, keptUnix := len(c.points), kept.Unix()
-		nb := rollup.NumBuckets(sg.From, sg.To, step)
-		for i := range int64(nb) {
-			t := t0 + i*sec
-			c.points = append(c.points, curvePoint{start: t, step: sec, null: failed || t < keptUnix})
-		}
-		seg := c.points[base:]
-		for _, p := range pts {
-			// start is bucket-aligned, so flooring the distance in
-			// seconds finds the bucket of an unaligned point too.
-			d := p.Start.Unix() - t0
-			if d < 0 || d/sec >= int64(len(seg)) {
-				continue
-			}
-			b := &seg[d/sec]
-			if b.start < keptUnix {
-				continue // a count the tier no longer keeps: not a whole bucket
-			}
-			b.null = false
-			b.Visits = b.Visits.Add(p.Visits)
-			c.rangeTotal = c.rangeTotal.Add(p.Visits)
-		}
+		s.readSegment(ctx, c, key, sg, now)
 	}
 	if q.tz != nil {
 		c.tz = "UTC"
@@ -611,6 +546,87 @@ func (s *API) points(ctx context.Context, key string, q query, now time.Time) (*
 		}
 	}
 	return c, nil
+}
+
+// segments returns the tier segments q's curve reads: one, at the step
+// asked or chosen, or those of a stitched curve.
+func (s *API) segments(q query, now time.Time) ([]rollup.Segment, error) {
+	switch {
+	case q.stitch:
+		segs, err := rollup.Stitch(s.tiers, q.from, q.to, now)
+		if err != nil {
+			return nil, badParam("from", "%v", err)
+		}
+		return segs, nil
+	case q.step != 0:
+		t, err := rollup.WithStep(s.tiers, q.step)
+		if err != nil {
+			return nil, badParam("step", "%v", strings.TrimPrefix(err.Error(), "rollup: "))
+		}
+		return []rollup.Segment{{Tier: t, From: q.from, To: q.to}}, nil
+	default:
+		t, err := rollup.Choose(s.tiers, q.from, q.to, now, rollup.MaxPoints)
+		if err != nil {
+			return nil, badParam("from", "%v", err)
+		}
+		return []rollup.Segment{{Tier: t, From: q.from, To: q.to}}, nil
+	}
+}
+
+// readSegment appends the buckets of sg to c's points, read from the
+// store: zeros where it has none, null where the tier expired them or the
+// read failed (kept in c.readErr, with what the Reader returned beside
+// it, ErrUnsavedOnly, used).
+func (s *API) readSegment(ctx context.Context, c *curve, key string, sg rollup.Segment, now time.Time) {
+	step := sg.Tier.Step
+	start := rollup.Align(sg.From, step)
+	t0, sec := start.Unix(), int64(step/time.Second)
+	// Buckets before kept are expired: null, and not read.
+	kept := start
+	if eb := expiredBefore(sg.Tier, now); kept.Before(eb) {
+		kept = eb
+		c.expiredBefore = eb
+	}
+	var pts []rollup.Point
+	failed := false
+	if kept.Before(sg.To) {
+		var err error
+		pts, err = s.r.Points(ctx, key, step, kept, sg.To)
+		if err != nil {
+			failed = true
+			if c.readErr == nil {
+				c.readErr = fmt.Errorf("stats: points of %q at %v: %w", key, step, err)
+			}
+			if !errors.Is(err, analytics.ErrUnsavedOnly) {
+				pts = nil // nothing but the error
+			}
+		}
+	}
+	// Fill the segment's buckets (zeros, or null when expired or not
+	// read), then add each point read to its bucket; a store may return
+	// them unaligned or more than once (one per writer): they add up.
+	base, keptUnix := len(c.points), kept.Unix()
+	nb := rollup.NumBuckets(sg.From, sg.To, step)
+	for i := range int64(nb) {
+		t := t0 + i*sec
+		c.points = append(c.points, curvePoint{start: t, step: sec, null: failed || t < keptUnix})
+	}
+	seg := c.points[base:]
+	for _, p := range pts {
+		// start is bucket-aligned, so flooring the distance in seconds
+		// finds the bucket of an unaligned point too.
+		d := p.Start.Unix() - t0
+		if d < 0 || d/sec >= int64(len(seg)) {
+			continue
+		}
+		b := &seg[d/sec]
+		if b.start < keptUnix {
+			continue // a count the tier no longer keeps: not a whole bucket
+		}
+		b.null = false
+		b.Visits = b.Visits.Add(p.Visits)
+		c.rangeTotal = c.rangeTotal.Add(p.Visits)
+	}
 }
 
 // finish adds to c what every answer has beside its points: breakdowns,
