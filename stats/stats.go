@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,16 +239,7 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.o.Now()
 	v := r.URL.Query()
-	if v.Get("last") == "all" {
-		// Everything the store keeps: the coarsest tier's retention.
-		if v.Has("from") || v.Has("to") {
-			writeParamError(w, badParam("last", "cannot be combined with from or to"))
-			return
-		}
-		v.Del("last")
-		v.Set("from", strconv.FormatInt(s.keptFrom(now).Unix(), 10))
-	}
-	q, err := parseQuery(v, now, s.earliest)
+	q, err := s.parseQuery(v, now)
 	if err != nil {
 		writeParamError(w, err)
 		return
@@ -289,6 +281,12 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.compare != nil {
 		c.compare.shortKey, c.compare.tenant = shortKey, sc.tenant
 	}
+	writeCurve(w, r, c, format)
+}
+
+// writeCurve writes the answer c in format (JSON or CSV), with the headers
+// that say what it holds.
+func writeCurve(w http.ResponseWriter, r *http.Request, c *curve, format string) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store") // counts change at every flush
 	h.Set("Linkgate-Known", c.known())
@@ -316,6 +314,19 @@ func (s *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Content-Type", "application/json")
 	writeBody(w, r, c.appendJSON(make([]byte, 0, 256+len(c.points)*32)))
+}
+
+// parseQuery is parseQuery with last=all: everything the store keeps (the
+// coarsest tier's retention), which v is changed to say as from.
+func (s *API) parseQuery(v url.Values, now time.Time) (query, error) {
+	if v.Get("last") == "all" {
+		if v.Has("from") || v.Has("to") {
+			return query{}, badParam("last", "cannot be combined with from or to")
+		}
+		v.Del("last")
+		v.Set("from", strconv.FormatInt(s.keptFrom(now).Unix(), 10))
+	}
+	return parseQuery(v, now, s.earliest)
 }
 
 // partialReason is the "partial_reason" of a partial answer and the value
