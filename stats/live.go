@@ -267,7 +267,12 @@ func (s *API) serveLive(w http.ResponseWriter, r *http.Request, key, shortKey st
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
 	w.WriteHeader(http.StatusOK)
+	s.streamLive(w, r, rc, key, shortKey, sc)
+}
 
+// streamLive writes serveLive's events until the stream ends, as
+// serveLive says.
+func (s *API) streamLive(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, key, shortKey string, sc scope) {
 	var expired <-chan time.Time
 	if !sc.expires.IsZero() {
 		timer := time.NewTimer(sc.expires.Sub(s.o.Now()))
