@@ -56,7 +56,7 @@ func TestShareTokens(t *testing.T) {
 	if r, b := testkit.Do(t, "GET", gw.url(sh.Data+"&last=1h"), nil); r.StatusCode != 200 || !strings.Contains(b, `"total":3`) {
 		t.Errorf("GET %s: %d %s, want the link's JSON with its 3 visits", sh.Data, r.StatusCode, b)
 	}
-	if r, b := testkit.Do(t, "GET", gw.url(sh.Page+"&format=csv"), nil); r.StatusCode != 200 || !strings.HasPrefix(b, "unix_seconds,count,bot_count\n") {
+	if r, b := testkit.Do(t, "GET", gw.url(sh.Page+"&format=csv"), nil); r.StatusCode != 200 || !strings.HasPrefix(b, "unix_seconds,count,bot_count,class_bot,") {
 		t.Errorf("CSV with the share token: %d %s", r.StatusCode, b)
 	}
 	if r, b := testkit.Do(t, "GET", gw.url(sh.Page), nil, "Accept", "text/html"); r.StatusCode != 200 || !strings.Contains(b, "<html") {
