@@ -10,6 +10,7 @@ import (
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitclass"
 	"github.com/linkgate/linkgate/visitor"
 )
 
@@ -54,7 +55,7 @@ func TestErasePebble(t *testing.T) {
 		for range n {
 			uniq++
 			fe := visitor.Features{visitor.Referrer: "news.example"}
-			rec.RecordTenantVisit(tenant, short, clock, false, &fe, uniq*0x9e3779b97f4a7c15)
+			rec.RecordTenantVisit(tenant, short, clock, visitclass.Human, &fe, uniq*0x9e3779b97f4a7c15)
 		}
 	}
 	flush := func(f *analytics.Flusher) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/visitclass"
 )
 
 // TestTenantMetrics: linkgate_tenant_visits_total counts each tenant's
@@ -20,10 +21,10 @@ func TestTenantMetrics(t *testing.T) {
 	m := analytics.NewMetrics(reg)
 	rec := analytics.NewRecorder(1000, m)
 	f := analytics.NewFlusher(rec, newMemStore(), analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return monday.Add(time.Second) }}, m, nil)
-	rec.RecordTenantVisit("acme", "go", monday, false, nil, 0)
-	rec.RecordTenantVisit("acme", "gh", monday, false, nil, 0)
-	rec.RecordTenantVisit("acme", "go", monday, true, nil, 0)
-	rec.RecordTenantVisit("", "go", monday, false, nil, 0)
+	rec.RecordTenantVisit("acme", "go", monday, visitclass.Human, nil, 0)
+	rec.RecordTenantVisit("acme", "gh", monday, visitclass.Human, nil, 0)
+	rec.RecordTenantVisit("acme", "go", monday, visitclass.Bot, nil, 0)
+	rec.RecordTenantVisit("", "go", monday, visitclass.Human, nil, 0)
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +52,9 @@ func TestTenantMetrics(t *testing.T) {
 		t.Errorf("after acme's visits and the default tenant's: %s", got)
 	}
 	for i := range analytics.MaxTenantLabels + 20 {
-		rec.RecordTenantVisit(fmt.Sprintf("t%03d", i), "go", monday, false, nil, 0)
+		rec.RecordTenantVisit(fmt.Sprintf("t%03d", i), "go", monday, visitclass.Human, nil, 0)
 	}
-	rec.RecordTenantVisit("acme", "go", monday, false, nil, 0)
+	rec.RecordTenantVisit("acme", "go", monday, visitclass.Human, nil, 0)
 	if err := f.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}

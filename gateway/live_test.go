@@ -18,13 +18,13 @@ import (
 
 // liveEvent is one "live" event of the live stream.
 type liveEvent struct {
-	ShortKey      string    `json:"short_key"`
-	Complete      bool      `json:"complete"`
-	Step          int64     `json:"step"`
-	From          int64     `json:"from"`
-	To            int64     `json:"to"`
-	RangeTotal    int64     `json:"range_total"`
-	BotRangeTotal int64     `json:"bot_range_total"`
+	ShortKey      string `json:"short_key"`
+	Complete      bool   `json:"complete"`
+	Step          int64  `json:"step"`
+	From          int64  `json:"from"`
+	To            int64  `json:"to"`
+	RangeTotal    int64  `json:"range_total"`
+	BotRangeTotal int64  `json:"bot_range_total"`
 	Classes       map[string]struct {
 		RangeTotal int64 `json:"range_total"`
 	} `json:"classes"`
