@@ -131,10 +131,20 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 	if p.tracing, err = tracing.Compile(cfg.Tracing, getenv); err != nil {
 		return nil, err
 	}
+	if err := p.compileAccess(cfg, getenv); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// compileAccess reads who may reach the admin and stats APIs: the stats
+// host, the tokens and the share key, each named by an environment variable
+// read with getenv.
+func (p *Plan) compileAccess(cfg *config.Config, getenv func(string) string) error {
 	if h := cfg.Stats.Host; h != "" {
 		n, err := route.HostPattern(h)
 		if err != nil || strings.HasPrefix(n, "*.") {
-			return nil, fmt.Errorf("stats.host: %q is not a host name or IP address (one host, no wildcard)", h)
+			return fmt.Errorf("stats.host: %q is not a host name or IP address (one host, no wildcard)", h)
 		}
 		p.statsHost = n
 	}
@@ -147,20 +157,20 @@ func compile(cfg *config.Config, getenv func(string) string) (*Plan, error) {
 		// Unset, /stats would be open to anyone while the operator meant
 		// to close it: refuse instead.
 		if p.statsToken = strings.TrimSpace(getenv(name)); p.statsToken == "" {
-			return nil, fmt.Errorf("stats.token_env: the environment variable %s is not set or empty; /stats would be open to anyone (set it, or remove token_env to serve /stats openly)", name)
+			return fmt.Errorf("stats.token_env: the environment variable %s is not set or empty; /stats would be open to anyone (set it, or remove token_env to serve /stats openly)", name)
 		}
 	}
 	if name := cfg.Stats.Share.KeyEnv; name != "" {
 		key := strings.TrimSpace(getenv(name))
 		if key != "" && len(key) < stats.MinShareKeyBytes {
-			return nil, fmt.Errorf("stats.share.key_env: the key in %s is %d bytes, fewer than %d (openssl rand -hex 32 makes one)", name, len(key), stats.MinShareKeyBytes)
+			return fmt.Errorf("stats.share.key_env: the key in %s is %d bytes, fewer than %d (openssl rand -hex 32 makes one)", name, len(key), stats.MinShareKeyBytes)
 		}
 		if key != "" {
 			p.share.Key = []byte(key)
 		}
 	}
 	p.share.MaxTTL = cfg.Stats.Share.MaxTTL
-	return p, nil
+	return nil
 }
 
 // Share returns the share tokens of the plan: what signs and checks them.
