@@ -2,8 +2,10 @@
 // HTTP/2 (net/http) from one connection with a number of requests in
 // flight for a while, then prints the requests answered a second and the
 // first request's time (the handshake and one request): the same Go client
-// code for both protocols, as Debian's h2load speaks no QUIC. Loopback
-// only; it trusts any certificate.
+// code for both protocols, as Debian's h2load speaks no QUIC. With -visits
+// it times whole visits on new connections instead (see visits), for
+// h3.sh's first-request figure under delay and loss (h3loss.sh). Loopback
+// or a test namespace only; it trusts any certificate.
 package main
 
 import (
@@ -25,7 +27,17 @@ func main() {
 	proto := flag.String("proto", "h3", "h3 or h2")
 	streams := flag.Int("streams", 16, "requests in flight on the connection")
 	duration := flag.Duration("duration", 5*time.Second, "how long to send (at most 30s)")
+	visitCount := flag.Int("visits", 0, "instead: this many visits over h2 and as many over h3, interleaved, each on a new connection (at most 1000)")
+	resume := flag.Bool("resume", false, "with -visits: as many again of each with a resumed TLS session")
 	flag.Parse()
+	if *visitCount != 0 {
+		if *visitCount < 1 || *visitCount > 1000 {
+			fmt.Fprintln(os.Stderr, "h3load: -visits 1 to 1000")
+			os.Exit(2)
+		}
+		visits(*url, *visitCount, *resume)
+		return
+	}
 	if *duration > 30*time.Second || *streams < 1 || *streams > 256 {
 		fmt.Fprintln(os.Stderr, "h3load: -duration at most 30s, -streams 1 to 256")
 		os.Exit(2)
