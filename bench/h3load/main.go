@@ -4,8 +4,8 @@
 // first request's time (the handshake and one request): the same Go client
 // code for both protocols, as Debian's h2load speaks no QUIC. With -visits
 // it times whole visits on new connections instead (see visits), for
-// h3.sh's first-request figure under delay and loss (h3loss.sh). Loopback
-// or a test namespace only; it trusts any certificate.
+// h3loss.sh, which adds delay and loss to the path. Loopback or a test
+// namespace only; it trusts any certificate.
 package main
 
 import (
