@@ -20,9 +20,10 @@ import (
 
 // analystLinks are the links of TestAnalystPage: ten, so that the top list
 // is longer than a list shows before its "more" control, one of them a
-// long key that must not break inside a word on a phone. "quiet" is never
+// key too long for a phone's line, which must be cut with an ellipsis (and
+// be whole in its title), not broken inside a word. "quiet" is never
 // visited.
-var analystLinks = []string{"go", "spring-sale-2026-newsletter", "gh", "docs", "blog", "jobs", "shop", "help", "news", "team"}
+var analystLinks = []string{"go", "spring-sale-2026-newsletter-for-europe", "gh", "docs", "blog", "jobs", "shop", "help", "news", "team"}
 
 // TestAnalystPage walks the chart page as an analyst would, at the three
 // sizes the page is read at (a desktop at 1280 px, a phone at 390 px, and
@@ -84,8 +85,8 @@ func TestAnalystPage(t *testing.T) {
 	visit("/go", "198.51.100.7", "", "User-Agent", chrome) // a browser's User-Agent without its headers
 	visit("/go", "198.51.100.8", "", "User-Agent", chrome)
 	visit("/go", "198.51.100.9", "", "User-Agent", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)")
-	for i, l := range analystLinks[1:] {
-		for range 10 - i {
+	for i, l := range analystLinks[1:] { // 9 visits to 1 ("team")
+		for range 9 - i {
 			visit("/"+l, "198.51.100.20", "", testkit.Navigation(chrome)...)
 		}
 	}
@@ -109,6 +110,7 @@ func TestAnalystPage(t *testing.T) {
 				a.uniques()
 				a.quietLink()
 				a.tenantPage()
+				a.oneVisit()
 				if errs := p.Errors(); len(errs) > 0 {
 					t.Errorf("page errors (a CSP violation is one): %q", errs)
 				}
@@ -125,6 +127,10 @@ type analyst struct {
 	scheme    string
 	vp, shots string
 }
+
+// oneLineJS defines oneLine(el): whether an element's text is on one line.
+const oneLineJS = `const oneLine = el => { const rg = document.createRange(); rg.selectNodeContents(el);
+	const rs = [...rg.getClientRects()]; return rs.length > 0 && rs.every(x => Math.abs(x.top - rs[0].top) < 2); };`
 
 // shot saves a screenshot in 256 colours as TestDashboard's, when
 // LINKGATE_SCREENSHOTS names a directory.
@@ -228,6 +234,21 @@ func (a *analyst) linkPage() {
 	if dest.Text != "Leads to https://example.com/go " || dest.Href != "https://example.com/go" {
 		a.t.Errorf("the link's destination: %+v, want https://example.com/go", dest)
 	}
+	// The cards' changes stay on one line ("new: none before" for the
+	// humans, none having come the day before).
+	var chg []struct {
+		Text string
+		One  bool
+	}
+	a.p.Eval(`(() => { `+oneLineJS+` return [...document.querySelectorAll(".card .chg")].filter(e => e.textContent).map(e => ({text: e.textContent, one: oneLine(e)})); })()`, &chg)
+	if len(chg) == 0 || chg[0].Text != "new: none before" {
+		a.t.Errorf("the cards' changes: %+v; want the humans' first, \"new: none before\"", chg)
+	}
+	for _, c := range chg {
+		if !c.One {
+			a.t.Errorf("the change %q wraps at %s", c.Text, a.vp)
+		}
+	}
 	a.more("#dim-referrer", "#dimbox-referrer", "referrers", 13) // and "direct", the machines'
 	var cut []string
 	a.p.Eval(`[...document.querySelectorAll("#dims *, #top-section *")].filter(e => e.scrollHeight > e.clientHeight + 1 && /auto|scroll|hidden/.test(getComputedStyle(e).overflowY)).map(e => e.id || e.className)`, &cut)
@@ -299,8 +320,9 @@ func (a *analyst) daily() {
 	}
 }
 
-// allLinks: ten top links, eight shown and a control; on a phone a long
-// key on one line and no change that wraps.
+// allLinks: ten top links, eight shown and a control; keys and changes on
+// one line, each key whole in its title; on a phone the long key cut with
+// an ellipsis and nothing wider than the screen.
 func (a *analyst) allLinks() {
 	a.t.Helper()
 	a.p.Navigate(a.gw.url("/stats"))
@@ -310,17 +332,24 @@ func (a *analyst) allLinks() {
 	a.p.Eval(`document.querySelector("#top-section button.more").click()`, nil)
 	a.p.WaitFor(10*time.Second, "the top links' destinations", `[...document.querySelectorAll("#top .dest")].every(e => e.textContent !== "")`)
 	var lines []struct {
-		Key          string
-		Key1, Chg1   bool
-		Change, Dest string
+		Key, Title       string
+		Key1, Chg1, Cut  bool
+		Change, Dest     string
+		PageW, ViewportW int
 	}
-	a.p.Eval(`[...document.querySelectorAll("#top tbody tr")].map(r => {
-		const one = el => { const rg = document.createRange(); rg.selectNodeContents(el); const rs = [...rg.getClientRects()]; return rs.length > 0 && rs.every(x => Math.abs(x.top - rs[0].top) < 2); };
-		return {key: r.dataset.key, key1: one(r.cells[0].querySelector("a")), chg1: one(r.cells[2]), change: r.cells[2].textContent,
-			dest: r.cells[0].querySelector(".dest").textContent}; })`, &lines)
+	a.p.Eval(`(() => { `+oneLineJS+` return [...document.querySelectorAll("#top tbody tr")].map(r => {
+		const a = r.cells[0].querySelector("a");
+		return {key: r.dataset.key, key1: oneLine(a), chg1: oneLine(r.cells[2]), change: r.cells[2].textContent,
+			title: a.title, cut: a.scrollWidth > a.clientWidth + 1, pageW: document.documentElement.scrollWidth, viewportW: innerWidth,
+			dest: r.cells[0].querySelector(".dest").textContent}; }); })()`, &lines)
 	for _, l := range lines {
-		if !l.Key1 || !l.Chg1 {
-			a.t.Errorf("top link %q at %s: key on one line %v, change %q on one line %v", l.Key, a.vp, l.Key1, l.Change, l.Chg1)
+		if !l.Key1 || !l.Chg1 || l.Title != l.Key || a.vp == "phone" && l.PageW > l.ViewportW {
+			a.t.Errorf("top link %q at %s: key on one line %v (title %q), change %q on one line %v, page %d px wide in %d",
+				l.Key, a.vp, l.Key1, l.Title, l.Change, l.Chg1, l.PageW, l.ViewportW)
+		}
+		// The long key is cut on a phone, and only there.
+		if long := len(l.Key) > 30; l.Cut != (long && a.vp == "phone") {
+			a.t.Errorf("top link %q at %s: cut with an ellipsis %v", l.Key, a.vp, l.Cut)
 		}
 		if want := "→ https://example.com/" + l.Key; l.Dest != want {
 			a.t.Errorf("top link %q leads to %q, want %q", l.Key, l.Dest, want)
@@ -370,5 +399,24 @@ func (a *analyst) quietLink() {
 	texts, _ := a.rows("#dim-country")
 	if len(texts) != 1 || texts[0] != "no visits" {
 		a.t.Errorf("countries of a link without visits: %q, want \"no visits\"", texts)
+	}
+}
+
+// oneVisit: the live strip of a link with one visit says "1 visit", not
+// "1 visits" (or, once the visit is older than the strip's 15 minutes,
+// "0 visits").
+func (a *analyst) oneVisit() {
+	a.t.Helper()
+	a.p.Navigate(a.gw.url("/stats/team"))
+	ready(a.t, a.p, "a link with one visit")
+	a.p.WaitFor(10*time.Second, "the live counter", `document.getElementById("live-count").dataset.n !== undefined`)
+	var live struct {
+		N    int
+		Text string
+	}
+	a.p.Eval(`({n: +document.getElementById("live-count").dataset.n, text: document.querySelector("#live-section .row > span").textContent})`, &live)
+	want := map[bool]string{true: "visit in the last 15 minutes (0 bots)", false: "visits in the last 15 minutes"}[live.N == 1]
+	if live.N > 1 || !strings.HasPrefix(live.Text, want) {
+		a.t.Errorf("the live strip of a link with one visit: %q (%d); want %q", live.Text, live.N, want)
 	}
 }
