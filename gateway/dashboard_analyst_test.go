@@ -101,7 +101,7 @@ func TestAnalystPage(t *testing.T) {
 			t.Run(vp.name+"/"+scheme, func(t *testing.T) {
 				p := b.NewPage(t, browser.Options{Width: vp.width, Height: vp.height, Mobile: vp.mobile})
 				p.Call("Emulation.setEmulatedMedia", map[string]any{"features": []map[string]string{{"name": "prefers-color-scheme", "value": scheme}}}, nil)
-				a := &analyst{t: t, p: p, gw: gw, scheme: scheme, vp: vp.name, shots: shots}
+				a := &analyst{t: t, p: p, gw: gw, scheme: scheme, vp: vp.name, width: vp.width, shots: shots}
 				a.embed(sh.Token)
 				p.Navigate(gw.url("/stats/go"))
 				p.Eval(`sessionStorage.setItem("linkgate-stats-token", "analyst-s3cret")`, nil)
@@ -126,6 +126,7 @@ type analyst struct {
 	gw        *running
 	scheme    string
 	vp, shots string
+	width     int // the viewport's, in CSS px
 }
 
 // oneLineJS defines oneLine(el): whether an element's text is on one line.
@@ -338,20 +339,20 @@ func (a *analyst) allLinks() {
 	a.p.Eval(`document.querySelector("#top-section button.more").click()`, nil)
 	a.p.WaitFor(10*time.Second, "the top links' destinations", `[...document.querySelectorAll("#top .dest")].every(e => e.textContent !== "")`)
 	var lines []struct {
-		Key, Title       string
-		Key1, Chg1, Cut  bool
-		Change, Dest     string
-		PageW, ViewportW int
+		Key, Title      string
+		Key1, Chg1, Cut bool
+		Change, Dest    string
+		PageW           int
 	}
 	a.p.Eval(`(() => { `+oneLineJS+` return [...document.querySelectorAll("#top tbody tr")].map(r => {
 		const a = r.cells[0].querySelector("a");
 		return {key: r.dataset.key, key1: oneLine(a), chg1: oneLine(r.cells[2]), change: r.cells[2].textContent,
-			title: a.title, cut: a.scrollWidth > a.clientWidth + 1, pageW: document.documentElement.scrollWidth, viewportW: innerWidth,
+			title: a.title, cut: a.scrollWidth > a.clientWidth + 1, pageW: document.documentElement.scrollWidth,
 			dest: r.cells[0].querySelector(".dest").textContent}; }); })()`, &lines)
 	for _, l := range lines {
-		if !l.Key1 || !l.Chg1 || l.Title != l.Key || a.vp == "phone" && l.PageW > l.ViewportW {
+		if !l.Key1 || !l.Chg1 || l.Title != l.Key || a.vp == "phone" && l.PageW > a.width {
 			a.t.Errorf("top link %q at %s: key on one line %v (title %q), change %q on one line %v, page %d px wide in %d",
-				l.Key, a.vp, l.Key1, l.Title, l.Change, l.Chg1, l.PageW, l.ViewportW)
+				l.Key, a.vp, l.Key1, l.Title, l.Change, l.Chg1, l.PageW, a.width)
 		}
 		// The long key is cut on a phone, and only there.
 		if long := len(l.Key) > 30; l.Cut != (long && a.vp == "phone") {
