@@ -201,6 +201,16 @@ var botClasses = [...]visitclass.Class{visitclass.Bot, visitclass.Preview, visit
 // appendClassPoints). Counts stored before classes were counted are
 // declared bots'.
 func (c *curve) appendClasses(b []byte) []byte {
+	b = appendClassTotals(b, &c.total, c.rangeTotal)
+	return appendClassPoints(b, c.rangeTotal, len(c.points), func(i int) (rollup.Visits, bool) {
+		return c.points[i].Visits, c.points[i].null
+	})
+}
+
+// appendClassTotals appends "classes": each non-human class's
+// "range_total" from rangeTotal, preceded by its all-time "total" from
+// total when total is not nil (the live stream has none).
+func appendClassTotals(b []byte, total *rollup.Visits, rangeTotal rollup.Visits) []byte {
 	b = append(b, `,"classes":{`...)
 	for i, cl := range botClasses {
 		if i > 0 {
@@ -208,15 +218,17 @@ func (c *curve) appendClasses(b []byte) []byte {
 		}
 		b = append(b, '"')
 		b = append(b, cl.String()...)
-		b = append(b, `":{"total":`...)
-		b = strconv.AppendInt(b, analytics.ClassVisits(c.total, cl), 10)
-		b = appendField(b, "range_total", analytics.ClassVisits(c.rangeTotal, cl))
+		b = append(b, `":{`...)
+		if total != nil {
+			b = append(b, `"total":`...)
+			b = strconv.AppendInt(b, analytics.ClassVisits(*total, cl), 10)
+			b = append(b, ',')
+		}
+		b = append(b, `"range_total":`...)
+		b = strconv.AppendInt(b, analytics.ClassVisits(rangeTotal, cl), 10)
 		b = append(b, '}')
 	}
-	b = append(b, '}')
-	return appendClassPoints(b, c.rangeTotal, len(c.points), func(i int) (rollup.Visits, bool) {
-		return c.points[i].Visits, c.points[i].null
-	})
+	return append(b, '}')
 }
 
 // appendClassPoints appends "class_points": the curve of each non-human

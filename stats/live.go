@@ -386,18 +386,7 @@ func appendLiveEvent(b []byte, shortKey string, pts []rollup.Point, complete boo
 	}
 	b = appendField(b, "range_total", v.Human)
 	b = appendField(b, "bot_range_total", v.Bot)
-	b = append(b, `,"classes":{`...)
-	for i, cl := range botClasses {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, cl.String()...)
-		b = append(b, `":{"range_total":`...)
-		b = strconv.AppendInt(b, analytics.ClassVisits(v, cl), 10)
-		b = append(b, '}')
-	}
-	b = append(b, '}')
+	b = appendClassTotals(b, nil, v)
 	b = appendClassPoints(b, v, len(pts), func(i int) (rollup.Visits, bool) { return pts[i].Visits, false })
 	b = append(b, `,"points":[`...)
 	for i, p := range pts {
