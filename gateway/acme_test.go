@@ -301,10 +301,11 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 	up := echoProto(t)
 	cfg := func(askURL string) string {
 		return tlsConfig(up.URL, fmt.Sprintf(`  tls:
+    handshake_timeout: %v
     acme: {ca: %s, ca_root: %s}
     on_demand: {ask: %s}
     storage: {cassandra: {hosts: [%s], timeout: %v}}
-`, p.Directory, p.CARootFile, askURL, m.Addr(), storageTimeout()))
+`, handshakeTimeout(), p.Directory, p.CARootFile, askURL, m.Addr(), storageTimeout()))
 	}
 	// The storage connects in the background (TestCertStorageConnectsLate):
 	// wait for it, as a handshake before would fail at once.

@@ -340,10 +340,11 @@ func TestOnDemandBoxedClient(t *testing.T) {
 	t.Cleanup(ask.Close)
 	cfg := tlsConfig(echoProto(t).URL, fmt.Sprintf(`  internal_listen: 127.0.0.1:0
   tls:
+    handshake_timeout: %v
     acme: {ca: %s, ca_root: %s, email: ops@example.com}
     on_demand: {ask: %s}
     storage: {path: %s}
-`, p.Directory, p.CARootFile, ask.URL, t.TempDir())) + `limiter:
+`, handshakeTimeout(), p.Directory, p.CARootFile, ask.URL, t.TempDir())) + `limiter:
   store: memory
 rules:
   - name: edge_ip
