@@ -256,6 +256,12 @@ func (r *Recorder) SetLiveLinks(n int) { r.liveMax.Store(int64(max(n, 0))) }
 // LiveLinks returns the number of link rings the live view holds now.
 func (r *Recorder) LiveLinks() int { return int(r.liveRings.Load()) }
 
+// Since returns when r began counting (its creation: the process's start,
+// as a Pipeline lives as long as the process). The live buckets before it
+// are empty because r did not count them, not for want of visits: those
+// are in the store, counted by the process before.
+func (r *Recorder) Since() time.Time { return r.since }
+
 // Live returns key's visits (AllLinks: all links together) in the
 // LiveBuckets buckets of LiveStep that end with the one holding now, oldest
 // first, every bucket present (zero when it had none), and whether they are

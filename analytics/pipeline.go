@@ -103,6 +103,9 @@ func (p *Pipeline) Apply(plan *Plan) {
 // LiveWindow, per LiveStep, from this process's memory: see Recorder.Live.
 func (p *Pipeline) Live(key string, now time.Time) ([]Point, bool) { return p.rec.Live(key, now) }
 
+// LiveSince returns when the live view began counting: see Recorder.Since.
+func (p *Pipeline) LiveSince() time.Time { return p.rec.Since() }
+
 // RestartOnly returns the analytics section a reload from run to next runs
 // with, eff, and the names of the fields that differ but change only on
 // restart, as the config file names them ("analytics.store"). It is the one

@@ -58,6 +58,7 @@ type Recorder struct {
 	liveRings   atomic.Int64
 	liveRefused atomic.Uint32
 	liveSweep   atomic.Uint32     // the live bucket of the last sweepLive
+	since       time.Time         // when the Recorder began counting: see Since
 	index       [numShards]uint32 // what cores hands out points here: no allocation
 	shards      [numShards]shard
 	dir         [numShards]dirShard
@@ -275,7 +276,7 @@ func (e *entry) each(fn func(minuteCount)) {
 // (see SetMaxBytes), and follows no link live until SetLiveLinks (all links
 // together always). m may be nil.
 func NewRecorder(maxKeys int, m *Metrics) *Recorder {
-	r := &Recorder{m: m}
+	r := &Recorder{m: m, since: time.Now()}
 	r.SetMaxKeys(maxKeys)
 	r.SetMaxBytes(DefaultMaxBufferBytes)
 	for i := range r.shards {

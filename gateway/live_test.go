@@ -30,6 +30,13 @@ type liveEvent struct {
 	} `json:"classes"`
 	ClassPoints map[string][]int64 `json:"class_points"`
 	Points      [][]int64          `json:"points"`
+	Since       int64              `json:"since"`
+	Stored      *struct {
+		Step          int64     `json:"step"`
+		RangeTotal    int64     `json:"range_total"`
+		BotRangeTotal int64     `json:"bot_range_total"`
+		Points        [][]int64 `json:"points"`
+	} `json:"stored"`
 }
 
 // liveStream is an open live stream.

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -22,6 +23,9 @@ type LiveSource interface {
 	// first, every bucket present, and whether they are complete (see
 	// analytics.Recorder.Live).
 	Live(key string, now time.Time) ([]rollup.Point, bool)
+	// LiveSince returns when the process began counting: the buckets
+	// before it are empty for want of counting, not of visits.
+	LiveSince() time.Time
 }
 
 // Streams bounds the live streams of a process and divides them, so that
@@ -223,11 +227,14 @@ var liveParams = [...]string{"last", "from", "to", "step", "stitch", "by", "top"
 //
 //	event: live
 //	data: {"short_key":"go","complete":true,"step":10,"from":1795413330,"to":1795414231,
-//	       "range_total":12,"bot_range_total":1,"points":[[1795413330,0,0],...]}
+//	       "since":1795413700,"range_total":12,"bot_range_total":1,"points":[[1795413330,0,0],...],
+//	       "stored":{"step":60,"range_total":30,"bot_range_total":2,"points":[[1795413360,5,0],...]}}
 //
 // "complete" is false when the gateway could not follow every link
 // (analytics.live.max_links reached): the link's counts are then lower
-// bounds. The stream ends when the client goes, when the gateway shuts
+// bounds. "since" is when this process began counting; while the window
+// begins before it, "stored" holds what the window's buckets before it
+// lack, read from the store once (see readStored). The stream ends when the client goes, when the gateway shuts
 // down (the client reconnects after the "retry" delay), when the share
 // token it was opened with expires, and when a config swapped in (Use)
 // would no longer let r read key: then an event "end" says why,
@@ -282,6 +289,8 @@ func (s *API) streamLive(w http.ResponseWriter, r *http.Request, rc *http.Respon
 	_, changed := s.o.Streams.current()
 	b := []byte("retry: " + strconv.Itoa(liveRetry) + "\n\n")
 	var lastFrom, lastTotal int64 = -1, -1
+	since := s.o.Live.LiveSince()
+	var stored *storedPart // read once, tried again as the window moves while it could not be
 	tick := time.NewTicker(livePoll)
 	defer tick.Stop()
 	for {
@@ -294,8 +303,11 @@ func (s *API) streamLive(w http.ResponseWriter, r *http.Request, rc *http.Respon
 			total += p.Human + p.Bot
 		}
 		if from != lastFrom || total != lastTotal {
+			if stored == nil && from != lastFrom && len(pts) > 0 && since.After(pts[0].Start) {
+				stored = s.readStored(r.Context(), key, pts, since)
+			}
 			lastFrom, lastTotal = from, total
-			b = appendLiveEvent(b, shortKey, pts, complete, s.o.Now())
+			b = appendLiveEvent(b, shortKey, pts, complete, s.o.Now(), since, stored)
 			if !writeEvent(w, rc, b) {
 				return
 			}
@@ -366,28 +378,77 @@ func writeStreamsRefused(w http.ResponseWriter, why refusal) {
 	problem.WriteDetails(w, problem.Details{Status: status, Detail: detail, Extra: map[string]any{"limit": why.field}})
 }
 
-// appendLiveEvent appends one "live" event of the buckets pts.
-func appendLiveEvent(b []byte, shortKey string, pts []rollup.Point, complete bool, now time.Time) []byte {
-	key, _ := json.Marshal(shortKey) // a string always marshals
-	b = append(b, "event: live\ndata: {\"short_key\":"...)
-	b = append(b, key...)
-	b = append(b, `,"complete":`...)
-	b = strconv.AppendBool(b, complete)
-	b = appendField(b, "step", int64(analytics.LiveStep/time.Second))
-	var from int64
-	if len(pts) > 0 {
-		from = pts[0].Start.Unix()
+// storedPart is what the live window holds from the store: the finest
+// tier's buckets before the process began counting.
+type storedPart struct {
+	step   time.Duration
+	points []rollup.Point
+}
+
+// readStored returns what the live window of pts lacks before since: the
+// finest tier's buckets of key that start in the window before since, read
+// from the store (with the counts not written yet, as every read). They
+// are the visits of every gateway of the fleet, this one's before it
+// started among them; the bucket holding since also has this process's
+// visits after since, which pts holds, so those are taken off it. A bucket
+// that began before the window is left out, so that the strip stays the
+// window's. Nil when the store cannot be read (within stats.read_timeout):
+// the stream tries again as the window moves.
+func (s *API) readStored(ctx context.Context, key string, pts []rollup.Point, since time.Time) *storedPart {
+	step := s.tiers[0].Step
+	from := pts[0].Start
+	lo := rollup.Align(from, step)
+	if lo.Before(from) {
+		lo = lo.Add(step)
 	}
-	b = appendField(b, "from", from)
-	b = appendField(b, "to", now.Unix())
+	part := &storedPart{step: step}
+	if !lo.Before(since) {
+		return part
+	}
+	if s.o.ReadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.ReadTimeout)
+		defer cancel()
+	}
+	got, err := s.r.Points(ctx, key, step, lo, since)
+	if err != nil {
+		return nil
+	}
+	edge := rollup.Align(since, step)
+	for _, p := range got {
+		if p.Start.Equal(edge) {
+			for _, l := range pts {
+				if l.Start.Add(analytics.LiveStep).After(since) && l.Start.Before(edge.Add(step)) {
+					p.Human, p.Bot = max(p.Human-l.Human, 0), max(p.Bot-l.Bot, 0)
+				}
+			}
+		}
+		part.points = append(part.points, p)
+	}
+	return part
+}
+
+// appendStored appends "stored": the buckets of part that start in the
+// window (at or after from), with their totals.
+func appendStored(b []byte, part *storedPart, from time.Time) []byte {
 	var v rollup.Visits
-	for _, p := range pts {
-		v = v.Add(p.Visits)
+	pts := part.points
+	for len(pts) > 0 && pts[0].Start.Before(from) {
+		pts = pts[1:]
 	}
+	for _, p := range pts {
+		v.Human += p.Human
+		v.Bot += p.Bot
+	}
+	b = append(b, `,"stored":{"step":`...)
+	b = strconv.AppendInt(b, int64(part.step/time.Second), 10)
 	b = appendField(b, "range_total", v.Human)
 	b = appendField(b, "bot_range_total", v.Bot)
-	b = appendClassTotals(b, nil, v)
-	b = appendClassPoints(b, v, len(pts), func(i int) (rollup.Visits, bool) { return pts[i].Visits, false })
+	return append(appendPoints(b, pts), '}')
+}
+
+// appendPoints appends "points": [start, humans, bots] of each of pts.
+func appendPoints(b []byte, pts []rollup.Point) []byte {
 	b = append(b, `,"points":[`...)
 	for i, p := range pts {
 		if i > 0 {
@@ -401,5 +462,37 @@ func appendLiveEvent(b []byte, shortKey string, pts []rollup.Point, complete boo
 		b = strconv.AppendInt(b, p.Bot, 10)
 		b = append(b, ']')
 	}
-	return append(b, "]}\n\n"...)
+	return append(b, ']')
+}
+
+// appendLiveEvent appends one "live" event of the buckets pts, with the
+// store's part before since when the window begins before it (stored; nil
+// when it could not be read).
+func appendLiveEvent(b []byte, shortKey string, pts []rollup.Point, complete bool, now, since time.Time, stored *storedPart) []byte {
+	key, _ := json.Marshal(shortKey) // a string always marshals
+	b = append(b, "event: live\ndata: {\"short_key\":"...)
+	b = append(b, key...)
+	b = append(b, `,"complete":`...)
+	b = strconv.AppendBool(b, complete)
+	b = appendField(b, "step", int64(analytics.LiveStep/time.Second))
+	var from int64
+	if len(pts) > 0 {
+		from = pts[0].Start.Unix()
+	}
+	b = appendField(b, "from", from)
+	b = appendField(b, "to", now.Unix())
+	b = appendField(b, "since", since.Unix())
+	var v rollup.Visits
+	for _, p := range pts {
+		v = v.Add(p.Visits)
+	}
+	b = appendField(b, "range_total", v.Human)
+	b = appendField(b, "bot_range_total", v.Bot)
+	b = appendClassTotals(b, nil, v)
+	b = appendClassPoints(b, v, len(pts), func(i int) (rollup.Visits, bool) { return pts[i].Visits, false })
+	b = appendPoints(b, pts)
+	if stored != nil && len(pts) > 0 && since.After(pts[0].Start) {
+		b = appendStored(b, stored, pts[0].Start)
+	}
+	return append(b, "}\n\n"...)
 }

@@ -2,6 +2,8 @@ package stats
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"testing"
@@ -23,6 +25,8 @@ func (l *busyLive) Live(string, time.Time) ([]rollup.Point, bool) {
 	}
 	return pts, true
 }
+
+func (l *busyLive) LiveSince() time.Time { return time.Unix(0, 0) }
 
 // smallSendBuffers gives the connections it accepts a small send buffer.
 type smallSendBuffers struct{ net.Listener }
@@ -100,5 +104,64 @@ func TestStreamsPerTenant(t *testing.T) {
 	s.release(acme2)
 	if _, ok := s.acquire(acme1); !ok {
 		t.Errorf("a place acme released was not taken again")
+	}
+}
+
+// minuteReader is a Reader of fixed minute buckets; err, when set, is
+// every read's answer.
+type minuteReader struct {
+	pts []rollup.Point
+	err error
+}
+
+func (m minuteReader) Points(_ context.Context, _ string, _ time.Duration, from, to time.Time) ([]rollup.Point, error) {
+	var out []rollup.Point
+	for _, p := range m.pts {
+		if !p.Start.Before(from) && p.Start.Before(to) {
+			out = append(out, p)
+		}
+	}
+	return out, m.err
+}
+func (minuteReader) Total(context.Context, string) (rollup.Visits, error) {
+	return rollup.Visits{}, nil
+}
+
+// TestReadStored: the store's part of the live window is the finest
+// tier's buckets that start in the window before the process began
+// counting; the bucket holding since loses the visits the process counted
+// after since (its live buckets have them), and a bucket that began before
+// the window is left out. A store that cannot be read gives none.
+func TestReadStored(t *testing.T) {
+	now := time.Date(2026, 11, 29, 6, 40, 25, 0, time.UTC)
+	since := now.Add(-5 * time.Second) // 06:40:20, inside the minute of 06:40
+	live := make([]rollup.Point, 90)
+	first := now.Truncate(10 * time.Second).Add(-89 * 10 * time.Second) // 06:25:30
+	for i := range live {
+		live[i].Start = first.Add(time.Duration(i) * 10 * time.Second)
+	}
+	live[89].Visits = rollup.Visits{Human: 2, Bot: 1} // 06:40:20, after since
+	m := func(hh, mm int, h, b int64) rollup.Point {
+		return rollup.Point{Start: time.Date(2026, 11, 29, hh, mm, 0, 0, time.UTC), Visits: rollup.Visits{Human: h, Bot: b}}
+	}
+	r := minuteReader{pts: []rollup.Point{m(6, 25, 9, 9), m(6, 26, 1, 0), m(6, 39, 4, 0), m(6, 40, 5, 2)}}
+	api := New(r, rollup.DefaultTiers(), Options{})
+	got := api.readStored(t.Context(), "go", live, since)
+	want := []rollup.Point{m(6, 26, 1, 0), m(6, 39, 4, 0), m(6, 40, 3, 1)}
+	if got == nil || got.step != time.Minute || len(got.points) != len(want) {
+		t.Fatalf("readStored = %+v, want the minutes %v", got, want)
+	}
+	for i := range want {
+		if !got.points[i].Start.Equal(want[i].Start) || got.points[i].Visits != want[i].Visits {
+			t.Errorf("stored minute %d: %v %+v, want %v %+v", i, got.points[i].Start, got.points[i].Visits, want[i].Start, want[i].Visits)
+		}
+	}
+	b := string(appendStored(nil, got, live[0].Start))
+	if w := fmt.Sprintf(`,"stored":{"step":60,"range_total":8,"bot_range_total":1,"points":[[%d,1,0],[%d,4,0],[%d,3,1]]}`,
+		want[0].Start.Unix(), want[1].Start.Unix(), want[2].Start.Unix()); b != w {
+		t.Errorf("appendStored = %s\nwant %s", b, w)
+	}
+	if got := New(minuteReader{err: errors.New("store down")}, rollup.DefaultTiers(), Options{}).readStored(t.Context(), "go", live, since); got != nil {
+		t.Errorf("readStored with the store down = %+v, want nil", got)
 	}
 }
