@@ -274,6 +274,7 @@ func (a *analyst) linkPage() {
 			a.t.Errorf("%s: %q, want %q", sel, texts, want)
 		}
 	}
+	a.classCurves("/stats/go")
 	a.daily()
 	a.p.WaitFor(10*time.Second, "the live strip's scale", `!!document.querySelector("#live text.ymax")`)
 	var scale string
@@ -281,6 +282,8 @@ func (a *analyst) linkPage() {
 	if !strings.HasSuffix(scale, " per 10 s") {
 		a.t.Errorf("live strip scale %q", scale)
 	}
+	a.fits("the link's page")
+	a.p.Eval(`scrollTo(0, 0)`, nil)
 	a.shot("link")
 	a.p.Eval(`document.getElementById("dims-section").scrollIntoView({block: "start"})`, nil)
 	a.shot("link-breakdowns")
@@ -329,7 +332,7 @@ func (a *analyst) daily() {
 
 // allLinks: ten top links, eight shown and a control; keys and changes on
 // one line, each key whole in its title; on a phone the long key cut with
-// an ellipsis and nothing wider than the screen.
+// an ellipsis; at every size nothing wider than the window.
 func (a *analyst) allLinks() {
 	a.t.Helper()
 	a.p.Navigate(a.gw.url("/stats"))
@@ -350,7 +353,7 @@ func (a *analyst) allLinks() {
 			title: a.title, cut: a.scrollWidth > a.clientWidth + 1, pageW: document.documentElement.scrollWidth,
 			dest: r.cells[0].querySelector(".dest").textContent}; }); })()`, &lines)
 	for _, l := range lines {
-		if !l.Key1 || !l.Chg1 || l.Title != l.Key || a.vp == "phone" && l.PageW > a.width {
+		if !l.Key1 || !l.Chg1 || l.Title != l.Key || l.PageW > a.width {
 			a.t.Errorf("top link %q at %s: key on one line %v (title %q), change %q on one line %v, page %d px wide in %d",
 				l.Key, a.vp, l.Key1, l.Title, l.Change, l.Chg1, l.PageW, a.width)
 		}
@@ -362,8 +365,135 @@ func (a *analyst) allLinks() {
 			a.t.Errorf("top link %q leads to %q, want %q", l.Key, l.Dest, want)
 		}
 	}
+	a.fits("the all-links page, all top links shown")
 	a.colours("the all-links page")
+	a.classCurves("/stats")
 	a.shot("all-links")
+}
+
+// fits checks that the page is as wide as the window at this size, its
+// layout viewport and its content alike (a phone's widens to content too
+// wide for it), with no element reaching past its right edge.
+func (a *analyst) fits(where string) {
+	a.t.Helper()
+	var w struct {
+		Inner, Client, Scroll int
+		Past                  []string
+	}
+	a.p.Eval(`({inner: innerWidth, client: document.documentElement.clientWidth, scroll: document.documentElement.scrollWidth,
+		past: [...document.querySelectorAll("body *")].filter(e => e.getClientRects().length && e.getBoundingClientRect().right > innerWidth + 1).map(e => e.tagName + "#" + e.id + "." + e.className)})`, &w)
+	if w.Inner != a.width || w.Client != a.width || w.Scroll != a.width || len(w.Past) > 0 {
+		a.t.Errorf("%s at %s: window %d px, layout %d, content %d, past the edge %q; want all %d and none past it", where, a.vp, w.Inner, w.Client, w.Scroll, w.Past, a.width)
+	}
+}
+
+// analystClasses are the classes of machines in the order and words of the
+// page's cards and readout.
+var analystClasses = [...]struct{ name, one, many string }{
+	{"bot", "declared bot", "declared bots"}, {"preview", "preview", "previews"}, {"scanner", "scanner", "scanners"},
+	{"prefetch", "prefetch", "prefetches"}, {"internal", "internal visit", "internal visits"},
+}
+
+// classCurves checks, on the page of path, the curve of each class of
+// machines the API's answer to the page's own request has (class_points):
+// drawn at the chart's scale through every value, keyed by a pressed
+// button in the legend, and its range total on the machines' card. Hiding
+// the humans in the legend fits the y-axis to the machines, whose curves
+// are drawn again at the new scale; pressing it again shows them.
+func (a *analyst) classCurves(path string) {
+	a.t.Helper()
+	var api string
+	a.p.Eval(`document.body.dataset.api`, &api)
+	var ans struct {
+		Points      [][]*int64
+		ClassPoints map[string][]*int64 `json:"class_points"`
+		Classes     map[string]struct {
+			RangeTotal int64 `json:"range_total"`
+		}
+	}
+	_, body := testkit.Do(a.t, "GET", a.gw.url(path+api), nil, "Accept", "application/json", "Authorization", "Bearer analyst-s3cret")
+	if err := json.Unmarshal([]byte(body), &ans); err != nil {
+		a.t.Fatalf("%s%s: %v in %s", path, api, err, body)
+	}
+	if ans.ClassPoints["scanner"] == nil || ans.ClassPoints["preview"] == nil {
+		a.t.Fatalf("%s: class_points %v, want the scanners' and the preview's", path, ans.ClassPoints)
+	}
+	var cards []string
+	for _, c := range analystClasses {
+		if n := ans.Classes[c.name].RangeTotal; n == 1 {
+			cards = append(cards, "1 "+c.one)
+		} else if n > 1 {
+			cards = append(cards, fmt.Sprintf("%d %s", n, c.many))
+		}
+	}
+	var card string
+	a.p.Eval(`document.getElementById("class_range").textContent`, &card)
+	if want := strings.Join(cards, ", "); card != want {
+		a.t.Errorf("%s at %s: the machines' card lists %q, want %q", path, a.vp, card, want)
+	}
+	// drawnAt returns, per class, the heights its curve is drawn at (lines,
+	// the incomplete last segment and lone dots) and those of its values
+	// at the chart's scale, and whether its legend button is pressed.
+	curves := func() (top int64, humans bool) {
+		for c, vals := range ans.ClassPoints {
+			var got struct {
+				Drawn, Want []string
+				Pressed     string
+			}
+			a.p.Eval(fmt.Sprintf(`((c, vals) => {
+				const ys = [...document.querySelectorAll("#class-" + c + ", #class-" + c + "-partial")].flatMap(p => p.getAttribute("d").split(/[ML]/).filter(Boolean).map(s => s.split(",")[1]));
+				for (const d of document.querySelectorAll("#chart circle[data-class=" + c + "]")) ys.push(d.getAttribute("cy"));
+				const b = document.querySelector("#legend button[data-series=" + c + "]");
+				const uniq = a => [...new Set(a)].sort();
+				return {drawn: uniq(ys.map(y => (+y).toFixed(1))), want: uniq(vals.filter(v => v !== null).map(v => drawn.y(v).toFixed(1))), pressed: b ? b.getAttribute("aria-pressed") : "none"};
+			})(%q, %s)`, c, jsonOf(a.t, vals)), &got)
+			if len(got.Drawn) == 0 || fmt.Sprint(got.Drawn) != fmt.Sprint(got.Want) || got.Pressed != "true" {
+				a.t.Errorf("%s at %s: the %s curve is drawn at heights %v, its values are at %v; legend button pressed: %s", path, a.vp, c, got.Drawn, got.Want, got.Pressed)
+			}
+		}
+		var st struct {
+			Top    int64
+			Humans bool
+		}
+		a.p.Eval(`({top: Math.max(...[...document.querySelectorAll("#chart .ytick")].map(e => +e.dataset.v)), humans: !!document.getElementById("humans")})`, &st)
+		return st.Top, st.Humans
+	}
+	var maxHuman, maxClass int64
+	for i, p := range ans.Points {
+		if p[1] != nil {
+			maxHuman = max(maxHuman, *p[1])
+		}
+		for _, vals := range ans.ClassPoints {
+			if vals[i] != nil {
+				maxClass = max(maxClass, *vals[i])
+			}
+		}
+	}
+	if top, humans := curves(); !humans || top < maxHuman {
+		a.t.Errorf("%s at %s: humans drawn %v, y-axis up to %d; want them drawn, up to at least %d", path, a.vp, humans, top, maxHuman)
+	}
+	a.p.Eval(`document.querySelector("#legend button[data-series=humans]").click()`, nil)
+	if top, humans := curves(); humans || top < maxClass || top >= maxHuman {
+		a.t.Errorf("%s at %s, humans hidden: humans drawn %v, y-axis up to %d; want them hidden and the axis fit to the machines' %d", path, a.vp, humans, top, maxClass)
+	}
+	if path == "/stats/go" {
+		a.p.Eval(`document.getElementById("chart-section").scrollIntoView({block: "start"})`, nil)
+		a.shot("link-classes")
+	}
+	a.p.Eval(`document.querySelector("#legend button[data-series=humans]").click()`, nil)
+	if _, humans := curves(); !humans {
+		a.t.Errorf("%s at %s: the humans are not drawn again when their legend button is pressed again", path, a.vp)
+	}
+}
+
+// jsonOf returns v as JSON, for a script.
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // uniques: over a range inside one UTC day the card says it covers today
@@ -421,8 +551,72 @@ func (a *analyst) oneVisit() {
 		Text string
 	}
 	a.p.Eval(`({n: +document.getElementById("live-count").dataset.n, text: document.querySelector("#live-section .row > span").textContent})`, &live)
-	want := map[bool]string{true: "visit in the last 15 minutes (0 bots)", false: "visits in the last 15 minutes"}[live.N == 1]
+	want := map[bool]string{true: "visit in the last 15 minutes (0 machines)", false: "visits in the last 15 minutes"}[live.N == 1]
 	if live.N > 1 || !strings.HasPrefix(live.Text, want) {
 		a.t.Errorf("the live strip of a link with one visit: %q (%d); want %q", live.Text, live.N, want)
 	}
+}
+
+// TestLiveStripAfterRestart: a gateway counts visits and stops; another
+// starts on the same store. Its live stream says since when it counts and
+// carries the store's minutes of the window before that (the visits of the
+// gateway before it), and the page's live strip shows them at once: the
+// counter has them, they are drawn as the store's, and a line marks where
+// this gateway began counting.
+func TestLiveStripAfterRestart(t *testing.T) {
+	t.Parallel()
+	b := browser.Shared(t)
+	const chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+	up := tinyURL(t)
+	cfg := analyticsConfig(up.URL, embeddedStore(filepath.Join(t.TempDir(), "analytics")), "1h")
+	gw := start(t, cfg)
+	const humans = 3
+	for range humans {
+		if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil, testkit.Navigation(chrome)...); resp.StatusCode != http.StatusFound {
+			t.Fatalf("a visit: %d", resp.StatusCode)
+		}
+	}
+	if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil, "User-Agent", "Googlebot/2.1 (+http://www.google.com/bot.html)"); resp.StatusCode != http.StatusFound {
+		t.Fatalf("a bot's visit: %d", resp.StatusCode)
+	}
+	if err := gw.shutdown(); err != nil { // the last flush writes the visits
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	gw2 := start(t, cfg)
+
+	s := openLive(t, gw2.url("/stats/go?format=events"))
+	e := s.next(t, 10*time.Second, "the first event", func(liveEvent) bool { return true })
+	if e.Since < stopped.Unix() || e.Since > time.Now().Unix() || e.RangeTotal+e.BotRangeTotal != 0 {
+		t.Errorf("the new gateway's first event: since %d (stopped at %d), %d humans and %d machines of its own; want since after the stop and none",
+			e.Since, stopped.Unix(), e.RangeTotal, e.BotRangeTotal)
+	}
+	if e.Stored == nil || e.Stored.Step != 60 || e.Stored.RangeTotal != humans || e.Stored.BotRangeTotal != 1 {
+		t.Fatalf("the new gateway's first event: stored %+v; want the store's minutes with the %d humans and the bot", e.Stored, humans)
+	}
+	for _, p := range e.Stored.Points {
+		if p[0] < e.From || p[0] >= e.Since {
+			t.Errorf("a stored minute at %d, outside the window's part before the gateway started [%d, %d)", p[0], e.From, e.Since)
+		}
+	}
+
+	p := b.NewPage(t, browser.Options{Width: 1280, Height: 800})
+	p.Navigate(gw2.url("/stats/go"))
+	ready(t, p, "the link's page on the new gateway")
+	p.WaitFor(10*time.Second, "the live strip with the stored visits", `document.getElementById("live-count").dataset.n === "4"`)
+	var strip struct {
+		Stored, Since int
+		Whose         string
+	}
+	p.Eval(`({stored: [...document.querySelectorAll("#live g.stored")].reduce((n, g) => n + +g.dataset.n, 0),
+		since: document.querySelectorAll("#live line.since").length, whose: document.getElementById("live-whose").textContent})`, &strip)
+	if strip.Stored != humans+1 || strip.Since != 1 || !strings.Contains(strip.Whose, "since it started at") || !strings.Contains(strip.Whose, "store's") {
+		t.Errorf("the live strip after a restart: %d visits drawn as the store's, %d start lines, %q; want %d, 1 and words saying so", strip.Stored, strip.Since, strip.Whose, humans+1)
+	}
+	if errs := p.Errors(); len(errs) > 0 {
+		t.Errorf("page errors: %q", errs)
+	}
+	p.Eval(`document.getElementById("live-section").scrollIntoView({block: "center"})`, nil)
+	a := &analyst{t: t, p: p, gw: gw2, scheme: "light", vp: "desktop", width: 1280, shots: os.Getenv("LINKGATE_SCREENSHOTS")}
+	a.shot("live-restart")
 }

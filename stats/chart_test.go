@@ -37,8 +37,9 @@ func chartDOM(t *testing.T, url string) string {
 }
 
 // TestChartPageInChromium loads the chart page in a real headless Chromium
-// and checks the DOM after its script ran: the SVG paths and the totals come
-// from the JSON answer the page fetched, the way the gateway mounts it, and
+// and checks the DOM after its script ran: the SVG paths (humans, and each
+// class of machines the range has: declared bots and scanners here) and the
+// totals come from the JSON answer the page fetched, the way the gateway mounts it, and
 // the page runs under its own Content-Security-Policy.
 func TestChartPageInChromium(t *testing.T) {
 	t.Parallel()
@@ -61,7 +62,7 @@ func TestChartPageInChromium(t *testing.T) {
 				t.Errorf("%s: the DOM lacks %q; the script did not run or failed:\n%.3000s", tc.path, want, dom)
 			}
 		}
-		for _, id := range []string{"humans", "bots"} {
+		for _, id := range []string{"humans", "class-bot", "class-scanner"} {
 			re := regexp.MustCompile(`<path id="` + id + `" d="M[0-9.]+,[0-9.]+(L[0-9.]+,[0-9.]+){50,}"`)
 			if !re.MatchString(dom) {
 				t.Errorf("%s: no drawn %s path in the DOM", tc.path, id)
