@@ -398,8 +398,9 @@ var analystClasses = [...]struct{ name, one, many string }{
 // machines the API's answer to the page's own request has (class_points):
 // drawn at the chart's scale through every value, keyed by a pressed
 // button in the legend, and its range total on the machines' card. Hiding
-// the humans in the legend fits the y-axis to the machines, whose curves
-// are drawn again at the new scale; pressing it again shows them.
+// the humans in the legend (and with them the previous period's, and its
+// key) fits the y-axis to the machines, whose curves are drawn again at
+// the new scale; pressing it again shows them.
 func (a *analyst) classCurves(path string) {
 	a.t.Helper()
 	var api string
@@ -455,7 +456,8 @@ func (a *analyst) classCurves(path string) {
 			Top    int64
 			Humans bool
 		}
-		a.p.Eval(`({top: Math.max(...[...document.querySelectorAll("#chart .ytick")].map(e => +e.dataset.v)), humans: !!document.getElementById("humans")})`, &st)
+		a.p.Eval(`({top: Math.max(...[...document.querySelectorAll("#chart .ytick")].map(e => +e.dataset.v)),
+			humans: !!document.getElementById("humans") && !!document.getElementById("cmp-key").getClientRects().length})`, &st)
 		return st.Top, st.Humans
 	}
 	var maxHuman, maxClass int64
