@@ -234,7 +234,8 @@ var liveParams = [...]string{"last", "from", "to", "step", "stitch", "by", "top"
 // (analytics.live.max_links reached): the link's counts are then lower
 // bounds. "since" is when this process began counting; while the window
 // begins before it, "stored" holds what the window's buckets before it
-// lack, read from the store once (see readStored). The stream ends when the client goes, when the gateway shuts
+// lack, read from the store once (see readStored). The stream ends when
+// the client goes, when the gateway shuts
 // down (the client reconnects after the "retry" delay), when the share
 // token it was opened with expires, and when a config swapped in (Use)
 // would no longer let r read key: then an event "end" says why,
