@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/linkgate/linkgate/internal/metric"
 	"github.com/linkgate/linkgate/rollup"
 	"github.com/linkgate/linkgate/visitclass"
 )
@@ -47,92 +47,38 @@ type Metrics struct {
 
 var _ rollup.Metrics = (*Metrics)(nil)
 
+// timeBuckets are the upper bounds of the flush and rollup durations: 1ms … 65s.
+var timeBuckets = prometheus.ExponentialBuckets(0.001, 4, 9)
+
 // NewMetrics creates the collectors and registers them with reg; a nil reg
-// registers nothing. It is one function over 80 lines because it is a list:
-// one literal of every collector with its name and help, read (and
-// checked against docs/operations.md) in one place.
+// registers nothing. It lists every collector with its name and help, read
+// (and checked against docs/operations.md) in one place.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	f := promauto.With(reg)
+	s := metric.With(reg)
 	m := &Metrics{
-		tenants: newTenantVisits(reg),
-		visits: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_visits_recorded_total",
-			Help: "Visits recorded in memory, by kind (human or bot). Added when the flusher takes them, every flush_interval.",
-		}, []string{"kind"}),
-		flushDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "linkgate_analytics_flush_duration_seconds",
-			Help:    "Time taken by one write of a batch of counts to the analytics store, failed ones included.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1ms … 65s
-		}),
-		flushCounts: f.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_analytics_flush_counts",
-			Help: "Entries (finest-tier counts, rollup Active entries and marks) in the last batch written to the analytics store.",
-		}),
-		storeErrors: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_analytics_store_errors_total",
-			Help: "Failed writes to the analytics store; their batches are kept (journaled while the store fails) and sent again.",
-		}),
-		buffered: f.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_analytics_buffered_keys",
-			Help: "Entries ((link, bucket) counts) of batches held in memory by the flusher, neither written nor journaled.",
-		}),
-		overflow: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_analytics_overflow_total",
-			Help: "Visits to links beyond max_keys or max_buffer_bytes between two flushes: counted in the all-links total only.",
-		}),
-		journalBytes: f.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_analytics_journal_bytes",
-			Help: "Bytes on disk of the analytics journal: batches the store refused, kept until it takes them (cap: analytics.journal.max_bytes).",
-		}),
-		journalRecs: f.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_analytics_journal_records",
-			Help: "Records (flush intervals' batches, or folds of several) in the analytics journal waiting for the store.",
-		}),
-		replayedN: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_analytics_journal_written_batches_total",
-			Help: "Batches written from the analytics journal to the store, those an earlier run left included.",
-		}),
-		dropped: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_analytics_dropped_visits_total",
-			Help: "Visits dropped because neither the store nor the journal could keep them (journal at max_bytes after folding, or unwritable with memory full, or a shutdown that could save nothing). Each is logged with numbers.",
-		}),
-		tooLong: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_analytics_keys_too_long_total",
-			Help: "Requests to the analytics route whose short key is longer than max_key_bytes: proxied, never counted as visits.",
-		}),
-		rollupRuns: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_rollup_runs_total",
-			Help: "Runs of the rollup worker, by result: ok, error, or standby (another gateway holds the lease).",
-		}, []string{"result"}),
-		rollupDuration: f.NewHistogram(prometheus.HistogramOpts{
-			Name:    "linkgate_rollup_run_duration_seconds",
-			Help:    "Time taken by one run of the rollup worker, failed ones included.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1ms … 65s
-		}),
-		rollupRows: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_rollup_rows_total",
-			Help: "Rolled values (coarse-tier buckets) written by the rollup worker.",
-		}),
-		rollupMarks: f.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_rollup_marks_total",
-			Help: "Marks (buckets made stale by late counts) processed by the rollup worker.",
-		}),
-		rollupLag: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "linkgate_rollup_lag_seconds",
-			Help: "How far behind now the rollup's progress is, by queue (a tier's step, or marks). Normal: up to the queue's batch period plus the grace plus a run interval; growing without bound: the worker is stalled.",
-		}, []string{"queue"}),
-		rollupLastRun: f.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_rollup_last_success_timestamp_seconds",
-			Help: "Unix time of the last rollup run of this gateway that succeeded (or found another gateway holding the lease).",
-		}),
+		tenants:        newTenantVisits(s),
+		visits:         s.CounterVec("linkgate_visits_recorded_total", "Visits recorded in memory, by kind (human or bot). Added when the flusher takes them, every flush_interval.", "kind"),
+		flushDuration:  s.Histogram("linkgate_analytics_flush_duration_seconds", "Time taken by one write of a batch of counts to the analytics store, failed ones included.", timeBuckets),
+		flushCounts:    s.Gauge("linkgate_analytics_flush_counts", "Entries (finest-tier counts, rollup Active entries and marks) in the last batch written to the analytics store."),
+		storeErrors:    s.Counter("linkgate_analytics_store_errors_total", "Failed writes to the analytics store; their batches are kept (journaled while the store fails) and sent again."),
+		buffered:       s.Gauge("linkgate_analytics_buffered_keys", "Entries ((link, bucket) counts) of batches held in memory by the flusher, neither written nor journaled."),
+		overflow:       s.Counter("linkgate_analytics_overflow_total", "Visits to links beyond max_keys or max_buffer_bytes between two flushes: counted in the all-links total only."),
+		journalBytes:   s.Gauge("linkgate_analytics_journal_bytes", "Bytes on disk of the analytics journal: batches the store refused, kept until it takes them (cap: analytics.journal.max_bytes)."),
+		journalRecs:    s.Gauge("linkgate_analytics_journal_records", "Records (flush intervals' batches, or folds of several) in the analytics journal waiting for the store."),
+		replayedN:      s.Counter("linkgate_analytics_journal_written_batches_total", "Batches written from the analytics journal to the store, those an earlier run left included."),
+		dropped:        s.Counter("linkgate_analytics_dropped_visits_total", "Visits dropped because neither the store nor the journal could keep them (journal at max_bytes after folding, or unwritable with memory full, or a shutdown that could save nothing). Each is logged with numbers."),
+		tooLong:        s.Counter("linkgate_analytics_keys_too_long_total", "Requests to the analytics route whose short key is longer than max_key_bytes: proxied, never counted as visits."),
+		rollupRuns:     s.CounterVec("linkgate_rollup_runs_total", "Runs of the rollup worker, by result: ok, error, or standby (another gateway holds the lease).", "result"),
+		rollupDuration: s.Histogram("linkgate_rollup_run_duration_seconds", "Time taken by one run of the rollup worker, failed ones included.", timeBuckets),
+		rollupRows:     s.Counter("linkgate_rollup_rows_total", "Rolled values (coarse-tier buckets) written by the rollup worker."),
+		rollupMarks:    s.Counter("linkgate_rollup_marks_total", "Marks (buckets made stale by late counts) processed by the rollup worker."),
+		rollupLag:      s.GaugeVec("linkgate_rollup_lag_seconds", "How far behind now the rollup's progress is, by queue (a tier's step, or marks). Normal: up to the queue's batch period plus the grace plus a run interval; growing without bound: the worker is stalled.", "queue"),
+		rollupLastRun:  s.Gauge("linkgate_rollup_last_success_timestamp_seconds", "Unix time of the last rollup run of this gateway that succeeded (or found another gateway holding the lease)."),
 	}
 	if reg != nil {
 		reg.MustRegister(stateCollector{m})
 	}
-	classes := f.NewCounterVec(prometheus.CounterOpts{
-		Name: "linkgate_analytics_visits_classified_total",
-		Help: "Visits counted, by their class (human, bot, preview, scanner, prefetch, internal) and the signal that decided it (none for a human).",
-	}, []string{"class", "reason"})
+	classes := s.CounterVec("linkgate_analytics_visits_classified_total", "Visits counted, by their class (human, bot, preview, scanner, prefetch, internal) and the signal that decided it (none for a human).", "class", "reason")
 	for r := range visitclass.NumReasons {
 		m.classes[r] = classes.WithLabelValues(r.Class().String(), r.String())
 	}

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/metric"
 )
 
 // MaxTenantLabels is how many tenants linkgate_tenant_visits_total names:
@@ -24,14 +26,8 @@ type tenantVisits struct {
 	named map[string]bool
 }
 
-func newTenantVisits(reg prometheus.Registerer) *tenantVisits {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "linkgate_tenant_visits_total",
-		Help: "Visits recorded per tenant (the default tenant's not), by kind (human or bot); added when the flusher takes them. The first 100 tenants seen are named, the rest counted under tenant=\"_other\".",
-	}, []string{"tenant", "kind"})
-	if reg != nil {
-		reg.MustRegister(vec)
-	}
+func newTenantVisits(s metric.Set) *tenantVisits {
+	vec := s.CounterVec("linkgate_tenant_visits_total", "Visits recorded per tenant (the default tenant's not), by kind (human or bot); added when the flusher takes them. The first 100 tenants seen are named, the rest counted under tenant=\"_other\".", "tenant", "kind")
 	return &tenantVisits{vec: vec, named: make(map[string]bool)}
 }
 

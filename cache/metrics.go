@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/metric"
 )
 
 // Metrics are the cache's Prometheus collectors. Create them once per
@@ -21,51 +23,31 @@ type Metrics struct {
 // NewMetrics creates the collectors and registers them with reg; a nil
 // reg leaves them unregistered.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	s := metric.With(reg)
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_cache_requests_total",
-			Help: "Requests that reached the cache, by result: hit, miss, stale (served past freshness: the upstream failing, or renewing in the background), coalesced (waited for another request's answer of the same key), bypass (not cacheable: method, credentials, body).",
-		}, []string{"result"}),
-		evictions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_cache_evictions_total",
-			Help: "Entries evicted to keep the cache within cache.max_bytes.",
-		}),
-		purges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_cache_purges_total",
-			Help: "Purges applied, by source: admin (the admin API), header (the upstream's Linkgate-Purge field), fleet (another gateway's, through memcached).",
-		}, []string{"source"}),
-		fleetErrs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_cache_fleet_errors_total",
-			Help: "Purges that could not be sent to or read from the fleet's memcached.",
-		}),
+		requests:  s.CounterVec("linkgate_cache_requests_total", "Requests that reached the cache, by result: hit, miss, stale (served past freshness: the upstream failing, or renewing in the background), coalesced (waited for another request's answer of the same key), bypass (not cacheable: method, credentials, body).", "result"),
+		evictions: s.Counter("linkgate_cache_evictions_total", "Entries evicted to keep the cache within cache.max_bytes."),
+		purges:    s.CounterVec("linkgate_cache_purges_total", "Purges applied, by source: admin (the admin API), header (the upstream's Linkgate-Purge field), fleet (another gateway's, through memcached).", "source"),
+		fleetErrs: s.Counter("linkgate_cache_fleet_errors_total", "Purges that could not be sent to or read from the fleet's memcached."),
 	}
 	for r := Result(1); r < numResults; r++ {
 		m.results[r] = m.requests.WithLabelValues(r.String())
 	}
-	for _, s := range []string{"admin", "header", "fleet"} {
-		m.purges.WithLabelValues(s)
+	for _, src := range []string{"admin", "header", "fleet"} {
+		m.purges.WithLabelValues(src)
 	}
-	if reg != nil {
-		reg.MustRegister(m.requests, m.evictions, m.purges, m.fleetErrs,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "linkgate_cache_entries",
-				Help: "Entries in the cache.",
-			}, func() float64 {
-				if s := m.store.Load(); s != nil {
-					return float64(s.Len())
-				}
-				return 0
-			}),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "linkgate_cache_bytes",
-				Help: "Bytes the cache's entries take, as counted against cache.max_bytes.",
-			}, func() float64 {
-				if s := m.store.Load(); s != nil {
-					return float64(s.Bytes())
-				}
-				return 0
-			}))
-	}
+	s.GaugeFunc("linkgate_cache_entries", "Entries in the cache.", func() float64 {
+		if st := m.store.Load(); st != nil {
+			return float64(st.Len())
+		}
+		return 0
+	})
+	s.GaugeFunc("linkgate_cache_bytes", "Bytes the cache's entries take, as counted against cache.max_bytes.", func() float64 {
+		if st := m.store.Load(); st != nil {
+			return float64(st.Bytes())
+		}
+		return 0
+	})
 	return m
 }
 

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/metric"
 )
 
 // Metrics are the edge's Prometheus collectors. The gateway registers them
@@ -24,32 +26,18 @@ type metrics struct {
 // NewMetrics returns the edge's collectors, registered with reg (nil: not
 // registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	s := metric.With(reg)
 	m := &metrics{
-		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_tls_handshakes_total",
-			Help: "TLS handshakes on the client listener, over TCP and QUIC (HTTP/3), by result (ok, failed, timeout).",
-		}, []string{"result"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_tls_on_demand_decisions_total",
-			Help: "On-demand decisions for names without a certificate in memory: allowed, denied, limited (over handshakes_per_client), boxed (the client in the penalty box of a rule marked edge), stored (ask failed, a valid stored certificate served), ask_failed, unavailable (the certificate storage not connected yet).",
-		}, []string{"decision"}),
-		asks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_tls_ask_requests_total",
-			Help: "Requests to server.tls.on_demand.ask, by answer (allow, deny, error).",
-		}, []string{"answer"}),
-		issuance: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_tls_issuance_total",
-			Help: "ACME certificate issuance, by kind (obtain, renew) and result (started, ok, failed, capped by orders_per_hour or its share of a client or registered domain).",
-		}, []string{"kind", "result"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_tls_certificate_reloads_total",
-			Help: "Reloads of the static certificate files after a change, by result.",
-		}, []string{"result"}),
+		handshakes: s.CounterVec("linkgate_tls_handshakes_total", "TLS handshakes on the client listener, over TCP and QUIC (HTTP/3), by result (ok, failed, timeout).", "result"),
+		decisions:  s.CounterVec("linkgate_tls_on_demand_decisions_total", "On-demand decisions for names without a certificate in memory: allowed, denied, limited (over handshakes_per_client), boxed (the client in the penalty box of a rule marked edge), stored (ask failed, a valid stored certificate served), ask_failed, unavailable (the certificate storage not connected yet).", "decision"),
+		asks:       s.CounterVec("linkgate_tls_ask_requests_total", "Requests to server.tls.on_demand.ask, by answer (allow, deny, error).", "answer"),
+		issuance:   s.CounterVec("linkgate_tls_issuance_total", "ACME certificate issuance, by kind (obtain, renew) and result (started, ok, failed, capped by orders_per_hour or its share of a client or registered domain).", "kind", "result"),
+		reloads:    s.CounterVec("linkgate_tls_certificate_reloads_total", "Reloads of the static certificate files after a change, by result.", "result"),
 	}
 	expiry := prometheus.NewDesc("linkgate_tls_certificate_expiry_timestamp_seconds",
 		"When each certificate the gateway serves expires (Unix time), by name and source (static, acme).", []string{"name", "source"}, nil)
 	if reg != nil {
-		reg.MustRegister(m.handshakes, m.decisions, m.asks, m.issuance, m.reloads, &expiryCollector{desc: expiry, m: m})
+		reg.MustRegister(&expiryCollector{desc: expiry, m: m})
 	}
 	return m
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/internal/metric"
+
 	"github.com/linkgate/linkgate/ongoing"
 )
 
@@ -19,25 +21,14 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	s := metric.With(reg)
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_requests_total", Help: "Client requests answered, by status class.",
-		}, []string{"class"}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "linkgate_request_duration_seconds", Help: "Time to answer a client request.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_config_reloads_total", Help: "Config reloads, by result (ok or failed).",
-		}, []string{"result"}),
-		generation: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_config_generation", Help: "Generation of the running config: 1 at start, +1 per successful reload.",
-		}),
-		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_upgrades_total", Help: "Binary upgrades (SIGUSR2) this process started, by result (ok: the new process serves; failed: this one serves on).",
-		}, []string{"result"}),
+		requests:   s.CounterVec("linkgate_requests_total", "Client requests answered, by status class.", "class"),
+		duration:   s.Histogram("linkgate_request_duration_seconds", "Time to answer a client request.", []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
+		reloads:    s.CounterVec("linkgate_config_reloads_total", "Config reloads, by result (ok or failed).", "result"),
+		generation: s.Gauge("linkgate_config_generation", "Generation of the running config: 1 at start, +1 per successful reload."),
+		upgrades:   s.CounterVec("linkgate_upgrades_total", "Binary upgrades (SIGUSR2) this process started, by result (ok: the new process serves; failed: this one serves on).", "result"),
 	}
-	reg.MustRegister(m.requests, m.duration, m.reloads, m.generation, m.upgrades)
 	for _, c := range []string{"1xx", "2xx", "3xx", "4xx", "5xx"} {
 		m.requests.WithLabelValues(c)
 	}

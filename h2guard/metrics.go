@@ -1,6 +1,10 @@
 package h2guard
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/metric"
+)
 
 // Reason is why a connection was cut: the budget that ran out, by the
 // frame that found it empty, or the header timeout.
@@ -43,16 +47,10 @@ type Metrics struct {
 // NewMetrics returns the guard's collectors, registered with reg (nil: not
 // registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "linkgate_http2_connections_cut_total",
-		Help: "HTTP/2 connections cut with GOAWAY ENHANCE_YOUR_CALM, by reason: the budget that ran out (rst_stream, stream_error, empty_data, empty_continuation, priority, settings, ping, window_update, unknown_frame) or header_timeout.",
-	}, []string{"reason"})
+	vec := metric.With(reg).CounterVec("linkgate_http2_connections_cut_total", "HTTP/2 connections cut with GOAWAY ENHANCE_YOUR_CALM, by reason: the budget that ran out (rst_stream, stream_error, empty_data, empty_continuation, priority, settings, ping, window_update, unknown_frame) or header_timeout.", "reason")
 	m := &Metrics{}
 	for r := Reason(1); r < numReasons; r++ {
 		m.cut[r] = vec.WithLabelValues(r.String())
-	}
-	if reg != nil {
-		reg.MustRegister(vec)
 	}
 	return m
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/metric"
 )
 
 // Outcomes of a rule's decision, the "outcome" label of
@@ -57,29 +59,17 @@ type Metrics struct {
 // linkgate_limit_escalations_total{rule} and linkgate_limit_boxed{rule}
 // on reg (nil: not registered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	s := metric.With(reg)
 	m := &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_limit_decisions_total",
-			Help: "Limiter decisions by rule and outcome (allowed, limited, shadow_limited, skipped, store_error, unreadable, boxed).",
-		}, []string{"rule", "outcome"}),
-		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "linkgate_limit_store_duration_seconds",
-			Help:    "Time the limiter's store took to load a check's buckets.",
-			Buckets: []float64{.00001, .00005, .0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
-		}),
-		trips: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_limit_trips_total",
-			Help: "Clients put in a rule's penalty box (requests over a limit of a rule with a penalty), by rule.",
-		}, []string{"rule"}),
-		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_limit_escalations_total",
-			Help: "Trips within penalty.forget_after of the one before, whose box was multiplied by penalty.factor, by rule.",
-		}, []string{"rule"}),
+		decisions:     s.CounterVec("linkgate_limit_decisions_total", "Limiter decisions by rule and outcome (allowed, limited, shadow_limited, skipped, store_error, unreadable, boxed).", "rule", "outcome"),
+		storeDuration: s.Histogram("linkgate_limit_store_duration_seconds", "Time the limiter's store took to load a check's buckets.", []float64{.00001, .00005, .0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}),
+		trips:         s.CounterVec("linkgate_limit_trips_total", "Clients put in a rule's penalty box (requests over a limit of a rule with a penalty), by rule.", "rule"),
+		escalations:   s.CounterVec("linkgate_limit_escalations_total", "Trips within penalty.forget_after of the one before, whose box was multiplied by penalty.factor, by rule.", "rule"),
 	}
 	if reg != nil {
 		boxedNow := &boxedCollector{m: m, desc: prometheus.NewDesc("linkgate_limit_boxed",
 			"Clients in a rule's penalty box now that this gateway knows of (memcached: those it put or read), by rule.", []string{"rule"}, nil)}
-		reg.MustRegister(m.decisions, m.storeDuration, m.trips, m.escalations, boxedNow)
+		reg.MustRegister(boxedNow)
 	}
 	return m
 }

@@ -31,6 +31,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/linkgate/linkgate/internal/metric"
 	"github.com/linkgate/linkgate/logthrottle"
 	"github.com/linkgate/linkgate/ongoing"
 )
@@ -47,15 +48,11 @@ type Metrics struct {
 
 // NewMetrics registers the tracer's metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	s := metric.With(reg)
 	m := &Metrics{
-		exported: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_tracing_spans_exported_total", Help: "Spans the collector took.",
-		}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_tracing_spans_dropped_total", Help: "Kept spans never exported, by reason (queue_full: tracing.max_queue spans were waiting; export_failed: the collector refused the batch, or did not answer within tracing.export_timeout).",
-		}, []string{"reason"}),
+		exported: s.Counter("linkgate_tracing_spans_exported_total", "Spans the collector took."),
+		dropped:  s.CounterVec("linkgate_tracing_spans_dropped_total", "Kept spans never exported, by reason (queue_full: tracing.max_queue spans were waiting; export_failed: the collector refused the batch, or did not answer within tracing.export_timeout).", "reason"),
 	}
-	reg.MustRegister(m.exported, m.dropped)
 	m.dropped.WithLabelValues("queue_full")
 	m.dropped.WithLabelValues("export_failed")
 	return m

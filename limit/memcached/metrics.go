@@ -1,6 +1,10 @@
 package memcached
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/linkgate/linkgate/internal/metric"
+)
 
 // Metrics are the collectors of the memcached store. Create them once per
 // process with NewMetrics and pass them to every Store built on reload. A nil
@@ -27,34 +31,14 @@ const (
 // NewMetrics creates the collectors and registers them with reg (none if reg
 // is nil).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	s := metric.With(reg)
 	m := &Metrics{
-		breakerOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "linkgate_memcached_breaker_open",
-			Help: "1 while the circuit breaker of a memcached server is open: operations on it fail at once.",
-		}, []string{"server"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_memcached_errors_total",
-			Help: "Failed memcached operations (timeouts, refused or broken connections, server errors), by server and operation.",
-		}, []string{"server", "op"}),
-		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_memcached_ops_total",
-			Help: "memcached operations sent, by kind (a get reads all buckets of a check).",
-		}, []string{"op"}),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "linkgate_memcached_pending_deltas",
-			Help: "Bucket increments counted locally and not yet acknowledged by memcached.",
-		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "linkgate_memcached_dropped_deltas_total",
-			Help: "Pending bucket increments dropped, oldest first, because memcached was unavailable and the buffer was full.",
-		}),
-		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "linkgate_memcached_dials_total",
-			Help: "Connections dialed to a memcached server, those dialed ahead of need at start and after an outage included. Growing under steady load: max_idle_conns is below the checks in flight.",
-		}, []string{"server"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.breakerOpen, m.errors, m.ops, m.pending, m.dropped, m.dials)
+		breakerOpen: s.GaugeVec("linkgate_memcached_breaker_open", "1 while the circuit breaker of a memcached server is open: operations on it fail at once.", "server"),
+		errors:      s.CounterVec("linkgate_memcached_errors_total", "Failed memcached operations (timeouts, refused or broken connections, server errors), by server and operation.", "server", "op"),
+		ops:         s.CounterVec("linkgate_memcached_ops_total", "memcached operations sent, by kind (a get reads all buckets of a check).", "op"),
+		pending:     s.Gauge("linkgate_memcached_pending_deltas", "Bucket increments counted locally and not yet acknowledged by memcached."),
+		dropped:     s.Counter("linkgate_memcached_dropped_deltas_total", "Pending bucket increments dropped, oldest first, because memcached was unavailable and the buffer was full."),
+		dials:       s.CounterVec("linkgate_memcached_dials_total", "Connections dialed to a memcached server, those dialed ahead of need at start and after an outage included. Growing under steady load: max_idle_conns is below the checks in flight.", "server"),
 	}
 	return m
 }
