@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -364,17 +362,7 @@ func TestTopWithUnsaved(t *testing.T) {
 		}
 		check := func(when string, n int) {
 			t.Helper()
-			var want []analytics.TopLink
-			for k, v := range ref {
-				want = append(want, analytics.TopLink{Key: k, Visits: v})
-			}
-			slices.SortFunc(want, func(a, b analytics.TopLink) int {
-				if a.Visits != b.Visits {
-					return int(b.Visits - a.Visits)
-				}
-				return strings.Compare(a.Key, b.Key)
-			})
-			want = want[:min(n, len(want))]
+			want := analyticstest.TopOf(ref, n)
 			got, err := f.Reader(st).Top(t.Context(), now.Add(-rollup.Day), now.Add(rollup.Day), n)
 			if err != nil {
 				t.Fatal(err)

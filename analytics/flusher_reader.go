@@ -1,11 +1,9 @@
 package analytics
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/hll"
@@ -272,9 +270,7 @@ func (r *Reader) top(ctx context.Context, tenant string, from, to time.Time, n i
 				out = append(out, TopLink{k, c})
 			}
 		}
-		slices.SortFunc(out, func(a, b TopLink) int {
-			return cmp.Or(cmp.Compare(b.Visits, a.Visits), strings.Compare(a.Key, b.Key))
-		})
+		slices.SortFunc(out, CompareTop)
 		out = out[:min(n, len(out))]
 		if err != nil {
 			return out, unsavedOnly{err}

@@ -1,8 +1,10 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/hll"
@@ -122,6 +124,11 @@ func ValidDim(d visitor.Dim) bool { return d < visitor.NumDims }
 type TopLink struct {
 	Key    string
 	Visits int64
+}
+
+// CompareTop is the order of a top list: most visits first, ties by key.
+func CompareTop(a, b TopLink) int {
+	return cmp.Or(cmp.Compare(b.Visits, a.Visits), strings.Compare(a.Key, b.Key))
 }
 
 // TopSource answers the most visited links. Every Store is one.

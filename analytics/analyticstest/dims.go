@@ -365,7 +365,7 @@ func testTop(t *testing.T, e *env) {
 				sums[k] += v
 			}
 		}
-		return topOf(sums, n)
+		return TopOf(sums, n)
 	}
 	for _, r := range []struct{ lo, hi, n int }{{0, 4, 10}, {0, 4, 50}, {1, 2, 5}, {2, 4, 1}, {0, 4, 100}, {3, 4, 45}} {
 		got, err := e.s.Top(context.Background(), day(r.lo), day(r.hi), r.n)
@@ -416,19 +416,15 @@ func writeRounds(t *testing.T, e *env, rounds, replayed int, visits func(round i
 	write(t, e.s, replay)
 }
 
-// topOf is the top list of at most n links of sums: most visits first,
-// ties by key.
-func topOf(sums map[string]int64, n int) []analytics.TopLink {
+// TopOf is the top list of at most n links of sums, in the order of
+// analytics.CompareTop: what a store's or a reader's Top must answer for
+// the visits sums counts.
+func TopOf(sums map[string]int64, n int) []analytics.TopLink {
 	var out []analytics.TopLink
 	for k, v := range sums {
 		out = append(out, analytics.TopLink{Key: k, Visits: v})
 	}
-	slices.SortFunc(out, func(a, b analytics.TopLink) int {
-		if a.Visits != b.Visits {
-			return int(b.Visits - a.Visits)
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
+	slices.SortFunc(out, analytics.CompareTop)
 	return out[:min(n, len(out))]
 }
 
@@ -531,7 +527,7 @@ func testTenantTop(t *testing.T, e *env) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(topOf(ref[tn], n), got); diff != "" {
+			if diff := cmp.Diff(TopOf(ref[tn], n), got); diff != "" {
 				t.Errorf("TenantTop(%s, %d) (-want +got):\n%s", tn, n, diff)
 			}
 		}
