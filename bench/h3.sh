@@ -11,6 +11,7 @@
 # Environment (defaults in brackets): ROUNDS [3]  DURATION [5]  STREAMS [16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 STREAMS=${STREAMS:-16}
@@ -26,24 +27,10 @@ go build -o "$work/gateway" ./cmd/gateway
 go build -o "$work/tinyurl" ./cmd/tinyurl
 go build -o "$work/h3load" ./bench/h3load
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-	-keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=bench.test \
-	-addext subjectAltName=DNS:bench.test,IP:127.0.0.1 2>/dev/null
+h3_gateway "$work" 127.0.0.1
 
 "$work/tinyurl" -listen 127.0.0.1:18081 -links "" >/dev/null &
 pids+=($!)
-cat >"$work/gateway.yaml" <<YAML
-server:
-  listen: 127.0.0.1:18443
-  http3: true
-  tls: {cert_file: $work/cert.pem, key_file: $work/key.pem}
-admin:
-  listen: 127.0.0.1:19090
-upstream:
-  targets: [http://127.0.0.1:18081]
-analytics:
-  enabled: false
-YAML
 "$work/gateway" -config "$work/gateway.yaml" -log-level warn >"$work/gateway.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do curl -skf -o /dev/null https://127.0.0.1:18443/healthz 2>/dev/null && break; sleep 0.1; done

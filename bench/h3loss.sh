@@ -15,6 +15,7 @@
 #   LOSSES [0 1 5, percent each way]  RESUME [0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 VISITS=${VISITS:-200}
 DELAY=${DELAY:-25ms}
 LOSSES=${LOSSES:-0 1 5}
@@ -42,9 +43,7 @@ go build -o "$work/tinyurl" ./cmd/tinyurl
 go build -o "$work/h3load" ./bench/h3load
 go build -o "$work/netpath" ./bench/netpath
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-	-keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=bench.test \
-	-addext subjectAltName=DNS:bench.test,IP:10.237.0.1 2>/dev/null
+h3_gateway "$work" 10.237.0.1
 
 # Two namespaces, a TUN device in each, 10.237.0.2 (client) and 10.237.0.1
 # (gateway) across them; the demo service on the gateway side's loopback.
@@ -59,18 +58,6 @@ ip -n "$srv" addr add 10.237.0.1 peer 10.237.0.2 dev lgt0
 
 ip netns exec "$srv" "$work/tinyurl" -listen 127.0.0.1:18081 >/dev/null &
 pids+=($!)
-cat >"$work/gateway.yaml" <<YAML
-server:
-  listen: 10.237.0.1:18443
-  http3: true
-  tls: {cert_file: $work/cert.pem, key_file: $work/key.pem}
-admin:
-  listen: 127.0.0.1:19090
-upstream:
-  targets: [http://127.0.0.1:18081]
-analytics:
-  enabled: false
-YAML
 ip netns exec "$srv" "$work/gateway" -config "$work/gateway.yaml" -log-level warn >"$work/gateway.log" 2>&1 &
 pids+=($!)
 

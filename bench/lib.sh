@@ -1,5 +1,5 @@
-# bench/lib.sh: what the load scripts share; sourced by run.sh and
-# protocols.sh.
+# bench/lib.sh: what the load scripts share; sourced by run.sh,
+# protocols.sh, h3.sh and h3loss.sh.
 
 die() { echo "bench: $*" >&2; exit 1; }
 
@@ -85,4 +85,45 @@ $4    }
   }
 }
 EOF
+}
+
+# rounds_awk: the awk functions the summaries read their rounds with. A
+# list is the values of a target's rounds, space-separated: sort (in
+# place, insertion sort: a list is a few rounds), median ("-" where the
+# rounds measured nothing) and spread (lowest–highest).
+rounds_awk='
+	function sort(list, a,   k, i, j, v) {
+		k = split(list, a, " ")
+		for (i = 2; i <= k; i++) { v = a[i]; for (j = i - 1; j > 0 && a[j] + 0 > v + 0; j--) a[j + 1] = a[j]; a[j + 1] = v }
+		return k
+	}
+	function median(list,   a, k, m) {
+		k = sort(list, a)
+		if (k == 0 || a[1] == "-") return "-"
+		m = int((k + 1) / 2)
+		return k % 2 ? a[m] : (a[m] + a[m + 1]) / 2
+	}
+	function spread(list,   a, k) { k = sort(list, a); return a[1] "–" a[k] }
+'
+
+# h3_gateway WORK ADDR: in WORK, a self-signed certificate for ADDR (and
+# bench.test), and gateway.yaml: a gateway on ADDR:18443 serving HTTP/2
+# and HTTP/3 with it, in front of the demo service on 127.0.0.1:18081,
+# its admin API on 127.0.0.1:19090, analytics off.
+h3_gateway() {
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+		-keyout "$1/key.pem" -out "$1/cert.pem" -subj /CN=bench.test \
+		-addext subjectAltName=DNS:bench.test,IP:"$2" 2>/dev/null
+	cat >"$1/gateway.yaml" <<YAML
+server:
+  listen: $2:18443
+  http3: true
+  tls: {cert_file: $1/cert.pem, key_file: $1/key.pem}
+admin:
+  listen: 127.0.0.1:19090
+upstream:
+  targets: [http://127.0.0.1:18081]
+analytics:
+  enabled: false
+YAML
 }

@@ -228,14 +228,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "http1, https1: wrk -t1 -c$CONNS; h2: h2load -c$H2_CONNS -m$H2_STREAMS; full, resumed: handshakes/s, $HS_WORKERS workers, key exchange $KX"
 	echo "load average before / after: $load_before / $load_after"
 	echo
-	awk '
-		function sort(list, a,   k, i, j, v) {
-			k = split(list, a, " ")
-			for (i = 2; i <= k; i++) { v = a[i]; for (j = i - 1; j > 0 && a[j] + 0 > v + 0; j--) a[j + 1] = a[j]; a[j + 1] = v }
-			return k
-		}
-		function median(list,   a, k, m) { k = sort(list, a); m = int((k + 1) / 2); return k % 2 ? a[m] : (a[m] + a[m + 1]) / 2 }
-		function spread(list,   a, k) { k = sort(list, a); return a[1] "–" a[k] }
+	awk "$rounds_awk"'
 		{ k = $1 SUBSEP $2; if (!(k in rate)) order[++n] = k; rate[k] = rate[k] " " $4; cpu[k] = cpu[k] " " $5 }
 		END {
 			printf "%-8s %-11s %9s %15s %11s %10s %10s\n", "protocol", "target", "per s", "spread", "CPU µs each", "÷ nginx", "CPU ÷ nginx"

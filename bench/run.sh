@@ -373,20 +373,7 @@ if [[ $LATENCY == on ]]; then run_phase latency 1 1; fi
 	echo "load average before / after the load phase: $load_before / $load_after"
 	echo "gateway: rules=$BENCH_RULES analytics=$BENCH_ANALYTICS; gateway-ip: one IP rule + analytics (embedded); gateway-mc: the same, limiter on memcached"
 	echo
-	awk '
-		function sort(list, a,   k, i, j, v) {
-			k = split(list, a, " ")
-			# insertion sort: k is the number of rounds
-			for (i = 2; i <= k; i++) { v = a[i]; for (j = i - 1; j > 0 && a[j] + 0 > v + 0; j--) a[j + 1] = a[j]; a[j + 1] = v }
-			return k
-		}
-		function median(list,   a, k, m) {
-			k = sort(list, a)
-			if (k == 0 || a[1] == "-") return "-"
-			m = int((k + 1) / 2)
-			return k % 2 ? a[m] : (a[m] + a[m + 1]) / 2
-		}
-		function spread(list,   a, k) { k = sort(list, a); return a[1] "–" a[k] }
+	awk "$rounds_awk"'
 		{ k = $1 SUBSEP $2
 		  if (!(k in rps)) order[++n] = k
 		  rps[k] = rps[k] " " $4; p50[k] = p50[k] " " $5; p99[k] = p99[k] " " $6; bad[k] += $7
