@@ -14,25 +14,8 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/cache"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
-
-// clock is a time the test moves.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // upstream is a link service over real HTTP: it answers each path with
 // the fields of answer (a redirect by default) and counts its requests per
@@ -80,7 +63,7 @@ func redirect(fields ...string) func(w http.ResponseWriter, r *http.Request) {
 type gateway struct {
 	srv   *httptest.Server
 	store *cache.Store
-	clk   *clock
+	clk   *testkit.Clock
 }
 
 func newGateway(t *testing.T, u *upstream, cfg cache.Config, ttl time.Duration) *gateway {
@@ -89,8 +72,8 @@ func newGateway(t *testing.T, u *upstream, cfg cache.Config, ttl time.Duration) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)}
-	st := cache.NewStore(cfg.MaxBytes, nil, clk.now)
+	clk := testkit.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
+	st := cache.NewStore(cfg.MaxBytes, nil, clk.Now)
 	target, _ := url.Parse(u.srv.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) }
@@ -183,7 +166,7 @@ func TestHitAnswer(t *testing.T) {
 	u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "X-Link", "7"))
 	g := newGateway(t, u, cache.DefaultConfig(), 0)
 	miss, missBody := g.get(t, "/k")
-	g.clk.add(42 * time.Second)
+	g.clk.Advance(42 * time.Second)
 	hit, hitBody := g.get(t, "/k")
 	if hitBody != missBody {
 		t.Errorf("hit body %q, miss body %q", hitBody, missBody)
@@ -243,7 +226,7 @@ func TestOneRequestPerKeyPerFreshness(t *testing.T) {
 				t.Errorf("period %d: /key%d asked upstream %d times in all, want %d", period, k, got, period)
 			}
 		}
-		g.clk.add(61 * time.Second)
+		g.clk.Advance(61 * time.Second)
 	}
 }
 
@@ -256,11 +239,11 @@ func TestNegative(t *testing.T) {
 	})
 	g := newGateway(t, u, cache.DefaultConfig(), 0)
 	g.get(t, "/gone")
-	g.clk.add(9 * time.Second)
+	g.clk.Advance(9 * time.Second)
 	if res, _ := g.get(t, "/gone"); res.StatusCode != 404 || u.count("/gone") != 1 {
 		t.Fatalf("within negative_ttl: %d, %d requests upstream; want 404 from the cache", res.StatusCode, u.count("/gone"))
 	}
-	g.clk.add(2 * time.Second)
+	g.clk.Advance(2 * time.Second)
 	g.get(t, "/gone")
 	if u.count("/gone") != 2 {
 		t.Errorf("past negative_ttl (10s): %d requests upstream, want 2", u.count("/gone"))
@@ -294,7 +277,7 @@ func TestStaleIfError(t *testing.T) {
 	g := newGateway(t, u, cache.DefaultConfig(), 0)
 	g.get(t, "/kept")
 	u.srv.Close()
-	g.clk.add(5 * time.Minute)
+	g.clk.Advance(5 * time.Minute)
 	for range 3 {
 		if res, _ := g.get(t, "/kept"); res.StatusCode != http.StatusFound {
 			t.Fatalf("kept key with the upstream stopped: %d, want the stale 302", res.StatusCode)
@@ -303,7 +286,7 @@ func TestStaleIfError(t *testing.T) {
 	if res, _ := g.get(t, "/never"); res.StatusCode != http.StatusBadGateway {
 		t.Errorf("key never kept: %d, want 502", res.StatusCode)
 	}
-	g.clk.add(6 * time.Minute)
+	g.clk.Advance(6 * time.Minute)
 	if res, _ := g.get(t, "/kept"); res.StatusCode != http.StatusBadGateway {
 		t.Errorf("past stale-if-error: %d, want 502", res.StatusCode)
 	}
@@ -323,7 +306,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	g := newGateway(t, u, cache.DefaultConfig(), 0)
 	g.get(t, "/s")
 	version.Store(1)
-	g.clk.add(70 * time.Second)
+	g.clk.Advance(70 * time.Second)
 	res, _ := g.get(t, "/s")
 	if loc := res.Header.Get("Location"); loc != "https://example.com/v0" {
 		t.Fatalf("within stale-while-revalidate: Location %q, want the stale v0", loc)

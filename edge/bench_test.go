@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // BenchmarkHandshake: one TLS 1.3 handshake with the edge's listener on
@@ -19,7 +20,7 @@ import (
 func BenchmarkHandshake(b *testing.B) {
 	ca := edgetest.NewCA(b)
 	certFile, keyFile, _ := ca.WritePair(b, b.TempDir(), "bench.test")
-	clk := &clock{now: time.Now()}
+	clk := testkit.NewClock(time.Now())
 	_, addr := ticketEdge(b, certFile, keyFile, "", clk)
 	for _, name := range []string{"full", "full-x25519", "resumed"} {
 		resume := name == "resumed"

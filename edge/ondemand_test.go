@@ -79,24 +79,6 @@ func (a *askServer) asked(name string) int {
 	return a.calls[name]
 }
 
-// clock is a settable time.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // onDemand is a server.tls section with on-demand certificates, asking ask,
 // storing in a folder of the test's. Its CA is never reached: a decision
 // orders nothing.
@@ -120,7 +102,7 @@ func paced() edge.Config {
 
 // newEdge compiles c and starts its edge with opts, on the clock clk when
 // it is not nil, reporting to a registry of its own.
-func newEdge(t *testing.T, c edge.Config, opts edge.Options, clk *clock) (*edge.Edge, *prometheus.Registry) {
+func newEdge(t *testing.T, c edge.Config, opts edge.Options, clk *testkit.Clock) (*edge.Edge, *prometheus.Registry) {
 	t.Helper()
 	p, err := edge.Compile(c)
 	if err != nil {
@@ -171,7 +153,7 @@ func fromClient(t *testing.T, ip string) context.Context {
 // URL's own query kept.
 func TestAskAnswersCached(t *testing.T) {
 	ask := newAsk(t)
-	clk := &clock{now: time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC))
 	c := onDemand(t, ask.URL+"/tls/ask?token=s3cret")
 	c.OnDemand.AllowTTL, c.OnDemand.DenyTTL = time.Hour, 10*time.Minute
 	e, reg := newEdge(t, c, edge.Options{}, clk)
@@ -202,13 +184,13 @@ func TestAskAnswersCached(t *testing.T) {
 		t.Errorf("the ask was %s %s, want GET /tls/ask?token=s3cret&domain=brand.ok.test", r.Method, r.URL)
 	}
 
-	clk.Add(10*time.Minute + time.Second) // the denial expired, not the allowance
+	clk.Advance(10*time.Minute + time.Second) // the denial expired, not the allowance
 	e.Decide(ctx, "brand.ok.test")
 	e.Decide(ctx, "junk.no.test")
 	if a, d := ask.asked("brand.ok.test"), ask.asked("junk.no.test"); a != 1 || d != 2 {
 		t.Errorf("after deny_ttl: the allowed name asked %d times, the denied %d; want 1 and 2", a, d)
 	}
-	clk.Add(time.Hour)
+	clk.Advance(time.Hour)
 	e.Decide(ctx, "brand.ok.test")
 	if got := ask.asked("brand.ok.test"); got != 2 {
 		t.Errorf("after allow_ttl the allowed name was asked %d times, want 2", got)
@@ -294,7 +276,7 @@ func TestApplyKeepsOrDropsAnswers(t *testing.T) {
 // address asks again.
 func TestHandshakesPerClient(t *testing.T) {
 	ask := newAsk(t)
-	clk := &clock{now: time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC))
 	c := onDemand(t, ask.URL)
 	c.OnDemand.HandshakesPerClient = []limit.Limit{{N: 2, Window: time.Minute}}
 	e, reg := newEdge(t, c, edge.Options{LimitStore: limit.NewMemoryAt(clk.Now)}, clk)
@@ -317,7 +299,7 @@ func TestHandshakesPerClient(t *testing.T) {
 	if got := testkit.Metric(t, reg, "linkgate_tls_on_demand_decisions_total", "decision", "limited"); got != 1 {
 		t.Errorf("%v limited decisions counted, want 1", got)
 	}
-	clk.Add(time.Minute + time.Second)
+	clk.Advance(time.Minute + time.Second)
 	if err := e.Decide(a, "a3.ok.test"); err != nil {
 		t.Errorf("the client's next name a minute later: %v", err)
 	}
@@ -375,7 +357,7 @@ func (downStore) Boxes(context.Context, int64, func(limit.Boxed) bool) error { r
 // failure is logged once every 10 seconds, with the count held back.
 func TestLimitStoreDown(t *testing.T) {
 	ask := newAsk(t)
-	clk := &clock{now: time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC))
 	c := onDemand(t, ask.URL)
 	c.OnDemand.HandshakesPerClient = []limit.Limit{{N: 1, Window: time.Hour}}
 	logs := &testkit.Logs{}
@@ -390,7 +372,7 @@ func TestLimitStoreDown(t *testing.T) {
 	if got := logs.Count(msg, nil); got != 1 {
 		t.Errorf("three failures logged %d times, want once:\n%s", got, logs.String())
 	}
-	clk.Add(10 * time.Second)
+	clk.Advance(10 * time.Second)
 	e.Decide(a, "s.ok.test")
 	if !logs.Logged(msg, map[string]string{"suppressed": "2"}) {
 		t.Errorf("ten seconds later the failure was not logged again with the 2 held back:\n%s", logs.String())

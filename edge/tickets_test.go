@@ -18,7 +18,7 @@ const ticketSecret = "0123456789abcdef0123456789abcdef-fleet"
 
 // ticketEdge serves a static certificate with session tickets from secret
 // ("": the process's own), on clk, and returns its address.
-func ticketEdge(t testing.TB, certFile, keyFile, secret string, clk *clock) (*edge.Edge, string) {
+func ticketEdge(t testing.TB, certFile, keyFile, secret string, clk *testkit.Clock) (*edge.Edge, string) {
 	t.Helper()
 	c := edge.DefaultConfig()
 	c.CertFile, c.KeyFile = certFile, keyFile
@@ -75,7 +75,7 @@ func TestSessionTicketsAcrossAFleet(t *testing.T) {
 	// The middle of a rotation period (12h by default), so that an hour
 	// either way stays in it.
 	t0 := time.Now().Truncate(12 * time.Hour).Add(6 * time.Hour)
-	clkA, clkB := &clock{now: t0}, &clock{now: t0}
+	clkA, clkB := testkit.NewClock(t0), testkit.NewClock(t0)
 	_, a := ticketEdge(t, certFile, keyFile, ticketSecret, clkA)
 	eb, b := ticketEdge(t, certFile, keyFile, ticketSecret, clkB)
 	_, other := ticketEdge(t, certFile, keyFile, strings.Repeat("x", 40), clkB)
@@ -107,7 +107,7 @@ func TestSessionTicketsAcrossAFleet(t *testing.T) {
 	// whose key turned since (the previous key is kept).
 	old := fresh()
 	resumes(t, roots, a, old)
-	clkB.Add(13 * time.Hour)
+	clkB.Advance(13 * time.Hour)
 	if !resumes(t, roots, b, old) {
 		t.Error("a ticket of the previous key, within its lifetime (24h), did not resume")
 	}
@@ -119,7 +119,7 @@ func TestSessionTicketsAcrossAFleet(t *testing.T) {
 	if !resumes(t, roots, a, newer) {
 		t.Error("a ticket of the next period's key did not resume on a gateway a period behind")
 	}
-	behind := &clock{now: t0.Add(-12 * time.Hour)}
+	behind := testkit.NewClock(t0.Add(-12 * time.Hour))
 	_, c := ticketEdge(t, certFile, keyFile, ticketSecret, behind)
 	newer = fresh()
 	resumes(t, roots, b, newer)
@@ -130,7 +130,7 @@ func TestSessionTicketsAcrossAFleet(t *testing.T) {
 	// key is kept for the lifetime of its tickets).
 	older := fresh()
 	resumes(t, roots, a, older)
-	clkB.Add(10 * time.Hour)
+	clkB.Advance(10 * time.Hour)
 	if !resumes(t, roots, b, older) {
 		t.Error("a ticket of two keys before, within its lifetime (24h), did not resume")
 	}
@@ -138,7 +138,7 @@ func TestSessionTicketsAcrossAFleet(t *testing.T) {
 	// handshake.
 	expired := fresh()
 	resumes(t, roots, a, expired)
-	clkA.Add(24*time.Hour + time.Minute)
+	clkA.Advance(24*time.Hour + time.Minute)
 	if resumes(t, roots, a, expired) {
 		t.Error("a ticket older than its lifetime (24h) resumed")
 	}

@@ -158,7 +158,7 @@ func TestOrdersPerHourFromPebble(t *testing.T) {
 // hour, not the renewals; an order refused is not counted, and an hour
 // after an order its place is free again.
 func TestOrderCap(t *testing.T) {
-	clk := &clock{now: time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC))
 	c := onDemand(t, "http://127.0.0.1:1/never-asked")
 	c.OnDemand.OrdersPerHour = 2
 	e, reg := newEdge(t, c, edge.Options{}, clk)
@@ -169,7 +169,7 @@ func TestOrderCap(t *testing.T) {
 	if obtaining("a.test", false) != nil || obtaining("r.test", true) != nil {
 		t.Fatal("the first order, or a renewal, refused")
 	}
-	clk.Add(30 * time.Minute)
+	clk.Advance(30 * time.Minute)
 	if err := obtaining("b.test", false); err != nil {
 		t.Fatalf("the second order in the hour: %v", err)
 	}
@@ -180,7 +180,7 @@ func TestOrderCap(t *testing.T) {
 			t.Errorf("a third order in the hour (renewal %v): %v, want refused for good unless a renewal", renewal, err)
 		}
 	}
-	clk.Add(30 * time.Minute) // an hour after a.test's order
+	clk.Advance(30 * time.Minute) // an hour after a.test's order
 	if err := obtaining("c.test", false); err != nil {
 		t.Errorf("an order an hour after the first: %v", err)
 	}

@@ -20,19 +20,6 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-// testClock is a clock a test moves by hand. Safe for concurrent use.
-type testClock struct{ ns atomic.Int64 }
-
-func newTestClock(t time.Time) *testClock {
-	c := &testClock{}
-	c.ns.Store(t.UnixNano())
-	return c
-}
-
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *testClock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // penaltyConfig is BaseConfig with the access log on, the limiter section
 // limiter (its body) and the rules rules (their list items).
 func penaltyConfig(upstream, limiter, rules string) string {
@@ -137,7 +124,7 @@ func retryAfterOf(t *testing.T, resp *http.Response) int {
 func TestPenaltyBoxOverHTTP(t *testing.T) {
 	up := tinyURL(t)
 	t0 := time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC)
-	clk := newTestClock(t0)
+	clk := testkit.NewClock(t0)
 	gw := startClocked(t, penaltyConfig(up.URL, "  store: memory", burstRule), clk.Now)
 	const client = "203.0.113.50"
 

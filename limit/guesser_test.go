@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 )
 
@@ -20,7 +21,7 @@ import (
 // each day.
 func guessesPerDay(t *testing.T, rule limit.Rule, days int) []int {
 	t.Helper()
-	clk := newFakeClock(time.Date(2026, 3, 28, 0, 0, 0, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 0, 0, 0, 0, time.UTC))
 	start := clk.Now()
 	l := limit.New(compile(t, []limit.Rule{rule}, limit.DefaultIdentity(), limit.DefaultConfig()), limit.NewMemoryAt(clk.Now), nil, nil).WithClock(clk.Now)
 	per := make([]int, days)

@@ -2,43 +2,17 @@ package limit_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 	"github.com/linkgate/linkgate/limit/limittest"
 )
 
-// fakeClock is a settable clock safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 func TestMemoryConformance(t *testing.T) {
 	limittest.Run(t, func(t *testing.T) limittest.Harness {
-		clk := newFakeClock(time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC))
+		clk := testkit.NewClock(time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC))
 		return limittest.Harness{Store: limit.NewMemoryAt(clk.Now), Now: clk.Now, Advance: clk.Advance}
 	})
 }
@@ -56,7 +30,7 @@ func TestMemoryConformanceRealClock(t *testing.T) {
 // TestMemoryReclaims checks that counters of clients that went away are
 // deleted as new clients arrive, so memory does not grow without bound.
 func TestMemoryReclaims(t *testing.T) {
-	clk := newFakeClock(time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC))
 	m := limit.NewMemoryAt(clk.Now)
 	ctx := t.Context()
 	peak := 0
@@ -87,7 +61,7 @@ func TestMemoryReclaims(t *testing.T) {
 // TestMemoryLongTTLSeconds checks second buckets kept for a day (exact
 // precision) beyond the ring's length.
 func TestMemoryLongTTLSeconds(t *testing.T) {
-	clk := newFakeClock(time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 23, 30, 33, 0, time.UTC))
 	m := limit.NewMemoryAt(clk.Now)
 	ctx := t.Context()
 	c := limit.Counter{Rule: "exact", Value: "v"}
@@ -135,7 +109,7 @@ func TestMemoryLongTTLSeconds(t *testing.T) {
 // hours after the counter's last hit: the ring of seconds (an hour long) has
 // not advanced since, and must still answer for what it holds.
 func TestMemoryIdleRingKeepsLongTTL(t *testing.T) {
-	clk := newFakeClock(time.Date(2026, 3, 28, 10, 0, 40, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 10, 0, 40, 0, time.UTC))
 	m := limit.NewMemoryAt(clk.Now)
 	ctx := t.Context()
 	c := limit.Counter{Rule: "exact", Value: "v"}

@@ -32,7 +32,7 @@ import (
 // loopback, with a fake clock.
 type env struct {
 	t     *testing.T
-	clk   *fakeClock
+	clk   *testkit.Clock
 	store limit.Store
 	reg   *prometheus.Registry
 	l     *limit.Limiter
@@ -54,7 +54,7 @@ type envOpt struct {
 
 func newEnv(t *testing.T, rules []limit.Rule, o envOpt) *env {
 	t.Helper()
-	e := &env{t: t, clk: newFakeClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC)), reg: prometheus.NewRegistry()}
+	e := &env{t: t, clk: testkit.NewClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC)), reg: prometheus.NewRegistry()}
 	e.store = o.store
 	if e.store == nil {
 		e.store = limit.NewMemoryAt(e.clk.Now)
@@ -567,7 +567,7 @@ func (s *countingStore) Load(ctx context.Context, c limit.Counter, b []limit.Buc
 }
 
 func TestBlockedClientCostsNoStoreOp(t *testing.T) {
-	clk := newFakeClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC))
 	cs := &countingStore{Memory: limit.NewMemoryAt(clk.Now)}
 	e := newEnv(t, []limit.Rule{ipRule(t, "2/m")}, envOpt{store: cs})
 	e.clk = clk

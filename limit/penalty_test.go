@@ -456,7 +456,7 @@ func TestBoxedAdmin(t *testing.T) {
 func TestBoxedGauge(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := limit.NewMetrics(reg)
-	clk := newFakeClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2026, 3, 28, 12, 0, 10, 0, time.UTC))
 	store := limit.NewMemoryAt(clk.Now)
 	plain := ipRule(t, "1/s")
 	plain.Name, plain.Match = "plain_ip", limit.Match{Path: "/plain"}

@@ -228,3 +228,34 @@ func TestDeadlineDumpsAHang(t *testing.T) {
 		return err != nil || strings.Contains(string(stat), ") Z ") // gone, or dead and not reaped yet
 	})
 }
+
+// TestClock: a Clock reads what it was set to, moved by Advance (back for
+// a negative duration), from several goroutines at once.
+func TestClock(t *testing.T) {
+	t0 := time.Date(2026, 3, 28, 10, 0, 0, 0, time.UTC)
+	c := testkit.NewClock(t0)
+	if got := c.Now(); !got.Equal(t0) || got.Location() != time.UTC {
+		t.Fatalf("Now %v, want %v in UTC", got, t0)
+	}
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 100 {
+				c.Advance(time.Second)
+				_ = c.Now()
+			}
+		}()
+	}
+	for range 4 {
+		testkit.Recv(t, done, time.Minute, "an advancing goroutine")
+	}
+	if got := c.Now(); !got.Equal(t0.Add(400 * time.Second)) {
+		t.Errorf("after 400 advances of 1s: %v, want %v", got, t0.Add(400*time.Second))
+	}
+	c.Advance(-time.Hour)
+	c.Set(t0.Add(time.Minute))
+	if got := c.Now(); !got.Equal(t0.Add(time.Minute)) {
+		t.Errorf("after Set: %v, want %v", got, t0.Add(time.Minute))
+	}
+}
