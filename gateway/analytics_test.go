@@ -40,8 +40,16 @@ var statsReadTimeout = sync.OnceValue(func() time.Duration { return min(testkit.
 
 // withStats adds settings (lines indented by two spaces) to the stats
 // section of an analyticsConfig.
-func withStats(cfg, settings string) string {
-	return strings.Replace(cfg, "stats:\n", "stats:\n"+settings, 1)
+func withStats(cfg, settings string) string { return within(cfg, "stats", settings) }
+
+// withAdmin turns the admin API of an analyticsConfig on, with the token
+// in LG_TEST_ADMIN_TOKEN.
+func withAdmin(cfg string) string { return within(cfg, "admin", "  token_env: LG_TEST_ADMIN_TOKEN\n") }
+
+// within adds settings (lines indented by two spaces) at the top of the
+// section of cfg named section.
+func within(cfg, section, settings string) string {
+	return strings.Replace(cfg, section+":\n", section+":\n"+settings, 1)
 }
 
 func embeddedStore(dir string) string {

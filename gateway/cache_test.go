@@ -55,21 +55,9 @@ func (l *linkService) count(path string) int {
 	return l.counts[path]
 }
 
+// cacheConfig is healthConfig with the access log on, and extra after.
 func cacheConfig(upstream, dir, extra string) string {
-	return fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  access_log: true
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  flush_interval: 200ms
-  store: embedded
-  embedded: {path: %s}
-%s`, upstream, dir, extra)
+	return within(healthConfig(upstream, dir), "server", "  access_log: true\n") + extra
 }
 
 // TestCacheCountsEveryVisit: N visits over K keys, sent at once, reach

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,21 +41,7 @@ func health(t testing.TB, gw *running) healthDetail {
 
 // healthConfig is analyticsConfig with the admin API on.
 func healthConfig(upstream, path string) string {
-	return fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-stats:
-  read_timeout: %v
-analytics:
-  flush_interval: 200ms
-  store: embedded
-  embedded: {path: %s}
-`, upstream, statsReadTimeout(), path)
+	return withAdmin(analyticsConfig(upstream, embeddedStore(path), "200ms"))
 }
 
 // TestBrokenEmbeddedStoreAtStart starts the gateway on an analytics

@@ -15,19 +15,11 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-// limitConfig puts the gateway in front of upstream with login and API
-// rules like the example's.
+// limitConfig is testkit.BaseConfig in front of upstream, trusting the
+// proxies trusted, with login and API rules like the example's on the
+// limiter store store (the limiter section's body).
 func limitConfig(upstream, trusted, store string) string {
-	return fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  trusted_proxies: [%s]
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-limiter:
+	return strings.Replace(testkit.BaseConfig(upstream), "trusted_proxies: [127.0.0.1/32]", "trusted_proxies: ["+trusted+"]", 1) + fmt.Sprintf(`limiter:
 %s
 rules:
   - name: login_email
@@ -43,9 +35,7 @@ rules:
     match: {methods: [GET, POST], path: "/api/*"}
     key: user
     limits: [3/m]
-analytics:
-  enabled: false
-`, trusted, upstream, store)
+`, store)
 }
 
 const memoryStore = "  store: memory"

@@ -112,26 +112,15 @@ func registered(t *testing.T, reg *prometheus.Registry) map[string][]string {
 // after it stopped: a proxy's target series go when it closes.
 func metricsGateway(t *testing.T, up, limiter string, then func()) (registry *prometheus.Registry, running, stopped map[string][]testkit.Sample) {
 	t.Helper()
-	gw := start(t, fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  trusted_proxies: [127.0.0.1/32]
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-limiter:
+	analytics := "analytics:\n  enabled: true\n  embedded: {path: " + t.TempDir() + "}\n"
+	gw := start(t, strings.Replace(testkit.BaseConfig(up), "analytics:\n  enabled: false\n", analytics, 1)+fmt.Sprintf(`limiter:
 %s
 rules:
   - name: visits_ip
     match: {path: "/{short_key}"}
     key: ip
     limits: [1000/s]
-analytics:
-  enabled: true
-  embedded: {path: %s}
-`, up, limiter, t.TempDir()))
+`, limiter))
 	for _, ua := range []string{"curl/8.5.0", "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)"} {
 		if resp, _ := testkit.Do(t, "GET", gw.url("/go"), nil, "User-Agent", ua); resp.StatusCode != http.StatusFound {
 			t.Fatalf("GET /go as %s: %d, want 302", ua, resp.StatusCode)

@@ -24,25 +24,12 @@ import (
 // embedded store in dir.
 func tenantsConfig(t *testing.T, upstream, dir string, ca *edgetest.CA) string {
 	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "go.acme.test", "x.acme.test", "go.other.test", "127.0.0.1")
-	return fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  tls: {cert_file: %s, key_file: %s}
-admin:
-  listen: 127.0.0.1:0
-  token_env: LG_TEST_ADMIN_TOKEN
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  flush_interval: 1h
-%s
-stats:
-  token_env: LG_TEST_TENANT_STATS
-  share: {key_env: LG_TEST_TENANT_KEY, max_ttl: 720h}
-tenants:
+	cfg := withAdmin(analyticsConfig(upstream, embeddedStore(dir), "1h"))
+	cfg = within(cfg, "server", "  tls: {cert_file: "+certFile+", key_file: "+keyFile+"}\n")
+	return withStats(cfg, "  token_env: LG_TEST_TENANT_STATS\n  share: {key_env: LG_TEST_TENANT_KEY, max_ttl: 720h}\n") + `tenants:
   - {name: acme, hosts: [go.acme.test, "*.acme.test"]}
   - {name: other, hosts: [go.other.test]}
-`, certFile, keyFile, upstream, embeddedStore(dir))
+`
 }
 
 // TestTenants: with two tenants over real HTTP/2 and HTTP/1.1 on TLS, the

@@ -463,20 +463,7 @@ func TestTracingFlushedAtExit(t *testing.T) {
 	t.Parallel()
 	rcv := newOTLPReceiver(t)
 	up := tinyURL(t)
-	r := start(t, fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-admin:
-  listen: 127.0.0.1:0
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  flush_interval: 1h
-  embedded: {path: %s}
-tracing:
-  otlp_endpoint: %s
-  sample: 1
-`, up.URL, t.TempDir(), rcv.URL))
+	r := start(t, analyticsConfig(up.URL, "  embedded: {path: "+t.TempDir()+"}", "1h")+"tracing:\n  otlp_endpoint: "+rcv.URL+"\n  sample: 1\n")
 	resp, body := testkit.Do(t, "GET", r.url("/go"), nil, "X-Request-Id", "last")
 	if resp.StatusCode != http.StatusFound {
 		t.Fatalf("%d %s", resp.StatusCode, body)
