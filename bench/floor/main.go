@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -70,28 +69,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ErrorLog:  log.New(io.Discard, "", 0),
 	}
 
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
-	fmt.Fprintf(stdout, "floor listening on http://%s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("floor: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = srv.Shutdown(sctx)
+	err = cli.Serve(ctx, "floor", *listen, rp, stdout)
 	fmt.Fprintf(stdout, "floor: upstream connections opened: %d\n", opened.Load())
-	if err != nil {
-		return fmt.Errorf("floor: shutdown: %w", err)
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("floor: %w", err)
-	}
-	return nil
+	return err
 }

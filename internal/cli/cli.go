@@ -1,5 +1,6 @@
 // Package cli is the main of the repo's commands: run under a context that
-// SIGINT and SIGTERM end, and an error printed to stderr with exit status 1.
+// SIGINT and SIGTERM end, and an error printed to stderr with exit status 1;
+// and Serve, the serving loop of the plain HTTP servers among them.
 package cli
 
 import (
