@@ -253,7 +253,7 @@ rules:
 			}
 			seen, after := tc.s.up.seen(email)
 			got := after - before
-			t.Logf("%-60s %-13s %s; the service got %d requests, saw %d wrong passwords", tc.sh.name, tc.s.cfg, strings.Join(compressRuns(answers), " "), got, seen)
+			t.Logf("%-60s %-13s %s; the service got %d requests, saw %d wrong passwords", tc.sh.name, tc.s.cfg, testkit.Runs(answers), got, seen)
 			switch tc.want {
 			case counted:
 				if seen > 5 || seen > 0 && last != 429 {
@@ -270,18 +270,4 @@ rules:
 			}
 		})
 	}
-}
-
-// compressRuns writes runs of equal answers as "401(upstream)×5".
-func compressRuns(as []string) []string {
-	var out []string
-	for i := 0; i < len(as); {
-		j := i
-		for j < len(as) && as[j] == as[i] {
-			j++
-		}
-		out = append(out, fmt.Sprintf("%s×%d", as[i], j-i))
-		i = j
-	}
-	return out
 }

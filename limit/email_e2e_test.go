@@ -17,6 +17,7 @@ import (
 	"testing"
 	"unicode/utf16"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 )
 
@@ -252,7 +253,7 @@ func TestEmailBypassShapes(t *testing.T) {
 					answers = append(answers, s.String())
 				}
 				seen := g.up.victimAttempts()
-				fmt.Fprintf(&report, "%-60s %-10s %s; upstream saw %d wrong passwords for the victim\n", sh.name, path, strings.Join(compress(answers), " "), seen)
+				fmt.Fprintf(&report, "%-60s %-10s %s; upstream saw %d wrong passwords for the victim\n", sh.name, path, testkit.Runs(answers), seen)
 				if seen > 5 {
 					t.Errorf("upstream saw %d wrong passwords for the victim, the limit is 5 (statuses %v)", seen, statuses)
 				}
@@ -285,20 +286,6 @@ func (a answer) String() string {
 		return fmt.Sprintf("%d(gateway)", a.status)
 	}
 	return fmt.Sprintf("%d(upstream)", a.status)
-}
-
-// compress writes runs of equal answers as "401(upstream)×5".
-func compress(as []string) []string {
-	var out []string
-	for i := 0; i < len(as); {
-		j := i
-		for j < len(as) && as[j] == as[i] {
-			j++
-		}
-		out = append(out, fmt.Sprintf("%s×%d", as[i], j-i))
-		i = j
-	}
-	return out
 }
 
 // send makes one attempt and returns the answer.

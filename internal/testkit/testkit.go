@@ -353,3 +353,18 @@ func Named(t testing.TB, name string) *httptest.Server {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// Runs writes the list as with each run of equal items once, counted, as
+// "401(upstream)×5 200(upstream)×1": what a test logs of many answers.
+func Runs(as []string) string {
+	var out []string
+	for i := 0; i < len(as); {
+		j := i
+		for j < len(as) && as[j] == as[i] {
+			j++
+		}
+		out = append(out, fmt.Sprintf("%s×%d", as[i], j-i))
+		i = j
+	}
+	return strings.Join(out, " ")
+}

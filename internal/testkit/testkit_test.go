@@ -259,3 +259,18 @@ func TestClock(t *testing.T) {
 		t.Errorf("after Set: %v, want %v", got, t0.Add(time.Minute))
 	}
 }
+
+func TestRuns(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"401"}, "401×1"},
+		{[]string{"401", "401", "200", "401"}, "401×2 200×1 401×1"},
+	} {
+		if got := testkit.Runs(c.in); got != c.want {
+			t.Errorf("Runs(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
