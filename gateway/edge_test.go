@@ -64,13 +64,20 @@ func TestContentLengthWithTransferEncoding(t *testing.T) {
 }
 
 // framingGateway starts a gateway in front of up, on TLS when overTLS is
-// set (a static certificate).
-func framingGateway(t *testing.T, up string, overTLS bool) *running {
+// set (a static certificate), and returns rawExchange with it.
+func framingGateway(t *testing.T, up string, overTLS bool) func(t *testing.T, raw string, wait time.Duration) (string, bool) {
+	var gw *running
 	if !overTLS {
-		return start(t, testkit.BaseConfig(up))
+		gw = start(t, testkit.BaseConfig(up))
+	} else {
+		certFile, keyFile, _ := edgetest.NewCA(t).WritePair(t, t.TempDir(), "short.test")
+		gw = start(t, tlsConfig(up, fmt.Sprintf("  tls: {cert_file: %s, key_file: %s}\n", certFile, keyFile)))
 	}
-	certFile, keyFile, _ := edgetest.NewCA(t).WritePair(t, t.TempDir(), "short.test")
-	return start(t, tlsConfig(up, fmt.Sprintf("  tls: {cert_file: %s, key_file: %s}\n", certFile, keyFile)))
+	addr := gw.g.Addr().String()
+	return func(t *testing.T, raw string, wait time.Duration) (string, bool) {
+		t.Helper()
+		return rawExchangeOver(t, addr, overTLS, raw, wait)
+	}
 }
 
 func contentLengthWithTransferEncoding(t *testing.T, overTLS bool) {
@@ -79,12 +86,7 @@ func contentLengthWithTransferEncoding(t *testing.T, overTLS bool) {
 		seen.Store(r.URL.Path, true)
 	}))
 	defer up.Close()
-	gw := framingGateway(t, up.URL, overTLS)
-	addr := gw.g.Addr().String()
-	rawExchange := func(t *testing.T, addr, raw string, wait time.Duration) (string, bool) {
-		t.Helper()
-		return rawExchangeOver(t, addr, overTLS, raw, wait)
-	}
+	send := framingGateway(t, up.URL, overTLS)
 	for _, tc := range []struct{ name, raw string }{
 		{"CL then TE", "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 44\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
 		{"TE then CL, odd case", "POST /a HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-LENGTH: 5\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"},
@@ -92,7 +94,7 @@ func contentLengthWithTransferEncoding(t *testing.T, overTLS bool) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen.Clear()
-			out, closed := rawExchange(t, addr, tc.raw, 3*time.Second)
+			out, closed := send(t, tc.raw, 3*time.Second)
 			if !strings.Contains(out, "HTTP/1.1 400 ") || !closed {
 				t.Errorf("got %q (closed %v), want a 400 and the connection closed", out, closed)
 			}
@@ -109,7 +111,7 @@ func contentLengthWithTransferEncoding(t *testing.T, overTLS bool) {
 	}
 	// Chunked alone is fine, on the same connection as further requests.
 	// (The last asks the gateway to close: the exchange ends with it.)
-	out, _ := rawExchange(t, addr, "POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 3*time.Second)
+	out, _ := send(t, "POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 3*time.Second)
 	if strings.Count(out, "HTTP/1.1 200 ") != 2 {
 		t.Errorf("a plain chunked request and the next one: %q", out)
 	}
@@ -136,12 +138,7 @@ func http10TransferEncodingRefused(t *testing.T, overTLS bool) {
 		seen.Store(r.URL.Path, string(b))
 	}))
 	defer up.Close()
-	gw := framingGateway(t, up.URL, overTLS)
-	addr := gw.g.Addr().String()
-	rawExchange := func(t *testing.T, addr, raw string, wait time.Duration) (string, bool) {
-		t.Helper()
-		return rawExchangeOver(t, addr, overTLS, raw, wait)
-	}
+	send := framingGateway(t, up.URL, overTLS)
 	for _, tc := range []struct{ name, raw string }{
 		{"TE and CL", "POST /a HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 10\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
 		{"CL and TE, keep-alive", "POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"},
@@ -151,7 +148,7 @@ func http10TransferEncodingRefused(t *testing.T, overTLS bool) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen.Clear()
-			out, closed := rawExchange(t, addr, tc.raw, 3*time.Second)
+			out, closed := send(t, tc.raw, 3*time.Second)
 			if !strings.HasPrefix(out, "HTTP/1.0 400 ") || !strings.Contains(out, "application/problem+json") || !closed {
 				t.Errorf("got %q (closed %v), want a 400 problem and the connection closed", out, closed)
 			}
@@ -167,7 +164,7 @@ func http10TransferEncodingRefused(t *testing.T, overTLS bool) {
 		})
 	}
 	// HTTP/1.0 with Content-Length alone is fine.
-	out, _ := rawExchange(t, addr, "POST /plain HTTP/1.0\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", time.Second)
+	out, _ := send(t, "POST /plain HTTP/1.0\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", time.Second)
 	if body, _ := seen.Load("/plain"); !strings.HasPrefix(out, "HTTP/1.0 200 ") || body != "abc" {
 		t.Errorf("HTTP/1.0 with Content-Length: %q, the upstream read %q", out, body)
 	}
