@@ -147,7 +147,7 @@ func TestJournalDrainsToASlowStore(t *testing.T) {
 			t.Errorf("Writes of %v entries, want %v", sizes, want1)
 		}
 		checkStored(t, exact(st), defTiers, want)
-		if n := metricValue(t, reg, "linkgate_analytics_journal_records"); n != 0 {
+		if n := testkit.Metric(t, reg, "linkgate_analytics_journal_records"); n != 0 {
 			t.Errorf("journal records = %v after the replay, want 0", n)
 		}
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -294,10 +295,10 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		if diff := cmp.Diff(wantTries, tries); diff != "" {
 			t.Errorf("write attempts after start (-want +got):\n%s", diff)
 		}
-		if got := metricValue(t, reg, "linkgate_analytics_store_errors_total"); got != 6 {
+		if got := testkit.Metric(t, reg, "linkgate_analytics_store_errors_total"); got != 6 {
 			t.Errorf("store errors = %v, want 6", got)
 		}
-		if got := metricValue(t, reg, "linkgate_analytics_buffered_keys"); got == 0 {
+		if got := testkit.Metric(t, reg, "linkgate_analytics_buffered_keys"); got == 0 {
 			t.Errorf("buffered keys = 0 during an outage")
 		}
 		// Memory merge: the visits show up while the store is down.
@@ -320,7 +321,7 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 				t.Fatalf("batch %d has identity (%q, %d), want the same writer and Seq %d", i, b.Writer, b.Seq, i+1)
 			}
 		}
-		if got := metricValue(t, reg, "linkgate_analytics_buffered_keys"); got != 0 {
+		if got := testkit.Metric(t, reg, "linkgate_analytics_buffered_keys"); got != 0 {
 			t.Errorf("buffered keys = %v after recovery, want 0", got)
 		}
 		// Then back to one write an interval.
@@ -334,32 +335,6 @@ func TestFailingStoreLosesNothing(t *testing.T) {
 		checkStored(t, f.Reader(st), defTiers, want)
 		cancel()
 	})
-}
-
-// gauge returns the value of the metric name (summed over its labels).
-func metricValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				v += m.Counter.GetValue()
-			case m.Gauge != nil:
-				v += m.Gauge.GetValue()
-			case m.Histogram != nil:
-				v += float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return v
 }
 
 // TestJournalAndRecover: with the store down, every interval's batch goes
@@ -388,17 +363,17 @@ func TestJournalAndRecover(t *testing.T) {
 				time.Sleep(10 * time.Second)
 				synctest.Wait()
 			}
-			if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
+			if b := testkit.Metric(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
 				t.Fatalf("%v entries in memory after a tick: the journal should hold them", b)
 			}
 		}
 		checkStored(t, f.Reader(st), defTiers, want) // read back from the journal
 		cancel()
 		<-done
-		if n := metricValue(t, reg, "linkgate_analytics_journal_records"); n != 5 {
+		if n := testkit.Metric(t, reg, "linkgate_analytics_journal_records"); n != 5 {
 			t.Errorf("journal records = %v, want 5 (one per interval)", n)
 		}
-		if b := metricValue(t, reg, "linkgate_analytics_journal_bytes"); b == 0 {
+		if b := testkit.Metric(t, reg, "linkgate_analytics_journal_bytes"); b == 0 {
 			t.Error("journal bytes = 0 during an outage")
 		}
 		// Shutdown with the store still down: the rest is journaled too.
@@ -422,10 +397,10 @@ func TestJournalAndRecover(t *testing.T) {
 		if n := len(st.batches); n != 6 {
 			t.Errorf("%d batches written, want 6: each interval once", n)
 		}
-		if n := metricValue(t, reg2, "linkgate_analytics_journal_records"); n != 0 {
+		if n := testkit.Metric(t, reg2, "linkgate_analytics_journal_records"); n != 0 {
 			t.Errorf("journal records = %v after the replay", n)
 		}
-		if n := metricValue(t, reg2, "linkgate_analytics_journal_written_batches_total"); n != 6 {
+		if n := testkit.Metric(t, reg2, "linkgate_analytics_journal_written_batches_total"); n != 6 {
 			t.Errorf("batches written from the journal = %v, want 6", n)
 		}
 	})
@@ -470,7 +445,7 @@ func TestCloseWithoutJournalSaysLost(t *testing.T) {
 	if lost.Visits != 3 {
 		t.Errorf("LostError.Visits = %d, want 3", lost.Visits)
 	}
-	if got := metricValue(t, reg, "linkgate_analytics_dropped_visits_total"); got != 3 {
+	if got := testkit.Metric(t, reg, "linkgate_analytics_dropped_visits_total"); got != 3 {
 		t.Errorf("dropped visits = %v, want 3", got)
 	}
 }
@@ -486,7 +461,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 	if rec.Keys() != 2 {
 		t.Errorf("Keys() = %d, want 2", rec.Keys())
 	}
-	if got := metricValue(t, reg, "linkgate_analytics_overflow_total"); got != 3 {
+	if got := testkit.Metric(t, reg, "linkgate_analytics_overflow_total"); got != 3 {
 		t.Errorf("overflow = %v, want 3 (c, d, e)", got)
 	}
 	// All links includes the overflow, even before the flush.
@@ -510,7 +485,7 @@ func TestMaxKeysOverflow(t *testing.T) {
 	checkStored(t, exact(st), defTiers, map[string]analytics.Visits{
 		"c": {Human: 1}, "d": {Human: 1}, "e": {Human: 1}, "f": {}, analytics.AllLinks: {Human: 11},
 	})
-	if got := metricValue(t, reg, "linkgate_visits_recorded_total"); got != 11 {
+	if got := testkit.Metric(t, reg, "linkgate_visits_recorded_total"); got != 11 {
 		t.Errorf("visits recorded = %v, want 11", got)
 	}
 }

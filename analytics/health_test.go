@@ -16,6 +16,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // stateStore is a memory store that says what the test sets of its state
@@ -52,18 +53,9 @@ func (s *stateStore) Write(ctx context.Context, b analytics.Batch) error {
 // stateMetric returns linkgate_analytics_state by state.
 func stateMetric(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "linkgate_analytics_state" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
-		}
+	for _, s := range testkit.Samples(t, g)["linkgate_analytics_state"] {
+		out[s.Labels["state"]] = s.Value
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // TestMaxKeyBytes: over real HTTP, a short key of max_key_bytes is counted,
@@ -63,7 +64,7 @@ func TestMaxKeyBytes(t *testing.T) {
 					t.Errorf("visits to a key of %d bytes = %d, want %d", len(k), got.Human, want)
 				}
 			}
-			if got := metricValue(t, reg, "linkgate_analytics_keys_too_long_total"); got != 3 {
+			if got := testkit.Metric(t, reg, "linkgate_analytics_keys_too_long_total"); got != 3 {
 				t.Errorf("keys_too_long = %v, want 3", got)
 			}
 		})
@@ -100,7 +101,7 @@ func TestMaxBufferBytes(t *testing.T) {
 		}
 		perLink += v.Human
 	}
-	overflow := metricValue(t, reg, "linkgate_analytics_overflow_total")
+	overflow := testkit.Metric(t, reg, "linkgate_analytics_overflow_total")
 	if perLink+int64(overflow) != 4*fit || overflow < 2*fit {
 		t.Errorf("%d visits counted per link and %v overflowed, want %d in all, at least %d overflowed", perLink, overflow, 4*fit, 2*fit)
 	}

@@ -9,30 +9,9 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
-
-// labelValue returns the value of the counter name{label=value}.
-func labelValue(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -47,16 +26,16 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a, b and all links: a count of the minute and an Active entry each.
-	if got := metricValue(t, reg, "linkgate_analytics_flush_counts"); got != 6 {
+	if got := testkit.Metric(t, reg, "linkgate_analytics_flush_counts"); got != 6 {
 		t.Errorf("flush counts = %v, want 6", got)
 	}
-	if got := labelValue(t, reg, "linkgate_visits_recorded_total", "kind", "human"); got != 2 {
+	if got := testkit.Metric(t, reg, "linkgate_visits_recorded_total", "kind", "human"); got != 2 {
 		t.Errorf("human visits = %v, want 2", got)
 	}
-	if got := labelValue(t, reg, "linkgate_visits_recorded_total", "kind", "bot"); got != 1 {
+	if got := testkit.Metric(t, reg, "linkgate_visits_recorded_total", "kind", "bot"); got != 1 {
 		t.Errorf("bot visits = %v, want 1", got)
 	}
-	if got := metricValue(t, reg, "linkgate_analytics_flush_duration_seconds"); got != 1 {
+	if got := testkit.Metric(t, reg, "linkgate_analytics_flush_duration_seconds"); got != 1 {
 		t.Errorf("%v flush durations observed, want 1", got)
 	}
 	mfs, err := reg.Gather()
@@ -94,19 +73,19 @@ func TestRollupMetrics(t *testing.T) {
 	if _, err := w.RunOnce(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := labelValue(t, reg, "linkgate_rollup_runs_total", "result", "ok"); got != 1 {
+	if got := testkit.Metric(t, reg, "linkgate_rollup_runs_total", "result", "ok"); got != 1 {
 		t.Errorf("ok runs = %v, want 1", got)
 	}
 	// a and all links: one 5-minute bucket each.
-	if got := metricValue(t, reg, "linkgate_rollup_rows_total"); got != 2 {
+	if got := testkit.Metric(t, reg, "linkgate_rollup_rows_total"); got != 2 {
 		t.Errorf("rows = %v, want 2", got)
 	}
 	// The 5-minute tier has rolled the hour before 01:00 and waits for
 	// the 01:00 hour to end plus the grace: 1 h behind now (02:00).
-	if got := gaugeLabel(t, reg, "linkgate_rollup_lag_seconds", "queue", "5m"); got != 3600 {
+	if got := testkit.Metric(t, reg, "linkgate_rollup_lag_seconds", "queue", "5m"); got != 3600 {
 		t.Errorf("5m lag = %vs, want 3600", got)
 	}
-	if got := metricValue(t, reg, "linkgate_rollup_last_success_timestamp_seconds"); got == 0 {
+	if got := testkit.Metric(t, reg, "linkgate_rollup_last_success_timestamp_seconds"); got == 0 {
 		t.Error("no last success time after a successful run")
 	}
 	st.Fail = func(string) error { return errors.New("down") }
@@ -114,31 +93,9 @@ func TestRollupMetrics(t *testing.T) {
 	if _, err := w.RunOnce(t.Context()); err == nil {
 		t.Fatal("a run with the store down succeeded")
 	}
-	if got := labelValue(t, reg, "linkgate_rollup_runs_total", "result", "error"); got != 1 {
+	if got := testkit.Metric(t, reg, "linkgate_rollup_runs_total", "result", "error"); got != 1 {
 		t.Errorf("failed runs = %v, want 1", got)
 	}
-}
-
-// gaugeLabel returns the value of the gauge name{label=value}.
-func gaugeLabel(t *testing.T, g prometheus.Gatherer, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return -1
 }
 
 func TestNilMetrics(t *testing.T) {

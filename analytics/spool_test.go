@@ -58,13 +58,13 @@ func TestJournalCap(t *testing.T) {
 		}
 		flush()
 	}
-	if got := metricValue(t, reg, "linkgate_analytics_dropped_visits_total"); got != 0 {
+	if got := testkit.Metric(t, reg, "linkgate_analytics_dropped_visits_total"); got != 0 {
 		t.Errorf("phase 1: %v visits dropped; folding should have made room", got)
 	}
 	if !strings.Contains(logs.String(), "oldest counts folded into coarser buckets") {
 		t.Errorf("phase 1: no fold logged:\n%s", tail(logs.String()))
 	}
-	if b := metricValue(t, reg, "linkgate_analytics_journal_bytes"); b > 4<<20 {
+	if b := testkit.Metric(t, reg, "linkgate_analytics_journal_bytes"); b > 4<<20 {
 		t.Errorf("journal bytes %v, far beyond the 2 MiB cap", b)
 	}
 	// The counts read back from the journal, folded or not: every visit.
@@ -80,9 +80,9 @@ func TestJournalCap(t *testing.T) {
 		}
 		flush()
 	}
-	dropped := int64(metricValue(t, reg, "linkgate_analytics_dropped_visits_total"))
+	dropped := int64(testkit.Metric(t, reg, "linkgate_analytics_dropped_visits_total"))
 	if dropped == 0 {
-		t.Fatalf("phase 2: nothing dropped at the cap; journal %v bytes", metricValue(t, reg, "linkgate_analytics_journal_bytes"))
+		t.Fatalf("phase 2: nothing dropped at the cap; journal %v bytes", testkit.Metric(t, reg, "linkgate_analytics_journal_bytes"))
 	}
 	if !strings.Contains(logs.String(), "analytics: journal full: oldest counts dropped") || !strings.Contains(logs.String(), "dropped_total=") {
 		t.Errorf("no drop logged with numbers:\n%s", tail(logs.String()))
@@ -149,7 +149,7 @@ func TestJournalReplayBounded(t *testing.T) {
 		keys[k] = fmt.Sprintf("k%05d", k)
 	}
 	var sent int64
-	for i := 0; metricValue(t, reg, "linkgate_analytics_journal_bytes") < float64(mb<<20); i++ {
+	for i := 0; testkit.Metric(t, reg, "linkgate_analytics_journal_bytes") < float64(mb<<20); i++ {
 		for k := range perInterval {
 			rec.Record(keys[k], at, false)
 		}
@@ -171,7 +171,7 @@ func TestJournalReplayBounded(t *testing.T) {
 	if err := f.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	bytesOnDisk := metricValue(t, reg, "linkgate_analytics_journal_bytes")
+	bytesOnDisk := testkit.Metric(t, reg, "linkgate_analytics_journal_bytes")
 	t.Logf("a link's total read during the outage, from a %.1f MB journal: %v", bytesOnDisk/1e6, readTook.Round(time.Millisecond))
 
 	// A low GC target, so that the heap in use follows what is live
@@ -223,7 +223,7 @@ func TestJournalReplayBounded(t *testing.T) {
 	if limit := min(32<<20, max(bytesOnDisk/2, 4<<20)); float64(grew) > limit {
 		t.Errorf("heap grew by %d bytes replaying a journal of %.0f (limit %.0f): not streamed", grew, bytesOnDisk, limit)
 	}
-	if n := metricValue(t, reg2, "linkgate_analytics_journal_records"); n != 0 {
+	if n := testkit.Metric(t, reg2, "linkgate_analytics_journal_records"); n != 0 {
 		t.Errorf("journal records after the replay = %v, want 0", n)
 	}
 	f2.Close(t.Context())
@@ -273,7 +273,7 @@ func TestJournalUnopenable(t *testing.T) {
 	if !strings.Contains(logs.String(), "journal cannot be opened") {
 		t.Errorf("the unopenable journal is not logged:\n%s", logs.String())
 	}
-	if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b == 0 {
+	if b := testkit.Metric(t, reg, "linkgate_analytics_buffered_keys"); b == 0 {
 		t.Error("nothing buffered in memory with the journal unopenable")
 	}
 	checkTotal(t, f.Reader(st), "a", 2)
@@ -285,7 +285,7 @@ func TestJournalUnopenable(t *testing.T) {
 	if err := f.Flush(t.Context()); err == nil {
 		t.Fatal("Flush with the store down: no error")
 	}
-	if b := metricValue(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
+	if b := testkit.Metric(t, reg, "linkgate_analytics_buffered_keys"); b != 0 {
 		t.Errorf("%v entries still in memory with the journal open", b)
 	}
 	checkTotal(t, f.Reader(st), analytics.AllLinks, 3)
@@ -338,12 +338,7 @@ func BenchmarkFlushIntoJournal100kLinks(b *testing.B) {
 		f.Flush(context.Background())
 	}
 	b.StopTimer()
-	g, _ := reg.Gather()
-	for _, mf := range g {
-		if mf.GetName() == "linkgate_analytics_journal_bytes" {
-			b.ReportMetric(mf.GetMetric()[0].GetGauge().GetValue()/float64(b.N), "journal-bytes/op")
-		}
-	}
+	b.ReportMetric(testkit.Metric(b, reg, "linkgate_analytics_journal_bytes")/float64(b.N), "journal-bytes/op")
 	f.Close(context.Background())
 }
 

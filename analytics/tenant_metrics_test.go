@@ -9,6 +9,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/visitclass"
 )
 
@@ -29,22 +30,9 @@ func TestTenantMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	series := func() map[string]float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string]float64{}
-		for _, mf := range mfs {
-			if mf.GetName() != "linkgate_tenant_visits_total" {
-				continue
-			}
-			for _, s := range mf.GetMetric() {
-				l := map[string]string{}
-				for _, p := range s.GetLabel() {
-					l[p.GetName()] = p.GetValue()
-				}
-				out[l["tenant"]+" "+l["kind"]] = s.GetCounter().GetValue()
-			}
+		for _, s := range testkit.Samples(t, reg)["linkgate_tenant_visits_total"] {
+			out[s.Labels["tenant"]+" "+s.Labels["kind"]] = s.Value
 		}
 		return out
 	}
