@@ -194,31 +194,32 @@ func ratio(a, b int) string {
 // visit with every signal on (the common path: every list consulted, the
 // network looked up, nothing matched).
 func BenchmarkClassify(b *testing.B) {
-	corpus := readCorpus(b)
-	c, addrs := corpusClassifier(b, corpus)
-	i := slices.IndexFunc(corpus, func(s sample) bool { return s.name == "chrome-windows" })
-	s := corpus[i]
-	r := &http.Request{Method: s.method, Header: s.header}
-	v := visitclass.Visit{Client: addrs[s.net], JA4: s.ja4, Key: s.link, Time: time.Now()}
-	b.ReportAllocs()
-	for b.Loop() {
-		if got, _ := c.Classify(r, v); got != visitclass.Human {
-			b.Fatal(got)
-		}
-	}
+	c, r, visit := benchSample(b, "chrome-windows")
+	benchClassify(b, c, r, visit(time.Now()))
 }
 
 // BenchmarkClassifyCloud is a visit from a cloud network after the burst
 // window: the burst table is read too.
 func BenchmarkClassifyCloud(b *testing.B) {
+	c, r, visit := benchSample(b, "windows-365-cloud-pc")
+	t0 := time.Now()
+	c.Classify(r, visit(t0))
+	benchClassify(b, c, r, visit(t0.Add(time.Hour)))
+}
+
+// benchSample is the corpus's classifier, and the request of the sample
+// name with its visit at a time.
+func benchSample(b *testing.B, name string) (*visitclass.Classifier, *http.Request, func(time.Time) visitclass.Visit) {
 	corpus := readCorpus(b)
 	c, addrs := corpusClassifier(b, corpus)
-	i := slices.IndexFunc(corpus, func(s sample) bool { return s.name == "windows-365-cloud-pc" })
-	s := corpus[i]
-	r := &http.Request{Method: s.method, Header: s.header}
-	t0 := time.Now()
-	c.Classify(r, visitclass.Visit{Client: addrs[s.net], JA4: s.ja4, Key: s.link, Time: t0})
-	v := visitclass.Visit{Client: addrs[s.net], JA4: s.ja4, Key: s.link, Time: t0.Add(time.Hour)}
+	s := corpus[slices.IndexFunc(corpus, func(s sample) bool { return s.name == name })]
+	return c, &http.Request{Method: s.method, Header: s.header}, func(at time.Time) visitclass.Visit {
+		return visitclass.Visit{Client: addrs[s.net], JA4: s.ja4, Key: s.link, Time: at}
+	}
+}
+
+// benchClassify measures classifying v, a human's visit.
+func benchClassify(b *testing.B, c *visitclass.Classifier, r *http.Request, v visitclass.Visit) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if got, _ := c.Classify(r, v); got != visitclass.Human {
