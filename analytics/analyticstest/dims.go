@@ -209,12 +209,8 @@ func testDimsWriters(t *testing.T, e *env) {
 // testDimsExpiry moves the clock past the breakdowns' retention
 // (analytics.DefaultDimRetentionDays): old days go, recent ones stay.
 func testDimsExpiry(t *testing.T, e *env) {
-	if e.h.Expire == nil {
-		if e.h.TTL > 0 {
-			testDimsExpiryByTTL(t, e)
-			return
-		}
-		t.Skip("the backend expires by itself and gives no TTL (Harness.Expire and Harness.TTL unset)")
+	if expiresByTTL(t, e, testDimsExpiryByTTL) {
+		return
 	}
 	k := e.key("a")
 	old, young := e.base().Add(-5*rollup.Day), e.base()
