@@ -211,17 +211,24 @@ func TestMalformedChunkedBodyIsTheClients(t *testing.T) {
 	}
 }
 
-// TestTraceAndConnectRefused: TRACE and CONNECT are answered 405 unless
-// server.allow_methods lists them.
-func TestTraceAndConnectRefused(t *testing.T) {
-	t.Parallel()
+// countingUpstream is an upstream that answers 200 to everything and counts
+// the requests that reach it, its health checks aside.
+func countingUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	var reached atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			reached.Add(1)
 		}
 	}))
-	defer up.Close()
+	t.Cleanup(up.Close)
+	return up, &reached
+}
+
+// TestTraceAndConnectRefused: TRACE and CONNECT are answered 405 unless
+// server.allow_methods lists them.
+func TestTraceAndConnectRefused(t *testing.T) {
+	t.Parallel()
+	up, reached := countingUpstream(t)
 	gw := start(t, testkit.BaseConfig(up.URL))
 	for _, m := range []string{"TRACE", "CONNECT"} {
 		// Connection: close ends the exchange with the answer.
@@ -339,13 +346,7 @@ func TestSlowBodyCutOff(t *testing.T) {
 // fresh deadline before writing the answer.)
 func TestSlowBodyOnEmailRoute(t *testing.T) {
 	t.Parallel()
-	var reached atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" {
-			reached.Add(1)
-		}
-	}))
-	defer up.Close()
+	up, reached := countingUpstream(t)
 	// Each timeout is checked on a gateway where the other one is far
 	// away, so that the time the answer took tells which one fired even
 	// with the slack a busy machine needs.
