@@ -20,6 +20,19 @@ free_port() {
 	die "no free port found"
 }
 
+# start NAME CMD...: runs CMD in the background, logging to $tmp/NAME.log;
+# its pid is last_pid, and is added to pids (which the script stops at
+# exit) and to pidof_ (target → the pids whose CPU is the proxy's).
+declare -A pidof_
+start() {
+	local name=$1
+	shift
+	"$@" >"$tmp/$name.log" 2>&1 &
+	pids+=($!)
+	last_pid=$!
+	pidof_[$name]=$!
+}
+
 # wait_port PID PORT: until PORT accepts connections, at most 15 s, while
 # PID runs.
 wait_port() {

@@ -66,13 +66,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-start() { # start NAME CMD...: runs CMD in the background, logging to $tmp/NAME.log
-	local name=$1
-	shift
-	"$@" >"$tmp/$name.log" 2>&1 &
-	pids+=($!)
-	last_pid=$!
-}
 
 echo "bench: building into $tmp" >&2
 go build -o "$tmp/" ./cmd/gateway ./cmd/tinyurl ./bench/handshakes

@@ -34,7 +34,7 @@ BENCH_ANALYTICS=${BENCH_ANALYTICS:-off}
 BENCH_TARGETS=${BENCH_TARGETS:-direct nginx floor gateway gateway-ip gateway-mc}
 LATENCY=${LATENCY:-off}
 
-. "$(dirname "$0")/lib.sh" # die, free_port, ticks
+. "$(dirname "$0")/lib.sh" # die, start, free_port, wait_port, ticks, nginx_config, rounds_awk
 if [[ -n ${PROTOCOLS:-} ]]; then
 	# Every protocol (HTTPS/1.1, HTTP/2, handshakes too): bench/protocols.sh.
 	exec "$(dirname "$0")/protocols.sh"
@@ -149,15 +149,6 @@ wait_ready() {
 	die "$name not ready on 127.0.0.1:$port${path} after 15s"
 }
 
-declare -A pidof_ # target → the pids whose CPU is the proxy's (nginx: its workers)
-start() { # start NAME CMD...: runs CMD in the background, logging to $tmp/NAME.log
-	local name=$1
-	shift
-	"$@" >"$tmp/$name.log" 2>&1 &
-	pids+=($!)
-	last_pid=$!
-	pidof_[$name]=$!
-}
 
 up_port=$(free_port)
 start tinyurl "$tmp/tinyurl" -listen "127.0.0.1:$up_port"
