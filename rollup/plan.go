@@ -148,6 +148,21 @@ func (p *Plan) Late(i int, start, at time.Time) bool {
 	return !at.Before(end.Add(p.grace / 2))
 }
 
+// Announce returns the Active entry that the rollup needs to find a count
+// of key in the tier-i bucket at start written at at: the period of tier
+// i+1 that rolls it, or, when the count is Late (it then needs a Mark
+// too), the marks period of at. ok is false for a count of the all-time
+// tier, which is rolled into nothing.
+func (p *Plan) Announce(key string, i int, start, at time.Time) (a Active, ok bool) {
+	if i < 0 || i+1 >= len(p.tiers) {
+		return Active{}, false
+	}
+	if p.Late(i, start, at) {
+		return Active{Step: MarksQueue, Period: Align(at, p.MarkPeriod()), Key: key}, true
+	}
+	return Active{Step: p.tiers[i+1].Step, Period: p.Period(i+1, start), Key: key}, true
+}
+
 // Place returns the tier that a flush at at writes a count of the bucket at
 // start to, when the count was taken in tier from (the finest tier, for
 // visits counted in memory): tier from itself, unless that tier would drop

@@ -76,6 +76,14 @@ type Harness struct {
 	// gone (for at most TTL and two minutes), on the store's own clock.
 	// Unset with Expire nil, the expiry subtests skip.
 	TTL time.Duration
+
+	// Clock, when set, has the subtest's stores (the one in use and those
+	// opened later) take the time from now rather than from the wall
+	// clock: the Erase subtest moves it days on, as the rollup needs, and
+	// a store that clamps its reads, or counts its rows' TTLs, around its
+	// own now (Cassandra) must read there. Stores that keep no clock
+	// leave it nil.
+	Clock func(now func() time.Time)
 }
 
 // Plan returns the rollup plan of tiers with the given grace: what the
@@ -98,7 +106,7 @@ var DefaultPlan = Plan(rollup.DefaultTiers(), rollup.DefaultGrace)
 // Active entries of a period.
 var ownStore = map[string]bool{
 	"LargeBatch": true, "Expiry": true, "ActivePages": true, "Progress": true, "RollupDurable": true,
-	"RollupExact": true, "DimsExpiry": true, "Top": true,
+	"RollupExact": true, "DimsExpiry": true, "Top": true, "Erase": true,
 }
 
 // NeedsOwnStore reports whether the subtest named name (the last element
@@ -151,6 +159,7 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"Top", testTop},
 		{"TenantTop", testTenantTop},
 		{"Uniques", testUniques},
+		{"Erase", testErase},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := DefaultPlan

@@ -76,9 +76,13 @@ func TestConformanceOnNode(t *testing.T) {
 		open := func(*testing.T, []string) *cassandra.Store { return openIn(t, cfg, plan) }
 		var mu sync.Mutex
 		var stores []*cassandra.Store
+		var clock func() time.Time // the subtest's, when it gave one
 		track := func(s *cassandra.Store) *cassandra.Store {
 			mu.Lock()
 			stores = append(stores, s)
+			if clock != nil {
+				cassandra.SetClock(s, clock)
+			}
 			mu.Unlock()
 			return s
 		}
@@ -97,6 +101,14 @@ func TestConformanceOnNode(t *testing.T) {
 			},
 			Another: func() analyticstest.Store { return track(open(t, hs)) },
 			TTL:     15 * time.Second,
+			Clock: func(now func() time.Time) {
+				mu.Lock()
+				defer mu.Unlock()
+				clock = now
+				for _, s := range stores {
+					cassandra.SetClock(s, now)
+				}
+			},
 		}
 	})
 }

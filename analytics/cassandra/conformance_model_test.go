@@ -18,10 +18,14 @@ import (
 func TestConformanceOnModel(t *testing.T) {
 	analyticstest.Run(t, func(t *testing.T, plan *rollup.Plan) analyticstest.Harness {
 		var mu sync.Mutex
-		var ahead time.Duration // how far Expire moved the clock past the wall clock
+		var ahead time.Duration    // how far Expire moved the clock past the wall clock
+		var clock func() time.Time // the subtest's, when it gave one
 		now := func() time.Time {
 			mu.Lock()
 			defer mu.Unlock()
+			if clock != nil {
+				return clock()
+			}
 			return time.Now().Add(ahead)
 		}
 		db := newFakeDB(time.Now())
@@ -47,6 +51,11 @@ func TestConformanceOnModel(t *testing.T) {
 				ahead = max(ahead, time.Until(at))
 				mu.Unlock()
 				return nil
+			},
+			Clock: func(f func() time.Time) {
+				mu.Lock()
+				clock = f
+				mu.Unlock()
 			},
 		}
 	})

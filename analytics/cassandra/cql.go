@@ -73,6 +73,14 @@ type backend interface {
 	// holds it, for ttl seconds, and reports whether holder holds it:
 	// lightweight transactions.
 	lease(ctx context.Context, holder gocql.UUID, ttl int) (bool, error)
+	// readErasures returns the rows of the erasures table.
+	readErasures(ctx context.Context) ([]erasureRow, error)
+	// writeErasure writes a row of the erasures table USING TIMESTAMP
+	// its epoch: the larger epoch wins.
+	writeErasure(ctx context.Context, r erasureRow) error
+	// deletePartition deletes the partition (key, bucket) of a points
+	// table or of link_days, or key's partition of rollup_marks.
+	deletePartition(ctx context.Context, table, key string, bucket time.Time) error
 	close()
 }
 
@@ -147,6 +155,9 @@ type cqlBackend struct {
 	insertLeader, selectLeaders, selectLeader,
 	insertTenantLeader, selectTenantLeaders, selectTenantLeader,
 	selectUniqs string
+
+	insertErasure, selectErasures string
+	deletePartitions              map[string]string // by table
 }
 
 func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consistency, serial gocql.SerialConsistency) *cqlBackend {
@@ -179,6 +190,10 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		selectTenantLeaders: fmt.Sprintf(selectTenantLeadersCQL, ks),
 		selectTenantLeader:  fmt.Sprintf(selectTenantLeaderCQL, ks),
 		selectUniqs:         fmt.Sprintf(selectUniqsCQL, ks),
+
+		insertErasure:    fmt.Sprintf(insertErasureCQL, ks),
+		selectErasures:   fmt.Sprintf(selectErasuresCQL, ks),
+		deletePartitions: deletePartitionCQL(ks, tiers),
 	}
 	for _, t := range tiers {
 		table := pointsTable(t)

@@ -222,6 +222,9 @@ func (s *Store) Dims(ctx context.Context, key string, dim visitor.Dim, from, to 
 	if !lo.Before(hi) {
 		return nil, nil
 	}
+	if key, err = s.readKey(ctx, be, key); err != nil {
+		return nil, fmt.Errorf("cassandra: dims: %w", err)
+	}
 	// A generation's count of a value may be read twice (the dims table
 	// and link_days): its cumulative counts only grow, so the larger is
 	// the newer.

@@ -35,7 +35,8 @@ type fakeDB struct {
 	uniqs    map[fakeDimPart]map[[2]int64]fakeCell           // (day µs, reg) → rho
 	holder   gocql.UUID
 	leaseEnd time.Time
-	late     []func() // duplicates to apply later (applyLate)
+	late     []func()              // duplicates to apply later (applyLate)
+	erasures map[string]erasureRow // erase_fake_test.go
 
 	fault func(op string) fault // nil: no faults
 	// follow, when set, is the cluster's clock: now is set from it at

@@ -33,7 +33,7 @@ func (s *Store) retentionOf(key string) (time.Duration, bool) {
 	if m == nil || len(*m) == 0 {
 		return 0, false
 	}
-	tenant, _ := analytics.SplitKey(key) // a TenantAll key's too
+	tenant, _ := analytics.SplitKey(logicalKey(key)) // a TenantAll key's too, in any epoch
 	d, ok := (*m)[tenant]
 	return d, ok && tenant != ""
 }

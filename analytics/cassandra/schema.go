@@ -161,6 +161,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
 		leadersSchema(keyspace),
 		tenantLeadersSchema(keyspace),
 		uniquesSchema(keyspace),
+		erasuresSchema(keyspace),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.rollup_active (
     step      int,
     period    timestamp,

@@ -215,6 +215,8 @@ type Store struct {
 	tenantKeep   atomic.Pointer[map[string]time.Duration] // tenants' retentions (retention.go)
 
 	leaders leaderSets // the top lists this Store writes (top.go)
+
+	erased eraseState // the erasures, and the epochs they put keys in (erase.go)
 }
 
 // writerSpace is the namespace of the batch writer ids (the name-based
@@ -403,6 +405,11 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 	if b.At.IsZero() {
 		return errors.New("cassandra: write: batch without a flush time (At)")
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if b, err = s.unerased(ctx, be, b); err != nil {
+		return fmt.Errorf("cassandra: write: %w", err)
+	}
 	first, err := s.announce(b.Active, b.Marks, b.At)
 	if err != nil {
 		return fmt.Errorf("cassandra: write: %w", err)
@@ -416,8 +423,6 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 		return err
 	}
 	ops = append(ops, lops...)
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
 	if be, err = s.backend(); err != nil {
 		return err // closed while this Write waited
 	}
@@ -679,6 +684,9 @@ func (s *Store) Points(ctx context.Context, key string, step time.Duration, from
 	if err != nil {
 		return nil, err
 	}
+	if key, err = s.readKey(ctx, be, key); err != nil {
+		return nil, fmt.Errorf("cassandra: points: %w", err)
+	}
 	from, to = from.UTC(), to.UTC()
 	if t.Expires() {
 		now := s.now().UTC()
@@ -754,9 +762,16 @@ func (s *Store) Marks(ctx context.Context, key string) ([]rollup.Mark, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := be.readMarks(ctx, key)
+	pk, err := s.readKey(ctx, be, key)
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: marks: %w", err)
+	}
+	ms, err := be.readMarks(ctx, pk)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: marks: %w", err)
+	}
+	for i := range ms {
+		ms[i].Key = key
 	}
 	return ms, nil
 }

@@ -280,7 +280,7 @@ func (ls *leaderSets) update(ctx context.Context, be backend, rows []topRow, ano
 	// tenant's list too.
 	lists := func(r topRow) []leaderID {
 		all := leaderID{r.writer, r.day.Unix(), ""}
-		if t, _ := analytics.SplitKey(r.key); t != "" {
+		if t, _ := analytics.SplitKey(logicalKey(r.key)); t != "" {
 			return []leaderID{all, {r.writer, r.day.Unix(), t}}
 		}
 		return []leaderID{all}
@@ -398,16 +398,24 @@ func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n in
 	}
 	counts := map[list][]int64{}
 	links := map[string][]listed{}
+	if err := s.loadErasures(ctx, be, erasureRefresh); err != nil {
+		return nil, fmt.Errorf("cassandra: top: %w", err)
+	}
+	s.erased.mu.Unlock()
 	for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
 		rows, err := be.readLeaders(ctx, tenant, day)
 		if err != nil {
 			return nil, fmt.Errorf("cassandra: top: %w", err)
 		}
+		s.erased.mu.Lock()
 		for _, r := range rows {
 			l := list{r.writer, day.Unix()}
 			counts[l] = append(counts[l], r.count)
-			links[r.key] = append(links[r.key], listed{l, r.count})
+			if _, ok := s.current(r.key); ok { // a slot of an erased epoch fills its list, nothing more
+				links[r.key] = append(links[r.key], listed{l, r.count})
+			}
 		}
+		s.erased.mu.Unlock()
 	}
 	// least is what a link missing from a list has at most there: the
 	// list's smallest count when it is full, else nothing.
@@ -450,7 +458,7 @@ func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n in
 	out := make([]analytics.TopLink, 0, len(totals))
 	for k, v := range totals {
 		if v > 0 {
-			out = append(out, analytics.TopLink{Key: k, Visits: v})
+			out = append(out, analytics.TopLink{Key: logicalKey(k), Visits: v})
 		}
 	}
 	slices.SortFunc(out, func(a, b analytics.TopLink) int {
@@ -481,9 +489,17 @@ func (s *Store) TopCounts(ctx context.Context, keys []string, from, to time.Time
 		return nil, err
 	}
 	lo, hi := s.topDays(from, to)
-	out, err := s.topCounts(ctx, be, keys, lo, hi)
+	stored, back, err := s.readKeys(ctx, be, keys)
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: top counts: %w", err)
+	}
+	counts, err := s.topCounts(ctx, be, stored, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: top counts: %w", err)
+	}
+	out := make(map[string]int64, len(counts))
+	for k, n := range counts {
+		out[back[k]] = n
 	}
 	return out, nil
 }

@@ -64,6 +64,9 @@ func (s *Store) Uniques(ctx context.Context, key string, from, to time.Time) (*h
 	if err != nil {
 		return nil, err
 	}
+	if key, err = s.readKey(ctx, be, key); err != nil {
+		return nil, fmt.Errorf("cassandra: uniques: %w", err)
+	}
 	sk := new(hll.Sketch)
 	lo, hi := rollup.AlignUp(from.UTC(), rollup.Day), rollup.AlignUp(to.UTC(), rollup.Day)
 	keep := time.Duration(s.dimRetention.Load())

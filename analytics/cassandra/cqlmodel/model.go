@@ -221,6 +221,7 @@ func bindTypes(q string) []Col {
 		"human": TypeBigint, "bot": TypeBigint, "preview": TypeBigint, "scanner": TypeBigint, "prefetch": TypeBigint, "internal": TypeBigint, "step": TypeInt, "period": TypeTimestamp, "shard": TypeInt,
 		"id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "holder": TypeUUID, "name": TypeVarchar,
 		"dim": TypeInt, "day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt, "slot": TypeInt,
+		"epoch": TypeBigint, "erased_ns": TypeBigint,
 	}
 	var cols []Col
 	rest := q
@@ -263,6 +264,7 @@ var resultTypes = map[string]uint16{
 	"preview": TypeBigint, "scanner": TypeBigint, "prefetch": TypeBigint, "internal": TypeBigint,
 	"step": TypeInt, "id": TypeBigint, "at_us": TypeBigint, "done": TypeTimestamp, "short_key": TypeVarchar,
 	"day": TypeTimestamp, "value": TypeVarchar, "visits": TypeBigint, "reg": TypeInt, "rho": TypeInt, "slot": TypeInt,
+	"name": TypeVarchar, "epoch": TypeBigint, "erased_ns": TypeBigint,
 }
 
 // SelectCols returns the columns a SELECT of the Store's returns.
