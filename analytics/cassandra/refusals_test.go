@@ -88,6 +88,19 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		{Name: "a leader", Q: q.insertLeader, Args: []any{day, w, 1, run, int64(5), 60, ts}},
 		{Name: "leaders read", Q: q.selectLeaders, Args: []any{day}},
 		{Name: "leaders of a null day read", Q: q.selectLeaders, Args: []any{nil}, Refused: true},
+		{Name: "an erasure", Q: q.insertErasure, Args: []any{run + "/go", ts, now.UnixNano(), ts}},
+		{Name: "an erasure of an empty name", Q: q.insertErasure, Args: []any{"", ts, now.UnixNano(), ts}},
+		{Name: "an erasure of a null name", Q: q.insertErasure, Args: []any{nil, ts, now.UnixNano(), ts}, Refused: true},
+		{Name: "an erasure of a null timestamp", Q: q.insertErasure, Args: []any{run + "/go", ts, now.UnixNano(), nil}, Refused: true},
+		{Name: "an erasure of the smallest timestamp", Q: q.insertErasure, Args: []any{run + "/go", ts, now.UnixNano(), int64(-1 << 63)}, Refused: true},
+		{Name: "an erasure of a name of 65,536 bytes", Q: q.insertErasure, Args: []any{long(65536), ts, now.UnixNano(), ts}, Refused: true},
+		{Name: "erasures read", Q: q.selectErasures},
+		{Name: "a link's points deleted", Q: q.deletePartitions["points_1m"], Args: []any{"#1.2/" + run, day}},
+		{Name: "a link's all-time points deleted", Q: q.deletePartitions["points_total"], Args: []any{"#1.2/" + run, time.Unix(0, 0)}},
+		{Name: "points of a null bucket deleted", Q: q.deletePartitions["points_1m"], Args: []any{run, nil}, Refused: true},
+		{Name: "a link's days deleted", Q: q.deletePartitions["link_days"], Args: []any{"#1.2/" + run, day}},
+		{Name: "a link's marks deleted", Q: q.deletePartitions["rollup_marks"], Args: []any{"#1.2/" + run}},
+		{Name: "marks of an empty key deleted", Q: q.deletePartitions["rollup_marks"], Args: []any{""}, Refused: true},
 	}
 	// Batches: of one partition, never measured (one mutation); across
 	// partitions, refused over 50 KB.
