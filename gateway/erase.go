@@ -22,7 +22,7 @@ type Erased struct {
 // /admin/erase with a JSON object of tenant and short_key (the link
 // short_key of tenant; tenant "" is the default tenant) or tenant alone
 // (all of its links). 200 with an Erased; 400 naming the field; 409 when
-// analytics are off or the store cannot erase; 503 when the store fails.
+// analytics are off (both stores erase); 503 when the store fails.
 func (g *Gateway) handleErase(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Tenant   string `json:"tenant"`
@@ -52,7 +52,7 @@ func (g *Gateway) handleErase(w http.ResponseWriter, r *http.Request) {
 	e, err := g.pipeline.Erase(r.Context(), in.Tenant, in.ShortKey)
 	switch {
 	case errors.Is(err, analytics.ErrCannotErase):
-		problem.Write(w, http.StatusConflict, "the analytics store cannot erase yet: erasure is done by the embedded store")
+		problem.Write(w, http.StatusConflict, "the analytics store keeps no erasures")
 		return
 	case err != nil:
 		g.log.Error("erase", "tenant", in.Tenant, "short_key", in.ShortKey, "err", err)
