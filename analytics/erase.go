@@ -131,6 +131,15 @@ func (s Erased) Bucket(key string, start time.Time, step time.Duration) bool {
 	return ok && !start.Add(step).After(at)
 }
 
+// Holds reports whether the bucket of key starting at start and lasting
+// step holds the time of key's latest erasure in s: a rolled value of it
+// may have been read before that erasure and written after it, so it
+// must be rolled again from what the finer tier holds since.
+func (s Erased) Holds(key string, start time.Time, step time.Duration) bool {
+	at, ok := s.at(key)
+	return ok && !at.Before(start) && start.Add(step).After(at)
+}
+
 // covers reports whether an entry of key in a batch placed at placed, in
 // the bucket [start, start+step), is erased: the batch was placed by the
 // latest erasure of key (its counts are older), or the bucket ended by it.

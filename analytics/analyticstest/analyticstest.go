@@ -160,6 +160,7 @@ func Run(t *testing.T, open func(t *testing.T, plan *rollup.Plan) Harness) {
 		{"TenantTop", testTenantTop},
 		{"Uniques", testUniques},
 		{"Erase", testErase},
+		{"EraseBeforeApply", testEraseBeforeApply},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := DefaultPlan

@@ -107,6 +107,15 @@ func (s *Store) erasedBucket(key string, start time.Time, step time.Duration) bo
 	return s.erased.set.Bucket(key, start, step)
 }
 
+// erasedHolds reports whether the bucket of key holds the time of its
+// latest erasure (analytics.Erased.Holds). Call it holding the commit
+// lock.
+func (s *Store) erasedHolds(key string, start time.Time, step time.Duration) bool {
+	s.erased.mu.Lock()
+	defer s.erased.mu.Unlock()
+	return s.erased.set.Holds(key, start, step)
+}
+
 // errErasedMeanwhile is returned by write when an erasure was committed
 // after it filtered its batch: Write filters the batch again.
 var errErasedMeanwhile = errors.New("pebble: erased while writing")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -72,6 +73,18 @@ func (s *Store) Marks(ctx context.Context, key string) ([]rollup.Mark, error) {
 	return ms, nil
 }
 
+// reroll returns the visits of r's bucket as the tier below r's holds
+// them now. Call it holding mu and the commit lock.
+func (s *Store) reroll(ctx context.Context, r rollup.Row) (analytics.Visits, error) {
+	i, _ := s.plan.Level(r.Step)
+	pts, err := s.scan(ctx, r.Key, s.plan.Tiers()[i-1].Step, r.Start.Unix(), r.Start.Add(r.Step).Unix())
+	var v analytics.Visits
+	for _, p := range pts {
+		v = v.Add(p.Visits)
+	}
+	return v, err
+}
+
 // Apply implements rollup.Store in one atomic batch. A row replaces the
 // rolled value of its bucket unless that has more visits; the values are
 // read under the commit lock, so nothing commits in between.
@@ -111,6 +124,16 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 	for _, r := range u.Rows {
 		if s.erasedBucket(r.Key, r.Start, r.Step) {
 			continue // rolled from data erased since it was read
+		}
+		if s.erasedHolds(r.Key, r.Start, r.Step) {
+			// The worker may have read the finer tier before the
+			// erasure: the bucket is rolled again from what it holds
+			// now, under the commit lock.
+			v, err := s.reroll(ctx, r)
+			if err != nil {
+				return fmt.Errorf("pebble: apply: %w", err)
+			}
+			r.Visits = v
 		}
 		k = append(appendPointKey(k[:0], r.Key, r.Step, r.Start.Unix()), 'r')
 		old, c, err := s.db.Get(k)
