@@ -249,6 +249,10 @@ func SchemaCQL(keyspace string, replicationFactor int, tiers []rollup.Tier) stri
 -- rollup_active, rollup_marks, rollup_progress, rollup_lease: the rollup's
 -- work lists, stale buckets, progress and the lease of the gateway that
 -- runs it.
+--
+-- erasures: the links and tenants erased (POST /admin/erase), which every
+-- gateway reads before each flush: an erased link's rows are stored from then
+-- on under a key naming its new epoch, and the old ones are read no more.
 `)
 	for _, s := range schema(keyspace, replicationFactor, tiers) {
 		b.WriteString("\n")
