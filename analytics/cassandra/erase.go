@@ -168,7 +168,8 @@ func (st *eraseState) epochsOf(key string) epochs {
 	return e
 }
 
-// set replaces st's rows. Call it with st.mu held.
+// setRows replaces st's rows with rows, read at at. Call it with st.mu
+// held.
 func (st *eraseState) setRows(rows []erasureRow, at time.Time) {
 	st.rows = make(map[string]erasureRow, len(rows))
 	es := make([]analytics.Erasure, 0, len(rows))
@@ -184,7 +185,9 @@ func (st *eraseState) setRows(rows []erasureRow, at time.Time) {
 }
 
 // loadErasures reads the erasures table when what s knows of it is older
-// than maxAge (always for 0), and returns with s.erased.mu held.
+// than maxAge (always for 0) and, when it returns nil, holds s.erased.mu:
+// the caller unlocks it. A read (maxAge > 0) that fails goes on with what
+// s knew, when it knew anything.
 func (s *Store) loadErasures(ctx context.Context, be backend, maxAge time.Duration) error {
 	st := &s.erased
 	st.mu.Lock()
@@ -197,7 +200,7 @@ func (s *Store) loadErasures(ctx context.Context, be backend, maxAge time.Durati
 	st.mu.Lock()
 	if err != nil {
 		if !st.loaded.IsZero() && maxAge > 0 {
-			return nil // a read goes on with what it knew
+			return nil
 		}
 		st.mu.Unlock()
 		return fmt.Errorf("erasures: %w", err)
