@@ -52,9 +52,10 @@ func (x *eraseEnv) flush(f *analytics.Flusher) {
 	}
 }
 
-// roll moves the clock two days on and runs the rollup on s until it has
-// nothing left to do (rolling every tier but the weeks').
-func (x *eraseEnv) roll(s Store) {
+// roll moves the clock two days on, runs the rollup on s until it has
+// nothing left to do (rolling every tier but the weeks') and returns the
+// rows it wrote.
+func (x *eraseEnv) roll(s Store) (rows int) {
 	x.t.Helper()
 	x.advance(2 * rollup.Day)
 	// The store without its lease (rollup.Leaser): the subtest's stores
@@ -65,11 +66,13 @@ func (x *eraseEnv) roll(s Store) {
 		if err != nil {
 			x.t.Fatal(err)
 		}
+		rows += rep.Rows
 		if !rep.More {
-			return
+			return rows
 		}
 	}
 	x.t.Fatal("the rollup had more to do after 20 runs")
+	return rows
 }
 
 // check checks that s holds nothing of the keys gone (every tier and the
@@ -201,7 +204,9 @@ func testErase(t *testing.T, e *env) {
 	x.visit(rec, tn, "x", 2)
 	x.visit(rec, "", def, 4)
 	x.flush(f)
-	x.roll(st)
+	if x.roll(st) == 0 {
+		t.Fatal("the rollup wrote nothing")
+	}
 	x.visit(rec, tn, "go", 2)
 	w.down.Store(true)
 	if err := f.Flush(ctx); err == nil {
