@@ -56,6 +56,7 @@ import (
 	"github.com/linkgate/linkgate/bound"
 	"github.com/linkgate/linkgate/cache"
 	cachefleet "github.com/linkgate/linkgate/cache/memcached"
+	"github.com/linkgate/linkgate/cidroute"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/edge"
 	"github.com/linkgate/linkgate/h2guard"
@@ -173,7 +174,7 @@ type Gateway struct {
 
 	ln, aln   net.Listener   // bound by Listen
 	hln, cln  net.Listener   // server.http_listen, server.internal_listen; bound by Listen
-	uln       net.PacketConn // server.http3's UDP socket at server.listen's address; bound by Listen
+	uln       *cidroute.Conn // server.http3's UDP socket at server.listen's address; bound by Listen
 	started   bool           // Listen bound the listeners and started the edge
 	edge      *edge.Edge     // the TLS edge, built by Listen; nil without server.tls
 	closeOnce sync.Once

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/linkgate/linkgate/cidroute"
 	"github.com/linkgate/linkgate/ja4"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -38,12 +39,15 @@ const h3RetryAbove = 4096
 // resumed connection's first request waits for the handshake, as over
 // TLS 1.3 on TCP.
 type h3 struct {
-	tr       *quic.Transport
-	srv      *http3.Server
-	open     atomic.Int64  // QUIC connections open
-	inflight atomic.Int64  // requests being answered
-	served   chan struct{} // closed when serve returns
-	quit     chan struct{} // closed when stop begins
+	conn        *cidroute.Conn
+	tr          *quic.Transport
+	srv         *http3.Server
+	open        atomic.Int64  // QUIC connections open
+	handshaking atomic.Int64  // QUIC connections not handed to the HTTP/3 server yet
+	handingOver atomic.Bool   // a binary upgrade's: new connections go to the new process
+	inflight    atomic.Int64  // requests being answered
+	served      chan struct{} // closed when serve returns
+	quit        chan struct{} // closed when stop begins
 
 	mu      sync.Mutex
 	ln      *quic.Listener // once serve listens
@@ -99,19 +103,28 @@ func h3ConnContext(ctx context.Context, _ *quic.Conn) context.Context {
 	return ctx
 }
 
-// newH3 prepares the server on pc; serve starts it.
-func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *h3 {
+// newH3 prepares the server on pc; serve starts it. Its connection IDs
+// carry pc's tag, so that a binary upgrade's new process can pass this
+// one its packets (package cidroute).
+func (g *Gateway) newH3(pc *cidroute.Conn, tlsCfg *tls.Config, h http.Handler) *h3 {
 	cfg := g.current().eff.Server
-	s := &h3{served: make(chan struct{}), quit: make(chan struct{})}
+	s := &h3{conn: pc, served: make(chan struct{}), quit: make(chan struct{})}
 	s.tr = &quic.Transport{
-		Conn:                pc,
-		VerifySourceAddress: func(net.Addr) bool { return s.open.Load() >= h3RetryAbove },
+		Conn:                  pc,
+		ConnectionIDGenerator: pc.IDs(),
+		// Once handed over, a new connection reaches this process only with
+		// a connection ID of its tag: a Retry's, or a forged one. It must
+		// echo a Retry token first, which costs this process no more than
+		// the new one pays for any unknown connection ID.
+		VerifySourceAddress: func(net.Addr) bool { return s.open.Load() >= h3RetryAbove || s.handingOver.Load() },
 		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
 			s.open.Add(1)
+			s.handshaking.Add(1)
 			done := new(atomic.Bool) // the handshake ended: counted
 			context.AfterFunc(ctx, func() {
 				s.open.Add(-1)
 				if done.CompareAndSwap(false, true) {
+					s.handshaking.Add(-1)
 					g.edgeM.Handshake(h3Failure(context.Cause(ctx)))
 				}
 			})
@@ -133,6 +146,7 @@ func (g *Gateway) newH3(pc net.PacketConn, tlsCfg *tls.Config, h http.Handler) *
 		// connection ends before.
 		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
 			if done, ok := ctx.Value(h3HandshakeKey{}).(*atomic.Bool); ok && done.CompareAndSwap(false, true) {
+				s.handshaking.Add(-1)
 				g.edgeM.Handshake("ok")
 			}
 			return h3ConnContext(ctx, c)
@@ -193,17 +207,35 @@ func (s *h3) serve(ready <-chan struct{}, log *slog.Logger) {
 	}
 }
 
-// stop stops accepting connections: the handshakes under way are refused
-// (quic-go has no way to finish them and take no more), the connections
-// already made are served. It sends a GOAWAY on them, waits, until ctx is
-// done, for their clients to close them, or h3Grace and no request in
-// flight: a client sends no new request on a connection once it read the
-// GOAWAY (one it sent before is refused, and quic-go's client, as RFC 9114
-// section 5.2 lets any, retries it on a new connection). Then it closes
-// every connection and stops reading the socket: a new process may read
-// it then. It returns once nothing reads the socket.
-func (s *h3) stop(ctx context.Context) {
+// stop stops accepting connections and serves those made until their
+// clients leave them. It sends a GOAWAY on them, waits, until ctx is done,
+// for their clients to close them, or h3Grace and no request in flight: a
+// client sends no new request on a connection once it read the GOAWAY (one
+// it sent before is refused, and quic-go's client, as RFC 9114 section 5.2
+// lets any, retries it on a new connection). Then it closes every
+// connection.
+//
+// With handOver (a binary upgrade), this process first reads its packets
+// from the new process, which reads the socket from then on (handOver is
+// called then): the new process passes on those of this one's connection
+// IDs (package cidroute). The handshakes under way end here before the
+// listener closes, as closing it refuses them (quic-go has no way to
+// finish them and take no more). Without handOver, the listener closes at
+// once, refusing them, and nothing reads the socket once stop returns.
+func (s *h3) stop(ctx context.Context, handOver func(), log *slog.Logger) {
 	close(s.quit)
+	if handOver != nil {
+		if err := s.conn.HandOver(); err != nil {
+			log.Error("http3: handing over failed: the handshakes under way are refused", "err", err)
+		} else {
+			s.handingOver.Store(true)
+			handOver()
+			handOver = nil
+			n := s.handshaking.Load()
+			log.Info("http3: handed over: the new process reads the socket and passes this one its packets", "handshakes", n)
+			s.wait(ctx, func() bool { return s.handshaking.Load() == 0 })
+		}
+	}
 	s.mu.Lock()
 	s.stopped = true
 	if s.ln != nil {
@@ -223,24 +255,30 @@ func (s *h3) stop(ctx context.Context) {
 	case <-grace.C:
 	case <-ctx.Done():
 	}
-	// Polled: a request may still start on a connection whose client has
-	// not read the GOAWAY yet.
+	// A request may still start on a connection whose client has not read
+	// the GOAWAY yet.
+	s.wait(ctx, func() bool { return s.inflight.Load() == 0 })
+	s.srv.Close()
+	s.tr.Close()
+	if handOver != nil {
+		handOver()
+	}
+}
+
+// wait polls until done or ctx is done: what it waits for has no event.
+func (s *h3) wait(ctx context.Context, done func() bool) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for s.inflight.Load() > 0 && ctx.Err() == nil {
+	for !done() && ctx.Err() == nil {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
 		}
 	}
-	s.srv.Close()
-	s.tr.Close()
 }
 
 // h3Grace is how long stop gives a GOAWAY to reach the clients: a few
-// round trips of a slow mobile network. New connections wait meanwhile
-// (their first packets, dropped, are sent again) and the new process of
-// an upgrade answers them once it reads the socket.
+// round trips of a slow mobile network.
 const h3Grace = time.Second
 
 // altSvc advertises HTTP/3 at port on the answers of next (RFC 7838), for

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"syscall"
 	"time"
 
 	"github.com/linkgate/linkgate/analytics"
+	"github.com/linkgate/linkgate/cidroute"
 	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/h2guard"
@@ -81,17 +83,37 @@ func (g *Gateway) bind(cfg *config.Config) (err error) {
 		// The UDP port of the TCP listener's address, its port once bound
 		// when server.listen asks for any.
 		addr := g.ln.Addr().String()
+		var pc net.PacketConn
+		var relay *os.File // the relay to the process this one replaces, if any
 		if g.opts.Upgrade != nil {
-			g.uln, err = g.opts.Upgrade.ListenPacket("server.http3", addr)
+			pc, err = g.opts.Upgrade.ListenPacket("server.http3", addr)
+			relay = g.opts.Upgrade.Inherit(relayName)
 		} else {
-			g.uln, err = net.ListenPacket("udp", addr)
+			pc, err = net.ListenPacket("udp", addr)
 		}
 		if err != nil {
+			if relay != nil {
+				relay.Close()
+			}
+			return fmt.Errorf("gateway: server.http3: %w", err)
+		}
+		g.uln, err = cidroute.New(pc.(*net.UDPConn), relay)
+		if err != nil && g.uln != nil {
+			// Served all the same: the old process's packets are not relayed.
+			g.log.Warn("http3: the relay from the process this one replaces is not used", "err", err)
+			err = nil
+		}
+		if err != nil {
+			pc.Close()
 			return fmt.Errorf("gateway: server.http3: %w", err)
 		}
 	}
 	return nil
 }
+
+// relayName names the relay (package cidroute) among the files a binary
+// upgrade hands over.
+const relayName = "server.http3.relay"
 
 // closeListeners closes the listeners bound, if any.
 func (g *Gateway) closeListeners() {
@@ -185,11 +207,11 @@ wait:
 		g.opts.Upgrade.Notify("STOPPING=1")
 	}
 	g.streams.Close() // live streams never go idle: the drain would wait for them
-	run.drain(timeout, g.log, func() {
-		if next != nil {
-			next.ReleasePackets()
-		}
-	})
+	var handOver func()
+	if next != nil {
+		handOver = func() { next.ReleasePackets() }
+	}
+	run.drain(timeout, g.log, handOver)
 	// Close gets a deadline of its own: a drain that used all of its time
 	// must not leave the final flush none.
 	cctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -333,18 +355,20 @@ func (r *running) accepting(l net.Listener) net.Listener {
 // accepted be answered once (freshConns says why), then shuts the servers
 // down, cutting off the requests still running at the deadline so that
 // none records anything after the final flush. HTTP/3 stops beside
-// them, and released is called once nothing reads its UDP socket (a new
-// process reads it then).
-func (r *running) drain(timeout time.Duration, log *slog.Logger, released func()) {
+// them. With handOver (a binary upgrade), HTTP/3 hands over (h3.stop), and
+// handOver is called once this process reads its UDP socket no more: the
+// new process reads it then.
+func (r *running) drain(timeout time.Duration, log *slog.Logger, handOver func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	h3done := make(chan struct{})
 	go func() {
 		defer close(h3done)
 		if r.h3 != nil {
-			r.h3.stop(ctx)
+			r.h3.stop(ctx, handOver, log)
+		} else if handOver != nil {
+			handOver()
 		}
-		released()
 	}()
 	defer func() { <-h3done }()
 	for _, stop := range r.stops {
@@ -382,6 +406,9 @@ func (g *Gateway) upgrade(ctx context.Context) *upgrade.Successor {
 	for _, s := range socks {
 		s.File.Close() // the new process has its own copies
 	}
+	if err != nil && g.uln != nil {
+		g.uln.Withdraw()
+	}
 	if err != nil {
 		g.m.upgrades.WithLabelValues("failed").Inc()
 		g.log.Error("binary upgrade failed: this process serves on", "err", err)
@@ -393,13 +420,19 @@ func (g *Gateway) upgrade(ctx context.Context) *upgrade.Successor {
 }
 
 // sockets returns the listening sockets to hand over, named by the fields
-// that configure them.
+// that configure them, and with HTTP/3 the relay its new process passes
+// this one's QUIC packets on (package cidroute).
 func (g *Gateway) sockets() ([]upgrade.Socket, error) {
-	var socks []upgrade.Socket
-	for _, l := range []struct {
+	type named struct {
 		name string
 		l    any
-	}{{"server.listen", g.ln}, {"admin.listen", g.aln}, {"server.http_listen", g.hln}, {"server.internal_listen", g.cln}, {"server.http3", g.uln}} {
+	}
+	var socks []upgrade.Socket
+	ls := []named{{"server.listen", g.ln}, {"admin.listen", g.aln}, {"server.http_listen", g.hln}, {"server.internal_listen", g.cln}}
+	if g.uln != nil { // a nil pointer in an any is not nil
+		ls = append(ls, named{"server.http3", g.uln})
+	}
+	for _, l := range ls {
 		if l.l == nil { // a nil interface converted to any is nil
 			continue
 		}
@@ -418,6 +451,16 @@ func (g *Gateway) sockets() ([]upgrade.Socket, error) {
 			return nil, err
 		}
 		socks = append(socks, s)
+	}
+	if g.uln != nil {
+		relay, err := g.uln.Offer()
+		if err != nil {
+			for _, s := range socks {
+				s.File.Close()
+			}
+			return nil, fmt.Errorf("gateway: server.http3: %w", err)
+		}
+		socks = append(socks, upgrade.Socket{Name: relayName, File: relay})
 	}
 	return socks, nil
 }

@@ -12,9 +12,12 @@
 //
 // Two things are shared by the processes for a moment and handed over in
 // order, over a second pipe from the old process to the new: the UDP
-// socket, which QUIC cannot share (a packet read by the process that does
-// not hold its connection is lost to it), is read by the new process only
-// once the old one says it reads it no more (PacketsReleased); and the
+// socket, which two QUIC servers cannot both read (a packet read by the
+// process that does not hold its connection is lost to it), is read by the
+// new process only once the old one says it reads it no more
+// (PacketsReleased; the gateway's old process says so as it hands over,
+// and has its packets passed on by the new one from then on, package
+// cidroute, over a relay handed over with the sockets, Inherit); and the
 // folders that one process at a time may hold (the embedded analytics
 // store's, the journal's) are opened by the new process only once the old
 // one has closed them and the pipe with them (PredecessorDone), which the
@@ -197,6 +200,17 @@ func (p *Process) ListenPacket(name, addr string) (net.PacketConn, error) {
 		return c, nil
 	}
 	return net.ListenPacket("udp", addr)
+}
+
+// Inherit returns the inherited file of name that is no listening socket
+// (the relay of package cidroute), and forgets it; nil when there is
+// none. The caller closes it.
+func (p *Process) Inherit(name string) *os.File {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.files[name]
+	delete(p.files, name)
+	return f
 }
 
 // take returns the inherited socket of name if it is bound where addr
