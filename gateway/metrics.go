@@ -2,12 +2,13 @@ package gateway
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/cidroute"
 	"github.com/linkgate/linkgate/internal/metric"
-
 	"github.com/linkgate/linkgate/ongoing"
 )
 
@@ -18,6 +19,25 @@ type metrics struct {
 	reloads    *prometheus.CounterVec
 	generation prometheus.Gauge
 	upgrades   *prometheus.CounterVec
+	relay      *relayCollector
+}
+
+// relayCollector reports the QUIC datagrams of the process this one
+// replaced that this one read, once conn is set (package cidroute).
+type relayCollector struct {
+	desc *prometheus.Desc
+	conn atomic.Pointer[cidroute.Conn]
+}
+
+func (c *relayCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *relayCollector) Collect(ch chan<- prometheus.Metric) {
+	var relayed, dropped uint64
+	if conn := c.conn.Load(); conn != nil {
+		relayed, dropped = conn.Relayed(), conn.Dropped()
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(relayed), "relayed")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(dropped), "dropped")
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,7 +48,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reloads:    s.CounterVec("linkgate_config_reloads_total", "Config reloads, by result (ok or failed).", "result"),
 		generation: s.Gauge("linkgate_config_generation", "Generation of the running config: 1 at start, +1 per successful reload."),
 		upgrades:   s.CounterVec("linkgate_upgrades_total", "Binary upgrades (SIGUSR2) this process started, by result (ok: the new process serves; failed: this one serves on).", "result"),
+		relay: &relayCollector{desc: prometheus.NewDesc("linkgate_http3_relayed_packets_total",
+			"QUIC datagrams of the process this one replaced in a binary upgrade, read while that one finished its connections: relayed to it, or dropped (the relay full).",
+			[]string{"result"}, nil)},
 	}
+	reg.MustRegister(m.relay)
 	for _, c := range []string{"1xx", "2xx", "3xx", "4xx", "5xx"} {
 		m.requests.WithLabelValues(c)
 	}

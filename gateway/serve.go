@@ -107,6 +107,7 @@ func (g *Gateway) bind(cfg *config.Config) (err error) {
 			pc.Close()
 			return fmt.Errorf("gateway: server.http3: %w", err)
 		}
+		g.m.relay.conn.Store(g.uln)
 	}
 	return nil
 }

@@ -733,6 +733,14 @@ func TestUpgradeHTTP3(t *testing.T) {
 		}
 	}
 	t.Logf("the request of the handshake held until the handover took %v", heldResult.took)
+	// The new process passed the old one its packets (the held client's at
+	// least), and dropped none.
+	if got := metricValue(t, gw.url("admin", "/metrics"), `linkgate_http3_relayed_packets_total{result="relayed"}`); got < 1 {
+		t.Errorf("the new process relayed %v datagrams, want some", got)
+	}
+	if got := metricValue(t, gw.url("admin", "/metrics"), `linkgate_http3_relayed_packets_total{result="dropped"}`); got != 0 {
+		t.Errorf("the new process dropped %v of the old one's datagrams, want none", got)
+	}
 
 	syscall.Kill(next, syscall.SIGTERM)
 	if s := reap(next); s != 0 {
