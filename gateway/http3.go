@@ -215,22 +215,28 @@ func (s *h3) serve(ready <-chan struct{}, log *slog.Logger) {
 // lets any, retries it on a new connection). Then it closes every
 // connection.
 //
-// With handOver (a binary upgrade), this process first reads its packets
-// from the new process, which reads the socket from then on (handOver is
-// called then): the new process passes on those of this one's connection
-// IDs (package cidroute). The handshakes under way end here before the
-// listener closes, as closing it refuses them (quic-go has no way to
-// finish them and take no more). Without handOver, the listener closes at
-// once, refusing them, and nothing reads the socket once stop returns.
-func (s *h3) stop(ctx context.Context, handOver func(), log *slog.Logger) {
+// With ho (a binary upgrade), ho.release is called once this process
+// reads its UDP socket no more: the new process reads it then. When the
+// new process passes this one its packets (ho.relay, package cidroute),
+// that is at once: this process reads them from the relay from then on,
+// and its handshakes under way end here before the listener closes, as
+// closing it refuses them (quic-go has no way to finish them and take no
+// more). Otherwise (a new process without HTTP/3, or of an earlier
+// version) the listener closes at once, refusing them, and the socket is
+// released once stop is done.
+func (s *h3) stop(ctx context.Context, ho *h3Handover, log *slog.Logger) {
 	close(s.quit)
-	if handOver != nil {
+	release := func() {}
+	if ho != nil {
+		release = ho.release
+	}
+	if ho != nil && ho.relay {
 		if err := s.conn.HandOver(); err != nil {
 			log.Error("http3: handing over failed: the handshakes under way are refused", "err", err)
 		} else {
 			s.handingOver.Store(true)
-			handOver()
-			handOver = nil
+			release()
+			release = func() {}
 			n := s.handshaking.Load()
 			log.Info("http3: handed over: the new process reads the socket and passes this one its packets", "handshakes", n)
 			s.wait(ctx, func() bool { return s.handshaking.Load() == 0 })
@@ -260,9 +266,13 @@ func (s *h3) stop(ctx context.Context, handOver func(), log *slog.Logger) {
 	s.wait(ctx, func() bool { return s.inflight.Load() == 0 })
 	s.srv.Close()
 	s.tr.Close()
-	if handOver != nil {
-		handOver()
-	}
+	release()
+}
+
+// h3Handover is how HTTP/3 hands over to a binary upgrade's new process.
+type h3Handover struct {
+	release func() // tells the new process to read the socket
+	relay   bool   // it passes this process its packets (package cidroute)
 }
 
 // wait polls until done or ctx is done: what it waits for has no event.

@@ -108,6 +108,9 @@ func (g *Gateway) bind(cfg *config.Config) (err error) {
 			return fmt.Errorf("gateway: server.http3: %w", err)
 		}
 		g.m.relay.conn.Store(g.uln)
+		if g.uln.Relaying() {
+			g.opts.Upgrade.TakesPackets() // the old process hands its packets over at once
+		}
 	}
 	return nil
 }
@@ -208,11 +211,14 @@ wait:
 		g.opts.Upgrade.Notify("STOPPING=1")
 	}
 	g.streams.Close() // live streams never go idle: the drain would wait for them
-	var handOver func()
+	var ho *h3Handover
 	if next != nil {
-		handOver = func() { next.ReleasePackets() }
+		ho = &h3Handover{release: func() { next.ReleasePackets() }, relay: next.TakesPackets}
+		if !next.TakesPackets && g.uln != nil {
+			g.uln.Withdraw() // a successor without HTTP/3, or of an earlier version
+		}
 	}
-	run.drain(timeout, g.log, handOver)
+	run.drain(timeout, g.log, ho)
 	// Close gets a deadline of its own: a drain that used all of its time
 	// must not leave the final flush none.
 	cctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -356,19 +362,17 @@ func (r *running) accepting(l net.Listener) net.Listener {
 // accepted be answered once (freshConns says why), then shuts the servers
 // down, cutting off the requests still running at the deadline so that
 // none records anything after the final flush. HTTP/3 stops beside
-// them. With handOver (a binary upgrade), HTTP/3 hands over (h3.stop), and
-// handOver is called once this process reads its UDP socket no more: the
-// new process reads it then.
-func (r *running) drain(timeout time.Duration, log *slog.Logger, handOver func()) {
+// them, handing over to a binary upgrade's new process with ho (h3.stop).
+func (r *running) drain(timeout time.Duration, log *slog.Logger, ho *h3Handover) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	h3done := make(chan struct{})
 	go func() {
 		defer close(h3done)
 		if r.h3 != nil {
-			r.h3.stop(ctx, handOver, log)
-		} else if handOver != nil {
-			handOver()
+			r.h3.stop(ctx, ho, log)
+		} else if ho != nil {
+			ho.release()
 		}
 	}()
 	defer func() { <-h3done }()

@@ -47,8 +47,11 @@ func SocketOf(name string, c syscall.Conn) (Socket, error) {
 // Close, this process must not exit without the kernel closing the pipe
 // for it, which it does.
 type Successor struct {
-	Pid  int
-	gone *os.File
+	Pid int
+	// TakesPackets: it passes this process its QUIC packets (it said
+	// TakesPackets), so this one may release the UDP socket at once.
+	TakesPackets bool
+	gone         *os.File
 }
 
 // ReleasePackets tells the successor that this process reads its UDP
@@ -99,8 +102,8 @@ func (p *Process) Start(ctx context.Context, sockets []Socket, timeout time.Dura
 	var why string
 	select {
 	case msg := <-said:
-		if msg == readyWord {
-			return &Successor{Pid: pid, gone: goneW}, nil
+		if msg == readyWord || msg == readyTakingPackets {
+			return &Successor{Pid: pid, TakesPackets: msg == readyTakingPackets, gone: goneW}, nil
 		}
 		why = strings.TrimSpace(msg)
 		if why == "" {

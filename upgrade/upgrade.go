@@ -85,9 +85,10 @@ type Process struct {
 	readyPipe *os.File            // to the predecessor; nil once said, or without one
 	starting  bool                // Start runs
 
-	inherited bool
-	released  chan struct{} // closed once the predecessor reads its UDP sockets no more
-	done      chan struct{} // closed once the predecessor is done (or at once without one)
+	inherited    bool
+	takesPackets bool          // TakesPackets was called
+	released     chan struct{} // closed once the predecessor reads its UDP sockets no more
+	done         chan struct{} // closed once the predecessor is done (or at once without one)
 }
 
 // New returns the Process for this process: getenv(EnvVar) names what it
@@ -163,6 +164,16 @@ func (p *Process) watch(f *os.File) {
 
 // Inherited reports whether this process was started by an upgrade.
 func (p *Process) Inherited() bool { return p.inherited }
+
+// TakesPackets says, with Ready, that this process passes the one it
+// replaces that one's QUIC packets (package cidroute): that one may then
+// stop reading its UDP socket at once, rather than once it is done with
+// its connections. Call it before Ready.
+func (p *Process) TakesPackets() {
+	p.mu.Lock()
+	p.takesPackets = true
+	p.mu.Unlock()
+}
 
 // PacketsReleased is closed once the process this one replaces reads its
 // UDP sockets no more (at once when there is none).
@@ -278,10 +289,14 @@ func (p *Process) Ready() error {
 	}
 	pipe := p.readyPipe
 	p.readyPipe = nil
+	word := readyWord
+	if p.takesPackets {
+		word = readyTakingPackets
+	}
 	p.mu.Unlock()
 	var errs []error
 	if pipe != nil {
-		_, err := io.WriteString(pipe, readyWord)
+		_, err := io.WriteString(pipe, word)
 		errs = append(errs, err, pipe.Close())
 	}
 	errs = append(errs, p.Notify(fmt.Sprintf("READY=1\nMAINPID=%d", p.pid)))
@@ -304,9 +319,15 @@ func (p *Process) Fail(why error) {
 	}
 }
 
-// readyWord is what a new process writes on the ready pipe once it serves;
-// anything else is why it failed.
-const readyWord = "ready\n"
+// readyWord is what a new process writes on the ready pipe once it serves,
+// readyTakingPackets when it also said TakesPackets (which only a
+// predecessor that handed over a relay hears, so that one of an earlier
+// version, which knows readyWord alone, never does); anything else is why
+// it failed.
+const (
+	readyWord          = "ready\n"
+	readyTakingPackets = "ready, taking packets\n"
+)
 
 // Notify sends state to systemd's notify socket (sd_notify(3)): nothing
 // when the process was not started with one.

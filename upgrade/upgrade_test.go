@@ -84,6 +84,10 @@ func child(role string) int {
 		}
 		io.WriteString(w, "child")
 	}))
+	if f := p.Inherit("relay"); f != nil {
+		f.Close()
+		p.TakesPackets()
+	}
 	if err := p.Ready(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -140,9 +144,9 @@ func (pa *parent) sockets(t *testing.T) []upgrade.Socket {
 	return []upgrade.Socket{ls, us}
 }
 
-func (pa *parent) start(t *testing.T, timeout time.Duration) (*upgrade.Successor, error) {
+func (pa *parent) start(t *testing.T, timeout time.Duration, more ...upgrade.Socket) (*upgrade.Successor, error) {
 	t.Helper()
-	s, err := pa.p.Start(context.Background(), pa.sockets(t), timeout)
+	s, err := pa.p.Start(context.Background(), append(pa.sockets(t), more...), timeout)
 	if s != nil {
 		t.Cleanup(func() {
 			if pr, err := os.FindProcess(s.Pid); err == nil {
@@ -195,6 +199,9 @@ func TestHandOver(t *testing.T) {
 	s, err := pa.start(t, time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.TakesPackets {
+		t.Error("the new process takes packets, without a relay")
 	}
 	// Handing the socket on left it non-blocking: a blocking accept would
 	// hold a thread that closing the listener cannot wake.
@@ -251,6 +258,25 @@ func TestHandOver(t *testing.T) {
 			t.Fatalf("/done after Close: %q, want done", got)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTakesPackets: a new process that inherits a relay and says it takes
+// the old one's packets is said to by Start.
+func TestTakesPackets(t *testing.T) {
+	pa := newParent(t, "serve")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := pa.start(t, time.Minute, upgrade.Socket{Name: "relay", File: w})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.TakesPackets {
+		t.Error("the new process inherited a relay and said so, yet Start says it does not take packets")
 	}
 }
 
