@@ -647,7 +647,8 @@ func TestUpgradeHTTP3(t *testing.T) {
 	plain := analyticsGateway(redirector(t).URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
 		filepath.Join(dir, "analytics"), filepath.Join(dir, "journal")))
 	cfg := strings.Replace(plain, "  shutdown_timeout: 10s\n",
-		fmt.Sprintf("  shutdown_timeout: 10s\n  http3: true\n  tls: {cert_file: %s, key_file: %s}\n", certFile, keyFile), 1)
+		// The held handshake lasts as long as the new process takes to start.
+		fmt.Sprintf("  shutdown_timeout: 10s\n  http3: true\n  tls: {cert_file: %s, key_file: %s, handshake_timeout: 2m}\n", certFile, keyFile), 1)
 	if cfg == plain {
 		t.Fatal("the config has no shutdown_timeout: 10s to put http3 after")
 	}
@@ -785,6 +786,8 @@ func holdingClient(t *testing.T, roots *x509.CertPool) *heldClient {
 	h.client = &http.Client{Timeout: time.Minute, CheckRedirect: testkit.Client.CheckRedirect,
 		Transport: &http3.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "short.test"},
+			// Held as long as the new process takes to start.
+			QUICConfig: &quic.Config{HandshakeIdleTimeout: 2 * time.Minute},
 			Dial: func(ctx context.Context, addr string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
 				ua, err := net.ResolveUDPAddr("udp", addr)
 				if err != nil {
