@@ -73,11 +73,8 @@ type Conn struct {
 	batch        *ipv4.PacketConn
 	tag          Tag
 
-	// Set in a new process while the old one takes packets.
-	fwd atomic.Pointer[forwarder]
-	// Relayed and Dropped count the datagrams passed to the old process,
-	// and those dropped because the relay was full.
-	relayed, dropped atomic.Uint64
+	fwd              atomic.Pointer[forwarder] // in a new process, while the old one takes packets
+	relayed, dropped atomic.Uint64             // Relayed, Dropped
 
 	mu       sync.Mutex
 	cond     sync.Cond
@@ -121,8 +118,11 @@ func (c *Conn) Tag() Tag { return c.tag }
 func (c *Conn) Relaying() bool { return c.fwd.Load() != nil }
 
 // Relayed returns how many datagrams were passed to the process this one
-// replaces; Dropped how many of its datagrams were dropped, the relay full.
+// replaces.
 func (c *Conn) Relayed() uint64 { return c.relayed.Load() }
+
+// Dropped returns how many datagrams of the process this one replaces
+// were dropped, the relay full.
 func (c *Conn) Dropped() uint64 { return c.dropped.Load() }
 
 // IDs returns the connection ID generator of c's process, for quic-go's
