@@ -512,6 +512,11 @@ func (f *Flusher) Close(ctx context.Context) error {
 // write in progress, the journal not empty), it is journaled at once, so
 // that a crash loses no more than this interval.
 func (f *Flusher) takeLocked() {
+	// The batch's time is taken before the swap, so that every visit
+	// recorded before it is in this batch or an earlier one: a journal
+	// whose newest batch is of time t holds every visit recorded before
+	// t (what a crash may lose was recorded after it).
+	now := f.opts.Now().UTC()
 	snap := f.rec.swap()
 	f.rec.sweepLive(f.opts.Now())
 	if snap.overflow > 0 {
@@ -527,7 +532,7 @@ func (f *Flusher) takeLocked() {
 		// At grows with Seq, to the microsecond: a store that keeps the
 		// newest cumulative count of a writer's dimension by write
 		// timestamp relies on it (DimCount).
-		at := f.opts.Now().UTC()
+		at := now
 		if at.UnixMicro() <= f.lastAt.UnixMicro() {
 			at = time.UnixMicro(f.lastAt.UnixMicro() + 1).UTC()
 		}

@@ -211,6 +211,38 @@ func TestFlushAfterOneInterval(t *testing.T) {
 	})
 }
 
+// TestBatchHoldsVisitsBeforeItsTime: a visit recorded before a batch's
+// time (Batch.At) is in that batch, not a later one, so that a journal's
+// newest batch time bounds what a crash loses (JournalNewest). Here the
+// visit is recorded while the flusher reads the clock for the batch.
+func TestBatchHoldsVisitsBeforeItsTime(t *testing.T) {
+	rec := analytics.NewRecorder(100, nil)
+	st := newMemStore()
+	at := monday.Add(time.Hour)
+	var reads int
+	now := func() time.Time {
+		if reads++; reads == 1 {
+			rec.Record("stamped", at, false)
+		}
+		return at
+	}
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: now}, nil, nil)
+	rec.Record("before", at, false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.batches) != 1 {
+		t.Fatalf("%d batches written, want 1", len(st.batches))
+	}
+	var keys []string
+	for _, c := range st.batches[0].Counts {
+		keys = append(keys, c.Key)
+	}
+	if !slices.Contains(keys, "stamped") {
+		t.Errorf("the batch of time %v holds %v: the visit recorded before that time is missing", st.batches[0].At, keys)
+	}
+}
+
 func TestBatchCoalesces(t *testing.T) {
 	rec := analytics.NewRecorder(100, nil)
 	st := newMemStore()

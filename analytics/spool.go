@@ -543,6 +543,35 @@ func recordOldest(rec []byte) time.Time {
 	return batchOldest(&bs[0].b)
 }
 
+// JournalNewest returns the time (Batch.At) of the newest batch that the
+// journal in dir holds for the store, zero when it holds none. A Flusher
+// stamps a batch before it takes the recorder's counts, and journals its
+// batches in order: every visit recorded before that time is in the
+// journal, in the store or counted dropped, and what a crash lost was
+// recorded after it. It opens the journal, recovering it as the next
+// Flusher would, so it fails while a process has it open.
+func JournalNewest(dir string) (time.Time, error) {
+	j, err := journal.Open(dir, journal.Options{})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("analytics: journal: %w", err)
+	}
+	defer j.Close()
+	var newest time.Time
+	err = j.Scan(j.Acked(), func(_ journal.Pos, rec []byte) error {
+		bs, err := decodeRecord(rec)
+		for _, iv := range bs {
+			if iv.b.At.After(newest) {
+				newest = iv.b.At
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("analytics: journal: %w", err)
+	}
+	return newest, nil
+}
+
 // A record is a list of batches:
 //
 //	'L' 'J' 1                       magic and version

@@ -100,6 +100,52 @@ func TestJournalCap(t *testing.T) {
 	}
 }
 
+// TestJournalNewest: JournalNewest reads the time of the newest batch a
+// journal holds for the store, refuses a journal a Flusher has open, and
+// reads zero once the store took everything.
+func TestJournalNewest(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "journal")
+	st := newMemStore()
+	st.setFail(func(int) bool { return true })
+	at := monday.Add(10 * time.Hour)
+	opts := analytics.FlusherOptions{JournalPath: dir, Now: func() time.Time { return at }}
+	rec := analytics.NewRecorder(100, nil)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, opts, nil, nil)
+	var last time.Time
+	for i := range 3 {
+		rec.Record(fmt.Sprintf("link%d", i), at, false)
+		if err := f.Flush(t.Context()); err == nil {
+			t.Fatal("Flush with the store down: no error")
+		}
+		last = at
+		at = at.Add(10 * time.Second)
+	}
+	if _, err := analytics.JournalNewest(dir); err == nil {
+		t.Error("JournalNewest of a journal a Flusher has open: no error")
+	}
+	if err := f.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := analytics.JournalNewest(dir); err != nil || !got.Equal(last) {
+		t.Errorf("JournalNewest = %v, %v; want %v, the third batch's time", got, err, last)
+	}
+
+	st.setFail(nil)
+	f2 := analytics.NewFlusher(analytics.NewRecorder(100, nil), st, analyticstest.DefaultPlan, opts, nil, nil)
+	if err := f2.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f2.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.batches) != 3 {
+		t.Errorf("%d batches written from the journal, want 3", len(st.batches))
+	}
+	if got, err := analytics.JournalNewest(dir); err != nil || !got.IsZero() {
+		t.Errorf("JournalNewest after the store took the journal = %v, %v; want zero", got, err)
+	}
+}
+
 func checkTotal(t *testing.T, r reader, key string, want int64) {
 	t.Helper()
 	v, err := r.Total(context.Background(), key)

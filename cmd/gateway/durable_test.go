@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -168,18 +169,18 @@ func settleOn(t *testing.T, want int, read func() (int, bool)) int {
 }
 
 // checkLoss compares what was sent with what is counted: nothing counted
-// twice, at most the visits of the interval before the kill lost (see
-// lastInterval).
-func checkLoss(t *testing.T, row string, v *visitor, killed time.Time, counted int) {
+// twice, at most the visits answered after mayLoseAfter lost (the last
+// interval before the kill: see lastInterval and JournalNewest's use).
+func checkLoss(t *testing.T, row string, v *visitor, mayLoseAfter time.Time, counted int) {
 	t.Helper()
-	sent, lastInterval := v.sent(lastInterval(killed))
+	sent, mayLose := v.sent(mayLoseAfter)
 	lost := sent - counted
-	t.Logf("%s: sent %d, counted %d, lost %d (the last interval before the kill held %d)", row, sent, counted, lost, lastInterval)
+	t.Logf("%s: sent %d, counted %d, lost %d (%d answered in the last interval, which the kill may lose)", row, sent, counted, lost, mayLose)
 	if counted > sent {
 		t.Errorf("%s: %d visits counted, %d sent: %d counted twice", row, counted, sent, counted-sent)
 	}
-	if lost > lastInterval {
-		t.Errorf("%s: %d visits lost, more than the %d of the last interval", row, lost, lastInterval)
+	if lost > mayLose {
+		t.Errorf("%s: %d visits lost, more than the %d answered in the last interval", row, lost, mayLose)
 	}
 }
 
@@ -244,22 +245,32 @@ func rounds(t *testing.T) int {
 }
 
 // TestKill9DuringCassandraOutage: a gateway whose Cassandra is absent (a
-// closed loopback port) journals every interval; kill -9 at a random moment;
-// the next process, on the embedded store and the same journal, writes it
-// all. Needs no privileges.
+// closed loopback port) journals every interval; kill -9 at a random moment
+// after its first failed flush; the next process, on the embedded store and
+// the same journal, writes it all. What may be lost is read from the
+// journal, not the clock: the visits answered after the time of its newest
+// batch (analytics.JournalNewest), which is at most the last interval.
+// Needs no privileges.
 func TestKill9DuringCassandraOutage(t *testing.T) {
 	t.Parallel()
 	up := redirector(t)
 	rng := seeded(t, 9)
 	for r := range rounds(t) {
 		dir := t.TempDir()
-		embedded := "  embedded: {path: " + filepath.Join(dir, "analytics") + "}\n"
-		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", testkit.DeadAddr(t), embedded)
+		journal := filepath.Join(dir, "journal")
+		local := fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n", filepath.Join(dir, "analytics"), journal)
+		down := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s]}\n%s", testkit.DeadAddr(t), local)
 		gw, _ := startGateway(t, analyticsGateway(up.URL, down))
 		v := visit(gw.url("gateway", ""))
+		testkit.Eventually(t, 20*time.Second, "a failed flush, journaled", func() bool { return gw.logs.Logged(flushFailed, nil) })
 		killed := killAtRandom(rng, gw, v)
+		newest, err := analytics.JournalNewest(journal)
+		if err != nil || newest.IsZero() {
+			t.Fatalf("round %d: the journal's newest batch after a failed flush: %v, %v", r, newest, err)
+		}
+		t.Logf("round %d: the journal's newest batch was made %v before the kill", r, killed.Sub(newest).Round(time.Millisecond))
 
-		recount(t, fmt.Sprintf("cassandra down, round %d", r), analyticsGateway(up.URL, "  store: embedded\n"+embedded), v, killed)
+		recount(t, fmt.Sprintf("cassandra down, round %d", r), analyticsGateway(up.URL, "  store: embedded\n"+local), v, newest)
 	}
 }
 
@@ -279,22 +290,17 @@ func killAtRandom(rng *rand.Rand, gw *process, v *visitor) (killed time.Time) {
 	return killed
 }
 
-// recount starts the next process on cfg after a kill -9 at killed,
-// waits until it counted what v sent before the interval the kill may
-// lose, and checks the loss and the breakdown.
-func recount(t *testing.T, what, cfg string, v *visitor, killed time.Time) {
+// recount starts the next process on cfg after a kill -9, waits until it
+// counted what v sent but the visits answered after mayLoseAfter (which
+// the kill may lose), and checks the loss and the breakdown.
+func recount(t *testing.T, what, cfg string, v *visitor, mayLoseAfter time.Time) {
 	t.Helper()
 	gw2, _ := startGateway(t, cfg)
-	sent, _ := v.sent(time.Time{})
-	counted := settle(t, gw2, sent-sentAfter(v, killed))
-	checkLoss(t, what, v, killed, counted)
+	sent, mayLose := v.sent(mayLoseAfter)
+	counted := settle(t, gw2, sent-mayLose)
+	checkLoss(t, what, v, mayLoseAfter, counted)
 	checkBreakdown(t, what, gw2, counted)
 	gw2.stop()
-}
-
-func sentAfter(v *visitor, killed time.Time) int {
-	_, n := v.sent(lastInterval(killed))
-	return n
 }
 
 // lastInterval is when the interval a kill at killed may lose began: an
@@ -347,7 +353,7 @@ func killDuringFullDisk(t *testing.T, rng *rand.Rand, what, cfg, disk string, fr
 		t.Errorf("%s: no failed flush logged: the full disk did not stop the store\n%s", what, gw.logs.String())
 	}
 	unfill()
-	recount(t, what, cfg, v, killed)
+	recount(t, what, cfg, v, lastInterval(killed))
 }
 
 // TestFullDiskSIGTERM: the volume of the embedded store and of its journal
@@ -452,6 +458,6 @@ func TestKill9StoreHealthy(t *testing.T) {
 		if gw.logs.Logged("analytics: flush failed; counts kept for a retry", nil) || len(segs) > 0 {
 			t.Errorf("round %d: a healthy store, yet a failed flush or journal segments %v", r, segs)
 		}
-		recount(t, fmt.Sprintf("store healthy, round %d", r), cfg, v, killed)
+		recount(t, fmt.Sprintf("store healthy, round %d", r), cfg, v, lastInterval(killed))
 	}
 }
