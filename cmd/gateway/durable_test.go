@@ -264,14 +264,22 @@ func TestKill9DuringCassandraOutage(t *testing.T) {
 		v := visit(gw.url("gateway", ""))
 		testkit.Eventually(t, 20*time.Second, "a failed flush, journaled", func() bool { return gw.logs.Logged(flushFailed, nil) })
 		killed := killAtRandom(rng, gw, v)
-		newest, err := analytics.JournalNewest(journal)
-		if err != nil || newest.IsZero() {
-			t.Fatalf("round %d: the journal's newest batch after a failed flush: %v, %v", r, newest, err)
-		}
-		t.Logf("round %d: the journal's newest batch was made %v before the kill", r, killed.Sub(newest).Round(time.Millisecond))
-
-		recount(t, fmt.Sprintf("cassandra down, round %d", r), analyticsGateway(up.URL, "  store: embedded\n"+local), v, newest)
+		what := fmt.Sprintf("cassandra down, round %d", r)
+		recount(t, what, analyticsGateway(up.URL, "  store: embedded\n"+local), v, journaledUpTo(t, what, journal, killed))
 	}
+}
+
+// journaledUpTo returns the time of the newest batch in the journal dir of
+// a gateway killed at killed (analytics.JournalNewest): every visit
+// answered before it is journaled or stored, and must be counted.
+func journaledUpTo(t *testing.T, what, dir string, killed time.Time) time.Time {
+	t.Helper()
+	newest, err := analytics.JournalNewest(dir)
+	if err != nil || newest.IsZero() {
+		t.Fatalf("%s: the journal's newest batch after a failed flush: %v, %v", what, newest, err)
+	}
+	t.Logf("%s: the journal's newest batch was made %v before the kill", what, killed.Sub(newest).Round(time.Millisecond))
+	return newest
 }
 
 // seeded returns a random source of a seed it logs, on stream.
@@ -332,17 +340,19 @@ func TestKill9DuringPebbleOutage(t *testing.T) {
 	rng := seeded(t, 11)
 	for r := range rounds(t) {
 		disk := testkit.Tmpfs(t, 256<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
+		journal := filepath.Join(t.TempDir(), "journal")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n  journal: {path: %s}\n",
-			filepath.Join(disk, "analytics"), filepath.Join(t.TempDir(), "journal")))
-		killDuringFullDisk(t, rng, fmt.Sprintf("pebble disk full, round %d", r), cfg, disk, 16<<20)
+			filepath.Join(disk, "analytics"), journal))
+		killDuringFullDisk(t, rng, fmt.Sprintf("pebble disk full, round %d", r), cfg, disk, journal, 16<<20)
 	}
 }
 
 // killDuringFullDisk starts a gateway on cfg, waits for its first flushes,
 // fills disk up to free bytes while visits come in, kills it with -9 at a
 // random moment, and gives the space back; the next process must count
-// what was sent (recount).
-func killDuringFullDisk(t *testing.T, rng *rand.Rand, what, cfg, disk string, free int64) {
+// what was sent before the newest batch of the journal in journal
+// (recount).
+func killDuringFullDisk(t *testing.T, rng *rand.Rand, what, cfg, disk, journal string, free int64) {
 	t.Helper()
 	gw, _ := startGateway(t, cfg)
 	v := visit(gw.url("gateway", ""))
@@ -353,7 +363,7 @@ func killDuringFullDisk(t *testing.T, rng *rand.Rand, what, cfg, disk string, fr
 		t.Errorf("%s: no failed flush logged: the full disk did not stop the store\n%s", what, gw.logs.String())
 	}
 	unfill()
-	recount(t, what, cfg, v, lastInterval(killed))
+	recount(t, what, cfg, v, journaledUpTo(t, what, journal, killed))
 }
 
 // TestFullDiskSIGTERM: the volume of the embedded store and of its journal
@@ -437,7 +447,7 @@ func TestKill9FullDiskDefaultLayout(t *testing.T) {
 	for r := range rounds(t) {
 		disk := testkit.Tmpfs(t, 64<<20, "TestKill9DuringCassandraOutage covers the journal without privileges")
 		cfg := analyticsGateway(up.URL, fmt.Sprintf("  embedded: {path: %s}\n", filepath.Join(disk, "analytics")))
-		killDuringFullDisk(t, rng, fmt.Sprintf("volume full, default layout, round %d", r), cfg, disk, 0)
+		killDuringFullDisk(t, rng, fmt.Sprintf("volume full, default layout, round %d", r), cfg, disk, filepath.Join(disk, "analytics-journal"), 0)
 	}
 }
 
