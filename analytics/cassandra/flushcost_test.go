@@ -33,30 +33,38 @@ import (
 // (10 s). On the node of CASSANDRA_HOSTS (RF 1) and on a cluster of three
 // (RF 3, LOCAL_QUORUM) it starts with CASSANDRA_SCRIPTS. A measurement,
 // not a check (minutes of a loaded machine): it runs only with
-// LINKGATE_MEASURE_FLUSH=1 (LINKGATE_MEASURE_LINKS to change the count).
-// With LINKGATE_MEASURE_NODE_PID, the process id of the node, it also logs
-// the CPU time the node and this process took in each flush: on a shared
-// machine the flush's duration follows the load, its CPU time much less.
+// LINKGATE_MEASURE_FLUSH=1 (LINKGATE_MEASURE_LINKS to change the count,
+// LINKGATE_MEASURE_FLUSHES the flushes, from 2). With
+// LINKGATE_MEASURE_NODE_PID, the process id of the node, it also logs the
+// CPU time the node (on the cluster, its three nodes) and this process
+// took in each flush: on a shared machine the flush's duration follows
+// the load, its CPU time much less.
 //
 //	LINKGATE_MEASURE_FLUSH=1 CASSANDRA_HOSTS=127.0.0.1:9042 go test ./analytics/cassandra -run TestMeasureFlushCost -v -timeout 1h
 func TestMeasureFlushCost(t *testing.T) {
 	if os.Getenv("LINKGATE_MEASURE_FLUSH") == "" {
 		t.Skip("a measurement of minutes: set LINKGATE_MEASURE_FLUSH=1 (and CASSANDRA_HOSTS, CASSANDRA_SCRIPTS)")
 	}
-	links := 100_000
+	links, flushes := 100_000, 3
 	if v := os.Getenv("LINKGATE_MEASURE_LINKS"); v != "" {
 		fmt.Sscan(v, &links)
 	}
+	if v := os.Getenv("LINKGATE_MEASURE_FLUSHES"); v != "" {
+		fmt.Sscan(v, &flushes)
+	}
 	t.Run("node", func(t *testing.T) {
-		measureFlush(t, testkit.CassandraHosts(t), 1, gocql.LocalQuorum, links)
+		measureFlush(t, testkit.CassandraHosts(t), 1, gocql.LocalQuorum, links, flushes, []string{os.Getenv("LINKGATE_MEASURE_NODE_PID")})
 	})
 	t.Run("cluster", func(t *testing.T) {
 		c := testkit.StartCassandraCluster(t, 3)
-		measureFlush(t, c.Hosts, 3, gocql.LocalQuorum, links)
+		pids := []string{fmt.Sprint(c.PID(1)), fmt.Sprint(c.PID(2)), fmt.Sprint(c.PID(3))}
+		measureFlush(t, c.Hosts, 3, gocql.LocalQuorum, links, flushes, pids)
 	})
 }
 
-func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, links int) {
+// measureFlush logs the cost of flushes of links on hosts; nodes are
+// the process ids of the nodes ("": not known).
+func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, links, flushes int, nodes []string) {
 	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_flush_cost")
 	var up, down atomic.Int64
 	proxies := map[string]string{}
@@ -97,7 +105,18 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 	u := visitor.NewUniques([]byte("a-secret-of-32-bytes-for-testing"))
 	rnd := rand.New(rand.NewPCG(1, 2))
 	refs := []string{"news.example", "direct", "t.co"}
-	for round := range 3 {
+	nodeCPU := func() float64 {
+		sum := 0.0
+		for _, pid := range nodes {
+			n := cpuSeconds(pid)
+			if n < 0 {
+				return -1
+			}
+			sum += n
+		}
+		return sum
+	}
+	for round := range max(flushes, 2) {
 		for i := range links {
 			key := fmt.Sprint("link", i)
 			fe := visitor.Features{refs[i%3], refs[i%3], "DE", "mobile", "Safari", "iOS"}
@@ -105,15 +124,14 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 			rec.RecordVisit(key, at, false, &fe, u.Hash(at, addr, "ua", key))
 		}
 		before, up0, down0 := s.Statements(), up.Load(), down.Load()
-		node0, self0 := cpuSeconds(os.Getenv("LINKGATE_MEASURE_NODE_PID")), cpuSeconds("self")
+		node0, self0 := nodeCPU(), cpuSeconds("self")
 		t0 := time.Now()
 		if err := f.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(t0)
 		if node0 >= 0 {
-			t.Logf("flush %d: the node took %.1f s of CPU, this process %.1f s", round+1,
-				cpuSeconds(os.Getenv("LINKGATE_MEASURE_NODE_PID"))-node0, cpuSeconds("self")-self0)
+			t.Logf("flush %d: the nodes took %.1f s of CPU, this process %.1f s", round+1, nodeCPU()-node0, cpuSeconds("self")-self0)
 		}
 		st := s.Statements()
 		kind := "steady"

@@ -160,6 +160,18 @@ func (c *CassandraCluster) run(script string, args ...string) string {
 // node failure.
 func (c *CassandraCluster) Kill(n int) {
 	c.t.Helper()
+	pid := c.PID(n)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d (pid %d) still runs 30 s after SIGKILL", n, pid)
+		}
+	}
+}
+
+// PID returns the process id of node n (from 1).
+func (c *CassandraCluster) PID(n int) int {
+	c.t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("n%d", n), "pid"))
 	if err != nil {
 		c.t.Fatal(err)
@@ -168,12 +180,7 @@ func (c *CassandraCluster) Kill(n int) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("node %d (pid %d) still runs 30 s after SIGKILL", n, pid)
-		}
-	}
+	return pid
 }
 
 // Start starts node n again and waits until it answers CQL (start waits
