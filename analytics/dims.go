@@ -141,28 +141,43 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 		st.bytes = 0
 		st.gen++
 	}
-	keys := make([]dimPendKey, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
+	type pend struct {
+		k dimPendKey
+		n int64
 	}
-	slices.SortFunc(keys, func(a, b dimPendKey) int {
-		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.dim, b.dim), cmp.Compare(a.day, b.day),
-			strings.Compare(a.value, b.value))
+	items := make([]pend, 0, len(p))
+	for k, n := range p {
+		items = append(items, pend{k, n})
+	}
+	slices.SortFunc(items, func(a, b pend) int {
+		return cmp.Or(strings.Compare(a.k.key, b.k.key), cmp.Compare(a.k.dim, b.k.dim), cmp.Compare(a.k.day, b.k.day),
+			strings.Compare(a.k.value, b.k.value))
 	})
-	type outKey struct {
-		dk    dimDayKey
-		value string
+	// Sorted, the values of a (link, day, dimension) come together, each
+	// once but Other (those past the cap, and Other itself): a DimCount
+	// each, whose cumulative count is read once its group is done.
+	out := make([]DimCount, 0, len(items))
+	var dd *dimDay
+	group, other := 0, -1 // where the group's DimCounts begin in out; its Other's (-1: none yet)
+	done := func() {
+		for i := group; i < len(out); i++ {
+			out[i].Cum, out[i].Gen = dd.vals[out[i].Value], dd.gen
+		}
 	}
-	agg := make(map[outKey]int64, len(keys))
-	order := make([]outKey, 0, len(keys))
-	for _, k := range keys {
-		dk := dimDayKey{k.key, k.day, k.dim}
-		dd := st.m[dk]
-		if dd == nil {
-			dd = &dimDay{gen: st.gen, vals: make(map[string]int64, 1)}
-			st.m[dk] = dd
-			st.bytes += int64(len(k.key)) + dimDayOverhead
-			st.oldest = min(st.oldest, k.day)
+	for i, it := range items {
+		k := it.k
+		if prev := items[max(i-1, 0)].k; i == 0 || k.key != prev.key || k.day != prev.day || k.dim != prev.dim {
+			if dd != nil {
+				done()
+			}
+			dk := dimDayKey{k.key, k.day, k.dim}
+			if dd = st.m[dk]; dd == nil {
+				dd = &dimDay{gen: st.gen, vals: make(map[string]int64, 1)}
+				st.m[dk] = dd
+				st.bytes += int64(len(k.key)) + dimDayOverhead
+				st.oldest = min(st.oldest, k.day)
+			}
+			group, other = len(out), -1
 		}
 		v := k.value
 		if _, ok := dd.vals[v]; !ok {
@@ -173,19 +188,17 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 				st.bytes += int64(len(v)) + dimValueOverhead
 			}
 		}
-		dd.vals[v] += p[k]
-		ok := outKey{dk, v}
-		if _, seen := agg[ok]; !seen {
-			order = append(order, ok)
+		dd.vals[v] += it.n
+		if v == visitor.Other {
+			if other >= 0 {
+				out[other].N += it.n
+				continue
+			}
+			other = len(out)
 		}
-		agg[ok] += p[k]
+		out = append(out, DimCount{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Dim: k.dim, Value: v, N: it.n})
 	}
-	out := make([]DimCount, 0, len(order))
-	for _, ok := range order {
-		dd := st.m[ok.dk]
-		out = append(out, DimCount{Key: ok.dk.key, Day: time.Unix(int64(ok.dk.day)*86400, 0).UTC(), Dim: ok.dk.dim,
-			Value: ok.value, N: agg[ok], Cum: dd.vals[ok.value], Gen: dd.gen})
-	}
+	done()
 	// Other sorts among the values, not where the cap put it.
 	slices.SortFunc(out, compareDims)
 	return out
