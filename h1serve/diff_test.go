@@ -496,6 +496,27 @@ func diffCases() []diffCase {
 			{send: diffGet(), methods: []string{"GET"}},
 			{send: post, methods: []string{"POST"}},
 			{send: diffGet(), methods: []string{"GET"}}}},
+		// The loop reuses a connection's header maps from request to
+		// request: what a handler does to its request's and its answer's
+		// must not reach the next request's.
+		{name: "pipeline/header-maps-per-request", via: "LLL", ex: []diffExchange{
+			{send: diffGet("X-A: 1\r\n", "X-A: 2\r\n", "Cookie: c=1\r\n"), methods: []string{"GET"}},
+			{send: diffGet("X-B: b\r\n"), methods: []string{"GET"}},
+			{send: diffGet("X-A: 3\r\n", "X-B: b\r\n"), methods: []string{"GET"}}},
+			handler: func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+				note("header seen: %v", r.Header)
+				r.Header.Add("X-A", "added")
+				if v := r.Header["X-B"]; len(v) > 0 {
+					v[0] = "changed"
+				}
+				r.Header.Del("Cookie")
+				w.Header().Add("X-Seen", fmt.Sprint(r.Header["X-A"]))
+				if r.Header.Get("Cookie") == "" && len(r.Header["X-A"]) == 3 {
+					w.Header().Set("X-First", "only")
+				}
+				note("header after: %v", r.Header)
+				diffWrite(w, note, "ok")
+			}},
 		diffReqCase("size/head-4096", diffPadHead(4096), "L"),
 		diffReqCase("size/head-4097", diffPadHead(4097), "N"),
 
