@@ -60,13 +60,18 @@ type conn struct {
 	// another may have been set since (setReadDeadline).
 	idleUntil atomic.Int64
 
-	wdlSet  bool     // the handler set a write deadline (http.ResponseController)
-	seen    []string // intern's strings: Host, the target, the other fields' values
-	head    []byte   // a response's head, reused
-	staged  []byte   // a response's body before its head is written, reused
-	date    []byte   // the Date value, formatted once a second
-	dateSec int64
-	scratch [256]byte // a chunk's size line, or the fields commit adds
+	wdlSet bool     // the handler set a write deadline (http.ResponseController)
+	seen   []string // intern's strings: Host, the target, the other fields' values
+	// The header maps of a request and of its answer, and the request's
+	// values, reused from request to request (cleared before each):
+	// nothing of a request outlives its handler.
+	reqHdr, respHdr http.Header
+	vals            []string
+	head            []byte // a response's head, reused
+	staged          []byte // a response's body before its head is written, reused
+	date            []byte // the Date value, formatted once a second
+	dateSec         int64
+	scratch         [256]byte // a chunk's size line, or the fields commit adds
 }
 
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
@@ -263,7 +268,13 @@ func (c *conn) parse(head []byte, r *http.Request) bool {
 	default:
 		return false
 	}
-	h := make(http.Header, 8)
+	h := c.reqHdr
+	if len(h) > maxReusedFields || h == nil {
+		h = make(http.Header, 8)
+		c.reqHdr = h
+	}
+	clear(h)
+	vals := c.vals[:0]
 	host := ""
 	hosts, i := 0, 2 // i: intern's position of the next field not Host (0: Host, 1: the target)
 	for len(rest) > 2 {
@@ -282,9 +293,18 @@ func (c *conn) parse(head []byte, r *http.Request) bool {
 			host = c.intern(0, value)
 			continue
 		}
-		h[key] = append(h[key], c.intern(i, value))
+		v := c.intern(i, value)
+		if cur, ok := h[key]; ok {
+			h[key] = append(cur, v)
+		} else {
+			// Each name's values a slice of vals of their own, capped: an
+			// append copies them rather than writing over the next one.
+			vals = append(vals, v)
+			h[key] = vals[len(vals)-1 : len(vals) : len(vals)]
+		}
 		i++
 	}
+	c.vals = vals
 	if hosts != 1 || !httpguts.ValidHostHeader(host) {
 		return false
 	}
@@ -308,6 +328,10 @@ func (c *conn) parse(head []byte, r *http.Request) bool {
 
 var crlf = []byte("\r\n")
 
+// maxReusedFields bounds the header map a connection keeps for its next
+// request: clearing a map costs as much as the most it ever held.
+const maxReusedFields = 32
+
 // intern returns b as a string: the one of the connection's previous
 // request at the same position when equal, as a client sends the same
 // Host and most of the same fields on every request of a connection.
@@ -330,7 +354,11 @@ func (c *conn) intern(i int, b []byte) string {
 func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 	x := &exchange{ctx: reqContext{Context: c.ctx}}
 	r := parsed.WithContext(&x.ctx)
-	x.w = response{c: c, hdr: make(http.Header), contentLength: -1, isHEAD: r.Method == http.MethodHead,
+	if len(c.respHdr) > maxReusedFields || c.respHdr == nil {
+		c.respHdr = make(http.Header)
+	}
+	clear(c.respHdr)
+	x.w = response{c: c, hdr: c.respHdr, contentLength: -1, isHEAD: r.Method == http.MethodHead,
 		wantsClose: r.Close || hasToken(header.First(r.Header, "Connection"), "close"), staged: c.staged[:0]}
 	w := &x.w
 	if c.ctxEnd { // as a context derived from the connection's
