@@ -1,21 +1,18 @@
 package proxy_test
 
 import (
-	"bufio"
-	"bytes"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/ongoing"
 	"github.com/linkgate/linkgate/proxy"
 )
@@ -55,12 +52,12 @@ func benchGet(b *testing.B, url string) {
 	defer c.CloseIdleConnections()
 	b.SetParallelism(8) // 8 clients per core
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := testkit.ProcessCPU()
 	b.ResetTimer()
 	defer func() {
 		// CPU time per request (client, proxy and upstream together) is
 		// steadier than ns/op on a machine shared with other work.
-		b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(testkit.ProcessCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	}()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -77,13 +74,6 @@ func benchGet(b *testing.B, url string) {
 			}
 		}
 	})
-}
-
-// cpuTime is the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkDirect(b *testing.B) {
@@ -117,12 +107,11 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 
 // BenchmarkLoop is the gateway's plain path without its middlewares: a
 // redirect relayed by a Proxy under h1serve's loop (through an
-// ongoing.Recorder, as the gateway wraps every answer), from 16
-// keep-alive connections, to an upstream on loopback that answers from a
-// canned response and allocates nothing. Allocations are the loop's and
-// the proxy's.
+// ongoing.Recorder, as the gateway wraps every answer), from keep-alive
+// connections, to an upstream that allocates nothing. Allocations are
+// the loop's and the proxy's, and the client's http.ReadResponse (7).
 func BenchmarkLoop(b *testing.B) {
-	p := proxy.New(plan(b, config(cannedUpstream(b))), proxy.NewMetrics(prometheus.NewRegistry()), nil)
+	p := proxy.New(plan(b, config(testkit.CannedUpstream(b))), proxy.NewMetrics(prometheus.NewRegistry()), nil)
 	defer p.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -133,81 +122,5 @@ func BenchmarkLoop(b *testing.B) {
 		p.ServeHTTP(ongoing.StatusWriter(w), r)
 	})}
 	go h1serve.New(srv).Serve(l)
-	req := []byte("GET /abc123 HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench/1.0\r\nAccept: */*\r\n\r\n")
-	b.SetParallelism(8) // 16 connections on 2 cores
-	b.ReportAllocs()
-	cpu0 := cpuTime()
-	b.ResetTimer()
-	defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode != http.StatusFound {
-				b.Errorf("status %d", resp.StatusCode)
-				return
-			}
-		}
-	})
-}
-
-// cannedUpstream answers every request on loopback with a redirect (200
-// to health checks) written from a constant, reading requests line by
-// line: an upstream that costs the benchmark next to nothing. It returns
-// its URL.
-func cannedUpstream(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	redirect := []byte("HTTP/1.1 302 Found\r\nLocation: https://example.com/some/long/url\r\nContent-Length: 0\r\n\r\n")
-	ok := []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					resp := redirect
-					if bytes.HasPrefix(line, []byte("GET /healthz ")) {
-						resp = ok
-					}
-					for { // the rest of the head; GETs have no body
-						l, err := br.ReadSlice('\n')
-						if err != nil || len(bytes.TrimRight(l, "\r\n")) == 0 {
-							break
-						}
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
+	testkit.BenchKeepAlive(b, l.Addr().String(), "GET /abc123 HTTP/1.1\r\nHost: bench\r\nUser-Agent: bench/1.0\r\nAccept: */*\r\n\r\n", http.StatusFound)
 }
