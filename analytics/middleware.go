@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/linkgate/linkgate/internal/header"
 	"github.com/linkgate/linkgate/ja4"
@@ -68,7 +67,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			if status == ongoing.StatusClientClosed || status >= len(count) || !count[status] {
 				return
 			}
-			now := time.Now()
+			now := ongoing.Start(r.Context()) // the visit's time: when it began
 			tenant := ""
 			if tenants != nil {
 				tenant = tenants.Of(r.Host)

@@ -77,7 +77,7 @@ func (m *metrics) middleware(access *accessLog) func(http.Handler) http.Handler 
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
+			start := ongoing.Start(r.Context())
 			ww := ongoing.StatusWriter(w)
 			var rec *accessRecord
 			if access != nil {

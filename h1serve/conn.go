@@ -67,10 +67,8 @@ type conn struct {
 	// nothing of a request outlives its handler.
 	reqHdr, respHdr http.Header
 	vals            []string
-	head            []byte // a response's head, reused
-	staged          []byte // a response's body before its head is written, reused
-	date            []byte // the Date value, formatted once a second
-	dateSec         int64
+	head            []byte    // a response's head, reused
+	staged          []byte    // a response's body before its head is written, reused
 	scratch         [256]byte // a chunk's size line, or the fields commit adds
 }
 
@@ -352,7 +350,7 @@ func (c *conn) intern(i int, b []byte) string {
 // serveRequest runs the handler on r and finishes its answer; false when
 // the connection is to close.
 func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
-	x := &exchange{ctx: reqContext{Context: c.ctx}}
+	x := &exchange{ctx: reqContext{Context: c.ctx, start: time.Now()}}
 	r := parsed.WithContext(&x.ctx)
 	if len(c.respHdr) > maxReusedFields || c.respHdr == nil {
 		c.respHdr = make(http.Header)
@@ -460,14 +458,4 @@ func (c *conn) watch() {
 	c.watching = false
 	c.wcond.Broadcast()
 	c.wmu.Unlock()
-}
-
-// dateValue returns the Date field's value for now.
-func (c *conn) dateValue() []byte {
-	now := time.Now()
-	if sec := now.Unix(); sec != c.dateSec || c.date == nil {
-		c.dateSec = sec
-		c.date = now.UTC().AppendFormat(c.date[:0], http.TimeFormat)
-	}
-	return c.date
 }

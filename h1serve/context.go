@@ -5,6 +5,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // reqContext is the context of a request the loop serves: the
@@ -18,6 +21,8 @@ import (
 // type of its own (no goroutine either).
 type reqContext struct {
 	context.Context // the connection's
+
+	start time.Time // when the request began (ongoing.StartKey)
 
 	ended atomic.Bool
 	done  atomic.Value // chan struct{}, made by Done
@@ -42,6 +47,15 @@ func (x *reqContext) Done() <-chan struct{} {
 		x.done.Store(d)
 	}
 	return d
+}
+
+// Value holds the request's start under ongoing.StartKey, and the
+// connection's values.
+func (x *reqContext) Value(key any) any {
+	if _, ok := key.(ongoing.StartKey); ok {
+		return &x.start
+	}
+	return x.Context.Value(key)
 }
 
 func (x *reqContext) Err() error {

@@ -262,7 +262,7 @@ func (w *response) commit(first []byte) {
 	b := w.c.scratch[:0]
 	if !w.hasDate {
 		b = append(b, "Date: "...)
-		b = append(b, w.c.dateValue()...)
+		b = append(b, dates.value()...)
 		b = append(b, crlf...)
 	}
 	hasCL := w.contentLength != -1

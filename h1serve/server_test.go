@@ -16,6 +16,7 @@ import (
 
 	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // serve starts an h1serve.Server on a loopback port; srv's Handler and
@@ -430,4 +431,72 @@ func TestHandOverWrapsWhatNetHTTPReads(t *testing.T) {
 			t.Fatalf("ConnContext %d saw the wrapper: %v, want %v", i, got, want)
 		}
 	}
+}
+
+// TestRequestStart: a request the loop serves carries when it began
+// (ongoing.Start), one read of the clock the layers share: the same in
+// the request's context and in a context derived from it, before the
+// handler ran, after the one of the connection's request before.
+func TestRequestStart(t *testing.T) {
+	type seen struct{ start, again, derived, handler time.Time }
+	got := make(chan seen, 2)
+	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var s seen
+		s.handler = time.Now()
+		s.start = ongoing.Start(r.Context())
+		s.again = ongoing.Start(r.Context())
+		type key struct{}
+		s.derived = ongoing.Start(context.WithValue(r.Context(), key{}, 1))
+		got <- s
+	})})
+	c, br := dial(t, addr)
+	var last time.Time
+	for i := range 2 {
+		if _, err := io.WriteString(c, get); err != nil {
+			t.Fatal(err)
+		}
+		readResponse(t, c, br)
+		s := <-got
+		if !s.again.Equal(s.start) || !s.derived.Equal(s.start) {
+			t.Errorf("request %d: Start %v, again %v, in a derived context %v; want one time", i, s.start, s.again, s.derived)
+		}
+		if s.start.After(s.handler) || !s.start.After(last) {
+			t.Errorf("request %d: Start %v, want before the handler's %v and after the request before's %v", i, s.start, s.handler, last)
+		}
+		last = s.start
+	}
+}
+
+// TestDateFollowsTheClock: the Date of an answer is the second it is
+// written in (the loop formats it once a second; the timer that drops
+// it may fire late on a busy machine, by Slack's stretch at most), and
+// it moves on as the seconds pass.
+func TestDateFollowsTheClock(t *testing.T) {
+	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
+	c, br := dial(t, addr)
+	lag := testkit.Slack(500 * time.Millisecond)
+	var first time.Time
+	deadline := time.Now().Add(testkit.Slack(5 * time.Second))
+	for time.Now().Before(deadline) {
+		before := time.Now()
+		if _, err := io.WriteString(c, get); err != nil {
+			t.Fatal(err)
+		}
+		resp, _ := readResponse(t, c, br)
+		after := time.Now()
+		d, err := http.ParseTime(resp.Header.Get("Date"))
+		if err != nil {
+			t.Fatalf("Date %q: %v", resp.Header.Get("Date"), err)
+		}
+		if d.Before(before.Add(-lag).Truncate(time.Second)) || d.After(after) {
+			t.Fatalf("Date %v of an answer written between %v and %v", d, before, after)
+		}
+		if first.IsZero() {
+			first = d
+		} else if d.After(first) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // the pace of requests, not a wait for an event
+	}
+	t.Errorf("Date still %v after %v", first, testkit.Slack(5*time.Second))
 }

@@ -3,11 +3,13 @@ package limit
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/linkgate/linkgate/ongoing"
 	"github.com/linkgate/linkgate/route"
 )
 
@@ -23,6 +25,7 @@ type Limiter struct {
 	id       *identifier
 	failOpen bool
 	now      func() time.Time
+	clockSet bool // now is WithClock's
 }
 
 // rule is a compiled Rule: what requests it matches and how it answers
@@ -84,8 +87,17 @@ func windowName(w time.Duration) string {
 
 // WithClock makes l read the time from now (tests). Call before use.
 func (l *Limiter) WithClock(now func() time.Time) *Limiter {
-	l.now = now
+	l.now, l.clockSet = now, true
 	return l
+}
+
+// requestTime is the time l decides r at: when r began, as its server
+// read the clock (ongoing.Start), unless l has a clock of its own.
+func (l *Limiter) requestTime(r *http.Request) time.Time {
+	if l.clockSet {
+		return l.now()
+	}
+	return ongoing.Start(r.Context())
 }
 
 // WithUserSource makes user rules read the user from src instead of the

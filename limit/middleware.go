@@ -70,7 +70,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		now := l.now()
+		now := l.requestTime(r)
 		// Not the request's context: a client that leaves must not cut
 		// the count short (the stores read no values from it).
 		ctx := context.Background()
