@@ -18,7 +18,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/ongoing"
 	"github.com/linkgate/linkgate/proxy"
 )
 
@@ -32,15 +34,20 @@ import (
 
 // clients are the ways a Proxy sends requests upstream: the own client
 // over TCP and over TLS (through tlsRelay, in front of the same upstream),
-// and httputil.ReverseProxy over http.Transport.
+// and httputil.ReverseProxy over http.Transport; all under net/http's
+// server, and the own client under h1serve's loop too (loop), through an
+// ongoing.Recorder as in the gateway, where it relays a response head
+// without a header map.
 var clients = []struct {
-	name string
-	new  func(*proxy.Plan, *proxy.Metrics) *proxy.Proxy
-	tls  bool
+	name      string
+	new       func(*proxy.Plan, *proxy.Metrics) *proxy.Proxy
+	tls, loop bool
 }{
-	{"stdlib", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.NewStdlib(p, m, nil) }, false},
-	{"own", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, false},
-	{"own-tls", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, true},
+	{"stdlib", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.NewStdlib(p, m, nil) }, false, false},
+	{"own", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, false, false},
+	{"own-tls", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, true, false},
+	{"own-loop", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, false, true},
+	{"own-loop-tls", func(p *proxy.Plan, m *proxy.Metrics) *proxy.Proxy { return proxy.New(p, m, nil) }, true, true},
 }
 
 // rawUpstream is a loopback server that reads each request with
@@ -57,14 +64,28 @@ func newRawUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader, req *
 	return &rawUpstream{addr: addr, conns: conns}
 }
 
-// frontFor serves a Proxy built by newProxy on loopback.
-func frontFor(t *testing.T, newProxy func(*proxy.Plan, *proxy.Metrics) *proxy.Proxy, cfg proxy.Config) (*proxy.Proxy, *httptest.Server) {
+// frontFor serves a Proxy built by newProxy on loopback, with net/http's
+// server or, with loop, h1serve's, and returns the Proxy and the front's
+// URL.
+func frontFor(t *testing.T, newProxy func(*proxy.Plan, *proxy.Metrics) *proxy.Proxy, cfg proxy.Config, loop bool) (*proxy.Proxy, string) {
 	t.Helper()
 	p := newProxy(plan(t, cfg, "127.0.0.1"), proxy.NewMetrics(prometheus.NewRegistry()))
 	t.Cleanup(p.Close)
-	front := httptest.NewServer(p)
-	t.Cleanup(front.Close)
-	return p, front
+	if !loop {
+		front := httptest.NewServer(p)
+		t.Cleanup(front.Close)
+		return p, front.URL
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.ServeHTTP(ongoing.StatusWriter(w), r)
+	})})
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	return p, "http://" + l.Addr().String()
 }
 
 // rawDo writes req to addr on a new connection and reads one response,
@@ -117,11 +138,11 @@ func TestH1Conformance(t *testing.T) {
 					if tc.cfg != nil {
 						tc.cfg(&cfg)
 					}
-					p, front := frontFor(t, cl.new, cfg)
+					p, front := frontFor(t, cl.new, cfg, cl.loop)
 					if cl.name != "stdlib" && !p.OwnClient() {
 						t.Fatal("the proxy does not use its own client")
 					}
-					got[cl.name] = tc.run(t, front.URL, p)
+					got[cl.name] = tc.run(t, front, p)
 					want := tc.want
 					if cl.name == "stdlib" && tc.stdlib != "" {
 						want = tc.stdlib
@@ -131,7 +152,7 @@ func TestH1Conformance(t *testing.T) {
 					}
 				})
 			}
-			for _, own := range []string{"own", "own-tls"} {
+			for _, own := range []string{"own", "own-tls", "own-loop", "own-loop-tls"} {
 				if got["stdlib"] != got[own] && tc.stdlib == "" {
 					t.Errorf("the clients disagree:\nstdlib %s\n%-6s %s", got["stdlib"], own, got[own])
 				}
