@@ -65,6 +65,7 @@ func CannedUpstream(tb testing.TB) string {
 // Besides ns/op it reports cpu-ns/op, the process's CPU time per request
 // (client and servers together), steadier than ns/op on a shared machine.
 func BenchKeepAlive(b *testing.B, addr, req string, status int) {
+	raw := []byte(req)
 	b.SetParallelism(8)
 	b.ReportAllocs()
 	cpu0 := ProcessCPU()
@@ -79,7 +80,7 @@ func BenchKeepAlive(b *testing.B, addr, req string, status int) {
 		defer c.Close()
 		br := bufio.NewReader(c)
 		for pb.Next() {
-			if _, err := io.WriteString(c, req); err != nil {
+			if _, err := c.Write(raw); err != nil {
 				b.Error(err)
 				return
 			}
