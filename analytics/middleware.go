@@ -107,7 +107,7 @@ func NewTenantMiddleware(p *Plan, rec *Recorder, tenants Tenants) func(http.Hand
 			if bots != BotsCount {
 				f[visitor.Class], f[visitor.Reason] = class.String(), reason.String()
 			}
-			f[visitor.Destination] = visitor.DestinationOf(ww.Header().Get("Location"))
+			f[visitor.Destination] = visitor.DestinationOf(ww.HeadField("Location"))
 			rec.RecordTenantVisit(tenant, key, now, class, &f, u)
 		})
 	}

@@ -67,9 +67,10 @@ type conn struct {
 	// nothing of a request outlives its handler.
 	reqHdr, respHdr http.Header
 	vals            []string
-	head            []byte    // a response's head, reused
-	staged          []byte    // a response's body before its head is written, reused
-	scratch         [256]byte // a chunk's size line, or the fields commit adds
+	relayed         []h1wire.Field // an answer's relayed fields (response.relayed)
+	head            []byte         // a response's head, reused
+	staged          []byte         // a response's body before its head is written, reused
+	scratch         [256]byte      // a chunk's size line, or the fields commit adds
 }
 
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {

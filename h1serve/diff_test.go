@@ -33,7 +33,9 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/h1wire"
 	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // The waits below are an idle machine's; each is stretched by the
@@ -441,6 +443,83 @@ func diffWrite(w http.ResponseWriter, note func(string, ...any), s string) {
 	}
 }
 
+// diffRelay writes a head of status code with the fields of nv (name,
+// value, name, value...) after the header map's: as a list to a writer
+// that takes one (the loop's, through an ongoing.Recorder as in the
+// gateway), else into the map (net/http's), so that the two must answer
+// alike.
+func diffRelay(w http.ResponseWriter, code int, nv ...string) {
+	var fs []h1wire.Field
+	for i := 0; i+1 < len(nv); i += 2 {
+		fs = append(fs, h1wire.Field{Name: nv[i], Value: nv[i+1]})
+	}
+	if fw, ok := ongoing.AsFieldWriter(ongoing.StatusWriter(w)); ok {
+		fw.WriteHeaderFields(code, fs)
+		return
+	}
+	h := w.Header()
+	for _, f := range fs {
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	w.WriteHeader(code)
+	if code < 200 { // an interim head's fields are its own, as the proxy passes it on
+		for _, f := range fs {
+			delete(h, f.Name)
+		}
+	}
+}
+
+// diffRelayCases are heads relayed as lists of fields (diffRelay).
+func diffRelayCases(body5000 string) []diffCase {
+	return []diffCase{
+		diffRespCase("relay/with-the-map", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			w.Header().Set("Cache-Control", "no-store")
+			diffRelay(w, http.StatusFound, "Location", "https://example.com/x", "Cache-Control", "private", "Content-Length", "2")
+			diffWrite(w, note, "ok")
+		}),
+		diffRespCase("relay/date-type-encoding", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			diffRelay(w, http.StatusOK, "Date", "Mon, 02 Jan 2006 15:04:05 GMT", "Content-Type", "text/x-a", "Content-Encoding", "gzip")
+			diffWrite(w, note, "abc")
+		}),
+		diffRespCase("relay/empty-in-the-map", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			w.Header()["Content-Encoding"] = nil
+			w.Header()["X-E"] = []string{}
+			diffRelay(w, http.StatusOK, "Content-Encoding", "gzip", "X-E", "e")
+			diffWrite(w, note, "abc")
+		}),
+		diffRespCase("relay/chunked", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			diffRelay(w, http.StatusOK, "X-A", "1", "X-A", "2")
+			diffWrite(w, note, body5000)
+		}),
+		diffRespCase("relay/connection-close", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			diffRelay(w, http.StatusOK, "Connection", "close", "Transfer-Encoding", "identity")
+			diffWrite(w, note, "abc")
+		}),
+		diffRespCase("relay/invalid-length", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			diffRelay(w, http.StatusOK, "Content-Length", "x1")
+			diffWrite(w, note, "abc")
+		}),
+		diffRespCase("relay/304", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			diffRelay(w, http.StatusNotModified, "Content-Type", "text/x-a", "Content-Length", "10", "Etag", `"e"`)
+		}),
+		diffRespCase("relay/103-then-200", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			diffRelay(w, http.StatusEarlyHints, "Link", "</a.css>; rel=preload")
+			diffRelay(w, http.StatusOK, "X-B", "b")
+			diffWrite(w, note, "abc")
+		}),
+		diffRespCase("relay/trailer", func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+			w.Header().Set("Trailer", "X-T")
+			diffRelay(w, http.StatusOK, "Content-Type", "text/plain")
+			diffWrite(w, note, "abc")
+			w.Header().Set("X-T", "t")
+		}),
+		{name: "relay/head", via: "L", ex: oneExchange(diffHead()),
+			handler: func(w http.ResponseWriter, r *http.Request, note func(string, ...any)) {
+				diffRelay(w, http.StatusOK, "Content-Length", "5000", "Content-Type", "text/plain")
+			}},
+	}
+}
+
 var diffDefaultMuxOnce sync.Once
 
 type diffOnlyReader struct{ io.Reader }
@@ -449,7 +528,7 @@ func diffCases() []diffCase {
 	body5000 := strings.Repeat("0123456789", 500)
 	pngMagic := "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 	post := "POST /p HTTP/1.1\r\n" + diffHost + "Content-Length: 5\r\n\r\nhello"
-	return []diffCase{
+	cases := []diffCase{
 		// Requests the loop takes.
 		diffReqCase("get/plain", diffGet(), "L"),
 		diffReqCase("get/path-query-escapes", "GET /a/b%20c/d%2Fe/%E2%82%AC?x=1&y=%41&z=a+b&e=&%zz HTTP/1.1\r\n"+diffHost+"\r\n", "L"),
@@ -942,6 +1021,7 @@ func diffCases() []diffCase {
 				s.Handler = nil
 			}},
 	}
+	return append(cases, diffRelayCases(body5000)...)
 }
 
 // ---------------------------------------------------------------------

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/linkgate/linkgate/h1wire"
-	"github.com/linkgate/linkgate/internal/header"
 )
 
 // bufferBeforeChunking is how much of a body is held before its head is
@@ -29,6 +28,9 @@ var lastChunk = []byte(h1wire.LastChunk) // before the trailers and the final CR
 type response struct {
 	c   *conn
 	hdr http.Header
+	// relayed are the fields WriteHeaderFields took, written after hdr's:
+	// a copy in the connection's scratch.
+	relayed []h1wire.Field
 
 	wroteHeader   bool  // the final status is set and the head built
 	committed     bool  // the head is in the connection's buffer
@@ -50,6 +52,42 @@ type response struct {
 }
 
 func (w *response) Header() http.Header { return w.hdr }
+
+// WriteHeaderFields is WriteHeader for a head of the header map's fields
+// and then fields (ongoing.FieldWriter): a relayed head's, written as they
+// came, with no header map between. A 101's go into the map, where the
+// protocol switch is read.
+func (w *response) WriteHeaderFields(code int, fields []h1wire.Field) {
+	if code == http.StatusSwitchingProtocols {
+		for _, f := range fields {
+			w.hdr[f.Name] = append(w.hdr[f.Name], f.Value)
+		}
+		w.WriteHeader(code)
+		return
+	}
+	if !w.done && !w.wroteHeader {
+		w.relayed = append(w.c.relayed[:0], fields...)
+		w.c.relayed = w.relayed[:0]
+	}
+	w.WriteHeader(code)
+	if code < 200 {
+		w.relayed = nil // an interim head's
+	}
+}
+
+// HeadField is the first value of the named field of the head: the
+// header map's, else the relayed fields'.
+func (w *response) HeadField(name string) string {
+	if v := w.hdr[name]; len(v) > 0 {
+		return v[0]
+	}
+	for _, f := range w.relayed {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
 
 // WriteHeader sends a 1xx at once; a final status fixes the head's
 // fields (later changes to the header map are not sent, as in net/http).
@@ -89,7 +127,7 @@ func (w *response) WriteHeader(code int) {
 // and the trailers declared.
 func (w *response) readFields() (te, connection string, invalidCL bool) {
 	h := w.hdr
-	if cl := header.First(h, "Content-Length"); cl != "" {
+	if cl := w.HeadField("Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.contentLength = v
 		} else {
@@ -98,39 +136,74 @@ func (w *response) readFields() (te, connection string, invalidCL bool) {
 		}
 	}
 	for k, vs := range h {
-		first := ""
-		if len(vs) > 0 {
-			first = vs[0]
+		if len(vs) == 0 {
+			if k == "Trailer" {
+				continue // declares nothing
+			}
+			vs = noValue
 		}
-		switch k {
-		case "Transfer-Encoding":
-			te = first
-		case "Content-Length":
-			w.hasCLField = true
-		case "Content-Type":
-			w.haveType = true
-		case "Content-Encoding":
-			w.hasCE = first != ""
-		case "Date":
-			w.hasDate = true
-		case "Connection":
-			connection = first
-		case "Trailer":
-			for _, v := range vs {
-				w.trailers = true
-				for f := range strings.SplitSeq(v, ",") {
-					if k := http.CanonicalHeaderKey(strings.TrimSpace(f)); k != "" && httpguts.ValidTrailerHeader(k) {
-						w.trailerKeys = append(w.trailerKeys, k)
-					}
-				}
-			}
-		default:
-			if strings.HasPrefix(k, http.TrailerPrefix) {
-				w.trailers = true
-			}
+		for i, v := range vs {
+			w.noteField(k, v, i == 0, &te, &connection)
 		}
 	}
+	for i, f := range w.relayed {
+		first := true
+		switch f.Name {
+		case "Transfer-Encoding", "Content-Encoding", "Connection":
+			first = len(h[f.Name]) == 0 && !seen(w.relayed[:i], f.Name)
+		}
+		w.noteField(f.Name, f.Value, first, &te, &connection)
+	}
 	return te, connection, invalidCL
+}
+
+// noValue stands for the values of a name the header map holds without
+// any: one empty value, as net/http reads it.
+var noValue = []string{""}
+
+// noteField notes what the head depends on of one field, k: v, first
+// telling whether v is k's first value (which net/http reads of most).
+func (w *response) noteField(k, v string, first bool, te, connection *string) {
+	switch k {
+	case "Transfer-Encoding":
+		if first {
+			*te = v
+		}
+	case "Content-Length":
+		w.hasCLField = true
+	case "Content-Type":
+		w.haveType = true
+	case "Content-Encoding":
+		if first {
+			w.hasCE = v != ""
+		}
+	case "Date":
+		w.hasDate = true
+	case "Connection":
+		if first {
+			*connection = v
+		}
+	case "Trailer":
+		w.trailers = true
+		for f := range strings.SplitSeq(v, ",") {
+			if k := http.CanonicalHeaderKey(strings.TrimSpace(f)); k != "" && httpguts.ValidTrailerHeader(k) {
+				w.trailerKeys = append(w.trailerKeys, k)
+			}
+		}
+	default:
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			w.trailers = true
+		}
+	}
+}
+
+func seen(fs []h1wire.Field, name string) bool {
+	for _, f := range fs {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // buildHead decides, as net/http's chunkWriter.writeHeader does, which
@@ -179,9 +252,9 @@ func (w *response) buildHead(te, connection string) {
 	w.te, w.dropConn = te, dropConn
 }
 
-// appendFields appends the handler's fields but those skip names, as
-// http.Header.WriteSubset does: invalid names dropped, values as
-// h1wire.AppendValue writes them.
+// appendFields appends the handler's fields (the header map's, then the
+// relayed ones) but those skip names, as http.Header.WriteSubset does:
+// invalid names dropped, values as h1wire.AppendValue writes them.
 func (w *response) appendFields(b []byte, skip func(string) bool) []byte {
 	for k, vs := range w.hdr {
 		if skip(k) || !httpguts.ValidHeaderFieldName(k) {
@@ -189,6 +262,11 @@ func (w *response) appendFields(b []byte, skip func(string) bool) []byte {
 		}
 		for _, v := range vs {
 			b = h1wire.AppendField(b, k, v)
+		}
+	}
+	for _, f := range w.relayed {
+		if !skip(f.Name) && httpguts.ValidHeaderFieldName(f.Name) {
+			b = h1wire.AppendField(b, f.Name, f.Value)
 		}
 	}
 	return b

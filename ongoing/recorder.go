@@ -37,14 +37,23 @@ type Recorder struct {
 // WriteHeader passes an interim (1xx) status on, and the first final one;
 // a later one is superfluous, as net/http ignores it too.
 func (w *Recorder) WriteHeader(code int) {
-	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+	if w.passes(code) {
 		w.ResponseWriter.WriteHeader(code)
-		return
+	}
+}
+
+// passes reports whether a head of status code goes on to the writer
+// underneath: an interim one does, and the first final one, which it
+// records.
+func (w *Recorder) passes(code int) bool {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		return true
 	}
 	if w.status == 0 {
 		w.status = code
-		w.ResponseWriter.WriteHeader(code)
+		return true
 	}
+	return false
 }
 
 func (w *Recorder) Write(b []byte) (int, error) {

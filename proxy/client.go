@@ -43,6 +43,7 @@ import (
 type h1State struct {
 	head  []byte            // the request head, written in one write
 	hr    h1wire.HeadReader // the response head's fields
+	kept  []h1wire.Field    // those relayed (endToEnd)
 	tried []*target         // targets a retry skips
 
 	conn   atomic.Pointer[h1Conn] // the connection ctx's cancellation aborts
@@ -71,6 +72,8 @@ func (st *h1State) release() {
 		return
 	}
 	st.hr.Reset()
+	clear(st.kept)
+	st.kept = st.kept[:0]
 	st.drain.Store(false)
 	clear(st.tried)
 	st.tried = st.tried[:0]

@@ -11,28 +11,74 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/linkgate/linkgate/h1wire"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
-// copyFields adds the response's end-to-end fields to hdr: all but the
-// hop-by-hop ones and those its Connection fields list (RFC 9110 section
-// 7.6.1), and Content-Length only when it frames the body. Values share
-// one slice, allocated once.
-func (st *h1State) copyFields(hdr http.Header, h *h1wire.Response) {
-	var listed []string
-	for _, f := range st.hr.Fields {
-		if f.Name == "Connection" {
-			listed = append(listed, f.Value)
+// writeHead writes the final head of the response h: its end-to-end
+// fields as a list to a writer that takes one (ongoing.FieldWriter: the
+// gateway's HTTP/1 loop), else through the header map. It reports whether
+// the answer is an event stream.
+func (x *trip) writeHead(h *h1wire.Response) (eventStream bool) {
+	if h.Chunked && len(h.Trailers) > 0 {
+		hdr := x.w.Header()
+		hdr["Trailer"] = append(hdr["Trailer"], strings.Join(h.Trailers, ", "))
+	}
+	if fw, ok := ongoing.AsFieldWriter(x.w); ok {
+		fw.WriteHeaderFields(h.Status, x.st.endToEndFields(h))
+		return isEventStream(fw.HeadField("Content-Type"))
+	}
+	hdr := x.w.Header()
+	x.st.copyFields(hdr, h)
+	x.w.WriteHeader(h.Status)
+	return isEventStream(hdr.Get("Content-Type"))
+}
+
+// endToEndFields returns the fields of the response head h that are
+// relayed (endToEnd), in st.kept.
+func (st *h1State) endToEndFields(h *h1wire.Response) []h1wire.Field {
+	var buf [2]string
+	listed := st.connectionValues(buf[:0])
+	for i, f := range st.hr.Fields {
+		if st.endToEnd(i, listed, h) {
+			st.kept = append(st.kept, f)
 		}
 	}
+	return st.kept
+}
+
+// connectionValues appends the values of the head's Connection fields.
+func (st *h1State) connectionValues(dst []string) []string {
+	for _, f := range st.hr.Fields {
+		if f.Name == "Connection" {
+			dst = append(dst, f.Value)
+		}
+	}
+	return dst
+}
+
+// endToEnd reports whether the i-th field of the response head h goes on
+// to the client: not a hop-by-hop one nor one its Connection fields (whose
+// values are listed) name (RFC 9110 section 7.6.1), and a Content-Length
+// only when it frames the body, once.
+func (st *h1State) endToEnd(i int, listed []string, h *h1wire.Response) bool {
+	f := st.hr.Fields[i]
+	if isHopByHop(f.Name) || f.Name == "Content-Length" && (h.Chunked || i > 0 && seen(st.hr.Fields[:i], f.Name)) {
+		return false
+	}
+	return len(listed) == 0 || !httpguts.HeaderValuesContainsToken(listed, f.Name)
+}
+
+// copyFields adds the response's end-to-end fields (endToEnd) to hdr.
+// Values share one slice, allocated once.
+func (st *h1State) copyFields(hdr http.Header, h *h1wire.Response) {
+	var buf [2]string
+	listed := st.connectionValues(buf[:0])
 	vals := make([]string, len(st.hr.Fields))
 	// An empty header (no middleware set one) can only hold this
 	// response's names: a name seen before in it is the one lookup needed.
 	fresh := len(hdr) == 0
 	for i, f := range st.hr.Fields {
-		if isHopByHop(f.Name) || f.Name == "Content-Length" && (h.Chunked || i > 0 && seen(st.hr.Fields[:i], f.Name)) {
-			continue
-		}
-		if len(listed) > 0 && httpguts.HeaderValuesContainsToken(listed, f.Name) {
+		if !st.endToEnd(i, listed, h) {
 			continue
 		}
 		if !fresh || seen(st.hr.Fields[:i], f.Name) {
@@ -59,7 +105,7 @@ func seen(fs []h1wire.Field, name string) bool {
 // arrived whole. A body of unknown length (chunked or read to the close)
 // or an event stream is flushed after every write, so that streams are
 // not held back; a failure on either side aborts the response.
-func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *h1State, h *h1wire.Response) bool {
+func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *h1State, h *h1wire.Response, eventStream bool) bool {
 	br := c.br
 	if h.ContentLength >= 0 && !h.Chunked {
 		if h.ContentLength <= int64(br.Buffered()) {
@@ -73,7 +119,7 @@ func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, c *h1Conn, st *
 			return true
 		}
 	}
-	flush := h.ContentLength < 0 || isEventStream(w.Header())
+	flush := h.ContentLength < 0 || eventStream
 	f, _ := w.(http.Flusher)
 	if !flush {
 		f = nil
@@ -153,8 +199,8 @@ func (p *Proxy) copyTrailers(w http.ResponseWriter, r *http.Request, br *bufio.R
 	}
 }
 
-func isEventStream(h http.Header) bool {
-	ct := h.Get("Content-Type")
+// isEventStream reports whether the Content-Type ct is text/event-stream.
+func isEventStream(ct string) bool {
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}

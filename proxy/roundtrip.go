@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -303,16 +302,11 @@ func (x *trip) headRead(h *h1wire.Response) (time.Time, error) {
 // the body was read after the head (maybe for long).
 func (x *trip) answer(h *h1wire.Response) (reuse, streamed bool) {
 	w, c := x.w, x.c
-	hdr := w.Header()
-	x.st.copyFields(hdr, h)
-	if h.Chunked && len(h.Trailers) > 0 {
-		hdr["Trailer"] = append(hdr["Trailer"], strings.Join(h.Trailers, ", "))
-	}
-	w.WriteHeader(h.Status)
+	eventStream := x.writeHead(h)
 	complete := true
 	if !h.NoBody {
 		streamed = h.Chunked || h.ContentLength < 0 || h.ContentLength > int64(c.br.Buffered())
-		complete = x.p.copyBody(w, x.r, c, x.st, h)
+		complete = x.p.copyBody(w, x.r, c, x.st, h, eventStream)
 	}
 	bodySent := x.bw.stop(w, complete)
 	return complete && bodySent && !h.Close, streamed

@@ -1,0 +1,58 @@
+package ongoing
+
+import (
+	"net/http"
+
+	"github.com/linkgate/linkgate/h1wire"
+)
+
+// FieldWriter is a response writer that takes a head's fields as a list,
+// as a relayed head came, rather than through its header map: the proxy
+// hands it the upstream's end-to-end fields, with no map built and read
+// again. h1serve's loop is one.
+type FieldWriter interface {
+	http.ResponseWriter
+	// WriteHeaderFields is WriteHeader(code) for a head of the header
+	// map's fields and then fields (their names canonical, their values
+	// valid), which it copies.
+	WriteHeaderFields(code int, fields []h1wire.Field)
+	// HeadField is the first value of the named field (canonical) of the
+	// head written: the header map's, else the fields WriteHeaderFields
+	// took; "" for none.
+	HeadField(name string) string
+}
+
+// AsFieldWriter returns w as a FieldWriter when it is one: itself, or a
+// Recorder over one (which records what goes through it as for
+// WriteHeader).
+func AsFieldWriter(w http.ResponseWriter) (FieldWriter, bool) {
+	if rec, ok := w.(*Recorder); ok {
+		if _, ok := rec.ResponseWriter.(FieldWriter); ok {
+			return rec, true
+		}
+		return nil, false
+	}
+	fw, ok := w.(FieldWriter)
+	return fw, ok
+}
+
+// WriteHeaderFields is WriteHeader's for a head of the header map's fields
+// and fields; w must be over a FieldWriter (AsFieldWriter).
+func (w *Recorder) WriteHeaderFields(code int, fields []h1wire.Field) {
+	if w.passes(code) {
+		w.ResponseWriter.(FieldWriter).WriteHeaderFields(code, fields)
+	}
+}
+
+// HeadField is the first value of the named field (canonical) of the
+// answer's head: the writer underneath's, when it is a FieldWriter; else
+// the header map's.
+func (w *Recorder) HeadField(name string) string {
+	if fw, ok := w.ResponseWriter.(FieldWriter); ok {
+		return fw.HeadField(name)
+	}
+	if v := w.Header()[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
