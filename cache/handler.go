@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/linkgate/linkgate/h1wire"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // PurgeField is the field by which the upstream purges: on any answer, a
@@ -544,6 +547,66 @@ func (rw *recorder) Flush() {
 
 // Unwrap is the client's writer, for http.ResponseController.
 func (rw *recorder) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
+
+// TakesFields: a recorder that keeps nothing (direct) passes a relayed
+// head on as a list when the client's writer takes one.
+func (rw *recorder) TakesFields() bool {
+	_, ok := ongoing.AsFieldWriter(rw.ResponseWriter)
+	return rw.direct && ok
+}
+
+// WriteHeaderFields is WriteHeader for a head of the header map's fields
+// and fields, a relayed head's: the gateway's own fields (OwnField,
+// PurgeField) are taken out of both, and a purge done, as WriteHeader
+// does. Only when TakesFields.
+func (rw *recorder) WriteHeaderFields(code int, fields []h1wire.Field) {
+	fw := rw.ResponseWriter.(ongoing.FieldWriter)
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		fw.WriteHeaderFields(code, fields)
+		return
+	}
+	if rw.status != 0 {
+		return
+	}
+	rw.status = code
+	hdr := rw.Header()
+	own := false
+	for _, f := range fields {
+		own = own || f.Name == OwnField || f.Name == PurgeField
+	}
+	if own { // rare: a copy without them
+		var kept []h1wire.Field
+		for _, f := range fields {
+			switch f.Name {
+			case PurgeField:
+				hdr[PurgeField] = append(hdr[PurgeField], f.Value)
+			case OwnField:
+			default:
+				kept = append(kept, f)
+			}
+		}
+		fields = kept
+	}
+	if v := hdr[PurgeField]; len(v) > 0 && rw.h.p != nil {
+		rw.h.purge(rw.r, v)
+	}
+	delete(hdr, OwnField)
+	delete(hdr, PurgeField)
+	rw.passed = true
+	fw.WriteHeaderFields(code, fields)
+}
+
+// HeadField is the first value of the named field of the head the client
+// gets.
+func (rw *recorder) HeadField(name string) string {
+	if fw, ok := ongoing.AsFieldWriter(rw.ResponseWriter); ok {
+		return fw.HeadField(name)
+	}
+	if v := rw.Header()[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 // discard is the client of a renewal in the background.
 type discard struct{}

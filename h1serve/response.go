@@ -53,6 +53,9 @@ type response struct {
 
 func (w *response) Header() http.Header { return w.hdr }
 
+// TakesFields: the loop's writer takes a head as a list (WriteHeaderFields).
+func (w *response) TakesFields() bool { return true }
+
 // WriteHeaderFields is WriteHeader for a head of the header map's fields
 // and then fields (ongoing.FieldWriter): a relayed head's, written as they
 // came, with no header map between. A 101's go into the map, where the

@@ -9,9 +9,14 @@ import (
 // FieldWriter is a response writer that takes a head's fields as a list,
 // as a relayed head came, rather than through its header map: the proxy
 // hands it the upstream's end-to-end fields, with no map built and read
-// again. h1serve's loop is one.
+// again. h1serve's loop's writer is one; so are the wrappers that pass
+// heads on (Recorder, the redirect cache's when it keeps nothing) while
+// the writer they wrap is one.
 type FieldWriter interface {
 	http.ResponseWriter
+	// TakesFields reports whether the writer takes a head as a list: a
+	// wrapper's answer depends on the writer it wraps.
+	TakesFields() bool
 	// WriteHeaderFields is WriteHeader(code) for a head of the header
 	// map's fields and then fields (their names canonical, their values
 	// valid), which it copies.
@@ -22,22 +27,25 @@ type FieldWriter interface {
 	HeadField(name string) string
 }
 
-// AsFieldWriter returns w as a FieldWriter when it is one: itself, or a
-// Recorder over one (which records what goes through it as for
-// WriteHeader).
+// AsFieldWriter returns w as a FieldWriter when it takes a head as a
+// list.
 func AsFieldWriter(w http.ResponseWriter) (FieldWriter, bool) {
-	if rec, ok := w.(*Recorder); ok {
-		if _, ok := rec.ResponseWriter.(FieldWriter); ok {
-			return rec, true
-		}
+	fw, ok := w.(FieldWriter)
+	if !ok || !fw.TakesFields() {
 		return nil, false
 	}
-	fw, ok := w.(FieldWriter)
-	return fw, ok
+	return fw, true
+}
+
+// TakesFields: a Recorder takes a head as a list when the writer it wraps
+// does.
+func (w *Recorder) TakesFields() bool {
+	_, ok := AsFieldWriter(w.ResponseWriter)
+	return ok
 }
 
 // WriteHeaderFields is WriteHeader's for a head of the header map's fields
-// and fields; w must be over a FieldWriter (AsFieldWriter).
+// and fields; only when TakesFields.
 func (w *Recorder) WriteHeaderFields(code int, fields []h1wire.Field) {
 	if w.passes(code) {
 		w.ResponseWriter.(FieldWriter).WriteHeaderFields(code, fields)

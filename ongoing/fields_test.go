@@ -16,6 +16,8 @@ type fieldWriter struct {
 	fields []h1wire.Field
 }
 
+func (w *fieldWriter) TakesFields() bool { return true }
+
 func (w *fieldWriter) WriteHeaderFields(code int, fs []h1wire.Field) {
 	w.codes = append(w.codes, code)
 	w.fields = append(w.fields[:0], fs...)
