@@ -118,41 +118,8 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 	if len(p) == 0 {
 		return nil
 	}
-	if st.m == nil {
-		st.m = make(map[dimDayKey]*dimDay)
-	}
-	// Forget days before yesterday: a later count for them starts a new
-	// generation of their rows.
-	if keep := today - 1; st.oldest < keep {
-		forgot := false
-		for k := range st.m {
-			if k.day < keep {
-				st.drop(k)
-				forgot = true
-			}
-		}
-		if forgot {
-			st.gen++
-		}
-		st.oldest = keep
-	}
-	if st.bytes > dimStateMaxBytes {
-		clear(st.m)
-		st.bytes = 0
-		st.gen++
-	}
-	type pend struct {
-		k dimPendKey
-		n int64
-	}
-	items := make([]pend, 0, len(p))
-	for k, n := range p {
-		items = append(items, pend{k, n})
-	}
-	slices.SortFunc(items, func(a, b pend) int {
-		return cmp.Or(strings.Compare(a.k.key, b.k.key), cmp.Compare(a.k.dim, b.k.dim), cmp.Compare(a.k.day, b.k.day),
-			strings.Compare(a.k.value, b.k.value))
-	})
+	st.age(today)
+	items := sortedPend(p)
 	// Sorted, the values of a (link, day, dimension) come together, each
 	// once but Other (those past the cap, and Other itself): a DimCount
 	// each, whose cumulative count is read once its group is done.
@@ -202,6 +169,52 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 	// Other sorts among the values, not where the cap put it.
 	slices.SortFunc(out, compareDims)
 	return out
+}
+
+// age readies st for a batch made on the UTC day today: days before
+// yesterday are forgotten (a later count for them starts a new generation
+// of their rows), and everything once st holds over dimStateMaxBytes.
+func (st *dimState) age(today int32) {
+	if st.m == nil {
+		st.m = make(map[dimDayKey]*dimDay)
+	}
+	if keep := today - 1; st.oldest < keep {
+		forgot := false
+		for k := range st.m {
+			if k.day < keep {
+				st.drop(k)
+				forgot = true
+			}
+		}
+		if forgot {
+			st.gen++
+		}
+		st.oldest = keep
+	}
+	if st.bytes > dimStateMaxBytes {
+		clear(st.m)
+		st.bytes = 0
+		st.gen++
+	}
+}
+
+// pend is a pending count of a batch's dimensions.
+type pend struct {
+	k dimPendKey
+	n int64
+}
+
+// sortedPend returns p's counts sorted by link, dimension, day and value.
+func sortedPend(p map[dimPendKey]int64) []pend {
+	items := make([]pend, 0, len(p))
+	for k, n := range p {
+		items = append(items, pend{k, n})
+	}
+	slices.SortFunc(items, func(a, b pend) int {
+		return cmp.Or(strings.Compare(a.k.key, b.k.key), cmp.Compare(a.k.dim, b.k.dim), cmp.Compare(a.k.day, b.k.day),
+			strings.Compare(a.k.value, b.k.value))
+	})
+	return items
 }
 
 func hasOther(dd *dimDay) int {

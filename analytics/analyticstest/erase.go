@@ -78,6 +78,8 @@ func (x *eraseEnv) roll(s Store) (rows int) {
 // check checks that s holds nothing of the keys gone (every tier and the
 // total, the breakdowns, the unique visitors, the top lists of the
 // service and of the subtest's tenant) and exactly kept of the others.
+// One function over 80 lines: the expected counts of every key, gone and
+// kept, then a read of each kind for each key, against them.
 func (x *eraseEnv) check(s Store, gone []string, kept map[string]analytics.Visits) {
 	t := x.t
 	t.Helper()
@@ -175,6 +177,10 @@ func (x *eraseEnv) check(s Store, gone []string, kept map[string]analytics.Visit
 // (Another), a link erased through one, whose visits the other had
 // written before (cumulative breakdown and top-list counts of its writer
 // generation), does not come back with the other's next flush.
+//
+// One function over 80 lines: the steps are one story in order, on one
+// store, clock, journal and set of expected counts, which a split would
+// pass from step to step.
 func testErase(t *testing.T, e *env) {
 	er, ok := e.s.(analytics.Eraser)
 	if !ok {

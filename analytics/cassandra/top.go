@@ -378,6 +378,18 @@ func (s *Store) TenantTop(ctx context.Context, tenant string, from, to time.Time
 	return s.top(ctx, tenant, from, to, n)
 }
 
+// topList is one writer generation's top list of one day; topEntry is a
+// link's count in one.
+type topList struct {
+	writer gocql.UUID
+	day    int64
+}
+
+type topEntry struct {
+	list  topList
+	count int64
+}
+
 // top is Top over the lists of tenant's links ("": every link).
 func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n int) ([]analytics.TopLink, error) {
 	if err := ctx.Err(); err != nil {
@@ -388,16 +400,8 @@ func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n in
 		return nil, err
 	}
 	lo, hi := s.topDays(from, to)
-	type list struct {
-		writer gocql.UUID
-		day    int64
-	}
-	type listed struct {
-		list  list
-		count int64
-	}
-	counts := map[list][]int64{}
-	links := map[string][]listed{}
+	counts := map[topList][]int64{}
+	links := map[string][]topEntry{}
 	if err := s.loadErasures(ctx, be, erasureRefresh); err != nil {
 		return nil, fmt.Errorf("cassandra: top: %w", err)
 	}
@@ -409,17 +413,35 @@ func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n in
 		}
 		s.erased.mu.Lock()
 		for _, r := range rows {
-			l := list{r.writer, day.Unix()}
+			l := topList{r.writer, day.Unix()}
 			counts[l] = append(counts[l], r.count)
 			if _, ok := s.current(r.key); ok { // a slot of an erased epoch fills its list, nothing more
-				links[r.key] = append(links[r.key], listed{l, r.count})
+				links[r.key] = append(links[r.key], topEntry{l, r.count})
 			}
 		}
 		s.erased.mu.Unlock()
 	}
+	totals, err := s.topCounts(ctx, be, topCandidates(counts, links, n), lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("cassandra: top: %w", err)
+	}
+	out := make([]analytics.TopLink, 0, len(totals))
+	for k, v := range totals {
+		if v > 0 {
+			out = append(out, analytics.TopLink{Key: logicalKey(k), Visits: v})
+		}
+	}
+	slices.SortFunc(out, analytics.CompareTop)
+	return out[:min(n, len(out))], nil
+}
+
+// topCandidates returns the links whose total over the lists may be among
+// the n best, given every list's counts and each link's entries: the
+// links whose most possible total reaches the n-th best least one.
+func topCandidates(counts map[topList][]int64, links map[string][]topEntry, n int) []string {
 	// least is what a link missing from a list has at most there: the
 	// list's smallest count when it is full, else nothing.
-	least := make(map[list]int64, len(counts))
+	least := make(map[topList]int64, len(counts))
 	var missing int64 // a link listed nowhere has at most this
 	for l, cs := range counts {
 		if len(cs) >= topLeaders {
@@ -451,20 +473,7 @@ func (s *Store) top(ctx context.Context, tenant string, from, to time.Time, n in
 			keys = append(keys, b.key)
 		}
 	}
-	totals, err := s.topCounts(ctx, be, keys, lo, hi)
-	if err != nil {
-		return nil, fmt.Errorf("cassandra: top: %w", err)
-	}
-	out := make([]analytics.TopLink, 0, len(totals))
-	for k, v := range totals {
-		if v > 0 {
-			out = append(out, analytics.TopLink{Key: logicalKey(k), Visits: v})
-		}
-	}
-	slices.SortFunc(out, func(a, b analytics.TopLink) int {
-		return cmp.Or(cmp.Compare(b.Visits, a.Visits), strings.Compare(a.Key, b.Key))
-	})
-	return out[:min(n, len(out))], nil
+	return keys
 }
 
 // topDays returns the days [lo, hi) a top list of [from, to) reads: the
