@@ -53,7 +53,7 @@ const (
 	// All of them at once (over 250 servers and, over TLS, as many
 	// handshakes) stalled so many on a loaded machine that most cases ran
 	// again, one after another, each wait stretched by the load: the suite
-	// then took over 30 minutes.
+	// then ran for a quarter of an hour and more.
 	diffCasesAtOnce = 24
 )
 
