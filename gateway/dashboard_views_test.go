@@ -107,15 +107,17 @@ func readPage(t *testing.T, p *browser.Page) view {
 }
 
 // pctOf is the page's change in percent: rounded to a whole number from
-// 10 % on, to a tenth below.
+// 10 % on, to a tenth below, as JavaScript's Math.round rounds (a half
+// up, toward +∞: −37.5 is −37, where Go's math.Round gives −38).
 func pctOf(cur, prev int64) string {
 	if prev == 0 {
 		return ""
 	}
+	round := func(x float64) float64 { return math.Floor(x + 0.5) }
 	p := float64(cur-prev) / float64(prev) * 100
-	r := math.Round(p*10) / 10
+	r := round(p*10) / 10
 	if math.Abs(p) >= 10 {
-		r = math.Round(p)
+		r = round(p)
 	}
 	if r == 0 {
 		return ""
