@@ -7,27 +7,27 @@ import (
 )
 
 // dates holds the Date field's value of the current second, shared by
-// every connection: an answer takes it without reading the clock (a read
-// costs as much as a few hundred bytes of parsing), and it is formatted
-// at most once a second. A timer drops it as the next second begins; the
-// first answer after formats the next one. Under load the timer may fire
-// late, and the value lag the clock by as much (nginx's cached time lags
-// the same way).
+// every connection: it is formatted at most once a second, by the first
+// answer of a second, and an answer costs one clock read and a compare.
+// (No timer: a timer's goroutine would come and go every second.)
 var dates dateCache
 
 type dateCache struct {
-	cur atomic.Pointer[[]byte] // nil: to format
+	cur atomic.Pointer[dateValue]
+}
+
+type dateValue struct {
+	sec int64
+	b   []byte
 }
 
 // value returns the Date field's value for now.
 func (d *dateCache) value() []byte {
-	if v := d.cur.Load(); v != nil {
-		return *v
-	}
 	now := time.Now()
-	v := now.UTC().AppendFormat(make([]byte, 0, len(http.TimeFormat)), http.TimeFormat)
-	if d.cur.CompareAndSwap(nil, &v) {
-		time.AfterFunc(time.Second-time.Duration(now.Nanosecond()), func() { d.cur.Store(nil) })
+	if v := d.cur.Load(); v != nil && v.sec == now.Unix() {
+		return v.b
 	}
-	return v
+	v := &dateValue{sec: now.Unix(), b: now.UTC().AppendFormat(make([]byte, 0, len(http.TimeFormat)), http.TimeFormat)}
+	d.cur.Store(v)
+	return v.b
 }

@@ -41,9 +41,6 @@
 //     sent before the connection is cut (net/http may hold back the last
 //     2 KiB); the client sees a cut answer either way;
 //   - srv.SetKeepAlivesEnabled(false) is not seen (Shutdown is);
-//   - the Date field is formatted once a second, not read from the clock
-//     for each answer: on a busy machine it may lag the clock by as long
-//     as the timer that turns it is late;
 //   - with a BaseContext or ConnContext that can end, context.Cause of a
 //     request's context that ended as its handler returned is nil (the
 //     base's cause, which has none), where net/http's says
