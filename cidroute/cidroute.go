@@ -203,24 +203,21 @@ func (c *Conn) Offer() (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cidroute: %w", err)
 	}
-	c.mu.Lock()
-	prev := c.offered
-	c.offered = mine
-	c.mu.Unlock()
-	if prev != nil {
-		prev.Close()
-	}
+	c.setOffered(mine)
 	return theirs, nil
 }
 
 // Withdraw closes the relay offered, if any: its successor did not serve.
-func (c *Conn) Withdraw() {
+func (c *Conn) Withdraw() { c.setOffered(nil) }
+
+// setOffered makes u the relay offered, closing the one offered before.
+func (c *Conn) setOffered(u *net.UnixConn) {
 	c.mu.Lock()
-	o := c.offered
-	c.offered = nil
+	prev := c.offered
+	c.offered = u
 	c.mu.Unlock()
-	if o != nil {
-		o.Close()
+	if prev != nil {
+		prev.Close()
 	}
 }
 

@@ -70,7 +70,9 @@ type conn struct {
 	relayed         []h1wire.Field // an answer's relayed fields (response.relayed)
 	head            []byte         // a response's head, reused
 	staged          []byte         // a response's body before its head is written, reused
-	scratch         [256]byte      // a chunk's size line, or the fields commit adds
+	date            []byte         // the Date value, formatted once a second
+	dateSec         int64
+	scratch         [256]byte // a chunk's size line, or the fields commit adds
 }
 
 func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
@@ -459,4 +461,14 @@ func (c *conn) watch() {
 	c.watching = false
 	c.wcond.Broadcast()
 	c.wmu.Unlock()
+}
+
+// dateValue returns the Date field's value for now.
+func (c *conn) dateValue() []byte {
+	now := time.Now()
+	if sec := now.Unix(); sec != c.dateSec || c.date == nil {
+		c.dateSec = sec
+		c.date = now.UTC().AppendFormat(c.date[:0], http.TimeFormat)
+	}
+	return c.date
 }

@@ -153,7 +153,7 @@ func (w *response) readFields() (te, connection string, invalidCL bool) {
 		first := true
 		switch f.Name {
 		case "Transfer-Encoding", "Content-Encoding", "Connection":
-			first = len(h[f.Name]) == 0 && !seen(w.relayed[:i], f.Name)
+			first = len(h[f.Name]) == 0 && !h1wire.HasField(w.relayed[:i], f.Name)
 		}
 		w.noteField(f.Name, f.Value, first, &te, &connection)
 	}
@@ -198,15 +198,6 @@ func (w *response) noteField(k, v string, first bool, te, connection *string) {
 			w.trailers = true
 		}
 	}
-}
-
-func seen(fs []h1wire.Field, name string) bool {
-	for _, f := range fs {
-		if f.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // buildHead decides, as net/http's chunkWriter.writeHeader does, which
@@ -343,7 +334,7 @@ func (w *response) commit(first []byte) {
 	b := w.c.scratch[:0]
 	if !w.hasDate {
 		b = append(b, "Date: "...)
-		b = append(b, dates.value()...)
+		b = append(b, w.c.dateValue()...)
 		b = append(b, crlf...)
 	}
 	hasCL := w.contentLength != -1

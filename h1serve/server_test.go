@@ -468,8 +468,8 @@ func TestRequestStart(t *testing.T) {
 }
 
 // TestDateFollowsTheClock: the Date of an answer is the second it is
-// written in (the loop formats it once a second, shared by every
-// connection), and it moves on as the seconds pass.
+// written in (each connection formats it at most once a second),
+// and it moves on as the seconds pass.
 func TestDateFollowsTheClock(t *testing.T) {
 	_, addr, _ := serve(t, &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
 	c, br := dial(t, addr)

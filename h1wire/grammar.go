@@ -26,6 +26,16 @@ import (
 // whitespace around it.
 type Field struct{ Name, Value string }
 
+// HasField reports whether fs holds a field named name (canonical).
+func HasField(fs []Field, name string) bool {
+	for _, f := range fs {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // ValidName reports whether b is a field name: a token (RFC 9110 section
 // 5.1), as httpguts.ValidHeaderFieldName has it.
 func ValidName(b []byte) bool {

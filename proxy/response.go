@@ -62,7 +62,7 @@ func (st *h1State) connectionValues(dst []string) []string {
 // only when it frames the body, once.
 func (st *h1State) endToEnd(i int, listed []string, h *h1wire.Response) bool {
 	f := st.hr.Fields[i]
-	if isHopByHop(f.Name) || f.Name == "Content-Length" && (h.Chunked || i > 0 && seen(st.hr.Fields[:i], f.Name)) {
+	if isHopByHop(f.Name) || f.Name == "Content-Length" && (h.Chunked || i > 0 && h1wire.HasField(st.hr.Fields[:i], f.Name)) {
 		return false
 	}
 	return len(listed) == 0 || !httpguts.HeaderValuesContainsToken(listed, f.Name)
@@ -81,7 +81,7 @@ func (st *h1State) copyFields(hdr http.Header, h *h1wire.Response) {
 		if !st.endToEnd(i, listed, h) {
 			continue
 		}
-		if !fresh || seen(st.hr.Fields[:i], f.Name) {
+		if !fresh || h1wire.HasField(st.hr.Fields[:i], f.Name) {
 			if cur, ok := hdr[f.Name]; ok {
 				hdr[f.Name] = append(cur, f.Value)
 				continue
@@ -90,15 +90,6 @@ func (st *h1State) copyFields(hdr http.Header, h *h1wire.Response) {
 		vals[i] = f.Value
 		hdr[f.Name] = vals[i : i+1 : i+1]
 	}
-}
-
-func seen(fs []h1wire.Field, name string) bool {
-	for _, f := range fs {
-		if f.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // copyBody streams the response body from c to w and reports whether it
