@@ -126,6 +126,7 @@ type readSet struct {
 	from    []int
 	to      []int
 	seen    *bucketSet // Exact: dedupes the buckets the limits share
+	judge   judgement  // the general path's decision
 }
 
 // bucketSet maps buckets to their index in a read set: open addressing with

@@ -159,36 +159,28 @@ func (ck *checker) check(ctx context.Context, w *windows, value string, now time
 			return v
 		}
 	}
+	j := &rs.judge
+	*j = judgement{w: w, rs: rs, sec: sec, cost: cost, count: count}
 	var t0 time.Time
 	if ck.timed {
 		t0 = time.Now()
 	}
-	err := ck.store.Load(ctx, c, rs.buckets, rs.counts)
+	var counted bool // by loadAdd, with the read
+	var err error
+	if la, ok := ck.store.(loadAdder); ok && count {
+		counted, err = la.loadAdd(ctx, c, rs.buckets, rs.counts, writes, j)
+	} else if err = ck.store.Load(ctx, c, rs.buckets, rs.counts); err == nil {
+		j.decide()
+	}
 	if ck.timed {
 		w.metrics.observe(time.Since(t0))
 	}
 	if err != nil {
 		return verdict{out: storeError, err: err}
 	}
-	box := w.plan.boxIn(rs)
-	inBox := box.In(sec)
+	box, inBox, v := j.box, j.inBox, j.v
 	if inBox && !w.shadow {
 		return ck.boxedVerdict(c, box, sec)
-	}
-	v := verdict{out: allowed, limit: -1, remaining: -1}
-	for i, lim := range w.plan.limits {
-		n := w.plan.sum(rs, i)
-		if n+cost > lim.N {
-			if v.out != limited {
-				v.out, v.limit = limited, i
-			}
-			continue
-		}
-		if v.out == allowed && w.headers {
-			if rem := lim.N - n - cost; v.limit < 0 || rem < v.remaining {
-				v.limit, v.remaining = i, rem
-			}
-		}
 	}
 	switch {
 	case v.out == limited && w.shadow:
@@ -205,13 +197,68 @@ func (ck *checker) check(ctx context.Context, w *windows, value string, now time
 	case w.headers && v.limit >= 0:
 		v.reset = w.plan.nextFree(rs, v.limit, sec) - sec
 	}
-	if count {
+	if count && !counted {
 		if err := ck.store.Add(ctx, c, writes, 1); err != nil {
 			ck.countFailed(w, now, err)
 			v.err = err
 		}
 	}
 	return v
+}
+
+// loadAdder is a store that can read a check's counts and count its hit
+// as one step (Memory): a check of a counter then never reads the counts
+// another check of it has read and is about to add to, so concurrent
+// checks let through no more than the limit.
+type loadAdder interface {
+	// loadAdd is Load, then Add of 1 to add when d.decide() (which reads
+	// the counts loaded and does not use the store) says so; it reports
+	// whether it added.
+	loadAdd(ctx context.Context, c Counter, buckets []Bucket, counts []int64, add []Bucket, d decider) (bool, error)
+}
+
+type decider interface{ decide() bool }
+
+// judgement is a check's decision from the counts it read (rs.counts),
+// made apart from the store so that a loadAdder can make it between its
+// read and its add.
+type judgement struct {
+	w         *windows
+	rs        *readSet
+	sec, cost int64
+	count     bool
+	v         verdict // allowed or limited, with the limit with least room or the first exceeded
+	box       Box     // the client's box as read
+	inBox     bool
+}
+
+// decide fills j's verdict and box from the counts and reports whether
+// the hit is to be counted: when count was asked and the request is
+// neither boxed nor limited (shadow mode counts both).
+func (j *judgement) decide() bool {
+	w, rs := j.w, j.rs
+	j.box = w.plan.boxIn(rs)
+	j.inBox = j.box.In(j.sec)
+	j.v = verdict{out: allowed, limit: -1, remaining: -1}
+	if j.inBox && !w.shadow {
+		return false
+	}
+	v := &j.v
+	for i, lim := range w.plan.limits {
+		n := w.plan.sum(rs, i)
+		if n+j.cost > lim.N {
+			if v.out != limited {
+				v.out, v.limit = limited, i
+			}
+			continue
+		}
+		if v.out == allowed && w.headers {
+			if rem := lim.N - n - j.cost; v.limit < 0 || rem < v.remaining {
+				v.limit, v.remaining = i, rem
+			}
+		}
+	}
+	return j.count && (v.out != limited || w.shadow)
 }
 
 // over is the verdict v of a request over a limit of w at now, rs holding

@@ -121,11 +121,40 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 	now := m.now().Unix()
 	s := m.shard(c)
 	s.mu.Lock()
-	e := s.m[c]
+	s.m[c].load(buckets, counts, now)
+	s.mu.Unlock()
+	return nil
+}
+
+var _ loadAdder = (*Memory)(nil)
+
+// loadAdd implements loadAdder: the read and the add under c's lock, so no
+// other check of c comes between them.
+func (m *Memory) loadAdd(ctx context.Context, c Counter, buckets []Bucket, counts []int64, add []Bucket, d decider) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("memory: load: %w", err)
+	}
+	if len(counts) < len(buckets) {
+		return false, fmt.Errorf("memory: load: %d counts for %d buckets", len(counts), len(buckets))
+	}
+	now := m.now().Unix()
+	s := m.shard(c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[c].load(buckets, counts, now)
+	if !d.decide() || len(add) == 0 {
+		return false, nil
+	}
+	s.entry(c, m.now).addLocked(add, 1)
+	return true, nil
+}
+
+// load writes the counts of buckets at now into counts (zeros for an
+// entry that is nil or expired); the caller holds e's shard lock.
+func (e *memEntry) load(buckets []Bucket, counts []int64, now int64) {
 	if e == nil || e.expires < now {
-		s.mu.Unlock()
 		clear(counts[:len(buckets)])
-		return nil
+		return
 	}
 	for i := range buckets {
 		b := &buckets[i]
@@ -149,8 +178,6 @@ func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts [
 			}
 		}
 	}
-	s.mu.Unlock()
-	return nil
 }
 
 // Add implements Store. It is synchronous: the counts are updated when it

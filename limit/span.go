@@ -72,9 +72,7 @@ func (m *Memory) loadSpans(c Counter, now int64, q []spanQuery, out []spanResult
 	added := false
 	if len(add) > 0 && (force || pass) {
 		if e == nil {
-			s.mu.Unlock()
-			m.add(c, add, 1) // a new counter: the general path
-			return true, nil
+			e = s.entry(c, m.now) // a new counter, made under the same lock
 		}
 		e.addLocked(add, 1)
 		added = true
