@@ -150,6 +150,7 @@ type Flusher struct {
 	announce announcedSet // guarded by writeMu
 	pace     pace         // guarded by writeMu
 	refused  journal.Pos  // the journal record last reported refused; guarded by writeMu
+	storedAt time.Time    // the At of the newest batch written whole; guarded by writeMu
 
 	// gate is held for writing only to begin a Write, and for reading
 	// by a read's last try (see Flusher.Reader): a Write begun during that
@@ -757,6 +758,12 @@ func (f *Flusher) spill(in *inflight) {
 // part timed out (see pace), with more time to another store after a
 // timeout. Called with writeMu held.
 func (f *Flusher) write(ctx context.Context, b *Batch) (err error) {
+	defer func() {
+		if err == nil && b.At.After(f.storedAt) {
+			f.storedAt = b.At
+			f.m.stored(b.At)
+		}
+	}()
 	if tr := f.opts.Tracer; tr != nil {
 		var span trace.Span
 		ctx, span = tr.Start(ctx, "analytics.flush", trace.WithAttributes(

@@ -20,6 +20,7 @@ type Metrics struct {
 	visits        *prometheus.CounterVec
 	flushDuration prometheus.Histogram
 	flushCounts   prometheus.Gauge
+	storedUntil   prometheus.Gauge
 	storeErrors   prometheus.Counter
 	buffered      prometheus.Gauge
 	overflow      prometheus.Counter
@@ -60,6 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		visits:         s.CounterVec("linkgate_visits_recorded_total", "Visits recorded in memory, by kind (human or bot). Added when the flusher takes them, every flush_interval.", "kind"),
 		flushDuration:  s.Histogram("linkgate_analytics_flush_duration_seconds", "Time taken by one write of a batch of counts to the analytics store, failed ones included.", timeBuckets),
 		flushCounts:    s.Gauge("linkgate_analytics_flush_counts", "Entries (finest-tier counts, rollup Active entries and marks) in the last batch written to the analytics store."),
+		storedUntil:    s.Gauge("linkgate_analytics_stored_until_seconds", "Unix time of the newest batch the analytics store took: every visit recorded before it is stored (batches are written oldest first), but those of a journal record dropped at max_bytes. now minus it is how far the store lags."),
 		storeErrors:    s.Counter("linkgate_analytics_store_errors_total", "Failed writes to the analytics store; their batches are kept (journaled while the store fails) and sent again."),
 		buffered:       s.Gauge("linkgate_analytics_buffered_keys", "Entries ((link, bucket) counts) of batches held in memory by the flusher, neither written nor journaled."),
 		overflow:       s.Counter("linkgate_analytics_overflow_total", "Visits to links beyond max_keys or max_buffer_bytes between two flushes: counted in the all-links total only."),
@@ -187,6 +189,13 @@ func (m *Metrics) wrote(d time.Duration, n int, err error) {
 		return
 	}
 	m.flushCounts.Set(float64(n))
+}
+
+// stored notes the time of the newest batch the store took whole.
+func (m *Metrics) stored(at time.Time) {
+	if m != nil {
+		m.storedUntil.Set(float64(at.UnixNano()) / 1e9)
+	}
 }
 
 func (m *Metrics) setBuffered(n int) {

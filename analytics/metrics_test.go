@@ -45,8 +45,8 @@ func TestMetrics(t *testing.T) {
 	// Gauges and counters without labels are gathered even at zero, the
 	// analytics state's three series, and the classes' series (made for
 	// every reason up front).
-	if len(mfs) != 17 {
-		t.Errorf("%d metric families, want 17", len(mfs))
+	if len(mfs) != 18 {
+		t.Errorf("%d metric families, want 18", len(mfs))
 	}
 }
 
@@ -107,4 +107,55 @@ func TestNilMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	analytics.NewMetrics(nil) // registers nothing, works
+}
+
+// TestStoredUntil: linkgate_analytics_stored_until_seconds is the time of
+// the newest batch the store took whole; a failed write leaves it, and the
+// write that takes the kept batch and a newer one moves it to the newer.
+func TestStoredUntil(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := analytics.NewMetrics(reg)
+	rec := analytics.NewRecorder(10, m)
+	st := newMemStore()
+	now := monday.Add(time.Second)
+	f := analytics.NewFlusher(rec, st, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return now }}, m, nil)
+	until := func() time.Time {
+		return time.Unix(0, int64(testkit.Metric(t, reg, "linkgate_analytics_stored_until_seconds")*1e9)).Round(time.Millisecond)
+	}
+	if got := testkit.Metric(t, reg, "linkgate_analytics_stored_until_seconds"); got != 0 {
+		t.Fatalf("stored until %v before any flush, want 0", got)
+	}
+	rec.Record("a", monday, false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	first := st.batches[0].At
+	if got := until(); !got.Equal(first.Round(time.Millisecond)) {
+		t.Errorf("stored until %v after the first flush, want its batch's time %v", got, first)
+	}
+	st.setFail(func(int) bool { return true })
+	now = now.Add(10 * time.Second)
+	rec.Record("a", now, false)
+	if err := f.Flush(t.Context()); err == nil {
+		t.Fatal("a flush to a failing store succeeded")
+	}
+	if got := until(); !got.Equal(first.Round(time.Millisecond)) {
+		t.Errorf("stored until %v after a failed flush, want still %v", got, first)
+	}
+	st.setFail(nil)
+	now = now.Add(10 * time.Second)
+	rec.Record("b", now, false)
+	if err := f.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.batches); n != 3 {
+		t.Fatalf("%d batches stored, want 3 (the kept one and a new one)", n)
+	}
+	last := st.batches[2].At
+	if !last.After(st.batches[1].At) || !st.batches[1].At.After(first) {
+		t.Fatalf("batch times %v, %v, %v: want them in order", first, st.batches[1].At, last)
+	}
+	if got := until(); !got.Equal(last.Round(time.Millisecond)) {
+		t.Errorf("stored until %v after the store came back, want the newest batch's time %v", got, last)
+	}
 }
