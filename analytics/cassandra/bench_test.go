@@ -19,11 +19,13 @@ type nopBackend struct{}
 
 func (nopBackend) writePoints(context.Context, []pointRow) error { return nil }
 func (nopBackend) writeLinks(context.Context, []linkPart) error  { return nil }
-func (nopBackend) writeTop(context.Context, []topRow) error      { return nil }
 func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, time.Time) ([]uniqRow, error) {
 	return nil, nil
 }
 func (nopBackend) readTopKeys(context.Context, time.Time, int, []string) ([]topRow, error) {
+	return nil, nil
+}
+func (nopBackend) readLinkVisits(context.Context, time.Time, []string, time.Time, time.Time) ([]topRow, error) {
 	return nil, nil
 }
 func (nopBackend) writeLeaders(context.Context, []leaderRow) error { return nil }

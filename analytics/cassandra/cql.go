@@ -42,20 +42,24 @@ type backend interface {
 	writeProgress(ctx context.Context, step int, done time.Time) error
 	// readProgress returns every queue's progress.
 	readProgress(ctx context.Context) (rollup.Progress, error)
-	// writeLinks writes the breakdown counts (each a cell with its ttl
-	// and ts: the newest wins) and the sketch registers (the largest rho
-	// of a register wins) of one or more partitions (link, bucket) of
-	// link_days, in one statement: a batch when there are several rows.
+	// writeLinks writes the breakdown counts and the links' visits (each
+	// a cell with its ttl and ts: the newest wins) and the sketch
+	// registers (the largest rho of a register wins) of one or more
+	// partitions (link, bucket) of link_days, in one statement: a batch
+	// when there are several rows.
 	writeLinks(ctx context.Context, parts []linkPart) error
 	// readDims returns the counts of one dimension in one partition
 	// (link, bucket) whose day is in [from, to), one per day, value and
 	// writer generation, or two when both link_days and the dims table
 	// it replaced hold one.
 	readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error)
-	// writeTop overwrites rows of top_days of one partition (day, shard).
-	writeTop(ctx context.Context, rows []topRow) error
-	// readTopKeys returns the rows of keys in one partition of top_days
-	// (one per link and writer generation): short_key IN keys.
+	// readLinkVisits returns the visits of keys (short_key IN keys) in
+	// their partitions of link_days of bucket whose day is in [from, to):
+	// one row per link, day and writer generation that has them.
+	readLinkVisits(ctx context.Context, bucket time.Time, keys []string, from, to time.Time) ([]topRow, error)
+	// readTopKeys returns the rows of keys in one partition of top_days,
+	// which link_days replaced (one per link and writer generation, their
+	// day not set): short_key IN keys.
 	readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error)
 	// writeLeaders overwrites slots of top_leaders of one partition (day),
 	// or of tenant_leaders (tenant, day) when the rows' tenant is not "".
@@ -149,9 +153,9 @@ type cqlBackend struct {
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
 	takeLease, renewLease,
-	updateLinkDay, selectLinkDims, selectLinkRegs,
+	updateLinkDay, updateLinkVisits, selectLinkDims, selectLinkRegs, selectLinkVisits,
 	selectDims,
-	insertTop, selectTopKeys,
+	selectTopKeys,
 	insertLeader, selectLeaders, selectLeader,
 	insertTenantLeader, selectTenantLeaders, selectTenantLeader,
 	selectUniqs string
@@ -180,11 +184,13 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		selectLinkDims: fmt.Sprintf(selectLinkDimsCQL, ks),
 		selectLinkRegs: fmt.Sprintf(selectLinkRegsCQL, ks),
 		selectDims:     fmt.Sprintf(selectDimsCQL, ks),
-		insertTop:      fmt.Sprintf(insertTopCQL, ks),
 		selectTopKeys:  fmt.Sprintf(selectTopKeysCQL, ks),
-		insertLeader:   fmt.Sprintf(insertLeaderCQL, ks),
-		selectLeaders:  fmt.Sprintf(selectLeadersCQL, ks),
-		selectLeader:   fmt.Sprintf(selectLeaderCQL, ks),
+
+		updateLinkVisits: fmt.Sprintf(updateLinkVisitsCQL, ks),
+		selectLinkVisits: fmt.Sprintf(selectLinkVisitsCQL, ks),
+		insertLeader:     fmt.Sprintf(insertLeaderCQL, ks),
+		selectLeaders:    fmt.Sprintf(selectLeadersCQL, ks),
+		selectLeader:     fmt.Sprintf(selectLeaderCQL, ks),
 
 		insertTenantLeader:  fmt.Sprintf(insertTenantLeaderCQL, ks),
 		selectTenantLeaders: fmt.Sprintf(selectTenantLeadersCQL, ks),

@@ -78,10 +78,9 @@ func (s *Store) SetDimRetention(d time.Duration) {
 	}
 }
 
-// dimRows returns the rows of b's breakdowns (DimLink's go to top_days:
-// prepareTop).
-func (s *Store) dimRows(b analytics.Batch) ([]dimRow, error) {
-	anon := gocql.MustRandomUUID()
+// dimRows returns the rows of b's breakdowns, anon the writer of a batch
+// without an identity (DimLink's are the links' visits: topRows).
+func (s *Store) dimRows(b analytics.Batch, anon gocql.UUID) ([]dimRow, error) {
 	keep := time.Duration(s.dimRetention.Load())
 	ts := b.At.UnixMicro()
 	var rows []dimRow
@@ -110,13 +109,14 @@ func (s *Store) dimRows(b analytics.Batch) ([]dimRow, error) {
 }
 
 // linkPart is what a batch writes to one partition (link, 366 days) of
-// the dims and uniques tables, which share their partition key: one
-// mutation on each replica.
+// link_days: its breakdowns, registers and visits of a day, one mutation
+// on each replica.
 type linkPart struct {
 	key    string
 	bucket time.Time
 	dims   []dimRow
 	regs   []uniqRow
+	visits []topRow
 }
 
 // size is p's data as Cassandra measures a batch (pack.go): its
@@ -132,19 +132,25 @@ func (p *linkPart) size() int {
 	for _, u := range p.regs {
 		days[u.day.Unix()] = true
 	}
+	for _, v := range p.visits {
+		n += visitsBytes
+		days[v.day.Unix()] = true
+	}
 	return n + len(days)*linkDayBytes
 }
 
-// prepareLinks returns the statements that write b's breakdowns and
-// sketches, each link partition's rows of both tables together, several
+// prepareLinks returns the statements that write b's breakdowns,
+// sketches and links' visits, each link partition's together, several
 // links in a statement up to packBytes (a larger partition alone, in
-// statements of up to maxPartitionRows rows), and its top-list rows
-// (prepareTop).
+// statements of up to maxPartitionRows rows), and its top-list slots
+// (prepareLeaders).
 func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch) ([]op, error) {
-	dims, err := s.dimRows(b)
+	anon := gocql.MustRandomUUID() // the writer of a batch without an identity
+	dims, err := s.dimRows(b, anon)
 	if err != nil {
 		return nil, err
 	}
+	visits := s.topRows(b, anon)
 	regs, err := s.uniqRows(b)
 	if err != nil {
 		return nil, err
@@ -173,6 +179,10 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 		p := part(r.key, r.bucket)
 		p.regs = append(p.regs, r)
 	}
+	for _, r := range visits {
+		p := part(r.key, partitionOf(r.day, dimSpan))
+		p.visits = append(p.visits, r)
+	}
 	var ops []op
 	write := func(parts []linkPart) {
 		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLinks(ctx, parts) })
@@ -184,11 +194,14 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 			continue
 		}
 		// A large partition alone: its breakdown rows, then its registers,
-		// maxPartitionRows a statement.
+		// maxPartitionRows a statement, its visits with the first.
 		n := len(p.dims) + len(p.regs)
 		for from := 0; from < n; from += maxPartitionRows {
 			to := min(from+maxPartitionRows, n)
 			c := linkPart{key: p.key, bucket: p.bucket}
+			if from == 0 {
+				c.visits = p.visits
+			}
 			c.dims = p.dims[min(from, len(p.dims)):min(to, len(p.dims))]
 			c.regs = p.regs[max(from-len(p.dims), 0):max(to-len(p.dims), 0)]
 			write([]linkPart{c})
@@ -197,11 +210,11 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 	for _, g := range pack(small, func(p linkPart) int { return p.size() }) {
 		write(g)
 	}
-	tops, err := s.prepareTop(ctx, be, b)
+	leaders, err := s.prepareLeaders(ctx, be, visits, b.Writer == "")
 	if err != nil {
 		return nil, err
 	}
-	return append(ops, tops...), nil
+	return append(ops, leaders...), nil
 }
 
 // Dims implements analytics.DimSource: one read per partition of the
@@ -283,6 +296,7 @@ func (b counted) writeLinks(ctx context.Context, parts []linkPart) error {
 	for _, p := range parts {
 		b.c.dims.Add(int64(len(p.dims)))
 		b.c.uniques.Add(int64(len(p.regs)))
+		b.c.top.Add(int64(len(p.visits)))
 		b.c.linkRows.Add(int64(len(p.rows())))
 	}
 	b.c.linkSent.Add(1)

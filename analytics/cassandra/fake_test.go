@@ -94,6 +94,11 @@ func (db *fakeDB) writeLinks(ctx context.Context, parts []linkPart) error {
 				panic("fake: a register without TTL, or in another partition than its part's")
 			}
 		}
+		for _, r := range p.visits {
+			if r.ttl <= 0 || r.ts <= 0 || r.count <= 0 || r.key != p.key || !partitionOf(r.day, dimSpan).Equal(p.bucket) {
+				panic("fake: a link's visits without TTL, timestamp or count, or in another partition than its part's")
+			}
+		}
 		for _, r := range p.dims {
 			if r.ttl <= 0 || r.ts <= 0 {
 				panic("fake: a breakdown row without TTL or timestamp")
@@ -128,6 +133,35 @@ func (db *fakeDB) applyLink(p linkPart) {
 		c, exists := db.dims[pk][k]
 		db.dims[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
 	}
+	for _, r := range p.visits {
+		k := fakeDimRow{fakeVisitsDim, r.day.UnixMicro(), "", r.writer}
+		c, exists := db.dims[pk][k]
+		db.dims[pk][k] = put(c, exists, fakeCell{v: analytics.Visits{Human: r.count}, ts: r.ts, expires: db.expiry(r.ttl)})
+	}
+}
+
+// fakeVisitsDim is the dim of the fake's cell of a link_days row's visits.
+const fakeVisitsDim = -1
+
+func (db *fakeDB) readLinkVisits(ctx context.Context, bucket time.Time, keys []string, from, to time.Time) ([]topRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 || len(keys) > maxTopKeys || !partitionOf(from, dimSpan).Equal(bucket) || to.After(bucket.Add(dimSpan)) {
+		panic("fake: a read of links' visits without keys, or of too many, or across partitions")
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.tick()
+	var out []topRow
+	for _, key := range keys {
+		for k, c := range db.dims[fakeDimPart{key, bucket.UnixMicro()}] {
+			if k.dim == fakeVisitsDim && k.day >= from.UnixMicro() && k.day < to.UnixMicro() && !c.dead && db.live(c.expires) {
+				out = append(out, topRow{day: time.UnixMicro(k.day).UTC(), key: key, writer: k.writer, count: c.v.Human})
+			}
+		}
+	}
+	return out, nil
 }
 
 func (db *fakeDB) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
@@ -157,6 +191,9 @@ type fakeTopRow struct {
 	writer gocql.UUID
 }
 
+// writeTop writes rows of top_days, which nothing writes any more: the
+// rows a release before link_days' visits left, for the tests that read
+// them.
 func (db *fakeDB) writeTop(ctx context.Context, rows []topRow) error {
 	p := fakeTopPart{rows[0].day.UnixMicro(), rows[0].shard}
 	for _, r := range rows {
@@ -189,7 +226,7 @@ func (db *fakeDB) readTopKeys(ctx context.Context, day time.Time, shard int, key
 	var out []topRow
 	for k, c := range db.top[fakeTopPart{day.UnixMicro(), shard}] {
 		if slices.Contains(keys, k.key) && !c.dead && db.live(c.expires) {
-			out = append(out, topRow{key: k.key, count: c.v.Human})
+			out = append(out, topRow{key: k.key, writer: k.writer, count: c.v.Human})
 		}
 	}
 	return out, nil

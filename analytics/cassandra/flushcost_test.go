@@ -138,9 +138,9 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 		if round == 0 {
 			kind = "first of an hour"
 		}
-		t.Logf("%d nodes, flush %d (%s) of %d links with breakdowns and uniques: %d write statements (%d counts, %d Active entries in %d, %d breakdown counts and %d registers in %d link_days rows in %d, %d top rows in %d, %d top-list slots in %d); %.1f MB sent, %.1f MB received; %v, %.2f of the 10 s interval",
+		t.Logf("%d nodes, flush %d (%s) of %d links with breakdowns and uniques: %d write statements (%d counts, %d Active entries in %d, %d breakdown counts and %d registers in %d link_days rows in %d, %d links' visits, %d top-list slots in %d); %.1f MB sent, %.1f MB received; %v, %.2f of the 10 s interval",
 			len(hosts), round+1, kind, links, st.Writes()-before.Writes(), st.Points-before.Points, st.Active-before.Active, st.ActiveSent-before.ActiveSent,
-			st.Dims-before.Dims, st.Uniques-before.Uniques, st.LinkRows-before.LinkRows, st.LinkSent-before.LinkSent, st.Top-before.Top, st.TopSent-before.TopSent,
+			st.Dims-before.Dims, st.Uniques-before.Uniques, st.LinkRows-before.LinkRows, st.LinkSent-before.LinkSent, st.Top-before.Top,
 			st.Leaders-before.Leaders, st.LeadersSent-before.LeadersSent,
 			float64(up.Load()-up0)/1e6, float64(down.Load()-down0)/1e6, took.Round(10*time.Millisecond), took.Seconds()/10)
 		at = at.Add(10 * time.Second)

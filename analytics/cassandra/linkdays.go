@@ -12,35 +12,46 @@ import (
 
 // Link days
 //
-// A flush writes what it counted of a link's breakdowns and unique
-// visitors on a UTC day as one row of link_days per writer generation,
+// A flush writes what it counted of a link on a UTC day, beyond its
+// minute counts, as one row of link_days per writer generation,
 //
-//	PRIMARY KEY ((short_key, bucket), day, writer) → dims map<text, bigint>, regs set<int>
+//	PRIMARY KEY ((short_key, bucket), day, writer) → dims map<text, bigint>, regs set<int>, visits bigint
 //
-// with one UPDATE that adds the entries changed since the last flush:
+// with one UPDATE that sets the entries changed since the last flush:
 // dims["3:mobile"] = the generation's cumulative count of device
-// "mobile", regs += reg<<8 | rho for each sketch register set. Each map
-// entry and set element is a cell of its own, written USING TIMESTAMP the
-// batch's At and USING TTL the dimension retention after the day, so a
-// map entry keeps the newest cumulative count of its generation whatever
-// order copies land in (as the dims table's rows did), and a register's
-// elements only ever add up: a reader takes each register's largest rho,
-// which is a sketch's merge, across retries, replays and every gateway.
+// "mobile", regs += reg<<8 | rho for each sketch register set, and
+// visits = the generation's cumulative count of the link's human visits
+// of the day (its analytics.DimLink count: what top lists add up). Each
+// map entry, set element and the visits cell is a cell of its own,
+// written USING TIMESTAMP the batch's At and USING TTL the dimension
+// retention after the day, so a map entry and visits keep the newest
+// cumulative count of their generation whatever order copies land in (as
+// the dims and top_days tables' rows did), and a register's elements only
+// ever add up: a reader takes each register's largest rho, which is a
+// sketch's merge, across retries, replays and every gateway.
 //
 // It replaces the dims and uniques tables, which held one row per
-// (dimension, value, writer) and per register: a flush of a link visited
-// once with its eight dimensions and a new visitor was ten rows of two
-// tables, each a statement of its own inside the batch that Cassandra
-// parses, checks and applies; it is now one. Readers still read the old
-// tables (nothing writes them any more; their rows expire by their TTL),
-// keep the larger of the two counts a generation has of a value (a
-// journal written before the change and replayed after it writes a
-// generation's newer count to link_days), and merge the registers.
+// (dimension, value, writer) and per register, and top_days, which held
+// a row per (link, day, writer) in partitions of (day, shard): a flush of
+// a link visited once with its eight dimensions and a new visitor was
+// eleven rows of three tables, each a statement of its own inside the
+// batch that Cassandra parses, checks and applies; it is now one.
+// Readers still read the old tables (nothing writes them any more; their
+// rows expire by their TTL), keep the larger of the two counts a
+// generation has of a value or of a link's day (a journal written before
+// the change and replayed after it writes a generation's newer count to
+// link_days), and merge the registers.
 
 const (
-	updateLinkDayCQL  = `UPDATE %s.link_days USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ? WHERE short_key = ? AND bucket = ? AND day = ? AND writer = ?`
-	selectLinkDimsCQL = `SELECT day, writer, dims FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
-	selectLinkRegsCQL = `SELECT regs FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
+	updateLinkDayCQL = `UPDATE %s.link_days USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ? WHERE short_key = ? AND bucket = ? AND day = ? AND writer = ?`
+	// A row with the link's visits of the day: updateLinkDayCQL setting
+	// visits too, which a row without them leaves out (no cell, no
+	// tombstone).
+	updateLinkVisitsCQL = `UPDATE %s.link_days USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ?, visits = ? WHERE short_key = ? AND bucket = ? AND day = ? AND writer = ?`
+	// The visits of several links' days: short_key IN ?.
+	selectLinkVisitsCQL = `SELECT short_key, day, writer, visits FROM %s.link_days WHERE short_key IN ? AND bucket = ? AND day >= ? AND day < ?`
+	selectLinkDimsCQL   = `SELECT day, writer, dims FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
+	selectLinkRegsCQL   = `SELECT regs FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
 )
 
 // regsWriter is the writer of the row that holds a day's registers when
@@ -54,6 +65,7 @@ type linkDayRow struct {
 	writer gocql.UUID
 	dims   map[string]int64 // dimKey → the generation's cumulative count
 	regs   []int            // reg<<8 | rho
+	visits int64            // the generation's cumulative human visits of the link's day; 0: none
 	ttl    int
 	ts     int64 // µs
 }
@@ -72,8 +84,8 @@ func parseDimKey(k string) (dim int, value string, ok bool) {
 }
 
 // rows returns the UPDATEs that write p: one per day and writer
-// generation of its breakdown values, the day's registers with the
-// first of them that has the same TTL (else in a row of regsWriter).
+// generation of its breakdown values and visits, the day's registers with
+// the first of them that has the same TTL (else in a row of regsWriter).
 func (p *linkPart) rows() []linkDayRow {
 	type id struct {
 		day    int64
@@ -99,6 +111,13 @@ func (p *linkPart) rows() []linkDayRow {
 			byDay[[2]int64{d.day.Unix(), int64(d.ttl)}] = at[id{d.day.Unix(), d.writer, d.ttl}]
 		}
 	}
+	for _, v := range p.visits {
+		r := row(id{v.day.Unix(), v.writer, v.ttl}, v.day, v.ts)
+		r.visits = v.count
+		if _, ok := byDay[[2]int64{v.day.Unix(), int64(v.ttl)}]; !ok {
+			byDay[[2]int64{v.day.Unix(), int64(v.ttl)}] = at[id{v.day.Unix(), v.writer, v.ttl}]
+		}
+	}
 	for _, u := range p.regs {
 		i, ok := byDay[[2]int64{u.day.Unix(), int64(u.ttl)}]
 		if !ok {
@@ -115,8 +134,12 @@ func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
 	var entries []gocql.BatchEntry
 	for _, p := range parts {
 		for _, r := range p.rows() {
-			entries = append(entries, gocql.BatchEntry{Stmt: b.updateLinkDay, Idempotent: true,
-				Args: []any{r.ttl, r.ts, r.dims, r.regs, p.key, p.bucket, r.day, r.writer}})
+			e := gocql.BatchEntry{Stmt: b.updateLinkDay, Idempotent: true,
+				Args: []any{r.ttl, r.ts, r.dims, r.regs, p.key, p.bucket, r.day, r.writer}}
+			if r.visits != 0 {
+				e.Stmt, e.Args = b.updateLinkVisits, []any{r.ttl, r.ts, r.dims, r.regs, r.visits, p.key, p.bucket, r.day, r.writer}
+			}
+			entries = append(entries, e)
 		}
 	}
 	if len(entries) == 1 {
@@ -170,6 +193,27 @@ func (b *cqlBackend) readLinkRegs(ctx context.Context, key string, bucket, from,
 	return out, nil
 }
 
+// readLinkVisits returns the visits of keys (at most maxTopKeys) in
+// their partitions of bucket whose day is in [from, to): one row per
+// link, day and writer generation that has them.
+func (b *cqlBackend) readLinkVisits(ctx context.Context, bucket time.Time, keys []string, from, to time.Time) ([]topRow, error) {
+	it := b.query(ctx, b.selectLinkVisits, keys, bucket, from, to).Iter()
+	var out []topRow
+	var r topRow
+	var visits *int64
+	for it.Scan(&r.key, &r.day, &r.writer, &visits) {
+		if visits != nil {
+			r.day, r.count = r.day.UTC(), *visits
+			out = append(out, r)
+		}
+		visits = nil
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // linkDaysSchema returns the CQL that creates the link_days table.
 func linkDaysSchema(keyspace string) string {
 	return fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s.link_days (
@@ -179,9 +223,10 @@ func linkDaysSchema(keyspace string) string {
     writer    uuid,
     dims      map<text, bigint>,
     regs      set<int>,
+    visits    bigint,
     PRIMARY KEY ((short_key, bucket), day, writer)
 ) WITH CLUSTERING ORDER BY (day ASC, writer ASC)
     AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
     AND gc_grace_seconds = 10800
-    AND comment = 'breakdowns and unique visitors of a link per UTC day and writer generation: dims maps dimension:value to the cumulative count of the generation (USING TIMESTAMP the batch time), regs holds the HyperLogLog registers as reg<<8|rho (a register is its largest rho); partition = 366 days; USING TTL'`, keyspace)
+    AND comment = 'breakdowns and unique visitors of a link per UTC day and writer generation: dims maps dimension:value to the cumulative count of the generation (USING TIMESTAMP the batch time), regs holds the HyperLogLog registers as reg<<8|rho (a register is its largest rho), visits the cumulative human visits of the generation (USING TIMESTAMP the batch time), for top lists; partition = 366 days; USING TTL'`, keyspace)
 }

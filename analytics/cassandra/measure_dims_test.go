@@ -53,26 +53,30 @@ func TestFlushStatementsWithDims(t *testing.T) {
 		st := s.Statements()
 		d := func(a, b int64) int64 { return a - b }
 		t.Logf("flush %d of %d links, 6 dimensions each: %d write statements: %d counts, %d Active entries in %d batches, "+
-			"%d breakdown counts and %d sketch registers in %d link_days rows in %d batches, %d top rows in %d batches, %d top-list slots in %d batches",
+			"%d breakdown counts and %d sketch registers in %d link_days rows in %d batches, %d links' visits, %d top-list slots in %d batches",
 			round+1, links, d(st.Writes(), before.Writes()), d(st.Points, before.Points), d(st.Active, before.Active), d(st.ActiveSent, before.ActiveSent),
-			d(st.Dims, before.Dims), d(st.Uniques, before.Uniques), d(st.LinkRows, before.LinkRows), d(st.LinkSent, before.LinkSent), d(st.Top, before.Top), d(st.TopSent, before.TopSent),
+			d(st.Dims, before.Dims), d(st.Uniques, before.Uniques), d(st.LinkRows, before.LinkRows), d(st.LinkSent, before.LinkSent), d(st.Top, before.Top),
 			d(st.Leaders, before.Leaders), d(st.LeadersSent, before.LeadersSent))
 		if d(st.Dims, before.Dims) != 6*links+10 {
 			t.Errorf("%d breakdown counts, want %d: one per link and dimension, and all links' ten values", d(st.Dims, before.Dims), 6*links+10)
 		}
-		// A link's day is one row of link_days: its 6 counts and its
-		// register take about 240 bytes, 17 links a statement (packBytes);
+		// A link's day is one row of link_days: its 6 counts, its
+		// register and its visits take about 260 bytes, 15 links a
+		// statement (packBytes);
 		// all links' dense sketch is a row of its own, in statements of
 		// maxPartitionRows registers.
 		if n := d(st.LinkRows, before.LinkRows); n < links || n > links+hll.M/maxPartitionRows+10 {
 			t.Errorf("%d link_days rows for %d links, want one a link", n, links)
 		}
-		if n := d(st.LinkSent, before.LinkSent); n > links/15+hll.M/maxPartitionRows+10 {
-			t.Errorf("%d breakdown and sketch statements for %d links, want about one for 17 links", n, links)
+		if n := d(st.Top, before.Top); n != links {
+			t.Errorf("%d links' visits written for %d links, want one a link (in its link_days row)", n, links)
+		}
+		if n := d(st.LinkSent, before.LinkSent); n > links/14+hll.M/maxPartitionRows+10 {
+			t.Errorf("%d breakdown and sketch statements for %d links, want about one for 15 links", n, links)
 		}
 		// Every link's count changed, but only the writer's 2,000 most
 		// visited of the day have a slot: the top list adds about 2% to
-		// the top_days batches, not a statement per link.
+		// the rows, not a row per link.
 		if d(st.Leaders, before.Leaders) != topLeaders || d(st.LeadersSent, before.LeadersSent) > topLeaders/maxPartitionRows+1 {
 			t.Errorf("%d top-list slots in %d batches, want %d in batches of up to %d", d(st.Leaders, before.Leaders), d(st.LeadersSent, before.LeadersSent), topLeaders, maxPartitionRows)
 		}

@@ -85,3 +85,62 @@ func TestClassesMigrationOnNode(t *testing.T) {
 		t.Errorf("points_total has %d columns (%v), want 10", cols, err)
 	}
 }
+
+// TestLinkVisitsMigrationOnNode opens a store on a link_days an earlier
+// release made, without visits, beside a top_days row of then: Open adds
+// the column, a flush writes a link's visits into its link_days row and
+// none to top_days, and the top counts add both.
+func TestLinkVisitsMigrationOnNode(t *testing.T) {
+	hs := testkit.CassandraHosts(t)
+	const ks = "linkgate_migrate_visits"
+	sess := testkit.CassandraSession(t, hs...)
+	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range schema(ks, 1, analyticstest.DefaultPlan.Retention()) {
+		q = strings.Replace(q, "\n    visits    bigint,\n    PRIMARY KEY ((short_key, bucket), day, writer)", "\n    PRIMARY KEY ((short_key, bucket), day, writer)", 1)
+		if err := sess.Query(q).Exec(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var cols int
+	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'link_days'", ks).Scan(&cols); err != nil || cols != 6 {
+		t.Fatalf("the old link_days has %d columns (%v), want 6", cols, err)
+	}
+	now := time.Now().UTC()
+	day := rollup.Align(now, rollup.Day)
+	if err := sess.Query("INSERT INTO "+ks+".top_days (day, shard, short_key, writer, visits) VALUES (?, ?, 'gh', uuid(), 4) USING TTL 3600", day, shardOf("gh")).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
+	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(time.Minute)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after a minute: %v", s.Ready())
+		}
+		time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
+	}
+	b := analytics.Batch{Writer: "w", Seq: 1, At: now, Dims: []analytics.DimCount{
+		{Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "gh", N: 3, Cum: 3},
+		{Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "go", N: 2, Cum: 2},
+	}}
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := s.TopCounts(context.Background(), []string{"gh", "go"}, day, day.Add(rollup.Day))
+	if err != nil || counts["gh"] != 7 || counts["go"] != 2 {
+		t.Errorf("TopCounts = %v, %v; want gh 4 + 3, go 2", counts, err)
+	}
+	var rows int
+	if err := sess.Query("SELECT count(*) FROM "+ks+".top_days WHERE day = ? AND shard = ? AND short_key = 'go'", day, shardOf("go")).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("top_days holds %d rows of go (%v), want none", rows, err)
+	}
+	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'link_days'", ks).Scan(&cols); err != nil || cols != 7 {
+		t.Errorf("link_days has %d columns (%v), want 7", cols, err)
+	}
+}

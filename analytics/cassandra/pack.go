@@ -39,7 +39,7 @@ const (
 	linkDayBytes = 8 + 16            // a link_days row: day, writer
 	dimBytes     = 2 + 16 + 8        // a breakdown cell: its key "dim:" (and the value's bytes), 16, its count
 	uniqBytes    = 16 + 4            // a register's element
-	topBytes     = 16 + (16 + 8)     // writer; visits (and the key's bytes)
+	visitsBytes  = 16 + 8            // a link_days row's visits cell
 )
 
 // pointSize is the data of r as Cassandra measures it.

@@ -200,7 +200,7 @@ var classColumns = [rollup.NumOther]string{"preview", "scanner", "prefetch", "in
 
 // migrations returns the statements that bring tables created by an
 // earlier release to schema's: the class columns added to each points
-// table. Cassandra 4.0 has no ADD IF NOT EXISTS: Open runs them after
+// table, and the links' visits to link_days. Cassandra 4.0 has no ADD IF NOT EXISTS: Open runs them after
 // schema, and cqlsession takes the refusal of a column that exists as done
 // (it always does on tables schema created).
 func migrations(keyspace string, tiers []rollup.Tier) []string {
@@ -212,7 +212,7 @@ func migrations(keyspace string, tiers []rollup.Tier) []string {
 	if total, err := rollup.TotalTier(tiers); err == nil {
 		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s %s", keyspace, pointsTable(total), add))
 	}
-	return stmts
+	return append(stmts, fmt.Sprintf("ALTER TABLE %s.link_days ADD (visits bigint)", keyspace))
 }
 
 // SchemaCQL returns the CQL script that creates the keyspace and tables the
@@ -243,6 +243,12 @@ func SchemaCQL(keyspace string, replicationFactor int, tiers []rollup.Tier) stri
 -- class, written only in rows that have such visits. Tables made by a release
 -- without them get them at a gateway's start (ALTER TABLE ... ADD (preview
 -- bigint, scanner bigint, prefetch bigint, internal bigint)).
+--
+-- link_days: a link's breakdowns, unique visitors' sketch registers and human
+-- visits per UTC day and writer generation, one row each. A link_days made by a
+-- release without visits gets it at a gateway's start (ALTER TABLE ... ADD
+-- (visits bigint)). dims, uniques and top_days: what it replaced, read until
+-- their rows expire.
 --
 -- points_total: the all-time tier, rolled from the coarsest, never expired.
 --

@@ -28,22 +28,21 @@ type Statements struct {
 	Uniques     int64 // sketch registers written (a cell each)
 	LinkSent    int64 // statements that wrote them: a link's partition, or several links' (pack.go)
 	LinkRows    int64 // link_days rows those statements wrote: one per link, day and writer generation
-	Top         int64 // top_days rows written: a link's human visits of a day
-	TopSent     int64 // statements that wrote them: a batch per (day, shard) of up to maxPartitionRows rows
+	Top         int64 // links' human visits of a day written (a cell of link_days each, with the link's breakdowns)
 	Leaders     int64 // top_leaders slots written: a link among its writer generation's topLeaders of a day
 	LeadersSent int64 // statements that wrote them: batches of one day of up to maxPartitionRows slots
 	Reads       int64 // SELECTs of any table
-	TopRows     int64 // rows the reads of top_days and top_leaders returned
+	TopRows     int64 // rows the reads of links' visits (link_days, top_days) and of top_leaders returned
 }
 
 // Writes returns the statements that write: all but Reads and Leases.
 func (s Statements) Writes() int64 {
-	return s.PointsSent + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.TopSent + s.LeadersSent
+	return s.PointsSent + s.ActiveSent + s.Marks + s.MarkDeletes + s.Progress + s.LinkSent + s.LeadersSent
 }
 
 // statements are the counters behind Statements.
 type statements struct {
-	points, rolled, pointsSent, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, linkRows, top, topSent, leaders, leadersSent, topRows atomic.Int64
+	points, rolled, pointsSent, active, activeSent, marks, markDeletes, progress, leases, reads, dims, uniques, linkSent, linkRows, top, leaders, leadersSent, topRows atomic.Int64
 }
 
 // Statements returns the statements sent so far. Safe for concurrent use.
@@ -52,7 +51,7 @@ func (s *Store) Statements() Statements {
 	return Statements{
 		Points: c.points.Load(), Rolled: c.rolled.Load(), PointsSent: c.pointsSent.Load(), Active: c.active.Load(), ActiveSent: c.activeSent.Load(), Marks: c.marks.Load(),
 		MarkDeletes: c.markDeletes.Load(), Progress: c.progress.Load(), Leases: c.leases.Load(), Reads: c.reads.Load(),
-		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), LinkRows: c.linkRows.Load(), Top: c.top.Load(), TopSent: c.topSent.Load(),
+		Dims: c.dims.Load(), Uniques: c.uniques.Load(), LinkSent: c.linkSent.Load(), LinkRows: c.linkRows.Load(), Top: c.top.Load(),
 		Leaders: c.leaders.Load(), LeadersSent: c.leadersSent.Load(), TopRows: c.topRows.Load(),
 	}
 }

@@ -19,13 +19,19 @@ import (
 // Top links
 //
 // A flush's analytics.DimLink counts (each link's human visits per UTC
-// day) go to two tables, both written as breakdowns are (USING TIMESTAMP
-// the batch time, a TTL of the breakdowns' retention after the day):
+// day) are written twice, both as breakdowns are (USING TIMESTAMP the
+// batch time, a TTL of the breakdowns' retention after the day):
 //
-//   - top_days, one partition per (day, shard) (the shard a hash of the
-//     link, as for Active entries), one row per link and writer generation
-//     holding its cumulative count: every link's exact count of a day,
-//     read by key (TopCounts), never whole.
+//   - in the link's own link_days row of the day and writer generation,
+//     its visits column holding the generation's cumulative count (in the
+//     same UPDATE as the link's breakdowns and registers: linkdays.go):
+//     every link's exact count of a day, read by key (TopCounts), a
+//     hundred links a read (short_key IN ?). Until this release it was a
+//     row of top_days, one partition per (day, shard) (the shard a hash
+//     of the link, as for Active entries): a third row per link and
+//     flush. Reads still add what top_days holds until it expires,
+//     keeping the larger of the two counts a generation has of a link's
+//     day.
 //   - top_leaders, one partition per day, holding per writer generation
 //     (the writer id of the breakdowns' rows) its topLeaders most visited
 //     links of the day: topLeaders slots, each (link, cumulative count).
@@ -49,7 +55,7 @@ import (
 // partition per (tenant, day), kept alike (a writer generation's
 // topLeaders most visited links of the tenant on the day), so that a
 // tenant's top list (TenantTop) reads its own lists, and the exact counts
-// of top_days every link shares.
+// every link has.
 //
 // Retries and replays change nothing: a resent batch finds its links in
 // the list already, in the same slots, and writes the same rows; an older
@@ -61,8 +67,9 @@ import (
 // listed link's total: at least the counts listed, at most those plus, for
 // every full list it is missing from, that list's smallest count. Links
 // whose upper bound is below the n-th best lower bound cannot make the top
-// n; the others' exact totals are read from top_days (one read per day,
-// shard and 100 links). So its reads are bounded by the days, the writer
+// n; the others' exact totals are read from link_days (one read per 366
+// days and 100 links) and top_days (one read per day, shard and 100
+// links). So its reads are bounded by the days, the writer
 // generations and topLeaders, not by the links visited.
 //
 // The answer is exact when every link of the true top n is listed for at
@@ -82,12 +89,13 @@ import (
 // the largest top=N the stats API asks for.
 const topLeaders = 2000
 
-// maxTopKeys bounds the links of one read of top_days (short_key IN ?).
+// maxTopKeys bounds the links of one read of link_days or top_days
+// (short_key IN ?).
 const maxTopKeys = 100
 
 const (
-	insertTopCQL     = `INSERT INTO %s.top_days (day, shard, short_key, writer, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectTopKeysCQL = `SELECT short_key, visits FROM %s.top_days WHERE day = ? AND shard = ? AND short_key IN ?`
+	// top_days, which link_days replaced: nothing writes it any more.
+	selectTopKeysCQL = `SELECT short_key, writer, visits FROM %s.top_days WHERE day = ? AND shard = ? AND short_key IN ?`
 	insertLeaderCQL  = `INSERT INTO %s.top_leaders (day, writer, slot, short_key, visits) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
 	selectLeadersCQL = `SELECT writer, slot, short_key, visits FROM %s.top_leaders WHERE day = ?`
 	selectLeaderCQL  = `SELECT writer, slot, short_key, visits FROM %s.top_leaders WHERE day = ? AND writer = ?`
@@ -120,18 +128,12 @@ type leaderRow struct {
 	ts     int64
 }
 
-// prepareTop returns the statements that write b's DimLink counts: to
-// top_days one unlogged batch per (day, shard) of up to maxPartitionRows
-// rows, and to top_leaders the slots of the links that are in their
-// writer generation's list, in batches of one day.
-func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) ([]op, error) {
-	anon := gocql.MustRandomUUID()
+// topRows returns b's DimLink counts, each link's human visits of a day
+// (its generation's cumulative count, or the batch's for a batch without
+// an identity, whose writer is anon), as rows of the link's link_days
+// (linkdays.go).
+func (s *Store) topRows(b analytics.Batch, anon gocql.UUID) []topRow {
 	keep := time.Duration(s.dimRetention.Load())
-	type part struct {
-		day   int64
-		shard int
-	}
-	var parts partitioned[part, topRow]
 	var rows []topRow
 	for _, d := range b.Dims {
 		if d.Dim != analytics.DimLink {
@@ -146,18 +148,20 @@ func (s *Store) prepareTop(ctx context.Context, be backend, b analytics.Batch) (
 			continue
 		}
 		rows = append(rows, r)
-		parts.add(part{r.day.Unix(), r.shard}, r)
 	}
-	var ops []op
-	for _, p := range parts.order {
-		for _, batch := range chunks(parts.rows[p]) {
-			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeTop(ctx, batch) })
-		}
-	}
-	leaders, err := s.leaders.update(ctx, be, rows, b.Writer == "")
+	return rows
+}
+
+// prepareLeaders returns the statements that write the slots of rows'
+// links that are in their writer generation's list, in batches of one
+// day (and tenant). anon says the rows are of a batch without an
+// identity.
+func (s *Store) prepareLeaders(ctx context.Context, be backend, rows []topRow, anon bool) ([]op, error) {
+	leaders, err := s.leaders.update(ctx, be, rows, anon)
 	if err != nil {
 		return nil, fmt.Errorf("cassandra: write: top list: %w", err)
 	}
+	var ops []op
 	for len(leaders) > 0 {
 		n := 0
 		for n < len(leaders) && n < maxPartitionRows && leaders[n].day.Equal(leaders[0].day) && leaders[n].tenant == leaders[0].tenant {
@@ -513,37 +517,67 @@ func (s *Store) TopCounts(ctx context.Context, keys []string, from, to time.Time
 	return out, nil
 }
 
-// topCounts returns the totals of keys over the days [lo, hi) from
-// top_days, reading the partitions concurrently (at most parallel at a
-// time).
+// topCounts returns the totals of keys over the days [lo, hi): the
+// visits of link_days, and of top_days, which it replaced, a
+// generation's larger count of a link's day kept when both hold one (a
+// journal written before the change and replayed after it writes a
+// generation's newer count to link_days). It reads the partitions
+// concurrently (at most parallel at a time).
 func (s *Store) topCounts(ctx context.Context, be backend, keys []string, lo, hi time.Time) (map[string]int64, error) {
 	out := make(map[string]int64, len(keys))
 	var shards [activeShards][]string
+	var all []string
 	for _, k := range keys {
 		if _, ok := out[k]; !ok {
 			out[k] = 0
 			shards[shardOf(k)] = append(shards[shardOf(k)], k)
+			all = append(all, k)
 		}
 	}
+	// A read of top_days (one day, a shard's keys) or, with links set, of
+	// link_days (a partition's days, up to maxTopKeys links).
 	type read struct {
 		day   time.Time
 		shard int
 		keys  []string
+		links bool
 	}
 	var reads []read
+	for p := partitionOf(lo, dimSpan); p.Before(hi); p = p.Add(dimSpan) {
+		for ks := all; len(ks) > 0; {
+			n := min(len(ks), maxTopKeys)
+			reads = append(reads, read{p, 0, ks[:n:n], true})
+			ks = ks[n:]
+		}
+	}
 	for day := lo; day.Before(hi); day = day.Add(rollup.Day) {
 		for shard, ks := range shards {
 			for len(ks) > 0 {
 				n := min(len(ks), maxTopKeys)
-				reads = append(reads, read{day, shard, ks[:n:n]})
+				reads = append(reads, read{day, shard, ks[:n:n], false})
 				ks = ks[n:]
 			}
 		}
 	}
+	type gen struct {
+		key    string
+		day    int64
+		writer gocql.UUID
+	}
+	counts := map[gen]int64{}
 	var mu sync.Mutex
 	err := runAll(ctx, len(reads), func(ctx context.Context, i int) error {
 		r := reads[i]
-		rows, err := be.readTopKeys(ctx, r.day, r.shard, r.keys)
+		var rows []topRow
+		var err error
+		if r.links {
+			rows, err = be.readLinkVisits(ctx, r.day, r.keys, latest(lo, r.day), earliest(hi, r.day.Add(dimSpan)))
+		} else {
+			rows, err = be.readTopKeys(ctx, r.day, r.shard, r.keys)
+			for j := range rows {
+				rows[j].day = r.day
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -551,7 +585,8 @@ func (s *Store) topCounts(ctx context.Context, be backend, keys []string, lo, hi
 		defer mu.Unlock()
 		for _, row := range rows {
 			if _, ok := out[row.key]; ok {
-				out[row.key] += row.count
+				g := gen{row.key, row.day.Unix(), row.writer}
+				counts[g] = max(counts[g], row.count)
 			}
 		}
 		return nil
@@ -559,14 +594,10 @@ func (s *Store) topCounts(ctx context.Context, be backend, keys []string, lo, hi
 	if err != nil {
 		return nil, err
 	}
+	for g, n := range counts {
+		out[g.key] += n
+	}
 	return out, nil
-}
-
-func (b *cqlBackend) writeTop(ctx context.Context, rows []topRow) error {
-	return b.writeRows(ctx, b.insertTop, len(rows), func(i int) []any {
-		r := rows[i]
-		return []any{r.day, r.shard, r.key, r.writer, r.count, r.ttl, r.ts}
-	})
 }
 
 // writeRows inserts n rows of one partition with stmt, args(i) giving the
@@ -586,7 +617,7 @@ func (b *cqlBackend) readTopKeys(ctx context.Context, day time.Time, shard int, 
 	it := b.query(ctx, b.selectTopKeys, day, shard, keys).Iter()
 	var out []topRow
 	var r topRow
-	for it.Scan(&r.key, &r.count) {
+	for it.Scan(&r.key, &r.writer, &r.count) {
 		out = append(out, r)
 	}
 	if err := it.Close(); err != nil {
@@ -634,10 +665,11 @@ func (b *cqlBackend) scanLeaders(it *gocql.Iter) ([]leaderRow, error) {
 	return out, nil
 }
 
-func (b counted) writeTop(ctx context.Context, rows []topRow) error {
-	b.c.top.Add(int64(len(rows)))
-	b.c.topSent.Add(1)
-	return b.be.writeTop(ctx, rows)
+func (b counted) readLinkVisits(ctx context.Context, bucket time.Time, keys []string, from, to time.Time) ([]topRow, error) {
+	b.c.reads.Add(1)
+	rows, err := b.be.readLinkVisits(ctx, bucket, keys, from, to)
+	b.c.topRows.Add(int64(len(rows)))
+	return rows, err
 }
 
 func (b counted) readTopKeys(ctx context.Context, day time.Time, shard int, keys []string) ([]topRow, error) {
@@ -677,7 +709,7 @@ func topSchema(keyspace string) string {
     PRIMARY KEY ((day, shard), short_key, writer)
 ) WITH compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 16}
     AND gc_grace_seconds = 10800
-    AND comment = 'human visits per link and UTC day, for top lists; one row per writer generation holding its cumulative count, USING TIMESTAMP the batch time; 16 shards per day; USING TTL'`, keyspace)
+    AND comment = 'human visits per link and UTC day, for top lists; one row per writer generation holding its cumulative count, USING TIMESTAMP the batch time; 16 shards per day; USING TTL; replaced by link_days (visits), read until its rows expire'`, keyspace)
 }
 
 func leadersSchema(keyspace string) string {

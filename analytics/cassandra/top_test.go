@@ -44,8 +44,7 @@ func bruteTop(totals map[string]int64, n int) []analytics.TopLink {
 // gateways (skewed, each its own way) and checks that Top answers the
 // brute-force top 10, 100 and 1,000 while reading the two writers' lists
 // and the exact counts of a few links: a bounded number of rows, where
-// reading the day's top_days partitions returned every link's rows
-// (200,000).
+// reading every link's count of the day returned 200,000.
 func TestTopReadsAt100000Links(t *testing.T) {
 	const links = 100_000
 	clock := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
@@ -84,9 +83,10 @@ func TestTopReadsAt100000Links(t *testing.T) {
 			t.Errorf("Top(%d) (-want +got):\n%s", n, diff)
 		}
 		// One read of the day's lists, then the links that can make the
-		// top n, at most 100 per read of a (day, shard): their two rows
-		// each.
-		if maxReads := int64(1 + activeShards + 2*n/maxTopKeys); reads > maxReads {
+		// top n, at most 100 per read of their link_days partitions (their
+		// two rows each) and per read of a (day, shard) of top_days, which
+		// link_days replaced.
+		if maxReads := int64(1 + activeShards + 2*(2*n/maxTopKeys+1)); reads > maxReads {
 			t.Errorf("Top(%d) sent %d reads, want at most %d", n, reads, maxReads)
 		}
 		if maxRows := int64(2*topLeaders + 2*2*n); rows > maxRows {
@@ -199,5 +199,56 @@ func TestTopListKeepsTheMostVisited(t *testing.T) {
 	}
 	if diff := gocmp.Diff(bruteTop(cum, 1000), got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("Top(1000) (-want +got):\n%s", diff)
+	}
+}
+
+// TestTopReadsTheRowsOfBefore reads top lists over what a release before
+// link_days held the links' visits left in top_days: a link counted there
+// alone keeps its count, and a generation with a count in both (a journal
+// written before the upgrade and replayed after it) counts its larger,
+// newer one, once. Each link's visits are a cell of its link_days row
+// now, none in top_days.
+func TestTopReadsTheRowsOfBefore(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	day := rollup.Align(clock, rollup.Day)
+	db := newFakeDB(clock)
+	s := onFake(t, db, &clock)
+	old := func(writer string, key string, n int64) topRow {
+		return topRow{day: day, shard: shardOf(key), key: key, writer: dimWriter(writer, 0), count: n, ttl: 3600, ts: clock.Add(-time.Minute).UnixMicro()}
+	}
+	for _, r := range []topRow{old("w", "go", 3), old("x", "gh", 4), old("x", "go", 2)} {
+		if err := db.writeTop(context.Background(), []topRow{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The old release's lists: x's, and w's, which the replayed batch
+	// reads back.
+	leaders := []leaderRow{
+		{day: day, writer: dimWriter("x", 0), slot: 0, key: "gh", count: 4, ttl: 3600, ts: 1},
+		{day: day, writer: dimWriter("x", 0), slot: 1, key: "go", count: 2, ttl: 3600, ts: 1},
+		{day: day, writer: dimWriter("w", 0), slot: 0, key: "go", count: 3, ttl: 3600, ts: 1},
+	}
+	if err := db.writeLeaders(context.Background(), leaders); err != nil {
+		t.Fatal(err)
+	}
+	// w's journal, replayed: go 3 → 5 in the same generation.
+	b := linkBatch("w", 2, clock, day, []string{"go"}, map[string]int64{"go": 2}, map[string]int64{"go": 5})
+	if err := s.Write(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(db.top[fakeTopPart{day.UnixMicro(), shardOf("go")}]); n != 2 {
+		t.Errorf("top_days holds %d rows of go's shard, want the 2 of before", n)
+	}
+	if st := s.Statements(); st.Top != 1 {
+		t.Errorf("%d links' visits written, want 1", st.Top)
+	}
+	want := []analytics.TopLink{{Key: "go", Visits: 7}, {Key: "gh", Visits: 4}}
+	got, err := s.Top(context.Background(), day, day.Add(rollup.Day), 5)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Top = %v, %v; want %v: w's larger count of go (5, not 3 + 5) and x's 2, gh's 4 of before", got, err, want)
+	}
+	counts, err := s.TopCounts(context.Background(), []string{"go", "gh", "gl"}, day, day.Add(rollup.Day))
+	if err != nil || counts["go"] != 7 || counts["gh"] != 4 || counts["gl"] != 0 {
+		t.Errorf("TopCounts = %v, %v; want go 7, gh 4, gl 0", counts, err)
 	}
 }

@@ -99,11 +99,13 @@ func elements(b []byte, perEntry int) [][]byte {
 
 // TestWireTopAndUniques sends a flush's top-list counts and a sketch
 // through gocql to the protocol model: every statement is accepted with
-// its values bound as the table's types (the links of a top_days read as
-// a list bound to short_key IN ?), the sketch's registers as elements of
-// the regs set of link_days, and reads of both, and of a breakdown, parse
-// the model's rows: link_days and the tables it replaced, a writer
-// generation's larger count of the two kept.
+// its values bound as the table's types (each link's visits in the visits
+// of its link_days row, the links of a read of them as a list bound to
+// short_key IN ?), the sketch's registers as elements of the regs set of
+// link_days, and reads of both, and of a breakdown, parse the model's
+// rows: link_days and the tables it replaced, a writer generation's
+// larger count of the two kept, a row without visits (null) counting
+// nothing.
 func TestWireTopAndUniques(t *testing.T) {
 	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
@@ -124,19 +126,20 @@ func TestWireTopAndUniques(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Mu.Lock()
-	var tops, leaders, regs int
-	for _, st := range append(srv.Applied, func() (all []cqlmodel.Stmt) {
-		for _, bt := range srv.Batches {
-			all = append(all, bt.Stmts...)
-		}
-		return all
-	}()...) {
+	var visits, leaders, regs int
+	for _, st := range srv.Applied { // the EXECUTEs and the statements of BATCHes
 		switch {
 		case strings.HasPrefix(st.Q, "INSERT INTO ks.top_days"):
-			tops++
+			t.Errorf("a top_days row written: %s", st.Q)
 		case strings.HasPrefix(st.Q, "INSERT INTO ks.top_leaders"):
 			leaders++
 		case strings.HasPrefix(st.Q, "UPDATE ks.link_days"):
+			if strings.Contains(st.Q, "visits = ?") {
+				if n := int64(binary.BigEndian.Uint64(st.Values[4])); n != 3 && n != 1 {
+					t.Errorf("a link's visits bound as %d, want 3 or 1", n)
+				}
+				visits++
+			}
 			for _, e := range elements(st.Values[3], 1) {
 				if reg, rho := binary.BigEndian.Uint32(e)>>8, binary.BigEndian.Uint32(e)&0xff; reg >= hll.M || rho == 0 || rho > 64 {
 					t.Errorf("register element %x: register %d, rho %d", e, reg, rho)
@@ -146,10 +149,10 @@ func TestWireTopAndUniques(t *testing.T) {
 		}
 	}
 	srv.Mu.Unlock()
-	if tops < 2 || leaders < 2 || regs < 5 {
-		t.Errorf("%d top rows, %d top-list slots and %d registers seen, want 2, 2 and 5", tops, leaders, regs)
+	if visits != 2 || leaders != 2 || regs != 5 {
+		t.Errorf("%d links' visits, %d top-list slots and %d registers seen, want 2, 2 and 5", visits, leaders, regs)
 	}
-	var inList [][]byte // the short_key IN ? values of the top_days read
+	var inList [][]byte // the short_key IN ? values of the reads of visits
 	srv.Mu.Lock()
 	srv.Rows = func(q string, values [][]byte) ([]cqlmodel.Col, [][][]byte) {
 		cols := cqlmodel.SelectCols(q)
@@ -162,7 +165,18 @@ func TestWireTopAndUniques(t *testing.T) {
 				srv.Mu.Lock() // Rows is called without it
 				inList = append(inList, values[2])
 				srv.Mu.Unlock()
-				return cols, [][][]byte{{[]byte("go"), cqlmodel.BE64(3)}}
+				w := dimWriter("w", 0)
+				return cols, [][][]byte{{[]byte("go"), w[:], cqlmodel.BE64(3)}}
+			}
+		case strings.Contains(q, "SELECT short_key, day, writer, visits FROM ks.link_days"):
+			srv.Mu.Lock()
+			inList = append(inList, values[0])
+			srv.Mu.Unlock()
+			w, w2 := dimWriter("w", 0), dimWriter("v", 0)
+			return cols, [][][]byte{
+				{[]byte("go"), cqlmodel.TimeCell(day), w[:], cqlmodel.BE64(5)},
+				{[]byte("go"), cqlmodel.TimeCell(day), w2[:], cqlmodel.BE64(2)},
+				{[]byte("go"), cqlmodel.TimeCell(day), regsWriter[:], nil},
 			}
 		case strings.Contains(q, "FROM ks.dims"):
 			w1, w2 := dimWriter("a", 0), dimWriter("b", 0)
@@ -186,14 +200,14 @@ func TestWireTopAndUniques(t *testing.T) {
 	srv.Mu.Unlock()
 	s.now = func() time.Time { return at }
 	top, err := s.Top(context.Background(), day, day.Add(rollup.Day), 5)
-	if err != nil || len(top) != 1 || top[0] != (analytics.TopLink{Key: "go", Visits: 3}) {
-		t.Errorf("Top = %v, %v; want go 3", top, err)
+	if err != nil || len(top) != 1 || top[0] != (analytics.TopLink{Key: "go", Visits: 7}) {
+		t.Errorf("Top = %v, %v; want go 7: w's larger count (5, not top_days' 3) and v's 2", top, err)
 	}
 	// A list<text> of one element: its count, then the element's length
 	// and bytes.
 	srv.Mu.Lock()
-	if want := []byte{0, 0, 0, 1, 0, 0, 0, 2, 'g', 'o'}; len(inList) != 1 || string(inList[0]) != string(want) {
-		t.Errorf("top_days read with short_key IN %q, want %q", inList, want)
+	if want := []byte{0, 0, 0, 1, 0, 0, 0, 2, 'g', 'o'}; len(inList) != 2 || string(inList[0]) != string(want) || string(inList[1]) != string(want) {
+		t.Errorf("link_days and top_days read with short_key IN %q, want %q each", inList, want)
 	}
 	srv.Mu.Unlock()
 	vals, err := s.Dims(context.Background(), "go", visitor.Referrer, day, day.Add(rollup.Day))
