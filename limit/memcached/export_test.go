@@ -21,6 +21,25 @@ func (s *Store) Gathered() int {
 	return n
 }
 
+// Joined returns how many checks wait, in all, for the answer of a read
+// of their counter already on its way, sent by another check.
+func (s *Store) Joined() int {
+	n := 0
+	for _, sv := range s.servers {
+		for i := range sv.shards {
+			sh := &sv.shards[i]
+			sh.mu.Lock()
+			for _, st := range sh.reads {
+				if st.joined != nil {
+					n += st.joined.waiting
+				}
+			}
+			sh.mu.Unlock()
+		}
+	}
+	return n
+}
+
 // ReuseWindow is how long a read answers the checks that follow it.
 const ReuseWindow = reuseWindow
 

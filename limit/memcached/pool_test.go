@@ -21,7 +21,7 @@ import (
 )
 
 // mcStat reads one statistic of a memcached ("curr_connections").
-func mcStat(t *testing.T, addr, name string) int64 {
+func mcStat(t testing.TB, addr, name string) int64 {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {

@@ -8,18 +8,28 @@ import (
 	"github.com/linkgate/linkgate/limit"
 )
 
-// Checks of the same counter share their reads. While a get of a
-// counter's buckets is on its way, the checks of the same counter and
-// buckets that arrive (the clients of one address, one user) gather into
-// the next read, sent by the first of them as soon as the one on its way
-// returns: their keys are built, sent and parsed once, and each copies the
-// counts. So a check waits for nobody when its counter is not being read,
-// and under load a counter costs one get per round trip however many of
-// its checks arrive meanwhile: 64 concurrent requests of one client cost
-// about one get instead of 64 (envoy's ratelimit pipelines Redis commands
-// within 150 µs for the same reason). A check never joins a read already
-// sent: the read it waits for starts after it pinned its counter (Load), as
-// its own would.
+// Checks of the same counter share their reads. A check of a counter
+// whose read is on its way takes that read's answer when nothing of the
+// counter was in flight when the read was sent and no send of its
+// increments began and no AddNow or Reset of it ended between the read's
+// send and the check's pin (Load): memcached then answers with every
+// increment this Store had acknowledged when the check began, and none
+// of those still pending, as a read of the check's own would (joinable).
+// The other checks that arrive while the read is on its way (those that
+// follow a write of the counter) gather into the next read, sent by the
+// first of them as soon as the one on its way returns. Either way their
+// keys are built, sent and parsed once, and each copies the counts. So a
+// check waits for nobody when its counter is not being read, at most for
+// the rest of the read on its way when it is, and under load a counter
+// costs about one get per round trip however many of its checks arrive
+// meanwhile: 64 concurrent requests of one client cost about one get
+// instead of 64 (envoy's ratelimit pipelines Redis commands within 150 µs
+// for the same reason). A check that joined a read sees the other
+// gateways' increments as memcached held them when it answered, after
+// the read was sent and before the check's own read would have been: an
+// increment that landed in memcached is still seen by every check that
+// begins more than a read's round trip and the reuse window (below)
+// after, the bound it had before checks joined reads on their way.
 //
 // A read's answer also serves the checks of its counter and buckets that
 // come within reuseWindow (1 ms, a fifth of the flush interval) after it
@@ -65,12 +75,19 @@ func keyOf(buckets []limit.Bucket) bucketsKey {
 	return bucketsKey{first: buckets[0], last: buckets[len(buckets)-1], n: len(buckets)}
 }
 
-// readState is the reads of one readKey: the one on its way and the group
-// gathering for the next.
+// readState is the reads of one readKey: the one on its way, the checks
+// that joined it and the group gathering for the next.
 type readState struct {
 	busy chan struct{} // closed when the read on its way returns; nil when none is
-	next *readGroup    // the checks waiting for the next read; nil when none
-	err  error         // how the last read ended
+	// The counter's generations (entry.gen, entry.wgen) when the read on
+	// its way was sent, and whether nothing of the counter was in flight
+	// then: a check pinned at the same generations, with nothing in
+	// flight, may join it (joinable).
+	gen, wgen uint64
+	idle      bool
+	joined    *readGroup // the checks that joined the read on its way; nil when none
+	next      *readGroup // the checks waiting for the next read; nil when none
+	err       error      // how the last read ended
 }
 
 // readGroup is the checks that share one read.
@@ -84,10 +101,31 @@ type readGroup struct {
 	err     error
 }
 
+// sending marks st's read as on its way, sent now for e's counter. The
+// caller holds the shard's mu and has set st.busy.
+func (st *readState) sending(e *entry) {
+	st.gen, st.wgen, st.idle = e.gen, e.wgen, e.done == nil
+}
+
+// joinable reports whether a check pinned at p, with nothing of its
+// counter in flight then (idle), may take the answer of st's read on its
+// way. The read was sent when nothing of the counter was in flight, and
+// no send of its increments began and no AddNow or Reset of it ended
+// between the read's send and the check's pin (the generations are the
+// same): so memcached held, when it answered, every increment this Store
+// had acknowledged when the check pinned its counter, and none of those
+// pending then, as it would for a read of the check's own. (Whether a
+// send begins before the answer arrives, addLocal tells, as for any
+// read.) The caller holds the shard's mu.
+func (st *readState) joinable(p pinned, idle bool) bool {
+	return st.busy != nil && st.idle && idle && st.gen == p.gen && st.wgen == p.wgen
+}
+
 // getCounts reads the counts of c's buckets into counts (0 when missing),
-// sharing the read with the concurrent checks of the same counter. It
+// sharing the read with the concurrent checks of the same counter. The
+// check pinned c's entry e at p (idle: nothing in flight then). It
 // returns when the answer arrived (mono()).
-func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, counts []int64) (int64, error) {
+func (sv *server) getCounts(sh *shard, e *entry, p pinned, idle bool, c limit.Counter, buckets []limit.Bucket, counts []int64) (int64, error) {
 	if sv.open.Load() {
 		return 0, ErrUnavailable
 	}
@@ -105,11 +143,23 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 	if st.busy == nil {
 		// Nothing of this counter on its way: read now.
 		st.busy = make(chan struct{})
+		st.sending(e)
 		sh.mu.Unlock()
 		err := sv.read(c, buckets, counts)
 		at := mono()
-		sv.readDone(sh, rk, st, err)
+		sv.readDone(sh, rk, st, counts, at, err)
 		return at, err
+	}
+	if st.joinable(p, idle) {
+		// The read on its way answers this check as its own would.
+		g := st.joined
+		if g == nil {
+			g = &readGroup{done: make(chan struct{})}
+			st.joined = g
+		}
+		g.waiting++
+		sh.mu.Unlock()
+		return sv.awaitGroup(g, counts)
 	}
 	if g := st.next; g != nil {
 		g.waiting++
@@ -124,11 +174,13 @@ func (sv *server) getCounts(sh *shard, c limit.Counter, buckets []limit.Bucket, 
 	busy := st.busy
 	sh.mu.Unlock()
 	defer g.timer.Stop()
-	return sv.leadGroup(sh, rk, st, busy, g, c, buckets, counts)
+	return sv.leadGroup(sh, rk, st, busy, g, e, c, buckets, counts)
 }
 
 // awaitGroup waits for the read of group g, which another check sends,
-// and copies its counts.
+// and copies its counts. A group that joined a read on its way has no
+// timer of its own: that read, bounded by the timeout (getMulti),
+// answers it sooner than a timer set now would.
 func (sv *server) awaitGroup(g *readGroup, counts []int64) (int64, error) {
 	select {
 	case <-g.done:
@@ -150,7 +202,7 @@ func (sv *server) awaitGroup(g *readGroup, counts []int64) (int64, error) {
 
 // leadGroup sends the read of group g, which it leads, once the read on
 // its way (busy) returned, and gives the group its answer.
-func (sv *server) leadGroup(sh *shard, rk readKey, st *readState, busy chan struct{}, g *readGroup, c limit.Counter, buckets []limit.Bucket, counts []int64) (int64, error) {
+func (sv *server) leadGroup(sh *shard, rk readKey, st *readState, busy chan struct{}, g *readGroup, e *entry, c limit.Counter, buckets []limit.Bucket, counts []int64) (int64, error) {
 	select {
 	case <-busy:
 	case <-g.expired:
@@ -185,21 +237,28 @@ func (sv *server) leadGroup(sh *shard, rk readKey, st *readState, busy chan stru
 		// this group's predecessor and wait no more; read alongside.
 		st = &readState{busy: make(chan struct{})}
 	}
+	st.sending(e)
 	sh.mu.Unlock()
 	g.err = sv.read(c, buckets, counts)
 	g.at = mono()
 	g.counts = slices.Clone(counts) // counts is the caller's, who adds to it
 	close(g.done)
-	sv.readDone(sh, rk, st, g.err)
+	sv.readDone(sh, rk, st, g.counts, g.at, g.err)
 	return g.at, g.err
 }
 
-// readDone ends st's read on its way, which ended with err, dropping st
-// when no group waits.
-func (sv *server) readDone(sh *shard, rk readKey, st *readState, err error) {
+// readDone ends st's read on its way, which ended with err, its answer
+// counts arriving at at: it answers the checks that joined it, and drops
+// st when no group waits.
+func (sv *server) readDone(sh *shard, rk readKey, st *readState, counts []int64, at int64, err error) {
 	sh.mu.Lock()
 	st.err = err
 	close(st.busy)
+	if g := st.joined; g != nil {
+		st.joined = nil
+		g.counts, g.at, g.err = slices.Clone(counts), at, err
+		close(g.done)
+	}
 	if sh.reads[rk] == st {
 		st.busy = nil
 		if st.next == nil {

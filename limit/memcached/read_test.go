@@ -17,9 +17,10 @@ import (
 )
 
 // TestConcurrentChecksShareReads: the checks of one counter that arrive
-// while a read of it is on its way gather into one read, sent when that
-// one returns: 21 checks cost two get commands, each check gets the
-// counts, and a check of another counter is not held back by them.
+// while a read of it is on its way, nothing of the counter sent or
+// written since that read was sent, take its answer: 21 checks cost one
+// get command, each check gets the counts, and a check of another
+// counter is not held back by them.
 func TestConcurrentChecksShareReads(t *testing.T) {
 	p := startProxy(t, testkit.StartMemcached(t).Addr)
 	s := newStore(t, nil, p.Addr)
@@ -30,41 +31,111 @@ func TestConcurrentChecksShareReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Reset()
-	release := p.HoldGets()
+	release := p.HoldGetAnswers()
+	defer release()
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
-	load := func(c limit.Counter, want int64) {
-		counts := make([]int64, len(bs))
-		if err := s.Load(ctx, c, bs, counts); err != nil {
-			errs <- err
-			return
-		}
-		if counts[59] != want || counts[143] != want || counts[0] != 0 {
-			errs <- fmt.Errorf("%v: counts at 59, 143, 0 = %d %d %d, want %d %d 0", c, counts[59], counts[143], counts[0], want, want)
-		}
-	}
-	wg.Go(func() { load(c, 3) })
-	waitUntil(t, "the first read to be on its way", func() bool { return p.Count("get", "gets") == 1 })
+	wg.Go(func() { errs <- checkCounts(s, c, bs, 3, 3) })
+	waitUntil(t, "the first read's answer to be on its way", func() bool { return p.Held() == 1 })
 	for range 20 {
-		wg.Go(func() { load(c, 3) })
+		wg.Go(func() { errs <- checkCounts(s, c, bs, 3, 3) })
 	}
-	waitUntil(t, "20 checks to gather for the next read", func() bool { return s.Gathered() == 20 })
-	// Another counter's check is on its own: it goes at once (held like
-	// every get by the proxy, but sent).
+	waitUntil(t, "20 checks to join the read on its way", func() bool { return s.Joined() == 20 })
+	// Another counter's check is on its own: it goes at once (its answer
+	// held like every get's, but sent).
 	other := limit.Counter{Rule: "visit_ip", Value: "198.51.100.8"}
-	wg.Go(func() { load(other, 0) })
+	wg.Go(func() { errs <- checkCounts(s, other, bs, 0, 0) })
 	waitUntil(t, "the other counter's read to be sent", func() bool { return p.Count("get", "gets") == 2 })
 	release()
 	testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
 	close(errs)
 	for err := range errs {
-		t.Error(err)
+		if err != nil {
+			t.Error(err)
+		}
 	}
-	if gets := p.Count("get", "gets"); gets != 3 {
-		t.Errorf("22 checks of two counters sent %d get commands (%v), want 3: one, the 20 that waited for it together, the other counter", gets, p)
+	if gets := p.Count("get", "gets"); gets != 2 {
+		t.Errorf("22 checks of two counters sent %d get commands (%v), want 2: one for the 21 of the first counter, one for the other", gets, p)
 	}
-	if keys := p.getKeys.Load(); keys != 3*int64(len(bs)) {
-		t.Errorf("the gets named %d keys, want %d", keys, 3*len(bs))
+	if keys := p.getKeys.Load(); keys != 2*int64(len(bs)) {
+		t.Errorf("the gets named %d keys, want %d", keys, 2*len(bs))
+	}
+}
+
+// checkCounts loads c's buckets bs and wants a count within [lo, hi] at
+// 59 and 143, 0 at 0.
+func checkCounts(s *memcached.Store, c limit.Counter, bs []limit.Bucket, lo, hi int64) error {
+	counts := make([]int64, len(bs))
+	if err := s.Load(context.Background(), c, bs, counts); err != nil {
+		return err
+	}
+	for _, i := range []int{59, 143} {
+		if counts[i] < lo || counts[i] > hi {
+			return fmt.Errorf("%v: count at %d = %d, want %d to %d", c, i, counts[i], lo, hi)
+		}
+	}
+	if counts[0] != 0 {
+		return fmt.Errorf("%v: count at 0 = %d, want 0", c, counts[0])
+	}
+	return nil
+}
+
+// TestChecksAfterAWriteGatherForTheNextRead: a check that arrives after
+// a send of its counter's increments or an AddNow through this Store
+// ended, while a read sent before it is on its way, does not take that
+// read's answer, which may lack the write: the checks gather for the
+// next read, sent when that one returns, and each counts the write. (A
+// check that took the answer would count 3 instead of 5.)
+func TestChecksAfterAWriteGatherForTheNextRead(t *testing.T) {
+	p := startProxy(t, testkit.StartMemcached(t).Addr)
+	s := newStore(t, nil, p.Addr)
+	ctx := context.Background()
+	bs := dayPlan(time.Now())
+	hit := []limit.Bucket{bs[59], bs[143]}
+	for i, write := range []struct {
+		name string
+		do   func(c limit.Counter) error
+	}{
+		{"a flush", func(c limit.Counter) error {
+			if err := s.Add(ctx, c, hit, 2); err != nil {
+				return err
+			}
+			s.FlushNow() // the flusher's, or this one: the checks wait for it
+			return nil
+		}},
+		{"an AddNow", func(c limit.Counter) error { return s.AddNow(ctx, c, hit, 2) }},
+	} {
+		t.Run(write.name, func(t *testing.T) {
+			c := limit.Counter{Rule: "visit_ip", Value: fmt.Sprintf("198.51.100.%d", 10+i)}
+			if err := s.AddNow(ctx, c, hit, 3); err != nil {
+				t.Fatal(err)
+			}
+			release := p.HoldGetAnswers()
+			defer release()
+			var wg sync.WaitGroup
+			errs := make(chan error, 32)
+			// The first check began before the write: it may count it or not.
+			wg.Go(func() { errs <- checkCounts(s, c, bs, 3, 5) })
+			waitUntil(t, "the first read's answer to be on its way", func() bool { return p.Held() == 1 })
+			if err := write.do(c); err != nil {
+				t.Fatal(err)
+			}
+			for range 20 {
+				wg.Go(func() { errs <- checkCounts(s, c, bs, 5, 5) })
+			}
+			waitUntil(t, "20 checks to wait for a read", func() bool { return s.Gathered()+s.Joined() == 20 })
+			if n := s.Joined(); n != 0 {
+				t.Errorf("%d checks joined the read sent before %s, want all 20 to gather for the next", n, write.name)
+			}
+			release()
+			testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
 }
 
@@ -81,18 +152,27 @@ func TestSharedReadTimeout(t *testing.T) {
 	release := p.HoldGets()
 	defer release()
 	var wg sync.WaitGroup
-	wg.Go(func() { s.Load(ctx, c, bs, make([]int64, len(bs))) })
-	waitUntil(t, "the first read to be on its way", func() bool { return p.Count("get", "gets") == 1 })
-	start := time.Now()
-	err := s.Load(ctx, c, bs, make([]int64, len(bs)))
-	took := time.Since(start)
-	if err == nil {
-		t.Fatal("a check behind a read that never returned succeeded")
+	// A check that joins the read on its way, and one that gathers for
+	// the next read (an AddNow ended since the first was sent).
+	for i, write := range []bool{false, true} {
+		wg.Go(func() { s.Load(ctx, c, bs, make([]int64, len(bs))) })
+		waitUntil(t, "a read to be on its way", func() bool { return p.Count("get", "gets") == i+1 })
+		if write {
+			if err := s.AddNow(ctx, c, bs[143:], 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		err := s.Load(ctx, c, bs, make([]int64, len(bs)))
+		took := time.Since(start)
+		if err == nil {
+			t.Fatalf("a check behind a read that never returned succeeded (after a write: %v)", write)
+		}
+		if took > 5*timeout {
+			t.Errorf("after a write %v: it gave up after %v, want about the timeout %v", write, took, timeout)
+		}
+		t.Logf("after a write %v: gave up after %v: %v", write, took, err)
 	}
-	if took > 5*timeout {
-		t.Errorf("it gave up after %v, want about the timeout %v", took, timeout)
-	}
-	t.Logf("gave up after %v: %v", took, err)
 	release()
 	testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
 }

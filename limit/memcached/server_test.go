@@ -22,6 +22,8 @@ type proxy struct {
 	verbs   map[string]int
 	getKeys atomic.Int64
 	hold    atomic.Pointer[chan struct{}] // when set, get commands wait for it to close
+	holdAns atomic.Pointer[chan struct{}] // when set, the answers to get commands wait for it to close
+	held    atomic.Int32                  // answers to get commands waiting now
 	cutIncr atomic.Int32                  // incr commands still to cut: each closes its connection, not passed on
 }
 
@@ -34,6 +36,19 @@ func (p *proxy) HoldGets() (release func()) {
 	return func() { once.Do(func() { p.hold.Store(nil); close(ch) }) }
 }
 
+// HoldGetAnswers makes the answers to get commands wait (memcached has
+// answered, the client has not the answer yet) until the returned
+// function is called. Other commands' answers pass.
+func (p *proxy) HoldGetAnswers() (release func()) {
+	ch := make(chan struct{})
+	p.holdAns.Store(&ch)
+	var once sync.Once
+	return func() { once.Do(func() { p.holdAns.Store(nil); close(ch) }) }
+}
+
+// Held returns how many answers to get commands HoldGetAnswers holds now.
+func (p *proxy) Held() int { return int(p.held.Load()) }
+
 func startProxy(t testing.TB, backend string) *proxy {
 	t.Helper()
 	p := &proxy{verbs: map[string]int{}}
@@ -43,18 +58,37 @@ func startProxy(t testing.TB, backend string) *proxy {
 		if err != nil {
 			return
 		}
+		var getting atomic.Bool // the connection's last command is a get (one at a time: no pipelining)
 		var answers sync.WaitGroup
-		answers.Go(func() { io.Copy(c, b); c.Close() })
-		p.pipe(b, c)
+		answers.Go(func() { io.Copy(answerWriter{p, c, &getting}, b); c.Close() })
+		p.pipe(b, c, &getting)
 		b.Close()
 		answers.Wait()
 	})
 	return p
 }
 
-// pipe copies client lines to the backend, counting commands. Data blocks
-// of storage commands are counts, which never start with a verb.
-func (p *proxy) pipe(dst io.Writer, src io.Reader) {
+// answerWriter passes a connection's answers on, holding those to a get
+// while HoldGetAnswers holds.
+type answerWriter struct {
+	p       *proxy
+	w       io.Writer
+	getting *atomic.Bool
+}
+
+func (a answerWriter) Write(b []byte) (int, error) {
+	if h := a.p.holdAns.Load(); h != nil && a.getting.Load() {
+		a.p.held.Add(1)
+		<-*h
+		a.p.held.Add(-1)
+	}
+	return a.w.Write(b)
+}
+
+// pipe copies client lines to the backend, counting commands and noting
+// in getting whether the last was a get. Data blocks of storage commands
+// are counts, which never start with a verb.
+func (p *proxy) pipe(dst io.Writer, src io.Reader, getting *atomic.Bool) {
 	r := bufio.NewReader(src)
 	for {
 		line, err := r.ReadString('\n')
@@ -67,6 +101,7 @@ func (p *proxy) pipe(dst io.Writer, src io.Reader) {
 				if fields[0] == "incr" && p.cutIncr.Add(-1) >= 0 {
 					return
 				}
+				getting.Store(fields[0] == "get" || fields[0] == "gets")
 				if fields[0] == "get" || fields[0] == "gets" {
 					p.getKeys.Add(int64(len(fields) - 1))
 					if h := p.hold.Load(); h != nil {

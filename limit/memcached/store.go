@@ -236,7 +236,7 @@ func (s *Store) Load(ctx context.Context, c limit.Counter, buckets []limit.Bucke
 			}
 			continue
 		}
-		at, err := sv.getCounts(sh, c, buckets, counts)
+		at, err := sv.getCounts(sh, e, pin, inflight == nil, c, buckets, counts)
 		exact := sh.addLocal(e, pin, inflight == nil, buckets, counts, final, at, err == nil)
 		if err != nil {
 			return fmt.Errorf("memcached: load: %w", err)

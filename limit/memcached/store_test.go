@@ -382,17 +382,24 @@ func BenchmarkDecision(b *testing.B) {
 	ctx := context.Background()
 	plan := dayPlan(time.Now())
 	hit := []limit.Bucket{plan[59], plan[119], plan[143]}
-	report := func(b *testing.B, gw0, mc0 time.Duration) {
-		gw1, mc1 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid())
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-		b.ReportMetric(float64((gw1-gw0).Microseconds())/float64(b.N), "gw-cpu-µs/op")
-		b.ReportMetric(float64((mc1-mc0).Microseconds())/float64(b.N), "mc-cpu-µs/op")
+	// start returns the function that reports, at the end of b, the CPU
+	// since and the get commands memcached had since (its cmd_get counts
+	// keys: a decision's get names len(plan)).
+	start := func(b *testing.B) (report func()) {
+		gw0, mc0, gets0 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid()), mcStat(b, mc.Addr, "cmd_get")
+		return func() {
+			gw1, mc1, gets1 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid()), mcStat(b, mc.Addr, "cmd_get")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+			b.ReportMetric(float64((gw1-gw0).Microseconds())/float64(b.N), "gw-cpu-µs/op")
+			b.ReportMetric(float64((mc1-mc0).Microseconds())/float64(b.N), "mc-cpu-µs/op")
+			b.ReportMetric(float64(gets1-gets0)/float64(len(plan))/float64(b.N), "gets/op")
+		}
 	}
 	b.Run("serial", func(b *testing.B) {
 		counts := make([]int64, len(plan))
 		c := limit.Counter{Rule: "login_ip", Value: "198.51.100.1"}
 		b.ReportAllocs()
-		gw0, mc0 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid())
+		report := start(b)
 		for b.Loop() {
 			if err := reads.Load(ctx, c, plan, counts); err != nil {
 				b.Fatal(err)
@@ -401,7 +408,7 @@ func BenchmarkDecision(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		report(b, gw0, mc0)
+		report()
 	})
 	// 64 checks at once, as behind 64 client connections: each of its
 	// own client (parallel), or all of one (oneclient, what a load test
@@ -410,7 +417,7 @@ func BenchmarkDecision(b *testing.B) {
 		var id atomic.Int64
 		b.ReportAllocs()
 		b.SetParallelism(32)
-		gw0, mc0 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid())
+		report := start(b)
 		b.RunParallel(func(pb *testing.PB) {
 			counts := make([]int64, len(plan))
 			c := limit.Counter{Rule: "login_ip", Value: fmt.Sprintf("198.51.100.%d", id.Add(1))}
@@ -423,26 +430,32 @@ func BenchmarkDecision(b *testing.B) {
 				}
 			}
 		})
-		report(b, gw0, mc0)
+		report()
 	})
-	b.Run("oneclient", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetParallelism(32)
-		gw0, mc0 := processCPU(b, os.Getpid()), processCPU(b, mc.Pid())
-		b.RunParallel(func(pb *testing.PB) {
-			counts := make([]int64, len(plan))
-			c := limit.Counter{Rule: "login_ip", Value: "198.51.100.200"}
-			for pb.Next() {
-				if err := s.Load(ctx, c, plan, counts); err != nil {
-					b.Fatal(err)
+	oneClient := func(s *memcached.Store, value string) func(*testing.B) {
+		return func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			report := start(b)
+			b.RunParallel(func(pb *testing.PB) {
+				counts := make([]int64, len(plan))
+				c := limit.Counter{Rule: "login_ip", Value: value}
+				for pb.Next() {
+					if err := s.Load(ctx, c, plan, counts); err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Add(ctx, c, hit, 1); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if err := s.Add(ctx, c, hit, 1); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		report(b, gw0, mc0)
-	})
+			})
+			report()
+		}
+	}
+	b.Run("oneclient", oneClient(s, "198.51.100.200"))
+	// The same without the reuse window: every check waits for a read,
+	// shared with the checks of the client around it.
+	b.Run("oneclient-reads", oneClient(reads, "198.51.100.201"))
 }
 
 // processCPU returns the user+system CPU time process pid has used, from
