@@ -1,7 +1,8 @@
 // Package memcached is the distributed limit.Store: bucket counters on one
 // or more memcached servers. The read of a check is a get command of its
-// own (getmulti.go, see Performance); increments, adds, deletes and the
-// probe go through github.com/bradfitz/gomemcache.
+// own (getmulti.go, see Performance), and so are the flusher's increments
+// and adds (incr.go); AddNow's increments, deletes and the probe go
+// through github.com/bradfitz/gomemcache.
 //
 // # Keys
 //
@@ -45,9 +46,16 @@
 // hits it holds: increment; if the key is missing, add it with the count and
 // its TTL (seconds from now, so a bucket lives at most one bucket longer
 // than its limits need); if another gateway added it first, increment again
-// (the envoy ratelimit and Sentry sequence). An increment that fails goes
+// (the envoy ratelimit and Sentry sequence). The buckets of a counter go
+// together, pipelined (incr.go): its increments in one write, the adds of
+// the keys missing in a second, the increments after a lost add in a
+// third, so a flush of a counter whose keys exist is one round trip
+// however many buckets it touches (TestFlushPipelined), and a check that
+// waits for it (below) waits that long. An increment that fails goes
 // back to pending and is retried: at least once, so a timed-out increment
-// that memcached had applied counts twice, erring towards limiting.
+// that memcached had applied counts twice, erring towards limiting. One
+// that memcached refuses for good (its key holds something other than a
+// count) is dropped (TestFlushOfANonCount).
 //
 // Load adds this process's increments that memcached has not acknowledged,
 // so a client never sees its own hits vanish. If a flush of the same counter
@@ -89,8 +97,9 @@
 // loaded machine those dozens of simultaneous dials are what missed the
 // 100 ms timeout (tens of store errors at the start of a load, 503s under
 // on_store_error: deny). The reads take their connections from this pool
-// and put them back after a clean answer; gomemcache (the flusher's
-// operations) takes from it when its own idle list is empty. gomemcache
+// and put them back after a clean answer, as do the flusher's sends;
+// gomemcache (AddNow, Reset, the probe) takes from it when its own idle
+// list is empty. gomemcache
 // keeps 2 idle connections by default, so
 // a pool smaller than the checks in flight also redials under steady load:
 // linkgate_memcached_dials_total shows it. Size max_idle_conns to the

@@ -20,11 +20,15 @@ type proxy struct {
 	Addr    string
 	mu      sync.Mutex
 	verbs   map[string]int
+	writes  map[string]int // client writes (reads of the proxy that found nothing buffered), by their first verb
 	getKeys atomic.Int64
 	hold    atomic.Pointer[chan struct{}] // when set, get commands wait for it to close
 	holdAns atomic.Pointer[chan struct{}] // when set, the answers to get commands wait for it to close
 	held    atomic.Int32                  // answers to get commands waiting now
 	cutIncr atomic.Int32                  // incr commands still to cut: each closes its connection, not passed on
+	// beforeAdd, when set, is called with the key of each add command
+	// before the command is passed on (another gateway adding it first).
+	beforeAdd atomic.Pointer[func(key string)]
 }
 
 // HoldGets makes get commands wait (counted, not yet passed on) until the
@@ -51,7 +55,7 @@ func (p *proxy) Held() int { return int(p.held.Load()) }
 
 func startProxy(t testing.TB, backend string) *proxy {
 	t.Helper()
-	p := &proxy{verbs: map[string]int{}}
+	p := &proxy{verbs: map[string]int{}, writes: map[string]int{}}
 	p.Addr = testkit.ServeTCP(t, func(_ int, c net.Conn) {
 		defer c.Close()
 		b, err := net.Dial("tcp", backend)
@@ -91,15 +95,22 @@ func (a answerWriter) Write(b []byte) (int, error) {
 func (p *proxy) pipe(dst io.Writer, src io.Reader, getting *atomic.Bool) {
 	r := bufio.NewReader(src)
 	for {
+		fresh := r.Buffered() == 0 // the line starts a read of what the client wrote
 		line, err := r.ReadString('\n')
 		if line != "" {
 			fields := strings.Fields(line)
 			if len(fields) > 0 {
 				p.mu.Lock()
 				p.verbs[fields[0]]++
+				if fresh {
+					p.writes[fields[0]]++
+				}
 				p.mu.Unlock()
 				if fields[0] == "incr" && p.cutIncr.Add(-1) >= 0 {
 					return
+				}
+				if f := p.beforeAdd.Load(); f != nil && fields[0] == "add" && len(fields) > 1 {
+					(*f)(fields[1])
 				}
 				getting.Store(fields[0] == "get" || fields[0] == "gets")
 				if fields[0] == "get" || fields[0] == "gets" {
@@ -130,9 +141,19 @@ func (p *proxy) Count(verbs ...string) int {
 	return n
 }
 
+// Writes returns how many times the client wrote commands starting
+// with verb: one per round trip of pipelined commands (a write of a few
+// hundred bytes on loopback reaches the proxy in one read).
+func (p *proxy) Writes(verb string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.writes[verb]
+}
+
 func (p *proxy) Reset() {
 	p.mu.Lock()
 	clear(p.verbs)
+	clear(p.writes)
 	p.mu.Unlock()
 	p.getKeys.Store(0)
 }

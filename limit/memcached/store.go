@@ -728,15 +728,7 @@ func (sv *server) send(sh *shard, c limit.Counter) {
 	e.done = done
 	sh.mu.Unlock()
 
-	var failed []delta
-	var buf [maxKeyLen]byte
-	counter := appendCounter(buf[:0], c)
-	for _, d := range batch {
-		key := string(appendBucket(counter, limit.Bucket{Level: d.level, Start: d.start}))
-		if err := sv.incrAdd(key, d.n, d.ttl); err != nil && !benign(err) {
-			failed = append(failed, d)
-		}
-	}
+	failed := sv.incrAll(c, batch) // incr.go
 
 	sh.mu.Lock()
 	if a := &e.last; a.counts != nil && a.gen == e.gen {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,6 +138,127 @@ func TestLoadIsOneRoundTrip(t *testing.T) {
 	}
 	if len(used) != 2 {
 		t.Errorf("20 counters all placed on one server: %v", used)
+	}
+}
+
+// TestFlushPipelined: a flush of a counter's increments in four buckets
+// sends the four incr commands in one write; the adds of the missing
+// keys in one more; a flush of buckets memcached has, one write of incr
+// commands and no add. Each bucket counts its increments.
+func TestFlushPipelined(t *testing.T) {
+	p := startProxy(t, testkit.StartMemcached(t).Addr)
+	s := newStore(t, nil, p.Addr)
+	ctx := context.Background()
+	plan := dayPlan(time.Now())
+	bs := []limit.Bucket{plan[0], plan[59], plan[119], plan[143]}
+	c := limit.Counter{Rule: "visit_ip", Value: "198.51.100.40"}
+	for round, want := range []struct{ incrs, adds int }{{4, 4}, {4, 0}} {
+		p.Reset()
+		if err := s.Add(ctx, c, bs, 2); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the flush", func() bool {
+			s.FlushNow()
+			return p.Count("incr") >= want.incrs && p.Count("add") >= want.adds
+		})
+		if got := []int{p.Count("incr"), p.Count("add"), p.Writes("incr"), p.Writes("add")}; !slices.Equal(got, []int{want.incrs, want.adds, 1, min(want.adds, 1)}) {
+			t.Errorf("flush %d: %d incr and %d add commands in %d and %d writes, want %d and %d in 1 and %d", round+1,
+				got[0], got[1], got[2], got[3], want.incrs, want.adds, min(want.adds, 1))
+		}
+		s2 := newStore(t, nil, p.Addr) // a reader without this Store's pending increments
+		counts := make([]int64, len(plan))
+		if err := s2.Load(ctx, c, plan, counts); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{0, 59, 119, 143} {
+			if counts[i] != int64(2*(round+1)) {
+				t.Errorf("flush %d: bucket %d counts %d, want %d", round+1, i, counts[i], 2*(round+1))
+			}
+		}
+	}
+}
+
+// TestFlushLosesTheAddRace: when another gateway adds a key between a
+// flush's incr (the key missing) and its add, the add is refused and the
+// flush increments the key again: both gateways' counts are kept.
+func TestFlushLosesTheAddRace(t *testing.T) {
+	mc := testkit.StartMemcached(t)
+	p := startProxy(t, mc.Addr)
+	s := newStore(t, nil, p.Addr)
+	other := memcache.New(mc.Addr)
+	ctx := context.Background()
+	plan := dayPlan(time.Now())
+	bs := []limit.Bucket{plan[59], plan[143]}
+	c := limit.Counter{Rule: "visit_ip", Value: "198.51.100.41"}
+	raced := memcached.Key(c, bs[1])
+	var once sync.Once
+	before := func(key string) {
+		if key == raced {
+			once.Do(func() {
+				if err := other.Add(&memcache.Item{Key: key, Value: []byte("10"), Expiration: 60}); err != nil {
+					t.Errorf("the other gateway's add: %v", err)
+				}
+			})
+		}
+	}
+	p.beforeAdd.Store(&before)
+	if err := s.Add(ctx, c, bs, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the flush", func() bool { s.FlushNow(); return p.Count("incr") >= 3 })
+	if got := []int{p.Count("incr"), p.Count("add"), p.Writes("incr"), p.Writes("add")}; !slices.Equal(got, []int{3, 2, 2, 1}) {
+		t.Errorf("incr, add commands, incr, add writes: %v, want [3 2 2 1]", got)
+	}
+	for key, want := range map[string]string{memcached.Key(c, bs[0]): "2", raced: "12"} {
+		it, err := other.Get(key)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if v := strings.TrimSpace(string(it.Value)); v != want {
+			t.Errorf("%s holds %q, want %q", key, v, want)
+		}
+	}
+}
+
+// TestFlushOfANonCount: a bucket whose key holds something other than a
+// count drops its increment (memcached refuses it for good: not retried,
+// not a failure of the server), and the counter's other buckets count
+// theirs.
+func TestFlushOfANonCount(t *testing.T) {
+	mc := testkit.StartMemcached(t)
+	p := startProxy(t, mc.Addr)
+	reg := prometheus.NewRegistry()
+	s := newStore(t, memcached.NewMetrics(reg), p.Addr)
+	other := memcache.New(mc.Addr)
+	ctx := context.Background()
+	plan := dayPlan(time.Now())
+	bs := []limit.Bucket{plan[59], plan[143]}
+	c := limit.Counter{Rule: "visit_ip", Value: "198.51.100.42"}
+	if err := other.Set(&memcache.Item{Key: memcached.Key(c, bs[0]), Value: []byte("abc")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(ctx, c, bs, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the flush", func() bool { s.FlushNow(); return p.Count("add") >= 1 })
+	s.FlushNow() // nothing left to send
+	if got := []int{p.Count("incr"), p.Count("add")}; !slices.Equal(got, []int{2, 1}) {
+		t.Errorf("incr, add commands: %v, want [2 1]: the refused increment is not sent again", got)
+	}
+	for key, want := range map[string]string{memcached.Key(c, bs[0]): "abc", memcached.Key(c, bs[1]): "2"} {
+		it, err := other.Get(key)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if v := strings.TrimSpace(string(it.Value)); v != want {
+			t.Errorf("%s holds %q, want %q", key, v, want)
+		}
+	}
+	if n := testkit.Metric(t, reg, "linkgate_memcached_errors_total", "server", p.Addr, "op", "incr"); n != 0 {
+		t.Errorf("%v incr errors counted, want 0", n)
+	}
+	if n := testkit.Metric(t, reg, "linkgate_memcached_pending_deltas"); n != 0 {
+		t.Errorf("%v increments pending, want 0", n)
 	}
 }
 
