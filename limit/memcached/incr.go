@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -47,7 +48,7 @@ type outcome uint8
 const (
 	next    outcome = iota // for the next step: not yet sent; the key was missing (incr) or there (add)
 	applied                // memcached counted it
-	dropped                // memcached refused it for good (CLIENT_ERROR), or the key went away again: not retried
+	dropped                // memcached refused it for good (CLIENT_ERROR): not retried
 	failed                 // unknown: goes back to pending
 )
 
@@ -77,7 +78,8 @@ func (sv *server) incrAll(c limit.Counter, ds []delta) []delta {
 	}
 	b.r.Reset(nc)
 	defer b.r.Reset(nil)
-	b.out = append(b.out[:0], make([]outcome, len(ds))...)
+	b.out = slices.Grow(b.out[:0], len(ds))[:len(ds)]
+	clear(b.out) // every delta: next
 	// Increment every bucket; add those missing; increment those another
 	// gateway added between the two.
 	op := opIncr
@@ -98,8 +100,9 @@ func (sv *server) incrAll(c limit.Counter, ds []delta) []delta {
 	}
 	var fails []delta
 	for i, o := range b.out {
-		// A key missing again after the add (evicted, deleted since): the
-		// increment is lost, as with incrAdd.
+		// One still next after the three steps found its key missing
+		// again after the add said it was there (evicted or deleted
+		// since): it is lost, as with incrAdd, not retried.
 		if o == failed {
 			fails = append(fails, ds[i])
 		}
