@@ -17,7 +17,8 @@
 #   HS_WORKERS [8]  KX [x25519] (the handshakes' key exchange: x25519, or go for X25519MLKEM768)
 #   PROTOCOLS [http1 https1 h2 full resumed]
 #   TARGETS [nginx gateway gateway-ip]   (and gateway-mc: gateway-ip's limiter on memcached;
-#                                     base, base-ip: gateway and gateway-ip run from BASE_BIN)
+#                                     base, base-ip, base-mc: gateway, gateway-ip and gateway-mc
+#                                     run from BASE_BIN)
 #   BASE_BIN [none]                   a second gateway binary (the build before a change), for an
 #                                     A/B comparison interleaved in one run
 #   RESULTS_DIR [bench/results/protocols-TIMESTAMP]
@@ -45,13 +46,13 @@ for p in $PROTOCOLS; do
 done
 for t in $TARGETS; do
 	case $t in nginx | gateway | gateway-ip | gateway-mc) targets+=("$t") ;;
-	base | base-ip) [[ -x ${BASE_BIN:-} ]] || die "TARGETS: $t needs BASE_BIN, a gateway binary"; targets+=("$t") ;;
+	base | base-ip | base-mc) [[ -x ${BASE_BIN:-} ]] || die "TARGETS: $t needs BASE_BIN, a gateway binary"; targets+=("$t") ;;
 	*) die "TARGETS: unknown target $t" ;;
 	esac
 done
 for c in nginx wrk h2load openssl go; do command -v $c >/dev/null || [[ -x /usr/sbin/$c ]] || die "$c is not installed (apt-get install nginx wrk nghttp2-client openssl)"; done
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-if [[ " ${targets[*]} " == *" gateway-mc "* ]]; then
+if [[ " ${targets[*]} " == *-mc" "* ]]; then
 	memcached_bin=$(command -v memcached || echo /usr/bin/memcached)
 	[[ -x $memcached_bin ]] || die "memcached is not installed"
 fi
@@ -77,8 +78,8 @@ up_port=$(free_port)
 start tinyurl "$tmp/tinyurl" -listen "127.0.0.1:$up_port"
 wait_port "$last_pid" "$up_port"
 
-declare -A plain_port tls_port plain_pid tls_pid
-if [[ " ${targets[*]} " == *" gateway-mc "* ]]; then
+declare -A plain_port tls_port plain_pid tls_pid plain_admin tls_admin
+if [[ " ${targets[*]} " == *-mc" "* ]]; then
 	mc_port=$(free_port)
 	mc_user=()
 	[[ $(id -u) == 0 ]] && mc_user=(-u nobody) # memcached refuses to run as root
@@ -152,7 +153,7 @@ for t in "${targets[@]}"; do
 		"$bin" check-config "$tmp/$t-$tls.yaml" >/dev/null || { cat "$tmp/$t-$tls.yaml" >&2; die "generated $t config is invalid"; }
 		start "$t-$tls" "$bin" -config "$tmp/$t-$tls.yaml" -log-level warn
 		wait_port "$last_pid" "$aport"
-		if [[ $tls == on ]]; then tls_port[$t]=$port tls_pid[$t]=$last_pid; else plain_port[$t]=$port plain_pid[$t]=$last_pid; fi
+		if [[ $tls == on ]]; then tls_port[$t]=$port tls_pid[$t]=$last_pid tls_admin[$t]=$aport; else plain_port[$t]=$port plain_pid[$t]=$last_pid plain_admin[$t]=$aport; fi
 	done
 done
 
@@ -168,6 +169,13 @@ results=${RESULTS_DIR:-bench/results/protocols-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$results"
 cp "$tmp"/*.yaml "$tmp/nginx.conf" "$results/" 2>/dev/null || true
 hz=$(getconf CLK_TCK)
+
+# mc_gets TARGET ADMIN_PORT: the memcached get commands a -mc target's
+# gateway sent so far (from its /metrics); 0 for the others.
+mc_gets() {
+	[[ $1 == *-mc ]] || { echo 0; return; }
+	curl -s --max-time 5 "http://127.0.0.1:$2/metrics" | awk '/^linkgate_memcached_ops_total\{op="get"\}/ {printf "%d", $2; found = 1} END {if (!found) print 0}'
+}
 
 # measure PROTOCOL TARGET OUT: runs the load, prints "count seconds".
 measure() {
@@ -204,12 +212,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			t=${targets[$(((i + r - 1) % n))]}
 			pid=${tls_pid[$t]}
 			[[ $p == http1 ]] && pid=${plain_pid[$t]}
-			c0=$(ticks "$pid")
+			admin=${tls_admin[$t]:-}
+			[[ $p == http1 ]] && admin=${plain_admin[$t]:-}
+			c0=$(ticks "$pid") g0=$(mc_gets "$t" "$admin")
 			read -r count secs < <(measure "$p" "$t" "$results/$p.$t.round$r.txt")
-			c1=$(ticks "$pid")
-			awk -v p="$p" -v t="$t" -v r="$r" -v c="$count" -v s="$secs" -v ticks=$((c1 - c0)) -v hz="$hz" \
-				'BEGIN {printf "%s %s %d %.0f %.1f\n", p, t, r, c / s, (c > 0 ? ticks / hz * 1e6 / c : 0)}' >>"$tmp/rows"
-			echo "bench: round $r/$ROUNDS $p $t: $(tail -1 "$tmp/rows" | awk '{printf "%s/s, CPU %s µs each", $4, $5}') (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+			c1=$(ticks "$pid") g1=$(mc_gets "$t" "$admin")
+			awk -v p="$p" -v t="$t" -v r="$r" -v c="$count" -v s="$secs" -v ticks=$((c1 - c0)) -v hz="$hz" -v gets=$((g1 - g0)) \
+				'BEGIN {printf "%s %s %d %.0f %.1f %s\n", p, t, r, c / s, (c > 0 ? ticks / hz * 1e6 / c : 0), (t ~ /-mc$/ && c > 0 ? sprintf("%.4f", gets / c) : "-")}' >>"$tmp/rows"
+			echo "bench: round $r/$ROUNDS $p $t: $(tail -1 "$tmp/rows" | awk '{printf "%s/s, CPU %s µs each", $4, $5; if ($6 != "-") printf ", %s memcached gets each", $6}') (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 		done
 	done
 done
@@ -222,7 +232,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "load average before / after: $load_before / $load_after"
 	echo
 	awk "$rounds_awk"'
-		{ k = $1 SUBSEP $2; if (!(k in rate)) order[++n] = k; rate[k] = rate[k] " " $4; cpu[k] = cpu[k] " " $5 }
+		{ k = $1 SUBSEP $2; if (!(k in rate)) order[++n] = k; rate[k] = rate[k] " " $4; cpu[k] = cpu[k] " " $5; gets[k] = gets[k] " " $6 }
 		END {
 			printf "%-8s %-11s %9s %15s %11s %10s %10s\n", "protocol", "target", "per s", "spread", "CPU µs each", "÷ nginx", "CPU ÷ nginx"
 			for (i = 1; i <= n; i++) { k = order[i]; R[k] = median(rate[k]); C[k] = median(cpu[k]) }
@@ -231,6 +241,16 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 				rr = (x in R) && R[x] > 0 ? sprintf("%.2f", R[k] / R[x]) : "-"
 				cc = (x in C) && C[x] > 0 ? sprintf("%.2f", C[k] / C[x]) : "-"
 				printf "%-8s %-11s %9.0f %15s %11.1f %10s %10s\n", pt[1], pt[2], R[k], spread(rate[k]), C[k], rr, cc
+			}
+			# The limiter on memcached against the in-process one, of one
+			# build, and the get commands it sent a request.
+			for (i = 1; i <= n; i++) {
+				k = order[i]; split(k, pt, SUBSEP)
+				if (pt[2] !~ /-mc$/) continue
+				ip = substr(pt[2], 1, length(pt[2]) - 3) "-ip"; x = pt[1] SUBSEP ip
+				printf "%s %s: memcached gets per request %s (rounds:%s)", pt[1], pt[2], median(gets[k]), gets[k]
+				if ((x in R) && R[x] > 0) printf "; req/s ÷ %s: %.2f", ip, R[k] / R[x]
+				printf "\n"
 			}
 		}' "$tmp/rows"
 } | tee "$results/summary.txt"
