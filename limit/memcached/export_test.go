@@ -5,39 +5,39 @@ import "time"
 // Gathered returns how many checks wait, in all, for a read of their
 // counter that another check sends for them.
 func (s *Store) Gathered() int {
-	n := 0
-	for _, sv := range s.servers {
-		for i := range sv.shards {
-			sh := &sv.shards[i]
-			sh.mu.Lock()
-			for _, st := range sh.reads {
-				if st.next != nil {
-					n += 1 + st.next.waiting
-				}
-			}
-			sh.mu.Unlock()
+	return s.waiting(func(st *readState) int {
+		if st.next == nil {
+			return 0
 		}
-	}
-	return n
+		return 1 + st.next.waiting // its leader, and those that joined it
+	})
 }
 
 // Joined returns how many checks wait, in all, for the answer of a read
 // of their counter already on its way, sent by another check.
 func (s *Store) Joined() int {
-	n := 0
+	return s.waiting(func(st *readState) int {
+		if st.joined == nil {
+			return 0
+		}
+		return st.joined.waiting
+	})
+}
+
+// waiting sums n over the shared reads of every shard.
+func (s *Store) waiting(n func(*readState) int) int {
+	sum := 0
 	for _, sv := range s.servers {
 		for i := range sv.shards {
 			sh := &sv.shards[i]
 			sh.mu.Lock()
 			for _, st := range sh.reads {
-				if st.joined != nil {
-					n += st.joined.waiting
-				}
+				sum += n(st)
 			}
 			sh.mu.Unlock()
 		}
 	}
-	return n
+	return sum
 }
 
 // ReuseWindow is how long a read answers the checks that follow it.

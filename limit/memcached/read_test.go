@@ -33,32 +33,52 @@ func TestConcurrentChecksShareReads(t *testing.T) {
 	p.Reset()
 	release := p.HoldGetAnswers()
 	defer release()
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	wg.Go(func() { errs <- checkCounts(s, c, bs, 3, 3) })
+	var cs checks
+	cs.Go(s, c, bs, 3, 3)
 	waitUntil(t, "the first read's answer to be on its way", func() bool { return p.Held() == 1 })
 	for range 20 {
-		wg.Go(func() { errs <- checkCounts(s, c, bs, 3, 3) })
+		cs.Go(s, c, bs, 3, 3)
 	}
 	waitUntil(t, "20 checks to join the read on its way", func() bool { return s.Joined() == 20 })
 	// Another counter's check is on its own: it goes at once (its answer
 	// held like every get's, but sent).
-	other := limit.Counter{Rule: "visit_ip", Value: "198.51.100.8"}
-	wg.Go(func() { errs <- checkCounts(s, other, bs, 0, 0) })
+	cs.Go(s, limit.Counter{Rule: "visit_ip", Value: "198.51.100.8"}, bs, 0, 0)
 	waitUntil(t, "the other counter's read to be sent", func() bool { return p.Count("get", "gets") == 2 })
 	release()
-	testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	cs.Wait(t)
 	if gets := p.Count("get", "gets"); gets != 2 {
 		t.Errorf("22 checks of two counters sent %d get commands (%v), want 2: one for the 21 of the first counter, one for the other", gets, p)
 	}
 	if keys := p.getKeys.Load(); keys != 2*int64(len(bs)) {
 		t.Errorf("the gets named %d keys, want %d", keys, 2*len(bs))
+	}
+}
+
+// checks are Loads run at once, each checking its counts (checkCounts).
+type checks struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+// Go starts a Load of c's buckets bs on s that wants a count within
+// [lo, hi] at 59 and 143, 0 at 0.
+func (cs *checks) Go(s *memcached.Store, c limit.Counter, bs []limit.Bucket, lo, hi int64) {
+	cs.wg.Go(func() {
+		if err := checkCounts(s, c, bs, lo, hi); err != nil {
+			cs.mu.Lock()
+			cs.errs = append(cs.errs, err)
+			cs.mu.Unlock()
+		}
+	})
+}
+
+// Wait waits for the Loads and reports what they found wrong.
+func (cs *checks) Wait(t *testing.T) {
+	t.Helper()
+	testkit.Await(t, cs.wg.Wait, 5*time.Minute, "the checks returning")
+	for _, err := range cs.errs {
+		t.Error(err)
 	}
 }
 
@@ -112,29 +132,22 @@ func TestChecksAfterAWriteGatherForTheNextRead(t *testing.T) {
 			}
 			release := p.HoldGetAnswers()
 			defer release()
-			var wg sync.WaitGroup
-			errs := make(chan error, 32)
+			var cs checks
 			// The first check began before the write: it may count it or not.
-			wg.Go(func() { errs <- checkCounts(s, c, bs, 3, 5) })
+			cs.Go(s, c, bs, 3, 5)
 			waitUntil(t, "the first read's answer to be on its way", func() bool { return p.Held() == 1 })
 			if err := write.do(c); err != nil {
 				t.Fatal(err)
 			}
 			for range 20 {
-				wg.Go(func() { errs <- checkCounts(s, c, bs, 5, 5) })
+				cs.Go(s, c, bs, 5, 5)
 			}
 			waitUntil(t, "20 checks to wait for a read", func() bool { return s.Gathered()+s.Joined() == 20 })
 			if n := s.Joined(); n != 0 {
 				t.Errorf("%d checks joined the read sent before %s, want all 20 to gather for the next", n, write.name)
 			}
 			release()
-			testkit.Await(t, wg.Wait, 5*time.Minute, "the held reads returning")
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Error(err)
-				}
-			}
+			cs.Wait(t)
 		})
 	}
 }

@@ -209,13 +209,19 @@ func TestFlushLosesTheAddRace(t *testing.T) {
 	if got := []int{p.Count("incr"), p.Count("add"), p.Writes("incr"), p.Writes("add")}; !slices.Equal(got, []int{3, 2, 2, 1}) {
 		t.Errorf("incr, add commands, incr, add writes: %v, want [3 2 2 1]", got)
 	}
-	for key, want := range map[string]string{memcached.Key(c, bs[0]): "2", raced: "12"} {
-		it, err := other.Get(key)
+	wantValues(t, other, map[string]string{memcached.Key(c, bs[0]): "2", raced: "12"})
+}
+
+// wantValues checks what memcached (through client) holds at each key.
+func wantValues(t *testing.T, client *memcache.Client, want map[string]string) {
+	t.Helper()
+	for key, w := range want {
+		it, err := client.Get(key)
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
-		if v := strings.TrimSpace(string(it.Value)); v != want {
-			t.Errorf("%s holds %q, want %q", key, v, want)
+		if v := strings.TrimSpace(string(it.Value)); v != w {
+			t.Errorf("%s holds %q, want %q", key, v, w)
 		}
 	}
 }
@@ -245,15 +251,7 @@ func TestFlushOfANonCount(t *testing.T) {
 	if got := []int{p.Count("incr"), p.Count("add")}; !slices.Equal(got, []int{2, 1}) {
 		t.Errorf("incr, add commands: %v, want [2 1]: the refused increment is not sent again", got)
 	}
-	for key, want := range map[string]string{memcached.Key(c, bs[0]): "abc", memcached.Key(c, bs[1]): "2"} {
-		it, err := other.Get(key)
-		if err != nil {
-			t.Fatalf("%s: %v", key, err)
-		}
-		if v := strings.TrimSpace(string(it.Value)); v != want {
-			t.Errorf("%s holds %q, want %q", key, v, want)
-		}
-	}
+	wantValues(t, other, map[string]string{memcached.Key(c, bs[0]): "abc", memcached.Key(c, bs[1]): "2"})
 	if n := testkit.Metric(t, reg, "linkgate_memcached_errors_total", "server", p.Addr, "op", "incr"); n != 0 {
 		t.Errorf("%v incr errors counted, want 0", n)
 	}
@@ -517,18 +515,22 @@ func BenchmarkDecision(b *testing.B) {
 			b.ReportMetric(float64(gets1-gets0)/float64(len(plan))/float64(b.N), "gets/op")
 		}
 	}
+	// decide is a check of c's plan and its count in three buckets.
+	decide := func(b *testing.B, s *memcached.Store, c limit.Counter, counts []int64) {
+		if err := s.Load(ctx, c, plan, counts); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Add(ctx, c, hit, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Run("serial", func(b *testing.B) {
 		counts := make([]int64, len(plan))
 		c := limit.Counter{Rule: "login_ip", Value: "198.51.100.1"}
 		b.ReportAllocs()
 		report := start(b)
 		for b.Loop() {
-			if err := reads.Load(ctx, c, plan, counts); err != nil {
-				b.Fatal(err)
-			}
-			if err := reads.Add(ctx, c, hit, 1); err != nil {
-				b.Fatal(err)
-			}
+			decide(b, reads, c, counts)
 		}
 		report()
 	})
@@ -544,12 +546,7 @@ func BenchmarkDecision(b *testing.B) {
 			counts := make([]int64, len(plan))
 			c := limit.Counter{Rule: "login_ip", Value: fmt.Sprintf("198.51.100.%d", id.Add(1))}
 			for pb.Next() {
-				if err := reads.Load(ctx, c, plan, counts); err != nil {
-					b.Fatal(err)
-				}
-				if err := reads.Add(ctx, c, hit, 1); err != nil {
-					b.Fatal(err)
-				}
+				decide(b, reads, c, counts)
 			}
 		})
 		report()
@@ -563,12 +560,7 @@ func BenchmarkDecision(b *testing.B) {
 				counts := make([]int64, len(plan))
 				c := limit.Counter{Rule: "login_ip", Value: value}
 				for pb.Next() {
-					if err := s.Load(ctx, c, plan, counts); err != nil {
-						b.Fatal(err)
-					}
-					if err := s.Add(ctx, c, hit, 1); err != nil {
-						b.Fatal(err)
-					}
+					decide(b, s, c, counts)
 				}
 			})
 			report()
