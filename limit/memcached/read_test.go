@@ -157,8 +157,6 @@ func TestChecksAfterAWriteGatherForTheNextRead(t *testing.T) {
 func TestSharedReadTimeout(t *testing.T) {
 	p := startProxy(t, testkit.StartMemcached(t).Addr)
 	const timeout = 200 * time.Millisecond
-	s := memcached.New(limit.Memcached{Servers: []string{p.Addr}, Timeout: timeout}, nil, nil)
-	defer s.Close()
 	ctx := context.Background()
 	bs := dayPlan(time.Now())
 	c := limit.Counter{Rule: "visit_ip", Value: "198.51.100.9"}
@@ -166,10 +164,14 @@ func TestSharedReadTimeout(t *testing.T) {
 	defer release()
 	var wg sync.WaitGroup
 	// A check that joins the read on its way, and one that gathers for
-	// the next read (an AddNow ended since the first was sent).
-	for i, write := range []bool{false, true} {
+	// the next read (an AddNow ended since the first was sent). A Store
+	// each: the failed reads of one would open its breaker.
+	for _, write := range []bool{false, true} {
+		s := memcached.New(limit.Memcached{Servers: []string{p.Addr}, Timeout: timeout}, nil, nil)
+		defer s.Close()
+		p.Reset()
 		wg.Go(func() { s.Load(ctx, c, bs, make([]int64, len(bs))) })
-		waitUntil(t, "a read to be on its way", func() bool { return p.Count("get", "gets") == i+1 })
+		waitUntil(t, "a read to be on its way", func() bool { return p.Count("get", "gets") >= 1 })
 		if write {
 			if err := s.AddNow(ctx, c, bs[143:], 1); err != nil {
 				t.Fatal(err)
