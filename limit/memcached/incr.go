@@ -24,7 +24,7 @@ import (
 // count its increments as in flight (store.go), so a shorter send is
 // also a shorter wait.
 //
-// The connection is one of the reads' (getMulti.go), bounded by one
+// The connection is one of the reads' (getmulti.go), bounded by one
 // deadline for the whole send. An answer that is not what the command
 // calls for (cut short, malformed, SERVER_ERROR, ERROR) fails every
 // increment of the exchange not yet acknowledged, and the connection is

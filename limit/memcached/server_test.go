@@ -62,7 +62,7 @@ func startProxy(t testing.TB, backend string) *proxy {
 		if err != nil {
 			return
 		}
-		var getting atomic.Bool // the connection's last command is a get (one at a time: no pipelining)
+		var getting atomic.Bool // the connection's last command is a get (a get is never pipelined with other commands)
 		var answers sync.WaitGroup
 		answers.Go(func() { io.Copy(answerWriter{p, c, &getting}, b); c.Close() })
 		p.pipe(b, c, &getting)
