@@ -31,9 +31,7 @@ func (g *Gateway) AdminHandler() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "no admin endpoint at "+r.URL.Path)
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
-	})
+	r.MethodNotAllowed(problem.MethodNotAllowed)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !g.current().ready() {

@@ -22,6 +22,12 @@ func Write(w http.ResponseWriter, status int, detail string) {
 	WriteDetails(w, Details{Status: status, Detail: detail})
 }
 
+// MethodNotAllowed answers 405 naming the method and the path: a router's
+// handler for a path that exists under other methods.
+func MethodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	Write(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+}
+
 // WriteDetails answers d.Status with d as the body, filling Type and Title
 // when empty. Headers set on w before the call (Retry-After) are kept.
 func WriteDetails(w http.ResponseWriter, d Details) {

@@ -26,3 +26,12 @@ func TestWriteDetails(t *testing.T) {
 		}
 	}
 }
+
+func TestMethodNotAllowed(t *testing.T) {
+	rec := httptest.NewRecorder()
+	problem.MethodNotAllowed(rec, httptest.NewRequest("PUT", "/healthz", nil))
+	var body map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != 405 || body["detail"] != "PUT is not allowed on /healthz" {
+		t.Fatalf("got %d %v (%v), want 405 naming the method and the path", rec.Code, body, err)
+	}
+}

@@ -87,9 +87,7 @@ func newServer(o options) (http.Handler, error) {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "no route for "+r.URL.Path)
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
-	})
+	r.MethodNotAllowed(problem.MethodNotAllowed)
 	r.Get("/", s.index)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	r.Post("/shorten", s.shorten)
