@@ -33,6 +33,13 @@ func h3Client(t *testing.T, roots *x509.CertPool, serverName string, cache tls.C
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
+// withH3 adds HTTP/3 beside TLS over TCP to cfg's server, with a
+// certificate of ca for short.test.
+func withH3(t *testing.T, ca *edgetest.CA, cfg string) string {
+	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test")
+	return within(cfg, "server", fmt.Sprintf("  http3: true\n  tls: {cert_file: %s, key_file: %s}\n", certFile, keyFile))
+}
+
 // TestHTTP3: a short link over HTTP/3 (quic-go's client over loopback) is
 // redirected and its visit counted, the limiter's rule counts HTTP/3 and
 // HTTP/2 requests of one client address together, the stats API answers
@@ -41,23 +48,9 @@ func h3Client(t *testing.T, roots *x509.CertPool, serverName string, cache tls.C
 func TestHTTP3(t *testing.T) {
 	t.Parallel()
 	ca := edgetest.NewCA(t)
-	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test")
-	up := tinyURL(t)
-	gw := start(t, fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  http3: true
-  tls: {cert_file: %s, key_file: %s}
-admin:
-  listen: 127.0.0.1:0
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  flush_interval: 10s
-%s
-rules:
-  - {name: visits, match: {path: /go}, key: ip, limits: [5/m]}
-`, certFile, keyFile, up.URL, embeddedStore(filepath.Join(t.TempDir(), "analytics"))))
+	cfg := analyticsConfig(tinyURL(t).URL, embeddedStore(filepath.Join(t.TempDir(), "analytics")), "10s") +
+		"rules:\n  - {name: visits, match: {path: /go}, key: ip, limits: [5/m]}\n"
+	gw := start(t, withH3(t, ca, cfg))
 	addr := gw.g.Addr().String()
 	base := "https://" + addr
 	cache := tls.NewLRUClientSessionCache(8)
@@ -166,20 +159,7 @@ func TestHTTP3OnDemand(t *testing.T) {
 func TestHTTP3Handshakes(t *testing.T) {
 	t.Parallel()
 	ca := edgetest.NewCA(t)
-	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "short.test")
-	up := tinyURL(t)
-	gw := start(t, fmt.Sprintf(`server:
-  listen: 127.0.0.1:0
-  http3: true
-  tls: {cert_file: %s, key_file: %s}
-admin:
-  listen: 127.0.0.1:0
-upstream:
-  targets: [%s]
-  health_check: {path: /healthz, interval: 100ms}
-analytics:
-  enabled: false
-`, certFile, keyFile, up.URL))
+	gw := start(t, withH3(t, ca, testkit.BaseConfig(tinyURL(t).URL)))
 	addr := gw.g.Addr().String()
 	count := func(result string) float64 {
 		return testkit.Metric(t, gw.g.Registry(), "linkgate_tls_handshakes_total", "result", result)
