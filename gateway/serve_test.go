@@ -40,27 +40,9 @@ func TestStreamAndUpgradeThroughEveryMiddleware(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/events":
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "data: first\n\n")
-			w.(http.Flusher).Flush()
-			select { // the rest only once the client has seen the first event
-			case <-release:
-			case <-r.Context().Done():
-				return
-			}
-			io.WriteString(w, "data: second\n\n")
+			testkit.EventStream(release)(w, r)
 		case "/echo":
-			conn, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer conn.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-			brw.Flush()
-			line, _ := brw.ReadString('\n')
-			brw.WriteString("echo: " + line)
-			brw.Flush()
+			testkit.EchoUpgrade(w, "")
 		}
 	}))
 	defer up.Close()
@@ -68,29 +50,7 @@ func TestStreamAndUpgradeThroughEveryMiddleware(t *testing.T) {
 		"rules:\n  - {name: r, match: {path: \"/{short_key}\"}, key: ip, limits: [1000/m], count_status: [200]}\n"
 	gw := start(t, cfg)
 
-	resp, err := testkit.Client.Get(gw.url("/events"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	line := make(chan string, 1)
-	go func() {
-		s, _ := br.ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		if s != "data: first\n" {
-			t.Fatalf("first line %q", s)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first event did not arrive before the response ended: a flush was lost")
-	}
-	close(release)
-	if rest, _ := io.ReadAll(br); string(rest) != "\ndata: second\n\n" {
-		t.Errorf("rest of the stream %q", rest)
-	}
+	testkit.CheckStreamed(t, gw.url("/events"), release, "a flush was lost")
 
 	c, err := net.Dial("tcp", gw.g.Addr().String())
 	if err != nil {

@@ -546,16 +546,7 @@ func h1Cases() []h1Case {
 					http.Error(w, "want an upgrade, got "+r.Header.Get("Connection")+"/"+r.Header.Get("Upgrade"), 400)
 					return
 				}
-				c, brw, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\nX-Hello: 1\r\n\r\n")
-				brw.Flush()
-				line, _ := brw.ReadString('\n')
-				brw.WriteString("echo: " + line)
-				brw.Flush()
+				testkit.EchoUpgrade(w, "X-Hello: 1\r\n")
 			}),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				c, err := net.Dial("tcp", strings.TrimPrefix(front, "http://"))

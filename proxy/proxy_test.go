@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -447,42 +446,9 @@ func TestBodiesStreamedByteForByte(t *testing.T) {
 
 func TestStreamingIsNotBuffered(t *testing.T) {
 	release := make(chan struct{})
-	up := newUpstream(t, "stream", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: first\n\n")
-		w.(http.Flusher).Flush()
-		select { // the rest only once the client has seen the first event
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		io.WriteString(w, "data: second\n\n")
-	})
+	up := newUpstream(t, "stream", testkit.EventStream(release))
 	f := start(t, config(up.URL))
-	resp, err := testkit.Client.Get(f.front.URL + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	line := make(chan string, 1)
-	br := bufio.NewReader(resp.Body)
-	go func() {
-		s, _ := br.ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		if s != "data: first\n" {
-			t.Fatalf("first line %q", s)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the first event did not arrive before the response ended: the proxy buffers")
-	}
-	close(release)
-	rest, _ := io.ReadAll(br)
-	if string(rest) != "\ndata: second\n\n" {
-		t.Errorf("rest %q", rest)
-	}
+	testkit.CheckStreamed(t, f.front.URL+"/events", release, "the proxy buffers")
 }
 
 func TestConnectionReuse(t *testing.T) {
