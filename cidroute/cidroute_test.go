@@ -128,6 +128,22 @@ func dial(t *testing.T, addr net.Addr, cfg *tls.Config) *quic.Conn {
 	return conn
 }
 
+// offerTo starts the next process's side on u, relayed to by old, as a
+// new process starts with the relay the old one offers.
+func offerTo(t *testing.T, old *Conn, u *net.UDPConn) *Conn {
+	t.Helper()
+	relay, err := old.Offer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := New(u, relay)
+	relay.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
 // TestHandOver: a connection of the old process keeps being served by it
 // after the handover, through the relay, and so does a handshake under way
 // at that moment; a new connection is the new process's; once the old
@@ -178,15 +194,7 @@ func TestHandOver(t *testing.T) {
 		t.Fatal("the old server read no ClientHello from the slow client within 20 s")
 	}
 
-	relay, err := old.Offer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	next, err := New(u2, relay)
-	relay.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := offerTo(t, old, u2)
 	defer next.Close()
 	if next.Tag() == old.Tag() || !next.Relaying() {
 		t.Fatalf("new tag %x, old %x, relaying %v: want a tag of its own, and relaying", next.Tag(), old.Tag(), next.Relaying())
@@ -244,15 +252,7 @@ func TestRelayBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	relay, err := old.Offer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	next, err := New(u2, relay)
-	relay.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := offerTo(t, old, u2)
 	defer next.Close()
 
 	client, err := net.DialUDP("udp", nil, u1.LocalAddr().(*net.UDPAddr))
