@@ -29,6 +29,20 @@ func tlsWriterHandler(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%T %s %s", w, r.Proto, tlsState)
 }
 
+// serveTLS serves srv with the loop, until the test ends, on a loopback
+// listener that wrap makes a TLS one with diffTLSConfig, and returns the
+// server and its address.
+func serveTLS(t *testing.T, srv *http.Server, wrap func(net.Listener, *tls.Config) net.Listener) (*h1serve.Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h1serve.New(srv)
+	serveUntilCleanup(t, wrap(ln, diffTLSConfig(t)), s.Serve, s.Close)
+	return s, ln.Addr().String()
+}
+
 // tlsRoundTrip sends raw on c and returns the body of the answer.
 func tlsRoundTrip(t *testing.T, c net.Conn, br *bufio.Reader, raw, method string) string {
 	t.Helper()
@@ -54,16 +68,8 @@ func tlsRoundTrip(t *testing.T, c net.Conn, br *bufio.Reader, raw, method string
 // with the state still, and h2 by net/http's HTTP/2 server.
 func TestTLSServedByProtocol(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &http.Server{Handler: http.HandlerFunc(tlsWriterHandler), ErrorLog: diffDiscardLog, ReadHeaderTimeout: time.Minute}
-	s := h1serve.New(srv)
-	done := make(chan struct{})
-	go func() { s.Serve(tls.NewListener(ln, diffTLSConfig(t))); close(done) }()
-	t.Cleanup(func() { s.Close(); <-done })
-	addr := ln.Addr().String()
+	_, addr := serveTLS(t, srv, tls.NewListener)
 
 	for _, alpn := range [][]string{{"http/1.1"}, nil} {
 		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "example.com", NextProtos: alpn})
@@ -95,6 +101,10 @@ func TestTLSServedByProtocol(t *testing.T) {
 		t.Errorf("h2: %s %q, want net/http's HTTP/2 server's answer ending %q", resp.Proto, body, want)
 	}
 }
+
+// handshaken is ln with each connection handshaken before Accept returns
+// it.
+func handshaken(ln net.Listener, cfg *tls.Config) net.Listener { return handshakenListener{ln, cfg} }
 
 // handshakenListener handshakes each connection before Accept returns it,
 // and returns it as a connection that says its TLS state (as the
@@ -133,17 +143,10 @@ func (l handshakenListener) Accept() (net.Conn, error) {
 // request handed to net/http carries the state too.
 func TestTLSStateOfAConnectionHandshakenBefore(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &http.Server{Handler: http.HandlerFunc(tlsWriterHandler), ErrorLog: diffDiscardLog}
-	s := h1serve.New(srv)
-	done := make(chan struct{})
-	go func() { s.Serve(handshakenListener{ln, diffTLSConfig(t)}); close(done) }()
-	t.Cleanup(func() { s.Close(); <-done })
+	_, addr := serveTLS(t, srv, handshaken)
 
-	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, ServerName: "example.com", NextProtos: []string{"http/1.1"}})
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "example.com", NextProtos: []string{"http/1.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,17 +166,10 @@ func TestTLSStateOfAConnectionHandshakenBefore(t *testing.T) {
 // TLS listener gets net/http's plain-text 400.
 func TestPlainHTTPToTheTLSPort(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &http.Server{Handler: http.HandlerFunc(tlsWriterHandler), ErrorLog: diffDiscardLog}
-	s := h1serve.New(srv)
-	done := make(chan struct{})
-	go func() { s.Serve(tls.NewListener(ln, diffTLSConfig(t))); close(done) }()
-	t.Cleanup(func() { s.Close(); <-done })
+	_, addr := serveTLS(t, srv, tls.NewListener)
 
-	c, br := dial(t, ln.Addr().String())
+	c, br := dial(t, addr)
 	c.SetDeadline(time.Now().Add(testkit.Slack(5 * time.Second)))
 	io.WriteString(c, diffGet())
 	resp, err := http.ReadResponse(br, nil)
@@ -191,10 +187,6 @@ func TestPlainHTTPToTheTLSPort(t *testing.T) {
 // loop is still running: not once the loop's connections have ended.
 func TestShutdownTellsHTTP2AtOnce(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	srv := &http.Server{ErrorLog: diffDiscardLog, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -207,16 +199,13 @@ func TestShutdownTellsHTTP2AtOnce(t *testing.T) {
 		}
 		io.WriteString(w, "done")
 	})}
-	s := h1serve.New(srv)
-	served := make(chan struct{})
-	go func() { s.Serve(tls.NewListener(ln, diffTLSConfig(t))); close(served) }()
-	t.Cleanup(func() { s.Close(); <-served })
-	addr := ln.Addr().String()
+	s, addr := serveTLS(t, srv, tls.NewListener)
 
 	// DialH2's handshake has 10 s, which a machine busy with -race may
 	// miss: a few tries.
 	var h2 *testkit.H2Conn
 	for try := 0; h2 == nil; try++ {
+		var err error
 		if h2, err = testkit.DialH2(addr, &tls.Config{InsecureSkipVerify: true, ServerName: "example.com"}); err != nil && try == 2 {
 			t.Fatal(err)
 		}
