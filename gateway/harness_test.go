@@ -30,9 +30,7 @@ import (
 // intervals, health checks and timeouts, not on the CPU.
 func TestMain(m *testing.M) {
 	testkit.SetParallel(8)
-	code := m.Run()
-	browser.CloseShared() // the page tests' Chromium, if they started it
-	os.Exit(code)
+	os.Exit(browser.Run(m)) // browser: the page tests' Chromium, if they started it
 }
 
 // env is the environment the gateways under test see; setenv changes it

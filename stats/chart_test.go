@@ -15,11 +15,7 @@ import (
 	"github.com/linkgate/linkgate/stats"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	browser.CloseShared()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(browser.Run(m)) }
 
 // chartDOM opens url in the shared headless Chromium at a desktop's size,
 // waits for the page's script to finish and returns the body's HTML.

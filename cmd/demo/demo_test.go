@@ -18,11 +18,7 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	browser.CloseShared()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(browser.Run(m)) }
 
 // demoWithin bounds demo.sh's start: a build that finds the packages the
 // tests compiled in the build cache, then the gateway and the visits. A

@@ -275,6 +275,13 @@ func CloseShared() {
 	}
 }
 
+// Run runs m's tests, then ends the shared browser: a TestMain is
+// os.Exit(browser.Run(m)).
+func Run(m *testing.M) int {
+	defer CloseShared()
+	return m.Run()
+}
+
 // Options are a page's viewport and environment.
 type Options struct {
 	Width, Height int

@@ -12,11 +12,7 @@ import (
 	"github.com/linkgate/linkgate/internal/browser"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	browser.CloseShared()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(browser.Run(m)) }
 
 const page = `<!doctype html><meta name="viewport" content="width=device-width">
 <body style="margin:0"><div id="pad" style="width:100px;height:100px;background:#08f"></div><a id="dl">download</a>
