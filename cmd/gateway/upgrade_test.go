@@ -612,19 +612,8 @@ func (f freshH3) RoundTrip(r *http.Request) (*http.Response, error) {
 		tr.Close()
 		return nil, err
 	}
-	resp.Body = closeBoth{resp.Body, tr}
+	resp.Body = testkit.OnClose(resp.Body, func() { tr.Close() })
 	return resp, nil
-}
-
-type closeBoth struct {
-	io.ReadCloser
-	also io.Closer
-}
-
-func (c closeBoth) Close() error {
-	err := c.ReadCloser.Close()
-	c.also.Close()
-	return err
 }
 
 // TestUpgradeHTTP3: the UDP socket of HTTP/3 is handed over too, and both

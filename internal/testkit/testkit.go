@@ -97,20 +97,22 @@ func (p paced) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		return nil, err
 	}
-	resp.Body = cancelOnClose{resp.Body, cancel}
+	resp.Body = OnClose(resp.Body, cancel)
 	return resp, nil
 }
 
-// cancelOnClose is a response body that ends its exchange's context once
-// closed.
-type cancelOnClose struct {
+// OnClose is rc that also calls then once closed: a response body that
+// ends its exchange's context or its own transport.
+func OnClose(rc io.ReadCloser, then func()) io.ReadCloser { return onClose{rc, then} }
+
+type onClose struct {
 	io.ReadCloser
-	cancel context.CancelFunc
+	then func()
 }
 
-func (b cancelOnClose) Close() error {
+func (b onClose) Close() error {
 	err := b.ReadCloser.Close()
-	b.cancel()
+	b.then()
 	return err
 }
 
