@@ -273,15 +273,7 @@ func (c *curve) appendPoints(b []byte, points []curvePoint) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, '[')
-		b = strconv.AppendInt(b, p.start, 10)
-		if p.null {
-			b = append(b, ",null,null"...)
-		} else {
-			b = append(b, ',')
-			b = strconv.AppendInt(b, p.Human, 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, p.Bot, 10)
-		}
+		b = p.append(b, ",null,null")
 		if c.stitched {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, p.step, 10)
@@ -289,6 +281,19 @@ func (c *curve) appendPoints(b []byte, points []curvePoint) []byte {
 		b = append(b, ']')
 	}
 	return append(b, ']')
+}
+
+// append appends p's start, humans and bots, comma-separated; null in
+// place of the counts when p's are unknown.
+func (p curvePoint) append(b []byte, null string) []byte {
+	b = strconv.AppendInt(b, p.start, 10)
+	if p.null {
+		return append(b, null...)
+	}
+	b = append(b, ',')
+	b = strconv.AppendInt(b, p.Human, 10)
+	b = append(b, ',')
+	return strconv.AppendInt(b, p.Bot, 10)
 }
 
 func appendField(b []byte, name string, v int64) []byte {
@@ -315,15 +320,7 @@ func (c *curve) appendCSV(b []byte) []byte {
 	}
 	b = append(b, '\n')
 	for i, p := range c.points {
-		b = strconv.AppendInt(b, p.start, 10)
-		if p.null {
-			b = append(b, ",,"...)
-		} else {
-			b = append(b, ',')
-			b = strconv.AppendInt(b, p.Human, 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, p.Bot, 10)
-		}
+		b = p.append(b, ",,")
 		if c.stitched {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, p.step, 10)
@@ -332,17 +329,8 @@ func (c *curve) appendCSV(b []byte) []byte {
 			// Point for point: the earlier range at the same step (a
 			// year back may have a bucket more or less).
 			if i < len(c.compare.points) {
-				e := c.compare.points[i]
 				b = append(b, ',')
-				b = strconv.AppendInt(b, e.start, 10)
-				if e.null {
-					b = append(b, ",,"...)
-				} else {
-					b = append(b, ',')
-					b = strconv.AppendInt(b, e.Human, 10)
-					b = append(b, ',')
-					b = strconv.AppendInt(b, e.Bot, 10)
-				}
+				b = c.compare.points[i].append(b, ",,")
 			} else {
 				b = append(b, ",,,"...)
 			}
