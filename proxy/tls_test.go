@@ -69,6 +69,17 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 	return p
 }
 
+// upstreamTLS is the upstream.tls that reaches an mtlsUpstream of
+// serverCA and clientCA: serverCA's bundle (dir/ca.pem), the name
+// backend.internal, and a client certificate of clientCA for linkgate
+// (dir/client.pem and dir/client.key).
+func upstreamTLS(t *testing.T, dir string, serverCA, clientCA *edgetest.CA) proxy.TLS {
+	t.Helper()
+	c, k := clientCA.Issue(t, "linkgate")
+	return proxy.TLS{CAFile: writeFile(t, dir, "ca.pem", serverCA.PEM), ServerName: "backend.internal",
+		CertFile: writeFile(t, dir, "client.pem", c), KeyFile: writeFile(t, dir, "client.key", k)}
+}
+
 // TestUpstreamTLS: a pool reaches an HTTPS target that requires a client
 // certificate, whose own certificate is from a private CA and names
 // neither its address nor the system's roots, with upstream.tls's CA
@@ -87,14 +98,11 @@ func testUpstreamTLS(t *testing.T, h2 bool, proto string) {
 	serverCA, clientCA, otherCA := edgetest.NewCA(t), edgetest.NewCA(t), edgetest.NewCA(t)
 	up := mtlsUpstream(t, serverCA, clientCA, h2)
 	dir := t.TempDir()
-	ca := writeFile(t, dir, "server-ca.pem", serverCA.PEM)
+	full := upstreamTLS(t, dir, serverCA, clientCA)
 	otherCAFile := writeFile(t, dir, "other-ca.pem", otherCA.PEM)
-	c, k := clientCA.Issue(t, "linkgate")
-	cert, key := writeFile(t, dir, "client.pem", c), writeFile(t, dir, "client.key", k)
-	c, k = otherCA.Issue(t, "linkgate")
+	c, k := otherCA.Issue(t, "linkgate")
 	strangerCert, strangerKey := writeFile(t, dir, "stranger.pem", c), writeFile(t, dir, "stranger.key", k)
 
-	full := proxy.TLS{CAFile: ca, ServerName: "backend.internal", CertFile: cert, KeyFile: key}
 	for _, tc := range []struct {
 		name string
 		tls  func(*proxy.TLS)
@@ -151,9 +159,8 @@ func testUpstreamTLS(t *testing.T, h2 bool, proto string) {
 func TestUpstreamTLSCompile(t *testing.T) {
 	ca := edgetest.NewCA(t)
 	dir := t.TempDir()
-	caFile := writeFile(t, dir, "ca.pem", ca.PEM)
-	c, k := ca.Issue(t, "linkgate")
-	cert, key := writeFile(t, dir, "client.pem", c), writeFile(t, dir, "client.key", k)
+	all := upstreamTLS(t, dir, ca, ca)
+	caFile, cert, key := all.CAFile, all.CertFile, all.KeyFile
 	_, k2 := ca.Issue(t, "other")
 	otherKey := writeFile(t, dir, "other.key", k2)
 	serverOnly, serverOnlyKey := serverOnlyCert(t, dir)
@@ -222,16 +229,13 @@ func serverOnlyCert(t *testing.T, dir string) (certFile, keyFile string) {
 func TestUpstreamTLSFilesChangeThePlan(t *testing.T) {
 	ca := edgetest.NewCA(t)
 	dir := t.TempDir()
-	caFile := writeFile(t, dir, "ca.pem", ca.PEM)
-	c, k := ca.Issue(t, "linkgate")
-	cert, key := writeFile(t, dir, "client.pem", c), writeFile(t, dir, "client.key", k)
 	cfg := config("https://127.0.0.1:1")
-	cfg.TLS = proxy.TLS{CAFile: caFile, CertFile: cert, KeyFile: key}
+	cfg.TLS = upstreamTLS(t, dir, ca, ca)
 	a, b := plan(t, cfg), plan(t, cfg)
 	if !a.Equal(b) {
 		t.Fatal("two plans of the same files differ")
 	}
-	c, k = ca.Issue(t, "linkgate")
+	c, k := ca.Issue(t, "linkgate")
 	writeFile(t, dir, "client.pem", c)
 	writeFile(t, dir, "client.key", k)
 	if a.Equal(plan(t, cfg)) {
@@ -250,11 +254,8 @@ func TestUpstreamTLSHTTPTarget(t *testing.T) {
 	serverCA, clientCA := edgetest.NewCA(t), edgetest.NewCA(t)
 	secure := mtlsUpstream(t, serverCA, clientCA, true)
 	plain := newUpstream(t, "plain", nil)
-	dir := t.TempDir()
-	c, k := clientCA.Issue(t, "linkgate")
 	cfg := config(secure.URL, plain.URL)
-	cfg.TLS = proxy.TLS{CAFile: writeFile(t, dir, "ca.pem", serverCA.PEM), ServerName: "backend.internal",
-		CertFile: writeFile(t, dir, "c.pem", c), KeyFile: writeFile(t, dir, "c.key", k)}
+	cfg.TLS = upstreamTLS(t, t.TempDir(), serverCA, clientCA)
 	reg := prometheus.NewRegistry()
 	p := proxy.New(plan(t, cfg), proxy.NewMetrics(reg), nil)
 	defer p.Close()
@@ -284,10 +285,8 @@ func TestRenewTLS(t *testing.T) {
 	serverCA, clientCA := edgetest.NewCA(t), edgetest.NewCA(t)
 	up := mtlsUpstream(t, serverCA, clientCA, false)
 	dir := t.TempDir()
-	c, k := clientCA.Issue(t, "linkgate")
 	cfg := config(up.URL)
-	cfg.TLS = proxy.TLS{CAFile: writeFile(t, dir, "ca.pem", serverCA.PEM), ServerName: "backend.internal",
-		CertFile: writeFile(t, dir, "c.pem", c), KeyFile: writeFile(t, dir, "c.key", k)}
+	cfg.TLS = upstreamTLS(t, dir, serverCA, clientCA)
 	m := proxy.NewMetrics(prometheus.NewRegistry())
 	old := proxy.New(plan(t, cfg), m, nil)
 	defer old.Close()
@@ -319,9 +318,9 @@ func TestRenewTLS(t *testing.T) {
 		t.Errorf("the same TLS settings: %d connections opened after the reload, want 0", n)
 	}
 
-	c, k = clientCA.Issue(t, "linkgate-2")
-	writeFile(t, dir, "c.pem", c)
-	writeFile(t, dir, "c.key", k)
+	c, k := clientCA.Issue(t, "linkgate-2")
+	writeFile(t, dir, "client.pem", c)
+	writeFile(t, dir, "client.key", k)
 	renewed := proxy.Renew([]*proxy.Proxy{same}, plan(t, cfg), m, nil)
 	defer renewed.Close()
 	h.Store(renewed)
