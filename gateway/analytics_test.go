@@ -52,6 +52,15 @@ func within(cfg, section, settings string) string {
 	return strings.Replace(cfg, section+":\n", section+":\n"+settings, 1)
 }
 
+// nodeConfig is analyticsConfig on the Cassandra keyspace ks of hosts.
+// Each gateway has a journal of its own (a journal directory is held by
+// one process): beside an embedded path of its own.
+func nodeConfig(t *testing.T, upstream string, hosts []string, ks, flush string) string {
+	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: %s}\n  embedded: {path: %s}",
+		strings.Join(hosts, ", "), ks, filepath.Join(t.TempDir(), "analytics"))
+	return analyticsConfig(upstream, store, flush)
+}
+
 func embeddedStore(dir string) string {
 	return "  store: embedded\n  embedded: {path: " + dir + "}"
 }
@@ -69,15 +78,7 @@ type statsAnswer struct {
 
 func stats(t testing.TB, gw *running, path string) statsAnswer {
 	t.Helper()
-	resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	var a statsAnswer
-	if err := json.Unmarshal([]byte(b), &a); err != nil {
-		t.Fatalf("GET %s: %v in %s", path, err, b)
-	}
-	return a
+	return getJSON[statsAnswer](t, testkit.Client, gw.url(path), "Accept", "application/json")
 }
 
 func TestVisitsCounted(t *testing.T) {
@@ -201,12 +202,7 @@ func TestTwoGatewaysAddUpOnNode(t *testing.T) {
 	hosts := testkit.CassandraHosts(t)
 	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_e2e")
 	up := tinyURL(t)
-	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: %s}", strings.Join(hosts, ", "), ks)
-	// Each gateway has a journal of its own (a journal directory is held
-	// by one process): beside an embedded path of its own.
-	cfg := func() string {
-		return analyticsConfig(up.URL, store+"\n  embedded: {path: "+filepath.Join(t.TempDir(), "analytics")+"}", "500ms")
-	}
+	cfg := func() string { return nodeConfig(t, up.URL, hosts, ks, "500ms") }
 	gw1 := start(t, cfg())
 	gw2 := start(t, cfg())
 	// The stores connect in the background, after "listening": wait

@@ -30,15 +30,7 @@ type breakdownAnswer struct {
 
 func breakdown(t *testing.T, gw *running, path string) breakdownAnswer {
 	t.Helper()
-	resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	var a breakdownAnswer
-	if err := json.Unmarshal([]byte(b), &a); err != nil {
-		t.Fatalf("GET %s: %v in %s", path, err, b)
-	}
-	return a
+	return getJSON[breakdownAnswer](t, testkit.Client, gw.url(path), "Accept", "application/json")
 }
 
 // values returns a breakdown as "value=count" in the answer's order.
@@ -323,12 +315,7 @@ func TestBreakdownsThroughOutageAndRestart(t *testing.T) {
 	}
 	read := func(gw *running) answer {
 		t.Helper()
-		resp, b := testkit.Do(t, "GET", gw.url("/stats/go?last=1h&by=referrer"), nil, "Accept", "application/json")
-		var a answer
-		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &a) != nil {
-			t.Fatalf("%d %s", resp.StatusCode, b)
-		}
-		return a
+		return getJSON[answer](t, testkit.Client, gw.url("/stats/go?last=1h&by=referrer"), "Accept", "application/json")
 	}
 	testkit.Eventually(t, 5*time.Second, "the journal holds the visits", func() bool {
 		a := read(gw)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +22,8 @@ func TestEraseTwoGatewaysOnNode(t *testing.T) {
 	hosts := testkit.CassandraHosts(t)
 	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_erase_e2e")
 	up := tinyURL(t)
-	store := fmt.Sprintf("  store: cassandra\n  cassandra: {hosts: [%s], keyspace: %s}", strings.Join(hosts, ", "), ks)
 	cfg := func() string {
-		c := analyticsConfig(up.URL, store+"\n  embedded: {path: "+filepath.Join(t.TempDir(), "analytics")+"}", "300ms")
-		c = strings.Replace(c, "admin:\n  listen: 127.0.0.1:0\n", "admin:\n  listen: 127.0.0.1:0\n  token_env: LG_TEST_ADMIN_TOKEN\n", 1)
-		return c + "tenants:\n  - {name: acme, hosts: [go.acme.test]}\n"
+		return withAdmin(nodeConfig(t, up.URL, hosts, ks, "300ms")) + "tenants:\n  - {name: acme, hosts: [go.acme.test]}\n"
 	}
 	a, b := start(t, cfg()), start(t, cfg())
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

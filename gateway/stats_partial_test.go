@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,15 +36,7 @@ func TestStatsPartialWhileStoreDown(t *testing.T) {
 	gw := start(t, analyticsConfig(up.URL, down, "200ms"))
 	get := func(path string) partialAnswer {
 		t.Helper()
-		resp, b := testkit.Do(t, "GET", gw.url(path), nil, "Accept", "application/json")
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET %s with the store down: %d %s, want 200", path, resp.StatusCode, b)
-		}
-		var a partialAnswer
-		if err := json.Unmarshal([]byte(b), &a); err != nil {
-			t.Fatalf("GET %s: %v in %s", path, err, b)
-		}
-		return a
+		return getJSON[partialAnswer](t, testkit.Client, gw.url(path), "Accept", "application/json")
 	}
 	visit := func(n int, key string, hdr ...string) {
 		t.Helper()

@@ -70,12 +70,7 @@ func TestTenants(t *testing.T) {
 	operator := []string{"Authorization", "Bearer tenant-stats-s3cret", "Accept", "application/json"}
 	total := func(c *http.Client, path string, hdr ...string) int64 {
 		t.Helper()
-		resp, b := get(t, c, base+path, hdr...)
-		var a statsAnswer
-		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &a) != nil {
-			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-		}
-		return a.Total
+		return getJSON[statsAnswer](t, c, base+path, hdr...).Total
 	}
 	for _, c := range []struct {
 		path string
@@ -220,13 +215,9 @@ func TestTenants(t *testing.T) {
 	}
 	render := func(target string) float64 {
 		t.Helper()
-		resp, b := get(t, h2, base+"/stats/graphite/render?format=json&from=-1h&target="+url.QueryEscape(target), bearer...)
-		var series []struct {
+		series := getJSON[[]struct {
 			Datapoints [][2]*float64 `json:"datapoints"`
-		}
-		if resp.StatusCode != 200 || json.Unmarshal([]byte(b), &series) != nil {
-			t.Fatalf("render %s: %d %s", target, resp.StatusCode, b)
-		}
+		}](t, h2, base+"/stats/graphite/render?format=json&from=-1h&target="+url.QueryEscape(target), bearer...)
 		var sum float64
 		for _, s := range series {
 			for _, p := range s.Datapoints {

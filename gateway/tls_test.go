@@ -64,7 +64,7 @@ func tlsClient(pool interface{}, serverName string, h2 bool) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-func get(t *testing.T, c *http.Client, url string, hdr ...string) (*http.Response, string) {
+func get(t testing.TB, c *http.Client, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", url, nil)
 	if err != nil {
@@ -84,6 +84,21 @@ func get(t *testing.T, c *http.Client, url string, hdr ...string) (*http.Respons
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp, string(b)
+}
+
+// getJSON is get's answer decoded from JSON; an answer other than a 200
+// with a body that decodes fails t.
+func getJSON[T any](t testing.TB, c *http.Client, url string, hdr ...string) T {
+	t.Helper()
+	resp, b := get(t, c, url, hdr...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	var a T
+	if err := json.Unmarshal([]byte(b), &a); err != nil {
+		t.Fatalf("GET %s: %v in %s", url, err, b)
+	}
+	return a
 }
 
 // TestTLSStaticCertificate: with a static certificate, the client listener
