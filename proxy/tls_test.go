@@ -1,16 +1,10 @@
 package proxy_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -199,28 +193,12 @@ func TestUpstreamTLSCompile(t *testing.T) {
 	}
 }
 
-// serverOnlyCert writes a self-signed certificate for server
-// authentication only, and its key.
+// serverOnlyCert writes a certificate for server authentication only,
+// and its key.
 func serverOnlyCert(t *testing.T, dir string) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(7),
-		Subject:      pkix.Name{CommonName: "server only"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	return writeFile(t, dir, "server-only.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		writeFile(t, dir, "server-only.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+	c, k := edgetest.NewCA(t).IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, "server only")
+	return writeFile(t, dir, "server-only.pem", c), writeFile(t, dir, "server-only.key", k)
 }
 
 // TestUpstreamTLSFilesChangeThePlan: a plan compiled again after the CA

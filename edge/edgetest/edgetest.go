@@ -71,8 +71,14 @@ func (ca *CA) Pool() *x509.CertPool {
 }
 
 // Issue returns a certificate for names (DNS names or IP addresses), valid
-// for a day, and its key, PEM-encoded.
+// for a day, for servers and clients, and its key, PEM-encoded.
 func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	return ca.IssueFor(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, names...)
+}
+
+// IssueFor is Issue for the uses usage alone.
+func (ca *CA) IssueFor(t testing.TB, usage []x509.ExtKeyUsage, names ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -85,7 +91,7 @@ func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte) {
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usage,
 	}
 	for _, n := range names {
 		if ip := net.ParseIP(n); ip != nil {
