@@ -18,14 +18,9 @@ import (
 // reads the same. Bad requests get 400 naming the field.
 func TestEraseAdmin(t *testing.T) {
 	t.Parallel()
-	// Variables of its own: TestTenants, run in parallel, removes its own
-	// when it ends.
-	setenv(t, "LG_TEST_ERASE_STATS", "tenant-stats-s3cret")
-	setenv(t, "LG_TEST_ERASE_KEY", "tenant-key-0123456789abcdef")
 	ca := edgetest.NewCA(t)
 	up := tinyURL(t)
-	cfg := strings.NewReplacer("LG_TEST_TENANT_STATS", "LG_TEST_ERASE_STATS", "LG_TEST_TENANT_KEY", "LG_TEST_ERASE_KEY").
-		Replace(tenantsConfig(t, up.URL, t.TempDir(), ca))
+	cfg := tenantsConfig(t, up.URL, t.TempDir(), ca, "LG_TEST_ERASE")
 	gw := start(t, cfg)
 	base := "https://" + gw.g.Addr().String()
 	c := tlsClient(ca, "go.acme.test", true)

@@ -22,11 +22,15 @@ import (
 // tenantsConfig is a gateway on TLS (a certificate for the tenants'
 // names and 127.0.0.1) with two tenants, a stats token, a share key and an
 // embedded store in dir.
-func tenantsConfig(t *testing.T, upstream, dir string, ca *edgetest.CA) string {
+func tenantsConfig(t *testing.T, upstream, dir string, ca *edgetest.CA, env string) string {
+	// Variables of each test's own: a test run in parallel removes its
+	// own when it ends.
+	setenv(t, env+"_STATS", "tenant-stats-s3cret")
+	setenv(t, env+"_KEY", "tenant-key-0123456789abcdef")
 	certFile, keyFile, _ := ca.WritePair(t, t.TempDir(), "go.acme.test", "x.acme.test", "go.other.test", "127.0.0.1")
 	cfg := withAdmin(analyticsConfig(upstream, embeddedStore(dir), "1h"))
 	cfg = within(cfg, "server", "  tls: {cert_file: "+certFile+", key_file: "+keyFile+"}\n")
-	return withStats(cfg, "  token_env: LG_TEST_TENANT_STATS\n  share: {key_env: LG_TEST_TENANT_KEY, max_ttl: 720h}\n") + `tenants:
+	return withStats(cfg, "  token_env: "+env+"_STATS\n  share: {key_env: "+env+"_KEY, max_ttl: 720h}\n") + `tenants:
   - {name: acme, hosts: [go.acme.test, "*.acme.test"]}
   - {name: other, hosts: [go.other.test]}
 `
@@ -44,12 +48,10 @@ func tenantsConfig(t *testing.T, upstream, dir string, ca *edgetest.CA) string {
 // same counts back.
 func TestTenants(t *testing.T) {
 	t.Parallel()
-	setenv(t, "LG_TEST_TENANT_STATS", "tenant-stats-s3cret")
-	setenv(t, "LG_TEST_TENANT_KEY", "tenant-key-0123456789abcdef")
 	ca := edgetest.NewCA(t)
 	up := tinyURL(t)
 	dir := t.TempDir()
-	gw := start(t, tenantsConfig(t, up.URL, dir, ca))
+	gw := start(t, tenantsConfig(t, up.URL, dir, ca, "LG_TEST_TENANT"))
 	base := "https://" + gw.g.Addr().String()
 	h2 := tlsClient(ca, "go.acme.test", true)
 	h1 := tlsClient(ca, "go.acme.test", false)
