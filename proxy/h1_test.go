@@ -169,6 +169,35 @@ func handlerUpstream(h http.HandlerFunc) func(t *testing.T) string {
 	}
 }
 
+// keep and closing say whether a cannedUp keeps its connection after an
+// answer.
+const keep, closing = true, false
+
+// cannedUp is a raw upstream that answers every request with answer,
+// then keeps the connection (keep) or closes it (closing).
+func cannedUp(answer string, then bool) func(t *testing.T) string {
+	return rawUp(func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool {
+		io.WriteString(c, answer)
+		return then
+	})
+}
+
+// describeGet is a case's run that GETs path and describes the answer.
+func describeGet(path string) func(*testing.T, string, *proxy.Proxy) string {
+	return func(t *testing.T, front string, _ *proxy.Proxy) string {
+		return got(send(t, "GET", front+path, nil)).describe()
+	}
+}
+
+// bodyOfGet is a case's run that GETs path and returns the body (or
+// READ ERROR).
+func bodyOfGet(path string) func(*testing.T, string, *proxy.Proxy) string {
+	return func(t *testing.T, front string, _ *proxy.Proxy) string {
+		_, body := send(t, "GET", front+path, nil)
+		return body
+	}
+}
+
 func rawUp(serve func(c net.Conn, br *bufio.Reader, req *http.Request) bool) func(t *testing.T) string {
 	return func(t *testing.T) string {
 		return "http://" + newRawUpstream(t, serve).addr
@@ -352,15 +381,10 @@ func h1Cases() []h1Case {
 			want: `200 Content-Length=[] Transfer-Encoding=[] body="hello world" trailer X-Sum=["42"] | 200 body="hello world" trailer X-Sum=["42"]`,
 		},
 		{
-			name: "chunked response, trailers not announced",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Late: 1\r\n\r\n")
-				return true
-			}),
-			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
-				return got(send(t, "GET", front+"/x", nil)).describe()
-			},
-			want: `200 body="abc" trailer X-Late=["1"]`,
+			name:     "chunked response, trailers not announced",
+			upstream: cannedUp("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Late: 1\r\n\r\n", keep),
+			run:      describeGet("/x"),
+			want:     `200 body="abc" trailer X-Late=["1"]`,
 		},
 		{
 			name: "chunked response in many small chunks, streamed",
@@ -377,57 +401,34 @@ func h1Cases() []h1Case {
 			want: `200 len=690 te=[chunked] end="198,199,"`,
 		},
 		{
-			name: "malformed chunked response cut short",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel")
-				return false
-			}),
-			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
-				_, body := send(t, "GET", front+"/x", nil)
-				return body
-			},
-			want: `READ ERROR`,
+			name:     "malformed chunked response cut short",
+			upstream: cannedUp("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", closing),
+			run:      bodyOfGet("/x"),
+			want:     `READ ERROR`,
 		},
 		{
-			name: "body shorter than its Content-Length",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("a", 50000))
-				return false
-			}),
-			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
-				_, body := send(t, "GET", front+"/x", nil)
-				return body
-			},
-			want: `READ ERROR`,
+			name:     "body shorter than its Content-Length",
+			upstream: cannedUp("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"+strings.Repeat("a", 50000), closing),
+			run:      bodyOfGet("/x"),
+			want:     `READ ERROR`,
 		},
 		{
-			name: "body delimited by the close",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
-				return false
-			}),
-			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
-				return got(send(t, "GET", front+"/x", nil)).describe()
-			},
-			want: `200 body="until the end"`,
+			name:     "body delimited by the close",
+			upstream: cannedUp("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end", closing),
+			run:      describeGet("/x"),
+			want:     `200 body="until the end"`,
 		},
 		{
-			name: "HTTP/1.0 response",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				return false
-			}),
+			name:     "HTTP/1.0 response",
+			upstream: cannedUp("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", closing),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				return got(send(t, "GET", front+"/x", nil)).describe() + " | " + got(send(t, "GET", front+"/x", nil)).describe()
 			},
 			want: `200 body="ok" | 200 body="ok"`,
 		},
 		{
-			name: "conflicting Content-Length is a 502",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok")
-				return false
-			}),
+			name:     "conflicting Content-Length is a 502",
+			upstream: cannedUp("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok", closing),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				resp, _ := send(t, "GET", front+"/x", nil)
 				return fmt.Sprint(resp.StatusCode)
@@ -435,22 +436,16 @@ func h1Cases() []h1Case {
 			want: `502`,
 		},
 		{
-			name: "repeated equal Content-Length is one",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok")
-				return true
-			}),
+			name:     "repeated equal Content-Length is one",
+			upstream: cannedUp("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", keep),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				return got(send(t, "GET", front+"/x", nil)).describe("Content-Length")
 			},
 			want: `200 Content-Length=["2"] body="ok"`,
 		},
 		{
-			name: "garbage status line is a 502",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 OK\r\n\r\n")
-				return false
-			}),
+			name:     "garbage status line is a 502",
+			upstream: cannedUp("HTTP/1.1 OK\r\n\r\n", closing),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				resp, _ := send(t, "GET", front+"/x", nil)
 				return fmt.Sprint(resp.StatusCode)
@@ -568,11 +563,8 @@ func h1Cases() []h1Case {
 			want: `101 upgrade="echo" x-hello="1" "echo: ping\n"`,
 		},
 		{
-			name: "switch to a protocol not asked for is a 502",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: other\r\n\r\n")
-				return false
-			}),
+			name:     "switch to a protocol not asked for is a 502",
+			upstream: cannedUp("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: other\r\n\r\n", closing),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				resp, _, err := rawDo(t, strings.TrimPrefix(front, "http://"), "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", "GET")
 				if err != nil {
@@ -583,11 +575,8 @@ func h1Cases() []h1Case {
 			want: `502`,
 		},
 		{
-			name: "103 Early Hints passed on before the answer",
-			upstream: rawUp(func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
-				io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				return true
-			}),
+			name:     "103 Early Hints passed on before the answer",
+			upstream: cannedUp("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", keep),
 			run: func(t *testing.T, front string, _ *proxy.Proxy) string {
 				var hints []string
 				trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
