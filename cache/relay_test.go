@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -44,16 +43,10 @@ func TestOwnFieldsOfARelayedHead(t *testing.T) {
 	px := proxy.New(plan, nil, nil)
 	t.Cleanup(px.Close)
 	h := st.Handler(p, 0, px)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(ongoing.StatusWriter(w), r)
 	})})
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close() })
-	base := "http://" + l.Addr().String()
+	base := "http://" + testkit.Serve(t, s.Serve, s.Close)
 	get := func(path string, fields ...string) *http.Response {
 		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		for i := 0; i+1 < len(fields); i += 2 {

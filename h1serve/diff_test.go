@@ -220,9 +220,9 @@ func startDiffServer(t *testing.T, loop bool, tlsCfg *tls.Config, tc *diffCase, 
 	}
 	if loop {
 		s := h1serve.New(srv)
-		serveUntilCleanup(t, ln, s.Serve, s.Close)
+		testkit.ServeOn(t, ln, s.Serve, s.Close)
 	} else {
-		serveUntilCleanup(t, ln, srv.Serve, srv.Close)
+		testkit.ServeOn(t, ln, srv.Serve, srv.Close)
 	}
 	return ln.Addr().String(), nil
 }
@@ -1199,24 +1199,12 @@ func serveWatched(t *testing.T, h http.Handler) (addr string, states func() []ht
 		},
 	}
 	s := h1serve.New(srv)
-	serveUntilCleanup(t, ln, s.Serve, s.Close)
+	testkit.ServeOn(t, ln, s.Serve, s.Close)
 	return ln.Addr().String(), func() []http.ConnState {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(seen)
 	}
-}
-
-// serveUntilCleanup runs serve(ln) until the test ends, then closes it and
-// waits, with a deadline, for serve to return.
-func serveUntilCleanup(t *testing.T, ln net.Listener, serve func(net.Listener) error, stop func() error) {
-	done := make(chan struct{})
-	go func() { serve(ln); close(done) }()
-	t.Cleanup(func() {
-		stop()
-		ln.Close()
-		testkit.Recv(t, done, 10*time.Second, "the server's Serve returning after its Close")
-	})
 }
 
 // TestLoopServesWithoutNetHTTP checks that net/http never sees a

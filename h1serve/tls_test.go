@@ -39,7 +39,7 @@ func serveTLS(t *testing.T, srv *http.Server, wrap func(net.Listener, *tls.Confi
 		t.Fatal(err)
 	}
 	s := h1serve.New(srv)
-	serveUntilCleanup(t, wrap(ln, diffTLSConfig(t)), s.Serve, s.Close)
+	testkit.ServeOn(t, wrap(ln, diffTLSConfig(t)), s.Serve, s.Close)
 	return s, ln.Addr().String()
 }
 

@@ -76,16 +76,10 @@ func frontFor(t *testing.T, newProxy func(*proxy.Plan, *proxy.Metrics) *proxy.Pr
 		t.Cleanup(front.Close)
 		return p, front.URL
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.ServeHTTP(ongoing.StatusWriter(w), r)
 	})})
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close() })
-	return p, "http://" + l.Addr().String()
+	return p, "http://" + testkit.Serve(t, s.Serve, s.Close)
 }
 
 // rawDo writes req to addr on a new connection and reads one response,

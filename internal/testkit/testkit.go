@@ -242,6 +242,31 @@ func ServeTCP(t testing.TB, handle func(id int, c net.Conn)) string {
 	return l.Addr().String()
 }
 
+// Serve runs serve on a free loopback port until the test ends, as
+// ServeOn does, and returns the address.
+func Serve(t testing.TB, serve func(net.Listener) error, stop func() error) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ServeOn(t, l, serve, stop)
+	return l.Addr().String()
+}
+
+// ServeOn runs serve(l) (a server's Serve) until the test ends, then calls
+// stop (its Close), closes l and waits, with a deadline, for serve to
+// return.
+func ServeOn(t testing.TB, l net.Listener, serve func(net.Listener) error, stop func() error) {
+	done := make(chan struct{})
+	go func() { serve(l); close(done) }()
+	t.Cleanup(func() {
+		stop()
+		l.Close()
+		Recv(t, done, 10*time.Second, "the server's Serve returning after its Close")
+	})
+}
+
 // StartCommand runs a command's run function (run(ctx, args, stdout), as
 // cmd/tinyurl and the bench programs have it) with args on a goroutine and
 // waits for its first line of output, "ARGS[0] listening on ADDR". It
