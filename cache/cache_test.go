@@ -21,28 +21,19 @@ import (
 // the fields of answer (a redirect by default) and counts its requests per
 // path.
 type upstream struct {
-	srv    *httptest.Server
-	mu     sync.Mutex
-	counts map[string]int
+	srv *httptest.Server
+	testkit.Counts
 	answer func(w http.ResponseWriter, r *http.Request)
 }
 
 func newUpstream(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *upstream {
-	u := &upstream{counts: map[string]int{}, answer: answer}
+	u := &upstream{answer: answer}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		u.counts[r.URL.RequestURI()]++
-		u.mu.Unlock()
+		u.Add(r.URL.RequestURI())
 		u.answer(w, r)
 	}))
 	t.Cleanup(u.srv.Close)
 	return u
-}
-
-func (u *upstream) count(path string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.counts[path]
 }
 
 // redirect answers as the link service asking the gateway to keep it:
@@ -151,7 +142,7 @@ func TestTargetedFields(t *testing.T) {
 			if tc.kept {
 				want = 1
 			}
-			if got := u.count("/abc"); got != want {
+			if got := u.Count("/abc"); got != want {
 				t.Errorf("upstream asked %d times for 3 requests, want %d", got, want)
 			}
 		})
@@ -185,8 +176,8 @@ func TestHitAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if res.StatusCode != http.StatusFound || u.count("/k") != 1 {
-		t.Errorf("HEAD: %d, upstream asked %d times; want 302 from the cache", res.StatusCode, u.count("/k"))
+	if res.StatusCode != http.StatusFound || u.Count("/k") != 1 {
+		t.Errorf("HEAD: %d, upstream asked %d times; want 302 from the cache", res.StatusCode, u.Count("/k"))
 	}
 }
 
@@ -222,7 +213,7 @@ func TestOneRequestPerKeyPerFreshness(t *testing.T) {
 			t.Fatalf("period %d: %d answers were not the 302", period, bad.Load())
 		}
 		for k := range keys {
-			if got := u.count(fmt.Sprintf("/key%d", k)); got != period {
+			if got := u.Count(fmt.Sprintf("/key%d", k)); got != period {
 				t.Errorf("period %d: /key%d asked upstream %d times in all, want %d", period, k, got, period)
 			}
 		}
@@ -240,13 +231,13 @@ func TestNegative(t *testing.T) {
 	g := newGateway(t, u, cache.DefaultConfig(), 0)
 	g.get(t, "/gone")
 	g.clk.Advance(9 * time.Second)
-	if res, _ := g.get(t, "/gone"); res.StatusCode != 404 || u.count("/gone") != 1 {
-		t.Fatalf("within negative_ttl: %d, %d requests upstream; want 404 from the cache", res.StatusCode, u.count("/gone"))
+	if res, _ := g.get(t, "/gone"); res.StatusCode != 404 || u.Count("/gone") != 1 {
+		t.Fatalf("within negative_ttl: %d, %d requests upstream; want 404 from the cache", res.StatusCode, u.Count("/gone"))
 	}
 	g.clk.Advance(2 * time.Second)
 	g.get(t, "/gone")
-	if u.count("/gone") != 2 {
-		t.Errorf("past negative_ttl (10s): %d requests upstream, want 2", u.count("/gone"))
+	if u.Count("/gone") != 2 {
+		t.Errorf("past negative_ttl (10s): %d requests upstream, want 2", u.Count("/gone"))
 	}
 }
 
@@ -263,8 +254,8 @@ func TestQueryAndVary(t *testing.T) {
 		g.get(t, "/v", "Accept-Language", "de")
 		g.get(t, "/v?utm=1", "Accept-Language", "fr")
 	}
-	if u.count("/v") != 2 || u.count("/v?utm=1") != 1 {
-		t.Errorf("upstream asked /v %d times (want 2: fr, de) and /v?utm=1 %d times (want 1)", u.count("/v"), u.count("/v?utm=1"))
+	if u.Count("/v") != 2 || u.Count("/v?utm=1") != 1 {
+		t.Errorf("upstream asked /v %d times (want 2: fr, de) and /v?utm=1 %d times (want 1)", u.Count("/v"), u.Count("/v?utm=1"))
 	}
 }
 
@@ -322,7 +313,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := u.count("/s"); n != 2 {
+	if n := u.Count("/s"); n != 2 {
 		t.Errorf("upstream asked %d times, want 2 (the first, one renewal)", n)
 	}
 }
@@ -349,8 +340,8 @@ func TestPurge(t *testing.T) {
 	if n := g.store.Apply(cache.Purge{All: true}, "admin"); n != 4 {
 		t.Errorf("purge of all removed %d entries, want 4", n)
 	}
-	if u.count("/a") != 2 || u.count("/b") != 1 {
-		t.Fatalf("upstream asked /a %d, /b %d times, want 2 and 1", u.count("/a"), u.count("/b"))
+	if u.Count("/a") != 2 || u.Count("/b") != 1 {
+		t.Fatalf("upstream asked /a %d, /b %d times, want 2 and 1", u.Count("/a"), u.Count("/b"))
 	}
 	// The upstream purges /b when answering /c.
 	u.answer = func(w http.ResponseWriter, r *http.Request) {
@@ -365,8 +356,8 @@ func TestPurge(t *testing.T) {
 		t.Errorf("the client got Linkgate-Purge: %s", v)
 	}
 	g.get(t, "/b")
-	if u.count("/b") != 3 {
-		t.Errorf("after the upstream's purge, /b asked %d times in all, want 3", u.count("/b"))
+	if u.Count("/b") != 3 {
+		t.Errorf("after the upstream's purge, /b asked %d times in all, want 3", u.Count("/b"))
 	}
 }
 
@@ -388,7 +379,7 @@ func TestBypass(t *testing.T) {
 		}
 		res.Body.Close()
 	}
-	if n := u.count("/p"); n != 4 {
+	if n := u.Count("/p"); n != 4 {
 		t.Errorf("upstream asked %d times, want 4", n)
 	}
 }

@@ -73,7 +73,7 @@ func TestOwnFieldsOfARelayedHead(t *testing.T) {
 		t.Errorf("Cdn-Cache-Control %q, want the upstream's", v)
 	}
 	get("/b")
-	if n := u.count("/b"); n != 2 {
+	if n := u.Count("/b"); n != 2 {
 		t.Errorf("after the upstream's purge, /b asked %d times in all, want 2", n)
 	}
 }

@@ -48,12 +48,12 @@ func TestNoVarySearch(t *testing.T) {
 		{"/enc", false},
 		{"/enc?utm_source", false},
 	} {
-		before := u.count(tc.path)
+		before := u.Count(tc.path)
 		res, _ := g.get(t, tc.path)
 		if res.StatusCode != http.StatusFound {
 			t.Fatalf("%s: %s", tc.path, res.Status)
 		}
-		if went := u.count(tc.path) > before; went != tc.upstream {
+		if went := u.Count(tc.path) > before; went != tc.upstream {
 			t.Errorf("%s: sent upstream %v, want %v", tc.path, went, tc.upstream)
 		}
 		if p, _, _ := strings.Cut(tc.path, "?"); res.Header.Get("No-Vary-Search") != fields[p] {
@@ -65,9 +65,9 @@ func TestNoVarySearch(t *testing.T) {
 	if n := g.store.Apply(cache.Purge{Key: host + "/utm"}, "admin"); n < 4 {
 		t.Errorf("the purge of /utm removed %d entries, want the note and 3 answers", n)
 	}
-	before := u.count("/utm?utm_source=b")
+	before := u.Count("/utm?utm_source=b")
 	g.get(t, "/utm?utm_source=b")
-	if u.count("/utm?utm_source=b") != before+1 {
+	if u.Count("/utm?utm_source=b") != before+1 {
 		t.Error("after the purge of /utm, /utm?utm_source=b was answered from the cache")
 	}
 }
@@ -106,9 +106,9 @@ func TestNoVarySearchRefused(t *testing.T) {
 		for _, q := range []string{"?utm_source=a", "?utm_source=b", "", "?utm_source=a"} {
 			g.get(t, p+q)
 		}
-		if u.count(p+"?utm_source=a") != 1 || u.count(p+"?utm_source=b") != 1 || u.count(p) != 1 {
+		if u.Count(p+"?utm_source=a") != 1 || u.Count(p+"?utm_source=b") != 1 || u.Count(p) != 1 {
 			t.Errorf("No-Vary-Search: %s: upstream asked %d, %d, %d times for ?utm_source=a, b and none, want 1 each",
-				v, u.count(p+"?utm_source=a"), u.count(p+"?utm_source=b"), u.count(p))
+				v, u.Count(p+"?utm_source=a"), u.Count(p+"?utm_source=b"), u.Count(p))
 		}
 	}
 }

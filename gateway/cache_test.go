@@ -21,19 +21,16 @@ import (
 type linkService struct {
 	srv     *httptest.Server
 	release chan struct{}
-	mu      sync.Mutex
-	counts  map[string]int
+	testkit.Counts
 }
 
 func newLinkService(t *testing.T, control string) *linkService {
-	l := &linkService{release: make(chan struct{}), counts: map[string]int{}}
+	l := &linkService{release: make(chan struct{})}
 	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			return
 		}
-		l.mu.Lock()
-		l.counts[r.URL.Path]++
-		l.mu.Unlock()
+		l.Add(r.URL.Path)
 		<-l.release
 		if strings.HasPrefix(r.URL.Path, "/unknown") {
 			w.Header().Set("CDN-Cache-Control", control)
@@ -47,12 +44,6 @@ func newLinkService(t *testing.T, control string) *linkService {
 	}))
 	t.Cleanup(l.srv.Close)
 	return l
-}
-
-func (l *linkService) count(path string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.counts[path]
 }
 
 // cacheConfig is healthConfig with the access log on, and extra after.
@@ -87,7 +78,7 @@ func TestCacheCountsEveryVisit(t *testing.T) {
 	// Some requests of each key arrive while its first one waits.
 	testkit.Eventually(t, 10*time.Second, "every key asked upstream", func() bool {
 		for k := range keys {
-			if up.count(fmt.Sprintf("/k%d", k)) == 0 {
+			if up.Count(fmt.Sprintf("/k%d", k)) == 0 {
 				return false
 			}
 		}
@@ -97,7 +88,7 @@ func TestCacheCountsEveryVisit(t *testing.T) {
 	wg.Wait()
 	for k := range keys {
 		path := fmt.Sprintf("/k%d", k)
-		if n := up.count(path); n != 1 {
+		if n := up.Count(path); n != 1 {
 			t.Errorf("%s: %d requests upstream, want 1", path, n)
 		}
 		// A loaded store may answer a read partially (stats.read_timeout):
@@ -151,7 +142,7 @@ func TestCacheBehindLimiter(t *testing.T) {
 			t.Errorf("visit %d: %d, want %d", i+1, resp.StatusCode, want)
 		}
 	}
-	if n := up.count("/go"); n != 1 {
+	if n := up.Count("/go"); n != 1 {
 		t.Errorf("%d requests upstream, want 1", n)
 	}
 	if got := stats(t, gw, "/stats/go?last=1h"); got.Total != 3 {
@@ -226,8 +217,8 @@ func TestCachePurgeAdmin(t *testing.T) {
 	purge("key="+host+"/ab", 2)
 	visit("/ab")
 	visit("/ac")
-	if up.count("/ab") != 3 || up.count("/ac") != 1 {
-		t.Errorf("after a key purge: /ab asked %d times (want 3), /ac %d (want 1)", up.count("/ab"), up.count("/ac"))
+	if up.Count("/ab") != 3 || up.Count("/ac") != 1 {
+		t.Errorf("after a key purge: /ab asked %d times (want 3), /ac %d (want 1)", up.Count("/ab"), up.Count("/ac"))
 	}
 	purge("prefix="+strings.ToUpper(host)+"/a", 2)
 	purge("all=true", 0)

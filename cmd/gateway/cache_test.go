@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,15 +16,12 @@ import (
 func TestCacheFleetPurge(t *testing.T) {
 	t.Parallel()
 	mc := testkit.StartMemcached(t)
-	var mu sync.Mutex
-	asked := map[string]int{}
+	var asked testkit.Counts
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			return
 		}
-		mu.Lock()
-		asked[r.URL.Path]++
-		mu.Unlock()
+		asked.Add(r.URL.Path)
 		w.Header().Set("CDN-Cache-Control", "max-age=3600")
 		http.Redirect(w, r, "https://example.com"+r.URL.Path, http.StatusFound)
 	}))
@@ -53,11 +49,9 @@ analytics: {enabled: false}
 		}
 	}
 	testkit.Eventually(t, 10*time.Second, "the visits logged", func() bool { return misses(gw1) == 1 && misses(gw2) == 1 })
-	mu.Lock()
-	if asked["/go"] != 2 {
-		t.Errorf("upstream asked %d times for /go, want 2 (once per gateway)", asked["/go"])
+	if n := asked.Count("/go"); n != 2 {
+		t.Errorf("upstream asked %d times for /go, want 2 (once per gateway)", n)
 	}
-	mu.Unlock()
 
 	host := gw2.url("gateway", "")[len("http://"):]
 	resp, b := testkit.Do(t, "POST", gw1.url("admin", "/admin/cache/purge?key="+host+"/go"), nil, "Authorization", "Bearer fleet-token")

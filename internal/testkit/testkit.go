@@ -242,6 +242,30 @@ func ServeTCP(t testing.TB, handle func(id int, c net.Conn)) string {
 	return l.Addr().String()
 }
 
+// Counts tallies strings, such as an upstream's requests by path. It is
+// safe for concurrent use; its zero value is ready.
+type Counts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Add counts k once more.
+func (c *Counts) Add(k string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[k]++
+}
+
+// Count is how many times k was added.
+func (c *Counts) Count(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[k]
+}
+
 // Serve runs serve on a free loopback port until the test ends, as
 // ServeOn does, and returns the address.
 func Serve(t testing.TB, serve func(net.Listener) error, stop func() error) string {
