@@ -2,9 +2,7 @@ package gateway_test
 
 import (
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,17 +17,9 @@ import (
 // kept-alive connections: it is not dialed again per reload (it was
 // about 32 per reload, ~990 in all, when a reload dropped the pool).
 func TestReloadKeepsConnectionsOfTargetsThatStay(t *testing.T) {
-	var opened atomic.Int64
-	stay := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	stay, opened := testkit.Dialed(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "stay")
-	}))
-	stay.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			opened.Add(1)
-		}
-	}
-	stay.Start()
-	t.Cleanup(stay.Close)
+	})
 	other := testkit.Named(t, "other")
 	gw := start(t, testkit.BaseConfig(stay.URL))
 

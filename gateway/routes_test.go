@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -191,13 +190,13 @@ func TestRoutesPoolHealth(t *testing.T) {
 // kept-alive connections, and a pool whose section did not change keeps
 // its proxy (its targets' health).
 func TestRoutesReload(t *testing.T) {
-	var dials, checks, inflight atomic.Int64
+	var checks, inflight atomic.Int64
 	// While warming, a request waits for a second one to come in (or a
 	// while), so that moving keeps at least two idle connections however
 	// the machine schedules the requests sent at once below.
 	var warming atomic.Bool
 	two, twoOnce := make(chan struct{}), sync.Once{}
-	moving := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	moving, dials := testkit.Dialed(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			checks.Add(1)
 		} else if warming.Load() {
@@ -210,14 +209,7 @@ func TestRoutesReload(t *testing.T) {
 			}
 		}
 		fmt.Fprintf(w, "moving host=%s", r.Host)
-	}))
-	moving.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			dials.Add(1)
-		}
-	}
-	moving.Start()
-	t.Cleanup(moving.Close)
+	})
 	def, own := hostEcho(t, "default"), hostEcho(t, "own")
 	// Health checks once, at each pool's start, so that none takes the
 	// kept connection while a request wants it.

@@ -656,19 +656,12 @@ func TestRenewKeepsConnectionsOfTargetsThatStay(t *testing.T) {
 // on reload keeps its connections: Renew looks in every Proxy it is given.
 func TestRenewFromSeveralPools(t *testing.T) {
 	a := newUpstream(t, "a", nil)
-	var dials, checks atomic.Int64
-	b := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	var checks atomic.Int64
+	b, dials := testkit.Dialed(t, func(_ http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			checks.Add(1)
 		}
-	}))
-	b.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			dials.Add(1)
-		}
-	}
-	b.Start()
-	defer b.Close()
+	})
 	m := proxy.NewMetrics(prometheus.NewRegistry())
 	oldA := proxy.New(plan(t, config(a.URL)), m, nil)
 	oldB := proxy.New(plan(t, config(b.URL)), m, nil)

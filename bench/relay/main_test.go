@@ -6,9 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,20 +18,12 @@ import (
 // connection per client connection, and ends a connection that sends a
 // body.
 func TestRelayPassesAnswersThrough(t *testing.T) {
-	var conns atomic.Int64
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up, conns := testkit.Dialed(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "https://go.dev/?a=b")
 		w.Header().Set("X-Seen-Path", r.URL.Path)
 		w.WriteHeader(http.StatusFound)
 		io.WriteString(w, "moved")
-	}))
-	up.Config.ConnState = func(c net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	up.Start()
-	defer up.Close()
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

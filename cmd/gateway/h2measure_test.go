@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,17 +36,9 @@ func TestMeasureHTTP2Abuse(t *testing.T) {
 	if os.Getenv("LINKGATE_MEASURE_H2") == "" {
 		t.Skip("a measurement of about a minute: set LINKGATE_MEASURE_H2=1")
 	}
-	var upConns atomic.Int64
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up, upConns := testkit.Dialed(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("hello from the upstream\n"))
-	}))
-	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			upConns.Add(1)
-		}
-	}
-	up.Start()
-	defer up.Close()
+	})
 	ca := edgetest.NewCA(t)
 	dir := t.TempDir()
 	certFile, keyFile, _ := ca.WritePair(t, dir, "short.test", "127.0.0.1")

@@ -405,6 +405,21 @@ func Named(t testing.TB, name string) *httptest.Server {
 	return s
 }
 
+// Dialed is an upstream running h that counts the connections it
+// accepts; it stops at the end of the test.
+func Dialed(t testing.TB, h http.HandlerFunc) (*httptest.Server, *atomic.Int64) {
+	var conns atomic.Int64
+	s := httptest.NewUnstartedServer(h)
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s, &conns
+}
+
 // Runs writes the list as with each run of equal items once, counted, as
 // "401(upstream)×5 200(upstream)×1": what a test logs of many answers.
 func Runs(as []string) string {
