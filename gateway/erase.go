@@ -28,10 +28,7 @@ func (g *Gateway) handleErase(w http.ResponseWriter, r *http.Request) {
 		Tenant   string `json:"tenant"`
 		ShortKey string `json:"short_key"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		badParam(w, "body", "not a JSON object of tenant and short_key: "+err.Error())
+	if !decodeBody(w, r, &in, "tenant and short_key") {
 		return
 	}
 	switch {

@@ -72,10 +72,7 @@ func (g *Gateway) handleTokens(w http.ResponseWriter, r *http.Request) {
 		Tenant string `json:"tenant"`
 		TTL    string `json:"ttl"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		badParam(w, "body", "not a JSON object of tenant and ttl: "+err.Error())
+	if !decodeBody(w, r, &in, "tenant and ttl") {
 		return
 	}
 	if !tenant.ValidName(in.Tenant) {
@@ -106,6 +103,20 @@ func (g *Gateway) handleTokens(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(tt)
 }
 
+// decodeBody reads r's body, 64 KiB at most, into in, a JSON object whose
+// fields are those of in and no other, described as "of what" in the 400
+// naming the body that answers any other; false after that answer.
+func decodeBody(w http.ResponseWriter, r *http.Request, in any, what string) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(in); err != nil {
+		badParam(w, "body", "not a JSON object of "+what+": "+err.Error())
+		return false
+	}
+	return true
+}
+
+// badParam answers 400 naming the parameter name and why.
 func badParam(w http.ResponseWriter, name, reason string) {
 	problem.WriteDetails(w, problem.Details{Status: http.StatusBadRequest, Detail: name + ": " + reason,
 		Extra: map[string]any{"invalid-params": []map[string]string{{"name": name, "reason": reason}}}})
