@@ -3,11 +3,12 @@ package visitclass
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/oschwald/maxminddb-golang/v2"
+
+	"github.com/linkgate/linkgate/internal/mmdb"
 )
 
 // netKind is what the classes make of a client's network.
@@ -59,16 +60,9 @@ type Networks struct {
 // autonomous system by number, any other an organization name substring
 // (ASCII case ignored). A record on both lists is a scanner's.
 func OpenNetworks(path string, scanner, cloud []string) (*Networks, error) {
-	b, err := os.ReadFile(path)
+	db, err := mmdb.Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("asn: %w", err)
-	}
-	db, err := maxminddb.OpenBytes(b)
-	if err != nil {
-		return nil, fmt.Errorf("asn: %s: %w", path, err)
-	}
-	if db.Metadata.NodeCount == 0 {
-		return nil, fmt.Errorf("asn: %s: the database holds no networks", path)
 	}
 	sl, err := parseNetworkList(scanner)
 	if err != nil {

@@ -3,11 +3,12 @@ package visitor
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/oschwald/maxminddb-golang/v2"
+
+	"github.com/linkgate/linkgate/internal/mmdb"
 )
 
 // GeoIP answers the country of an address from a MaxMind-format database
@@ -32,16 +33,9 @@ type GeoIP struct {
 // database is a few MB; no file stays open) and checks that it answers
 // countries.
 func OpenGeoIP(path string) (*GeoIP, error) {
-	b, err := os.ReadFile(path)
+	db, err := mmdb.Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("geoip: %w", err)
-	}
-	db, err := maxminddb.OpenBytes(b)
-	if err != nil {
-		return nil, fmt.Errorf("geoip: %s: %w", path, err)
-	}
-	if db.Metadata.NodeCount == 0 {
-		return nil, fmt.Errorf("geoip: %s: the database holds no networks", path)
 	}
 	g := &GeoIP{db: db, path: path}
 	m := map[uintptr]string{}
