@@ -97,8 +97,7 @@ func combine(name, fn string) func(*gEval, *gNode) ([]*gSeries, error) {
 			return nil, nil
 		}
 		out := &gSeries{start: ss[0].start, step: ss[0].step, consol: ss[0].consol}
-		out.name = name + "(" + pathExprs(ss) + ")"
-		out.pathExpr = out.name
+		renamed(out, name+"("+pathExprs(ss)+")")
 		n := 0
 		for _, s := range ss {
 			n = max(n, len(s.values))
@@ -217,12 +216,25 @@ func fnAlias(e *gEval, call *gNode) ([]*gSeries, error) {
 	if err != nil || name == "" {
 		return nil, cmp.Or(err, fmt.Errorf("alias() needs a new name"))
 	}
+	return cloned(ss, func(_, c *gSeries) { c.name = name }), nil
+}
+
+// cloned is a clone of each series of ss, changed by change (given the
+// series and its clone): what the functions that map series one to one
+// return.
+func cloned(ss []*gSeries, change func(s, c *gSeries)) []*gSeries {
 	out := make([]*gSeries, len(ss))
 	for i, s := range ss {
 		out[i] = s.clone()
-		out[i].name = name
+		change(s, out[i])
 	}
-	return out, nil
+	return out
+}
+
+// renamed names c name, as its path expression too.
+func renamed(c *gSeries, name string) {
+	c.name = name
+	c.pathExpr = name
 }
 
 // nodesOf returns the dotted nodes of a series name: of its path, inside
@@ -273,13 +285,10 @@ func fnAliasByMetric(e *gEval, call *gNode) ([]*gSeries, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*gSeries, len(ss))
-	for i, s := range ss {
+	return cloned(ss, func(s, c *gSeries) {
 		nodes := nodesOf(s.name)
-		out[i] = s.clone()
-		out[i].name = nodes[len(nodes)-1]
-	}
-	return out, nil
+		c.name = nodes[len(nodes)-1]
+	}), nil
 }
 
 func fnScale(e *gEval, call *gNode) ([]*gSeries, error) {
@@ -291,17 +300,12 @@ func fnScale(e *gEval, call *gNode) ([]*gSeries, error) {
 	if a == nil || a.kind != gNumber {
 		return nil, fmt.Errorf("scale() needs a number")
 	}
-	out := make([]*gSeries, len(ss))
-	for i, s := range ss {
-		c := s.clone()
+	return cloned(ss, func(s, c *gSeries) {
 		for j := range c.values {
 			c.values[j] *= a.num
 		}
-		c.name = "scale(" + s.name + "," + a.str + ")"
-		c.pathExpr = c.name
-		out[i] = c
-	}
-	return out, nil
+		renamed(c, "scale("+s.name+","+a.str+")")
+	}), nil
 }
 
 // fnIntegral is the running total of each series (nulls stay null and add
@@ -311,9 +315,7 @@ func fnIntegral(e *gEval, call *gNode) ([]*gSeries, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*gSeries, len(ss))
-	for i, s := range ss {
-		c := s.clone()
+	return cloned(ss, func(s, c *gSeries) {
 		var run float64
 		for j := range c.values {
 			if !c.null[j] {
@@ -321,11 +323,8 @@ func fnIntegral(e *gEval, call *gNode) ([]*gSeries, error) {
 				c.values[j] = run
 			}
 		}
-		c.name = "integral(" + s.name + ")"
-		c.pathExpr = c.name
-		out[i] = c
-	}
-	return out, nil
+		renamed(c, "integral("+s.name+")")
+	}), nil
 }
 
 // fnSummarize sums (or averages, max, min, last) each series into buckets
@@ -372,11 +371,11 @@ func fnSummarize(e *gEval, call *gNode) ([]*gSeries, error) {
 		}
 		end := s.start + int64(len(s.values))*s.step
 		c := &gSeries{start: start, step: sec, consol: s.consol}
-		c.name = fmt.Sprintf("summarize(%s, %q, %q)", s.name, iv, fn)
 		if alignToFrom {
-			c.name = fmt.Sprintf("summarize(%s, %q, %q, true)", s.name, iv, fn)
+			renamed(c, fmt.Sprintf("summarize(%s, %q, %q, true)", s.name, iv, fn))
+		} else {
+			renamed(c, fmt.Sprintf("summarize(%s, %q, %q)", s.name, iv, fn))
 		}
-		c.pathExpr = c.name
 		for b := start; b < end; b += sec {
 			var vals []float64
 			for j := range s.values {
@@ -422,15 +421,10 @@ func fnConsolidateBy(e *gEval, call *gNode) ([]*gSeries, error) {
 	default:
 		return nil, fmt.Errorf("consolidateBy(): %q is not sum, average, max or min", fn)
 	}
-	out := make([]*gSeries, len(ss))
-	for i, s := range ss {
-		c := s.clone()
+	return cloned(ss, func(s, c *gSeries) {
 		c.consol = fn
-		c.name = fmt.Sprintf("consolidateBy(%s,%q)", s.name, fn)
-		c.pathExpr = c.name
-		out[i] = c
-	}
-	return out, nil
+		renamed(c, fmt.Sprintf("consolidateBy(%s,%q)", s.name, fn))
+	}), nil
 }
 
 // fnGroupByNode sums (or averages, max, min) the series that share a node,
