@@ -116,6 +116,21 @@ func flood(t *testing.T, h *testkit.H2Conn, write func(fr *http2.Framer) error) 
 	return g, start
 }
 
+// floodStreams floods h with new streams, each a HEADERS that ends it
+// followed by the frame then writes on it, as flood does.
+func floodStreams(t *testing.T, h *testkit.H2Conn, then func(fr *http2.Framer, id uint32) error) (testkit.H2GoAway, time.Time) {
+	t.Helper()
+	block := h.Block("/")
+	id := uint32(1)
+	return flood(t, h, func(fr *http2.Framer) error {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			return err
+		}
+		id += 2
+		return then(fr, id-2)
+	})
+}
+
 // ended waits for the server to close h.
 func ended(t *testing.T, h *testkit.H2Conn) {
 	t.Helper()
@@ -166,14 +181,8 @@ func TestRapidReset(t *testing.T) {
 			})
 
 			h := s.dial(t)
-			block := h.Block("/")
-			stream := uint32(1)
-			g, t0 := flood(t, h, func(fr *http2.Framer) error {
-				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
-					return err
-				}
-				stream += 2
-				return fr.WriteRSTStream(stream-2, http2.ErrCodeCancel)
+			g, t0 := floodStreams(t, h, func(fr *http2.Framer, id uint32) error {
+				return fr.WriteRSTStream(id, http2.ErrCodeCancel)
 			})
 			close(stop)
 			good.Wait()
@@ -259,14 +268,8 @@ func TestStreamErrorsCountAsResets(t *testing.T) {
 	t.Parallel()
 	s := start(t, http.HandlerFunc(hello), false, 5*time.Second)
 	h := s.dial(t)
-	block := h.Block("/")
-	stream := uint32(1)
-	g, _ := flood(t, h, func(fr *http2.Framer) error {
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
-			return err
-		}
-		stream += 2
-		return fr.WriteData(stream-2, false, []byte("x"))
+	g, _ := floodStreams(t, h, func(fr *http2.Framer, id uint32) error {
+		return fr.WriteData(id, false, []byte("x"))
 	})
 	if g.Code != http2.ErrCodeEnhanceYourCalm {
 		t.Errorf("GOAWAY %v, want ENHANCE_YOUR_CALM", g.Code)
