@@ -134,11 +134,7 @@ func floodStreams(t *testing.T, h *testkit.H2Conn, then func(fr *http2.Framer, i
 // ended waits for the server to close h.
 func ended(t *testing.T, h *testkit.H2Conn) {
 	t.Helper()
-	select {
-	case <-h.Done():
-	case <-time.After(testkit.Slack(10 * time.Second)):
-		t.Fatal("the server kept the connection open 10 s (stretched by the pace) after its GOAWAY")
-	}
+	testkit.Recv(t, h.Done(), 10*time.Second, "the server closing the connection after its GOAWAY")
 }
 
 // hello reads the body and answers "hello".

@@ -215,11 +215,7 @@ func TestHTTP2RapidReset(t *testing.T) {
 	if taken, most := int(gw.LastStream+1)/2, 2*streams+int(streams*took.Seconds())+streams; taken > most {
 		t.Errorf("the gateway took %d streams before its GOAWAY (%v in), want at most %d", taken, took, most)
 	}
-	select {
-	case <-h.Done():
-	case <-time.After(testkit.Slack(10 * time.Second)):
-		t.Error("the connection is still open 10 s after the GOAWAY")
-	}
+	testkit.Recv(t, h.Done(), 10*time.Second, "the connection closed after the GOAWAY")
 	if got := g.cuts(t, "rst_stream"); got != 1 {
 		t.Errorf("connections cut for rst_stream: %d, want 1", got)
 	}
@@ -254,11 +250,7 @@ func TestHTTP2EmptyContinuationFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := h.Flood(10*time.Second, func(fr *http2.Framer) error { return fr.WriteContinuation(1, false, nil) })
-	select {
-	case <-h.Done():
-	case <-time.After(testkit.Slack(10 * time.Second)):
-		t.Fatalf("the connection is still open 10 s after a flood of %d empty CONTINUATION frames", sent)
-	}
+	testkit.Recv(t, h.Done(), 10*time.Second, fmt.Sprintf("the connection closed after a flood of %d empty CONTINUATION frames", sent))
 	ended, _, _ := h.Ended()
 	closed, cpu := ended.Sub(t0), cpuOf(t, pid)-cpu0
 	answered := stop()
@@ -313,11 +305,7 @@ func TestHTTP2SlowHeaderBlock(t *testing.T) {
 	if took := gw.At.Sub(t0); took < timeout || gw.Code != http2.ErrCodeEnhanceYourCalm {
 		t.Errorf("GOAWAY %v after %v, want ENHANCE_YOUR_CALM after read_header_timeout (%v)", gw.Code, took, timeout)
 	}
-	select {
-	case <-h.Done():
-	case <-time.After(testkit.Slack(10 * time.Second)):
-		t.Error("the connection is still open 10 s after the GOAWAY")
-	}
+	testkit.Recv(t, h.Done(), 10*time.Second, "the connection closed after the GOAWAY")
 	if got := g.cuts(t, "header_timeout"); got != 1 {
 		t.Errorf("connections cut for header_timeout: %d, want 1", got)
 	}
