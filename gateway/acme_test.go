@@ -76,6 +76,18 @@ func serialOf(c *tls.Conn) string {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
 }
 
+// servedSerial is the serial of the certificate gw serves for name, in a
+// handshake trusting pebble's roots; a failed handshake fails t.
+func servedSerial(t *testing.T, gw *running, p *edgetest.Pebble, name string) string {
+	t.Helper()
+	c, err := handshake(gw.g.Addr(), p, name)
+	if err != nil {
+		t.Fatalf("a handshake for %s: %v", name, err)
+	}
+	defer c.Close()
+	return serialOf(c)
+}
+
 // TestOnDemandAllowedAndDenied: an allowed name gets a certificate from
 // pebble at its first handshake and is served, HTTP/2 over it reaches the
 // upstream; a denied name fails its handshake with no order in pebble; the
@@ -216,26 +228,16 @@ func TestOnDemandAskDownServesStored(t *testing.T) {
 	up := echoProto(t)
 	cfg := acmeConfig(up.URL, p, ask.URL, storage)
 	gw := start(t, cfg)
-	c, err := handshake(gw.g.Addr(), p, "kept.ok.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial := serialOf(c)
-	c.Close()
+	serial := servedSerial(t, gw, p, "kept.ok.test")
 	if err := gw.shutdown(); err != nil {
 		t.Fatal(err)
 	}
 	ask.Close()
 
-	gw2 := start(t, cfg)
-	c, err = handshake(gw2.g.Addr(), p, "kept.ok.test")
-	if err != nil {
-		t.Fatalf("restarted with the ask endpoint down, a stored name: %v", err)
-	}
-	if got := serialOf(c); got != serial {
+	gw2 := start(t, cfg) // restarted with the ask endpoint down: a stored name is served
+	if got := servedSerial(t, gw2, p, "kept.ok.test"); got != serial {
 		t.Errorf("served serial %s, want the stored %s", got, serial)
 	}
-	c.Close()
 	if c, err := handshake(gw2.g.Addr(), p, "new.ok.test"); err == nil {
 		c.Close()
 		t.Errorf("a new name was served while the ask endpoint is down")
@@ -253,12 +255,7 @@ func TestOnDemandRenewal(t *testing.T) {
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{Validity: time.Minute})
 	ask := newAsk(t)
 	gw := start(t, acmeConfig(echoProto(t).URL, p, ask.URL, t.TempDir()))
-	c, err := handshake(gw.g.Addr(), p, "renew.ok.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := serialOf(c)
-	c.Close()
+	first := servedSerial(t, gw, p, "renew.ok.test")
 	deadline := time.Now().Add(testkit.Slack(20 * time.Second))
 	var n int
 	for {
@@ -316,12 +313,7 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 	}
 	a := start(t, cfg(ask.URL))
 	connected(a)
-	c, err := handshake(a.g.Addr(), p, "fleet.ok.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial := serialOf(c)
-	c.Close()
+	serial := servedSerial(t, a, p, "fleet.ok.test")
 	var stored bool
 	for _, k := range m.Keys() {
 		stored = stored || strings.HasSuffix(k, "/fleet.ok.test/fleet.ok.test.crt")
@@ -331,14 +323,9 @@ func TestOnDemandCassandraStorage(t *testing.T) {
 	}
 	b := start(t, cfg("http://"+testkit.DeadAddr(t)))
 	connected(b)
-	c, err = handshake(b.g.Addr(), p, "fleet.ok.test")
-	if err != nil {
-		t.Fatalf("the second gateway: %v", err)
-	}
-	if got := serialOf(c); got != serial {
+	if got := servedSerial(t, b, p, "fleet.ok.test"); got != serial {
 		t.Errorf("the second gateway served %s, want the stored %s", got, serial)
 	}
-	c.Close()
 	if got := p.Orders(); got != 1 {
 		t.Errorf("%d orders, want 1", got)
 	}
