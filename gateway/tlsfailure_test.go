@@ -35,10 +35,11 @@ func TestHandshakeFailuresLogged(t *testing.T) {
 	ask := newAsk(t)
 	conf := func(ca, askURL, extra string) string {
 		return tlsConfig(up.URL, fmt.Sprintf(`  tls:
+    handshake_timeout: %v
     acme: {ca: %s, ca_root: %s}
     on_demand: {ask: %s%s}
     storage: {path: %s}
-`, ca, p.CARootFile, askURL, extra, t.TempDir()))
+`, handshakeTimeout(), ca, p.CARootFile, askURL, extra, t.TempDir()))
 	}
 	for _, c := range []struct {
 		name, cfg, reason string
@@ -136,10 +137,11 @@ func certStorageTakesNoWrite(t *testing.T, hosts, keyspace, name string, fail fu
 	p := edgetest.StartPebble(t, edgetest.PebbleOptions{})
 	ask := newAsk(t)
 	gw := start(t, tlsConfig(echoProto(t).URL, fmt.Sprintf(`  tls:
+    handshake_timeout: %v
     acme: {ca: %s, ca_root: %s}
     on_demand: {ask: %s}
     storage: {cassandra: {hosts: [%s], keyspace: %s, consistency: QUORUM, timeout: 5s}}
-`, p.Directory, p.CARootFile, ask.URL, hosts, keyspace)))
+`, handshakeTimeout(), p.Directory, p.CARootFile, ask.URL, hosts, keyspace)))
 	testkit.Eventually(t, 2*time.Minute, "the storage connected and checked", func() bool {
 		return tlsStorage(t, gw).State == "ok" && gw.logs.Logged("certificate storage connected to cassandra", nil)
 	})

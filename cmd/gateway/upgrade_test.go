@@ -239,7 +239,15 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(to+".tmp", b, mode); err != nil {
+	// Written with syscall.ForkLock held, as Go's own fd creation does:
+	// a child forked meanwhile by another test (os/exec takes the lock
+	// to fork) would hold the file open for writing until its exec, and
+	// an exec of the copy then fails with ETXTBSY ("text file busy",
+	// seen under load: golang/go#22315).
+	syscall.ForkLock.Lock()
+	err = os.WriteFile(to+".tmp", b, mode)
+	syscall.ForkLock.Unlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(to+".tmp", to); err != nil {
