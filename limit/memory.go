@@ -112,24 +112,14 @@ func floorDiv(a, b int64) int64 {
 
 // Load implements Store.
 func (m *Memory) Load(ctx context.Context, c Counter, buckets []Bucket, counts []int64) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: load: %w", err)
-	}
-	if len(counts) < len(buckets) {
-		return fmt.Errorf("memory: load: %d counts for %d buckets", len(counts), len(buckets))
-	}
-	now := m.now().Unix()
-	s := m.shard(c)
-	s.mu.Lock()
-	s.m[c].load(buckets, counts, now)
-	s.mu.Unlock()
-	return nil
+	_, err := m.loadAdd(ctx, c, buckets, counts, nil, nil)
+	return err
 }
 
 var _ loadAdder = (*Memory)(nil)
 
 // loadAdd implements loadAdder: the read and the add under c's lock, so no
-// other check of c comes between them.
+// other check of c comes between them. A nil d adds nothing: Load.
 func (m *Memory) loadAdd(ctx context.Context, c Counter, buckets []Bucket, counts []int64, add []Bucket, d decider) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("memory: load: %w", err)
@@ -142,7 +132,7 @@ func (m *Memory) loadAdd(ctx context.Context, c Counter, buckets []Bucket, count
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[c].load(buckets, counts, now)
-	if !d.decide() || len(add) == 0 {
+	if d == nil || !d.decide() || len(add) == 0 {
 		return false, nil
 	}
 	s.entry(c, m.now).addLocked(add, 1)
