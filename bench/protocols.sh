@@ -18,7 +18,10 @@
 #   PROTOCOLS [http1 https1 h2 full resumed]
 #   TARGETS [nginx gateway gateway-ip]   (and gateway-mc: gateway-ip's limiter on memcached;
 #                                     base, base-ip, base-mc: gateway, gateway-ip and gateway-mc
-#                                     run from BASE_BIN)
+#                                     run from BASE_BIN; floor: bench/floor, Go's own servers
+#                                     and crypto/tls with an httputil.ReverseProxy, nothing else;
+#                                     direct: the demo service itself, over TLS with the same
+#                                     certificate: Go's servers answering, no proxy at all)
 #   BASE_BIN [none]                   a second gateway binary (the build before a change), for an
 #                                     A/B comparison interleaved in one run
 #   RESULTS_DIR [bench/results/protocols-TIMESTAMP]
@@ -45,7 +48,7 @@ for p in $PROTOCOLS; do
 	case $p in http1 | https1 | h2 | full | resumed) protocols+=("$p") ;; *) die "PROTOCOLS: unknown protocol $p" ;; esac
 done
 for t in $TARGETS; do
-	case $t in nginx | gateway | gateway-ip | gateway-mc) targets+=("$t") ;;
+	case $t in nginx | direct | floor | gateway | gateway-ip | gateway-mc) targets+=("$t") ;;
 	base | base-ip | base-mc) [[ -x ${BASE_BIN:-} ]] || die "TARGETS: $t needs BASE_BIN, a gateway binary"; targets+=("$t") ;;
 	*) die "TARGETS: unknown target $t" ;;
 	esac
@@ -69,7 +72,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "bench: building into $tmp" >&2
-go build -o "$tmp/" ./cmd/gateway ./cmd/tinyurl ./bench/handshakes
+go build -o "$tmp/" ./cmd/gateway ./cmd/tinyurl ./bench/handshakes ./bench/floor
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
 	-keyout "$tmp/key.pem" -out "$tmp/cert.pem" -subj /CN=bench.test \
 	-addext subjectAltName=DNS:bench.test,IP:127.0.0.1 2>/dev/null
@@ -77,6 +80,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 up_port=$(free_port)
 start tinyurl "$tmp/tinyurl" -listen "127.0.0.1:$up_port"
 wait_port "$last_pid" "$up_port"
+up_pid=$last_pid
 
 declare -A plain_port tls_port plain_pid tls_pid plain_admin tls_admin
 if [[ " ${targets[*]} " == *-mc" "* ]]; then
@@ -143,8 +147,25 @@ for t in "${targets[@]}"; do
 		wait_port "$last_pid" "${tls_port[$t]}"
 		continue
 	fi
-	# A gateway is two processes, one on plain HTTP, one on TLS: a
-	# listener is one or the other.
+	if [[ $t == direct ]]; then
+		plain_port[$t]=$up_port plain_pid[$t]=$up_pid tls_port[$t]=$(free_port)
+		start tinyurl-tls "$tmp/tinyurl" -listen "127.0.0.1:${tls_port[$t]}" -links "" -cert "$tmp/cert.pem" -key "$tmp/key.pem"
+		tls_pid[$t]=$last_pid
+		wait_port "$last_pid" "${tls_port[$t]}"
+		continue
+	fi
+	# A gateway (and the floor) is two processes, one on plain HTTP, one
+	# on TLS: a listener is one or the other.
+	if [[ $t == floor ]]; then
+		for tls in off on; do
+			port=$(free_port) cert=()
+			[[ $tls == on ]] && cert=(-cert "$tmp/cert.pem" -key "$tmp/key.pem")
+			start "floor-$tls" "$tmp/floor" -listen "127.0.0.1:$port" -target "http://127.0.0.1:$up_port" "${cert[@]}"
+			wait_port "$last_pid" "$port"
+			if [[ $tls == on ]]; then tls_port[$t]=$port tls_pid[$t]=$last_pid; else plain_port[$t]=$port plain_pid[$t]=$last_pid; fi
+		done
+		continue
+	fi
 	bin=$tmp/gateway config=$t
 	[[ $t == base* ]] && bin=$BASE_BIN config=gateway${t#base}
 	for tls in off on; do

@@ -5,7 +5,11 @@
 //
 //	floor -listen 127.0.0.1:8090 -target http://127.0.0.1:8081
 //
-// It prints "floor listening on http://ADDR" once it accepts connections, and
+// With -cert and -key it serves HTTPS instead, HTTP/1.1 and HTTP/2 by
+// ALPN with net/http's own servers: Go's floor on those protocols
+// (bench/protocols.sh's floor target).
+//
+// It prints "floor listening on http://ADDR" (https://) once it accepts connections, and
 // the number of upstream connections it opened when it stops.
 package main
 
@@ -35,6 +39,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	listen := fs.String("listen", "127.0.0.1:8090", "address to listen on")
 	target := fs.String("target", "http://127.0.0.1:8081", "the upstream's base URL")
+	cert := fs.String("cert", "", "PEM certificate file: serve HTTPS (with -key)")
+	key := fs.String("key", "", "PEM key file of -cert")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -69,7 +75,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		ErrorLog:  log.New(io.Discard, "", 0),
 	}
 
-	err = cli.Serve(ctx, "floor", *listen, rp, stdout)
+	err = cli.ServeTLS(ctx, "floor", *listen, rp, stdout, *cert, *key)
 	fmt.Fprintf(stdout, "floor: upstream connections opened: %d\n", opened.Load())
 	return err
 }

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/edge/edgetest"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -45,8 +47,47 @@ func TestFloorProxies(t *testing.T) {
 	}
 }
 
+// TestFloorServesTLS checks that with -cert and -key the floor answers
+// over HTTPS, HTTP/1.1 and HTTP/2 each as the client asks by ALPN.
+func TestFloorServesTLS(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "https://go.dev/")
+		w.WriteHeader(http.StatusFound)
+	}))
+	defer up.Close()
+	ca := edgetest.NewCA(t)
+	cert, key, _ := ca.WritePair(t, t.TempDir(), "127.0.0.1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, lines, done := testkit.StartCommand(t, ctx, run, "floor", "-listen", "127.0.0.1:0", "-target", up.URL, "-cert", cert, "-key", key)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("floor listening on %q, want https://", base)
+	}
+	for _, h2 := range []bool{false, true} {
+		c := ca.Client(h2)
+		resp, err := c.Get(base + "/go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.CloseIdleConnections()
+		if want := map[bool]int{false: 1, true: 2}[h2]; resp.StatusCode != http.StatusFound || resp.ProtoMajor != want {
+			t.Errorf("GET /go = %d over %s, want 302 over HTTP/%d", resp.StatusCode, resp.Proto, want)
+		}
+	}
+	cancel()
+	for lines.Scan() { // the count of upstream connections, at the end
+	}
+	if err := testkit.Recv(t, done, time.Minute, "run returning after cancel"); err != nil {
+		t.Errorf("run = %v", err)
+	}
+}
+
 func TestFloorBadTarget(t *testing.T) {
 	if err := run(context.Background(), []string{"floor", "-target", "127.0.0.1:8081"}, io.Discard); err == nil {
 		t.Error("run with a target without scheme = nil, want an error")
+	}
+	if err := run(context.Background(), []string{"floor", "-cert", "c.pem"}, io.Discard); err == nil || err.Error() != "floor: -cert and -key go together" {
+		t.Errorf("run with -cert and no -key = %v, want an error naming both", err)
 	}
 }

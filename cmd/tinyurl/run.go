@@ -23,6 +23,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	baseURL := fs.String("base-url", "", "prefix of the short_url answers, like https://tiny.example; empty: from the request")
 	logRequests := fs.Bool("log", false, "log every request (off by default: the demo is the upstream in benchmarks)")
 	linksFile := fs.String("links", "data/tinyurl/links.json", "file keeping the /shorten links across restarts (JSON, replaced atomically); empty: memory only")
+	cert := fs.String("cert", "", "PEM certificate file: serve HTTPS, HTTP/1.1 and HTTP/2 (with -key; bench/protocols.sh's direct target)")
+	key := fs.String("key", "", "PEM key file of -cert")
 	domains := fs.String("domains", "", "comma-separated branded short domains (or *.suffix) that GET /tls/ask?domain= allows: the gateway's server.tls.on_demand.ask")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -48,5 +50,5 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("tinyurl: -links: %w", err)
 	}
-	return cli.Serve(ctx, "tinyurl", *listen, handler, stdout)
+	return cli.ServeTLS(ctx, "tinyurl", *listen, handler, stdout, *cert, *key)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/edge/edgetest"
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
@@ -276,12 +277,43 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunOverTLS: with -cert and -key the demo answers over HTTPS,
+// HTTP/1.1 and HTTP/2 as the client asks (bench/protocols.sh's direct
+// target).
+func TestRunOverTLS(t *testing.T) {
+	ca := edgetest.NewCA(t)
+	cert, key, _ := ca.WritePair(t, t.TempDir(), "127.0.0.1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, _, done := testkit.StartCommand(t, ctx, run, "tinyurl", "-listen", "127.0.0.1:0", "-links", "", "-cert", cert, "-key", key)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("tinyurl listening on %q, want https://", base)
+	}
+	for _, h2 := range []bool{false, true} {
+		c := ca.Client(h2)
+		resp, err := c.Get(base + "/go")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.CloseIdleConnections()
+		if want := map[bool]int{false: 1, true: 2}[h2]; resp.StatusCode != http.StatusFound || resp.ProtoMajor != want {
+			t.Errorf("GET /go = %d over %s, want 302 over HTTP/%d", resp.StatusCode, resp.Proto, want)
+		}
+	}
+	cancel()
+	if err := testkit.Recv(t, done, 5*time.Second, "run returning after cancel"); err != nil {
+		t.Errorf("run = %v, want nil after cancel", err)
+	}
+}
+
 func TestRunBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"tinyurl", "-nope"},
 		{"tinyurl", "extra"},
 		{"tinyurl", "-base-url", "ftp://x"},
 		{"tinyurl", "-listen", "not-an-address"},
+		{"tinyurl", "-key", "k.pem"},
 	} {
 		if err := run(context.Background(), args, io.Discard); err == nil {
 			t.Errorf("run(%q) = nil, want an error", args)

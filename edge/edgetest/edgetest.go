@@ -70,6 +70,20 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
+// Client is a client that trusts the CA, offers HTTP/2 by ALPN when h2
+// (HTTP/1.1 alone otherwise), does not follow redirects, and ends an
+// exchange after 20 s stretched by the machine's pace.
+func (ca *CA) Client(h2 bool) *http.Client {
+	cfg := &tls.Config{RootCAs: ca.Pool()}
+	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: h2}
+	if !h2 {
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		cfg.NextProtos = []string{"http/1.1"}
+	}
+	return &http.Client{Transport: tr, Timeout: testkit.Slack(20 * time.Second),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
 // Issue returns a certificate for names (DNS names or IP addresses), valid
 // for a day, for servers and clients, and its key, PEM-encoded.
 func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte) {

@@ -16,14 +16,29 @@ import (
 // http://ADDR" to stdout once it accepts connections; its errors start
 // with "NAME: ".
 func Serve(ctx context.Context, name, addr string, h http.Handler, stdout io.Writer) error {
+	return ServeTLS(ctx, name, addr, h, stdout, "", "")
+}
+
+// ServeTLS is Serve over TLS with the certificate and key of the PEM
+// files certFile and keyFile (the commands' -cert and -key), HTTP/1.1 and
+// HTTP/2 (net/http's own) by ALPN, and "https://" in its line; with both
+// empty it is Serve.
+func ServeTLS(ctx context.Context, name, addr string, h http.Handler, stdout io.Writer, certFile, keyFile string) error {
+	if (certFile == "") != (keyFile == "") {
+		return fmt.Errorf("%s: -cert and -key go together", name)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
-	fmt.Fprintf(stdout, "%s listening on http://%s\n", name, ln.Addr())
+	scheme, serve := "http", func() error { return srv.Serve(ln) }
+	if certFile != "" {
+		scheme, serve = "https", func() error { return srv.ServeTLS(ln, certFile, keyFile) }
+	}
+	fmt.Fprintf(stdout, "%s listening on %s://%s\n", name, scheme, ln.Addr())
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serve() }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("%s: %w", name, err)
