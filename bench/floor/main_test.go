@@ -63,18 +63,7 @@ func TestFloorServesTLS(t *testing.T) {
 	if !strings.HasPrefix(base, "https://") {
 		t.Fatalf("floor listening on %q, want https://", base)
 	}
-	for _, h2 := range []bool{false, true} {
-		c := ca.Client(h2)
-		resp, err := c.Get(base + "/go")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		c.CloseIdleConnections()
-		if want := map[bool]int{false: 1, true: 2}[h2]; resp.StatusCode != http.StatusFound || resp.ProtoMajor != want {
-			t.Errorf("GET /go = %d over %s, want 302 over HTTP/%d", resp.StatusCode, resp.Proto, want)
-		}
-	}
+	ca.GetOverBoth(t, base+"/go", http.StatusFound)
 	cancel()
 	for lines.Scan() { // the count of upstream connections, at the end
 	}

@@ -289,18 +289,7 @@ func TestRunOverTLS(t *testing.T) {
 	if !strings.HasPrefix(base, "https://") {
 		t.Fatalf("tinyurl listening on %q, want https://", base)
 	}
-	for _, h2 := range []bool{false, true} {
-		c := ca.Client(h2)
-		resp, err := c.Get(base + "/go")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		c.CloseIdleConnections()
-		if want := map[bool]int{false: 1, true: 2}[h2]; resp.StatusCode != http.StatusFound || resp.ProtoMajor != want {
-			t.Errorf("GET /go = %d over %s, want 302 over HTTP/%d", resp.StatusCode, resp.Proto, want)
-		}
-	}
+	ca.GetOverBoth(t, base+"/go", http.StatusFound)
 	cancel()
 	if err := testkit.Recv(t, done, 5*time.Second, "run returning after cancel"); err != nil {
 		t.Errorf("run = %v, want nil after cancel", err)

@@ -84,6 +84,25 @@ func (ca *CA) Client(h2 bool) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
+// GetOverBoth gets url over HTTP/1.1, then over HTTP/2, each on a new
+// connection of Client, and fails the test unless each answers status
+// over the protocol asked.
+func (ca *CA) GetOverBoth(t testing.TB, url string, status int) {
+	t.Helper()
+	for _, h2 := range []bool{false, true} {
+		c := ca.Client(h2)
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.CloseIdleConnections()
+		if want := map[bool]int{false: 1, true: 2}[h2]; resp.StatusCode != status || resp.ProtoMajor != want {
+			t.Errorf("GET %s = %d over %s, want %d over HTTP/%d", url, resp.StatusCode, resp.Proto, status, want)
+		}
+	}
+}
+
 // Issue returns a certificate for names (DNS names or IP addresses), valid
 // for a day, for servers and clients, and its key, PEM-encoded.
 func (ca *CA) Issue(t testing.TB, names ...string) (certPEM, keyPEM []byte) {
