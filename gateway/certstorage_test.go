@@ -43,7 +43,7 @@ func TestCertStorageConnectsLate(t *testing.T) {
 	}
 
 	base := "https://" + gw.g.Addr().String()
-	if resp, body := get(t, tlsClient(ca, "static.test", true), base+"/x", "Host", "static.test"); resp.StatusCode != 200 || !strings.Contains(body, "xfp=https") {
+	if resp, body := get(t, ca.Client("static.test", true), base+"/x", "Host", "static.test"); resp.StatusCode != 200 || !strings.Contains(body, "xfp=https") {
 		t.Errorf("the static certificate's name with the storage down: %d %q", resp.StatusCode, body)
 	}
 	for _, name := range []string{"late.ok.test", "managed.ok.test"} {

@@ -72,7 +72,7 @@ func TestClassesOverTLS(t *testing.T) {
 	// client is Go's TLS client dialing short.test at the gateway from
 	// the local address from.
 	client := func(from string, h2 bool) *http.Client {
-		c := tlsClient(ca, "short.test", h2)
+		c := ca.Client("short.test", h2)
 		tr := c.Transport.(*http.Transport)
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
 		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {

@@ -23,7 +23,7 @@ func TestEraseAdmin(t *testing.T) {
 	cfg := tenantsConfig(t, up.URL, t.TempDir(), ca, "LG_TEST_ERASE")
 	gw := start(t, cfg)
 	base := "https://" + gw.g.Addr().String()
-	c := tlsClient(ca, "go.acme.test", true)
+	c := ca.Client("go.acme.test", true)
 	visit := func(host, path string, n int) {
 		t.Helper()
 		for range n {

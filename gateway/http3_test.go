@@ -69,7 +69,7 @@ func TestHTTP3(t *testing.T) {
 	}
 	// The fifth request of the minute from 127.0.0.1 over HTTP/2, the
 	// sixth over HTTP/3 again: one client address, one count.
-	c2 := tlsClient(ca, "short.test", true)
+	c2 := ca.Client("short.test", true)
 	resp, _ := get(t, c2, base+"/go")
 	if resp.ProtoMajor != 2 {
 		t.Fatalf("GET /go: %s, want HTTP/2", resp.Proto)
@@ -89,7 +89,7 @@ func TestHTTP3(t *testing.T) {
 	if got := resp.Header.Get("Alt-Svc"); got != "" {
 		t.Errorf("Alt-Svc over HTTP/3 itself: %q, want none", got)
 	}
-	c1 := tlsClient(ca, "short.test", false)
+	c1 := ca.Client("short.test", false)
 	if resp, _ := get(t, c1, base+"/x"); resp.ProtoMajor != 1 || resp.Header.Get("Alt-Svc") == "" {
 		t.Errorf("HTTP/1.1 over TLS: %s, Alt-Svc %q, want it advertised", resp.Proto, resp.Header.Get("Alt-Svc"))
 	}

@@ -118,7 +118,7 @@ func TestRoutesWithoutDefaultPool(t *testing.T) {
 	tlsCfg = strings.Replace(tlsCfg, "  targets: []\n", "", 1) + "routes:\n" + route("sho.rt", own.URL)
 	gw := start(t, tlsCfg)
 	for _, h2 := range []bool{true, false} {
-		c := tlsClient(ca, "sho.rt", h2)
+		c := ca.Client("sho.rt", h2)
 		base := "https://" + gw.g.Addr().String()
 		resp, body := get(t, c, base+"/go", "Host", "sho.rt")
 		if resp.StatusCode != 200 || body != "own host=sho.rt" {

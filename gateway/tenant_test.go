@@ -53,8 +53,8 @@ func TestTenants(t *testing.T) {
 	dir := t.TempDir()
 	gw := start(t, tenantsConfig(t, up.URL, dir, ca, "LG_TEST_TENANT"))
 	base := "https://" + gw.g.Addr().String()
-	h2 := tlsClient(ca, "go.acme.test", true)
-	h1 := tlsClient(ca, "go.acme.test", false)
+	h2 := ca.Client("go.acme.test", true)
+	h1 := ca.Client("go.acme.test", false)
 	visit := func(c *http.Client, host, path string, n int) {
 		t.Helper()
 		for range n {

@@ -47,23 +47,6 @@ func echoProto(t *testing.T) *httptest.Server {
 	return s
 }
 
-// tlsClient trusts pool and names serverName in its handshakes; h2 offers
-// HTTP/2.
-func tlsClient(pool interface{}, serverName string, h2 bool) *http.Client {
-	cfg := &tls.Config{ServerName: serverName}
-	switch p := pool.(type) {
-	case *edgetest.CA:
-		cfg.RootCAs = p.Pool()
-	}
-	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: h2}
-	if !h2 {
-		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-		cfg.NextProtos = []string{"http/1.1"}
-	}
-	return &http.Client{Transport: tr, Timeout: testkit.Slack(10 * time.Second),
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-}
-
 func get(t testing.TB, c *http.Client, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", url, nil)
@@ -122,7 +105,7 @@ func TestTLSStaticCertificate(t *testing.T) {
 	port := gw.g.Addr().(*net.TCPAddr).Port
 	base := fmt.Sprintf("https://127.0.0.1:%d", port)
 
-	h2 := tlsClient(ca, "short.test", true)
+	h2 := ca.Client("short.test", true)
 	resp, body := get(t, h2, base+"/x?y=1", "Host", "short.test")
 	if resp.ProtoMajor != 2 || resp.TLS == nil || resp.TLS.NegotiatedProtocol != "h2" {
 		t.Errorf("got %s (ALPN %v), want HTTP/2", resp.Proto, resp.TLS)
@@ -133,12 +116,12 @@ func TestTLSStaticCertificate(t *testing.T) {
 	if got := resp.Header.Get("Strict-Transport-Security"); got != "max-age=3600; includeSubDomains" {
 		t.Errorf("HSTS for short.test = %q, want max-age=3600; includeSubDomains", got)
 	}
-	resp, _ = get(t, tlsClient(ca, "other.test", true), base+"/x", "Host", "other.test")
+	resp, _ = get(t, ca.Client("other.test", true), base+"/x", "Host", "other.test")
 	if got := resp.Header.Get("Strict-Transport-Security"); got != "" {
 		t.Errorf("HSTS for other.test = %q, want none (off by default)", got)
 	}
 
-	h1 := tlsClient(ca, "short.test", false)
+	h1 := ca.Client("short.test", false)
 	resp, body = get(t, h1, base+"/x", "Host", "short.test")
 	if resp.ProtoMajor != 1 || !strings.Contains(body, "xfp=https") {
 		t.Errorf("HTTP/1.1 over TLS: got %s, upstream saw %q, want HTTP/1.1 and xfp=https", resp.Proto, body)
@@ -229,7 +212,7 @@ func TestHTTP2KeepsTheLimits(t *testing.T) {
 `
 	gw := start(t, cfg)
 	base := "https://" + gw.g.Addr().String()
-	c := tlsClient(ca, "short.test", true)
+	c := ca.Client("short.test", true)
 
 	// Go's client refuses to send headers over the limit the server
 	// advertises, so curl sends them: 16 headers of 500 bytes.

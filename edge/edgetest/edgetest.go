@@ -70,11 +70,12 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
-// Client is a client that trusts the CA, offers HTTP/2 by ALPN when h2
+// Client is a client that trusts the CA, names serverName in its
+// handshakes (the URL's host when empty), offers HTTP/2 by ALPN when h2
 // (HTTP/1.1 alone otherwise), does not follow redirects, and ends an
 // exchange after 20 s stretched by the machine's pace.
-func (ca *CA) Client(h2 bool) *http.Client {
-	cfg := &tls.Config{RootCAs: ca.Pool()}
+func (ca *CA) Client(serverName string, h2 bool) *http.Client {
+	cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: serverName}
 	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: h2}
 	if !h2 {
 		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
@@ -90,7 +91,7 @@ func (ca *CA) Client(h2 bool) *http.Client {
 func (ca *CA) GetOverBoth(t testing.TB, url string, status int) {
 	t.Helper()
 	for _, h2 := range []bool{false, true} {
-		c := ca.Client(h2)
+		c := ca.Client("", h2)
 		resp, err := c.Get(url)
 		if err != nil {
 			t.Fatal(err)
