@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/linkgate/linkgate/edge/edgetest"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // The tests here run two quic-go servers on one UDP socket, as the two
@@ -89,7 +90,7 @@ func serve(t *testing.T, c *Conn, cfg *tls.Config, name string) *server {
 // ask sends what on a new stream of conn and returns the answer.
 func ask(t *testing.T, conn *quic.Conn, what string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(20*time.Second))
 	defer cancel()
 	str, err := conn.OpenStreamSync(ctx)
 	if err != nil {
@@ -118,7 +119,7 @@ func tlsConfigs(t *testing.T) (server, client *tls.Config) {
 
 func dial(t *testing.T, addr net.Addr, cfg *tls.Config) *quic.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(20*time.Second))
 	defer cancel()
 	conn, err := quic.DialAddr(ctx, addr.String(), cfg, &quic.Config{HandshakeIdleTimeout: 20 * time.Second})
 	if err != nil {
@@ -180,7 +181,7 @@ func TestHandOver(t *testing.T) {
 	proxy := delayProxy(t, u1.LocalAddr().(*net.UDPAddr), 40*time.Millisecond)
 	slow := make(chan *quic.Conn, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(20*time.Second))
 		defer cancel()
 		conn, err := quic.DialAddr(ctx, proxy.String(), cliCfg, &quic.Config{HandshakeIdleTimeout: 20 * time.Second})
 		if err != nil {
@@ -190,7 +191,7 @@ func TestHandOver(t *testing.T) {
 	}()
 	select {
 	case <-hello:
-	case <-time.After(20 * time.Second):
+	case <-time.After(testkit.Slack(20 * time.Second)):
 		t.Fatal("the old server read no ClientHello from the slow client within 20 s")
 	}
 

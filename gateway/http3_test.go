@@ -103,7 +103,7 @@ func TestHTTP3(t *testing.T) {
 
 	// A resumed connection may not send requests in 0-RTT: a visit must not
 	// be replayed.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Slack(20*time.Second))
 	defer cancel()
 	conn, err := quic.DialAddrEarly(ctx, addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "short.test", NextProtos: []string{http3.NextProtoH3}, ClientSessionCache: cache}, nil)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/limit"
 )
 
@@ -74,7 +75,7 @@ func TestHangUpAfterStatusIsCounted(t *testing.T) {
 	go func() { served.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Fatal("the gateway never noticed the clients hang up")
 	}
 	served.Add(1)

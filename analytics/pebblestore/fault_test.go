@@ -13,6 +13,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
 )
 
@@ -107,7 +108,7 @@ func TestFailedCommitDoesNotCrash(t *testing.T) {
 	select {
 	case err := <-closed:
 		t.Logf("Close after the failure: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Fatal("Close after a failed commit hangs")
 	}
 }

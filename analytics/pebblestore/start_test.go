@@ -13,6 +13,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/analytics/pebblestore"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // waitAttempts waits until s has failed to open n times.
@@ -32,7 +33,7 @@ func waitOpen(t *testing.T, s *pebblestore.Store) {
 	t.Helper()
 	select {
 	case <-pebblestore.Opened(s):
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Fatalf("not open within 10s: %+v", s.State())
 	}
 }

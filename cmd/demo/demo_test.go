@@ -120,7 +120,7 @@ func TestDemo(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
 			t.Errorf("demo.sh after SIGTERM: %v, want exit status 143", err)
 		}
-	case <-time.After(2 * time.Minute):
+	case <-time.After(testkit.Slack(2 * time.Minute)):
 		t.Fatal("demo.sh did not end within 2 minutes of SIGTERM")
 	}
 	stopped = true

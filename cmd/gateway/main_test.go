@@ -150,7 +150,7 @@ func startProcess(t *testing.T, env []string, wait []string, name string, args .
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.done:
-		case <-time.After(30 * time.Second):
+		case <-time.After(testkit.Slack(30 * time.Second)):
 			p.cmd.Process.Kill()
 			<-p.done
 		}

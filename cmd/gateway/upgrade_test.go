@@ -184,7 +184,7 @@ func reap(pid int) int {
 	select {
 	case s := <-done:
 		return s
-	case <-time.After(30 * time.Second):
+	case <-time.After(testkit.Slack(30 * time.Second)):
 		syscall.Kill(pid, syscall.SIGKILL)
 		return -1
 	}
@@ -194,7 +194,7 @@ func reap(pid int) int {
 func (u *upgradable) reapAll() {
 	select {
 	case <-u.exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testkit.Slack(30 * time.Second)):
 		u.cmd.Process.Kill()
 		<-u.exited
 	}

@@ -32,7 +32,7 @@ func open(t testing.TB, c edge.Cassandra, o Options) *Store {
 	}
 	select {
 	case <-s.Connected():
-	case <-time.After(2 * time.Minute):
+	case <-time.After(testkit.Slack(2 * time.Minute)):
 		err := s.Ready()
 		s.Close()
 		t.Fatalf("not connected within 2 minutes: %v", err)
@@ -164,7 +164,7 @@ func TestConnectsInTheBackground(t *testing.T) {
 	m := cqlmodel.NewAt(t, addr)
 	select {
 	case <-s.Connected():
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Fatalf("not connected 10s after the cluster came up: %v", s.Ready())
 	}
 	if err := s.Store(ctx, "k", []byte("v")); err != nil {
@@ -188,7 +188,7 @@ func TestCloseWhileConnecting(t *testing.T) {
 	go func() { s.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testkit.Slack(10 * time.Second)):
 		t.Fatal("Close waited for the next attempt to connect")
 	}
 	if err := s.Ready(); !errors.Is(err, ErrClosed) {

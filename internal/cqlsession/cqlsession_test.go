@@ -11,6 +11,7 @@ import (
 	"github.com/gocql/gocql"
 
 	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // TestStateWhileConnecting: a Handle says connecting (no failed attempt),
@@ -109,7 +110,7 @@ func ready(t *testing.T, h *Handle) *gocql.Session {
 	t.Helper()
 	select {
 	case <-h.Ready():
-	case <-time.After(20 * time.Second):
+	case <-time.After(testkit.Slack(20 * time.Second)):
 		t.Fatalf("not ready: %v", h.State().Err)
 	}
 	s, err := h.Session()

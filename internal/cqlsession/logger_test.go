@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/analytics/cassandra/cqlmodel"
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // records is a slog handler that keeps every record's message and
@@ -92,7 +93,7 @@ func TestOutageLogs(t *testing.T) {
 		h = NewPool(slog.New(&recs)).Open(Config{Hosts: []string{srv.Addr()}, Timeout: time.Second}, "test", nil)
 		select {
 		case <-h.Ready():
-		case <-time.After(10 * time.Second):
+		case <-time.After(testkit.Slack(10 * time.Second)):
 			t.Fatalf("not connected: %v", h.State().Err)
 		}
 		before = len(recs.gocql())
