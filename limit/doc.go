@@ -27,6 +27,12 @@
 // oldest hour again). Retry-After is exact: the second at which the oldest
 // buckets leave the window.
 //
+// Checks of one process are ordered by time: a check whose clock was read
+// before another check counted (a request's clock is read when it comes,
+// and it may wait before its check runs) counts at that check's second,
+// so it sees that hit. Without that, concurrent checks of one client
+// could pass one more than the limit across a second boundary.
+//
 // With precision "exact" every hit is written to all three levels and a
 // window is covered by the coarsest aligned buckets that fit (at 23:30:33 the
 // last day is 23:30:00–33 in seconds, 23:00–29 in minutes, 00–22 in hours,

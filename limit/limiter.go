@@ -136,6 +136,7 @@ type verdict struct {
 // client in the box is refused (boxed), and one over a limit trips
 // (penalty.go).
 func (ck *checker) check(ctx context.Context, w *windows, value string, now time.Time, count bool) verdict {
+	now = ck.clock(now)
 	c := Counter{Rule: w.name, Value: value}
 	sec := now.Unix()
 	if !w.shadow {

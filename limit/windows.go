@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,27 @@ type checker struct {
 	timed   bool      // observe store latency (not for the in-process store)
 	log     *slog.Logger
 	logs    logThrottle
+	latest  atomic.Int64 // the newest unix second a check counted at (clock)
+}
+
+// clock returns now, or the start of the newest second a check of ck
+// counted at when now is older: a check's clock is read before it runs
+// (with the request, before a wait), and one read before another check's
+// but run after it must still count that check's hit, which a window
+// ending at its own older second would leave out. Checks of one process
+// are so ordered by time. A clock stepped back holds at the newest second
+// until it catches up: windows then slide late, never early.
+func (ck *checker) clock(now time.Time) time.Time {
+	sec := now.Unix()
+	for {
+		l := ck.latest.Load()
+		if sec < l {
+			return time.Unix(l, 0)
+		}
+		if sec == l || ck.latest.CompareAndSwap(l, sec) {
+			return now
+		}
+	}
 }
 
 func (ck *checker) init(store Store, log *slog.Logger) {
