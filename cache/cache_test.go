@@ -416,3 +416,62 @@ func TestCompile(t *testing.T) {
 		}
 	}
 }
+
+// TestUncachedKeyNotCoalesced: once a key's answer was not kept (the
+// upstream does not ask the gateway to keep it), concurrent requests of
+// the key go upstream at once, each, instead of waiting for one another's
+// answer, which none of them could be served: the upstream sees all of
+// them in flight together. The first answer that may be kept is kept,
+// and the next request is a hit.
+func TestUncachedKeyNotCoalesced(t *testing.T) {
+	t.Parallel()
+	const n = 8
+	var inFlight atomic.Int64
+	var waiting, cacheable atomic.Bool
+	all := make(chan struct{})
+	var once sync.Once
+	u := newUpstream(t, nil)
+	u.answer = func(w http.ResponseWriter, r *http.Request) {
+		if inFlight.Add(1) == n {
+			once.Do(func() { close(all) })
+		}
+		if waiting.Load() {
+			select { // each of the n waits until all n are here
+			case <-all:
+			case <-time.After(testkit.Slack(10 * time.Second)):
+			}
+		}
+		inFlight.Add(-1)
+		if cacheable.Load() {
+			redirect("CDN-Cache-Control", "max-age=60")(w, r)
+			return
+		}
+		redirect()(w, r)
+	}
+	g := newGateway(t, u, cache.DefaultConfig(), 0)
+	g.get(t, "/hot") // not kept: the key is passed through from now on
+	waiting.Store(true)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if res, _ := g.get(t, "/hot"); res.StatusCode != http.StatusFound {
+				t.Errorf("a concurrent request: %d, want 302", res.StatusCode)
+			}
+		})
+	}
+	testkit.Await(t, wg.Wait, time.Minute, "the concurrent requests")
+	select {
+	case <-all:
+	default:
+		t.Errorf("the upstream never had the %d requests of an uncached key in flight at once: they waited for one another", n)
+	}
+	if got := u.Count("/hot"); got != n+1 {
+		t.Errorf("upstream asked %d times, want %d", got, n+1)
+	}
+	waiting.Store(false)
+	cacheable.Store(true)
+	g.get(t, "/hot") // passed through, answered cacheable: kept
+	if res, _ := g.get(t, "/hot"); res.StatusCode != http.StatusFound || u.Count("/hot") != n+2 {
+		t.Errorf("after a cacheable answer: %d, upstream asked %d times, want a hit (%d)", res.StatusCode, u.Count("/hot"), n+2)
+	}
+}

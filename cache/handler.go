@@ -63,6 +63,20 @@ func note(r *http.Request, res Result, m *Metrics) {
 // answer stays until its stale-while-revalidate ends.
 const renewTimeout = 30 * time.Second
 
+// passFor is how long a key whose last answer was not kept (the upstream
+// did not ask for it: no default_ttl, no targeted field, or no-store) is
+// passed through: its requests go upstream at once, each, instead of
+// waiting for one another's answer, which none of them could be served.
+// Without it every concurrent visit of a popular link the upstream does
+// not let the gateway keep would wait for the round trip of the visit
+// before it. Each answer is still looked at: the first that may be kept
+// is, and ends the pass (Varnish's hit-for-miss).
+const passFor = time.Minute
+
+// passKey is the key of the note that key is passed through: no request
+// target holds a NUL, and no purge by prefix matches it.
+func passKey(key string) string { return "\x00pass " + key }
+
 // Handler returns next behind the cache: p's policy (nil: the cache is
 // off, and the gateway's own fields are still removed from the answers),
 // with defaultTTL the route's default_ttl. next is the pool's proxy; the
@@ -99,6 +113,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		case !now.Before(e.sie):
 			e = nil // too old to serve even when the upstream fails
+		}
+	}
+	if e == nil {
+		if p := h.s.get(passKey(key)); p != nil && now.Before(p.fresh) {
+			h.forward(w, r, key, nil)
+			return
 		}
 	}
 	fl, lead := h.s.flights.join(k)
@@ -149,7 +169,12 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, st
 		h.serve(w, r, stale, h.s.now(), Stale)
 		return true
 	}
-	h.keep(rw, key)
+	switch {
+	case h.keep(rw, key) != nil:
+		h.s.c.Invalidate(passKey(key))
+	case rw.status != 0: // an answer, not to be kept: pass the key through
+		h.s.set(passKey(key), &entry{fresh: h.s.now().Add(passFor), weight: uint32(len(key)) + entryOverhead})
+	}
 	return false
 }
 
