@@ -117,7 +117,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if e == nil {
 		if p := h.s.get(passKey(key)); p != nil && now.Before(p.fresh) {
-			h.forward(w, r, key, nil)
+			h.forward(w, r, key, nil, true)
 			return
 		}
 	}
@@ -136,7 +136,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.serve(w, r, e, h.s.now(), Stale)
 			return
 		}
-		h.forward(w, r, key, e) // nothing kept: this request goes itself
+		h.forward(w, r, key, e, false) // nothing kept: this request goes itself
 		return
 	}
 	failed := false
@@ -150,14 +150,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serve(w, r, c, h.s.now(), Hit)
 		return
 	}
-	failed = h.forward(w, r, key, e)
+	failed = h.forward(w, r, key, e, false)
 }
 
 // forward sends r upstream, passing the answer on and keeping it when it
-// may be kept. With stale set, an upstream failure (500, 502, 503, 504:
-// RFC 5861 section 4) is not passed on: stale is served instead, and
-// failed is true.
-func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, stale *entry) (failed bool) {
+// may be kept; an answer not kept notes that key is passed through,
+// unless passing (the note is there, fresh). With stale set, an upstream
+// failure (500, 502, 503, 504: RFC 5861 section 4) is not passed on:
+// stale is served instead, and failed is true.
+func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, stale *entry, passing bool) (failed bool) {
 	rw := &recorder{ResponseWriter: w, h: h, r: r, hold: stale != nil, start: h.s.now()}
 	defer func() {
 		if !rw.failed {
@@ -171,8 +172,10 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, key string, st
 	}
 	switch {
 	case h.keep(rw, key) != nil:
-		h.s.c.Invalidate(passKey(key))
-	case rw.status != 0: // an answer, not to be kept: pass the key through
+		if passing {
+			h.s.c.Invalidate(passKey(key))
+		}
+	case rw.status != 0 && !passing: // an answer, not to be kept: pass the key through
 		h.s.set(passKey(key), &entry{fresh: h.s.now().Add(passFor), weight: uint32(len(key)) + entryOverhead})
 	}
 	return false
