@@ -46,11 +46,8 @@ func newAsk(t *testing.T) *askServer {
 // pace, within the field's bound of a minute, taken once per binary.
 var storageTimeout = sync.OnceValue(func() time.Duration { return min(testkit.Slack(2*time.Second), time.Minute) })
 
-// handshakeTimeout is the server.tls.handshake_timeout of acmeConfig: the
-// default 30 s stretched by the machine's pace, within the field's bound
-// of 5 minutes, taken once per binary: a handshake that waits for an
-// order from pebble takes a busy machine's time.
-var handshakeTimeout = sync.OnceValue(func() time.Duration { return min(testkit.Slack(30*time.Second), 5*time.Minute) })
+// handshakeTimeout is the server.tls.handshake_timeout of acmeConfig.
+var handshakeTimeout = edgetest.HandshakeTimeout
 
 // acmeConfig is a gateway ordering from pebble on demand, asking ask.
 // Tests that run at once name hosts of their own: certmagic coordinates

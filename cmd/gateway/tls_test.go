@@ -27,9 +27,8 @@ func tlsGatewayConfig(upstream string, p *edgetest.Pebble, ask, storage, extra s
 }
 
 // tlsGatewayStorage is tlsGatewayConfig with server.tls.storage given as
-// YAML. Its handshake_timeout is the default 30 s stretched by the
-// machine's pace (within the field's 5 minutes): a handshake that waits
-// for an order from pebble takes a busy machine's time.
+// YAML, with edgetest.HandshakeTimeout: a handshake that waits for an
+// order from pebble takes a busy machine's time.
 func tlsGatewayStorage(upstream string, p *edgetest.Pebble, ask, storage, extra string) string {
 	return fmt.Sprintf(`server:
   listen: 127.0.0.1:0
@@ -46,7 +45,7 @@ upstream:
   health_check: {path: /healthz, interval: 1s}
 analytics:
   enabled: false
-`, min(testkit.Slack(30*time.Second), 5*time.Minute), p.Directory, p.CARootFile, ask, storage, extra, upstream)
+`, edgetest.HandshakeTimeout(), p.Directory, p.CARootFile, ask, storage, extra, upstream)
 }
 
 func allowAll(t *testing.T) *httptest.Server {

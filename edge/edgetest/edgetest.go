@@ -32,6 +32,12 @@ import (
 	"github.com/linkgate/linkgate/internal/testkit"
 )
 
+// HandshakeTimeout is a server.tls.handshake_timeout for the tests whose
+// handshakes wait for an order from pebble: the default 30 s stretched by
+// the machine's pace, within the field's bound of 5 minutes, taken once
+// per binary.
+var HandshakeTimeout = sync.OnceValue(func() time.Duration { return min(testkit.Slack(30*time.Second), 5*time.Minute) })
+
 // CA is a certificate authority for tests.
 type CA struct {
 	Cert *x509.Certificate
