@@ -293,7 +293,7 @@ func (l *Limiter) unreadable(w http.ResponseWriter, ru *rule, f *features, now t
 		return value, ok, false
 	}
 	if u.close {
-		w.Header().Set("Connection", "close")
+		problem.CloseConnection(w, f.r)
 	}
 	problem.WriteDetails(w, problem.Details{
 		Status: u.status,

@@ -53,3 +53,16 @@ func WriteDetails(w http.ResponseWriter, d Details) {
 	w.WriteHeader(d.Status)
 	json.NewEncoder(w).Encode(body)
 }
+
+// CloseConnection asks the server to close the connection of r after the
+// answer being written, whose request's body will not be read to its end:
+// on HTTP/1 the connection cannot carry another request then. An HTTP/2
+// or HTTP/3 stream ends on its own (the server resets one whose body is
+// left unread), and the other streams of its connection are not the
+// request's to end: there it does nothing (x/net/http2 takes the field
+// as a GOAWAY for the whole connection, and HTTP/3 forbids it).
+func CloseConnection(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+}

@@ -23,7 +23,8 @@ var ErrBodyTimeout = fmt.Errorf("proxy: the client sent the request body too slo
 // of the last (nginx's client_body_timeout; 0: none), and the whole body
 // must be read within total of the request's arrival (0: none). A body that
 // misses either fails its reads with ErrBodyTimeout; the proxy then
-// answers 408 and closes the connection. Requests without a body cost
+// answers 408 and closes the connection (on HTTP/2 and HTTP/3 the stream
+// alone ends: problem.CloseConnection). Requests without a body cost
 // nothing. Put it first in the chain, before anything reads the body.
 //
 // The deadlines are read deadlines on the connection

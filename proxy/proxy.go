@@ -329,7 +329,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err erro
 		// failed: the body's failed read and the request's ended context
 		// are its own doing. The rest of the body is unread, so the
 		// connection cannot carry another request.
-		w.Header().Set("Connection", "close")
+		problem.CloseConnection(w, r)
 		p.upstreamFailed(w, r, t, cut.err)
 		return
 	}
@@ -340,7 +340,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err erro
 		// the answer. What is left of its body is unread, so the
 		// connection cannot carry another request.
 		p.log.Debug("client sent its body too slowly", "method", r.Method, "path", r.URL.Path)
-		w.Header().Set("Connection", "close")
+		problem.CloseConnection(w, r)
 		problem.Write(w, http.StatusRequestTimeout, "the request body arrived too slowly")
 		return
 	}
@@ -354,7 +354,7 @@ func (p *Proxy) fail(w http.ResponseWriter, r *http.Request, t *target, err erro
 		// RFC 9112 section 7.1); the exchange with the upstream broke
 		// because of it. The rest of the connection cannot be framed.
 		p.log.Debug("client sent a malformed request body", "method", r.Method, "path", r.URL.Path, "err", err)
-		w.Header().Set("Connection", "close")
+		problem.CloseConnection(w, r)
 		problem.Write(w, http.StatusBadRequest, "the request body is malformed")
 		return
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -221,15 +222,20 @@ func (x *trip) continueTimedOut() bool {
 // (h is what was read of it): the client's own failure first, then a
 // kept-alive connection that the target had closed (staleError).
 func (x *trip) headFailed(h h1wire.Response, err error, gotAny bool) error {
-	x.bw.stop(x.w, false)
 	ctx := x.r.Context()
+	// A client gone before the writer is stopped (an HTTP/2 stream reset,
+	// a closed connection) ended this read through the request's context;
+	// stopping the writer may still cut its read of the body before the
+	// client's own failure reaches it, and that cut is not the reason.
+	gone := errors.Is(ctx.Err(), context.Canceled)
+	x.bw.stop(x.w, false)
 	// The client too slow comes first: its body's deadline passing also
 	// ends the request's context, whose abort may end this read before
 	// the body's writer has reported the failure.
 	if bodyTimedOut(ctx) {
 		return ErrBodyTimeout
 	}
-	if x.bw.cutShort() {
+	if x.bw.cutShort() && !gone {
 		return bodyCutError{err}
 	}
 	if clientBodyFailed(ctx) {

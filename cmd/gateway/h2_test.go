@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -310,4 +311,67 @@ func TestHTTP2SlowHeaderBlock(t *testing.T) {
 		t.Errorf("connections cut for header_timeout: %d, want 1", got)
 	}
 	t.Logf("GOAWAY %v after %v", gw.Code, gw.At.Sub(t0))
+}
+
+// TestHTTP2StreamEndsAlone: what ends one stream whose body is unread ends
+// that stream, not the connection: a body that stalls past body_timeout
+// is answered 408, a stream the client resets while its body is on its
+// way upstream is dropped, and the connection carries the next request,
+// with no GOAWAY (x/net/http2 sends one for an answer that asks to close
+// the connection, as the 408 once did) and nothing counted as an upstream
+// failure.
+func TestHTTP2StreamEndsAlone(t *testing.T) {
+	t.Parallel()
+	reached := make(chan struct{}, 1)
+	g := startH2GatewayOver(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/reset" {
+			io.ReadFull(r.Body, make([]byte, 5))
+			reached <- struct{}{}
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	}), "  body_timeout: 1s\n", "")
+	h := g.dial(t)
+	post := func(stream uint32, path string) {
+		block := h.RequestBlock("POST", path)
+		h.Send(func(fr *http2.Framer) error {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndHeaders: true}); err != nil {
+				return err
+			}
+			return fr.WriteData(stream, false, []byte("hello")) // and no more
+		})
+	}
+	answered := func(stream uint32) string {
+		h.Wait(30*time.Second, func(h *testkit.H2Conn) bool { _, _, ended := h.Ended(); return ended || h.Status(stream) != "" })
+		return h.Status(stream)
+	}
+	noGoAway := func(after string) {
+		if gw, ok := h.GoAway(); ok {
+			t.Fatalf("GOAWAY %v (last stream %d) after %s: the connection was ended for one stream", gw.Code, gw.LastStream, after)
+		}
+	}
+
+	post(1, "/stalled")
+	if got := answered(1); got != "408" {
+		t.Errorf("a body stalled past body_timeout: %q, want 408", got)
+	}
+	noGoAway("the 408")
+	post(3, "/reset")
+	testkit.Recv(t, reached, 10*time.Second, "the body's first bytes at the upstream")
+	h.Send(func(fr *http2.Framer) error { return fr.WriteRSTStream(3, http2.ErrCodeCancel) })
+	h.Send(func(fr *http2.Framer) error {
+		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: h.Block("/after"), EndStream: true, EndHeaders: true})
+	})
+	if got := answered(5); got != "200" {
+		t.Errorf("the next request on the connection: %q, want 200", got)
+	}
+	noGoAway("the reset")
+	if got := h.Status(3); got != "" {
+		t.Errorf("the reset stream was answered %s", got)
+	}
+	for _, reason := range []string{"failed", "timeout"} {
+		if n := g.metric(t, fmt.Sprintf(`linkgate_upstream_errors_total{reason=%q}`, reason)); n != 0 {
+			t.Errorf("linkgate_upstream_errors_total{reason=%q} = %v, want 0", reason, n)
+		}
+	}
 }

@@ -144,8 +144,13 @@ func (h *H2Conn) Raw(p []byte) error {
 // (name, value pairs) after the pseudo-headers. Call it from one goroutine:
 // the HPACK encoder's table is the connection's.
 func (h *H2Conn) Block(path string, extra ...string) []byte {
+	return h.RequestBlock("GET", path, extra...)
+}
+
+// RequestBlock is Block for a request of method.
+func (h *H2Conn) RequestBlock(method, path string, extra ...string) []byte {
 	h.buf.Reset()
-	fields := append([]string{":method", "GET", ":scheme", "https", ":authority", h.host, ":path", path}, extra...)
+	fields := append([]string{":method", method, ":scheme", "https", ":authority", h.host, ":path", path}, extra...)
 	for i := 0; i+1 < len(fields); i += 2 {
 		h.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
 	}
