@@ -14,7 +14,11 @@ import (
 	"time"
 
 	"github.com/linkgate/linkgate/cache"
+	"github.com/linkgate/linkgate/forwarded"
+	"github.com/linkgate/linkgate/h1serve"
 	"github.com/linkgate/linkgate/internal/testkit"
+	"github.com/linkgate/linkgate/ongoing"
+	"github.com/linkgate/linkgate/proxy"
 )
 
 // upstream is a link service over real HTTP: it answers each path with
@@ -52,12 +56,34 @@ func redirect(fields ...string) func(w http.ResponseWriter, r *http.Request) {
 
 // gateway is the cache in front of a reverse proxy to u, over real HTTP.
 type gateway struct {
-	srv   *httptest.Server
+	url   string
 	store *cache.Store
 	clk   *testkit.Clock
 }
 
-func newGateway(t *testing.T, u *upstream, cfg cache.Config, ttl time.Duration) *gateway {
+// front is what stands around the cache: net/http's server and
+// httputil.ReverseProxy, the answer's head passed through the header map
+// (as the gateway serves HTTP/2), or, as the gateway serves HTTP/1,
+// h1serve's loop and the proxy's own client, which relays the upstream's
+// head as a list of fields.
+type front string
+
+const (
+	mapped  front = "net-http"
+	relayed front = "loop"
+)
+
+// eachFront runs test once with each front, in parallel.
+func eachFront(t *testing.T, test func(t *testing.T, fr front)) {
+	for _, fr := range []front{mapped, relayed} {
+		t.Run(string(fr), func(t *testing.T) {
+			t.Parallel()
+			test(t, fr)
+		})
+	}
+}
+
+func newGateway(t *testing.T, fr front, u *upstream, cfg cache.Config, ttl time.Duration) *gateway {
 	t.Helper()
 	p, err := cache.Compile("cache", cfg)
 	if err != nil {
@@ -65,11 +91,30 @@ func newGateway(t *testing.T, u *upstream, cfg cache.Config, ttl time.Duration) 
 	}
 	clk := testkit.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
 	st := cache.NewStore(cfg.MaxBytes, nil, clk.Now)
+	g := &gateway{store: st, clk: clk}
+	if fr == relayed {
+		pcfg := proxy.DefaultConfig()
+		pcfg.Targets = []string{u.srv.URL}
+		pcfg.HealthCheck.Interval = time.Hour
+		plan, err := proxy.Compile(pcfg, &forwarded.Trust{}, forwarded.NewPolicy(nil, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		px := proxy.New(plan, nil, nil)
+		t.Cleanup(px.Close)
+		h := st.Handler(p, ttl, px)
+		s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(ongoing.StatusWriter(w), r)
+		})})
+		g.url = "http://" + testkit.Serve(t, s.Serve, s.Close)
+		return g
+	}
 	target, _ := url.Parse(u.srv.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) }
-	g := &gateway{store: st, clk: clk, srv: httptest.NewServer(st.Handler(p, ttl, rp))}
-	t.Cleanup(g.srv.Close)
+	srv := httptest.NewServer(st.Handler(p, ttl, rp))
+	t.Cleanup(srv.Close)
+	g.url = srv.URL
 	return g
 }
 
@@ -79,7 +124,7 @@ var client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) er
 // read.
 func (g *gateway) get(t *testing.T, path string, fields ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, g.srv.URL+path, nil)
+	req, _ := http.NewRequest(http.MethodGet, g.url+path, nil)
 	for i := 0; i+1 < len(fields); i += 2 {
 		req.Header.Set(fields[i], fields[i+1])
 	}
@@ -101,52 +146,54 @@ func (g *gateway) get(t *testing.T, path string, fields ...string) (*http.Respon
 // with the gateway's own field removed and an Age.
 func TestTargetedFields(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		fields []string
-		ttl    time.Duration
-		kept   bool
-	}{
-		{"cdn max-age", []string{"CDN-Cache-Control", "max-age=300"}, 0, true},
-		{"own max-age", []string{"Linkgate-Cache-Control", "max-age=300"}, 0, true},
-		{"own over cdn", []string{"Linkgate-Cache-Control", "no-store", "CDN-Cache-Control", "max-age=300"}, 0, false},
-		{"own invalid, cdn used", []string{"Linkgate-Cache-Control", "max-age=300,,", "CDN-Cache-Control", "max-age=300"}, 0, true},
-		{"cdn private", []string{"CDN-Cache-Control", "private"}, 0, false},
-		{"cdn max-age 0", []string{"CDN-Cache-Control", "max-age=0"}, 0, false},
-		{"cdn max-age a string", []string{"CDN-Cache-Control", `max-age="300"`}, 0, false},
-		{"no field", nil, 0, false},
-		{"no field, default_ttl", nil, time.Minute, true},
-		{"cdn no-store over default_ttl", []string{"CDN-Cache-Control", "no-store"}, time.Minute, false},
-		{"set-cookie", []string{"CDN-Cache-Control", "max-age=300", "Set-Cookie", "a=b"}, 0, false},
-		{"vary star", []string{"CDN-Cache-Control", "max-age=300", "Vary", "*"}, 0, false},
-		{"vary not allowed", []string{"CDN-Cache-Control", "max-age=300", "Vary", "User-Agent"}, 0, false},
-		{"age past max-age", []string{"CDN-Cache-Control", "max-age=300", "Age", "301"}, 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			u := newUpstream(t, redirect(tc.fields...))
-			g := newGateway(t, u, cache.DefaultConfig(), tc.ttl)
-			for range 3 {
-				res, body := g.get(t, "/abc")
-				if res.StatusCode != http.StatusFound || body != "found\n" || res.Header.Get("Location") != "https://example.com/abc" {
-					t.Fatalf("got %d %q Location %q, want the upstream's 302", res.StatusCode, body, res.Header.Get("Location"))
+	eachFront(t, func(t *testing.T, fr front) {
+		for _, tc := range []struct {
+			name   string
+			fields []string
+			ttl    time.Duration
+			kept   bool
+		}{
+			{"cdn max-age", []string{"CDN-Cache-Control", "max-age=300"}, 0, true},
+			{"own max-age", []string{"Linkgate-Cache-Control", "max-age=300"}, 0, true},
+			{"own over cdn", []string{"Linkgate-Cache-Control", "no-store", "CDN-Cache-Control", "max-age=300"}, 0, false},
+			{"own invalid, cdn used", []string{"Linkgate-Cache-Control", "max-age=300,,", "CDN-Cache-Control", "max-age=300"}, 0, true},
+			{"cdn private", []string{"CDN-Cache-Control", "private"}, 0, false},
+			{"cdn max-age 0", []string{"CDN-Cache-Control", "max-age=0"}, 0, false},
+			{"cdn max-age a string", []string{"CDN-Cache-Control", `max-age="300"`}, 0, false},
+			{"no field", nil, 0, false},
+			{"no field, default_ttl", nil, time.Minute, true},
+			{"cdn no-store over default_ttl", []string{"CDN-Cache-Control", "no-store"}, time.Minute, false},
+			{"set-cookie", []string{"CDN-Cache-Control", "max-age=300", "Set-Cookie", "a=b"}, 0, false},
+			{"vary star", []string{"CDN-Cache-Control", "max-age=300", "Vary", "*"}, 0, false},
+			{"vary not allowed", []string{"CDN-Cache-Control", "max-age=300", "Vary", "User-Agent"}, 0, false},
+			{"age past max-age", []string{"CDN-Cache-Control", "max-age=300", "Age", "301"}, 0, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				u := newUpstream(t, redirect(tc.fields...))
+				g := newGateway(t, fr, u, cache.DefaultConfig(), tc.ttl)
+				for range 3 {
+					res, body := g.get(t, "/abc")
+					if res.StatusCode != http.StatusFound || body != "found\n" || res.Header.Get("Location") != "https://example.com/abc" {
+						t.Fatalf("got %d %q Location %q, want the upstream's 302", res.StatusCode, body, res.Header.Get("Location"))
+					}
+					if v := res.Header.Get("Linkgate-Cache-Control"); v != "" {
+						t.Errorf("the client got Linkgate-Cache-Control: %s", v)
+					}
+					if res.Header.Get("Cache-Control") != "no-store" {
+						t.Errorf("Cache-Control: %q, want the upstream's no-store", res.Header.Get("Cache-Control"))
+					}
 				}
-				if v := res.Header.Get("Linkgate-Cache-Control"); v != "" {
-					t.Errorf("the client got Linkgate-Cache-Control: %s", v)
+				want := 3
+				if tc.kept {
+					want = 1
 				}
-				if res.Header.Get("Cache-Control") != "no-store" {
-					t.Errorf("Cache-Control: %q, want the upstream's no-store", res.Header.Get("Cache-Control"))
+				if got := u.Count("/abc"); got != want {
+					t.Errorf("upstream asked %d times for 3 requests, want %d", got, want)
 				}
-			}
-			want := 3
-			if tc.kept {
-				want = 1
-			}
-			if got := u.Count("/abc"); got != want {
-				t.Errorf("upstream asked %d times for 3 requests, want %d", got, want)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestHitAnswer: a hit is the upstream's answer byte for byte (its
@@ -154,31 +201,33 @@ func TestTargetedFields(t *testing.T) {
 // answered from a GET's entry without the body.
 func TestHitAnswer(t *testing.T) {
 	t.Parallel()
-	u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "X-Link", "7"))
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	miss, missBody := g.get(t, "/k")
-	g.clk.Advance(42 * time.Second)
-	hit, hitBody := g.get(t, "/k")
-	if hitBody != missBody {
-		t.Errorf("hit body %q, miss body %q", hitBody, missBody)
-	}
-	for _, f := range []string{"Location", "Cache-Control", "Cdn-Cache-Control", "X-Link", "Content-Length", "Date"} {
-		if hit.Header.Get(f) != miss.Header.Get(f) {
-			t.Errorf("%s: hit %q, miss %q", f, hit.Header.Get(f), miss.Header.Get(f))
+	eachFront(t, func(t *testing.T, fr front) {
+		u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "X-Link", "7"))
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		miss, missBody := g.get(t, "/k")
+		g.clk.Advance(42 * time.Second)
+		hit, hitBody := g.get(t, "/k")
+		if hitBody != missBody {
+			t.Errorf("hit body %q, miss body %q", hitBody, missBody)
 		}
-	}
-	if hit.Header.Get("Age") != "42" {
-		t.Errorf("Age %q, want 42", hit.Header.Get("Age"))
-	}
-	req, _ := http.NewRequest(http.MethodHead, g.srv.URL+"/k", nil)
-	res, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusFound || u.Count("/k") != 1 {
-		t.Errorf("HEAD: %d, upstream asked %d times; want 302 from the cache", res.StatusCode, u.Count("/k"))
-	}
+		for _, f := range []string{"Location", "Cache-Control", "Cdn-Cache-Control", "X-Link", "Content-Length", "Date"} {
+			if hit.Header.Get(f) != miss.Header.Get(f) {
+				t.Errorf("%s: hit %q, miss %q", f, hit.Header.Get(f), miss.Header.Get(f))
+			}
+		}
+		if hit.Header.Get("Age") != "42" {
+			t.Errorf("Age %q, want 42", hit.Header.Get("Age"))
+		}
+		req, _ := http.NewRequest(http.MethodHead, g.url+"/k", nil)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusFound || u.Count("/k") != 1 {
+			t.Errorf("HEAD: %d, upstream asked %d times; want 302 from the cache", res.StatusCode, u.Count("/k"))
+		}
+	})
 }
 
 // TestOneRequestPerKeyPerFreshness: whatever the timing, the upstream
@@ -187,76 +236,82 @@ func TestHitAnswer(t *testing.T) {
 // period; the others are hits or wait for the first (coalesced).
 func TestOneRequestPerKeyPerFreshness(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	u := newUpstream(t, nil)
-	u.answer = func(w http.ResponseWriter, r *http.Request) {
-		<-release // the first request of each key waits: the others arrive meanwhile
-		redirect("CDN-Cache-Control", "max-age=60")(w, r)
-	}
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	const clients, keys = 40, 5
-	for period := 1; period <= 3; period++ {
-		var wg sync.WaitGroup
-		var bad atomic.Int64
-		for i := range clients {
-			wg.Go(func() {
-				res, _ := g.get(t, fmt.Sprintf("/key%d", i%keys))
-				if res.StatusCode != http.StatusFound {
-					bad.Add(1)
-				}
-			})
+	eachFront(t, func(t *testing.T, fr front) {
+		release := make(chan struct{})
+		u := newUpstream(t, nil)
+		u.answer = func(w http.ResponseWriter, r *http.Request) {
+			<-release // the first request of each key waits: the others arrive meanwhile
+			redirect("CDN-Cache-Control", "max-age=60")(w, r)
 		}
-		close(release)
-		wg.Wait()
-		release = make(chan struct{})
-		if bad.Load() > 0 {
-			t.Fatalf("period %d: %d answers were not the 302", period, bad.Load())
-		}
-		for k := range keys {
-			if got := u.Count(fmt.Sprintf("/key%d", k)); got != period {
-				t.Errorf("period %d: /key%d asked upstream %d times in all, want %d", period, k, got, period)
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		const clients, keys = 40, 5
+		for period := 1; period <= 3; period++ {
+			var wg sync.WaitGroup
+			var bad atomic.Int64
+			for i := range clients {
+				wg.Go(func() {
+					res, _ := g.get(t, fmt.Sprintf("/key%d", i%keys))
+					if res.StatusCode != http.StatusFound {
+						bad.Add(1)
+					}
+				})
 			}
+			close(release)
+			wg.Wait()
+			release = make(chan struct{})
+			if bad.Load() > 0 {
+				t.Fatalf("period %d: %d answers were not the 302", period, bad.Load())
+			}
+			for k := range keys {
+				if got := u.Count(fmt.Sprintf("/key%d", k)); got != period {
+					t.Errorf("period %d: /key%d asked upstream %d times in all, want %d", period, k, got, period)
+				}
+			}
+			g.clk.Advance(61 * time.Second)
 		}
-		g.clk.Advance(61 * time.Second)
-	}
+	})
 }
 
 // TestNegative: a 404 is kept, but for negative_ttl at most.
 func TestNegative(t *testing.T) {
 	t.Parallel()
-	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("CDN-Cache-Control", "max-age=300")
-		http.NotFound(w, r)
+	eachFront(t, func(t *testing.T, fr front) {
+		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("CDN-Cache-Control", "max-age=300")
+			http.NotFound(w, r)
+		})
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		g.get(t, "/gone")
+		g.clk.Advance(9 * time.Second)
+		if res, _ := g.get(t, "/gone"); res.StatusCode != 404 || u.Count("/gone") != 1 {
+			t.Fatalf("within negative_ttl: %d, %d requests upstream; want 404 from the cache", res.StatusCode, u.Count("/gone"))
+		}
+		g.clk.Advance(2 * time.Second)
+		g.get(t, "/gone")
+		if u.Count("/gone") != 2 {
+			t.Errorf("past negative_ttl (10s): %d requests upstream, want 2", u.Count("/gone"))
+		}
 	})
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	g.get(t, "/gone")
-	g.clk.Advance(9 * time.Second)
-	if res, _ := g.get(t, "/gone"); res.StatusCode != 404 || u.Count("/gone") != 1 {
-		t.Fatalf("within negative_ttl: %d, %d requests upstream; want 404 from the cache", res.StatusCode, u.Count("/gone"))
-	}
-	g.clk.Advance(2 * time.Second)
-	g.get(t, "/gone")
-	if u.Count("/gone") != 2 {
-		t.Errorf("past negative_ttl (10s): %d requests upstream, want 2", u.Count("/gone"))
-	}
 }
 
 // TestQueryAndVary: the query is part of the key; an answer that varies
 // on an allowed field is kept once per value of it.
 func TestQueryAndVary(t *testing.T) {
 	t.Parallel()
-	u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "Vary", "Accept-Language"))
-	cfg := cache.DefaultConfig()
-	cfg.Vary = []string{"accept-language"}
-	g := newGateway(t, u, cfg, 0)
-	for range 2 {
-		g.get(t, "/v", "Accept-Language", "fr")
-		g.get(t, "/v", "Accept-Language", "de")
-		g.get(t, "/v?utm=1", "Accept-Language", "fr")
-	}
-	if u.Count("/v") != 2 || u.Count("/v?utm=1") != 1 {
-		t.Errorf("upstream asked /v %d times (want 2: fr, de) and /v?utm=1 %d times (want 1)", u.Count("/v"), u.Count("/v?utm=1"))
-	}
+	eachFront(t, func(t *testing.T, fr front) {
+		u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "Vary", "Accept-Language"))
+		cfg := cache.DefaultConfig()
+		cfg.Vary = []string{"accept-language"}
+		g := newGateway(t, fr, u, cfg, 0)
+		for range 2 {
+			g.get(t, "/v", "Accept-Language", "fr")
+			g.get(t, "/v", "Accept-Language", "de")
+			g.get(t, "/v?utm=1", "Accept-Language", "fr")
+		}
+		if u.Count("/v") != 2 || u.Count("/v?utm=1") != 1 {
+			t.Errorf("upstream asked /v %d times (want 2: fr, de) and /v?utm=1 %d times (want 1)", u.Count("/v"), u.Count("/v?utm=1"))
+		}
+	})
 }
 
 // TestStaleIfError: with the upstream stopped, a key kept keeps
@@ -264,23 +319,25 @@ func TestQueryAndVary(t *testing.T) {
 // gets the proxy's 502; past stale-if-error the kept one does too.
 func TestStaleIfError(t *testing.T) {
 	t.Parallel()
-	u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=60, stale-if-error=600"))
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	g.get(t, "/kept")
-	u.srv.Close()
-	g.clk.Advance(5 * time.Minute)
-	for range 3 {
-		if res, _ := g.get(t, "/kept"); res.StatusCode != http.StatusFound {
-			t.Fatalf("kept key with the upstream stopped: %d, want the stale 302", res.StatusCode)
+	eachFront(t, func(t *testing.T, fr front) {
+		u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=60, stale-if-error=600"))
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		g.get(t, "/kept")
+		u.srv.Close()
+		g.clk.Advance(5 * time.Minute)
+		for range 3 {
+			if res, _ := g.get(t, "/kept"); res.StatusCode != http.StatusFound {
+				t.Fatalf("kept key with the upstream stopped: %d, want the stale 302", res.StatusCode)
+			}
 		}
-	}
-	if res, _ := g.get(t, "/never"); res.StatusCode != http.StatusBadGateway {
-		t.Errorf("key never kept: %d, want 502", res.StatusCode)
-	}
-	g.clk.Advance(6 * time.Minute)
-	if res, _ := g.get(t, "/kept"); res.StatusCode != http.StatusBadGateway {
-		t.Errorf("past stale-if-error: %d, want 502", res.StatusCode)
-	}
+		if res, _ := g.get(t, "/never"); res.StatusCode != http.StatusBadGateway {
+			t.Errorf("key never kept: %d, want 502", res.StatusCode)
+		}
+		g.clk.Advance(6 * time.Minute)
+		if res, _ := g.get(t, "/kept"); res.StatusCode != http.StatusBadGateway {
+			t.Errorf("past stale-if-error: %d, want 502", res.StatusCode)
+		}
+	})
 }
 
 // TestStaleWhileRevalidate: past freshness, within
@@ -288,100 +345,106 @@ func TestStaleIfError(t *testing.T) {
 // request in the background renews it.
 func TestStaleWhileRevalidate(t *testing.T) {
 	t.Parallel()
-	var version atomic.Int64
-	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("CDN-Cache-Control", "max-age=60, stale-while-revalidate=30")
-		w.Header().Set("Location", fmt.Sprintf("https://example.com/v%d", version.Load()))
-		w.WriteHeader(http.StatusMovedPermanently)
-	})
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	g.get(t, "/s")
-	version.Store(1)
-	g.clk.Advance(70 * time.Second)
-	res, _ := g.get(t, "/s")
-	if loc := res.Header.Get("Location"); loc != "https://example.com/v0" {
-		t.Fatalf("within stale-while-revalidate: Location %q, want the stale v0", loc)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eachFront(t, func(t *testing.T, fr front) {
+		var version atomic.Int64
+		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("CDN-Cache-Control", "max-age=60, stale-while-revalidate=30")
+			w.Header().Set("Location", fmt.Sprintf("https://example.com/v%d", version.Load()))
+			w.WriteHeader(http.StatusMovedPermanently)
+		})
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		g.get(t, "/s")
+		version.Store(1)
+		g.clk.Advance(70 * time.Second)
 		res, _ := g.get(t, "/s")
-		if res.Header.Get("Location") == "https://example.com/v1" {
-			break
+		if loc := res.Header.Get("Location"); loc != "https://example.com/v0" {
+			t.Fatalf("within stale-while-revalidate: Location %q, want the stale v0", loc)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the background renewal never replaced the stale answer")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, _ := g.get(t, "/s")
+			if res.Header.Get("Location") == "https://example.com/v1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the background renewal never replaced the stale answer")
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := u.Count("/s"); n != 2 {
-		t.Errorf("upstream asked %d times, want 2 (the first, one renewal)", n)
-	}
+		if n := u.Count("/s"); n != 2 {
+			t.Errorf("upstream asked %d times, want 2 (the first, one renewal)", n)
+		}
+	})
 }
 
 // TestPurge: a key (with its query strings), a prefix, everything, and
 // the upstream's Linkgate-Purge field, which the client never sees.
 func TestPurge(t *testing.T) {
 	t.Parallel()
-	u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300"))
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	fill := func() {
-		for _, p := range []string{"/a", "/a?x=1", "/ab", "/b"} {
-			g.get(t, p)
+	eachFront(t, func(t *testing.T, fr front) {
+		u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300"))
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		fill := func() {
+			for _, p := range []string{"/a", "/a?x=1", "/ab", "/b"} {
+				g.get(t, p)
+			}
 		}
-	}
-	fill()
-	if n := g.store.Apply(cache.Purge{Key: strings.TrimPrefix(g.srv.URL, "http://") + "/a"}, "admin"); n != 2 {
-		t.Errorf("key purge removed %d entries, want 2 (/a, /a?x=1)", n)
-	}
-	if n := g.store.Apply(cache.Purge{Prefix: strings.TrimPrefix(g.srv.URL, "http://") + "/a"}, "admin"); n != 1 {
-		t.Errorf("prefix purge removed %d entries, want 1 (/ab)", n)
-	}
-	fill()
-	if n := g.store.Apply(cache.Purge{All: true}, "admin"); n != 4 {
-		t.Errorf("purge of all removed %d entries, want 4", n)
-	}
-	if u.Count("/a") != 2 || u.Count("/b") != 1 {
-		t.Fatalf("upstream asked /a %d, /b %d times, want 2 and 1", u.Count("/a"), u.Count("/b"))
-	}
-	// The upstream purges /b when answering /c.
-	u.answer = func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/c" {
-			w.Header().Set("Linkgate-Purge", "/b")
+		fill()
+		if n := g.store.Apply(cache.Purge{Key: strings.TrimPrefix(g.url, "http://") + "/a"}, "admin"); n != 2 {
+			t.Errorf("key purge removed %d entries, want 2 (/a, /a?x=1)", n)
 		}
-		redirect("CDN-Cache-Control", "max-age=300")(w, r)
-	}
-	g.get(t, "/b")
-	res, _ := g.get(t, "/c")
-	if v := res.Header.Get("Linkgate-Purge"); v != "" {
-		t.Errorf("the client got Linkgate-Purge: %s", v)
-	}
-	g.get(t, "/b")
-	if u.Count("/b") != 3 {
-		t.Errorf("after the upstream's purge, /b asked %d times in all, want 3", u.Count("/b"))
-	}
+		if n := g.store.Apply(cache.Purge{Prefix: strings.TrimPrefix(g.url, "http://") + "/a"}, "admin"); n != 1 {
+			t.Errorf("prefix purge removed %d entries, want 1 (/ab)", n)
+		}
+		fill()
+		if n := g.store.Apply(cache.Purge{All: true}, "admin"); n != 4 {
+			t.Errorf("purge of all removed %d entries, want 4", n)
+		}
+		if u.Count("/a") != 2 || u.Count("/b") != 1 {
+			t.Fatalf("upstream asked /a %d, /b %d times, want 2 and 1", u.Count("/a"), u.Count("/b"))
+		}
+		// The upstream purges /b when answering /c.
+		u.answer = func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/c" {
+				w.Header().Set("Linkgate-Purge", "/b")
+			}
+			redirect("CDN-Cache-Control", "max-age=300")(w, r)
+		}
+		g.get(t, "/b")
+		res, _ := g.get(t, "/c")
+		if v := res.Header.Get("Linkgate-Purge"); v != "" {
+			t.Errorf("the client got Linkgate-Purge: %s", v)
+		}
+		g.get(t, "/b")
+		if u.Count("/b") != 3 {
+			t.Errorf("after the upstream's purge, /b asked %d times in all, want 3", u.Count("/b"))
+		}
+	})
 }
 
 // TestBypass: a request with credentials, a body or another method goes
 // upstream every time, and still loses the gateway's own field.
 func TestBypass(t *testing.T) {
 	t.Parallel()
-	u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "Linkgate-Cache-Control", "max-age=300"))
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	for range 2 {
-		res, _ := g.get(t, "/p", "Authorization", "Bearer x")
-		if res.Header.Get("Linkgate-Cache-Control") != "" {
-			t.Error("bypass: the client got Linkgate-Cache-Control")
+	eachFront(t, func(t *testing.T, fr front) {
+		u := newUpstream(t, redirect("CDN-Cache-Control", "max-age=300", "Linkgate-Cache-Control", "max-age=300"))
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		for range 2 {
+			res, _ := g.get(t, "/p", "Authorization", "Bearer x")
+			if res.Header.Get("Linkgate-Cache-Control") != "" {
+				t.Error("bypass: the client got Linkgate-Cache-Control")
+			}
+			req, _ := http.NewRequest(http.MethodPost, g.url+"/p", strings.NewReader("x"))
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
 		}
-		req, _ := http.NewRequest(http.MethodPost, g.srv.URL+"/p", strings.NewReader("x"))
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		if n := u.Count("/p"); n != 4 {
+			t.Errorf("upstream asked %d times, want 4", n)
 		}
-		res.Body.Close()
-	}
-	if n := u.Count("/p"); n != 4 {
-		t.Errorf("upstream asked %d times, want 4", n)
-	}
+	})
 }
 
 // TestCompile: check-config refuses what the cache could not run with,
@@ -425,53 +488,55 @@ func TestCompile(t *testing.T) {
 // and the next request is a hit.
 func TestUncachedKeyNotCoalesced(t *testing.T) {
 	t.Parallel()
-	const n = 8
-	var inFlight atomic.Int64
-	var waiting, cacheable atomic.Bool
-	all := make(chan struct{})
-	var once sync.Once
-	u := newUpstream(t, nil)
-	u.answer = func(w http.ResponseWriter, r *http.Request) {
-		if inFlight.Add(1) == n {
-			once.Do(func() { close(all) })
-		}
-		if waiting.Load() {
-			select { // each of the n waits until all n are here
-			case <-all:
-			case <-time.After(testkit.Slack(10 * time.Second)):
+	eachFront(t, func(t *testing.T, fr front) {
+		const n = 8
+		var inFlight atomic.Int64
+		var waiting, cacheable atomic.Bool
+		all := make(chan struct{})
+		var once sync.Once
+		u := newUpstream(t, nil)
+		u.answer = func(w http.ResponseWriter, r *http.Request) {
+			if inFlight.Add(1) == n {
+				once.Do(func() { close(all) })
 			}
-		}
-		inFlight.Add(-1)
-		if cacheable.Load() {
-			redirect("CDN-Cache-Control", "max-age=60")(w, r)
-			return
-		}
-		redirect()(w, r)
-	}
-	g := newGateway(t, u, cache.DefaultConfig(), 0)
-	g.get(t, "/hot") // not kept: the key is passed through from now on
-	waiting.Store(true)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			if res, _ := g.get(t, "/hot"); res.StatusCode != http.StatusFound {
-				t.Errorf("a concurrent request: %d, want 302", res.StatusCode)
+			if waiting.Load() {
+				select { // each of the n waits until all n are here
+				case <-all:
+				case <-time.After(testkit.Slack(10 * time.Second)):
+				}
 			}
-		})
-	}
-	testkit.Await(t, wg.Wait, time.Minute, "the concurrent requests")
-	select {
-	case <-all:
-	default:
-		t.Errorf("the upstream never had the %d requests of an uncached key in flight at once: they waited for one another", n)
-	}
-	if got := u.Count("/hot"); got != n+1 {
-		t.Errorf("upstream asked %d times, want %d", got, n+1)
-	}
-	waiting.Store(false)
-	cacheable.Store(true)
-	g.get(t, "/hot") // passed through, answered cacheable: kept
-	if res, _ := g.get(t, "/hot"); res.StatusCode != http.StatusFound || u.Count("/hot") != n+2 {
-		t.Errorf("after a cacheable answer: %d, upstream asked %d times, want a hit (%d)", res.StatusCode, u.Count("/hot"), n+2)
-	}
+			inFlight.Add(-1)
+			if cacheable.Load() {
+				redirect("CDN-Cache-Control", "max-age=60")(w, r)
+				return
+			}
+			redirect()(w, r)
+		}
+		g := newGateway(t, fr, u, cache.DefaultConfig(), 0)
+		g.get(t, "/hot") // not kept: the key is passed through from now on
+		waiting.Store(true)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				if res, _ := g.get(t, "/hot"); res.StatusCode != http.StatusFound {
+					t.Errorf("a concurrent request: %d, want 302", res.StatusCode)
+				}
+			})
+		}
+		testkit.Await(t, wg.Wait, time.Minute, "the concurrent requests")
+		select {
+		case <-all:
+		default:
+			t.Errorf("the upstream never had the %d requests of an uncached key in flight at once: they waited for one another", n)
+		}
+		if got := u.Count("/hot"); got != n+1 {
+			t.Errorf("upstream asked %d times, want %d", got, n+1)
+		}
+		waiting.Store(false)
+		cacheable.Store(true)
+		g.get(t, "/hot") // passed through, answered cacheable: kept
+		if res, _ := g.get(t, "/hot"); res.StatusCode != http.StatusFound || u.Count("/hot") != n+2 {
+			t.Errorf("after a cacheable answer: %d, upstream asked %d times, want a hit (%d)", res.StatusCode, u.Count("/hot"), n+2)
+		}
+	})
 }

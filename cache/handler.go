@@ -510,10 +510,29 @@ func (rw *recorder) Header() http.Header {
 	return rw.hdr
 }
 
-func (rw *recorder) WriteHeader(code int) {
+func (rw *recorder) WriteHeader(code int) { rw.writeHead(code, nil, false) }
+
+// WriteHeaderFields is WriteHeader for a head of the header map's fields
+// and fields, a relayed head's; only when TakesFields.
+func (rw *recorder) WriteHeaderFields(code int, fields []h1wire.Field) {
+	rw.writeHead(code, fields, true)
+}
+
+// writeHead writes the head of code: the header map's fields and, listed
+// (a relayed head), fields. The answer is held back when it is a failure
+// that stale stands in for, judged for keeping (policy), and passed on
+// without the gateway's own fields (OwnField, PurgeField), the purge done.
+func (rw *recorder) writeHead(code int, fields []h1wire.Field, listed bool) {
+	pass := func() {
+		if listed {
+			rw.ResponseWriter.(ongoing.FieldWriter).WriteHeaderFields(code, fields)
+		} else {
+			rw.ResponseWriter.WriteHeader(code)
+		}
+	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		if !rw.hold {
-			rw.ResponseWriter.WriteHeader(code)
+			pass()
 		}
 		return
 	}
@@ -521,18 +540,28 @@ func (rw *recorder) WriteHeader(code int) {
 		return
 	}
 	rw.status = code
-	hdr := rw.Header()
 	if rw.hold && failure(code) {
 		rw.failed = true
 		return
 	}
-	if v := hdr[PurgeField]; len(v) > 0 && rw.h.p != nil {
-		rw.h.purge(rw.r, v)
+	hdr := rw.hdr // the upstream's fields set through the map; nil for none
+	if rw.direct {
+		hdr = rw.ResponseWriter.Header()
 	}
-	if !rw.direct {
-		if rw.entry = rw.h.policy(rw.r, code, hdr, rw.start); rw.entry != nil {
+	if !rw.direct && (!listed || rw.h.mayKeep(rw.r, code, hdr, fields)) {
+		all := hdr
+		if listed {
+			all = withFields(hdr, fields)
+		}
+		if rw.entry = rw.h.policy(rw.r, code, all, rw.start); rw.entry != nil {
 			rw.keep = true
 		}
+	}
+	if listed {
+		fields, hdr = withoutOwnFields(fields, hdr)
+	}
+	if v := hdr[PurgeField]; len(v) > 0 && rw.h.p != nil {
+		rw.h.purge(rw.r, v)
 	}
 	delete(hdr, OwnField)
 	delete(hdr, PurgeField)
@@ -543,7 +572,64 @@ func (rw *recorder) WriteHeader(code int) {
 		}
 	}
 	rw.passed = true
-	rw.ResponseWriter.WriteHeader(code)
+	pass()
+}
+
+// mayKeep reports whether policy may keep the answer to r of code whose
+// head is hdr and fields: when it may not (the default: the link service
+// asks nothing), the fields of a relayed head need no header map.
+func (h *handler) mayKeep(r *http.Request, code int, hdr http.Header, fields []h1wire.Field) bool {
+	if r.Method != http.MethodGet || !keptStatus(code) {
+		return false
+	}
+	if h.ttl > 0 || len(hdr[OwnField]) > 0 || len(hdr[CDNField]) > 0 {
+		return true
+	}
+	for _, f := range fields {
+		if f.Name == OwnField || f.Name == CDNField {
+			return true
+		}
+	}
+	return false
+}
+
+// withFields is a header map of hdr's fields and then fields.
+func withFields(hdr http.Header, fields []h1wire.Field) http.Header {
+	all := make(http.Header, len(hdr)+len(fields))
+	for k, v := range hdr {
+		all[k] = slices.Clip(v)
+	}
+	for _, f := range fields {
+		all[f.Name] = append(all[f.Name], f.Value)
+	}
+	return all
+}
+
+// withoutOwnFields returns fields without the gateway's own, and hdr with
+// the PurgeField values among them added (made when nil). Rare: fields
+// are copied only when they hold one.
+func withoutOwnFields(fields []h1wire.Field, hdr http.Header) ([]h1wire.Field, http.Header) {
+	own := false
+	for _, f := range fields {
+		own = own || f.Name == OwnField || f.Name == PurgeField
+	}
+	if !own {
+		return fields, hdr
+	}
+	var kept []h1wire.Field
+	for _, f := range fields {
+		switch f.Name {
+		case PurgeField:
+			if hdr == nil {
+				hdr = http.Header{}
+			}
+			hdr[PurgeField] = append(hdr[PurgeField], f.Value)
+		case OwnField:
+		default:
+			kept = append(kept, f)
+		}
+	}
+	return kept, hdr
 }
 
 func (rw *recorder) Write(b []byte) (int, error) {
@@ -576,52 +662,11 @@ func (rw *recorder) Flush() {
 // Unwrap is the client's writer, for http.ResponseController.
 func (rw *recorder) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
 
-// TakesFields: a recorder that keeps nothing (direct) passes a relayed
-// head on as a list when the client's writer takes one.
+// TakesFields: a recorder passes a relayed head on as a list when the
+// client's writer takes one.
 func (rw *recorder) TakesFields() bool {
 	_, ok := ongoing.AsFieldWriter(rw.ResponseWriter)
-	return rw.direct && ok
-}
-
-// WriteHeaderFields is WriteHeader for a head of the header map's fields
-// and fields, a relayed head's: the gateway's own fields (OwnField,
-// PurgeField) are taken out of both, and a purge done, as WriteHeader
-// does. Only when TakesFields.
-func (rw *recorder) WriteHeaderFields(code int, fields []h1wire.Field) {
-	fw := rw.ResponseWriter.(ongoing.FieldWriter)
-	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		fw.WriteHeaderFields(code, fields)
-		return
-	}
-	if rw.status != 0 {
-		return
-	}
-	rw.status = code
-	hdr := rw.Header()
-	own := false
-	for _, f := range fields {
-		own = own || f.Name == OwnField || f.Name == PurgeField
-	}
-	if own { // rare: a copy without them
-		var kept []h1wire.Field
-		for _, f := range fields {
-			switch f.Name {
-			case PurgeField:
-				hdr[PurgeField] = append(hdr[PurgeField], f.Value)
-			case OwnField:
-			default:
-				kept = append(kept, f)
-			}
-		}
-		fields = kept
-	}
-	if v := hdr[PurgeField]; len(v) > 0 && rw.h.p != nil {
-		rw.h.purge(rw.r, v)
-	}
-	delete(hdr, OwnField)
-	delete(hdr, PurgeField)
-	rw.passed = true
-	fw.WriteHeaderFields(code, fields)
+	return ok
 }
 
 // HeadField is the first value of the named field of the head the client

@@ -4,14 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/linkgate/linkgate/cache"
-	"github.com/linkgate/linkgate/forwarded"
-	"github.com/linkgate/linkgate/h1serve"
-	"github.com/linkgate/linkgate/internal/testkit"
-	"github.com/linkgate/linkgate/ongoing"
-	"github.com/linkgate/linkgate/proxy"
 )
 
 // TestOwnFieldsOfARelayedHead: served as the gateway serves it (the
@@ -27,36 +21,9 @@ func TestOwnFieldsOfARelayedHead(t *testing.T) {
 		}
 		redirect("CDN-Cache-Control", "max-age=300", "Linkgate-Cache-Control", "max-age=300")(w, r)
 	})
-	cfg := cache.DefaultConfig()
-	p, err := cache.Compile("cache", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := cache.NewStore(cfg.MaxBytes, nil, testkit.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)).Now)
-	pcfg := proxy.DefaultConfig()
-	pcfg.Targets = []string{u.srv.URL}
-	pcfg.HealthCheck.Interval = time.Hour
-	plan, err := proxy.Compile(pcfg, &forwarded.Trust{}, forwarded.NewPolicy(nil, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := proxy.New(plan, nil, nil)
-	t.Cleanup(px.Close)
-	h := st.Handler(p, 0, px)
-	s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(ongoing.StatusWriter(w), r)
-	})})
-	base := "http://" + testkit.Serve(t, s.Serve, s.Close)
+	g := newGateway(t, relayed, u, cache.DefaultConfig(), 0)
 	get := func(path string, fields ...string) *http.Response {
-		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
-		for i := 0; i+1 < len(fields); i += 2 {
-			req.Header.Set(fields[i], fields[i+1])
-		}
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
+		res, _ := g.get(t, path, fields...)
 		return res
 	}
 	get("/b") // kept

@@ -10,7 +10,7 @@ import (
 // as a relayed head came, rather than through its header map: the proxy
 // hands it the upstream's end-to-end fields, with no map built and read
 // again. h1serve's loop's writer is one; so are the wrappers that pass
-// heads on (Recorder, the redirect cache's when it keeps nothing) while
+// heads on (Recorder, the redirect cache's recorder) while
 // the writer they wrap is one.
 type FieldWriter interface {
 	http.ResponseWriter
