@@ -110,6 +110,7 @@ type Server struct {
 	active    sync.WaitGroup // the connections served
 	httpSrv   *http.Server   // HTTPServer, or the one made for it
 	once      sync.Once
+	workers   workers // the handlers' goroutines
 }
 
 // Defaults of the Server's fields.
@@ -233,6 +234,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.active.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.workers.stop()
 		return nil
 	case <-ctx.Done():
 		s.Close()
@@ -251,6 +253,7 @@ func (s *Server) Close() error {
 	for c := range s.conns {
 		c.nc.Close()
 	}
+	s.workers.stop()
 	return nil
 }
 

@@ -110,7 +110,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if f.Truncated { // over MaxHeaderBytes
 		h = http.HandlerFunc(headerListTooLong)
 	}
-	go c.runHandler(st, r.WithContext(st.ctx), h)
+	req := r.WithContext(st.ctx)
+	c.s.workers.run(func() { c.runHandler(st, req, h) })
 	return nil
 }
 

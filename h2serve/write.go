@@ -2,6 +2,7 @@ package h2serve
 
 import (
 	"bytes"
+	"runtime"
 	"sync"
 	"time"
 
@@ -83,6 +84,7 @@ func (w *writer) flusher() {
 // flushOnce writes out what buf holds; false when the connection is to
 // end (a write failed, or it was to close once written).
 func (w *writer) flushOnce() bool {
+	runtime.Gosched()
 	w.mu.Lock()
 	out := w.buf
 	w.buf, w.spare = w.spare[:0], nil
