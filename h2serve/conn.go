@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -31,7 +32,8 @@ type conn struct {
 	br          *bufio.Reader
 	rfr         *http2.Framer
 	sawSettings bool
-	idleArmed   bool // the idle timeout's read deadline is set
+	idleArmed   bool        // the idle timeout's read deadline is set
+	started     atomic.Bool // the server's SETTINGS is written
 
 	mu        sync.Mutex
 	flow      sync.Cond // on mu: a send window grew, a stream reset, the connection ended
@@ -116,6 +118,7 @@ func (c *conn) writeSettings() {
 	)
 	c.w.fr.WriteWindowUpdate(0, connWindow-65535)
 	c.w.mu.Unlock()
+	c.started.Store(true)
 	c.mu.Lock()
 	c.recvWin = connWindow
 	c.mu.Unlock()
@@ -164,7 +167,7 @@ func (c *conn) handleError(f http2.Frame, err error) bool {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && c.idleArmed && c.sawSettings {
 			c.goAway(http2.ErrCodeNo) // idle too long
-			c.w.closeWhenFlushed()
+			c.w.flushNow()
 		}
 	}
 	return false
@@ -187,6 +190,10 @@ func (c *conn) connError(code http2.ErrCode) {
 // goAway sends GOAWAY with code and the last stream taken, once; with
 // NO_ERROR, the connection closes once its open streams have ended.
 func (c *conn) goAway(code http2.ErrCode) {
+	if !c.started.Load() { // no SETTINGS sent yet: nothing may come before it
+		c.nc.Close()
+		return
+	}
 	c.mu.Lock()
 	if c.goingAway && code == http2.ErrCodeNo {
 		c.mu.Unlock()

@@ -10,11 +10,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -451,16 +453,7 @@ func TestShutdown(t *testing.T) {
 // server's SETTINGS_MAX_HEADER_LIST_SIZE.
 func TestHeaderTooLarge(t *testing.T) {
 	ts := start(t, false, http.HandlerFunc(redirect), func(s *h2serve.Server) { s.MaxHeaderBytes = 1000 })
-	nc, err := net.DialTimeout("tcp", ts.addr, wait)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(wait))
-	io.WriteString(nc, http2.ClientPreface)
-	fr := http2.NewFramer(nc, nc)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.WriteSettings()
+	fr := dialRaw(t, ts.addr)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":path", "/"}, {":authority", ts.addr}} {
@@ -481,5 +474,66 @@ func TestHeaderTooLarge(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// dialRaw opens an h2c connection to addr, sends the preface and an empty
+// SETTINGS, and returns a framer on it (reads and writes bounded by wait).
+func dialRaw(t *testing.T, addr string) *http2.Framer {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(wait))
+	io.WriteString(nc, http2.ClientPreface)
+	fr := http2.NewFramer(nc, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.WriteSettings()
+	return fr
+}
+
+// TestIdleTimeout: a connection without a stream for IdleTimeout hears
+// GOAWAY NO_ERROR and is closed.
+func TestIdleTimeout(t *testing.T) {
+	ts := start(t, false, http.HandlerFunc(redirect), func(s *h2serve.Server) { s.IdleTimeout = 50 * time.Millisecond })
+	fr := dialRaw(t, ts.addr)
+	sawGoAway := false
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			if !sawGoAway || err != io.EOF {
+				t.Errorf("read %v, GOAWAY seen: %v", err, sawGoAway)
+			}
+			return
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			sawGoAway = true
+			if g.ErrCode != http2.ErrCodeNo {
+				t.Errorf("GOAWAY %v", g.ErrCode)
+			}
+		}
+	}
+}
+
+// TestReadDeadline: http.ResponseController.SetReadDeadline bounds the
+// reads of a body that does not come.
+func TestReadDeadline(t *testing.T) {
+	ts := start(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+			t.Error(err)
+		}
+		_, err := io.ReadAll(r.Body)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("read: %v, want os.ErrDeadlineExceeded", err)
+		}
+		io.WriteString(w, "timed out")
+	}))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	res, body := do(t, ts, newRequest(t, "POST", ts.url("/"), pr))
+	if res.StatusCode != 200 || string(body) != "timed out" {
+		t.Errorf("got %d %q", res.StatusCode, body)
 	}
 }

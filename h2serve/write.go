@@ -22,6 +22,7 @@ type writer struct {
 	kickc chan struct{} // 1 slot: buf has frames to write
 	done  chan struct{} // closed by stop
 	once  sync.Once
+	out   sync.Mutex // the writes to the connection, in order
 
 	mu         sync.Mutex
 	room       sync.Cond // on mu: buf was taken, or the connection ended
@@ -84,7 +85,14 @@ func (w *writer) flusher() {
 // flushOnce writes out what buf holds; false when the connection is to
 // end (a write failed, or it was to close once written).
 func (w *writer) flushOnce() bool {
+	// The kick came from the first handler to finish; the others of the
+	// requests read in the same batch are likely runnable now. Yielding
+	// once lets them write before buf is taken, so that their answers
+	// share the write (over TLS, h2load -c4 -m32: 0.8 → about 0.2 writes a
+	// request, 28 → 19 µs of CPU a request).
 	runtime.Gosched()
+	w.out.Lock()
+	defer w.out.Unlock()
 	w.mu.Lock()
 	out := w.buf
 	w.buf, w.spare = w.spare[:0], nil
@@ -114,6 +122,8 @@ func (w *writer) flushOnce() bool {
 // flushNow writes buf out on the calling goroutine (a connection error's
 // GOAWAY before the close).
 func (w *writer) flushNow() {
+	w.out.Lock()
+	defer w.out.Unlock()
 	w.mu.Lock()
 	out := w.buf
 	w.buf = nil
