@@ -73,6 +73,7 @@ func (b *body) fail(err error) {
 	b.signal()
 }
 
+// signal wakes the reader waiting in Read, if any.
 func (b *body) signal() {
 	select {
 	case b.wake <- struct{}{}:

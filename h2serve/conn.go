@@ -38,19 +38,22 @@ type conn struct {
 	mu        sync.Mutex
 	flow      sync.Cond // on mu: a send window grew, a stream reset, the connection ended
 	streams   map[uint32]*stream
-	maxID     uint32 // the highest stream the client opened
-	sendWin   int64  // the connection's send window
-	peerWin   int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerMax   int    // the client's SETTINGS_MAX_FRAME_SIZE
-	recvWin   int64  // how much more DATA the client may send on the connection
-	unacked   int64  // DATA bytes consumed and not yet given back with WINDOW_UPDATE
-	goingAway bool   // GOAWAY sent: no new streams
+	maxID     uint32     // the highest stream the client opened
+	sendWin   int64      // the connection's send window
+	peerWin   int64      // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerMax   int        // the client's SETTINGS_MAX_FRAME_SIZE
+	recvWin   int64      // how much more DATA the client may send on the connection
+	unacked   int64      // DATA bytes consumed and not yet given back with WINDOW_UPDATE
+	cut       [8]cutBody // the last bodies cut short, for their DATA in flight
+	cutNext   int
+	goingAway bool // GOAWAY sent: no new streams
 	closed    bool
 
 	w writer // write.go
 }
 
-func newConn(s *Server, nc net.Conn, ctx context.Context) *conn {
+// newConn returns the connection nc of s, its context derived from ctx.
+func newConn(ctx context.Context, s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), streams: make(map[uint32]*stream),
 		sendWin: 65535, peerWin: 65535, peerMax: defaultMaxFrameSize, recvWin: 65535}
 	c.ctx, c.cancel = context.WithCancel(ctx)
@@ -261,9 +264,9 @@ func (c *conn) process(f http2.Frame) error {
 		}
 		return nil
 	case *http2.GoAwayFrame:
-		// The client opens no more streams: those open end as they
-		// would, then the connection.
-		c.goAway(http2.ErrCodeNo)
+		// The client opens no more streams, and closes the connection
+		// once done with those open: the server goes on answering them,
+		// and PINGs, until then (the idle timeout ends it otherwise).
 		return nil
 	case *http2.PushPromiseFrame: // RFC 9113 section 8.4: a client cannot push
 		return http2.ConnectionError(http2.ErrCodeProtocol)

@@ -120,7 +120,7 @@ func both(t *testing.T, f func(t *testing.T, overTLS bool)) {
 	t.Run("tls", func(t *testing.T) { f(t, true) })
 }
 
-// get does req and returns the answer with its body read.
+// do does req and returns the answer with its body read.
 func do(t *testing.T, ts *testServer, req *http.Request) (*http.Response, []byte) {
 	t.Helper()
 	res, err := ts.client.Do(req)
@@ -135,6 +135,7 @@ func do(t *testing.T, ts *testServer, req *http.Request) (*http.Response, []byte
 	return res, body
 }
 
+// newRequest is http.NewRequest, failing t on an error.
 func newRequest(t *testing.T, method, url string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, url, body)
@@ -144,6 +145,9 @@ func newRequest(t *testing.T, method, url string, body io.Reader) *http.Request 
 	return req
 }
 
+// TestGetAndHead: a GET and a HEAD, with the request as net/http builds
+// it and the fields added to the answer (Content-Length, a sniffed
+// Content-Type, Date).
 func TestGetAndHead(t *testing.T) {
 	both(t, func(t *testing.T, overTLS bool) {
 		ts := start(t, overTLS, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +210,8 @@ func echoSum(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%d %d %x", r.ContentLength, n, sum.Sum(nil))
 }
 
+// TestPostBody: bodies of 5 bytes to 3 MiB, of known length and not,
+// read whole (the windows given back as the handler reads).
 func TestPostBody(t *testing.T) {
 	both(t, func(t *testing.T, overTLS bool) {
 		ts := start(t, overTLS, http.HandlerFunc(echoSum))
@@ -226,6 +232,7 @@ func TestPostBody(t *testing.T) {
 	})
 }
 
+// TestLargeResponse: a 1 MiB answer, written within the client's windows.
 func TestLargeResponse(t *testing.T) {
 	data := bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz012345"), 1<<15) // 1 MiB
 	both(t, func(t *testing.T, overTLS bool) {
@@ -241,6 +248,8 @@ func TestLargeResponse(t *testing.T) {
 	})
 }
 
+// TestTrailers: the request's trailers reach the handler; the answer's,
+// declared with Trailer and with http.TrailerPrefix, reach the client.
 func TestTrailers(t *testing.T) {
 	ts := start(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -258,6 +267,8 @@ func TestTrailers(t *testing.T) {
 	}
 }
 
+// TestConcurrentStreams: 100 requests at once on one connection, their
+// handlers all running together.
 func TestConcurrentStreams(t *testing.T) {
 	const n = 100
 	var mu sync.Mutex
@@ -347,6 +358,8 @@ func TestFullDuplex(t *testing.T) {
 	}
 }
 
+// TestClientCancel: a request the client cancels (RST_STREAM) ends its
+// handler's context.
 func TestClientCancel(t *testing.T) {
 	started, ended := make(chan struct{}), make(chan error, 1)
 	ts := start(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -379,6 +392,8 @@ func TestClientCancel(t *testing.T) {
 	}
 }
 
+// TestShutdown: Shutdown lets the request in flight finish, refuses new
+// ones, and returns once the connection closed.
 func TestShutdown(t *testing.T) {
 	started, release := make(chan struct{}, 1), make(chan struct{})
 	ts := start(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

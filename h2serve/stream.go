@@ -214,6 +214,7 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame, r *http.Request
 	return nil
 }
 
+// allEqual says whether the values of vv (at least one) are all the same.
 func allEqual(vv []string) bool {
 	for _, v := range vv[1:] {
 		if v != vv[0] {
@@ -295,8 +296,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.creditLocked(nil, n) // dropped: given back to the connection at once
 		sent := st != nil && st.rstSent
 		code := http2.ErrCodeStreamClosed
-		if st != nil && !st.recvDone {
+		switch {
+		case st != nil && !st.recvDone:
 			code = http2.ErrCodeFlowControl
+		case st == nil && c.cutShort(id, int64(len(f.Data())), f.StreamEnded()):
+			code = http2.ErrCodeProtocol
 		}
 		c.mu.Unlock()
 		if sent {
@@ -400,6 +404,10 @@ func (c *conn) endStream(st *stream) {
 	c.mu.Lock()
 	delete(c.streams, st.id)
 	stillSending := !st.recvDone && !st.reset.Load()
+	if stillSending && st.declLen >= 0 {
+		c.cut[c.cutNext%len(c.cut)] = cutBody{st.id, st.declLen, st.gotLen}
+		c.cutNext++
+	}
 	st.recvDone = true
 	last := c.goingAway && len(c.streams) == 0
 	c.mu.Unlock()
@@ -433,10 +441,34 @@ func (st *stream) setWriteDeadline(t time.Time) {
 	})
 }
 
+// stopWriteDeadline stops the write deadline's timer, the stream ended.
 func (st *stream) stopWriteDeadline() {
 	st.wmu.Lock()
 	if st.wdl != nil {
 		st.wdl.Stop()
 	}
 	st.wmu.Unlock()
+}
+
+// cutBody is a request body of declared length whose stream ended
+// (RST_STREAM NO_ERROR) before the client sent all of it: its DATA still
+// in flight is checked against the length.
+type cutBody struct {
+	id        uint32
+	decl, got int64
+}
+
+// cutShort counts n bytes of DATA for a closed stream whose body was cut
+// short, and says whether they break its declared length (RFC 9113
+// section 8.1.1): a handler that answers without reading the body must
+// not turn a malformed request into a well-formed one (STREAM_CLOSED
+// rather than PROTOCOL_ERROR) only by being quick. Under mu.
+func (c *conn) cutShort(id uint32, n int64, end bool) bool {
+	for i := range c.cut {
+		if b := &c.cut[i]; b.id == id && id != 0 {
+			b.got += n
+			return b.got > b.decl || end && b.got != b.decl
+		}
+	}
+	return false
 }

@@ -43,11 +43,13 @@ const maxBuffered = 64 << 10
 // appendWriter is the writer's Framer's io.Writer: buf.
 type appendWriter struct{ w *writer }
 
+// Write appends p to buf; under mu.
 func (a appendWriter) Write(p []byte) (int, error) {
 	a.w.buf = append(a.w.buf, p...)
 	return len(p), nil
 }
 
+// init readies w to write c's frames.
 func (w *writer) init(c *conn) {
 	w.c = c
 	w.kickc = make(chan struct{}, 1)
