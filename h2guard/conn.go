@@ -384,8 +384,8 @@ func (c *Conn) frameEnd() {
 func (c *Conn) now() int64 { return int64(time.Since(c.born)) }
 
 // cutGrace is how long a cut connection stays open at most: the server
-// closes it a second after its GOAWAY is written (x/net/http2's
-// goAwayTimeout); this closes one whose GOAWAY could not be written.
+// closes it a second after its GOAWAY is written (h2serve's grace for the
+// client to read it); this closes one whose GOAWAY could not be written.
 const cutGrace = 2 * time.Second
 
 // cut ends the connection for r: every Read from now on returns the

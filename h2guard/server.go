@@ -1,4 +1,4 @@
-// Package h2guard serves HTTP/2 with golang.org/x/net/http2 on connections
+// Package h2guard serves HTTP/2 with package h2serve on connections
 // read through per-connection budgets, so that a client's frames cost the
 // gateway what they give the client, as nginx's and Envoy's flood checks
 // do and Go's own server does not:
@@ -24,36 +24,39 @@
 // holding, where Go's server closes the connection (dedupeSettings).
 package h2guard
 
-//lint:file-ignore SA1019 x/net/http2's Server is deprecated for net/http's, but net/http (Go 1.26) cannot serve HTTP/2 on a connection wrapped by its caller; x/net/http2's ServeConn still does, and on Go 1.27 wraps net/http's server to do it.
-
 import (
 	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"golang.org/x/net/http2"
 
+	"github.com/linkgate/linkgate/h2serve"
 	"github.com/linkgate/linkgate/logthrottle"
 )
 
-// Configure makes srv serve HTTP/2 with golang.org/x/net/http2, each
-// connection read through a Conn: h2 over TLS, which net/http hands over
-// as a *tls.Conn after ALPN, and h2c with prior knowledge when
-// srv.Protocols has unencrypted HTTP/2. It is http2.ConfigureServer (which
-// also has srv.Shutdown send GOAWAY to the HTTP/2 connections and wait for
-// their streams) with the connections wrapped. The budgets follow srv as
-// it is when Configure is called: resets from
-// srv.HTTP2.MaxConcurrentStreams (250 when unset, x/net/http2's default),
-// header blocks from srv.ReadHeaderTimeout (none when 0). m counts the
-// connections cut and log gets a line per reason now and then; either
-// may be nil.
+// Configure makes srv serve HTTP/2 with package h2serve, each connection
+// read through a Conn: h2 over TLS, which net/http hands over as a
+// *tls.Conn after ALPN, and h2c with prior knowledge when srv.Protocols
+// has unencrypted HTTP/2. srv.Shutdown sends the HTTP/2 connections
+// GOAWAY at once and lets their streams end. The server and the budgets
+// follow srv as it is when Configure is called: streams from
+// srv.HTTP2.MaxConcurrentStreams (250 when unset), frames from
+// srv.HTTP2.MaxReadFrameSize, header lists from srv.MaxHeaderBytes, the
+// idle and write timeouts from srv's, header blocks' from
+// srv.ReadHeaderTimeout (none when 0). m counts the connections cut and
+// log gets a line per reason now and then; either may be nil.
 func Configure(srv *http.Server, m *Metrics, log *slog.Logger) error {
-	streams := 250
-	if srv.HTTP2 != nil && srv.HTTP2.MaxConcurrentStreams > 0 {
-		streams = srv.HTTP2.MaxConcurrentStreams
+	streams, frame := 250, 0
+	if srv.HTTP2 != nil {
+		if srv.HTTP2.MaxConcurrentStreams > 0 {
+			streams = srv.HTTP2.MaxConcurrentStreams
+		}
+		frame = srv.HTTP2.MaxReadFrameSize
 	}
 	g := &guard{
 		resets:        perSecond(streams, 2*streams),
@@ -62,37 +65,47 @@ func Configure(srv *http.Server, m *Metrics, log *slog.Logger) error {
 		m:             m,
 		log:           log,
 	}
-	h2 := new(http2.Server)
-	if err := http2.ConfigureServer(srv, h2); err != nil {
-		return err
+	h2 := &h2serve.Server{
+		HTTPServer:           srv,
+		MaxConcurrentStreams: uint32(streams),
+		MaxReadFrameSize:     uint32(frame),
+		MaxHeaderBytes:       srv.MaxHeaderBytes,
+		IdleTimeout:          srv.IdleTimeout,
+		ReadHeaderTimeout:    srv.ReadHeaderTimeout,
+		WriteTimeout:         srv.WriteTimeout,
+		ErrorLog:             srv.ErrorLog,
+	}
+	if srv.TLSNextProto == nil {
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 	srv.TLSNextProto[http2.NextProtoTLS] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
 		gc := &tlsConn{Conn: g.newConn(c, len(http2.ClientPreface)), state: c.ConnectionState()}
-		serve(h2, hs, gc, h, false)
+		h2.ServeConnHandler(baseContext(h), gc, h, false)
 	}
 	// net/http hands an h2c connection over wrapped in a *tls.Conn that is
-	// not one, the preface read (net/http's "unencrypted_http2" key, which
-	// http2.ConfigureServer also sets).
+	// not one, the preface read (net/http's "unencrypted_http2" key).
 	srv.TLSNextProto["unencrypted_http2"] = func(hs *http.Server, c *tls.Conn, h http.Handler) {
 		u, ok := c.NetConn().(interface{ UnencryptedNetConn() net.Conn })
 		if !ok {
 			c.Close()
 			return
 		}
-		serve(h2, hs, g.newConn(u.UnencryptedNetConn(), 0), h, true)
+		h2.ServeConnHandler(baseContext(h), g.newConn(u.UnencryptedNetConn(), 0), h, true)
 	}
+	if srv.TLSConfig != nil && !slices.Contains(srv.TLSConfig.NextProtos, http2.NextProtoTLS) {
+		srv.TLSConfig.NextProtos = append(srv.TLSConfig.NextProtos, http2.NextProtoTLS)
+	}
+	srv.RegisterOnShutdown(func() { h2.Shutdown(context.Background()) })
 	return nil
 }
 
-// serve serves one HTTP/2 connection as http2.ConfigureServer's own
-// handler does: net/http passes the connection's base context through an
-// unexported method of h.
-func serve(h2 *http2.Server, hs *http.Server, c net.Conn, h http.Handler, sawPreface bool) {
-	var ctx context.Context
+// baseContext is the connection's base context net/http passes with its
+// handler (ConnContext's values), through an unexported method of h.
+func baseContext(h http.Handler) context.Context {
 	if bc, ok := h.(interface{ BaseContext() context.Context }); ok {
-		ctx = bc.BaseContext()
+		return bc.BaseContext()
 	}
-	h2.ServeConn(c, &http2.ServeConnOpts{Context: ctx, Handler: grownStack{h}, BaseConfig: hs, SawClientPreface: sawPreface})
+	return context.Background()
 }
 
 // guard is what the connections of one server share.

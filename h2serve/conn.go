@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -21,12 +22,13 @@ import (
 // windows; wmu (write.go) guards the output. Lock order: mu before wmu,
 // a body's mu alone.
 type conn struct {
-	s      *Server
-	nc     net.Conn
-	ctx    context.Context // the connection's values; canceled as it ends
-	cancel context.CancelFunc
-	remote string
-	tls    *tls.ConnectionState // the handshake's, over TLS
+	s       *Server
+	nc      net.Conn
+	ctx     context.Context // the connection's values; canceled as it ends
+	cancel  context.CancelFunc
+	remote  string
+	tls     *tls.ConnectionState // the handshake's, over TLS
+	handler http.Handler         // the connection's own, in place of the Server's; nil: the Server's
 
 	// reader's
 	br          *bufio.Reader
@@ -186,8 +188,16 @@ func (c *conn) connError(code http2.ErrCode) {
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	c.nc.SetReadDeadline(time.Now().Add(time.Second))
-	io.Copy(io.Discard, c.br)
+	grace := time.Now().Add(time.Second)
+	c.nc.SetReadDeadline(grace)
+	_, err := io.Copy(io.Discard, c.br)
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		// A reader that fails at once (h2guard's, after a cut) leaves the
+		// client's bytes unread: closing now would reset the connection
+		// before the client read the GOAWAY. It gets its second all the same.
+		time.Sleep(time.Until(grace))
+	}
 }
 
 // goAway sends GOAWAY with code and the last stream taken, once; with

@@ -168,6 +168,15 @@ func (s *Server) Serve(l net.Listener) error {
 // bytes expected are the client's SETTINGS frame. A *tls.Conn is
 // handshaken first if it was not.
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn, sawPreface bool) {
+	s.ServeConnHandler(ctx, nc, nil, sawPreface)
+}
+
+// ServeConnHandler is ServeConn with h, when not nil, answering the
+// connection's requests in place of Handler: net/http hands each
+// connection it passes on (TLSNextProto) a handler of its own. A
+// connection that is not a *tls.Conn but says its ConnectionState (a
+// wrapper of one already handshaken) gives its requests that state.
+func (s *Server) ServeConnHandler(ctx context.Context, nc net.Conn, h http.Handler, sawPreface bool) {
 	if s.ConnContext != nil {
 		if ctx = s.ConnContext(ctx, nc); ctx == nil {
 			panic("h2serve: ConnContext returned nil")
@@ -176,6 +185,13 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn, sawPreface bool) {
 	ctx = context.WithValue(ctx, http.ServerContextKey, s.httpServer())
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, nc.LocalAddr())
 	c := newConn(ctx, s, nc)
+	c.handler = h
+	if st, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		if _, raw := nc.(*tls.Conn); !raw {
+			state := st.ConnectionState()
+			c.tls = &state
+		}
+	}
 	if !s.track(c) {
 		nc.Close()
 		return

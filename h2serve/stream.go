@@ -106,7 +106,10 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if d := c.s.WriteTimeout; d > 0 {
 		st.setWriteDeadline(time.Now().Add(d))
 	}
-	h := c.s.handler()
+	h := c.handler
+	if h == nil {
+		h = c.s.handler()
+	}
 	if f.Truncated { // over MaxHeaderBytes
 		h = http.HandlerFunc(headerListTooLong)
 	}
