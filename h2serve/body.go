@@ -18,10 +18,21 @@ type body struct {
 
 	mu       sync.Mutex
 	buf      []byte
-	off      int       // buf[off:] is unread
-	err      error     // io.EOF after END_STREAM, or why the stream ended
-	closed   bool      // the handler closed it
-	deadline time.Time // http.ResponseController.SetReadDeadline's
+	off      int         // buf[off:] is unread
+	err      error       // io.EOF after END_STREAM, or why the stream ended
+	closed   bool        // the handler closed it
+	deadline time.Time   // http.ResponseController.SetReadDeadline's
+	trailers http.Header // received, moved to the request's Trailer by the read that ends the body
+}
+
+// setTrailers keeps the trailers received until a read ends the body.
+func (b *body) setTrailers(h http.Header) {
+	if b == nil || h == nil {
+		return
+	}
+	b.mu.Lock()
+	b.trailers = h
+	b.mu.Unlock()
 }
 
 // put appends data; false when the handler closed the body or the stream
@@ -97,8 +108,14 @@ func (b *body) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if b.err != nil {
-			err := b.err
+			err, got := b.err, b.trailers
+			b.trailers = nil
 			b.mu.Unlock()
+			if err == io.EOF {
+				for k, v := range got {
+					b.st.trailer[k] = v
+				}
+			}
 			return 0, err
 		}
 		dl := b.deadline

@@ -253,6 +253,9 @@ func (w *responseWriter) writeHead(p []byte) (end bool, err error) {
 		c.w.encodeField("content-type", ctype)
 		c.w.encodeField("date", date)
 		c.w.writeBlock(w.st.id, end)
+		if end {
+			w.st.endSent.Store(true)
+		}
 	})
 	return end, err
 }
@@ -305,6 +308,7 @@ func (w *responseWriter) writeTrailers() error {
 			}
 		}
 		c.w.writeBlock(w.st.id, true)
+		w.st.endSent.Store(true)
 	})
 }
 

@@ -27,7 +27,10 @@ type stream struct {
 	body   *body // nil when the request has none
 	rw     responseWriter
 
-	reset    atomic.Bool // RST_STREAM sent or received: writes fail
+	reset atomic.Bool // RST_STREAM sent or received: writes fail
+	// endSent: the answer's END_STREAM is written, set under the writer's
+	// mutex, so before the client can have it.
+	endSent  atomic.Bool
 	timedOut atomic.Bool // reset for its write deadline
 
 	// under c.mu
@@ -71,7 +74,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	c.mu.Lock()
 	if st := c.streams[id]; st != nil {
+		closed := st.recvDone && st.endSent.Load() // closed, its handler not yet returned
 		c.mu.Unlock()
+		if closed { // RFC 9113 section 5.1: a frame on a closed stream
+			return http2.ConnectionError(http2.ErrCodeStreamClosed)
+		}
 		return c.onTrailers(st, f)
 	}
 	if id <= c.maxID { // a closed stream, or one that went down
@@ -138,15 +145,23 @@ func (c *conn) onTrailers(st *stream, f *http2.MetaHeadersFrame) error {
 	if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
 	}
+	// The request's Trailer map is the handler's: the values wait in the
+	// body until a read of it ends (net/http's rule), so that a handler
+	// reading the map before then does not race with this goroutine.
+	var got http.Header
 	for _, hf := range f.RegularFields() {
 		key := canonicalKey(hf.Name)
 		if !httpguts.ValidTrailerHeader(key) {
 			return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
 		}
 		if st.trailer != nil {
-			st.trailer[key] = append(st.trailer[key], hf.Value)
+			if got == nil {
+				got = http.Header{}
+			}
+			got[key] = append(got[key], hf.Value)
 		}
 	}
+	st.body.setTrailers(got)
 	return c.endBody(st)
 }
 

@@ -188,7 +188,11 @@ func (c *conn) writeData(st *stream, p []byte, end bool) error {
 			}
 		}
 		if err := c.writeFrames(st, func(fr *http2.Framer) {
-			fr.WriteData(st.id, end && n == len(p), p[:n])
+			last := end && n == len(p)
+			fr.WriteData(st.id, last, p[:n])
+			if last {
+				st.endSent.Store(true)
+			}
 		}); err != nil {
 			return err
 		}
