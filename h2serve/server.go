@@ -44,7 +44,6 @@ package h2serve
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"log"
 	"net"
 	"net/http"
@@ -93,10 +92,6 @@ type Server struct {
 	// its last frame: a stream still writing then is reset. 0 means none.
 	WriteTimeout time.Duration
 
-	// BaseContext returns the base context of Serve's connections; nil
-	// means context.Background().
-	BaseContext func(net.Listener) context.Context
-
 	// ConnContext may derive the context of a connection from its base;
 	// nil leaves it as is.
 	ConnContext func(ctx context.Context, c net.Conn) context.Context
@@ -105,14 +100,13 @@ type Server struct {
 	// log package's standard logger.
 	ErrorLog *log.Logger
 
-	mu        sync.Mutex
-	conns     map[*conn]struct{}
-	listeners map[net.Listener]struct{}
-	shutting  atomic.Bool
-	active    sync.WaitGroup // the connections served
-	httpSrv   *http.Server   // HTTPServer, or the one made for it
-	once      sync.Once
-	workers   workers // the handlers' goroutines
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	shutting atomic.Bool
+	active   sync.WaitGroup // the connections served
+	httpSrv  *http.Server   // HTTPServer, or the one made for it
+	once     sync.Once
+	workers  workers // the handlers' goroutines
 }
 
 // Defaults of the Server's fields.
@@ -125,41 +119,6 @@ const (
 	initialStreamWindow = 1 << 20
 	connWindow          = 4 << 20
 )
-
-// Serve accepts connections on l and serves each as HTTP/2, until
-// Shutdown or Close; it returns http.ErrServerClosed then, or the
-// listener's error. A *tls.Conn accepted is handshaken first.
-func (s *Server) Serve(l net.Listener) error {
-	if !s.trackListener(l) {
-		return http.ErrServerClosed
-	}
-	defer s.untrackListener(l)
-	base := context.Background()
-	if s.BaseContext != nil {
-		if base = s.BaseContext(l); base == nil {
-			panic("h2serve: BaseContext returned a nil context")
-		}
-	}
-	var delay time.Duration // how long to sleep on accept failure, as net/http
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			if s.shutting.Load() {
-				return http.ErrServerClosed
-			}
-			var te interface{ Temporary() bool }
-			if errors.As(err, &te) && te.Temporary() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.logf("h2serve: accept error: %v; retrying in %v", err, delay)
-				time.Sleep(delay)
-				continue
-			}
-			return err
-		}
-		delay = 0
-		go s.ServeConn(base, nc, false)
-	}
-}
 
 // ServeConn serves nc as an HTTP/2 connection until it ends, and closes
 // it. ctx is the connection's base context (ConnContext derives from it);
@@ -227,23 +186,20 @@ func (s *Server) httpServer() *http.Server {
 			s.httpSrv = &http.Server{
 				Handler: s.Handler, MaxHeaderBytes: s.MaxHeaderBytes, IdleTimeout: s.IdleTimeout,
 				ReadHeaderTimeout: s.ReadHeaderTimeout, WriteTimeout: s.WriteTimeout,
-				ConnContext: s.ConnContext, BaseContext: s.BaseContext, ErrorLog: s.ErrorLog,
+				ConnContext: s.ConnContext, ErrorLog: s.ErrorLog,
 			}
 		}
 	})
 	return s.httpSrv
 }
 
-// Shutdown stops accepting, tells every connection GOAWAY (NO_ERROR, with
+// Shutdown refuses new connections, tells every connection GOAWAY (NO_ERROR, with
 // the last stream it took), lets their open streams end and closes them;
 // ctx bounds the wait, and Shutdown returns ctx's error when it ends
 // first (the connections left are closed then).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutting.Store(true)
 	s.mu.Lock()
-	for l := range s.listeners {
-		l.Close()
-	}
 	for c := range s.conns {
 		c.goAway(0)
 	}
@@ -260,40 +216,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Close closes the listeners and every connection at once.
+// Close closes every connection at once.
 func (s *Server) Close() error {
 	s.shutting.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for l := range s.listeners {
-		l.Close()
-	}
 	for c := range s.conns {
 		c.nc.Close()
 	}
 	s.workers.stop()
 	return nil
-}
-
-// trackListener adds l to those Shutdown closes; false after Shutdown.
-func (s *Server) trackListener(l net.Listener) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.shutting.Load() {
-		return false
-	}
-	if s.listeners == nil {
-		s.listeners = make(map[net.Listener]struct{})
-	}
-	s.listeners[l] = struct{}{}
-	return true
-}
-
-// untrackListener removes l from those Shutdown closes.
-func (s *Server) untrackListener(l net.Listener) {
-	s.mu.Lock()
-	delete(s.listeners, l)
-	s.mu.Unlock()
 }
 
 // track adds c to the connections Shutdown waits for; false after

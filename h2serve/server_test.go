@@ -74,17 +74,27 @@ func start(t *testing.T, overTLS bool, h http.Handler, mod ...func(*h2serve.Serv
 	}
 	ts.client = &http.Client{Transport: ts.tr, Timeout: wait}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				done <- err
+				return
+			}
+			go srv.ServeConn(context.Background(), nc, false)
+		}
+	}()
 	t.Cleanup(func() {
 		ts.tr.CloseIdleConnections()
+		l.Close()
 		srv.Close()
 		select {
 		case err := <-done:
-			if err != http.ErrServerClosed {
-				t.Errorf("Serve: %v", err)
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Accept: %v", err)
 			}
 		case <-time.After(wait):
-			t.Error("Serve did not return")
+			t.Error("the accept loop did not end")
 		}
 	})
 	return ts
