@@ -1,80 +1,18 @@
 package h2serve_test
 
 import (
-	"encoding/xml"
-	"fmt"
-	"html"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/linkgate/linkgate/internal/testkit"
 )
 
 // h2specFails lists the h2spec cases the server fails, with why; the
 // test fails on any other failure, and on a case listed that passes.
 var h2specFails = map[string]string{}
-
-// h2specCase is one case of an h2spec run: its id (the section and the
-// case's number in it, as h2spec numbers them: "http2/8.1.2.2/1"), what
-// it checks, and why it failed ("" when it passed or was skipped).
-type h2specCase struct {
-	id, desc, failure string
-}
-
-// runH2Spec runs h2spec, the version go.mod pins as a tool, against
-// addr, over TLS or h2c, and returns its cases.
-func runH2Spec(t *testing.T, addr string, overTLS bool) []h2specCase {
-	t.Helper()
-	host, port, _ := net.SplitHostPort(addr)
-	report := filepath.Join(t.TempDir(), "h2spec.xml")
-	args := []string{"tool", "h2spec", "-h", host, "-p", port, "-P", "/", "-o", "5", "-j", report}
-	if overTLS {
-		args = append(args, "-t", "-k")
-	}
-	out, err := exec.Command("go", args...).CombinedOutput()
-	data, rerr := os.ReadFile(report)
-	if rerr != nil {
-		t.Fatalf("h2spec wrote no report (%v): %v\n%s", err, rerr, out)
-	}
-	var junit struct {
-		Suites []struct {
-			Package string `xml:"package,attr"`
-			Cases   []struct {
-				Desc    string `xml:"classname,attr"`
-				Failure *struct {
-					Text string `xml:",innerxml"`
-				} `xml:"failure"`
-				Error *struct {
-					Text string `xml:",innerxml"`
-				} `xml:"error"`
-			} `xml:"testcase"`
-		} `xml:"testsuite"`
-	}
-	if err := xml.Unmarshal(data, &junit); err != nil {
-		t.Fatalf("h2spec's report: %v", err)
-	}
-	var cases []h2specCase
-	for _, s := range junit.Suites {
-		for i, c := range s.Cases {
-			why := ""
-			switch {
-			case c.Failure != nil:
-				why = c.Failure.Text
-			case c.Error != nil:
-				why = c.Error.Text
-			}
-			cases = append(cases, h2specCase{fmt.Sprintf("%s/%d", s.Package, i+1), c.Desc, html.UnescapeString(strings.TrimSpace(why))})
-		}
-	}
-	if len(cases) < 100 {
-		t.Fatalf("h2spec ran %d cases: %v\n%s", len(cases), err, out)
-	}
-	return cases
-}
 
 // TestH2Spec runs h2spec, the HTTP/2 conformance suite, against the
 // server over h2c and over TLS.
@@ -102,18 +40,18 @@ func TestH2Spec(t *testing.T) {
 	both(t, func(t *testing.T, overTLS bool) {
 		t.Parallel()
 		ts := start(t, overTLS, h)
-		cases := runH2Spec(t, ts.addr, overTLS)
+		cases := testkit.H2Spec(t, ts.addr, overTLS, nil)
 		passed := 0
 		for _, c := range cases {
-			why, listed := h2specFails[c.id]
+			why, listed := h2specFails[c.ID]
 			switch {
-			case c.failure == "":
+			case c.Result == "pass":
 				passed++
 				if listed {
-					t.Errorf("%s (%s) passes, but is listed as failing: %s", c.id, c.desc, why)
+					t.Errorf("%s (%s) passes, but is listed as failing: %s", c.ID, c.Desc, why)
 				}
 			case !listed:
-				t.Errorf("%s (%s) fails:\n%s", c.id, c.desc, c.failure)
+				t.Errorf("%s (%s): %s:\n%s", c.ID, c.Desc, c.Result, c.Why)
 			}
 		}
 		t.Logf("h2spec: %d of %d cases pass", passed, len(cases))

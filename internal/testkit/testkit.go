@@ -3,7 +3,7 @@
 // problem answers, polling, small upstreams, addresses nothing listens on,
 // config files written atomically, a gateway config on free ports, the log
 // records a test matches, Prometheus series, a real memcached server, a real
-// Cassandra node or cluster (../shared/cassandra), tmpfs volumes for disk
+// Cassandra node or cluster (../shared/cassandra), an h2spec run, tmpfs volumes for disk
 // faults, and the machine's pace that stretches the few durations a test
 // bounds (pace.go).
 //
