@@ -17,8 +17,8 @@ import (
 // never sends: frames written one by one with x/net/http2's Framer into a
 // buffer that Send flushes, header blocks encoded with hpack. A goroutine
 // reads what the server answers and records its GOAWAY, its RST_STREAM
-// frames, the response heads and DATA lengths, and when the connection
-// ended. It writes nothing itself: not even the server's SETTINGS are
+// frames, the response heads (their fields in order) and DATA lengths,
+// the streams the server ended, and when the connection ended. It writes nothing itself: not even the server's SETTINGS are
 // acknowledged (an ACK could land inside a header block the test is
 // sending; Go's server does not wait for one). Safe for concurrent use.
 type H2Conn struct {
@@ -35,10 +35,12 @@ type H2Conn struct {
 	goAway  *H2GoAway
 	resets  map[http2.ErrCode]int
 	status  map[uint32]string // :status by stream
-	data    map[uint32][]int  // DATA frame lengths by stream (the first 64)
-	acks    int               // SETTINGS ACK frames received
-	changed chan struct{}     // closed and replaced on every record
-	done    chan struct{}     // closed when the reader stops
+	heads   map[uint32][][]hpack.HeaderField
+	ended   map[uint32]bool  // END_STREAM received
+	data    map[uint32][]int // DATA frame lengths by stream (the first 64)
+	acks    int              // SETTINGS ACK frames received
+	changed chan struct{}    // closed and replaced on every record
+	done    chan struct{}    // closed when the reader stops
 	endedAt time.Time
 	readErr error
 }
@@ -76,6 +78,7 @@ func DialH2(addr string, cfg *tls.Config) (*H2Conn, error) {
 	}
 	h := &H2Conn{conn: c, host: addr, bw: bufio.NewWriterSize(c, 64<<10),
 		resets: map[http2.ErrCode]int{}, status: map[uint32]string{}, data: map[uint32][]int{},
+		heads: map[uint32][][]hpack.HeaderField{}, ended: map[uint32]bool{},
 		changed: make(chan struct{}), done: make(chan struct{})}
 	h.fr = http2.NewFramer(h.bw, c)
 	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -179,10 +182,13 @@ func (h *H2Conn) read() {
 			if s := f.PseudoValue("status"); s != "" {
 				h.status[f.StreamID] = s
 			}
+			h.heads[f.StreamID] = append(h.heads[f.StreamID], append([]hpack.HeaderField(nil), f.Fields...))
+			h.ended[f.StreamID] = h.ended[f.StreamID] || f.StreamEnded()
 		case *http2.DataFrame:
 			if l := h.data[f.StreamID]; len(l) < 64 {
 				h.data[f.StreamID] = append(l, len(f.Data()))
 			}
+			h.ended[f.StreamID] = h.ended[f.StreamID] || f.StreamEnded()
 		case *http2.SettingsFrame:
 			if f.IsAck() {
 				h.acks++
@@ -253,6 +259,21 @@ func (h *H2Conn) Status(stream uint32) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.status[stream]
+}
+
+// Heads returns the header blocks received on stream, in order (interim
+// heads, the final head, trailers), each with its fields as sent.
+func (h *H2Conn) Heads(stream uint32) [][]hpack.HeaderField {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([][]hpack.HeaderField(nil), h.heads[stream]...)
+}
+
+// StreamEnded reports whether the server ended stream (END_STREAM).
+func (h *H2Conn) StreamEnded(stream uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended[stream]
 }
 
 // Data returns the lengths of the first DATA frames on stream.
