@@ -1,8 +1,10 @@
 package cache_test
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,6 +18,7 @@ import (
 	"github.com/linkgate/linkgate/cache"
 	"github.com/linkgate/linkgate/forwarded"
 	"github.com/linkgate/linkgate/h1serve"
+	"github.com/linkgate/linkgate/h2serve"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/ongoing"
 	"github.com/linkgate/linkgate/proxy"
@@ -56,26 +59,28 @@ func redirect(fields ...string) func(w http.ResponseWriter, r *http.Request) {
 
 // gateway is the cache in front of a reverse proxy to u, over real HTTP.
 type gateway struct {
-	url   string
-	store *cache.Store
-	clk   *testkit.Clock
+	url    string
+	client *http.Client // the front's
+	store  *cache.Store
+	clk    *testkit.Clock
 }
 
 // front is what stands around the cache: net/http's server and
-// httputil.ReverseProxy, the answer's head passed through the header map
-// (as the gateway serves HTTP/2), or, as the gateway serves HTTP/1,
-// h1serve's loop and the proxy's own client, which relays the upstream's
-// head as a list of fields.
+// httputil.ReverseProxy, the answer's head passed through the header map;
+// or, as the gateway serves HTTP/1 and HTTP/2, h1serve's or h2serve's
+// loop and the proxy's own client, which relays the upstream's head as a
+// list of fields.
 type front string
 
 const (
-	mapped  front = "net-http"
-	relayed front = "loop"
+	mapped    front = "net-http"
+	relayed   front = "loop"
+	relayedH2 front = "loop-h2"
 )
 
 // eachFront runs test once with each front, in parallel.
 func eachFront(t *testing.T, test func(t *testing.T, fr front)) {
-	for _, fr := range []front{mapped, relayed} {
+	for _, fr := range []front{mapped, relayed, relayedH2} {
 		t.Run(string(fr), func(t *testing.T) {
 			t.Parallel()
 			test(t, fr)
@@ -91,8 +96,8 @@ func newGateway(t *testing.T, fr front, u *upstream, cfg cache.Config, ttl time.
 	}
 	clk := testkit.NewClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
 	st := cache.NewStore(cfg.MaxBytes, nil, clk.Now)
-	g := &gateway{store: st, clk: clk}
-	if fr == relayed {
+	g := &gateway{store: st, clk: clk, client: client}
+	if fr != mapped {
 		pcfg := proxy.DefaultConfig()
 		pcfg.Targets = []string{u.srv.URL}
 		pcfg.HealthCheck.Interval = time.Hour
@@ -103,9 +108,16 @@ func newGateway(t *testing.T, fr front, u *upstream, cfg cache.Config, ttl time.
 		px := proxy.New(plan, nil, nil)
 		t.Cleanup(px.Close)
 		h := st.Handler(p, ttl, px)
-		s := h1serve.New(&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h.ServeHTTP(ongoing.StatusWriter(w), r)
-		})})
+		})
+		if fr == relayedH2 {
+			s := &h2serve.Server{Handler: hf}
+			g.url = "http://" + testkit.Serve(t, testkit.AcceptLoop(func(nc net.Conn) { s.ServeConn(context.Background(), nc, false) }), s.Close)
+			g.client = h2cClient
+			return g
+		}
+		s := h1serve.New(&http.Server{Handler: hf})
 		g.url = "http://" + testkit.Serve(t, s.Serve, s.Close)
 		return g
 	}
@@ -120,6 +132,13 @@ func newGateway(t *testing.T, fr front, u *upstream, cfg cache.Config, ttl time.
 
 var client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
+// h2cClient is client over HTTP/2 in clear text, with prior knowledge.
+var h2cClient = func() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}, CheckRedirect: client.CheckRedirect}
+}()
+
 // get asks the gateway for path, and returns the answer with its body
 // read.
 func (g *gateway) get(t *testing.T, path string, fields ...string) (*http.Response, string) {
@@ -128,7 +147,7 @@ func (g *gateway) get(t *testing.T, path string, fields ...string) (*http.Respon
 	for i := 0; i+1 < len(fields); i += 2 {
 		req.Header.Set(fields[i], fields[i+1])
 	}
-	res, err := client.Do(req)
+	res, err := g.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +238,7 @@ func TestHitAnswer(t *testing.T) {
 			t.Errorf("Age %q, want 42", hit.Header.Get("Age"))
 		}
 		req, _ := http.NewRequest(http.MethodHead, g.url+"/k", nil)
-		res, err := client.Do(req)
+		res, err := g.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +454,7 @@ func TestBypass(t *testing.T) {
 				t.Error("bypass: the client got Linkgate-Cache-Control")
 			}
 			req, _ := http.NewRequest(http.MethodPost, g.url+"/p", strings.NewReader("x"))
-			res, err := client.Do(req)
+			res, err := g.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/linkgate/linkgate/h1wire"
 	"github.com/linkgate/linkgate/h2serve"
+	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/ongoing"
 )
 
@@ -50,23 +51,9 @@ func relayRedirect(w http.ResponseWriter, r *http.Request) {
 // loopback, as h2load -m32 asks them. The client reads frames without
 // decoding them: the allocations are the server's.
 func BenchmarkRelayedRedirect(b *testing.B) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
 	srv := &h2serve.Server{Handler: http.HandlerFunc(relayRedirect)}
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go srv.ServeConn(context.Background(), nc, false)
-		}
-	}()
-	defer srv.Close()
-	defer l.Close()
-	nc, err := net.Dial("tcp", l.Addr().String())
+	addr := testkit.Serve(b, testkit.AcceptLoop(func(nc net.Conn) { srv.ServeConn(context.Background(), nc, false) }), srv.Close)
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}

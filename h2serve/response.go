@@ -5,12 +5,16 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/linkgate/linkgate/h1wire"
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // hpackField is a decoded header field.
@@ -20,13 +24,13 @@ type hpackField = hpack.HeaderField
 // it keeps the first bufSize bytes of the body until the handler writes
 // more, flushes or returns, so that a short answer gets its Content-Length
 // and sniffed Content-Type and leaves in one HEADERS and one DATA frame.
+// It takes a relayed head as a list of fields (ongoing.FieldWriter).
 // Its methods are for the handler's goroutine.
 type responseWriter struct {
 	st     *stream
 	isHead bool
 
 	hdr         http.Header // the handler's
-	snap        http.Header // hdr as it was at WriteHeader: the fields sent
 	status      int
 	wroteHeader bool // the final status is set
 	sentHeader  bool // its HEADERS frame is written
@@ -36,6 +40,13 @@ type responseWriter struct {
 	declLen     int64    // the Content-Length sent, or -1
 	trailers    []string // the trailer names declared
 	err         error    // a write's error: the next fail too
+
+	// head is the fields sent, as they were at WriteHeader: hdr's, then
+	// (from head.relayed on) those WriteHeaderFields took; nil for none.
+	// Its strings are the handler's, not copied: a list rather than a
+	// clone of hdr, given back when the stream ends.
+	head                     *headFields
+	hasLen, hasType, hasDate bool // head names the field, even with no value
 }
 
 // bufSize is how much of a body the writer keeps before writing it.
@@ -44,7 +55,18 @@ const bufSize = 4 << 10
 var (
 	_ http.ResponseWriter = (*responseWriter)(nil)
 	_ http.Flusher        = (*responseWriter)(nil)
+	_ ongoing.FieldWriter = (*responseWriter)(nil)
 )
+
+// headFields is the list of an answer's head fields (responseWriter.head).
+type headFields struct {
+	list    []h1wire.Field
+	relayed int // where WriteHeaderFields' fields begin
+}
+
+// headLists holds the lists of the streams that ended, for the next
+// answers.
+var headLists = sync.Pool{New: func() any { return new(headFields) }}
 
 // Header returns the header map of the answer.
 func (w *responseWriter) Header() http.Header {
@@ -66,32 +88,117 @@ func (w *responseWriter) WriteHeader(code int) {
 	}
 	if code < 200 {
 		if code != http.StatusSwitchingProtocols { // RFC 9113 section 8.6: no 101
-			w.writeInterim(code, w.hdr)
+			w.writeInterim(code, w.hdr, nil)
 		}
 		return
 	}
-	w.wroteHeader, w.status, w.declLen = true, code, -1
-	if len(w.hdr) > 0 {
-		w.snap = w.hdr.Clone()
+	w.setHead(code, nil)
+}
+
+// TakesFields: the writer takes a head as a list (WriteHeaderFields).
+func (w *responseWriter) TakesFields() bool { return true }
+
+// WriteHeaderFields is WriteHeader for a head of the header map's fields
+// and then fields (ongoing.FieldWriter): a relayed head's, sent after the
+// map's by the same rules, with no header map between. An interim head's
+// are sent at once and not kept.
+func (w *responseWriter) WriteHeaderFields(code int, fields []h1wire.Field) {
+	if code < 100 || code > 999 || w.wroteHeader {
+		w.WriteHeader(code)
+		return
 	}
+	if code < 200 {
+		if code != http.StatusSwitchingProtocols {
+			w.writeInterim(code, w.hdr, fields)
+		}
+		return
+	}
+	w.setHead(code, fields)
+}
+
+// HeadField is the first value of the named field of the head: the
+// header map's, else the relayed fields'.
+func (w *responseWriter) HeadField(name string) string {
+	if v := w.hdr[name]; len(v) > 0 {
+		return v[0]
+	}
+	if w.head != nil {
+		for _, f := range w.head.list[w.head.relayed:] {
+			if f.Name == name {
+				return f.Value
+			}
+		}
+	}
+	return ""
+}
+
+// setHead sets the final status and the head's fields: the header map's
+// as it is now (later changes to it are not sent, as in net/http), then
+// relayed.
+func (w *responseWriter) setHead(code int, relayed []h1wire.Field) {
+	w.wroteHeader, w.status, w.declLen = true, code, -1
+	if len(w.hdr) == 0 && len(relayed) == 0 {
+		return
+	}
+	hf := headLists.Get().(*headFields)
+	for k, vv := range w.hdr {
+		w.noteName(k)
+		for _, v := range vv {
+			hf.list = append(hf.list, h1wire.Field{Name: k, Value: v})
+		}
+	}
+	hf.relayed = len(hf.list)
+	for _, f := range relayed {
+		w.noteName(f.Name)
+	}
+	hf.list = append(hf.list, relayed...)
+	w.head = hf
+}
+
+// noteName notes a name of the head whose mere presence counts.
+func (w *responseWriter) noteName(k string) {
+	switch k {
+	case "Content-Length":
+		w.hasLen = true
+	case "Content-Type":
+		w.hasType = true
+	case "Date":
+		w.hasDate = true
+	}
+}
+
+// release gives the head's list back once the stream has ended.
+func (w *responseWriter) release() {
+	hf := w.head
+	if hf == nil {
+		return
+	}
+	w.head = nil
+	if cap(hf.list) > 64 {
+		return
+	}
+	clear(hf.list) // its strings are the handler's
+	hf.list = hf.list[:0]
+	headLists.Put(hf)
 }
 
 // writeContinue sends 100 Continue, before the first read of a body that
 // expects it.
 func (w *responseWriter) writeContinue() {
 	if !w.wroteHeader {
-		w.writeInterim(http.StatusContinue, nil)
+		w.writeInterim(http.StatusContinue, nil, nil)
 	}
 }
 
-// writeInterim writes a 1xx answer with h's fields but Content-Length and
-// Transfer-Encoding.
-func (w *responseWriter) writeInterim(code int, h http.Header) {
+// writeInterim writes a 1xx answer with h's fields and then fields, but
+// the connection-specific ones and Content-Length.
+func (w *responseWriter) writeInterim(code int, h http.Header, fields []h1wire.Field) {
 	c := w.st.c
 	c.writeFrames(w.st, func(*http2.Framer) {
 		c.w.hbuf.Reset()
 		c.w.encodeStatus(code)
 		c.w.encodeHeader(h)
+		c.w.encodeFields(fields)
 		c.w.writeBlock(w.st.id, false)
 	})
 }
@@ -215,32 +322,48 @@ func (w *responseWriter) writeChunk(p []byte) error {
 // (all of it when the handler is done), and says whether it ended the
 // stream.
 func (w *responseWriter) writeHead(p []byte) (end bool, err error) {
-	h := w.snap
-	var clen, ctype, date string
-	if v := h.Get("Content-Length"); v != "" {
-		if n, err := strconv.ParseUint(v, 10, 63); err == nil {
-			clen, w.declLen = v, int64(n)
+	var fields []h1wire.Field
+	if w.head != nil {
+		fields = w.head.list
+	}
+	// The first value of each name is the map's, else the relayed one.
+	var clen, ctype, date, cenc, conn string
+	var sawLen, sawEnc, sawConn bool
+	for _, f := range fields {
+		switch f.Name {
+		case "Content-Length":
+			if !sawLen {
+				sawLen = true
+				if n, err := strconv.ParseUint(f.Value, 10, 63); err == nil {
+					clen, w.declLen = f.Value, int64(n)
+				}
+			}
+		case "Content-Encoding":
+			if !sawEnc {
+				sawEnc, cenc = true, f.Value
+			}
+		case "Connection":
+			if !sawConn {
+				sawConn, conn = true, f.Value
+			}
+		case "Trailer":
+			for name := range strings.SplitSeq(f.Value, ",") {
+				w.declareTrailer(strings.TrimSpace(name))
+			}
 		}
 	}
-	_, hasLen := h["Content-Length"]
-	if !hasLen && clen == "" && w.handlerDone && bodyAllowed(w.status) && (len(p) > 0 || !w.isHead) {
+	if !w.hasLen && clen == "" && w.handlerDone && bodyAllowed(w.status) && (len(p) > 0 || !w.isHead) {
 		clen = strconv.Itoa(len(p))
 	}
-	_, hasType := h["Content-Type"]
-	if !hasType && h.Get("Content-Encoding") == "" && bodyAllowed(w.status) && len(p) > 0 {
+	if !w.hasType && cenc == "" && bodyAllowed(w.status) && len(p) > 0 {
 		ctype = http.DetectContentType(p)
 	}
-	if _, ok := h["Date"]; !ok {
+	if !w.hasDate {
 		date = dateValue()
-	}
-	for _, v := range h["Trailer"] {
-		for _, name := range strings.Split(v, ",") {
-			w.declareTrailer(strings.TrimSpace(name))
-		}
 	}
 	// A handler's Connection: close closes the connection once idle, as
 	// over HTTP/1 (x/net/http2 does the same).
-	if v, ok := h["Connection"]; ok && len(v) > 0 && v[0] == "close" {
+	if conn == "close" {
 		go w.st.c.goAway(http2.ErrCodeNo)
 	}
 	end = w.isHead || w.handlerDone && len(w.trailers) == 0 && len(p) == 0
@@ -248,7 +371,7 @@ func (w *responseWriter) writeHead(p []byte) (end bool, err error) {
 	err = c.writeFrames(w.st, func(*http2.Framer) {
 		c.w.hbuf.Reset()
 		c.w.encodeStatus(w.status)
-		c.w.encodeHeader(h)
+		c.w.encodeFields(fields)
 		c.w.encodeField("content-length", clen)
 		c.w.encodeField("content-type", ctype)
 		c.w.encodeField("date", date)
@@ -329,12 +452,10 @@ func (w *writer) encodeStatus(code int) {
 	w.enc.WriteField(hpack.HeaderField{Name: ":status", Value: s})
 }
 
-// encodeHeader encodes h's fields but the connection-specific ones (RFC
-// 9113 section 8.2.2) and Content-Length, which the caller adds; under mu.
+// encodeHeader encodes h's fields but those notSent drops; under mu.
 func (w *writer) encodeHeader(h http.Header) {
 	for k, vv := range h {
-		switch k {
-		case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Content-Length":
+		if notSent(k) {
 			continue
 		}
 		name := lowerKey(k)
@@ -342,6 +463,27 @@ func (w *writer) encodeHeader(h http.Header) {
 			w.encodeValid(name, v)
 		}
 	}
+}
+
+// encodeFields encodes fields but those notSent drops, as encodeHeader
+// encodes a header map's; under mu.
+func (w *writer) encodeFields(fields []h1wire.Field) {
+	for _, f := range fields {
+		if !notSent(f.Name) {
+			w.encodeValid(lowerKey(f.Name), f.Value)
+		}
+	}
+}
+
+// notSent says whether a field of the handler's named k is left out of
+// a head: the connection-specific ones (RFC 9113 section 8.2.2), and
+// Content-Length, which the writer adds as it decides.
+func notSent(k string) bool {
+	switch k {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Content-Length":
+		return true
+	}
+	return false
 }
 
 // encodeValid encodes a field, unless its name or value are invalid (as

@@ -418,6 +418,7 @@ func (c *conn) runHandler(st *stream, r *http.Request, h http.Handler) {
 // connection; the last stream of a connection going away closes it.
 func (c *conn) endStream(st *stream) {
 	st.cancel()
+	st.rw.release()
 	st.stopWriteDeadline()
 	c.mu.Lock()
 	delete(c.streams, st.id)

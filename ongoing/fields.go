@@ -9,9 +9,9 @@ import (
 // FieldWriter is a response writer that takes a head's fields as a list,
 // as a relayed head came, rather than through its header map: the proxy
 // hands it the upstream's end-to-end fields, with no map built and read
-// again. h1serve's loop's writer is one; so are the wrappers that pass
-// heads on (Recorder, the redirect cache's recorder) while
-// the writer they wrap is one.
+// again. The writers of h1serve's and h2serve's loops are ones; so are
+// the wrappers that pass heads on (Recorder, the redirect cache's
+// recorder) while the writer they wrap is one.
 type FieldWriter interface {
 	http.ResponseWriter
 	// TakesFields reports whether the writer takes a head as a list: a

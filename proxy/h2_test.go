@@ -31,22 +31,8 @@ func (w mapOnly) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // address.
 func serveH2(t *testing.T, h http.Handler) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &h2serve.Server{Handler: h}
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go srv.ServeConn(context.Background(), nc, false)
-		}
-	}()
-	t.Cleanup(func() { l.Close(); srv.Close() })
-	return l.Addr().String()
+	return testkit.Serve(t, testkit.AcceptLoop(func(nc net.Conn) { srv.ServeConn(context.Background(), nc, false) }), srv.Close)
 }
 
 // h2Answer is what a client sees of one answer over HTTP/2: its header
@@ -165,6 +151,9 @@ func TestRelayedHeadOverHTTP2(t *testing.T) {
 			if hide {
 				px.ServeHTTP(mapOnly{rec}, r)
 			} else {
+				if _, ok := ongoing.AsFieldWriter(rec); !ok {
+					t.Error("h2serve's writer takes no head as a list")
+				}
 				px.ServeHTTP(rec, r)
 			}
 			w.Header()["X-Late"] = []string{"late"} // after the head: not sent

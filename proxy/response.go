@@ -16,7 +16,7 @@ import (
 
 // writeHead writes the final head of the response h: its end-to-end
 // fields as a list to a writer that takes one (ongoing.FieldWriter: the
-// gateway's HTTP/1 loop), else through the header map. It reports whether
+// gateway's HTTP/1 and HTTP/2 loops), else through the header map. It reports whether
 // the answer is an event stream.
 func (x *trip) writeHead(h *h1wire.Response) (eventStream bool) {
 	if h.Chunked && len(h.Trailers) > 0 {

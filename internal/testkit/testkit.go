@@ -291,6 +291,22 @@ func ServeOn(t testing.TB, l net.Listener, serve func(net.Listener) error, stop 
 	})
 }
 
+// AcceptLoop is the Serve, for Serve and ServeOn, of a server that takes
+// its connections one by one (h2serve's ServeConn): it hands each
+// connection l accepts to serve on a goroutine of its own, until Accept
+// fails.
+func AcceptLoop(serve func(net.Conn)) func(net.Listener) error {
+	return func(l net.Listener) error {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return err
+			}
+			go serve(nc)
+		}
+	}
+}
+
 // StartCommand runs a command's run function (run(ctx, args, stdout), as
 // cmd/tinyurl and the bench programs have it) with args on a goroutine and
 // waits for its first line of output, "ARGS[0] listening on ADDR". It
