@@ -52,7 +52,7 @@ type conn struct {
 	// The running request's context (nil: no handler runs, the watch does
 	// not read), and the function AfterEnd arranged for it (stopHook,
 	// bound once, stops it).
-	req      *reqContext
+	req      *ongoing.RequestContext
 	hook     func()
 	stopHook func() bool
 
@@ -353,7 +353,8 @@ func (c *conn) intern(i int, b []byte) string {
 // serveRequest runs the handler on r and finishes its answer; false when
 // the connection is to close.
 func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
-	x := &exchange{ctx: reqContext{Context: c.ctx, start: time.Now()}}
+	x := &exchange{}
+	x.ctx.Init(c.ctx, time.Now())
 	r := parsed.WithContext(&x.ctx)
 	if len(c.respHdr) > maxReusedFields || c.respHdr == nil {
 		c.respHdr = make(http.Header)
@@ -363,12 +364,12 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 		wantsClose: r.Close || hasToken(header.First(r.Header, "Connection"), "close"), staged: c.staged[:0]}
 	w := &x.w
 	if c.ctxEnd { // as a context derived from the connection's
-		defer context.AfterFunc(c.ctx, x.ctx.cancel)()
+		defer context.AfterFunc(c.ctx, x.ctx.Cancel)()
 	}
 	c.startWatch(&x.ctx)
 	defer func() {
 		if v := recover(); v != nil {
-			x.ctx.cancel()
+			x.ctx.Cancel()
 			c.stopWatch()
 			if v != http.ErrAbortHandler {
 				c.s.logf("http: panic serving %v: %v\n%s", c.remote, v, debug.Stack())
@@ -378,7 +379,7 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 		}
 	}()
 	c.s.handler().ServeHTTP(w, r)
-	x.ctx.cancel()
+	x.ctx.Cancel()
 	c.stopWatch()
 	w.finish()
 	if cap(w.head) <= 16<<10 {
@@ -396,14 +397,14 @@ func (c *conn) serveRequest(parsed *http.Request) (keep bool) {
 // exchange is what the loop allocates for a request besides the
 // http.Request, in one piece: its context and its response writer.
 type exchange struct {
-	ctx reqContext
+	ctx ongoing.RequestContext
 	w   response
 }
 
 // startWatch arms the watch for the client leaving the request whose
 // context is ctx: the server's scanner starts it once the handler has run
 // for a while (Server.scan).
-func (c *conn) startWatch(ctx *reqContext) {
+func (c *conn) startWatch(ctx *ongoing.RequestContext) {
 	c.wmu.Lock()
 	c.req = ctx
 	c.wmu.Unlock()
@@ -455,7 +456,7 @@ func (c *conn) watch() {
 	c.wmu.Lock()
 	if err != nil && !c.aborting {
 		c.gone = true
-		c.req.cancel()
+		c.req.Cancel()
 		c.runHook()
 	}
 	c.watching = false

@@ -20,9 +20,9 @@ type ctxKey struct{}
 // TestAfterEnd: ongoing.AfterEnd on the context of a request of the
 // loop (or one only carrying values more) costs no allocation and runs
 // its function when the client leaves or else when the handler returns,
-// not once stopped; on a context derived with an end of its own, and for
-// a second function, it is context.AfterFunc, which runs them when their
-// context ends.
+// not once stopped; on a context derived with an end of its own it is
+// context.AfterFunc, and for a second function the request context's
+// AfterFunc, which run them when their context ends.
 func TestAfterEnd(t *testing.T) {
 	type outcome struct {
 		stopped, ranInHandler bool

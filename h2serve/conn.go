@@ -22,13 +22,16 @@ import (
 // windows; wmu (write.go) guards the output. Lock order: mu before wmu,
 // a body's mu alone.
 type conn struct {
-	s       *Server
-	nc      net.Conn
-	ctx     context.Context // the connection's values; canceled as it ends
-	cancel  context.CancelFunc
-	remote  string
-	tls     *tls.ConnectionState // the handshake's, over TLS
-	handler http.Handler         // the connection's own, in place of the Server's; nil: the Server's
+	s      *Server
+	nc     net.Conn
+	ctx    context.Context // the connection's values; canceled as it ends
+	cancel context.CancelFunc
+	// stopBase stops endRequests' run at the end of the base context, if
+	// that can end.
+	stopBase func() bool
+	remote   string
+	tls      *tls.ConnectionState // the handshake's, over TLS
+	handler  http.Handler         // the connection's own, in place of the Server's; nil: the Server's
 
 	// reader's
 	br          *bufio.Reader
@@ -59,9 +62,24 @@ func newConn(ctx context.Context, s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), streams: make(map[uint32]*stream),
 		sendWin: 65535, peerWin: 65535, peerMax: defaultMaxFrameSize, recvWin: 65535}
 	c.ctx, c.cancel = context.WithCancel(ctx)
+	if ctx.Done() != nil {
+		c.stopBase = context.AfterFunc(ctx, c.endRequests)
+	}
 	c.flow.L = &c.mu
 	c.w.init(c)
 	return c
+}
+
+// endRequests cancels the contexts of the requests served (the streams'
+// contexts end with the connection's, but are not derived from it), once
+// the connection's base context ended; a stream opened later finds the
+// connection's context ended.
+func (c *conn) endRequests() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.streams {
+		st.ctx.Cancel()
+	}
 }
 
 // errGoneAway ends the reader after a connection error's GOAWAY.
@@ -236,7 +254,11 @@ func (c *conn) close() {
 	c.flow.Broadcast()
 	c.mu.Unlock()
 	c.cancel()
+	if c.stopBase != nil {
+		c.stopBase()
+	}
 	for _, st := range streams {
+		st.ctx.Cancel()
 		st.body.fail(errConnClosed)
 	}
 	c.w.stop()
@@ -398,7 +420,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	}
 	c.mu.Unlock()
 	if st != nil {
-		st.cancel()
+		st.ctx.Cancel()
 		st.body.fail(errClientReset)
 	}
 	return nil
@@ -417,7 +439,7 @@ func (c *conn) resetStream(st *stream, id uint32, code http2.ErrCode) {
 		if sent {
 			return
 		}
-		st.cancel()
+		st.ctx.Cancel()
 		st.body.fail(errStreamReset)
 	}
 	c.w.mu.Lock()

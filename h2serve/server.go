@@ -20,9 +20,9 @@
 // from :path, Host from :authority, RequestURI, ContentLength from
 // content-length (-1 with a body of unknown length, 0 and http.NoBody
 // without one), TLS, RemoteAddr, and a context carrying
-// http.ServerContextKey, http.LocalAddrContextKey and ConnContext's values,
-// canceled when the stream is reset, the handler returns or the connection
-// ends. Its responses follow the same rules: a Date field, Content-Type
+// http.ServerContextKey, http.LocalAddrContextKey and ConnContext's values
+// and the request's start (an ongoing.RequestContext), canceled when the
+// stream is reset, the handler returns or the connection ends. Its responses follow the same rules: a Date field, Content-Type
 // sniffed when the handler wrote a body without one, Content-Length when
 // the handler wrote its whole body before returning, trailers (the
 // Trailer field and http.TrailerPrefix), 1xx interim answers,

@@ -1,7 +1,6 @@
 package h2serve
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/textproto"
@@ -16,16 +15,17 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
+
+	"github.com/linkgate/linkgate/ongoing"
 )
 
 // stream is one request and its answer.
 type stream struct {
-	c      *conn
-	id     uint32
-	ctx    context.Context
-	cancel context.CancelFunc
-	body   *body // nil when the request has none
-	rw     responseWriter
+	c    *conn
+	id   uint32
+	ctx  ongoing.RequestContext // the request's: canceled when the stream ends
+	body *body                  // nil when the request has none
+	rw   responseWriter
 
 	reset atomic.Bool // RST_STREAM sent or received: writes fail
 	// endSent: the answer's END_STREAM is written, set under the writer's
@@ -103,13 +103,16 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.idleArmed = false
 		c.nc.SetReadDeadline(time.Time{})
 	}
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
+	st.ctx.Init(c.ctx, time.Now())
 	st.rw = responseWriter{st: st, isHead: r.Method == http.MethodHead}
 	c.mu.Lock()
 	st.sendWin, st.recvWin = c.peerWin, initialStreamWindow
 	st.recvDone = st.body == nil
 	c.streams[id] = st
 	c.mu.Unlock()
+	if c.ctx.Err() != nil { // ended after endRequests looked
+		st.ctx.Cancel()
+	}
 	if d := c.s.WriteTimeout; d > 0 {
 		st.setWriteDeadline(time.Now().Add(d))
 	}
@@ -120,7 +123,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if f.Truncated { // over MaxHeaderBytes
 		h = http.HandlerFunc(headerListTooLong)
 	}
-	req := r.WithContext(st.ctx)
+	req := r.WithContext(&st.ctx)
 	c.s.workers.run(func() { c.runHandler(st, req, h) })
 	return nil
 }
@@ -417,7 +420,7 @@ func (c *conn) runHandler(st *stream, r *http.Request, h http.Handler) {
 // (RFC 9113 section 8.1) and its unread bytes are given back to the
 // connection; the last stream of a connection going away closes it.
 func (c *conn) endStream(st *stream) {
-	st.cancel()
+	st.ctx.Cancel()
 	st.rw.release()
 	st.stopWriteDeadline()
 	c.mu.Lock()

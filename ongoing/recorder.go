@@ -1,7 +1,8 @@
 // Package ongoing is what the gateway's layers learn of a request while
 // it is served, without importing the server that reads it or the proxy
 // that answers it: the status and size of its answer as they are written
-// (StatusWriter, Recorder), and its end (AfterEnd).
+// (StatusWriter, Recorder), and its end (AfterEnd); and the context a
+// server's loop gives it (RequestContext).
 package ongoing
 
 import (

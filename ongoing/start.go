@@ -13,8 +13,8 @@ import (
 type StartKey struct{}
 
 // Start is when the request whose context is ctx began: its server's one
-// read of the clock where the server notes it (StartKey; h1serve's loop
-// does), else time.Now().
+// read of the clock where the server notes it (StartKey; h1serve's and
+// h2serve's loops do, in a RequestContext), else time.Now().
 func Start(ctx context.Context) time.Time {
 	if t, ok := ctx.Value(StartKey{}).(*time.Time); ok {
 		return *t
