@@ -54,7 +54,7 @@ func TestSchemaFileOnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(tables)
-	want := []string{"dims", "erasures", "link_days", "points_1d", "points_1h", "points_1m", "points_1w", "points_5m", "points_total",
+	want := []string{"dims", "erasures", "link_days", "link_days_by_shard", "points_1d", "points_1h", "points_1m", "points_1m_by_shard", "points_1w", "points_5m", "points_total",
 		"rollup_active", "rollup_lease", "rollup_marks", "rollup_progress", "tenant_leaders", "top_days", "top_leaders", "uniques"}
 	if !slices.Equal(tables, want) {
 		t.Errorf("%d statements made the tables %q, want %q", n, tables, want)

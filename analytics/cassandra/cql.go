@@ -3,6 +3,7 @@ package cassandra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gocql/gocql"
@@ -126,15 +127,19 @@ const (
 	// A row whose bots are split by class: insertPointCQL with
 	// classColumns, which a row without any leaves out (not null: no cell,
 	// no tombstone).
-	insertClassesCQL  = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot, preview, scanner, prefetch, internal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	selectPointsCQL   = `SELECT start, human, bot, preview, scanner, prefetch, internal FROM %s.%s WHERE short_key = ? AND bucket = ? AND start >= ? AND start < ?`
-	insertActiveCQL   = `INSERT INTO %s.rollup_active (step, period, shard, short_key) VALUES (?, ?, ?, ?) USING TTL ?`
-	selectActiveCQL   = `SELECT short_key FROM %s.rollup_active WHERE step = ? AND period = ? AND shard = ? AND short_key > ? LIMIT ?`
-	insertMarkCQL     = `INSERT INTO %s.rollup_marks (short_key, step, start, id, at_us) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
-	deleteMarkCQL     = `DELETE FROM %s.rollup_marks USING TIMESTAMP ? WHERE short_key = ? AND step = ? AND start = ? AND id = ?`
-	selectMarksCQL    = `SELECT step, start, id, at_us FROM %s.rollup_marks WHERE short_key = ?`
-	insertProgressCQL = `INSERT INTO %s.rollup_progress (name, step, done) VALUES ('rollup', ?, ?) USING TIMESTAMP ?`
-	selectProgressCQL = `SELECT step, done FROM %s.rollup_progress WHERE name = 'rollup'`
+	insertClassesCQL = `INSERT INTO %s.%s (short_key, bucket, start, writer, human, bot, preview, scanner, prefetch, internal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectPointsCQL  = `SELECT start, writer, human, bot, preview, scanner, prefetch, internal FROM %s.%s WHERE short_key = ? AND bucket = ? AND start >= ? AND start < ?`
+	// The finest tier's sharded table (shards.go).
+	insertShardPointCQL   = `INSERT INTO %s.%s (shard, bucket, short_key, start, writer, human, bot) VALUES (?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	insertShardClassesCQL = `INSERT INTO %s.%s (shard, bucket, short_key, start, writer, human, bot, preview, scanner, prefetch, internal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	selectShardPointsCQL  = `SELECT start, writer, human, bot, preview, scanner, prefetch, internal FROM %s.%s WHERE shard = ? AND bucket IN ? AND short_key = ? AND start >= ? AND start < ?`
+	insertActiveCQL       = `INSERT INTO %s.rollup_active (step, period, shard, short_key) VALUES (?, ?, ?, ?) USING TTL ?`
+	selectActiveCQL       = `SELECT short_key FROM %s.rollup_active WHERE step = ? AND period = ? AND shard = ? AND short_key > ? LIMIT ?`
+	insertMarkCQL         = `INSERT INTO %s.rollup_marks (short_key, step, start, id, at_us) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	deleteMarkCQL         = `DELETE FROM %s.rollup_marks USING TIMESTAMP ? WHERE short_key = ? AND step = ? AND start = ? AND id = ?`
+	selectMarksCQL        = `SELECT step, start, id, at_us FROM %s.rollup_marks WHERE short_key = ?`
+	insertProgressCQL     = `INSERT INTO %s.rollup_progress (name, step, done) VALUES ('rollup', ?, ?) USING TIMESTAMP ?`
+	selectProgressCQL     = `SELECT step, done FROM %s.rollup_progress WHERE name = 'rollup'`
 	// The lease: taken when nobody holds it, renewed by its holder, both
 	// lightweight transactions; the TTL ends it when the holder stops.
 	takeLeaseCQL  = `INSERT INTO %s.rollup_lease (name, holder) VALUES ('` + leaseName + `', ?) IF NOT EXISTS USING TTL ?`
@@ -149,11 +154,16 @@ type cqlBackend struct {
 	retry  gocql.RetryPolicy
 
 	insertPoint, insertClasses, selectPoints map[string]string // by table
+	// The finest tier, whose rows the sharded table holds, and its
+	// statements.
+	finest                                                  rollup.Tier
+	insertShardPoint, insertShardClasses, selectShardPoints string
 	insertActive, selectActive,
 	insertMark, delMark, selectMarks,
 	insertProgress, selectProgress,
 	takeLease, renewLease,
 	updateLinkDay, updateLinkVisits, selectLinkDims, selectLinkRegs, selectLinkVisits,
+	selectShardDims, selectShardRegs, selectShardVisits,
 	selectDims,
 	selectTopKeys,
 	insertLeader, selectLeaders, selectLeader,
@@ -188,9 +198,13 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 
 		updateLinkVisits: fmt.Sprintf(updateLinkVisitsCQL, ks),
 		selectLinkVisits: fmt.Sprintf(selectLinkVisitsCQL, ks),
-		insertLeader:     fmt.Sprintf(insertLeaderCQL, ks),
-		selectLeaders:    fmt.Sprintf(selectLeadersCQL, ks),
-		selectLeader:     fmt.Sprintf(selectLeaderCQL, ks),
+
+		selectShardDims:   fmt.Sprintf(selectShardDimsCQL, ks),
+		selectShardRegs:   fmt.Sprintf(selectShardRegsCQL, ks),
+		selectShardVisits: fmt.Sprintf(selectShardVisitsCQL, ks),
+		insertLeader:      fmt.Sprintf(insertLeaderCQL, ks),
+		selectLeaders:     fmt.Sprintf(selectLeadersCQL, ks),
+		selectLeader:      fmt.Sprintf(selectLeaderCQL, ks),
 
 		insertTenantLeader:  fmt.Sprintf(insertTenantLeaderCQL, ks),
 		selectTenantLeaders: fmt.Sprintf(selectTenantLeadersCQL, ks),
@@ -201,6 +215,11 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		selectErasures:   fmt.Sprintf(selectErasuresCQL, ks),
 		deletePartitions: deletePartitionCQL(ks, tiers),
 	}
+	b.finest = tiers[0]
+	sharded := shardedTable(pointsTable(b.finest))
+	b.insertShardPoint = fmt.Sprintf(insertShardPointCQL, ks, sharded)
+	b.insertShardClasses = fmt.Sprintf(insertShardClassesCQL, ks, sharded)
+	b.selectShardPoints = fmt.Sprintf(selectShardPointsCQL, ks, sharded)
 	for _, t := range tiers {
 		table := pointsTable(t)
 		b.insertPoint[table] = fmt.Sprintf(insertPointCQL, ks, table)
@@ -228,7 +247,16 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 }
 
 func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
+	sharded := pointsTable(b.finest)
 	stmt := func(r pointRow) (string, []any) {
+		if r.table == sharded {
+			at := []any{linkShard(r.key), partitionOf(r.start, shardSpan(b.finest.Step)), r.key, r.start, r.writer, r.v.Human, r.v.Bot}
+			if !r.v.Split() {
+				return b.insertShardPoint, append(at, r.ttl, r.ts)
+			}
+			o := &r.v.Other
+			return b.insertShardClasses, append(at, o[0], o[1], o[2], o[3], r.ttl, r.ts)
+		}
 		if !r.v.Split() {
 			return b.insertPoint[r.table], []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts}
 		}
@@ -247,17 +275,52 @@ func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
 	return b.s.ExecuteBatch(batch)
 }
 
+// readPoints reads the rows of a partition of table; of the finest tier,
+// those of its sharded table inside it too, a bucket's row of a writer
+// once (shards.go).
 func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, from, to time.Time) ([]analytics.Point, error) {
-	it := b.query(ctx, b.selectPoints[table], key, bucket, from, to).Iter()
-	var out []analytics.Point
-	var p analytics.Point
-	o := &p.Other
-	for it.Scan(&p.Start, &p.Human, &p.Bot, &o[0], &o[1], &o[2], &o[3]) {
-		p.Start = p.Start.UTC()
-		out = append(out, p)
+	type row struct {
+		p      analytics.Point
+		writer gocql.UUID
 	}
-	if err := it.Close(); err != nil {
+	var rows []row
+	read := func(q *gocql.Query) error {
+		it := q.Iter()
+		var r row
+		o := &r.p.Other
+		for it.Scan(&r.p.Start, &r.writer, &r.p.Human, &r.p.Bot, &o[0], &o[1], &o[2], &o[3]) {
+			r.p.Start = r.p.Start.UTC()
+			rows = append(rows, r)
+		}
+		return it.Close()
+	}
+	if err := read(b.query(ctx, b.selectPoints[table], key, bucket, from, to)); err != nil {
 		return nil, err
+	}
+	if table == pointsTable(b.finest) {
+		old := len(rows)
+		buckets := shardBuckets(from, to, shardSpan(b.finest.Step))
+		if err := read(b.query(ctx, b.selectShardPoints, linkShard(key), buckets, key, from, to)); err != nil {
+			return nil, err
+		}
+		if old > 0 {
+			type id struct {
+				start  int64
+				writer gocql.UUID
+			}
+			seen := map[id]bool{}
+			rows = slices.DeleteFunc(rows, func(r row) bool {
+				k := id{r.p.Start.UnixMicro(), r.writer}
+				dup := seen[k]
+				seen[k] = true
+				return dup
+			})
+		}
+		slices.SortStableFunc(rows, func(x, y row) int { return x.p.Start.Compare(y.p.Start) })
+	}
+	out := make([]analytics.Point, len(rows))
+	for i, r := range rows {
+		out[i] = r.p
 	}
 	return out, nil
 }

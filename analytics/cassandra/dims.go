@@ -108,15 +108,30 @@ func (s *Store) dimRows(b analytics.Batch, anon gocql.UUID) ([]dimRow, error) {
 	return rows, nil
 }
 
-// linkPart is what a batch writes to one partition (link, 366 days) of
-// link_days: its breakdowns, registers and visits of a day, one mutation
-// on each replica.
+// linkPart is what a batch writes of a link to one partition of
+// link_days_by_shard (a shard and 61 days, inside the link's partition of
+// link_days of 366 days, bucket): its breakdowns, registers and visits of
+// a day.
 type linkPart struct {
 	key    string
 	bucket time.Time
 	dims   []dimRow
 	regs   []uniqRow
 	visits []topRow
+}
+
+// day is a day of p's rows: all are in the same partition of
+// link_days_by_shard.
+func (p *linkPart) day() time.Time {
+	switch {
+	case len(p.dims) > 0:
+		return p.dims[0].day
+	case len(p.regs) > 0:
+		return p.regs[0].day
+	case len(p.visits) > 0:
+		return p.visits[0].day
+	}
+	return p.bucket
 }
 
 // size is p's data as Cassandra measures a batch (pack.go): its
@@ -155,46 +170,44 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 	if err != nil {
 		return nil, err
 	}
+	// A part is a link's rows of one partition of link_days_by_shard
+	// (inside one of link_days, its bucket).
 	type pk struct {
 		key    string
 		bucket int64
 	}
 	parts := map[pk]*linkPart{}
 	var order []*linkPart
-	part := func(key string, bucket time.Time) *linkPart {
-		k := pk{key, bucket.Unix()}
+	part := func(key string, day time.Time) *linkPart {
+		k := pk{key, partitionOf(day, linkDaysShardSpan).Unix()}
 		p := parts[k]
 		if p == nil {
-			p = &linkPart{key: key, bucket: bucket}
+			p = &linkPart{key: key, bucket: partitionOf(day, dimSpan)}
 			parts[k] = p
 			order = append(order, p)
 		}
 		return p
 	}
 	for _, r := range dims {
-		p := part(r.key, r.bucket)
+		p := part(r.key, r.day)
 		p.dims = append(p.dims, r)
 	}
 	for _, r := range regs {
-		p := part(r.key, r.bucket)
+		p := part(r.key, r.day)
 		p.regs = append(p.regs, r)
 	}
 	for _, r := range visits {
-		p := part(r.key, partitionOf(r.day, dimSpan))
+		p := part(r.key, r.day)
 		p.visits = append(p.visits, r)
 	}
-	var ops []op
-	write := func(parts []linkPart) {
-		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLinks(ctx, parts) })
-	}
-	var small []linkPart
+	var pieces []linkPart
 	for _, p := range order {
 		if p.size() <= packBytes {
-			small = append(small, *p)
+			pieces = append(pieces, *p)
 			continue
 		}
-		// A large partition alone: its breakdown rows, then its registers,
-		// maxPartitionRows a statement, its visits with the first.
+		// A large part in pieces: its breakdown rows, then its registers,
+		// maxPartitionRows a piece, its visits with the first.
 		n := len(p.dims) + len(p.regs)
 		for from := 0; from < n; from += maxPartitionRows {
 			to := min(from+maxPartitionRows, n)
@@ -204,11 +217,15 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 			}
 			c.dims = p.dims[min(from, len(p.dims)):min(to, len(p.dims))]
 			c.regs = p.regs[max(from-len(p.dims), 0):max(to-len(p.dims), 0)]
-			write([]linkPart{c})
+			pieces = append(pieces, c)
 		}
 	}
-	for _, g := range pack(small, func(p linkPart) int { return p.size() }) {
-		write(g)
+	type shardPart struct{ shard, bucket int64 }
+	var ops []op
+	for _, g := range byPartition(pieces, func(p linkPart) shardPart {
+		return shardPart{int64(linkShard(p.key)), partitionOf(p.day(), linkDaysShardSpan).Unix()}
+	}, func(p linkPart) int { return p.size() }) {
+		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLinks(ctx, g) })
 	}
 	leaders, err := s.prepareLeaders(ctx, be, visits, b.Writer == "")
 	if err != nil {

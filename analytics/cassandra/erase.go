@@ -426,7 +426,8 @@ const (
 
 // deletePartitionCQL returns the statements that delete a link's
 // partition, by table: the points tables of tiers (a plan's, the
-// all-time one included), link_days and rollup_marks.
+// all-time one included), link_days and rollup_marks; and its rows of
+// the sharded tables' partitions (shards.go).
 func deletePartitionCQL(ks string, tiers []rollup.Tier) map[string]string {
 	m := map[string]string{
 		"link_days":    fmt.Sprintf(`DELETE FROM %s.link_days WHERE short_key = ? AND bucket = ?`, ks),
@@ -434,6 +435,9 @@ func deletePartitionCQL(ks string, tiers []rollup.Tier) map[string]string {
 	}
 	for _, t := range tiers {
 		m[pointsTable(t)] = fmt.Sprintf(`DELETE FROM %s.%s WHERE short_key = ? AND bucket = ?`, ks, pointsTable(t))
+	}
+	for _, table := range []string{shardedTable(pointsTable(tiers[0])), shardedTable("link_days")} {
+		m[table] = fmt.Sprintf(`DELETE FROM %s.%s WHERE shard = ? AND bucket IN ? AND short_key = ?`, ks, table)
 	}
 	return m
 }
@@ -478,7 +482,20 @@ func (b *cqlBackend) deletePartition(ctx context.Context, table, key string, buc
 	if table == "rollup_marks" {
 		return b.query(ctx, stmt, key).Exec()
 	}
-	return b.query(ctx, stmt, key, bucket).Exec()
+	if err := b.query(ctx, stmt, key, bucket).Exec(); err != nil {
+		return err
+	}
+	// The link's rows of the sharded table's partitions inside it.
+	var span, whole time.Duration
+	switch table {
+	case pointsTable(b.finest):
+		span, whole = shardSpan(b.finest.Step), tierSpan(b.finest)
+	case "link_days":
+		span, whole = linkDaysShardSpan, dimSpan
+	default:
+		return nil
+	}
+	return b.query(ctx, b.deletePartitions[shardedTable(table)], linkShard(key), shardBuckets(bucket, bucket.Add(whole), span), key).Exec()
 }
 
 func (b counted) readErasures(ctx context.Context) ([]erasureRow, error) {

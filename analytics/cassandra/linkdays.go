@@ -3,6 +3,7 @@ package cassandra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,15 +44,22 @@ import (
 // link_days), and merge the registers.
 
 const (
-	updateLinkDayCQL = `UPDATE %s.link_days USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ? WHERE short_key = ? AND bucket = ? AND day = ? AND writer = ?`
+	// The rows are written to link_days_by_shard (shards.go); link_days
+	// is read until its rows expire.
+	updateLinkDayCQL = `UPDATE %s.link_days_by_shard USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ? WHERE shard = ? AND bucket = ? AND short_key = ? AND day = ? AND writer = ?`
 	// A row with the link's visits of the day: updateLinkDayCQL setting
 	// visits too, which a row without them leaves out (no cell, no
 	// tombstone).
-	updateLinkVisitsCQL = `UPDATE %s.link_days USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ?, visits = ? WHERE short_key = ? AND bucket = ? AND day = ? AND writer = ?`
+	updateLinkVisitsCQL = `UPDATE %s.link_days_by_shard USING TTL ? AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ?, visits = ? WHERE shard = ? AND bucket = ? AND short_key = ? AND day = ? AND writer = ?`
 	// The visits of several links' days: short_key IN ?.
 	selectLinkVisitsCQL = `SELECT short_key, day, writer, visits FROM %s.link_days WHERE short_key IN ? AND bucket = ? AND day >= ? AND day < ?`
 	selectLinkDimsCQL   = `SELECT day, writer, dims FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
 	selectLinkRegsCQL   = `SELECT regs FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
+	// The same of link_days_by_shard: its partitions in the range (bucket
+	// IN ?), of the links' shards (shard IN ?).
+	selectShardVisitsCQL = `SELECT short_key, day, writer, visits FROM %s.link_days_by_shard WHERE shard IN ? AND bucket IN ? AND short_key IN ? AND day >= ? AND day < ?`
+	selectShardDimsCQL   = `SELECT day, writer, dims FROM %s.link_days_by_shard WHERE shard = ? AND bucket IN ? AND short_key = ? AND day >= ? AND day < ?`
+	selectShardRegsCQL   = `SELECT regs FROM %s.link_days_by_shard WHERE shard = ? AND bucket IN ? AND short_key = ? AND day >= ? AND day < ?`
 )
 
 // regsWriter is the writer of the row that holds a day's registers when
@@ -133,11 +141,13 @@ func (p *linkPart) rows() []linkDayRow {
 func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
 	var entries []gocql.BatchEntry
 	for _, p := range parts {
+		shard := linkShard(p.key)
 		for _, r := range p.rows() {
+			bucket := partitionOf(r.day, linkDaysShardSpan)
 			e := gocql.BatchEntry{Stmt: b.updateLinkDay, Idempotent: true,
-				Args: []any{r.ttl, r.ts, r.dims, r.regs, p.key, p.bucket, r.day, r.writer}}
+				Args: []any{r.ttl, r.ts, r.dims, r.regs, shard, bucket, p.key, r.day, r.writer}}
 			if r.visits != 0 {
-				e.Stmt, e.Args = b.updateLinkVisits, []any{r.ttl, r.ts, r.dims, r.regs, r.visits, p.key, p.bucket, r.day, r.writer}
+				e.Stmt, e.Args = b.updateLinkVisits, []any{r.ttl, r.ts, r.dims, r.regs, r.visits, shard, bucket, p.key, r.day, r.writer}
 			}
 			entries = append(entries, e)
 		}
@@ -152,63 +162,90 @@ func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
 }
 
 // readLinkDims returns the breakdown values of dim in one partition of
-// link_days whose day is in [from, to).
+// link_days whose day is in [from, to), and in link_days_by_shard's
+// partitions inside it.
 func (b *cqlBackend) readLinkDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {
-	it := b.query(ctx, b.selectLinkDims, key, bucket, from, to).Iter()
 	var out []dimReadRow
-	var (
-		day    time.Time
-		writer gocql.UUID
-		dims   map[string]int64
-	)
-	for it.Scan(&day, &writer, &dims) {
-		for k, n := range dims {
-			if d, v, ok := parseDimKey(k); ok && d == dim {
-				out = append(out, dimReadRow{day: day.UTC(), value: v, writer: writer, count: n})
+	read := func(q *gocql.Query) error {
+		it := q.Iter()
+		var (
+			day    time.Time
+			writer gocql.UUID
+			dims   map[string]int64
+		)
+		for it.Scan(&day, &writer, &dims) {
+			for k, n := range dims {
+				if d, v, ok := parseDimKey(k); ok && d == dim {
+					out = append(out, dimReadRow{day: day.UTC(), value: v, writer: writer, count: n})
+				}
 			}
+			dims = nil
 		}
-		dims = nil
+		return it.Close()
 	}
-	if err := it.Close(); err != nil {
+	if err := read(b.query(ctx, b.selectLinkDims, key, bucket, from, to)); err != nil {
+		return nil, err
+	}
+	if err := read(b.query(ctx, b.selectShardDims, linkShard(key), shardBuckets(from, to, linkDaysShardSpan), key, from, to)); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 // readLinkRegs returns the registers of one partition of link_days whose
-// day is in [from, to), several elements of a register as several.
+// day is in [from, to), and of link_days_by_shard's partitions inside it,
+// several elements of a register as several.
 func (b *cqlBackend) readLinkRegs(ctx context.Context, key string, bucket, from, to time.Time) ([]uniqRow, error) {
-	it := b.query(ctx, b.selectLinkRegs, key, bucket, from, to).Iter()
 	var out []uniqRow
-	var regs []int
-	for it.Scan(&regs) {
-		for _, e := range regs {
-			out = append(out, uniqRow{reg: e >> 8, rho: e & 0xff})
+	read := func(q *gocql.Query) error {
+		it := q.Iter()
+		var regs []int
+		for it.Scan(&regs) {
+			for _, e := range regs {
+				out = append(out, uniqRow{reg: e >> 8, rho: e & 0xff})
+			}
+			regs = nil
 		}
-		regs = nil
+		return it.Close()
 	}
-	if err := it.Close(); err != nil {
+	if err := read(b.query(ctx, b.selectLinkRegs, key, bucket, from, to)); err != nil {
+		return nil, err
+	}
+	if err := read(b.query(ctx, b.selectShardRegs, linkShard(key), shardBuckets(from, to, linkDaysShardSpan), key, from, to)); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 // readLinkVisits returns the visits of keys (at most maxTopKeys) in
-// their partitions of bucket whose day is in [from, to): one row per
-// link, day and writer generation that has them.
+// their partitions of bucket whose day is in [from, to), and in those of
+// link_days_by_shard inside it: one row per link, day and writer
+// generation that has them in each table.
 func (b *cqlBackend) readLinkVisits(ctx context.Context, bucket time.Time, keys []string, from, to time.Time) ([]topRow, error) {
-	it := b.query(ctx, b.selectLinkVisits, keys, bucket, from, to).Iter()
 	var out []topRow
-	var r topRow
-	var visits *int64
-	for it.Scan(&r.key, &r.day, &r.writer, &visits) {
-		if visits != nil {
-			r.day, r.count = r.day.UTC(), *visits
-			out = append(out, r)
+	read := func(q *gocql.Query) error {
+		it := q.Iter()
+		var r topRow
+		var visits *int64
+		for it.Scan(&r.key, &r.day, &r.writer, &visits) {
+			if visits != nil {
+				r.day, r.count = r.day.UTC(), *visits
+				out = append(out, r)
+			}
+			visits = nil
 		}
-		visits = nil
+		return it.Close()
 	}
-	if err := it.Close(); err != nil {
+	if err := read(b.query(ctx, b.selectLinkVisits, keys, bucket, from, to)); err != nil {
+		return nil, err
+	}
+	shards := make([]int, 0, len(keys))
+	for _, k := range keys {
+		shards = append(shards, linkShard(k))
+	}
+	slices.Sort(shards)
+	shards = slices.Compact(shards)
+	if err := read(b.query(ctx, b.selectShardVisits, shards, shardBuckets(from, to, linkDaysShardSpan), keys, from, to)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -223,9 +223,9 @@ func TestWireFlushStatements(t *testing.T) {
 // TestFirstFlushOfAnHour flushes 100,000 links, each visited in every
 // interval, twice in one hour on the model of the cluster: the first flush
 // announces every link to the rollup, the second none, and the first sends
-// at most 1.2 times the statements of the second (it sent twice as many,
+// at most 1.25 times the statements of the second (it sent twice as many,
 // a count and an announcement per link, and overran the interval on a
-// real node). 20,000 links under -race, whose slowness adds nothing here.
+// real node; 1.2 times while the counts went 15 links to a statement). 20,000 links under -race, whose slowness adds nothing here.
 // It counts statements, not time: a write may take a busy machine's time
 // (the default write_timeout, 30 s, ended one at load 40 under -race).
 func TestFirstFlushOfAnHour(t *testing.T) {
@@ -262,7 +262,7 @@ func TestFirstFlushOfAnHour(t *testing.T) {
 	if sent[0].Active != int64(links)+1 || sent[1].Active != 0 {
 		t.Errorf("Active entries: %d then %d, want %d then none", sent[0].Active, sent[1].Active, links+1)
 	}
-	if first, steady := float64(sent[0].Writes()), float64(sent[1].Writes()); first > 1.2*steady {
-		t.Errorf("the first flush of the hour sent %v statements, %.2f times a steady flush's %v; want at most 1.2", first, first/steady, steady)
+	if first, steady := float64(sent[0].Writes()), float64(sent[1].Writes()); first > 1.25*steady {
+		t.Errorf("the first flush of the hour sent %v statements, %.2f times a steady flush's %v; want at most 1.25", first, first/steady, steady)
 	}
 }

@@ -8,8 +8,10 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // TestClassesMigrationOnNode opens a store on tables an earlier release
@@ -26,6 +28,9 @@ func TestClassesMigrationOnNode(t *testing.T) {
 	}
 	tiers := analyticstest.DefaultPlan.Retention()
 	for _, q := range schema(ks, 1, tiers) {
+		if strings.Contains(q, "_by_shard (") {
+			continue // made by a later release
+		}
 		for _, c := range classColumns {
 			q = strings.Replace(q, "\n    "+c+strings.Repeat(" ", 10-len(c))+"bigint,", "", 1)
 		}
@@ -89,7 +94,8 @@ func TestClassesMigrationOnNode(t *testing.T) {
 // TestLinkVisitsMigrationOnNode opens a store on a link_days an earlier
 // release made, without visits, beside a top_days row of then: Open adds
 // the column, a flush writes a link's visits into its link_days row and
-// none to top_days, and the top counts add both.
+// none to top_days, and the top counts add both. (Rows are written to
+// link_days_by_shard since: TestShardMigrationOnNode.)
 func TestLinkVisitsMigrationOnNode(t *testing.T) {
 	hs := testkit.CassandraHosts(t)
 	const ks = "linkgate_migrate_visits"
@@ -143,4 +149,126 @@ func TestLinkVisitsMigrationOnNode(t *testing.T) {
 	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'link_days'", ks).Scan(&cols); err != nil || cols != 7 {
 		t.Errorf("link_days has %d columns (%v), want 7", cols, err)
 	}
+}
+
+// TestShardMigrationOnNode opens a store on a node holding what an earlier
+// release wrote to points_1m and link_days, before the sharded tables: a
+// batch's count, a writer generation's breakdown, visits and register.
+// The same batch replayed by this release (a journal written before an
+// upgrade) goes to the sharded tables: every read counts it once. A newer
+// batch adds to it; an erasure deletes the link's rows of both.
+func TestShardMigrationOnNode(t *testing.T) {
+	hs := testkit.CassandraHosts(t)
+	ks := testkit.CassandraKeyspace(t, hs, "linkgate_migrate_shards")
+	sess := testkit.CassandraSession(t, hs...)
+	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
+	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(time.Minute)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after a minute: %v", s.Ready())
+		}
+		time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
+	}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	m0 := rollup.Align(now.Add(-time.Hour), time.Minute)
+	day := rollup.Align(now, rollup.Day)
+	first := analytics.Batch{Writer: "w", Seq: 1, At: now.Add(-time.Minute),
+		Counts:  []analytics.Count{{Key: "k", Step: time.Minute, Start: m0, Visits: analytics.Visits{Human: 3, Bot: 1}}},
+		Dims:    []analytics.DimCount{{Key: "k", Day: day, Dim: visitor.Country, Value: "DE", N: 3, Cum: 3}, {Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "k", N: 3, Cum: 3}},
+		Uniques: []analytics.UniqueSketch{{Key: "k", Day: day, Sketch: sketchOf(1, 2)}},
+	}
+	// What the earlier release wrote of first: its rows in points_1m and
+	// link_days.
+	w, gen := batchWriter("w", 1, 1), dimWriter("w", 0)
+	var regs []int
+	var sk hll.Sketch
+	if err := sk.MergeBinary(first.Uniques[0].Sketch); err != nil {
+		t.Fatal(err)
+	}
+	sk.Each(func(reg uint16, rho uint8) { regs = append(regs, int(reg)<<8|int(rho)) })
+	ts := first.At.UnixMicro()
+	for _, q := range []struct {
+		stmt string
+		args []any
+	}{
+		{"INSERT INTO " + ks + ".points_1m (short_key, bucket, start, writer, human, bot) VALUES ('k', ?, ?, ?, 3, 1) USING TTL 86400 AND TIMESTAMP ?", []any{rollup.Align(m0, rollup.Day), m0, w, ts}},
+		{"UPDATE " + ks + ".link_days USING TTL 86400 AND TIMESTAMP ? SET dims = dims + ?, regs = regs + ?, visits = 3 WHERE short_key = 'k' AND bucket = ? AND day = ? AND writer = ?",
+			[]any{ts, map[string]int64{dimKey(int(visitor.Country), "DE"): 3}, regs, partitionOf(day, dimSpan), day, gen}},
+	} {
+		if err := sess.Query(q.stmt, q.args...).Exec(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(when string, visits, de, top, uniques int64) {
+		t.Helper()
+		ps, err := s.Points(ctx, "k", time.Minute, m0.Add(-time.Hour), now.Add(time.Minute))
+		var sum int64
+		for _, p := range ps {
+			sum += p.Human + p.Bot
+		}
+		if err != nil || sum != visits {
+			t.Errorf("%s: points %v, %v: %d visits, want %d", when, ps, err, sum, visits)
+		}
+		dv, err := s.Dims(ctx, "k", visitor.Country, day, day.Add(rollup.Day))
+		if err != nil || len(dv) != 1 || dv[0].Count != de {
+			t.Errorf("%s: countries %v, %v; want DE %d", when, dv, err, de)
+		}
+		counts, err := s.TopCounts(ctx, []string{"k"}, day, day.Add(rollup.Day))
+		if err != nil || counts["k"] != top {
+			t.Errorf("%s: top counts %v, %v; want k %d", when, counts, err, top)
+		}
+		u, err := s.Uniques(ctx, "k", day, day.Add(rollup.Day))
+		if err != nil || u.Estimate() != uniques {
+			t.Errorf("%s: uniques %v, %v; want %d", when, u, err, uniques)
+		}
+	}
+	read("the earlier release's rows", 4, 3, 3, 2)
+	if err := s.Write(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	read("the same batch replayed into the sharded tables", 4, 3, 3, 2)
+	second := analytics.Batch{Writer: "w", Seq: 2, At: now,
+		Counts:  []analytics.Count{{Key: "k", Step: time.Minute, Start: m0, Visits: analytics.Visits{Human: 2}}},
+		Dims:    []analytics.DimCount{{Key: "k", Day: day, Dim: visitor.Country, Value: "DE", N: 2, Cum: 5}, {Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "k", N: 2, Cum: 5}},
+		Uniques: []analytics.UniqueSketch{{Key: "k", Day: day, Sketch: sketchOf(3)}},
+	}
+	if err := s.Write(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	read("a newer batch", 6, 5, 5, 3)
+	var rows int
+	if err := sess.Query("SELECT count(*) FROM "+ks+".points_1m_by_shard WHERE shard = ? AND bucket = ? AND short_key = 'k'", linkShard("k"), rollup.Align(m0, time.Hour)).Scan(&rows); err != nil || rows != 2 {
+		t.Errorf("points_1m_by_shard holds %d rows of k (%v), want the two batches'", rows, err)
+	}
+	if err := s.Erase(ctx, analytics.Erasure{Key: "k", At: now.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		table string
+		args  []any
+	}{
+		{"points_1m_by_shard WHERE shard = ? AND bucket = ? AND short_key = 'k'", []any{linkShard("k"), rollup.Align(m0, time.Hour)}},
+		{"link_days_by_shard WHERE shard = ? AND bucket = ? AND short_key = 'k'", []any{linkShard("k"), partitionOf(day, linkDaysShardSpan)}},
+		{"points_1m WHERE short_key = 'k' AND bucket = ?", []any{rollup.Align(m0, rollup.Day)}},
+		{"link_days WHERE short_key = 'k' AND bucket = ?", []any{partitionOf(day, dimSpan)}},
+	} {
+		if err := sess.Query("SELECT count(*) FROM "+ks+"."+q.table, q.args...).Scan(&rows); err != nil || rows != 0 {
+			t.Errorf("%s: %d rows after the erasure (%v), want none", q.table, rows, err)
+		}
+	}
+}
+
+// sketchOf is the sketch of visitors with the hashes of ids.
+func sketchOf(ids ...uint64) []byte {
+	var sk hll.Sketch
+	for _, id := range ids {
+		sk.Add(id * 0x9E3779B97F4A7C15)
+	}
+	return sk.AppendBinary(nil)
 }

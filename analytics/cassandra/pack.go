@@ -29,6 +29,10 @@ const (
 	// maxPartitionRows bounds the rows of a statement of one partition,
 	// so that no statement holds a replica long.
 	maxPartitionRows = 500
+	// partitionBytes bounds the data of a statement of one partition of
+	// a sharded table (shards.go): about 100 links' link_days rows, or
+	// 450 counts.
+	partitionBytes = 32 << 10
 )
 
 // Data sizes of rows as Cassandra measures them (see above): clustering
@@ -51,14 +55,14 @@ func pointSize(r pointRow) int {
 }
 
 // pack groups items into statements: consecutive items whose sizes add up
-// to packBytes at most go together; an item larger than that goes alone.
+// to limit at most go together; an item larger than that goes alone.
 // Each group is one statement.
-func pack[T any](items []T, size func(T) int) [][]T {
+func pack[T any](items []T, size func(T) int, limit int) [][]T {
 	var out [][]T
 	from, bytes := 0, 0
 	for i, it := range items {
 		n := size(it)
-		if i > from && bytes+n > packBytes {
+		if i > from && bytes+n > limit {
 			out = append(out, items[from:i:i])
 			from, bytes = i, 0
 		}

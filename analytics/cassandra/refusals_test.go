@@ -40,6 +40,7 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		return []any{key, bucket, start, writer, 1, 0, ttl, ts}
 	}
 	ts := now.UnixMicro()
+	hour := rollup.Align(now, time.Hour)
 	cases := []cqlwire.Case{
 		{Name: "a point", Q: point, Args: pointArgs(run, day, now, w, 60, ts)},
 		{Name: "a point of an empty key: one part of the partition key", Q: point, Args: pointArgs("", day, now, w, 60, ts)},
@@ -104,6 +105,18 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		{Name: "points of a null bucket deleted", Q: q.deletePartitions["points_1m"], Args: []any{run, nil}, Refused: true},
 		{Name: "a link's days deleted", Q: q.deletePartitions["link_days"], Args: []any{"#1.2/" + run, day}},
 		{Name: "a link's marks deleted", Q: q.deletePartitions["rollup_marks"], Args: []any{"#1.2/" + run}},
+		{Name: "a sharded point", Q: q.insertShardPoint, Args: []any{linkShard(run), hour, run, now, w, 1, 0, 60, ts}},
+		{Name: "a sharded point of a null shard", Q: q.insertShardPoint, Args: []any{nil, hour, run, now, w, 1, 0, 60, ts}, Refused: true},
+		{Name: "a sharded point of a null key", Q: q.insertShardPoint, Args: []any{linkShard(run), hour, nil, now, w, 1, 0, 60, ts}, Refused: true},
+		{Name: "a sharded point of an empty key: a clustering value", Q: q.insertShardPoint, Args: []any{linkShard(run), hour, "", now, w, 1, 0, 60, ts}},
+		{Name: "a sharded point of a key of 65,536 bytes", Q: q.insertShardPoint, Args: []any{linkShard(run), hour, long(65536), now, w, 1, 0, 60, ts}, Refused: true},
+		{Name: "sharded points read, partitions of a day", Q: q.selectShardPoints, Args: []any{linkShard(run), shardBuckets(day, day.Add(rollup.Day), time.Hour), run, day, day.Add(rollup.Day)}},
+		{Name: "sharded points read of no partition", Q: q.selectShardPoints, Args: []any{linkShard(run), []time.Time{}, run, day, now}},
+		{Name: "a link's sharded points deleted", Q: q.deletePartitions["points_1m_by_shard"], Args: []any{linkShard(run), shardBuckets(day, day.Add(rollup.Day), time.Hour), "#1.2/" + run}},
+		{Name: "a link's sharded days deleted", Q: q.deletePartitions["link_days_by_shard"], Args: []any{linkShard(run), shardBuckets(day, day.Add(dimSpan), linkDaysShardSpan), "#1.2/" + run}},
+		{Name: "sharded breakdowns read", Q: q.selectShardDims, Args: []any{linkShard(run), shardBuckets(day, day.Add(dimSpan), linkDaysShardSpan), run, day, now}},
+		{Name: "sharded links' visits read", Q: q.selectShardVisits, Args: []any{[]int{linkShard(run), linkShard(run + "b")},
+			shardBuckets(day.Add(-rollup.Day), day.Add(rollup.Day), linkDaysShardSpan), []string{run, run + "b"}, day.Add(-rollup.Day), day.Add(rollup.Day)}},
 		{Name: "marks of an empty key deleted", Q: q.deletePartitions["rollup_marks"], Args: []any{""}, Refused: true},
 	}
 	// Batches: of one partition, never measured (one mutation); across
@@ -120,20 +133,30 @@ func TestRefusalsAsCassandra(t *testing.T) {
 			return cqlwire.Entry{Q: q.insertActive, Args: []any{300, day, shard(i), long(keyLen) + fmt.Sprint(i), 60}}
 		}
 	}
-	// A link day of a value of 1,000 bytes, each on a day of its own.
-	link := func(key string) func(int) cqlwire.Entry {
+	// A link day of a value of 1,000 bytes, each on a day of its own, in
+	// the partition of shard.
+	link := func(key string, shard int) func(int) cqlwire.Entry {
 		return func(i int) cqlwire.Entry {
 			return cqlwire.Entry{Q: q.updateLinkDay, Args: []any{60, ts, map[string]int64{"0:" + long(1000) + fmt.Sprint(i): 1}, []int{i<<8 | 3},
-				key, day, day.Add(time.Duration(i) * rollup.Day), w}}
+				shard, partitionOf(day, linkDaysShardSpan), key, day.Add(time.Duration(i) * rollup.Day), w}}
+		}
+	}
+	// A count of key in the sharded table, 450 of them 32 KB.
+	shardPoint := func(key string) func(int) cqlwire.Entry {
+		return func(i int) cqlwire.Entry {
+			return cqlwire.Entry{Q: q.insertShardPoint, Args: []any{linkShard(key), hour, key, now, gocql.MustRandomUUID(), 1, 0, 60, ts}}
 		}
 	}
 	cases = append(cases,
 		cqlwire.Case{Name: "Active entries of one partition, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(int) int { return 1 }, 1000))},
 		cqlwire.Case{Name: "Active entries of two partitions, 40 KB", Type: gocql.UnloggedBatch, Batch: entries(40, active(func(i int) int { return i % 2 }, 1000))},
 		cqlwire.Case{Name: "Active entries of two partitions, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(i int) int { return i % 2 }, 1000)), Refused: true},
-		cqlwire.Case{Name: "a link's breakdowns and registers, 60 KB: one partition", Type: gocql.UnloggedBatch, Batch: entries(60, link(run))},
-		cqlwire.Case{Name: "two links' breakdowns and registers, 60 KB", Type: gocql.UnloggedBatch, Refused: true,
-			Batch: append(entries(30, link(run)), entries(30, link(run+"b"))...)},
+		cqlwire.Case{Name: "a link's breakdowns and registers, 60 KB: one partition", Type: gocql.UnloggedBatch, Batch: entries(60, link(run, 1))},
+		cqlwire.Case{Name: "two links' breakdowns and registers in one shard, 60 KB: one partition", Type: gocql.UnloggedBatch,
+			Batch: append(entries(30, link(run, 1)), entries(30, link(run+"b", 1))...)},
+		cqlwire.Case{Name: "two links' breakdowns and registers in two shards, 60 KB", Type: gocql.UnloggedBatch, Refused: true,
+			Batch: append(entries(30, link(run, 1)), entries(30, link(run+"b", 2))...)},
+		cqlwire.Case{Name: "450 counts of a shard's partition", Type: gocql.UnloggedBatch, Batch: entries(450, shardPoint(run))},
 		cqlwire.Case{Name: "a batch with a null start", Type: gocql.UnloggedBatch, Refused: true, Batch: []cqlwire.Entry{
 			{Q: point, Args: pointArgs(run, day, now, w, 60, ts)},
 			{Q: point, Args: pointArgs(run, day, nil, w, 60, ts)},

@@ -98,14 +98,7 @@ const activeShards = 16
 
 // shardOf returns key's shard of the active table: FNV-1a, 32 bits. It
 // must never change, or entries already stored would not be found.
-func shardOf(key string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
-	}
-	return int(h % activeShards)
-}
+func shardOf(key string) int { return int(fnv32a(key) % activeShards) }
 
 // compactionWindow returns the TimeWindowCompactionStrategy window of a
 // tier: about 1/24 of its retention (TWCS works best with a few dozen
@@ -154,6 +147,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
     AND comment = 'all-time visits per %s bucket, rolled from the coarsest tier, never expired; one partition per link (bucket = 1970-01-01)'`,
 			keyspace, pointsTable(total), columns, rollup.FormatDuration(total.Step)))
 	}
+	stmts = append(stmts, shardedSchema(keyspace, tiers[0])...)
 	stmts = append(stmts,
 		linkDaysSchema(keyspace),
 		dimsSchema(keyspace),

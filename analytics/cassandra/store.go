@@ -598,14 +598,27 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 		}
 		rows = append(rows, pointRow{pointsTable(r.t), r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts})
 	}
-	return pointOps(rows), nil
+	return pointOps(rows, s.plan.Tiers()[0]), nil
 }
 
 // pointOps returns the statements that write rows, several a statement
-// (pack.go).
-func pointOps(rows []pointRow) []op {
+// (pack.go): a partition's together, those of the finest tier by their
+// partition of its sharded table (shards.go).
+func pointOps(rows []pointRow, finest rollup.Tier) []op {
+	type partition struct {
+		table, key string
+		shard      int
+		bucket     int64
+	}
+	sharded := pointsTable(finest)
+	part := func(r pointRow) partition {
+		if r.table == sharded {
+			return partition{table: r.table, shard: linkShard(r.key), bucket: partitionOf(r.start, shardSpan(finest.Step)).Unix()}
+		}
+		return partition{table: r.table, key: r.key, bucket: r.bucket.Unix()}
+	}
 	var ops []op
-	for _, g := range pack(rows, pointSize) {
+	for _, g := range byPartition(rows, part, pointSize) {
 		ops = append(ops, func(ctx context.Context, be backend) error { return be.writePoints(ctx, g) })
 	}
 	return ops
@@ -810,7 +823,7 @@ func (s *Store) Apply(ctx context.Context, u rollup.Update) error {
 		rows = append(rows, pointRow{pointsTable(t), r.Key, tierPartition(t, start), start, rollupWriter, r.Visits, ttl,
 			start.Add(t.Step).UnixMicro() + r.Human + r.Bot})
 	}
-	first = append(first, pointOps(rows)...)
+	first = append(first, pointOps(rows, s.plan.Tiers()[0])...)
 	if err := runAll(ctx, len(first), func(ctx context.Context, i int) error { return first[i](ctx, be) }); err != nil {
 		return fmt.Errorf("cassandra: apply: %w", err)
 	}

@@ -44,8 +44,8 @@ func TestWireDims(t *testing.T) {
 	got := map[string]map[string]int64{}
 	for _, bt := range srv.Batches {
 		for _, st := range bt.Stmts {
-			if strings.HasPrefix(st.Q, "UPDATE ks.link_days") {
-				key := string(st.Values[4])
+			if strings.HasPrefix(st.Q, "UPDATE ks.link_days_by_shard") {
+				key := string(st.Values[6])
 				got[key] = check(t, st.Values, key, map[string]uint64{"a": 2, "b": 0}[key])
 			}
 		}
@@ -56,18 +56,21 @@ func TestWireDims(t *testing.T) {
 	}
 }
 
-// check checks the values bound to an UPDATE of link_days (ttl,
-// timestamp, dims, regs, short_key, bucket, day, writer) and returns its
-// dims.
+// check checks the values bound to an UPDATE of link_days_by_shard (ttl,
+// timestamp, dims, regs, shard, bucket, short_key, day, writer) and
+// returns its dims.
 func check(t *testing.T, v [][]byte, key string, gen uint64) map[string]int64 {
 	t.Helper()
 	at := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 	day := rollup.Align(at, rollup.Day)
-	if string(v[4]) != key || int64(binary.BigEndian.Uint64(v[6])) != day.UnixMilli() {
-		t.Errorf("bound key %q day %d, want %s %d", v[4], binary.BigEndian.Uint64(v[6]), key, day.UnixMilli())
+	if string(v[6]) != key || int64(binary.BigEndian.Uint64(v[7])) != day.UnixMilli() {
+		t.Errorf("bound key %q day %d, want %s %d", v[6], binary.BigEndian.Uint64(v[7]), key, day.UnixMilli())
 	}
-	if w := dimWriter("w", gen); string(v[7]) != string(w[:]) {
-		t.Errorf("%s: bound writer %x, want generation %d's %v", key, v[7], gen, w)
+	if shard, bucket := int32(binary.BigEndian.Uint32(v[4])), int64(binary.BigEndian.Uint64(v[5])); shard != int32(linkShard(key)) || bucket != partitionOf(day, linkDaysShardSpan).UnixMilli() {
+		t.Errorf("%s: bound shard %d bucket %d, want %d %d", key, shard, bucket, linkShard(key), partitionOf(day, linkDaysShardSpan).UnixMilli())
+	}
+	if w := dimWriter("w", gen); string(v[8]) != string(w[:]) {
+		t.Errorf("%s: bound writer %x, want generation %d's %v", key, v[8], gen, w)
 	}
 	wantTTL := int32(day.Add(rollup.Day+analytics.DefaultDimRetentionDays*rollup.Day).Sub(at) / time.Second)
 	if ttl := int32(binary.BigEndian.Uint32(v[0])); ttl != wantTTL {
@@ -103,9 +106,9 @@ func elements(b []byte, perEntry int) [][]byte {
 // of its link_days row, the links of a read of them as a list bound to
 // short_key IN ?), the sketch's registers as elements of the regs set of
 // link_days, and reads of both, and of a breakdown, parse the model's
-// rows: link_days and the tables it replaced, a writer generation's
-// larger count of the two kept, a row without visits (null) counting
-// nothing.
+// rows: link_days, link_days_by_shard and the tables they replaced, a
+// writer generation's largest count kept, a row without visits (null)
+// counting nothing.
 func TestWireTopAndUniques(t *testing.T) {
 	srv := cqlmodel.New(t)
 	s := openWire(t, srv)
@@ -168,6 +171,20 @@ func TestWireTopAndUniques(t *testing.T) {
 				w := dimWriter("w", 0)
 				return cols, [][][]byte{{[]byte("go"), w[:], cqlmodel.BE64(3)}}
 			}
+		case strings.Contains(q, "SELECT short_key, day, writer, visits FROM ks.link_days_by_shard"):
+			// w's older count (4) and v's newer one (3) in the sharded
+			// table: the links' shards, then their buckets, then the keys.
+			srv.Mu.Lock()
+			inList = append(inList, values[2])
+			srv.Mu.Unlock()
+			if shards := elements(values[0], 1); len(shards) != 1 || int32(binary.BigEndian.Uint32(shards[0])) != int32(linkShard("go")) {
+				t.Errorf("link_days_by_shard read in shards %x, want go's %d", shards, linkShard("go"))
+			}
+			w, w2 := dimWriter("w", 0), dimWriter("v", 0)
+			return cols, [][][]byte{
+				{[]byte("go"), cqlmodel.TimeCell(day), w[:], cqlmodel.BE64(4)},
+				{[]byte("go"), cqlmodel.TimeCell(day), w2[:], cqlmodel.BE64(3)},
+			}
 		case strings.Contains(q, "SELECT short_key, day, writer, visits FROM ks.link_days"):
 			srv.Mu.Lock()
 			inList = append(inList, values[0])
@@ -200,14 +217,14 @@ func TestWireTopAndUniques(t *testing.T) {
 	srv.Mu.Unlock()
 	s.now = func() time.Time { return at }
 	top, err := s.Top(context.Background(), day, day.Add(rollup.Day), 5)
-	if err != nil || len(top) != 1 || top[0] != (analytics.TopLink{Key: "go", Visits: 7}) {
-		t.Errorf("Top = %v, %v; want go 7: w's larger count (5, not top_days' 3) and v's 2", top, err)
+	if err != nil || len(top) != 1 || top[0] != (analytics.TopLink{Key: "go", Visits: 8}) {
+		t.Errorf("Top = %v, %v; want go 8: w's larger count (link_days' 5, not top_days' 3 nor link_days_by_shard's 4) and v's (link_days_by_shard's 3, not link_days' 2)", top, err)
 	}
 	// A list<text> of one element: its count, then the element's length
 	// and bytes.
 	srv.Mu.Lock()
-	if want := []byte{0, 0, 0, 1, 0, 0, 0, 2, 'g', 'o'}; len(inList) != 2 || string(inList[0]) != string(want) || string(inList[1]) != string(want) {
-		t.Errorf("link_days and top_days read with short_key IN %q, want %q each", inList, want)
+	if want := []byte{0, 0, 0, 1, 0, 0, 0, 2, 'g', 'o'}; len(inList) != 3 || string(inList[0]) != string(want) || string(inList[1]) != string(want) || string(inList[2]) != string(want) {
+		t.Errorf("link_days, link_days_by_shard and top_days read with short_key IN %q, want %q each", inList, want)
 	}
 	srv.Mu.Unlock()
 	vals, err := s.Dims(context.Background(), "go", visitor.Referrer, day, day.Add(rollup.Day))

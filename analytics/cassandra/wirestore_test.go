@@ -113,12 +113,15 @@ func TestWireFaults(t *testing.T) {
 		human, ts int64
 		writer    gocql.UUID
 	}{{3, at.UnixMicro(), batchWriter("w", 1, 1)}, {4, at.Add(10 * time.Second).UnixMicro(), batchWriter("w", 2, 2)}} {
-		v := bound[i] // short_key, bucket, start, writer, human, bot, ttl, timestamp
-		if string(v[0]) != "k" || int64(binary.BigEndian.Uint64(v[4])) != want.human || int64(binary.BigEndian.Uint64(v[7])) != want.ts {
-			t.Errorf("INSERT %d bound key %q, human %d, timestamp %d; want k, %d, %d", i, v[0], binary.BigEndian.Uint64(v[4]), binary.BigEndian.Uint64(v[7]), want.human, want.ts)
+		v := bound[i] // shard, bucket, short_key, start, writer, human, bot, ttl, timestamp: the sharded table's
+		if string(v[2]) != "k" || int64(binary.BigEndian.Uint64(v[5])) != want.human || int64(binary.BigEndian.Uint64(v[8])) != want.ts {
+			t.Errorf("INSERT %d bound key %q, human %d, timestamp %d; want k, %d, %d", i, v[2], binary.BigEndian.Uint64(v[5]), binary.BigEndian.Uint64(v[8]), want.human, want.ts)
 		}
-		if string(v[3]) != string(want.writer[:]) {
-			t.Errorf("INSERT %d bound writer %x, want %v", i, v[3], want.writer)
+		if shard, bucket := int32(binary.BigEndian.Uint32(v[0])), int64(binary.BigEndian.Uint64(v[1])); shard != int32(linkShard("k")) || bucket != rollup.Align(at, time.Hour).UnixMilli() {
+			t.Errorf("INSERT %d bound shard %d bucket %d, want %d and the hour's %d", i, shard, bucket, linkShard("k"), rollup.Align(at, time.Hour).UnixMilli())
+		}
+		if string(v[4]) != string(want.writer[:]) {
+			t.Errorf("INSERT %d bound writer %x, want %v", i, v[4], want.writer)
 		}
 	}
 
@@ -274,10 +277,11 @@ func TestWireReads(t *testing.T) {
 		}
 		// A row whose bots are split by class, then rows without the
 		// class columns (null: all-human, or written before classes).
+		w1, w2 := batchWriter("a", 1, 1), batchWriter("b", 1, 1)
 		return cols, [][][]byte{
-			{cqlmodel.TimeCell(h0), cqlmodel.BE64(2), cqlmodel.BE64(4), cqlmodel.BE64(1), nil, cqlmodel.BE64(2), nil},
-			{cqlmodel.TimeCell(h0), cqlmodel.BE64(1), cqlmodel.BE64(1), nil, nil, nil, nil},
-			{cqlmodel.TimeCell(h0.Add(time.Hour)), cqlmodel.BE64(4), cqlmodel.BE64(0), nil, nil, nil, nil},
+			{cqlmodel.TimeCell(h0), w1[:], cqlmodel.BE64(2), cqlmodel.BE64(4), cqlmodel.BE64(1), nil, cqlmodel.BE64(2), nil},
+			{cqlmodel.TimeCell(h0), w2[:], cqlmodel.BE64(1), cqlmodel.BE64(1), nil, nil, nil, nil},
+			{cqlmodel.TimeCell(h0.Add(time.Hour)), w1[:], cqlmodel.BE64(4), cqlmodel.BE64(0), nil, nil, nil, nil},
 		}
 	}
 	s := openWire(t, srv)
@@ -396,7 +400,7 @@ func TestWireConnectsLate(t *testing.T) {
 	if want := schema("ks", 3, rollup.DefaultTiers()); !cmp.Equal(srv.DDL, want) {
 		t.Errorf("DDL received (-want +got):\n%s", cmp.Diff(want, srv.DDL))
 	}
-	if len(srv.Bound) != 1 || int64(binary.BigEndian.Uint64(srv.Bound[0][4])) != 2 {
+	if len(srv.Bound) != 1 || int64(binary.BigEndian.Uint64(srv.Bound[0][5])) != 2 { // shard, bucket, short_key, start, writer, human
 		t.Errorf("INSERTs bound %v, want one of 2 visits (the write before connecting was refused, not kept)", srv.Bound)
 	}
 }

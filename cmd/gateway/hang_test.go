@@ -39,15 +39,16 @@ func acknowledged(db *cqlmodel.Server) int {
 	seen := map[string]bool{}
 	n := 0
 	for _, st := range db.Applied {
-		if !strings.HasPrefix(st.Q, "INSERT INTO linkgate.points_1m ") || string(st.Values[0]) != "/" {
+		// shard, bucket, short_key, start, writer, human, bot
+		if !strings.HasPrefix(st.Q, "INSERT INTO linkgate.points_1m_by_shard ") || string(st.Values[2]) != "/" {
 			continue
 		}
-		row := string(st.Values[1]) + string(st.Values[2]) + string(st.Values[3]) // bucket, start, writer
+		row := string(st.Values[3]) + string(st.Values[4]) // start, writer
 		if seen[row] {
 			continue
 		}
 		seen[row] = true
-		n += int(binary.BigEndian.Uint64(st.Values[4]) + binary.BigEndian.Uint64(st.Values[5]))
+		n += int(binary.BigEndian.Uint64(st.Values[5]) + binary.BigEndian.Uint64(st.Values[6]))
 	}
 	return n
 }

@@ -283,6 +283,9 @@ func (st *statement) check(vs []value, now time.Time) *refusal {
 	if st.table == nil {
 		return nil
 	}
+	if r := st.checkClustering(vs); r != nil {
+		return r
+	}
 	for i, b := range st.binds {
 		if i >= len(vs) {
 			break
@@ -333,6 +336,26 @@ func (st *statement) checkCompositeKey(vs []value) *refusal {
 		}
 	}
 	if parts == len(st.table.partition) && n > maxKeyLength {
+		return invalid("Key length of %d is longer than maximum of %d", n, maxKeyLength)
+	}
+	return nil
+}
+
+// checkClustering refuses a write whose clustering values (every
+// clustering column bound with =) add up to more than 65,535 bytes, as
+// Cassandra measures a row's clustering before its values.
+func (st *statement) checkClustering(vs []value) *refusal {
+	if st.kind != "INSERT" && st.kind != "UPDATE" || len(st.table.clustering) == 0 {
+		return nil
+	}
+	n, parts := 0, 0
+	for i, b := range st.binds {
+		if i < len(vs) && b.op == "=" && (b.clause == "values" || b.clause == "where") && st.table.isClustering(b.col) {
+			n += len(vs[i].b)
+			parts++
+		}
+	}
+	if parts == len(st.table.clustering) && n > maxKeyLength {
 		return invalid("Key length of %d is longer than maximum of %d", n, maxKeyLength)
 	}
 	return nil
