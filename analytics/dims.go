@@ -34,6 +34,20 @@ type dimPendKey struct {
 // addDims adds the dimensions of a swap's snapshot to p: each link's, added
 // to all links' too, and those of visits not tracked per link.
 func (p *pending) addDims(s snapshot) {
+	if p.dims == nil { // sized for every link's values and visits (DimLink)
+		n := 0
+		for _, links := range s.links {
+			for _, e := range links {
+				n++
+				if e.dims != nil {
+					for _, list := range e.dims {
+						n += len(list)
+					}
+				}
+			}
+		}
+		p.dims = make(map[dimPendKey]int64, n)
+	}
 	for _, links := range s.links {
 		for key, e := range links {
 			if e.dims == nil {
@@ -130,6 +144,9 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 		for i := group; i < len(out); i++ {
 			out[i].Cum, out[i].Gen = dd.vals[out[i].Value], dd.gen
 		}
+		if other >= 0 { // Other sorts among the values, not where the cap put it
+			slices.SortFunc(out[group:], func(a, b DimCount) int { return strings.Compare(a.Value, b.Value) })
+		}
 	}
 	for i, it := range items {
 		k := it.k
@@ -166,8 +183,6 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 		out = append(out, DimCount{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Dim: k.dim, Value: v, N: it.n})
 	}
 	done()
-	// Other sorts among the values, not where the cap put it.
-	slices.SortFunc(out, compareDims)
 	return out
 }
 
@@ -210,9 +225,19 @@ func sortedPend(p map[dimPendKey]int64) []pend {
 	for k, n := range p {
 		items = append(items, pend{k, n})
 	}
+	// Each comparison stops at the first field that differs (cmp.Or
+	// would compare the values of every pair of links too).
 	slices.SortFunc(items, func(a, b pend) int {
-		return cmp.Or(strings.Compare(a.k.key, b.k.key), cmp.Compare(a.k.dim, b.k.dim), cmp.Compare(a.k.day, b.k.day),
-			strings.Compare(a.k.value, b.k.value))
+		if c := strings.Compare(a.k.key, b.k.key); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.k.dim, b.k.dim); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.k.day, b.k.day); c != 0 {
+			return c
+		}
+		return strings.Compare(a.k.value, b.k.value)
 	})
 	return items
 }
