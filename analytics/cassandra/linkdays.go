@@ -2,6 +2,7 @@ package cassandra
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -71,11 +72,38 @@ var regsWriter = gocql.UUID{'l', 'i', 'n', 'k', 'g', 'a', 't', 'e', 'u', 'n', 'i
 type linkDayRow struct {
 	day    time.Time
 	writer gocql.UUID
-	dims   map[string]int64 // dimKey → the generation's cumulative count
-	regs   []int            // reg<<8 | rho
-	visits int64            // the generation's cumulative human visits of the link's day; 0: none
+	dims   dimCells // dimKey → the generation's cumulative count
+	regs   []int    // reg<<8 | rho
+	visits int64    // the generation's cumulative human visits of the link's day; 0: none
 	ttl    int
 	ts     int64 // µs
+}
+
+// dimCells are the entries of a link_days row's dims map, bound as a CQL
+// map<text, bigint> with no Go map built (a flush of 100,000 links binds
+// 100,000 of them).
+type dimCells []dimRow
+
+// MarshalCQL is the map's protocol form (v3 and later): the count, then
+// each key ("dim:value") and value, each with its 4-byte length.
+func (c dimCells) MarshalCQL(info gocql.TypeInfo) ([]byte, error) {
+	n := 4
+	for _, d := range c {
+		n += 4 + 4 + len(d.value) + 4 + 8
+	}
+	b := make([]byte, 4, n)
+	binary.BigEndian.PutUint32(b, uint32(len(c)))
+	for _, d := range c {
+		at := len(b)
+		b = append(b, 0, 0, 0, 0)
+		b = strconv.AppendInt(b, int64(d.dim), 10)
+		b = append(b, ':')
+		b = append(b, d.value...)
+		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+		b = binary.BigEndian.AppendUint32(b, 8)
+		b = binary.BigEndian.AppendUint64(b, uint64(d.count))
+	}
+	return b, nil
 }
 
 // dimKey is the map key of a dimension's value: "3:mobile".
@@ -94,44 +122,32 @@ func parseDimKey(k string) (dim int, value string, ok bool) {
 // rows returns the UPDATEs that write p: one per day and writer
 // generation of its breakdown values and visits, the day's registers with
 // the first of them that has the same TTL (else in a row of regsWriter).
+// A part holds a row or two (a link's day, a new generation): the rows
+// are found by a look through them.
 func (p *linkPart) rows() []linkDayRow {
-	type id struct {
-		day    int64
-		writer gocql.UUID
-		ttl    int
-	}
-	var rows []linkDayRow
-	at := map[id]int{}
-	row := func(k id, day time.Time, ts int64) *linkDayRow {
-		i, ok := at[k]
-		if !ok {
-			i = len(rows)
-			at[k] = i
-			rows = append(rows, linkDayRow{day: day, writer: k.writer, dims: map[string]int64{}, regs: []int{}, ttl: k.ttl, ts: ts})
+	rows := make([]linkDayRow, 0, 1)
+	row := func(day time.Time, writer gocql.UUID, ttl int, ts int64) *linkDayRow {
+		for i := range rows {
+			if r := &rows[i]; r.writer == writer && r.ttl == ttl && r.day.Equal(day) {
+				return r
+			}
 		}
-		return &rows[i]
+		rows = append(rows, linkDayRow{day: day, writer: writer, regs: []int{}, ttl: ttl, ts: ts})
+		return &rows[len(rows)-1]
 	}
-	byDay := map[[2]int64]int{} // (day, ttl) → the row its registers go to
 	for _, d := range p.dims {
-		r := row(id{d.day.Unix(), d.writer, d.ttl}, d.day, d.ts)
-		r.dims[dimKey(d.dim, d.value)] = d.count
-		if _, ok := byDay[[2]int64{d.day.Unix(), int64(d.ttl)}]; !ok {
-			byDay[[2]int64{d.day.Unix(), int64(d.ttl)}] = at[id{d.day.Unix(), d.writer, d.ttl}]
-		}
+		r := row(d.day, d.writer, d.ttl, d.ts)
+		r.dims = append(r.dims, d)
 	}
 	for _, v := range p.visits {
-		r := row(id{v.day.Unix(), v.writer, v.ttl}, v.day, v.ts)
-		r.visits = v.count
-		if _, ok := byDay[[2]int64{v.day.Unix(), int64(v.ttl)}]; !ok {
-			byDay[[2]int64{v.day.Unix(), int64(v.ttl)}] = at[id{v.day.Unix(), v.writer, v.ttl}]
-		}
+		row(v.day, v.writer, v.ttl, v.ts).visits = v.count
 	}
 	for _, u := range p.regs {
-		i, ok := byDay[[2]int64{u.day.Unix(), int64(u.ttl)}]
-		if !ok {
-			row(id{u.day.Unix(), regsWriter, u.ttl}, u.day, u.ts)
-			i = at[id{u.day.Unix(), regsWriter, u.ttl}]
-			byDay[[2]int64{u.day.Unix(), int64(u.ttl)}] = i
+		// The first row of the day with the same TTL, else one of its own.
+		i := slices.IndexFunc(rows, func(r linkDayRow) bool { return r.ttl == u.ttl && r.day.Equal(u.day) })
+		if i < 0 {
+			row(u.day, regsWriter, u.ttl, u.ts)
+			i = len(rows) - 1
 		}
 		rows[i].regs = append(rows[i].regs, u.reg<<8|u.rho)
 	}
