@@ -70,6 +70,23 @@ func dimWriter(writer string, gen uint64) gocql.UUID {
 	return u
 }
 
+// genWriters gives the dimWriter ids of a writer's generations, hashing
+// once for a run of counts of one generation (a batch's counts are of one
+// or two).
+type genWriters struct {
+	writer string
+	gen    uint64
+	id     gocql.UUID
+	ok     bool
+}
+
+func (g *genWriters) of(gen uint64) gocql.UUID {
+	if !g.ok || gen != g.gen {
+		g.gen, g.id, g.ok = gen, dimWriter(g.writer, gen), true
+	}
+	return g.id
+}
+
 // SetDimRetention sets how long breakdowns are kept after their day
 // (analytics.dimensions.retention_days): their rows' TTL.
 func (s *Store) SetDimRetention(d time.Duration) {
@@ -83,7 +100,8 @@ func (s *Store) SetDimRetention(d time.Duration) {
 func (s *Store) dimRows(b analytics.Batch, anon gocql.UUID) ([]dimRow, error) {
 	keep := time.Duration(s.dimRetention.Load())
 	ts := b.At.UnixMicro()
-	var rows []dimRow
+	rows := make([]dimRow, 0, len(b.Dims))
+	gens := genWriters{writer: b.Writer}
 	for _, d := range b.Dims {
 		if d.Dim == analytics.DimLink {
 			continue
@@ -99,7 +117,7 @@ func (s *Store) dimRows(b analytics.Batch, anon gocql.UUID) ([]dimRow, error) {
 		r := dimRow{key: d.Key, bucket: partitionOf(d.Day.UTC(), dimSpan), dim: int(d.Dim), day: d.Day.UTC(), value: d.Value,
 			writer: anon, count: d.N, ts: ts, ttl: s.dayTTL(d.Key, ttlOf(d.Day.Add(rollup.Day+keep).Sub(b.At)), d.Day, b.At)}
 		if b.Writer != "" {
-			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
+			r.writer, r.count = gens.of(d.Gen), d.Cum
 		}
 		if r.ttl > 0 && r.count != 0 {
 			rows = append(rows, r)

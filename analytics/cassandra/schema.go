@@ -239,6 +239,12 @@ func SchemaCQL(keyspace string, replicationFactor int, tiers []rollup.Tier) stri
 -- without them get them at a gateway's start (ALTER TABLE ... ADD (preview
 -- bigint, scanner bigint, prefetch bigint, internal bigint)).
 --
+-- points_1m_by_shard and link_days_by_shard: what a flush writes of points_1m
+-- and link_days since links are hashed into 1,024 shards, partitioned by
+-- (shard, an hour of minutes or 61 days) with the link in the clustering key,
+-- so that a flush writes a partition per shard rather than two per link.
+-- points_1m and link_days are read until their rows expire.
+--
 -- link_days: a link's breakdowns, unique visitors' sketch registers and human
 -- visits per UTC day and writer generation, one row each. A link_days made by a
 -- release without visits gets it at a gateway's start (ALTER TABLE ... ADD

@@ -31,7 +31,7 @@ type Statements struct {
 	Top         int64 // links' human visits of a day written (a cell of link_days each, with the link's breakdowns)
 	Leaders     int64 // top_leaders slots written: a link among its writer generation's topLeaders of a day
 	LeadersSent int64 // statements that wrote them: batches of one day of up to maxPartitionRows slots
-	Reads       int64 // SELECTs of any table
+	Reads       int64 // reads of any table (each also reads the tables it replaced, until their rows expire: link_days the dims and uniques tables, the sharded tables those before them)
 	TopRows     int64 // rows the reads of links' visits (link_days, top_days) and of top_leaders returned
 }
 

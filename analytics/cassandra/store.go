@@ -32,7 +32,9 @@
 // partitions. Points also clamps the range to the tier's retention around
 // now, so no query reads more than a handful of partitions however long
 // the range. The all-time tier's table, points_total, has no TTL and one
-// partition per link. The rollup's own tables are described below.
+// partition per link. The finest tier's rows are written to a table of
+// the same columns partitioned by shards of links, which readers read
+// beside it (shards.go). The rollup's own tables are described below.
 //
 // # Retry safety: one writer id per batch
 //

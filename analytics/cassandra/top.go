@@ -135,6 +135,7 @@ type leaderRow struct {
 func (s *Store) topRows(b analytics.Batch, anon gocql.UUID) []topRow {
 	keep := time.Duration(s.dimRetention.Load())
 	var rows []topRow
+	gens := genWriters{writer: b.Writer}
 	for _, d := range b.Dims {
 		if d.Dim != analytics.DimLink {
 			continue
@@ -142,7 +143,7 @@ func (s *Store) topRows(b analytics.Batch, anon gocql.UUID) []topRow {
 		r := topRow{day: d.Day.UTC(), shard: shardOf(d.Value), key: d.Value, writer: anon, count: d.N, ts: b.At.UnixMicro(),
 			ttl: s.dayTTL(d.Value, ttlOf(d.Day.Add(rollup.Day+keep).Sub(b.At)), d.Day, b.At)}
 		if b.Writer != "" {
-			r.writer, r.count = dimWriter(b.Writer, d.Gen), d.Cum
+			r.writer, r.count = gens.of(d.Gen), d.Cum
 		}
 		if r.ttl <= 0 || r.count == 0 {
 			continue
