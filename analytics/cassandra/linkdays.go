@@ -56,9 +56,9 @@ const (
 	selectLinkVisitsCQL = `SELECT short_key, day, writer, visits FROM %s.link_days WHERE short_key IN ? AND bucket = ? AND day >= ? AND day < ?`
 	selectLinkDimsCQL   = `SELECT day, writer, dims FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
 	selectLinkRegsCQL   = `SELECT regs FROM %s.link_days WHERE short_key = ? AND bucket = ? AND day >= ? AND day < ?`
-	// The same of link_days_by_shard: its partitions in the range (bucket
-	// IN ?), of the links' shards (shard IN ?).
-	selectShardVisitsCQL = `SELECT short_key, day, writer, visits FROM %s.link_days_by_shard WHERE shard IN ? AND bucket IN ? AND short_key IN ? AND day >= ? AND day < ?`
+	// The same of link_days_by_shard: a shard's partitions in the range
+	// (bucket IN ?).
+	selectShardVisitsCQL = `SELECT short_key, day, writer, visits FROM %s.link_days_by_shard WHERE shard = ? AND bucket IN ? AND short_key IN ? AND day >= ? AND day < ?`
 	selectShardDimsCQL   = `SELECT day, writer, dims FROM %s.link_days_by_shard WHERE shard = ? AND bucket IN ? AND short_key = ? AND day >= ? AND day < ?`
 	selectShardRegsCQL   = `SELECT regs FROM %s.link_days_by_shard WHERE shard = ? AND bucket IN ? AND short_key = ? AND day >= ? AND day < ?`
 )
@@ -255,14 +255,17 @@ func (b *cqlBackend) readLinkVisits(ctx context.Context, bucket time.Time, keys 
 	if err := read(b.query(ctx, b.selectLinkVisits, keys, bucket, from, to)); err != nil {
 		return nil, err
 	}
-	shards := make([]int, 0, len(keys))
+	// A statement per shard, with its links: a statement of several
+	// shards would look every link up in every shard's partitions.
+	byShard := map[int][]string{}
 	for _, k := range keys {
-		shards = append(shards, linkShard(k))
+		byShard[linkShard(k)] = append(byShard[linkShard(k)], k)
 	}
-	slices.Sort(shards)
-	shards = slices.Compact(shards)
-	if err := read(b.query(ctx, b.selectShardVisits, shards, shardBuckets(from, to, linkDaysShardSpan), keys, from, to)); err != nil {
-		return nil, err
+	buckets := shardBuckets(from, to, linkDaysShardSpan)
+	for shard, ks := range byShard {
+		if err := read(b.query(ctx, b.selectShardVisits, shard, buckets, ks, from, to)); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -115,7 +115,7 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		{Name: "a link's sharded points deleted", Q: q.deletePartitions["points_1m_by_shard"], Args: []any{linkShard(run), shardBuckets(day, day.Add(rollup.Day), time.Hour), "#1.2/" + run}},
 		{Name: "a link's sharded days deleted", Q: q.deletePartitions["link_days_by_shard"], Args: []any{linkShard(run), shardBuckets(day, day.Add(dimSpan), linkDaysShardSpan), "#1.2/" + run}},
 		{Name: "sharded breakdowns read", Q: q.selectShardDims, Args: []any{linkShard(run), shardBuckets(day, day.Add(dimSpan), linkDaysShardSpan), run, day, now}},
-		{Name: "sharded links' visits read", Q: q.selectShardVisits, Args: []any{[]int{linkShard(run), linkShard(run + "b")},
+		{Name: "sharded links' visits read", Q: q.selectShardVisits, Args: []any{linkShard(run),
 			shardBuckets(day.Add(-rollup.Day), day.Add(rollup.Day), linkDaysShardSpan), []string{run, run + "b"}, day.Add(-rollup.Day), day.Add(rollup.Day)}},
 		{Name: "marks of an empty key deleted", Q: q.deletePartitions["rollup_marks"], Args: []any{""}, Refused: true},
 	}
