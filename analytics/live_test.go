@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -202,17 +203,23 @@ func TestLiveMemory(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		return int64(after.HeapAlloc) - int64(before.HeapAlloc), rec
 	}
-	without, r0 := heap(0)
-	with, r1 := heap(n)
-	per := float64(with-without) / n
-	t.Logf("%.0f bytes per link followed live with a visit in each of the %d buckets (7-byte keys)", per, analytics.LiveBuckets)
-	if r1.LiveLinks() < n {
-		t.Fatalf("%d links followed, want %d", r1.LiveLinks(), n)
+	// The heap moves by what else the process does meanwhile (a single
+	// measure read from 600 to 3,100 bytes): the median of five.
+	var pers []float64
+	for range 5 {
+		without, r0 := heap(0)
+		with, r1 := heap(n)
+		if r1.LiveLinks() < n {
+			t.Fatalf("%d links followed, want %d", r1.LiveLinks(), n)
+		}
+		runtime.KeepAlive(r0)
+		pers = append(pers, float64(with-without)/n)
 	}
+	slices.Sort(pers)
+	per := pers[len(pers)/2]
+	t.Logf("%.0f bytes per link followed live with a visit in each of the %d buckets (7-byte keys); five measures %.0f", per, analytics.LiveBuckets, pers)
 	if per > 3000 {
 		t.Errorf("%.0f bytes per link followed live, want at most 3000 (docs/configuration.md)", per)
 	}
-	runtime.KeepAlive(r0)
-	runtime.KeepAlive(r1)
 	runtime.KeepAlive(keys)
 }
