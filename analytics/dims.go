@@ -93,11 +93,15 @@ func (p *pending) addDim(k dimPendKey, n int64) {
 	p.dims[k] += n
 }
 
-// dimStateMaxBytes bounds the memory of a Flusher's dimState: 64 MiB,
-// about 600,000 (link, day, dimension, value) entries with keys of 20
-// bytes. Past it the state is forgotten whole and a new generation begins
-// (the cap of values then starts again for the day).
-const dimStateMaxBytes = 64 << 20
+// dimStateMaxBytes bounds the memory of a Flusher's dimState: 256 MiB as
+// it counts it (an upper bound of its heap: TestDimStateMemory), at least
+// 700,000 (link, day, dimension) groups of a value each: a day of 100,000
+// links with six dimensions. Past it the state is forgotten whole and a
+// new generation begins (the cap of values then starts again for the
+// day): for such links once a day, a while after midnight. At 64 MiB, with
+// a map of its own per group, it was forgotten at every flush from about
+// 50,000 such links on.
+const dimStateMaxBytes = 256 << 20
 
 // dimDayKey is a link's dimension on a day.
 type dimDayKey struct {
@@ -106,23 +110,41 @@ type dimDayKey struct {
 	dim visitor.Dim
 }
 
-// dimDay is what a Flusher has written of one (link, day, dimension): its
-// values' cumulative counts in generation gen.
-type dimDay struct {
-	gen  uint64
-	vals map[string]int64
+// dimValKey is a value of a link's dimension on a day.
+type dimValKey struct {
+	dimDayKey
+	value string
 }
 
-// dimState is a Flusher's dimDays. Guarded by the Flusher's mu.
+// dimGroup is what a Flusher has written of one (link, day, dimension):
+// the generation its values' cumulative counts are of, how many values it
+// has (for the cap) and whether visitor.Other is one of them.
+type dimGroup struct {
+	gen   uint64
+	n     int32
+	other bool
+}
+
+// dimState is a Flusher's groups and their values' cumulative counts, two
+// flat maps: most groups hold a value or two, and a map of its own for
+// each (what it was) took three times their memory. Guarded by the
+// Flusher's mu.
 type dimState struct {
-	m      map[dimDayKey]*dimDay
+	groups map[dimDayKey]dimGroup
+	vals   map[dimValKey]int64
 	bytes  int64
-	gen    uint64 // the generation new entries get
-	oldest int32  // no entry is of a day before it
+	gen    uint64 // the generation new groups get
+	oldest int32  // no group is of a day before it
 }
 
-const dimDayOverhead = 160 // an entry: its map slot, struct and map of values
-const dimValueOverhead = 48
+// What a group and a value cost at most, beside their strings: their
+// maps' slots just after the maps grew, when they are the emptiest
+// (TestDimStateMemory: 374 bytes a group of a value at 120,000 groups,
+// 212 at 600,000).
+const (
+	dimGroupOverhead = 150
+	dimValueOverhead = 220
+)
 
 // batch returns p's dimensions as DimCounts for a batch made on the UTC
 // day today, with values past maxValues per (link, day, dimension) as
@@ -136,13 +158,17 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 	items := sortedPend(p)
 	// Sorted, the values of a (link, day, dimension) come together, each
 	// once but Other (those past the cap, and Other itself): a DimCount
-	// each, whose cumulative count is read once its group is done.
+	// each, with the cumulative count its value has then.
 	out := make([]DimCount, 0, len(items))
-	var dd *dimDay
-	group, other := 0, -1 // where the group's DimCounts begin in out; its Other's (-1: none yet)
+	var (
+		gk           dimDayKey
+		g            dimGroup
+		group, other int // where the group's DimCounts begin in out; its Other's (-1: none yet)
+	)
 	done := func() {
+		st.groups[gk] = g
 		for i := group; i < len(out); i++ {
-			out[i].Cum, out[i].Gen = dd.vals[out[i].Value], dd.gen
+			out[i].Gen = g.gen
 		}
 		if other >= 0 { // Other sorts among the values, not where the cap put it
 			slices.SortFunc(out[group:], func(a, b DimCount) int { return strings.Compare(a.Value, b.Value) })
@@ -151,54 +177,73 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 	for i, it := range items {
 		k := it.k
 		if prev := items[max(i-1, 0)].k; i == 0 || k.key != prev.key || k.day != prev.day || k.dim != prev.dim {
-			if dd != nil {
+			if i > 0 {
 				done()
 			}
-			dk := dimDayKey{k.key, k.day, k.dim}
-			if dd = st.m[dk]; dd == nil {
-				dd = &dimDay{gen: st.gen, vals: make(map[string]int64, 1)}
-				st.m[dk] = dd
-				st.bytes += int64(len(k.key)) + dimDayOverhead
+			gk = dimDayKey{k.key, k.day, k.dim}
+			var ok bool
+			if g, ok = st.groups[gk]; !ok {
+				g = dimGroup{gen: st.gen}
+				st.bytes += int64(len(k.key)) + dimGroupOverhead
 				st.oldest = min(st.oldest, k.day)
 			}
 			group, other = len(out), -1
 		}
-		v := k.value
-		if _, ok := dd.vals[v]; !ok {
-			if v != visitor.Other && k.dim != DimLink && len(dd.vals)-hasOther(dd) >= maxValues {
-				v = visitor.Other
-			}
-			if _, ok := dd.vals[v]; !ok {
-				st.bytes += int64(len(v)) + dimValueOverhead
-			}
+		vk := dimValKey{gk, k.value}
+		cum, ok := st.vals[vk]
+		if !ok && vk.value != visitor.Other && k.dim != DimLink && int(g.n)-b2i(g.other) >= maxValues {
+			vk.value = visitor.Other
+			cum, ok = st.vals[vk]
 		}
-		dd.vals[v] += it.n
-		if v == visitor.Other {
+		if !ok {
+			st.bytes += int64(len(vk.value)) + dimValueOverhead
+			g.n++
+			g.other = g.other || vk.value == visitor.Other
+		}
+		cum += it.n
+		st.vals[vk] = cum
+		if vk.value == visitor.Other {
 			if other >= 0 {
 				out[other].N += it.n
+				out[other].Cum = cum
 				continue
 			}
 			other = len(out)
 		}
-		out = append(out, DimCount{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Dim: k.dim, Value: v, N: it.n})
+		out = append(out, DimCount{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Dim: k.dim, Value: vk.value, N: it.n, Cum: cum})
 	}
 	done()
 	return out
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // age readies st for a batch made on the UTC day today: days before
 // yesterday are forgotten (a later count for them starts a new generation
 // of their rows), and everything once st holds over dimStateMaxBytes.
 func (st *dimState) age(today int32) {
-	if st.m == nil {
-		st.m = make(map[dimDayKey]*dimDay)
+	if st.groups == nil {
+		st.groups = make(map[dimDayKey]dimGroup)
+		st.vals = make(map[dimValKey]int64)
 	}
 	if keep := today - 1; st.oldest < keep {
 		forgot := false
-		for k := range st.m {
+		for k := range st.groups {
 			if k.day < keep {
-				st.drop(k)
+				st.bytes -= int64(len(k.key)) + dimGroupOverhead
+				delete(st.groups, k)
 				forgot = true
+			}
+		}
+		for k := range st.vals {
+			if k.day < keep {
+				st.bytes -= int64(len(k.value)) + dimValueOverhead
+				delete(st.vals, k)
 			}
 		}
 		if forgot {
@@ -207,7 +252,8 @@ func (st *dimState) age(today int32) {
 		st.oldest = keep
 	}
 	if st.bytes > dimStateMaxBytes {
-		clear(st.m)
+		clear(st.groups)
+		clear(st.vals)
 		st.bytes = 0
 		st.gen++
 	}
@@ -240,22 +286,6 @@ func sortedPend(p map[dimPendKey]int64) []pend {
 		return strings.Compare(a.k.value, b.k.value)
 	})
 	return items
-}
-
-func hasOther(dd *dimDay) int {
-	if _, ok := dd.vals[visitor.Other]; ok {
-		return 1
-	}
-	return 0
-}
-
-func (st *dimState) drop(k dimDayKey) {
-	dd := st.m[k]
-	st.bytes -= int64(len(k.key)) + dimDayOverhead
-	for v := range dd.vals {
-		st.bytes -= int64(len(v)) + dimValueOverhead
-	}
-	delete(st.m, k)
 }
 
 // compareDims orders DimCounts by link, dimension, day and value.

@@ -1,0 +1,75 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
+)
+
+type discardStore struct{}
+
+func (discardStore) Write(context.Context, Batch) error { return nil }
+
+// TestDimStateMemory flushes 20,000 links visited with six features, three
+// times in a day: the flusher keeps one generation (its state is not
+// forgotten), and what it counts of its state's memory is at least what
+// the heap holds for it (the median of three measures), at most twice; and
+// dimStateMaxBytes holds the groups its comment says.
+func TestDimStateMemory(t *testing.T) {
+	const links = 20_000
+	keys := make([]string, links)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%06d", i)
+	}
+	plan, err := rollup.NewPlan(rollup.DefaultTiers(), rollup.DefaultGrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var per []float64
+	for range 3 {
+		rec := NewRecorder(2*links, nil)
+		rec.SetMaxValues(100)
+		rec.SetMaxBytes(1 << 30)
+		at := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
+		f := NewFlusher(rec, discardStore{}, plan, FlusherOptions{Now: func() time.Time { return at }}, nil, nil)
+		refs := []string{"news.example", "direct", "t.co"}
+		for range 3 {
+			for i, k := range keys {
+				fe := visitor.Features{refs[i%3], refs[i%3], "DE", "mobile", "Safari", "iOS"}
+				rec.RecordVisit(k, at, false, &fe, uint64(i)*0x9e3779b97f4a7c15)
+			}
+			if err := f.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			at = at.Add(10 * time.Second)
+		}
+		if f.dims.gen != 0 {
+			t.Fatalf("generation %d after three flushes of a day, want 0: the state was forgotten", f.dims.gen)
+		}
+		groups, accounted := len(f.dims.groups), f.dims.bytes
+		var with, without runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&with)
+		f.dims = dimState{}
+		runtime.GC()
+		runtime.ReadMemStats(&without)
+		heap := float64(int64(with.HeapAlloc)-int64(without.HeapAlloc)) / float64(groups)
+		t.Logf("%d groups: %.0f bytes of heap a group, %.0f counted", groups, heap, float64(accounted)/float64(groups))
+		per = append(per, heap/(float64(accounted)/float64(groups)))
+		runtime.KeepAlive(rec)
+	}
+	slices.Sort(per)
+	if r := per[1]; r > 1 || r < 0.5 {
+		t.Errorf("the heap holds %.2f times what the state counts of itself (median of %.2f), want 0.5 to 1", r, per)
+	}
+	// A group of a value of 6 bytes, with a key of 7.
+	if n := dimStateMaxBytes / (7 + dimGroupOverhead + 6 + dimValueOverhead); n < 700_000 {
+		t.Errorf("dimStateMaxBytes holds %d groups, want 700,000", n)
+	}
+}
