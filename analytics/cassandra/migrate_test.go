@@ -14,6 +14,25 @@ import (
 	"github.com/linkgate/linkgate/visitor"
 )
 
+// openNode opens a store with cfg and the default plan and waits until it
+// is connected (the schema created), failing the test after a minute.
+func openNode(t *testing.T, cfg analytics.Cassandra) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			s.Close()
+			t.Fatalf("not ready after a minute: %v", s.Ready())
+		}
+		time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
+	}
+	return s
+}
+
 // TestClassesMigrationOnNode opens a store on tables an earlier release
 // made, without the class columns, holding a row of then: Open adds the
 // columns, the old row reads as it did (its bots declared), a row split
@@ -51,18 +70,7 @@ func TestClassesMigrationOnNode(t *testing.T) {
 
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
 	for round := range 2 {
-		s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(time.Minute)
-		for s.Ready() != nil {
-			if time.Now().After(deadline) {
-				s.Close()
-				t.Fatalf("open %d: not ready after a minute: %v", round+1, s.Ready())
-			}
-			time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
-		}
+		s := openNode(t, cfg)
 		if round == 0 {
 			split := analytics.Visits{Human: 1, Bot: 4, Other: [rollup.NumOther]int64{1, 2, 0, 1}}
 			err := s.Write(context.Background(), analytics.Batch{At: now, Counts: []analytics.Count{
@@ -119,18 +127,8 @@ func TestLinkVisitsMigrationOnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
-	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openNode(t, cfg)
 	defer s.Close()
-	deadline := time.Now().Add(time.Minute)
-	for s.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after a minute: %v", s.Ready())
-		}
-		time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
-	}
 	b := analytics.Batch{Writer: "w", Seq: 1, At: now, Dims: []analytics.DimCount{
 		{Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "gh", N: 3, Cum: 3},
 		{Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "go", N: 2, Cum: 2},
@@ -162,18 +160,8 @@ func TestShardMigrationOnNode(t *testing.T) {
 	ks := testkit.CassandraKeyspace(t, hs, "linkgate_migrate_shards")
 	sess := testkit.CassandraSession(t, hs...)
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
-	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openNode(t, cfg)
 	defer s.Close()
-	deadline := time.Now().Add(time.Minute)
-	for s.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after a minute: %v", s.Ready())
-		}
-		time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
-	}
 	ctx := context.Background()
 	now := time.Now().UTC()
 	m0 := rollup.Align(now.Add(-time.Hour), time.Minute)

@@ -111,6 +111,15 @@ func compactionWindow(t rollup.Tier) (unit string, size int) {
 	return "DAYS", int((w + rollup.Day - 1) / rollup.Day)
 }
 
+// pointCounts are the count columns of a points table (and of the finest
+// tier's sharded one).
+const pointCounts = `    human     bigint,
+    bot       bigint,
+    preview   bigint,
+    scanner   bigint,
+    prefetch  bigint,
+    internal  bigint,`
+
 // schema returns the CQL statements that create the keyspace and tables
 // when they are missing, in order; configs/cassandra.cql holds their output
 // for the default configuration. tiers are the retention setting; the
@@ -122,12 +131,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
     bucket    timestamp,
     start     timestamp,
     writer    uuid,
-    human     bigint,
-    bot       bigint,
-    preview   bigint,
-    scanner   bigint,
-    prefetch  bigint,
-    internal  bigint,
+` + pointCounts + `
     PRIMARY KEY ((short_key, bucket), start, writer)
 ) WITH CLUSTERING ORDER BY (start ASC, writer ASC)`
 	for _, t := range tiers {

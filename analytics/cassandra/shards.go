@@ -107,12 +107,7 @@ func shardedSchema(keyspace string, t rollup.Tier) []string {
     short_key text,
     start     timestamp,
     writer    uuid,
-    human     bigint,
-    bot       bigint,
-    preview   bigint,
-    scanner   bigint,
-    prefetch  bigint,
-    internal  bigint,
+`+pointCounts+`
     PRIMARY KEY ((shard, bucket), short_key, start, writer)
 ) WITH CLUSTERING ORDER BY (short_key ASC, start ASC, writer ASC)
     AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': '%s', 'compaction_window_size': %d}
