@@ -123,6 +123,12 @@ func newGateway(t *testing.T, fr front, u *upstream, cfg cache.Config, ttl time.
 	}
 	target, _ := url.Parse(u.srv.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
+	// A transport of its own: an httptest server's Close closes the idle
+	// connections of http.DefaultTransport, which would break a request
+	// of a test running beside it.
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	rp.Transport = tr
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) }
 	srv := httptest.NewServer(st.Handler(p, ttl, rp))
 	t.Cleanup(srv.Close)
@@ -130,7 +136,11 @@ func newGateway(t *testing.T, fr front, u *upstream, cfg cache.Config, ttl time.
 	return g
 }
 
-var client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+// client asks the gateways, through a transport of its own (not
+// http.DefaultTransport, whose idle connections each httptest server's
+// Close closes: a request of a test beside it failed with "connection
+// broken: CloseIdleConnections called").
+var client = &http.Client{Transport: &http.Transport{}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 // h2cClient is client over HTTP/2 in clear text, with prior knowledge.
 var h2cClient = func() *http.Client {
