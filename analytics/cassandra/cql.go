@@ -157,6 +157,7 @@ type cqlBackend struct {
 	// The finest tier, whose rows the sharded table holds, and its
 	// statements.
 	finest                                                  rollup.Tier
+	finestTable                                             string // pointsTable(finest)
 	insertShardPoint, insertShardClasses, selectShardPoints string
 	insertActive, selectActive,
 	insertMark, delMark, selectMarks,
@@ -215,8 +216,8 @@ func newCQL(s *gocql.Session, ks string, tiers []rollup.Tier, cons gocql.Consist
 		selectErasures:   fmt.Sprintf(selectErasuresCQL, ks),
 		deletePartitions: deletePartitionCQL(ks, tiers),
 	}
-	b.finest = tiers[0]
-	sharded := shardedTable(pointsTable(b.finest))
+	b.finest, b.finestTable = tiers[0], pointsTable(tiers[0])
+	sharded := shardedTable(b.finestTable)
 	b.insertShardPoint = fmt.Sprintf(insertShardPointCQL, ks, sharded)
 	b.insertShardClasses = fmt.Sprintf(insertShardClassesCQL, ks, sharded)
 	b.selectShardPoints = fmt.Sprintf(selectShardPointsCQL, ks, sharded)
@@ -247,9 +248,8 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 }
 
 func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
-	sharded := pointsTable(b.finest)
 	stmt := func(r pointRow) (string, []any) {
-		if r.table == sharded {
+		if r.table == b.finestTable {
 			at := []any{linkShard(r.key), partitionOf(r.start, shardSpan(b.finest.Step)), r.key, r.start, r.writer, r.v.Human, r.v.Bot}
 			if !r.v.Split() {
 				return b.insertShardPoint, append(at, r.ttl, r.ts)
@@ -297,7 +297,7 @@ func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, 
 	if err := read(b.query(ctx, b.selectPoints[table], key, bucket, from, to)); err != nil {
 		return nil, err
 	}
-	if table == pointsTable(b.finest) {
+	if table == b.finestTable {
 		old := len(rows)
 		buckets := shardBuckets(from, to, shardSpan(b.finest.Step))
 		if err := read(b.query(ctx, b.selectShardPoints, linkShard(key), buckets, key, from, to)); err != nil {

@@ -488,7 +488,7 @@ func (b *cqlBackend) deletePartition(ctx context.Context, table, key string, buc
 	// The link's rows of the sharded table's partitions inside it.
 	var span, whole time.Duration
 	switch table {
-	case pointsTable(b.finest):
+	case b.finestTable:
 		span, whole = shardSpan(b.finest.Step), tierSpan(b.finest)
 	case "link_days":
 		span, whole = linkDaysShardSpan, dimSpan
