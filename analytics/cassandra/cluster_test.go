@@ -31,25 +31,6 @@ func config(hosts []string) analytics.Cassandra {
 	return analytics.Cassandra{Hosts: hosts, Keyspace: testKeyspace, Consistency: "LOCAL_QUORUM", ReplicationFactor: 1}
 }
 
-// openIn opens a store with cfg and plan and waits until it is connected
-// (the schema created), failing the test after a minute.
-func openIn(t *testing.T, cfg analytics.Cassandra, plan *rollup.Plan) *cassandra.Store {
-	t.Helper()
-	s, err := cassandra.Open(context.Background(), nil, cfg, plan, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for s.Ready() != nil {
-		if time.Now().After(deadline) {
-			s.Close()
-			t.Fatalf("not connected after a minute: %v", s.Ready())
-		}
-		time.Sleep(100 * time.Millisecond) // waiting for an external cluster, not for a flush
-	}
-	return s
-}
-
 // TestConformanceOnNode runs the analytics store conformance suite on the
 // node: two stores writing at once stand for two gateway processes, and
 // reopening is a restart (a new writer id, the rows of the old one kept).
@@ -73,7 +54,7 @@ func TestConformanceOnNode(t *testing.T) {
 		default:
 			cfg.Keyspace = shared
 		}
-		open := func(*testing.T, []string) *cassandra.Store { return openIn(t, cfg, plan) }
+		open := func(*testing.T, []string) *cassandra.Store { return cassandra.OpenConnected(t, cfg, plan) }
 		var mu sync.Mutex
 		var stores []*cassandra.Store
 		var clock func() time.Time // the subtest's, when it gave one
@@ -122,7 +103,9 @@ func TestTwoWritersAndRestartOnNode(t *testing.T) {
 	hs := hosts(t)
 	cfg := config(hs)
 	cfg.Keyspace = testkit.CassandraKeyspace(t, hs, "linkgate_two_writers")
-	open := func(*testing.T, []string) *cassandra.Store { return openIn(t, cfg, analyticstest.DefaultPlan) }
+	open := func(*testing.T, []string) *cassandra.Store {
+		return cassandra.OpenConnected(t, cfg, analyticstest.DefaultPlan)
+	}
 	a, b := open(t, hs), open(t, hs)
 	defer b.Close()
 	key := "two-writers-" + time.Now().UTC().Format("20060102T150405.000000000")

@@ -14,25 +14,6 @@ import (
 	"github.com/linkgate/linkgate/visitor"
 )
 
-// openNode opens a store with cfg and the default plan and waits until it
-// is connected (the schema created), failing the test after a minute.
-func openNode(t *testing.T, cfg analytics.Cassandra) *Store {
-	t.Helper()
-	s, err := Open(context.Background(), nil, cfg, analyticstest.DefaultPlan, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for s.Ready() != nil {
-		if time.Now().After(deadline) {
-			s.Close()
-			t.Fatalf("not ready after a minute: %v", s.Ready())
-		}
-		time.Sleep(100 * time.Millisecond) // waiting for an external node's schema
-	}
-	return s
-}
-
 // TestClassesMigrationOnNode opens a store on tables an earlier release
 // made, without the class columns, holding a row of then: Open adds the
 // columns, the old row reads as it did (its bots declared), a row split
@@ -70,7 +51,7 @@ func TestClassesMigrationOnNode(t *testing.T) {
 
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
 	for round := range 2 {
-		s := openNode(t, cfg)
+		s := OpenConnected(t, cfg, analyticstest.DefaultPlan)
 		if round == 0 {
 			split := analytics.Visits{Human: 1, Bot: 4, Other: [rollup.NumOther]int64{1, 2, 0, 1}}
 			err := s.Write(context.Background(), analytics.Batch{At: now, Counts: []analytics.Count{
@@ -127,7 +108,7 @@ func TestLinkVisitsMigrationOnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
-	s := openNode(t, cfg)
+	s := OpenConnected(t, cfg, analyticstest.DefaultPlan)
 	defer s.Close()
 	b := analytics.Batch{Writer: "w", Seq: 1, At: now, Dims: []analytics.DimCount{
 		{Key: analytics.AllLinks, Day: day, Dim: analytics.DimLink, Value: "gh", N: 3, Cum: 3},
@@ -160,7 +141,7 @@ func TestShardMigrationOnNode(t *testing.T) {
 	ks := testkit.CassandraKeyspace(t, hs, "linkgate_migrate_shards")
 	sess := testkit.CassandraSession(t, hs...)
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
-	s := openNode(t, cfg)
+	s := OpenConnected(t, cfg, analyticstest.DefaultPlan)
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC()

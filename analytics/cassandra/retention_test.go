@@ -7,6 +7,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/analytics/cassandra"
 	"github.com/linkgate/linkgate/analytics/hll"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
@@ -20,7 +21,7 @@ import (
 // rows of a link of the default tenant, in the same batches, stay.
 func TestTenantRetentionOnNode(t *testing.T) {
 	hs := hosts(t)
-	s := openIn(t, config(hs), analyticstest.DefaultPlan)
+	s := cassandra.OpenConnected(t, config(hs), analyticstest.DefaultPlan)
 	defer s.Close()
 	const keep, ttl = 2 * time.Hour, 15 * time.Second
 	s.SetTenantRetention(map[string]time.Duration{"ret": keep})
