@@ -306,11 +306,17 @@ func (c *conn) process(f http2.Frame) error {
 	return nil // unknown frame types are ignored (RFC 9113 section 5.5)
 }
 
-// onSettings applies the client's settings and acknowledges them.
+// onSettings applies the client's settings and acknowledges them. It
+// holds mu until the ACK is in the writer's buffer: a stream waiting for
+// the window a larger SETTINGS_INITIAL_WINDOW_SIZE gives takes it under
+// mu, so its DATA follows the ACK, as the ACK says the settings are in
+// force (h2spec's http2/6.9.2/1 misses a DATA that comes first).
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return err
@@ -323,9 +329,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		case http2.SettingInitialWindowSize:
 			return c.setPeerWindow(int64(s.Val))
 		case http2.SettingMaxFrameSize:
-			c.mu.Lock()
 			c.peerMax = int(s.Val)
-			c.mu.Unlock()
 			c.w.mu.Lock()
 			c.w.maxFrame = int(s.Val)
 			c.w.mu.Unlock()
@@ -339,15 +343,14 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	c.w.fr.WriteSettingsAck()
 	c.w.mu.Unlock()
 	c.w.kick()
+	c.flow.Broadcast()
 	return nil
 }
 
 // setPeerWindow applies a new SETTINGS_INITIAL_WINDOW_SIZE to every open
 // stream's send window (RFC 9113 section 6.9.2): a window may go negative,
-// and one over 2^31-1 is a FLOW_CONTROL_ERROR.
+// and one over 2^31-1 is a FLOW_CONTROL_ERROR. Under mu.
 func (c *conn) setPeerWindow(v int64) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	delta := v - c.peerWin
 	c.peerWin = v
 	for _, st := range c.streams {
@@ -356,7 +359,6 @@ func (c *conn) setPeerWindow(v int64) error {
 			return http2.ConnectionError(http2.ErrCodeFlowControl)
 		}
 	}
-	c.flow.Broadcast()
 	return nil
 }
 

@@ -562,3 +562,52 @@ func TestReadDeadline(t *testing.T) {
 		t.Errorf("got %d %q", res.StatusCode, body)
 	}
 }
+
+// TestSettingsAckBeforeData: the SETTINGS ACK of a larger
+// SETTINGS_INITIAL_WINDOW_SIZE leaves before the DATA the new window lets
+// out, as the ACK says the settings are in force from then on (h2spec's
+// http2/6.9.2/1 waits for the ACK, then for the DATA, and misses a DATA
+// that came first).
+func TestSettingsAckBeforeData(t *testing.T) {
+	ts := start(t, false, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
+	fr := dialRaw(t, ts.addr)
+	readUntil := func(what string, ok func(http2.Frame) bool) {
+		t.Helper()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			if ok(f) {
+				return
+			}
+		}
+	}
+	isAck := func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() }
+	readUntil("the first SETTINGS ACK", isAck)
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for id := uint32(1); id < 2000; id += 2 {
+		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		readUntil("the ACK of a zero window", isAck)
+		block.Reset()
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "a"}, {":path", "/"}} {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true})
+		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1})
+		acked := false
+		readUntil("the answer", func(f http2.Frame) bool {
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				acked = acked || f.IsAck()
+			case *http2.DataFrame:
+				if len(f.Data()) > 0 && !acked {
+					t.Fatalf("stream %d: DATA before the ACK of the window that let it out", id)
+				}
+				return f.StreamEnded()
+			}
+			return false
+		})
+	}
+}
