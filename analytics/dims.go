@@ -22,51 +22,48 @@ import (
 // whole day, and each DimCount carries the cumulative count that a store
 // keeping one row per writer overwrites (see DimCount).
 
-// dimPendKey is one value of a dimension of a link on a day, on its way to
-// a Batch.
-type dimPendKey struct {
-	key   string
-	day   int32
-	dim   visitor.Dim
-	value string
+// dimInput is the dimensions of a swap's snapshot on their way to a
+// Batch: each link's entry, whose values the Recorder keeps once per
+// dimension and day, and all links' values added up.
+type dimInput struct {
+	links []linkDims          // sorted by key
+	all   map[allDimKey]int64 // AllLinks's
 }
 
-// addDims adds the dimensions of a swap's snapshot to p: each link's, added
-// to all links' too, and those of visits not tracked per link.
+// linkDims is a link's values of the interval.
+type linkDims struct {
+	key  string
+	dims *entryDims
+}
+
+func (in *dimInput) empty() bool { return len(in.links) == 0 && len(in.all) == 0 }
+
+// addDims takes the dimensions of a swap's snapshot: each link's, added to
+// all links' too, and those of visits not tracked per link.
 func (p *pending) addDims(s snapshot) {
-	if p.dims == nil { // sized for every link's values and visits (DimLink)
-		n := 0
-		for _, links := range s.links {
-			for _, e := range links {
-				n++
-				if e.dims != nil {
-					for _, list := range e.dims {
-						n += len(list)
-					}
-				}
-			}
-		}
-		p.dims = make(map[dimPendKey]int64, n)
-	}
+	in := &p.dims
 	for _, links := range s.links {
 		for key, e := range links {
-			if e.dims == nil {
-				continue
+			if e.dims != nil {
+				in.links = append(in.links, linkDims{key, e.dims})
 			}
-			all := !isTenantAll(key) // a tenant's entry repeats its links' visits
-			for d, list := range e.dims {
-				for _, c := range list {
-					p.addDim(dimPendKey{key, c.day, visitor.Dim(d), c.value}, c.n)
-					if all {
-						p.addDim(dimPendKey{AllLinks, c.day, visitor.Dim(d), c.value}, c.n)
-					}
-				}
+		}
+	}
+	slices.SortFunc(in.links, func(a, b linkDims) int { return strings.Compare(a.key, b.key) })
+	in.all = make(map[allDimKey]int64)
+	for _, l := range in.links {
+		if isTenantAll(l.key) { // a tenant's entry repeats its links' visits
+			continue
+		}
+		for d, list := range l.dims {
+			for _, c := range list {
+				in.all[allDimKey{c.day, visitor.Dim(d), c.value}] += c.n
 			}
 		}
 	}
 	for _, m := range s.allDims {
 		for k, n := range m {
-			p.addDim(dimPendKey{AllLinks, k.day, k.dim, k.value}, n)
+			in.all[k] += n
 		}
 	}
 	// Every link's human visits per day, as DimLink of all links (a
@@ -79,130 +76,221 @@ func (p *pending) addDims(s snapshot) {
 			}
 			e.each(func(c minuteCount) {
 				if c.Human != 0 {
-					p.addDim(dimPendKey{AllLinks, int32(floorDiv(c.minute, 1440)), DimLink, key}, c.Human)
+					in.all[allDimKey{int32(floorDiv(c.minute, 1440)), DimLink, key}] += c.Human
 				}
 			})
 		}
 	}
 }
 
-func (p *pending) addDim(k dimPendKey, n int64) {
-	if p.dims == nil {
-		p.dims = make(map[dimPendKey]int64)
-	}
-	p.dims[k] += n
-}
-
 // dimStateMaxBytes bounds the memory of a Flusher's dimState: 256 MiB as
-// it counts it (an upper bound of its heap: TestDimStateMemory), at least
-// 700,000 (link, day, dimension) groups of a value each: a day of 100,000
-// links with six dimensions. Past it the state is forgotten whole and a
-// new generation begins (the cap of values then starts again for the
-// day): for such links once a day, a while after midnight. At 64 MiB, with
-// a map of its own per group, it was forgotten at every flush from about
-// 50,000 such links on.
+// it counts it (an upper bound of its heap: TestDimStateMemory), which
+// holds a day of 100,000 links with a value of each of six dimensions
+// several times over. Past it the state is forgotten whole and a new
+// generation begins (the cap of values then starts again for the day). At
+// 64 MiB, with a map of its own per (link, day, dimension), it was
+// forgotten at every flush from about 50,000 such links on.
 const dimStateMaxBytes = 256 << 20
 
-// dimDayKey is a link's dimension on a day.
-type dimDayKey struct {
-	key string
-	day int32
-	dim visitor.Dim
-}
-
-// dimValKey is a value of a link's dimension on a day.
-type dimValKey struct {
-	dimDayKey
-	value string
-}
-
-// dimGroup is what a Flusher has written of one (link, day, dimension):
-// the generation its values' cumulative counts are of, how many values it
-// has (for the cap) and whether visitor.Other is one of them.
-type dimGroup struct {
-	gen   uint64
-	n     int32
-	other bool
-}
-
-// dimState is a Flusher's groups and their values' cumulative counts, two
-// flat maps: most groups hold a value or two, and a map of its own for
-// each (what it was) took three times their memory. Guarded by the
-// Flusher's mu.
+// dimState is what a Flusher has written of the dimensions of each link
+// today and yesterday, per link: a flush looks each link up once, and its
+// few groups and values in short lists. Guarded by the Flusher's mu.
 type dimState struct {
-	groups map[dimDayKey]dimGroup
-	vals   map[dimValKey]int64
+	links  map[string]*dimLinkState
 	bytes  int64
 	gen    uint64 // the generation new groups get
 	oldest int32  // no group is of a day before it
 }
 
-// What a group and a value cost at most, beside their strings: their
-// maps' slots just after the maps grew, when they are the emptiest
-// (TestDimStateMemory: 374 bytes a group of a value at 120,000 groups,
-// 212 at 600,000).
+// dimLinkState is a link's groups: a (day, dimension) each.
+type dimLinkState struct {
+	groups []dimGroup
+}
+
+// dimGroup is what a Flusher has written of one (link, day, dimension):
+// the generation its values' cumulative counts are of, and the values,
+// visitor.Other among them once the cap was reached.
+type dimGroup struct {
+	day   int32
+	dim   visitor.Dim
+	other bool // visitor.Other is one of vals
+	gen   uint64
+	vals  []dimVal
+	index map[string]int // position in vals by value, once vals is longer than dimScan
+}
+
+// dimVal is a value's cumulative count.
+type dimVal struct {
+	value string
+	cum   int64
+}
+
+// dimScan is how many values a group scans for one before it indexes
+// them.
+const dimScan = 8
+
+// What a link, a group and a value cost at most, beside their strings'
+// bytes: their slots in the map and the slices that hold them just after
+// these grew, when they are the emptiest, and the rounding of a string's
+// allocation; and a value's slot in its group's index (TestDimStateMemory:
+// 114 bytes of heap a group of a value, with six groups a link).
 const (
-	dimGroupOverhead = 150
-	dimValueOverhead = 220
+	dimLinkOverhead  = 100
+	dimGroupOverhead = 90
+	dimValueOverhead = 48
+	dimIndexOverhead = 60
 )
 
-// batch returns p's dimensions as DimCounts for a batch made on the UTC
+// find returns the position of value in g.vals.
+func (g *dimGroup) find(value string) (int, bool) {
+	if g.index != nil {
+		i, ok := g.index[value]
+		return i, ok
+	}
+	for i := range g.vals {
+		if g.vals[i].value == value {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// add appends value to g.vals and returns its position and what g grew by.
+func (g *dimGroup) add(value string) (int, int64) {
+	g.vals = append(g.vals, dimVal{value: value})
+	g.other = g.other || value == visitor.Other
+	i := len(g.vals) - 1
+	grew := int64(len(value)) + dimValueOverhead
+	switch {
+	case g.index != nil:
+		g.index[value] = i
+		grew += dimIndexOverhead
+	case len(g.vals) > dimScan:
+		g.index = make(map[string]int, 2*len(g.vals))
+		for j, v := range g.vals {
+			g.index[v.value] = j
+		}
+		grew += int64(len(g.vals)) * dimIndexOverhead
+	}
+	return i, grew
+}
+
+// bytes is what g counts for.
+func (g *dimGroup) bytes() int64 {
+	n := int64(dimGroupOverhead)
+	for _, v := range g.vals {
+		n += int64(len(v.value)) + dimValueOverhead
+	}
+	if g.index != nil {
+		n += int64(len(g.vals)) * dimIndexOverhead
+	}
+	return n
+}
+
+// dimItem is a count of a link's value on its way to a DimCount.
+type dimItem struct {
+	day   int32
+	dim   visitor.Dim
+	value string
+	n     int64
+}
+
+// compareItems orders a link's items by dimension, day and value.
+func compareItems(a, b dimItem) int {
+	if c := cmp.Compare(a.dim, b.dim); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.day, b.day); c != 0 {
+		return c
+	}
+	return strings.Compare(a.value, b.value)
+}
+
+// batch returns in's dimensions as DimCounts for a batch made on the UTC
 // day today, with values past maxValues per (link, day, dimension) as
 // visitor.Other, sorted by link, dimension, day and value; it updates the
 // cumulative counts.
-func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []DimCount {
-	if len(p) == 0 {
+func (st *dimState) batch(in dimInput, maxValues int, today int32) []DimCount {
+	if in.empty() {
 		return nil
 	}
 	st.age(today)
-	items := sortedPend(p)
-	// Sorted, the values of a (link, day, dimension) come together, each
-	// once but Other (those past the cap, and Other itself): a DimCount
-	// each, with the cumulative count its value has then.
-	out := make([]DimCount, 0, len(items))
+	n := len(in.all)
+	for _, l := range in.links {
+		for _, list := range l.dims {
+			n += len(list)
+		}
+	}
+	out := make([]DimCount, 0, n)
+	all := make([]dimItem, 0, len(in.all))
+	for k, n := range in.all {
+		all = append(all, dimItem{k.day, k.dim, k.value, n})
+	}
+	slices.SortFunc(all, compareItems)
+	var items []dimItem
+	allDone := len(all) == 0
+	for _, l := range in.links {
+		if !allDone && l.key > AllLinks {
+			out = st.link(out, AllLinks, all, maxValues)
+			allDone = true
+		}
+		items = items[:0]
+		for d, list := range l.dims {
+			for _, c := range list {
+				items = append(items, dimItem{c.day, visitor.Dim(d), c.value, c.n})
+			}
+		}
+		slices.SortFunc(items, compareItems)
+		out = st.link(out, l.key, items, maxValues)
+	}
+	if !allDone {
+		out = st.link(out, AllLinks, all, maxValues)
+	}
+	return out
+}
+
+// link appends to out the DimCounts of key's items, sorted by dimension,
+// day and value, and updates its cumulative counts.
+func (st *dimState) link(out []DimCount, key string, items []dimItem, maxValues int) []DimCount {
+	ls := st.links[key]
+	if ls == nil {
+		ls = new(dimLinkState)
+		st.links[key] = ls
+		st.bytes += int64(len(key)) + dimLinkOverhead
+	}
 	var (
-		gk           dimDayKey
-		g            dimGroup
+		g            *dimGroup
+		day          time.Time
 		group, other int // where the group's DimCounts begin in out; its Other's (-1: none yet)
 	)
 	done := func() {
-		st.groups[gk] = g
-		for i := group; i < len(out); i++ {
-			out[i].Gen = g.gen
-		}
 		if other >= 0 { // Other sorts among the values, not where the cap put it
 			slices.SortFunc(out[group:], func(a, b DimCount) int { return strings.Compare(a.Value, b.Value) })
 		}
 	}
 	for i, it := range items {
-		k := it.k
-		if prev := items[max(i-1, 0)].k; i == 0 || k.key != prev.key || k.day != prev.day || k.dim != prev.dim {
+		if i == 0 || it.day != g.day || it.dim != g.dim {
 			if i > 0 {
 				done()
 			}
-			gk = dimDayKey{k.key, k.day, k.dim}
-			var ok bool
-			if g, ok = st.groups[gk]; !ok {
-				g = dimGroup{gen: st.gen}
-				st.bytes += int64(len(k.key)) + dimGroupOverhead
-				st.oldest = min(st.oldest, k.day)
-			}
+			g = ls.group(st, it.day, it.dim)
+			day = time.Unix(int64(it.day)*86400, 0).UTC()
 			group, other = len(out), -1
 		}
-		vk := dimValKey{gk, k.value}
-		cum, ok := st.vals[vk]
-		if !ok && vk.value != visitor.Other && k.dim != DimLink && int(g.n)-b2i(g.other) >= maxValues {
-			vk.value = visitor.Other
-			cum, ok = st.vals[vk]
+		value := it.value
+		j, ok := g.find(value)
+		if !ok && value != visitor.Other && it.dim != DimLink && len(g.vals)-b2i(g.other) >= maxValues {
+			value = visitor.Other
+			j, ok = g.find(value)
 		}
 		if !ok {
-			st.bytes += int64(len(vk.value)) + dimValueOverhead
-			g.n++
-			g.other = g.other || vk.value == visitor.Other
+			var grew int64
+			j, grew = g.add(value)
+			st.bytes += grew
 		}
-		cum += it.n
-		st.vals[vk] = cum
-		if vk.value == visitor.Other {
+		g.vals[j].cum += it.n
+		cum := g.vals[j].cum
+		if value == visitor.Other {
 			if other >= 0 {
 				out[other].N += it.n
 				out[other].Cum = cum
@@ -210,10 +298,25 @@ func (st *dimState) batch(p map[dimPendKey]int64, maxValues int, today int32) []
 			}
 			other = len(out)
 		}
-		out = append(out, DimCount{Key: k.key, Day: time.Unix(int64(k.day)*86400, 0).UTC(), Dim: k.dim, Value: vk.value, N: it.n, Cum: cum})
+		out = append(out, DimCount{Key: key, Day: day, Dim: it.dim, Value: value, N: it.n, Cum: cum, Gen: g.gen})
 	}
-	done()
+	if len(items) > 0 {
+		done()
+	}
 	return out
+}
+
+// group returns ls's group of (day, dim), new if it has none.
+func (ls *dimLinkState) group(st *dimState, day int32, dim visitor.Dim) *dimGroup {
+	for i := range ls.groups {
+		if g := &ls.groups[i]; g.day == day && g.dim == dim {
+			return g
+		}
+	}
+	ls.groups = append(ls.groups, dimGroup{day: day, dim: dim, gen: st.gen})
+	st.bytes += dimGroupOverhead
+	st.oldest = min(st.oldest, day)
+	return &ls.groups[len(ls.groups)-1]
 }
 
 func b2i(b bool) int {
@@ -227,23 +330,26 @@ func b2i(b bool) int {
 // yesterday are forgotten (a later count for them starts a new generation
 // of their rows), and everything once st holds over dimStateMaxBytes.
 func (st *dimState) age(today int32) {
-	if st.groups == nil {
-		st.groups = make(map[dimDayKey]dimGroup)
-		st.vals = make(map[dimValKey]int64)
+	if st.links == nil {
+		st.links = make(map[string]*dimLinkState)
 	}
 	if keep := today - 1; st.oldest < keep {
 		forgot := false
-		for k := range st.groups {
-			if k.day < keep {
-				st.bytes -= int64(len(k.key)) + dimGroupOverhead
-				delete(st.groups, k)
-				forgot = true
+		for key, ls := range st.links {
+			kept := ls.groups[:0]
+			for i := range ls.groups {
+				if g := &ls.groups[i]; g.day < keep {
+					st.bytes -= g.bytes()
+					forgot = true
+				} else {
+					kept = append(kept, *g)
+				}
 			}
-		}
-		for k := range st.vals {
-			if k.day < keep {
-				st.bytes -= int64(len(k.value)) + dimValueOverhead
-				delete(st.vals, k)
+			clear(ls.groups[len(kept):])
+			ls.groups = kept
+			if len(kept) == 0 {
+				st.bytes -= int64(len(key)) + dimLinkOverhead
+				delete(st.links, key)
 			}
 		}
 		if forgot {
@@ -252,40 +358,19 @@ func (st *dimState) age(today int32) {
 		st.oldest = keep
 	}
 	if st.bytes > dimStateMaxBytes {
-		clear(st.groups)
-		clear(st.vals)
+		clear(st.links)
 		st.bytes = 0
 		st.gen++
 	}
 }
 
-// pend is a pending count of a batch's dimensions.
-type pend struct {
-	k dimPendKey
-	n int64
-}
-
-// sortedPend returns p's counts sorted by link, dimension, day and value.
-func sortedPend(p map[dimPendKey]int64) []pend {
-	items := make([]pend, 0, len(p))
-	for k, n := range p {
-		items = append(items, pend{k, n})
+// groups is how many groups st holds.
+func (st *dimState) groups() int {
+	n := 0
+	for _, ls := range st.links {
+		n += len(ls.groups)
 	}
-	// Each comparison stops at the first field that differs (cmp.Or
-	// would compare the values of every pair of links too).
-	slices.SortFunc(items, func(a, b pend) int {
-		if c := strings.Compare(a.k.key, b.k.key); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.k.dim, b.k.dim); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.k.day, b.k.day); c != 0 {
-			return c
-		}
-		return strings.Compare(a.k.value, b.k.value)
-	})
-	return items
+	return n
 }
 
 // compareDims orders DimCounts by link, dimension, day and value.

@@ -528,7 +528,7 @@ func (f *Flusher) takeLocked() {
 	p.add(snap, f.plan.Tiers()[0].Step)
 	p.addDims(snap)
 	p.addUniques(snap)
-	if p.n > 0 || len(p.dims) > 0 || len(p.uniqs) > 0 {
+	if p.n > 0 || !p.dims.empty() || len(p.uniqs) > 0 {
 		f.seq++
 		// At grows with Seq, to the microsecond: a store that keeps the
 		// newest cumulative count of a writer's dimension by write
@@ -979,7 +979,7 @@ func announcedExpired(a announced, at time.Time, plan *rollup.Plan) bool {
 type pending struct {
 	links map[string]*linkCounts
 	n     int // entries: (link, bucket) counts
-	dims  map[dimPendKey]int64
+	dims  dimInput
 	uniqs map[uniqKey]*hll.Sketch
 }
 
