@@ -194,8 +194,8 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 		key    string
 		bucket int64
 	}
-	parts := map[pk]*linkPart{}
-	var order []*linkPart
+	parts := make(map[pk]*linkPart, len(visits))
+	order := make([]*linkPart, 0, len(visits))
 	part := func(key string, day time.Time) *linkPart {
 		k := pk{key, partitionOf(day, linkDaysShardSpan).Unix()}
 		p := parts[k]
@@ -206,9 +206,21 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 		}
 		return p
 	}
-	for _, r := range dims {
-		p := part(r.key, r.day)
-		p.dims = append(p.dims, r)
+	// A link's breakdown rows come together (b.Dims is sorted by link):
+	// a part takes a run of them as it is, rather than a copy.
+	for i := 0; i < len(dims); {
+		p := part(dims[i].key, dims[i].day)
+		at := partitionOf(dims[i].day, linkDaysShardSpan)
+		j := i + 1
+		for j < len(dims) && dims[j].key == dims[i].key && partitionOf(dims[j].day, linkDaysShardSpan).Equal(at) {
+			j++
+		}
+		if p.dims == nil {
+			p.dims = dims[i:j:j]
+		} else {
+			p.dims = append(p.dims, dims[i:j]...)
+		}
+		i = j
 	}
 	for _, r := range regs {
 		p := part(r.key, r.day)
@@ -218,7 +230,7 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 		p := part(r.key, r.day)
 		p.visits = append(p.visits, r)
 	}
-	var pieces []linkPart
+	pieces := make([]linkPart, 0, len(order))
 	for _, p := range order {
 		if p.size() <= packBytes {
 			pieces = append(pieces, *p)

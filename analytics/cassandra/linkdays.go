@@ -132,11 +132,14 @@ func (p *linkPart) rows() []linkDayRow {
 				return r
 			}
 		}
-		rows = append(rows, linkDayRow{day: day, writer: writer, regs: []int{}, ttl: ttl, ts: ts})
+		rows = append(rows, linkDayRow{day: day, writer: writer, regs: make([]int, 0, len(p.regs)), ttl: ttl, ts: ts})
 		return &rows[len(rows)-1]
 	}
 	for _, d := range p.dims {
 		r := row(d.day, d.writer, d.ttl, d.ts)
+		if r.dims == nil { // most parts are one row: room for all
+			r.dims = make(dimCells, 0, len(p.dims))
+		}
 		r.dims = append(r.dims, d)
 	}
 	for _, v := range p.visits {
@@ -155,7 +158,7 @@ func (p *linkPart) rows() []linkDayRow {
 }
 
 func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
-	var entries []gocql.BatchEntry
+	entries := make([]gocql.BatchEntry, 0, len(parts))
 	for _, p := range parts {
 		shard := linkShard(p.key)
 		for _, r := range p.rows() {
