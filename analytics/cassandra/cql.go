@@ -250,7 +250,8 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
 	stmt := func(r pointRow) (string, []any) {
 		if r.table == b.finestTable {
-			at := []any{linkShard(r.key), partitionOf(r.start, shardSpan(b.finest.Step)), r.key, r.start, r.writer, r.v.Human, r.v.Bot}
+			at := make([]any, 0, 13) // room for the classes, the TTL and the timestamp
+			at = append(at, linkShard(r.key), partitionOf(r.start, shardSpan(b.finest.Step)), r.key, r.start, r.writer, r.v.Human, r.v.Bot)
 			if !r.v.Split() {
 				return b.insertShardPoint, append(at, r.ttl, r.ts)
 			}
@@ -268,6 +269,7 @@ func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
 		return b.query(ctx, q, args...).Exec()
 	}
 	batch := b.batch(ctx)
+	batch.Entries = make([]gocql.BatchEntry, 0, len(rows))
 	for _, r := range rows {
 		q, args := stmt(r)
 		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: q, Args: args, Idempotent: true})
