@@ -97,6 +97,11 @@ func (c *conn) serve(sawPreface bool) {
 	if d := c.s.ReadHeaderTimeout; d > 0 {
 		c.nc.SetReadDeadline(time.Now().Add(d))
 	}
+	// The server's preface first, as RFC 9113 section 3.4 allows: it
+	// leaves while the client's comes (a client that waits for it before
+	// its first request waits no round trip more).
+	c.writeSettings()
+	go c.w.flusher()
 	if !sawPreface && !c.readPreface() {
 		return
 	}
@@ -105,8 +110,6 @@ func (c *conn) serve(sawPreface bool) {
 	c.rfr.MaxHeaderListSize = c.s.maxHeaderListSize()
 	c.rfr.SetMaxReadFrameSize(c.s.maxReadFrameSize())
 	c.rfr.SetReuseFrames()
-	c.writeSettings()
-	go c.w.flusher()
 	for {
 		c.armIdle()
 		f, err := c.rfr.ReadFrame()

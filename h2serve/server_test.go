@@ -611,3 +611,26 @@ func TestSettingsAckBeforeData(t *testing.T) {
 		})
 	}
 }
+
+// TestSettingsFirst: over TLS the server's SETTINGS comes right after the
+// handshake, before the client said anything (RFC 9113 section 3.4: a
+// client may wait for it; a client that closes at once then resets
+// rather than leaving a half-closed connection behind).
+func TestSettingsFirst(t *testing.T) {
+	ts := start(t, true, http.HandlerFunc(redirect))
+	cfg := ts.tr.TLSClientConfig.Clone()
+	cfg.NextProtos = []string{"h2"}
+	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: wait}, "tcp", ts.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(wait))
+	f, err := http2.NewFramer(nil, tc).ReadFrame()
+	if err != nil {
+		t.Fatalf("nothing before the client's preface: %v", err)
+	}
+	if s, ok := f.(*http2.SettingsFrame); !ok || s.IsAck() {
+		t.Fatalf("first frame %v, want the server's SETTINGS", f)
+	}
+}
