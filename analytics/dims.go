@@ -23,10 +23,11 @@ import (
 // keeping one row per writer overwrites (see DimCount).
 
 // dimInput is the dimensions of a swap's snapshot on their way to a
-// Batch: each link's entry, whose values the Recorder keeps once per
-// dimension and day, and all links' values added up.
+// Batch: each link's entries (one per shard that counted it), whose
+// values the Recorder keeps once per dimension and day, and all links'
+// values added up.
 type dimInput struct {
-	links []linkDims          // sorted by key
+	links []linkDims          // sorted by key; a key once per shard
 	all   map[allDimKey]int64 // AllLinks's
 }
 
@@ -229,22 +230,46 @@ func (st *dimState) batch(in dimInput, maxValues int, today int32) []DimCount {
 	slices.SortFunc(all, compareItems)
 	var items []dimItem
 	allDone := len(all) == 0
-	for _, l := range in.links {
-		if !allDone && l.key > AllLinks {
+	for i := 0; i < len(in.links); {
+		key := in.links[i].key
+		if !allDone && key > AllLinks {
 			out = st.link(out, AllLinks, all, maxValues)
 			allDone = true
 		}
+		// A link visited on several Ps has an entry in each of their
+		// shards: its values are added up here.
 		items = items[:0]
-		for d, list := range l.dims {
-			for _, c := range list {
-				items = append(items, dimItem{c.day, visitor.Dim(d), c.value, c.n})
+		j := i
+		for ; j < len(in.links) && in.links[j].key == key; j++ {
+			for d, list := range in.links[j].dims {
+				for _, c := range list {
+					items = append(items, dimItem{c.day, visitor.Dim(d), c.value, c.n})
+				}
 			}
 		}
 		slices.SortFunc(items, compareItems)
-		out = st.link(out, l.key, items, maxValues)
+		if j-i > 1 {
+			items = mergeItems(items)
+		}
+		out = st.link(out, key, items, maxValues)
+		i = j
 	}
 	if !allDone {
 		out = st.link(out, AllLinks, all, maxValues)
+	}
+	return out
+}
+
+// mergeItems adds up the sorted items of the same day, dimension and
+// value, in place.
+func mergeItems(items []dimItem) []dimItem {
+	out := items[:0]
+	for _, it := range items {
+		if n := len(out); n > 0 && compareItems(out[n-1], it) == 0 {
+			out[n-1].n += it.n
+			continue
+		}
+		out = append(out, it)
 	}
 	return out
 }

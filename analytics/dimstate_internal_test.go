@@ -94,29 +94,53 @@ func settledHeap() uint64 {
 
 // TestDimBatchSorted: a batch's DimCounts come sorted by link, dimension,
 // day and value, all links' ("/") among the links whose keys sort around
-// it, a tenant's entry ("t/") too.
+// it, a tenant's entry ("t/") too; and a link counted in two shards (its
+// visits on two Ps) has each value once, its counts added up.
 func TestDimBatchSorted(t *testing.T) {
-	rec := NewRecorder(100, nil)
-	rec.SetMaxValues(100)
-	at := time.Date(2026, 11, 23, 23, 59, 59, 0, time.UTC)
-	for _, k := range []string{"z", "0a", "-a", ".b", "t/", "A"} {
-		for i, ref := range []string{"b.example", "a.example", "c.example"} {
-			fe := visitor.Features{ref, ref, "DE", "mobile", "Safari", "iOS"}
-			rec.RecordVisit(k, at.Add(time.Duration(i)*time.Second), false, &fe, uint64(i+1))
+	at := time.Date(2026, 11, 23, 23, 59, 59, 0, time.UTC) // the visits over two days
+	swap := func() snapshot {
+		rec := NewRecorder(100, nil)
+		rec.SetMaxValues(100)
+		for _, k := range []string{"z", "0a", "-a", ".b", "t/", "A"} {
+			for i, ref := range []string{"b.example", "a.example", "c.example"} {
+				fe := visitor.Features{ref, ref, "DE", "mobile", "Safari", "iOS"}
+				rec.RecordVisit(k, at.Add(time.Duration(i)*time.Second), false, &fe, uint64(i+1))
+			}
 		}
+		return rec.swap()
 	}
-	p := newPending()
-	p.addDims(rec.swap())
-	var st dimState
-	out := st.batch(p.dims, 100, unixDay(at))
-	if !slices.IsSortedFunc(out, compareDims) {
-		t.Errorf("not sorted: %v", out)
+	batch := func(s snapshot) []DimCount {
+		p := newPending()
+		p.addDims(s)
+		var st dimState
+		out := st.batch(p.dims, 100, unixDay(at))
+		if !slices.IsSortedFunc(out, compareDims) {
+			t.Errorf("not sorted: %v", out)
+		}
+		for i := 1; i < len(out); i++ {
+			if compareDims(out[i-1], out[i]) == 0 {
+				t.Errorf("%v twice", out[i])
+			}
+		}
+		return out
 	}
+	once := batch(swap())
 	keys := map[string]bool{}
-	for _, d := range out {
+	for _, d := range once {
 		keys[d.Key] = true
 	}
 	if len(keys) != 7 || !keys[AllLinks] {
 		t.Errorf("links %v, want the six and all links", keys)
+	}
+	twice := swap()
+	twice.links = append(twice.links, swap().links...) // every link in two shards
+	doubled := batch(twice)
+	if len(doubled) != len(once) {
+		t.Fatalf("%d DimCounts from two shards, %d from one", len(doubled), len(once))
+	}
+	for i, d := range doubled {
+		if o := once[i]; d.Key != o.Key || d.Value != o.Value || d.N != 2*o.N || d.Cum != 2*o.Cum {
+			t.Errorf("from two shards %v, want twice %v", d, o)
+		}
 	}
 }
