@@ -389,15 +389,6 @@ func (st *dimState) age(today int32) {
 	}
 }
 
-// groups is how many groups st holds.
-func (st *dimState) groups() int {
-	n := 0
-	for _, ls := range st.links {
-		n += len(ls.groups)
-	}
-	return n
-}
-
 // compareDims orders DimCounts by link, dimension, day and value.
 func compareDims(a, b DimCount) int {
 	return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Dim, b.Dim), a.Day.Compare(b.Day), strings.Compare(a.Value, b.Value))
