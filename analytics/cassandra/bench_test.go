@@ -17,8 +17,8 @@ import (
 // store's own work (state, statements, collection), not the network.
 type nopBackend struct{}
 
-func (nopBackend) writePoints(context.Context, []pointRow) error { return nil }
-func (nopBackend) writeLinks(context.Context, []linkPart) error  { return nil }
+func (nopBackend) writePoints(context.Context, []pointRow) error       { return nil }
+func (nopBackend) writeLinks(context.Context, []linkPart) (int, error) { return 0, nil }
 func (nopBackend) readUniques(context.Context, string, time.Time, time.Time, time.Time) ([]uniqRow, error) {
 	return nil, nil
 }

@@ -47,8 +47,9 @@ type backend interface {
 	// a cell with its ttl and ts: the newest wins) and the sketch
 	// registers (the largest rho of a register wins) of one or more
 	// partitions (link, bucket) of link_days, in one statement: a batch
-	// when there are several rows.
-	writeLinks(ctx context.Context, parts []linkPart) error
+	// when there are several rows. It returns the rows the statement
+	// wrote.
+	writeLinks(ctx context.Context, parts []linkPart) (int, error)
 	// readDims returns the counts of one dimension in one partition
 	// (link, bucket) whose day is in [from, to), one per day, value and
 	// writer generation, or two when both link_days and the dims table

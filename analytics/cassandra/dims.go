@@ -255,7 +255,10 @@ func (s *Store) prepareLinks(ctx context.Context, be backend, b analytics.Batch)
 	for _, g := range byPartition(pieces, func(p linkPart) shardPart {
 		return shardPart{int64(linkShard(p.key)), partitionOf(p.day(), linkDaysShardSpan).Unix()}
 	}, func(p linkPart) int { return p.size() }) {
-		ops = append(ops, func(ctx context.Context, be backend) error { return be.writeLinks(ctx, g) })
+		ops = append(ops, func(ctx context.Context, be backend) error {
+			_, err := be.writeLinks(ctx, g)
+			return err
+		})
 	}
 	leaders, err := s.prepareLeaders(ctx, be, visits, b.Writer == "")
 	if err != nil {
@@ -339,15 +342,16 @@ func (b *cqlBackend) readDims(ctx context.Context, key string, bucket time.Time,
 	return out, nil
 }
 
-func (b counted) writeLinks(ctx context.Context, parts []linkPart) error {
+func (b counted) writeLinks(ctx context.Context, parts []linkPart) (int, error) {
 	for _, p := range parts {
 		b.c.dims.Add(int64(len(p.dims)))
 		b.c.uniques.Add(int64(len(p.regs)))
 		b.c.top.Add(int64(len(p.visits)))
-		b.c.linkRows.Add(int64(len(p.rows())))
 	}
 	b.c.linkSent.Add(1)
-	return b.be.writeLinks(ctx, parts)
+	rows, err := b.be.writeLinks(ctx, parts)
+	b.c.linkRows.Add(int64(rows))
+	return rows, err
 }
 
 func (b counted) readDims(ctx context.Context, key string, bucket time.Time, dim int, from, to time.Time) ([]dimReadRow, error) {

@@ -87,7 +87,7 @@ type fakeDimRow struct {
 
 // writeLinks applies the partitions of a batch, each as one mutation: a
 // fault fails or applies the whole batch.
-func (db *fakeDB) writeLinks(ctx context.Context, parts []linkPart) error {
+func (db *fakeDB) writeLinks(ctx context.Context, parts []linkPart) (int, error) {
 	for _, p := range parts {
 		for _, r := range p.regs {
 			if r.ttl <= 0 || r.key != p.key || !r.bucket.Equal(p.bucket) || !partitionOf(r.day, dimSpan).Equal(r.bucket) {
@@ -108,7 +108,11 @@ func (db *fakeDB) writeLinks(ctx context.Context, parts []linkPart) error {
 			}
 		}
 	}
-	return db.do(ctx, "dims", func() {
+	rows := 0
+	for _, p := range parts {
+		rows += len(p.rows())
+	}
+	return rows, db.do(ctx, "dims", func() {
 		for _, p := range parts {
 			db.applyLink(p)
 		}

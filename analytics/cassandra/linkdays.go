@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,7 +72,7 @@ type linkDayRow struct {
 	day    time.Time
 	writer gocql.UUID
 	dims   dimCells // dimKey → the generation's cumulative count
-	regs   []int    // reg<<8 | rho
+	regs   regCells // reg<<8 | rho
 	visits int64    // the generation's cumulative human visits of the link's day; 0: none
 	ttl    int
 	ts     int64 // µs
@@ -88,12 +87,13 @@ type dimCells []dimRow
 // each key ("dim:value") and value, each with its 4-byte length.
 func (c dimCells) MarshalCQL(info gocql.TypeInfo) ([]byte, error) {
 	n := 4
-	for _, d := range c {
-		n += 4 + 4 + len(d.value) + 4 + 8
+	for i := range c {
+		n += 4 + 4 + len(c[i].value) + 4 + 8
 	}
 	b := make([]byte, 4, n)
 	binary.BigEndian.PutUint32(b, uint32(len(c)))
-	for _, d := range c {
+	for i := range c {
+		d := &c[i]
 		at := len(b)
 		b = append(b, 0, 0, 0, 0)
 		b = strconv.AppendInt(b, int64(d.dim), 10)
@@ -102,6 +102,22 @@ func (c dimCells) MarshalCQL(info gocql.TypeInfo) ([]byte, error) {
 		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 		b = binary.BigEndian.AppendUint32(b, 8)
 		b = binary.BigEndian.AppendUint64(b, uint64(d.count))
+	}
+	return b, nil
+}
+
+// regCells are the elements of a link_days row's regs set, bound as a
+// CQL set<int> (reg<<8 | rho each) with no []int built.
+type regCells []uniqRow
+
+// MarshalCQL is the set's protocol form (v3 and later): the count, then
+// each element as a 4-byte length and a 4-byte int.
+func (c regCells) MarshalCQL(info gocql.TypeInfo) ([]byte, error) {
+	b := make([]byte, 4, 4+8*len(c))
+	binary.BigEndian.PutUint32(b, uint32(len(c)))
+	for i := range c {
+		b = binary.BigEndian.AppendUint32(b, 4)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(c[i].reg<<8|c[i].rho)))
 	}
 	return b, nil
 }
@@ -123,7 +139,8 @@ func parseDimKey(k string) (dim int, value string, ok bool) {
 // generation of its breakdown values and visits, the day's registers with
 // the first of them that has the same TTL (else in a row of regsWriter).
 // A part holds a row or two (a link's day, a new generation): the rows
-// are found by a look through them.
+// are found by a look through them. Most parts are one row, which takes
+// the part's breakdowns and registers as they are, not a copy.
 func (p *linkPart) rows() []linkDayRow {
 	rows := make([]linkDayRow, 0, 1)
 	row := func(day time.Time, writer gocql.UUID, ttl int, ts int64) *linkDayRow {
@@ -132,32 +149,56 @@ func (p *linkPart) rows() []linkDayRow {
 				return r
 			}
 		}
-		rows = append(rows, linkDayRow{day: day, writer: writer, regs: make([]int, 0, len(p.regs)), ttl: ttl, ts: ts})
+		rows = append(rows, linkDayRow{day: day, writer: writer, ttl: ttl, ts: ts})
 		return &rows[len(rows)-1]
 	}
-	for _, d := range p.dims {
-		r := row(d.day, d.writer, d.ttl, d.ts)
-		if r.dims == nil { // most parts are one row: room for all
-			r.dims = make(dimCells, 0, len(p.dims))
+	if allSame(p.dims, func(a, b *dimRow) bool { return a.writer == b.writer && a.ttl == b.ttl && a.day.Equal(b.day) }) {
+		d := &p.dims[0]
+		row(d.day, d.writer, d.ttl, d.ts).dims = p.dims
+	} else {
+		for i := range p.dims {
+			d := &p.dims[i]
+			r := row(d.day, d.writer, d.ttl, d.ts)
+			r.dims = append(r.dims, *d)
 		}
-		r.dims = append(r.dims, d)
 	}
-	for _, v := range p.visits {
+	for i := range p.visits {
+		v := &p.visits[i]
 		row(v.day, v.writer, v.ttl, v.ts).visits = v.count
 	}
-	for _, u := range p.regs {
-		// The first row of the day with the same TTL, else one of its own.
-		i := slices.IndexFunc(rows, func(r linkDayRow) bool { return r.ttl == u.ttl && r.day.Equal(u.day) })
-		if i < 0 {
-			row(u.day, regsWriter, u.ttl, u.ts)
-			i = len(rows) - 1
+	// A day's registers go with the first row of the day with the same
+	// TTL, else in one of their own.
+	regsRow := func(u *uniqRow) *linkDayRow {
+		for i := range rows {
+			if r := &rows[i]; r.ttl == u.ttl && r.day.Equal(u.day) {
+				return r
+			}
 		}
-		rows[i].regs = append(rows[i].regs, u.reg<<8|u.rho)
+		return row(u.day, regsWriter, u.ttl, u.ts)
+	}
+	if allSame(p.regs, func(a, b *uniqRow) bool { return a.ttl == b.ttl && a.day.Equal(b.day) }) {
+		regsRow(&p.regs[0]).regs = p.regs
+	} else {
+		for i := range p.regs {
+			r := regsRow(&p.regs[i])
+			r.regs = append(r.regs, p.regs[i])
+		}
 	}
 	return rows
 }
 
-func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
+// allSame reports whether s has elements and all are the same as its
+// first.
+func allSame[T any](s []T, same func(a, b *T) bool) bool {
+	for i := 1; i < len(s); i++ {
+		if !same(&s[0], &s[i]) {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
+func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) (int, error) {
 	entries := make([]gocql.BatchEntry, 0, len(parts))
 	for _, p := range parts {
 		shard := linkShard(p.key)
@@ -172,12 +213,12 @@ func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) error {
 		}
 	}
 	if len(entries) == 1 {
-		return b.query(ctx, entries[0].Stmt, entries[0].Args...).Exec()
+		return 1, b.query(ctx, entries[0].Stmt, entries[0].Args...).Exec()
 	}
 	// An unlogged batch: each partition key one mutation on each replica.
 	batch := b.batch(ctx)
 	batch.Entries = entries
-	return b.s.ExecuteBatch(batch)
+	return len(entries), b.s.ExecuteBatch(batch)
 }
 
 // readLinkDims returns the breakdown values of dim in one partition of
