@@ -524,24 +524,33 @@ func (f *Flusher) takeLocked() {
 		f.log.Warn("analytics: max_keys or max_buffer_bytes reached; visits to further links counted in the all-links total only",
 			"visits", snap.overflow, "max_keys", f.rec.maxKeys.Load(), "max_buffer_bytes", f.rec.maxBytes.Load())
 	}
+	// At grows with Seq, to the microsecond: a store that keeps the
+	// newest cumulative count of a writer's dimension by write timestamp
+	// relies on it (DimCount).
+	at := now
+	if at.UnixMicro() <= f.lastAt.UnixMicro() {
+		at = time.UnixMicro(f.lastAt.UnixMicro() + 1).UTC()
+	}
+	// The breakdowns are made on another goroutine while the counts and
+	// the sketches are made on this one (each has its part of p; the
+	// snapshot is only read): at 100,000 links each takes about half of
+	// the work, and the store waits for all of it.
 	p := newPending()
+	var dims []DimCount
+	dimsDone := make(chan struct{})
+	go func() {
+		defer close(dimsDone)
+		p.addDims(snap)
+		dims = f.dims.batch(p.dims, int(f.rec.maxValues.Load()), unixDay(at))
+	}()
 	p.add(snap, f.plan.Tiers()[0].Step)
-	p.addDims(snap)
 	p.addUniques(snap)
+	counts, uniques := p.place(at, f.plan), p.uniqueSketches()
+	<-dimsDone
 	if p.n > 0 || !p.dims.empty() || len(p.uniqs) > 0 {
 		f.seq++
-		// At grows with Seq, to the microsecond: a store that keeps the
-		// newest cumulative count of a writer's dimension by write
-		// timestamp relies on it (DimCount).
-		at := now
-		if at.UnixMicro() <= f.lastAt.UnixMicro() {
-			at = time.UnixMicro(f.lastAt.UnixMicro() + 1).UTC()
-		}
 		f.lastAt = at
-		b := Batch{Writer: f.writer, Seq: f.seq, At: at}
-		b.Counts = p.place(b.At, f.plan)
-		b.Dims = f.dims.batch(p.dims, int(f.rec.maxValues.Load()), unixDay(at))
-		b.Uniques = p.uniqueSketches()
+		b := Batch{Writer: f.writer, Seq: f.seq, At: at, Counts: counts, Dims: dims, Uniques: uniques}
 		f.queue = append(f.queue, &interval{b: b})
 		f.queued += b.entries()
 	}
