@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
+	"github.com/linkgate/linkgate/visitor"
 )
 
 // onFake returns a connected Store on db whose clock (read ranges, TTLs of
@@ -560,5 +562,27 @@ func TestWriteCanceled(t *testing.T) {
 	err = runAll(ctx, 100, func(context.Context, int) error { calls++; return nil })
 	if err == nil {
 		t.Errorf("runAll with a canceled context made %d of 100 calls and returned nil", calls)
+	}
+}
+
+// TestWriteRefusesBadBreakdown: a breakdown the store cannot write fails
+// the Write with its reason (the links' statements are prepared while the
+// counts are sent) and writes none of the links' rows.
+func TestWriteRefusesBadBreakdown(t *testing.T) {
+	clock := time.Date(2026, 5, 4, 12, 0, 30, 0, time.UTC)
+	db := newFakeDB(clock)
+	s := onFake(t, db, &clock)
+	minute := rollup.Align(clock, time.Minute)
+	err := s.Write(context.Background(), analytics.Batch{Writer: "w", Seq: 1, At: clock,
+		Counts: []analytics.Count{{Key: "k", Step: time.Minute, Start: minute, Visits: analytics.Visits{Human: 1}}},
+		Dims: []analytics.DimCount{
+			{Key: "k", Day: rollup.Align(clock, rollup.Day), Dim: visitor.Country, Value: "DE", N: 1, Cum: 1},
+			{Key: "k", Day: minute, Dim: visitor.Device, Value: "mobile", N: 1, Cum: 1},
+		}})
+	if err == nil || !strings.Contains(err.Error(), "is not the start of a UTC day") {
+		t.Fatalf("Write of a breakdown in the middle of a day: %v, want its reason", err)
+	}
+	if len(db.dims) != 0 {
+		t.Errorf("link rows written: %v", db.dims)
 	}
 }
