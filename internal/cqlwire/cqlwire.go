@@ -288,8 +288,8 @@ func (s *Server) handle(stream uint16, op byte, body []byte, write func(uint16, 
 	}
 }
 
-// query answers a QUERY: the system tables a driver reads on connecting,
-// or the handler's answer.
+// query answers a QUERY: the system tables a driver reads on connecting
+// (the node's address is the one it listens on), or the handler's answer.
 func (s *Server) query(q string) Answer {
 	switch {
 	case strings.HasPrefix(q, "SELECT * FROM system.local"):
@@ -297,7 +297,7 @@ func (s *Server) query(q string) Answer {
 			Cols: []Col{{Name: "key", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}, {Name: "rack", Type: TypeVarchar}, {Name: "release_version", Type: TypeVarchar},
 				{Name: "partitioner", Type: TypeVarchar}, {Name: "rpc_address", Type: TypeInet}, {Name: "native_port", Type: TypeInt}},
 			Rows: [][][]byte{{[]byte("local"), []byte("dc1"), []byte("rack1"), []byte("4.0.11"),
-				[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), {127, 0, 0, 1}, binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}},
+				[]byte("org.apache.cassandra.dht.Murmur3Partitioner"), s.ln.Addr().(*net.TCPAddr).IP.To4(), binary.BigEndian.AppendUint32(nil, uint32(s.Port()))}},
 		}
 	case strings.HasPrefix(q, "SELECT * FROM system.peers"):
 		return Answer{Cols: []Col{{Name: "peer", Type: TypeVarchar}, {Name: "data_center", Type: TypeVarchar}}}

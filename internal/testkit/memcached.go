@@ -44,7 +44,7 @@ func StartMemcached(t testing.TB) *Memcached {
 // the machine's pace.
 func (m *Memcached) Start() {
 	m.t.Helper()
-	_, port, _ := net.SplitHostPort(m.Addr)
+	host, port, _ := net.SplitHostPort(m.Addr)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cmd != nil {
@@ -55,7 +55,7 @@ func (m *Memcached) Start() {
 	for {
 		// One worker thread and a small cache: the tests' load is light,
 		// the machine is shared.
-		args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "64", "-t", "1"}
+		args := []string{"-l", host, "-p", port, "-U", "0", "-m", "64", "-t", "1"}
 		if os.Geteuid() == 0 {
 			args = append(args, "-u", "nobody") // memcached refuses to run as root
 		}

@@ -17,9 +17,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -198,12 +200,17 @@ func DeadAddr(t testing.TB) string {
 }
 
 // FreeAddr returns a loopback address (host:port) for a server the test
-// starts later. The port was free a moment ago; another process may take
-// it meanwhile, which the kernel makes rare by not handing it out again
-// soon.
+// starts later: a port that was free a moment ago, on an address of
+// 127.0.0.0/8 picked at random, not 127.0.0.1. Connections to loopback
+// servers leave from 127.0.0.1, from ports the kernel hands out again at
+// any time, so on 127.0.0.1 one of them could take the port before the
+// server binds it (TestDemo lost its admin port so, while demo.sh built
+// the binaries, on a machine running every package's tests at once); on
+// another address only a server bound to all addresses could.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+	l, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
 		t.Fatal(err)
 	}
