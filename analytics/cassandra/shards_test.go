@@ -10,26 +10,32 @@ import (
 
 // TestByPartition groups rows into statements: a partition of more than
 // packBytes alone, in statements of up to partitionBytes; small
-// partitions together up to packBytes; every row once.
+// partitions together up to packBytes; every row once, a partition's in
+// the order they came.
 func TestByPartition(t *testing.T) {
 	type row struct {
-		part, size int
+		part, size, at int
 	}
 	var rows []row
 	for i := range 100 { // partition 0: 100 rows of 1 KB, interleaved with the small ones
-		rows = append(rows, row{0, 1 << 10})
+		rows = append(rows, row{0, 1 << 10, len(rows)})
 		if i < 10 {
-			rows = append(rows, row{1 + i, 1 << 10}) // ten partitions of 1 KB
+			rows = append(rows, row{1 + i, 1 << 10, len(rows)}) // ten partitions of 1 KB
 		}
 	}
 	groups := byPartition(rows, func(r row) int { return r.part }, func(r row) int { return r.size })
 	seen := 0
-	var big, small []int // statements' sizes
+	var big, small []int  // statements' sizes
+	last := map[int]int{} // each partition's last row seen
 	for _, g := range groups {
 		n, parts := 0, map[int]bool{}
 		for _, r := range g {
 			n += r.size
 			parts[r.part] = true
+			if at, ok := last[r.part]; ok && at > r.at {
+				t.Errorf("partition %d: row %d after row %d", r.part, r.at, at)
+			}
+			last[r.part] = r.at
 		}
 		seen += len(g)
 		switch {

@@ -590,7 +590,7 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 		start time.Time
 	}
 	sums := make(map[row]analytics.Visits, len(b.Counts))
-	var order []row
+	order := make([]row, 0, len(b.Counts))
 	for _, c := range b.Counts {
 		t, ok := s.tiers[c.Step]
 		if !ok {
@@ -608,13 +608,18 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 		sums[r] = v.Add(c.Visits)
 	}
 	rows := make([]pointRow, 0, len(order))
+	var table string // of the tier of the row before: most are of one
+	var tier rollup.Tier
 	for _, r := range order {
 		v := sums[r]
 		ttl, keep := s.tierTTL(r.key, r.t, r.start, at)
 		if v == (analytics.Visits{}) || !keep {
 			continue // nothing to add, or expired already
 		}
-		rows = append(rows, pointRow{pointsTable(r.t), r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts})
+		if table == "" || r.t != tier {
+			table, tier = pointsTable(r.t), r.t
+		}
+		rows = append(rows, pointRow{table, r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts})
 	}
 	return pointOps(rows, s.plan.Tiers()[0]), nil
 }

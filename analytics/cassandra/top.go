@@ -134,7 +134,13 @@ type leaderRow struct {
 // (linkdays.go).
 func (s *Store) topRows(b analytics.Batch, anon gocql.UUID) []topRow {
 	keep := time.Duration(s.dimRetention.Load())
-	var rows []topRow
+	n := 0
+	for i := range b.Dims {
+		if b.Dims[i].Dim == analytics.DimLink {
+			n++
+		}
+	}
+	rows := make([]topRow, 0, n)
 	gens := genWriters{writer: b.Writer}
 	for _, d := range b.Dims {
 		if d.Dim != analytics.DimLink {
@@ -282,13 +288,15 @@ func (ls *leaderSets) update(ctx context.Context, be backend, rows []topRow, ano
 	var out []leaderRow
 	sets := map[leaderID]*leaderSet{}
 	// A row is in the list of every link, and a tenant's link in its
-	// tenant's list too.
+	// tenant's list too (in ids, not a slice made per row).
+	var ids [2]leaderID
 	lists := func(r topRow) []leaderID {
-		all := leaderID{r.writer, r.day.Unix(), ""}
+		ids[0] = leaderID{r.writer, r.day.Unix(), ""}
 		if t, _ := analytics.SplitKey(logicalKey(r.key)); t != "" {
-			return []leaderID{all, {r.writer, r.day.Unix(), t}}
+			ids[1] = leaderID{r.writer, r.day.Unix(), t}
+			return ids[:2]
 		}
-		return []leaderID{all}
+		return ids[:1]
 	}
 	for _, r := range rows {
 		for _, id := range lists(r) {

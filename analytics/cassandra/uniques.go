@@ -34,7 +34,7 @@ type uniqRow struct {
 // uniqRows returns the registers of b's sketches as rows.
 func (s *Store) uniqRows(b analytics.Batch) ([]uniqRow, error) {
 	keep := time.Duration(s.dimRetention.Load())
-	var rows []uniqRow
+	rows := make([]uniqRow, 0, len(b.Uniques)) // a sketch of a link's day holds a register or a few
 	for _, u := range b.Uniques {
 		if !rollup.Align(u.Day, rollup.Day).Equal(u.Day) {
 			return nil, fmt.Errorf("cassandra: write: %q: %v is not the start of a UTC day", u.Key, u.Day)
