@@ -1001,8 +1001,9 @@ type bucketKey struct {
 // (a link visited in one interval has one minute, or two) that becomes a
 // map once long (a link whose visits were recorded over many minutes).
 type linkCounts struct {
-	list []bucketCount
-	m    map[bucketKey]Visits // once len(list) would exceed maxListed; list is then nil
+	list  []bucketCount
+	m     map[bucketKey]Visits // once len(list) would exceed maxListed; list is then nil
+	first [2]bucketCount       // list's first room: one allocation a link, not two
 }
 
 type bucketCount struct {
@@ -1027,7 +1028,8 @@ func newPending() *pending { return &pending{links: make(map[string]*linkCounts)
 func (p *pending) link(key string) *linkCounts {
 	lc := p.links[key]
 	if lc == nil {
-		lc = &linkCounts{list: make([]bucketCount, 0, 2)}
+		lc = new(linkCounts)
+		lc.list = lc.first[:0]
 		p.links[key] = lc
 	}
 	return lc
