@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -707,15 +708,20 @@ func TestUpgradeHTTP3(t *testing.T) {
 	} else {
 		served++
 	}
+	clientClosed := 0 // requests failed by the client's own close (clientClosedAfterGoAway)
 	for name, l := range map[string]*load{"HTTP/3": h3, "HTTP/1.1 over TLS": h1} {
 		results := l.halt()
 		var failed []string
 		var before, during time.Duration
 		for _, r := range results {
-			if r.err != nil || r.status != http.StatusFound {
-				failed = append(failed, fmt.Sprintf("%v: status %d after %v, %v (new connection: %v)", r.at.Format(time.StampMicro), r.status, r.took, r.err, r.newConn))
-			} else {
+			switch {
+			case r.err == nil && r.status == http.StatusFound:
 				served++
+			case clientClosedAfterGoAway(r):
+				clientClosed++
+				t.Logf("%s: the client closed its connection under a request at %v: %v", name, r.at.Format(time.StampMicro), r.err)
+			default:
+				failed = append(failed, fmt.Sprintf("%v: status %d after %v, %v (new connection: %v)", r.at.Format(time.StampMicro), r.status, r.took, r.err, r.newConn))
 			}
 			switch {
 			case r.at.Before(signalled):
@@ -745,9 +751,23 @@ func TestUpgradeHTTP3(t *testing.T) {
 		t.Errorf("the new process exited with status %d on SIGTERM, want 0", s)
 	}
 	gw3, _ := startGateway(t, plain)
-	if counted := settle(t, gw3, served); counted != served {
-		t.Errorf("%d visits counted, want the %d answered 302", counted, served)
+	// A request the client failed by closing its connection may have
+	// been answered, and counted, or not.
+	if counted := settle(t, gw3, served); counted < served || counted > served+clientClosed {
+		t.Errorf("%d visits counted, want the %d answered 302 (and up to %d the client closed its connection under)", counted, served, clientClosed)
 	}
+}
+
+// clientClosedAfterGoAway says whether r failed because the HTTP/3 client
+// closed its own kept connection, with H3_NO_ERROR, under the request.
+// quic-go's client closes a connection once the server's GOAWAY came and
+// it tracks no request on it; a request whose stream it opened just before
+// the GOAWAY may not be tracked yet (quic-go v0.65.0, http3/client.go:
+// between openRequestStream's second GOAWAY check and TrackStream), and
+// fails. The client's race, not the gateway's answer.
+func clientClosedAfterGoAway(r result) bool {
+	h3err, ok := errors.AsType[*http3.Error](r.err)
+	return ok && !r.newConn && !h3err.Remote && h3err.ErrorCode == http3.ErrCodeNoError
 }
 
 // heldClient is an HTTP/3 client of one QUIC connection whose packets,
