@@ -21,7 +21,6 @@ import (
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/rollup"
-	"github.com/linkgate/linkgate/visitor"
 )
 
 // memStore is a Writer and Reader in memory that records every Write. It
@@ -740,36 +739,7 @@ func BenchmarkFlush100kLinks(b *testing.B) {
 // cumulative counts (dimState) and the sketches, as TestMeasureFlushCost
 // (analytics/cassandra) flushes them.
 func BenchmarkFlush100kLinksWithDims(b *testing.B) {
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%06d", i)
-	}
-	rec := analytics.NewRecorder(2*len(keys), nil)
-	rec.SetMaxValues(100)
-	rec.SetMaxBytes(1 << 30)
-	at := monday.Add(time.Hour)
-	f := analytics.NewFlusher(rec, discardWriter{}, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return at }}, nil, nil)
-	refs := []string{"news.example", "direct", "t.co"}
-	visit := func() {
-		for i, k := range keys {
-			fe := visitor.Features{refs[i%3], refs[i%3], "DE", "mobile", "Safari", "iOS"}
-			rec.RecordVisit(k, at, false, &fe, uint64(i)*0x9e3779b97f4a7c15)
-		}
-	}
-	visit() // the first interval of the day: every value new
-	if err := f.Flush(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		b.StopTimer()
-		at = at.Add(10 * time.Second)
-		visit()
-		b.StartTimer()
-		if err := f.Flush(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	analyticstest.BenchSteadyFlushes(b, discardWriter{})
 }
 
 // TestLongOutageManyBuckets keeps a link's counts through an outage long

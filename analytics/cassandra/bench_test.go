@@ -11,7 +11,6 @@ import (
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/rollup"
-	"github.com/linkgate/linkgate/visitor"
 )
 
 // nopBackend acknowledges every write at once: BenchmarkWrite measures the
@@ -101,35 +100,7 @@ func BenchmarkWrite(b *testing.B) {
 // the flusher's batch and the store's statements, all but gocql's
 // encoding and the network (nopBackend).
 func BenchmarkFlush100kLinksWithDims(b *testing.B) {
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%06d", i)
-	}
 	s := newStore(analyticstest.DefaultPlan, nil)
 	s.be = nopBackend{}
-	rec := analytics.NewRecorder(2*len(keys), nil)
-	rec.SetMaxBytes(1 << 30)
-	at := time.Date(2026, 5, 4, 12, 0, 5, 0, time.UTC)
-	f := analytics.NewFlusher(rec, s, analyticstest.DefaultPlan, analytics.FlusherOptions{Now: func() time.Time { return at }}, nil, nil)
-	refs := []string{"news.example", "direct", "t.co"}
-	visit := func() {
-		for i, k := range keys {
-			fe := visitor.Features{refs[i%3], refs[i%3], "DE", "mobile", "Safari", "iOS"}
-			rec.RecordVisit(k, at, false, &fe, uint64(i)*0x9e3779b97f4a7c15)
-		}
-	}
-	visit() // the first flush of the hour and day: every link announced, every value new
-	if err := f.Flush(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		b.StopTimer()
-		at = at.Add(10 * time.Second)
-		visit()
-		b.StartTimer()
-		if err := f.Flush(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	analyticstest.BenchSteadyFlushes(b, s)
 }
