@@ -108,15 +108,21 @@ func (db *fakeDB) writeLinks(ctx context.Context, parts []linkPart) (int, error)
 			}
 		}
 	}
-	rows := 0
-	for _, p := range parts {
-		rows += len(p.rows())
-	}
-	return rows, db.do(ctx, "dims", func() {
+	return linkRowCount(parts), db.do(ctx, "dims", func() {
 		for _, p := range parts {
 			db.applyLink(p)
 		}
 	})
+}
+
+// linkRowCount is how many link_days rows a statement of parts writes,
+// what cqlBackend.writeLinks returns.
+func linkRowCount(parts []linkPart) int {
+	rows := 0
+	for _, p := range parts {
+		rows += len(p.rows())
+	}
+	return rows
 }
 
 func (db *fakeDB) applyLink(p linkPart) {

@@ -434,8 +434,8 @@ func (s *Store) Write(ctx context.Context, b analytics.Batch) error {
 		defer close(linked)
 		lops, lerr = s.prepareLinks(ctx, be, b)
 	}()
-	run := func(ops []op) error {
-		return runAll(ctx, len(ops), func(ctx context.Context, i int) error { return ops[i](ctx, be) })
+	run := func(list []op) error {
+		return runAll(ctx, len(list), func(ctx context.Context, i int) error { return list[i](ctx, be) })
 	}
 	err = run(first)
 	if err == nil {
@@ -616,7 +616,7 @@ func (s *Store) prepare(b analytics.Batch) ([]op, error) {
 		if v == (analytics.Visits{}) || !keep {
 			continue // nothing to add, or expired already
 		}
-		if table == "" || r.t != tier {
+		if r.t != tier { // no tier is the zero Tier
 			table, tier = pointsTable(r.t), r.t
 		}
 		rows = append(rows, pointRow{table, r.key, tierPartition(r.t, r.start), r.start, writer, v, ttl, ts})
