@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,8 +27,8 @@ import (
 // an OS and its visitor's sketch, through the real Recorder and Flusher
 // into the Store, three flushes: the first of an hour (every link
 // announced to the rollup), then two steady ones. For each it logs the
-// statements sent, the bytes each way (through a counting proxy in front
-// of each node) and the flush's duration against the default interval
+// statements sent, the bytes each way (counted on the client's connections
+// to the nodes) and the flush's duration against the default interval
 // (10 s). On the node of CASSANDRA_HOSTS (RF 1) and on a cluster of three
 // (RF 3, LOCAL_QUORUM) it starts with CASSANDRA_SCRIPTS. A measurement,
 // not a check (minutes of a loaded machine): it runs only with
@@ -67,23 +66,12 @@ func TestMeasureFlushCost(t *testing.T) {
 func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, links, flushes int, nodes []string) {
 	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_flush_cost")
 	var up, down atomic.Int64
-	proxies := map[string]string{}
-	for _, h := range hosts {
-		proxies[h] = countingProxy(t, h, &up, &down)
-	}
-	cc := gocql.NewCluster(proxies[hosts[0]])
+	cc := gocql.NewCluster(hosts...)
 	cc.ProtoVersion = 4
 	cc.Timeout = time.Minute
 	cc.ConnectTimeout = 10 * time.Second
 	cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.RoundRobinHostPolicy())
-	cc.AddressTranslator = gocql.AddressTranslatorFunc(func(addr net.IP, port int) (net.IP, int) {
-		p, ok := proxies[net.JoinHostPort(addr.String(), fmt.Sprint(port))]
-		if !ok {
-			return addr, port
-		}
-		ap := netip.MustParseAddrPort(p)
-		return net.IP(ap.Addr().AsSlice()), int(ap.Port())
-	})
+	cc.Dialer = &countingDialer{up: &up, down: &down}
 	sess, err := cc.CreateSession()
 	if err != nil {
 		t.Fatal(err)
@@ -173,59 +161,34 @@ func cpuSeconds(pid string) float64 {
 	return (user + sys) / 100
 }
 
-// countingProxy forwards a loopback port to addr, counting the bytes each
-// way, until the test ends. It returns its address.
-func countingProxy(t *testing.T, addr string, up, down *atomic.Int64) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// countingDialer dials the nodes and counts the bytes each connection
+// sends (up) and receives (down), without a hop of its own in between.
+type countingDialer struct {
+	net.Dialer
+	up, down *atomic.Int64
+}
+
+func (d *countingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := d.Dialer.DialContext(ctx, network, addr)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			copyCounting := func(dst, src net.Conn, n *atomic.Int64) {
-				buf := make([]byte, 64<<10)
-				for {
-					k, err := src.Read(buf)
-					if k > 0 {
-						n.Add(int64(k))
-						if _, werr := dst.Write(buf[:k]); werr != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				dst.Close()
-				src.Close()
-			}
-			wg.Go(func() { copyCounting(s, c, up) })
-			wg.Go(func() { copyCounting(c, s, down) })
-		}
-	})
-	return ln.Addr().String()
+	return &countingConn{Conn: c, d: d}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	d *countingDialer
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.d.down.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.d.up.Add(int64(n))
+	return n, err
 }
