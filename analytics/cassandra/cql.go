@@ -249,30 +249,31 @@ func (b *cqlBackend) batch(ctx context.Context) *gocql.Batch {
 }
 
 func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
-	stmt := func(r pointRow) (string, []any) {
+	a := newBatchArgs(len(rows), 13) // room for the classes, the TTL and the timestamp
+	stmt := func(r *pointRow) (string, []any) {
+		at := a.list(13)
+		q, classes := b.insertPoint[r.table], b.insertClasses[r.table]
 		if r.table == b.finestTable {
-			at := make([]any, 0, 13) // room for the classes, the TTL and the timestamp
-			at = append(at, linkShard(r.key), partitionOf(r.start, shardSpan(b.finest.Step)), r.key, r.start, r.writer, r.v.Human, r.v.Bot)
-			if !r.v.Split() {
-				return b.insertShardPoint, append(at, r.ttl, r.ts)
-			}
+			q, classes = b.insertShardPoint, b.insertShardClasses
+			at = append(at, shared(a, 0, linkShard(r.key)), shared(a, 1, partitionOf(r.start, shardSpan(b.finest.Step))), r.key)
+		} else {
+			at = append(at, r.key, shared(a, 1, r.bucket))
+		}
+		at = append(at, shared(a, 2, r.start), shared(a, 3, r.writer), r.v.Human, r.v.Bot)
+		if r.v.Split() {
 			o := &r.v.Other
-			return b.insertShardClasses, append(at, o[0], o[1], o[2], o[3], r.ttl, r.ts)
+			q, at = classes, append(at, o[0], o[1], o[2], o[3])
 		}
-		if !r.v.Split() {
-			return b.insertPoint[r.table], []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, r.ttl, r.ts}
-		}
-		o := &r.v.Other
-		return b.insertClasses[r.table], []any{r.key, r.bucket, r.start, r.writer, r.v.Human, r.v.Bot, o[0], o[1], o[2], o[3], r.ttl, r.ts}
+		return q, append(at, shared(a, 4, r.ttl), shared(a, 5, r.ts))
 	}
 	if len(rows) == 1 {
-		q, args := stmt(rows[0])
+		q, args := stmt(&rows[0])
 		return b.query(ctx, q, args...).Exec()
 	}
 	batch := b.batch(ctx)
 	batch.Entries = make([]gocql.BatchEntry, 0, len(rows))
-	for _, r := range rows {
-		q, args := stmt(r)
+	for i := range rows {
+		q, args := stmt(&rows[i])
 		batch.Entries = append(batch.Entries, gocql.BatchEntry{Stmt: q, Args: args, Idempotent: true})
 	}
 	return b.s.ExecuteBatch(batch)
@@ -338,9 +339,11 @@ func (b *cqlBackend) writeActive(ctx context.Context, rows []activeRow) error {
 	// across partitions), and idempotent: its rows only ever overwrite
 	// themselves.
 	batch := b.batch(ctx)
+	batch.Entries = make([]gocql.BatchEntry, 0, len(rows))
+	a := newBatchArgs(len(rows), 5)
 	for _, r := range rows {
 		batch.Entries = append(batch.Entries, gocql.BatchEntry{
-			Stmt: b.insertActive, Args: []any{r.step, r.period, r.shard, r.key, r.ttl}, Idempotent: true,
+			Stmt: b.insertActive, Args: append(a.list(5), shared(a, 0, r.step), shared(a, 1, r.period), shared(a, 2, r.shard), r.key, shared(a, 3, r.ttl)), Idempotent: true,
 		})
 	}
 	return b.s.ExecuteBatch(batch)

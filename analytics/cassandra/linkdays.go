@@ -200,15 +200,16 @@ func allSame[T any](s []T, same func(a, b *T) bool) bool {
 
 func (b *cqlBackend) writeLinks(ctx context.Context, parts []linkPart) (int, error) {
 	entries := make([]gocql.BatchEntry, 0, len(parts))
+	a := newBatchArgs(len(parts), 10)
 	for _, p := range parts {
 		shard := linkShard(p.key)
 		for _, r := range p.rows() {
-			bucket := partitionOf(r.day, linkDaysShardSpan)
 			e := gocql.BatchEntry{Stmt: b.updateLinkDay, Idempotent: true,
-				Args: []any{r.ttl, r.ts, r.dims, r.regs, shard, bucket, p.key, r.day, r.writer}}
+				Args: append(a.list(10), shared(a, 0, r.ttl), shared(a, 1, r.ts), r.dims, r.regs)}
 			if r.visits != 0 {
-				e.Stmt, e.Args = b.updateLinkVisits, []any{r.ttl, r.ts, r.dims, r.regs, r.visits, shard, bucket, p.key, r.day, r.writer}
+				e.Stmt, e.Args = b.updateLinkVisits, append(e.Args, r.visits)
 			}
+			e.Args = append(e.Args, shared(a, 2, shard), shared(a, 3, partitionOf(r.day, linkDaysShardSpan)), p.key, shared(a, 4, r.day), shared(a, 5, r.writer))
 			entries = append(entries, e)
 		}
 	}
