@@ -215,6 +215,9 @@ func (st *dimState) batch(in dimInput, maxValues int, today int32) []DimCount {
 	if in.empty() {
 		return nil
 	}
+	if st.links == nil {
+		st.links = make(map[string]*dimLinkState, len(in.links))
+	}
 	st.age(today)
 	n := len(in.all)
 	for _, l := range in.links {
@@ -293,12 +296,27 @@ func (st *dimState) link(out []DimCount, key string, items []dimItem, maxValues 
 			slices.SortFunc(out[group:], func(a, b DimCount) int { return strings.Compare(a.Value, b.Value) })
 		}
 	}
+	if ls.groups == nil {
+		ls.groups = make([]dimGroup, 0, groupsOf(items))
+	}
+	var free []dimVal // room for the values of the link's new groups: one array for them all
 	for i, it := range items {
 		if i == 0 || it.day != g.day || it.dim != g.dim {
 			if i > 0 {
 				done()
 			}
 			g = ls.group(st, it.day, it.dim)
+			if g.vals == nil {
+				n := 1
+				for i+n < len(items) && items[i+n].day == it.day && items[i+n].dim == it.dim {
+					n++
+				}
+				if cap(free)-len(free) < n {
+					free = make([]dimVal, 0, len(items)-i)
+				}
+				g.vals = free[len(free) : len(free) : len(free)+n]
+				free = free[:len(free)+n]
+			}
 			day = time.Unix(int64(it.day)*86400, 0).UTC()
 			group, other = len(out), -1
 		}
@@ -331,6 +349,17 @@ func (st *dimState) link(out []DimCount, key string, items []dimItem, maxValues 
 	return out
 }
 
+// groupsOf returns how many (day, dimension) groups sorted items are of.
+func groupsOf(items []dimItem) int {
+	n := 0
+	for i, it := range items {
+		if i == 0 || it.day != items[i-1].day || it.dim != items[i-1].dim {
+			n++
+		}
+	}
+	return n
+}
+
 // group returns ls's group of (day, dim), new if it has none.
 func (ls *dimLinkState) group(st *dimState, day int32, dim visitor.Dim) *dimGroup {
 	for i := range ls.groups {
@@ -355,9 +384,6 @@ func b2i(b bool) int {
 // yesterday are forgotten (a later count for them starts a new generation
 // of their rows), and everything once st holds over dimStateMaxBytes.
 func (st *dimState) age(today int32) {
-	if st.links == nil {
-		st.links = make(map[string]*dimLinkState)
-	}
 	if keep := today - 1; st.oldest < keep {
 		forgot := false
 		for key, ls := range st.links {

@@ -100,3 +100,14 @@ func BenchmarkFlush100kLinksWithDims(b *testing.B) {
 	s.be = nopBackend{}
 	analyticstest.BenchSteadyFlushes(b, s)
 }
+
+// BenchmarkFirstFlush100kLinksWithDims is the first flush of an hour and
+// a day of the same links: each link announced to the rollup and its
+// breakdown values new to the flusher.
+func BenchmarkFirstFlush100kLinksWithDims(b *testing.B) {
+	analyticstest.BenchFirstFlushes(b, func() analytics.Writer {
+		s := newStore(analyticstest.DefaultPlan, nil)
+		s.be = nopBackend{}
+		return s
+	})
+}
