@@ -25,15 +25,15 @@ import (
 // feature on costs a real Cassandra: each link visited once in each
 // interval with a referrer, a source, a country, a device, a browser and
 // an OS and its visitor's sketch, through the real Recorder and Flusher
-// into the Store, three flushes: the first of an hour (every link
-// announced to the rollup), then two steady ones. For each it logs the
+// into the Store, five flushes: the first of a day (and of the process),
+// two steady ones, the first of an hour, a steady one. For each it logs the
 // statements sent, the bytes each way (counted on the client's connections
 // to the nodes) and the flush's duration against the default interval
 // (10 s). On the node of CASSANDRA_HOSTS (RF 1) and on a cluster of three
 // (RF 3, LOCAL_QUORUM) it starts with CASSANDRA_SCRIPTS. A measurement,
 // not a check (minutes of a loaded machine): it runs only with
 // LINKGATE_MEASURE_FLUSH=1 (LINKGATE_MEASURE_LINKS to change the count,
-// LINKGATE_MEASURE_FLUSHES the flushes, from 2). With
+// LINKGATE_MEASURE_FLUSHES the flushes, from 4). With
 // LINKGATE_MEASURE_NODE_PID, the process id of the node, it also logs the
 // CPU time the node (on the cluster, its three nodes) and this process
 // took in each flush: on a shared machine the flush's duration follows
@@ -44,7 +44,7 @@ func TestMeasureFlushCost(t *testing.T) {
 	if os.Getenv("LINKGATE_MEASURE_FLUSH") == "" {
 		t.Skip("a measurement of minutes: set LINKGATE_MEASURE_FLUSH=1 (and CASSANDRA_HOSTS, CASSANDRA_SCRIPTS)")
 	}
-	links, flushes := 100_000, 3
+	links, flushes := 100_000, 5
 	if v := os.Getenv("LINKGATE_MEASURE_LINKS"); v != "" {
 		fmt.Sscan(v, &links)
 	}
@@ -94,7 +94,16 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 	rec := analytics.NewRecorder(2*links, nil)
 	rec.SetMaxValues(100)
 	rec.SetMaxBytes(1 << 30)
-	at := time.Now().UTC().Truncate(time.Hour).Add(5 * time.Second) // the first flush of an hour
+	// Three flushes before an hour's start, the first of them the first of
+	// a day (every link and breakdown value new to the flusher, every link
+	// announced to the rollup), then the first flush of the hour (every
+	// link announced again, the breakdowns' state warm), then steady ones.
+	// Not the hour of midnight, whose first flush is the first of a day.
+	hour := time.Now().UTC().Truncate(time.Hour)
+	if hour.Hour() == 0 {
+		hour = hour.Add(time.Hour)
+	}
+	at := hour.Add(-25 * time.Second)
 	f := analytics.NewFlusher(rec, s, analyticstest.DefaultPlan,
 		analytics.FlusherOptions{Now: func() time.Time { return at }, WriteTimeout: time.Hour}, nil, nil)
 	u := visitor.NewUniques([]byte("a-secret-of-32-bytes-for-testing"))
@@ -111,7 +120,7 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 		}
 		return sum
 	}
-	for round := range max(flushes, 2) {
+	for round := range max(flushes, 4) {
 		for i := range links {
 			key := fmt.Sprint("link", i)
 			fe := visitor.Features{refs[i%3], refs[i%3], "DE", "mobile", "Safari", "iOS"}
@@ -130,7 +139,10 @@ func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, 
 		}
 		st := s.Statements()
 		kind := "steady"
-		if round == 0 {
+		switch round {
+		case 0:
+			kind = "first of a day and of the process"
+		case 3:
 			kind = "first of an hour"
 		}
 		t.Logf("%d nodes, flush %d (%s) of %d links with breakdowns and uniques: %d write statements (%d counts, %d Active entries in %d, %d breakdown counts and %d registers in %d link_days rows in %d, %d links' visits, %d top-list slots in %d); %.1f MB sent, %.1f MB received; %v, %.2f of the 10 s interval",
