@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
+	"github.com/linkgate/linkgate/config"
 	"github.com/linkgate/linkgate/internal/testkit"
 	"github.com/linkgate/linkgate/visitor"
 )
@@ -64,6 +66,9 @@ func TestMeasureFlushCost(t *testing.T) {
 // measureFlush logs the cost of flushes of links on hosts; nodes are
 // the process ids of the nodes ("": not known).
 func measureFlush(t *testing.T, hosts []string, rf int, cons gocql.Consistency, links, flushes int, nodes []string) {
+	// The collector as the gateway runs it (runtime.gogc's default), not
+	// Go's 100: at 100 it ran through every flush of this process.
+	defer debug.SetGCPercent(debug.SetGCPercent(config.DefaultGOGC))
 	ks := testkit.CassandraKeyspace(t, hosts, "linkgate_flush_cost")
 	var up, down atomic.Int64
 	cc := gocql.NewCluster(hosts...)
