@@ -136,12 +136,29 @@ func shardedSchema(keyspace string, t rollup.Tier) []string {
 // whose data is over packBytes go alone, in statements of up to
 // partitionBytes; the others are packed, several partitions a statement,
 // up to packBytes (pack.go).
-//
-// The items are put in partition order in one array (a counting sort:
-// the partitions in the order they first come, a partition's items in
-// theirs), not appended to a slice per partition: a flush of 100,000
-// links has a thousand partitions of a hundred rows.
 func byPartition[K comparable, T any](items []T, part func(T) K, size func(T) int) [][]T {
+	var out [][]T
+	var small []T
+	for _, rows := range groupByPartition(items, part) {
+		n := 0
+		for _, r := range rows {
+			n += size(r)
+		}
+		if n <= packBytes {
+			small = append(small, rows...)
+			continue
+		}
+		out = append(out, pack(rows, size, partitionBytes)...)
+	}
+	return append(out, pack(small, size, packBytes)...)
+}
+
+// groupByPartition returns items by partition: the partitions in the
+// order they first come, a partition's items in theirs. They are put in
+// that order in one array (a counting sort), not appended to a slice per
+// partition: a flush of 100,000 links has a thousand partitions of a
+// hundred rows.
+func groupByPartition[K comparable, T any](items []T, part func(T) K) [][]T {
 	index := map[K]int32{}
 	of := make([]int32, len(items)) // each item's partition, numbered as they come
 	var starts []int                // each partition's count of items, then where they start
@@ -166,18 +183,9 @@ func byPartition[K comparable, T any](items []T, part func(T) K, size func(T) in
 		sorted[ends[of[i]]] = it
 		ends[of[i]]++
 	}
-	var out [][]T
-	var small []T
+	groups := make([][]T, len(starts))
 	for j, start := range starts {
-		rows, n := sorted[start:ends[j]:ends[j]], 0
-		for _, r := range rows {
-			n += size(r)
-		}
-		if n <= packBytes {
-			small = append(small, rows...)
-			continue
-		}
-		out = append(out, pack(rows, size, partitionBytes)...)
+		groups[j] = sorted[start:ends[j]:ends[j]]
 	}
-	return append(out, pack(small, size, packBytes)...)
+	return groups
 }

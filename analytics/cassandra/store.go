@@ -485,23 +485,6 @@ func timedOut(err error) bool {
 // op is one statement.
 type op func(context.Context, backend) error
 
-// partitioned gathers rows by partition, in the order in which the
-// partitions first appear: a batch writes the rows of one partition.
-type partitioned[K comparable, R any] struct {
-	order []K
-	rows  map[K][]R
-}
-
-func (p *partitioned[K, R]) add(k K, r R) {
-	if p.rows == nil {
-		p.rows = map[K][]R{}
-	}
-	if _, ok := p.rows[k]; !ok {
-		p.order = append(p.order, k)
-	}
-	p.rows[k] = append(p.rows[k], r)
-}
-
 // announce returns the statements that store Active entries and marks made
 // at at: the entries of one partition (step, period, shard) in batches of
 // up to maxPartitionRows, so that announcing every link at the first flush
@@ -513,7 +496,7 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 		period int64
 		shard  int
 	}
-	var parts partitioned[partition, activeRow]
+	rows := make([]activeRow, 0, len(as))
 	for _, a := range as {
 		src, span, err := s.source(a.Step)
 		if err != nil {
@@ -524,11 +507,11 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 		if r.ttl <= 0 {
 			continue // its data has expired: nothing left to roll (and TTL 0 would keep it forever)
 		}
-		parts.add(partition{r.step, r.period.Unix(), r.shard}, r)
+		rows = append(rows, r)
 	}
 	var ops []op
-	for _, p := range parts.order {
-		for _, batch := range chunks(parts.rows[p]) {
+	for _, part := range groupByPartition(rows, func(r activeRow) partition { return partition{r.step, r.period.Unix(), r.shard} }) {
+		for _, batch := range chunks(part) {
 			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, batch) })
 		}
 	}
