@@ -47,7 +47,7 @@ func (nopBackend) readDims(context.Context, string, time.Time, int, time.Time, t
 func (nopBackend) readPoints(context.Context, string, string, time.Time, time.Time, time.Time) ([]analytics.Point, error) {
 	return nil, nil
 }
-func (nopBackend) writeActive(context.Context, []activeRow) error { return nil }
+func (nopBackend) writeActive(context.Context, activeRows) error { return nil }
 func (nopBackend) readActive(context.Context, int, time.Time, int, string, int) ([]string, error) {
 	return nil, nil
 }

@@ -452,23 +452,23 @@ func (db *fakeDB) writePoints(ctx context.Context, rows []pointRow) error {
 	})
 }
 
-func (db *fakeDB) writeActive(ctx context.Context, rows []activeRow) error {
-	q := fakeQueue{rows[0].step, rows[0].period.UnixMicro(), rows[0].shard}
-	for _, r := range rows {
-		if r.ttl <= 0 {
-			panic("fake: an Active entry without TTL")
-		}
-		if shardOf(r.key) != r.shard || (fakeQueue{r.step, r.period.UnixMicro(), r.shard}) != q {
-			panic("fake: a batch of Active entries across partitions, or in the wrong shard")
+func (db *fakeDB) writeActive(ctx context.Context, a activeRows) error {
+	q := fakeQueue{a.step, a.period.UnixMicro(), a.shard}
+	if a.ttl <= 0 {
+		panic("fake: Active entries without TTL")
+	}
+	for _, k := range a.keys {
+		if shardOf(k) != a.shard {
+			panic("fake: an Active entry in the wrong shard")
 		}
 	}
-	// A batch of one partition is one mutation: all of it or none.
+	// One statement of one partition is one mutation: all of it or none.
 	return db.do(ctx, "active", func() {
 		if db.active[q] == nil {
 			db.active[q] = map[string]time.Time{}
 		}
-		for _, r := range rows {
-			db.active[q][r.key] = db.expiry(r.ttl)
+		for _, k := range a.keys {
+			db.active[q][k] = db.expiry(a.ttl)
 		}
 	})
 }

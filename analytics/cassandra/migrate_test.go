@@ -2,6 +2,8 @@ package cassandra
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +129,69 @@ func TestLinkVisitsMigrationOnNode(t *testing.T) {
 	}
 	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'link_days'", ks).Scan(&cols); err != nil || cols != 7 {
 		t.Errorf("link_days has %d columns (%v), want 7", cols, err)
+	}
+}
+
+// TestActiveMigrationOnNode opens a store on a rollup_active an earlier
+// release made, without listed, holding an Active entry it inserted: Open
+// adds the column, a flush's entries of the same period (written with an
+// UPDATE of listed) list beside the old one, in key order, each once, and
+// carry a TTL.
+func TestActiveMigrationOnNode(t *testing.T) {
+	hs := testkit.CassandraHosts(t)
+	const ks = "linkgate_migrate_active"
+	sess := testkit.CassandraSession(t, hs...)
+	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range schema(ks, 1, analyticstest.DefaultPlan.Retention()) {
+		q = strings.Replace(q, "\n    listed    boolean,", "", 1)
+		if err := sess.Query(q).Exec(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	columns := func() int {
+		var n int
+		if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'rollup_active'", ks).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := columns(); n != 4 {
+		t.Fatalf("the old rollup_active has %d columns, want 4", n)
+	}
+	now := time.Now().UTC()
+	period := rollup.Align(now, time.Hour)
+	// Keys of one shard, so that one page lists them in key order.
+	var keys []string
+	for i := 0; len(keys) < 3; i++ {
+		if k := fmt.Sprint("k", i); shardOf(k) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	if err := sess.Query("INSERT INTO "+ks+".rollup_active (step, period, shard, short_key) VALUES (300, ?, 0, ?) USING TTL 3600", period, keys[1]).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
+	s := OpenConnected(t, cfg, analyticstest.DefaultPlan)
+	defer s.Close()
+	if n := columns(); n != 5 {
+		t.Errorf("rollup_active has %d columns after Open, want 5", n)
+	}
+	var as []rollup.Active
+	for _, k := range keys {
+		as = append(as, rollup.Active{Step: 5 * time.Minute, Period: period, Key: k})
+	}
+	if err := s.Write(context.Background(), analytics.Batch{At: now, Active: as}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Active(context.Background(), 5*time.Minute, period, "", 10)
+	if err != nil || !slices.Equal(got, keys) {
+		t.Errorf("Active = %q, %v; want %q", got, err, keys)
+	}
+	var ttl int
+	if err := sess.Query("SELECT TTL(listed) FROM "+ks+".rollup_active WHERE step = 300 AND period = ? AND shard = 0 AND short_key = ?", period, keys[0]).Scan(&ttl); err != nil || ttl <= 0 {
+		t.Errorf("the listed cell's TTL: %d, %v; want one", ttl, err)
 	}
 }
 

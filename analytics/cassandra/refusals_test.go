@@ -58,8 +58,16 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		{Name: "points read", Q: q.selectPoints["points_1m"], Args: []any{run, day, day, now}},
 		{Name: "points read without a lower bound", Q: q.selectPoints["points_1m"], Args: []any{run, day, nil, now}},
 		{Name: "points of a null bucket read", Q: q.selectPoints["points_1m"], Args: []any{run, nil, day, now}, Refused: true},
-		{Name: "an Active entry", Q: q.insertActive, Args: []any{300, day, 3, run, 60}},
-		{Name: "an Active entry of an empty key", Q: q.insertActive, Args: []any{300, day, 3, "", 60}},
+		{Name: "an Active entry", Q: q.updateActive, Args: []any{60, 300, day, 3, []string{run}}},
+		{Name: "Active entries, one of them twice", Q: q.updateActive, Args: []any{60, 300, day, 3, []string{run, run + "b", run}}},
+		{Name: "no Active entries", Q: q.updateActive, Args: []any{60, 300, day, 3, []string{}}},
+		{Name: "an Active entry of an empty key", Q: q.updateActive, Args: []any{60, 300, day, 3, []string{""}}},
+		{Name: "an Active entry of a null key", Q: q.updateActive, Args: []any{60, 300, day, 3, []*string{nil}}, Refused: true},
+		{Name: "an Active entry of a key of 65,536 bytes", Q: q.updateActive, Args: []any{60, 300, day, 3, []string{long(65536)}}, Refused: true},
+		{Name: "Active entries of a null list", Q: q.updateActive, Args: []any{60, 300, day, 3, nil}, Refused: true},
+		{Name: "Active entries of an unset list", Q: q.updateActive, Args: []any{60, 300, day, 3, gocql.UnsetValue}, Refused: true},
+		{Name: "Active entries of a null shard", Q: q.updateActive, Args: []any{60, 300, day, nil, []string{run}}, Refused: true},
+		{Name: "Active entries of a TTL past 2038", Q: q.updateActive, Args: []any{630720000, 300, day, 3, []string{run}}, Refused: true},
 		{Name: "Active entries read", Q: q.selectActive, Args: []any{300, day, 3, "", 10}},
 		{Name: "Active entries read with LIMIT 0", Q: q.selectActive, Args: []any{300, day, 3, "", 0}, Refused: true},
 		{Name: "a mark", Q: q.insertMark, Args: []any{run, 300, day, int64(1), ts, 60, ts}},
@@ -128,10 +136,12 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		}
 		return es
 	}
-	active := func(shard func(int) int, keyLen int) func(int) cqlwire.Entry {
-		return func(i int) cqlwire.Entry {
-			return cqlwire.Entry{Q: q.insertActive, Args: []any{300, day, shard(i), long(keyLen) + fmt.Sprint(i), 60}}
+	activeKeys := func(n, keyLen int) []string {
+		var ks []string
+		for i := range n {
+			ks = append(ks, long(keyLen)+fmt.Sprint(i))
 		}
+		return ks
 	}
 	// A link day of a value of 1,000 bytes, each on a day of its own, in
 	// the partition of shard.
@@ -148,9 +158,7 @@ func TestRefusalsAsCassandra(t *testing.T) {
 		}
 	}
 	cases = append(cases,
-		cqlwire.Case{Name: "Active entries of one partition, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(int) int { return 1 }, 1000))},
-		cqlwire.Case{Name: "Active entries of two partitions, 40 KB", Type: gocql.UnloggedBatch, Batch: entries(40, active(func(i int) int { return i % 2 }, 1000))},
-		cqlwire.Case{Name: "Active entries of two partitions, 60 KB", Type: gocql.UnloggedBatch, Batch: entries(60, active(func(i int) int { return i % 2 }, 1000)), Refused: true},
+		cqlwire.Case{Name: "Active entries of one partition, 60 KB: one statement, never measured", Q: q.updateActive, Args: []any{60, 300, day, 1, activeKeys(60, 1000)}},
 		cqlwire.Case{Name: "a link's breakdowns and registers, 60 KB: one partition", Type: gocql.UnloggedBatch, Batch: entries(60, link(run, 1))},
 		cqlwire.Case{Name: "two links' breakdowns and registers in one shard, 60 KB: one partition", Type: gocql.UnloggedBatch,
 			Batch: append(entries(30, link(run, 1)), entries(30, link(run+"b", 1))...)},

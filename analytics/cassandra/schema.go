@@ -165,6 +165,7 @@ func schema(keyspace string, replicationFactor int, tiers []rollup.Tier) []strin
     period    timestamp,
     shard     int,
     short_key text,
+    listed    boolean,
     PRIMARY KEY ((step, period, shard), short_key)
 ) WITH gc_grace_seconds = 10800
     AND comment = 'links with data to roll into the tier of step (0: marks to process) in a batch period; USING TTL'`, keyspace),
@@ -198,7 +199,8 @@ var classColumns = [rollup.NumOther]string{"preview", "scanner", "prefetch", "in
 
 // migrations returns the statements that bring tables created by an
 // earlier release to schema's: the class columns added to each points
-// table, and the links' visits to link_days. Cassandra 4.0 has no ADD IF
+// table, the links' visits to link_days, and the listed cell that the
+// Active entries are written with to rollup_active. Cassandra 4.0 has no ADD IF
 // NOT EXISTS: Open runs them after schema, and cqlsession takes the
 // refusal of a column that exists as done (it always does on tables schema
 // created).
@@ -211,7 +213,8 @@ func migrations(keyspace string, tiers []rollup.Tier) []string {
 	if total, err := rollup.TotalTier(tiers); err == nil {
 		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s.%s %s", keyspace, pointsTable(total), add))
 	}
-	return append(stmts, fmt.Sprintf("ALTER TABLE %s.link_days ADD (visits bigint)", keyspace))
+	return append(stmts, fmt.Sprintf("ALTER TABLE %s.link_days ADD (visits bigint)", keyspace),
+		fmt.Sprintf("ALTER TABLE %s.rollup_active ADD (listed boolean)", keyspace))
 }
 
 // SchemaCQL returns the CQL script that creates the keyspace and tables the
@@ -259,7 +262,10 @@ func SchemaCQL(keyspace string, replicationFactor int, tiers []rollup.Tier) stri
 --
 -- rollup_active, rollup_marks, rollup_progress, rollup_lease: the rollup's
 -- work lists, stale buckets, progress and the lease of the gateway that
--- runs it.
+-- runs it. rollup_active's rows are written with an UPDATE of many links at
+-- once, which needs a regular column: a rollup_active made by a release
+-- without listed gets it at a gateway's start (ALTER TABLE ... ADD (listed
+-- boolean)).
 --
 -- erasures: the links and tenants erased (POST /admin/erase), which every
 -- gateway reads before each flush: an erased link's rows are stored from then

@@ -19,7 +19,7 @@ type Statements struct {
 	Rolled      int64 // rolled values written by the rollup worker
 	PointsSent  int64 // statements that wrote both: several rows each (pack.go)
 	Active      int64 // rollup_active entries written
-	ActiveSent  int64 // statements that wrote them: a batch per partition of up to maxPartitionRows entries
+	ActiveSent  int64 // statements that wrote them: one per partition and up to maxPartitionRows entries
 	Marks       int64 // marks written
 	MarkDeletes int64 // marks deleted once processed
 	Progress    int64 // rollup_progress rows written
@@ -79,10 +79,10 @@ func (b counted) readPoints(ctx context.Context, table, key string, bucket, from
 	return b.be.readPoints(ctx, table, key, bucket, from, to)
 }
 
-func (b counted) writeActive(ctx context.Context, rows []activeRow) error {
-	b.c.active.Add(int64(len(rows)))
+func (b counted) writeActive(ctx context.Context, a activeRows) error {
+	b.c.active.Add(int64(len(a.keys)))
 	b.c.activeSent.Add(1)
-	return b.be.writeActive(ctx, rows)
+	return b.be.writeActive(ctx, a)
 }
 
 func (b counted) readActive(ctx context.Context, step int, period time.Time, shard int, after string, limit int) ([]string, error) {

@@ -486,33 +486,43 @@ func timedOut(err error) bool {
 type op func(context.Context, backend) error
 
 // announce returns the statements that store Active entries and marks made
-// at at: the entries of one partition (step, period, shard) in batches of
-// up to maxPartitionRows, so that announcing every link at the first flush
-// of an hour costs a few hundred statements; marks one statement each
+// at at: the entries of one partition (step, period, shard) up to
+// maxPartitionRows a statement, so that announcing every link at the first
+// flush of an hour costs a few hundred statements; marks one statement each
 // (they are rare: late counts only).
 func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]op, error) {
 	type partition struct {
 		step   int
 		period int64
 		shard  int
+		ttl    int // the same for a partition's entries: a function of step, period and at
 	}
-	rows := make([]activeRow, 0, len(as))
+	type entry struct {
+		partition
+		key string
+	}
+	entries := make([]entry, 0, len(as))
 	for _, a := range as {
 		src, span, err := s.source(a.Step)
 		if err != nil {
 			return nil, fmt.Errorf("active %q: %w", a.Key, err)
 		}
-		r := activeRow{step: seconds(a.Step), period: a.Period.UTC(), shard: shardOf(a.Key), key: a.Key,
-			ttl: ttlOf(a.Period.Add(span+src.Retention).Sub(at) + span)}
-		if r.ttl <= 0 {
+		e := entry{partition{seconds(a.Step), a.Period.Unix(), shardOf(a.Key), ttlOf(a.Period.Add(span+src.Retention).Sub(at) + span)}, a.Key}
+		if e.ttl <= 0 {
 			continue // its data has expired: nothing left to roll (and TTL 0 would keep it forever)
 		}
-		rows = append(rows, r)
+		entries = append(entries, e)
 	}
 	var ops []op
-	for _, part := range groupByPartition(rows, func(r activeRow) partition { return partition{r.step, r.period.Unix(), r.shard} }) {
-		for _, batch := range chunks(part) {
-			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, batch) })
+	keys := make([]string, 0, len(entries)) // every statement's keys, cut from one array
+	for _, part := range groupByPartition(entries, func(e entry) partition { return e.partition }) {
+		for _, chunk := range chunks(part) {
+			p, from := chunk[0].partition, len(keys)
+			for _, e := range chunk {
+				keys = append(keys, e.key)
+			}
+			a := activeRows{step: p.step, period: time.Unix(p.period, 0).UTC(), shard: p.shard, ttl: p.ttl, keys: keys[from:len(keys):len(keys)]}
+			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, a) })
 		}
 	}
 	for _, m := range ms {

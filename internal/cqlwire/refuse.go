@@ -408,7 +408,16 @@ func (st *statement) checkKey(b bind, v value) *refusal {
 		return nil
 	}
 	if b.op == "IN" {
+		switch {
+		case v.unset:
+			return invalid("Invalid unset value for column %s", b.col)
+		case v.b == nil:
+			return invalid("Invalid null value for column %s", b.col)
+		}
 		for _, e := range listElems(v.b) {
+			if e == nil {
+				return invalid("Invalid null value in condition for column %s", b.col)
+			}
 			if r := keyValue(t, part, value{b: e}); r != nil {
 				return r
 			}

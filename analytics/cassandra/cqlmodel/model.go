@@ -135,7 +135,7 @@ func (s *Server) Query(q string) cqlwire.Answer {
 	return cqlwire.Answer{}
 }
 
-var alterAdd = regexp.MustCompile(`^ALTER TABLE \w+\.(?:points_\w+|link_days) ADD \((\w+) `)
+var alterAdd = regexp.MustCompile(`^ALTER TABLE \w+\.(?:points_\w+|link_days|rollup_active) ADD \((\w+) `)
 
 // failed returns the answer of a Reply code other than ReplyOK.
 func failed(code int, consistency uint16, writeType string) cqlwire.Answer {
