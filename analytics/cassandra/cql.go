@@ -333,11 +333,9 @@ func (b *cqlBackend) readPoints(ctx context.Context, table, key string, bucket, 
 // writeActive writes the rows with one UPDATE of the clustering keys IN
 // the list: one mutation on each replica, as an unlogged batch of one
 // partition is, but a single statement for Cassandra to parse and check
-// and for gocql to marshal, where a batch is one per row (a quarter less
-// of the node's work and three quarters less of this process's, measured
-// at 100,000 entries). The row's only regular cell, listed, carries the
-// TTL; rows an earlier release inserted (a row marker, no cell) read the
-// same.
+// and for gocql to marshal, where a batch holds one per row. The row's
+// only regular cell, listed, carries the TTL; rows an earlier release
+// inserted (a row marker, no cell) read the same.
 func (b *cqlBackend) writeActive(ctx context.Context, a activeRows) error {
 	return b.query(ctx, b.updateActive, a.ttl, a.step, a.period, a.shard, a.keys).Exec()
 }
