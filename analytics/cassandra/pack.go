@@ -7,9 +7,11 @@ package cassandra
 // of the dims and uniques tables, which share their key), Active entries
 // and top-list rows (a few partitions of many rows each). Cassandra parses,
 // checks, routes and answers a statement once whatever it holds, so the
-// Store sends each partition's rows as one unlogged batch (one mutation on
-// each replica, atomic and isolated there, no batch log: its rows only
-// ever overwrite themselves, so a retry is safe), and the rows of several
+// Store sends each partition's rows as one statement: the Active entries,
+// which are keys only, an UPDATE of the keys IN a list; the others an
+// unlogged batch (one mutation on each replica, atomic and isolated there,
+// no batch log: its rows only ever overwrite themselves, so a retry is
+// safe), and the rows of several
 // small partitions together, in an unlogged batch across partitions (each
 // partition still one mutation; the coordinator forwards it to its
 // replicas). Cassandra measures a batch across partitions by its data

@@ -96,7 +96,8 @@
 //
 // The Active entries that list a period's links are written once per link
 // and batch period per process (the flusher remembers what it stored), in
-// unlogged batches of one partition (up to maxPartitionRows, 500, entries each):
+// statements of one partition (up to maxPartitionRows, 500, entries each,
+// an UPDATE of the keys IN a list):
 // with the default tiers a link visited every 10 s costs one such row an
 // hour, not one per flush. Their partitions are (step, period, shard), the
 // shard a hash of the link (16 shards), so a period's links spread over 16
@@ -128,7 +129,7 @@
 // at most 32 at a time, the Active entries and marks before the counts they
 // announce. The counts go several rows a statement (pack.go), a shard's
 // partition of them together (shards.go); the Active entries of one
-// partition go in batches. Statements() counts what was sent, by kind.
+// partition in a statement. Statements() counts what was sent, by kind.
 package cassandra
 
 import (
