@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocql/gocql"
+
 	"github.com/linkgate/linkgate/analytics"
 	"github.com/linkgate/linkgate/analytics/analyticstest"
 	"github.com/linkgate/linkgate/analytics/hll"
@@ -25,24 +27,17 @@ func TestClassesMigrationOnNode(t *testing.T) {
 	hs := testkit.CassandraHosts(t)
 	const ks = "linkgate_migrate"
 	sess := testkit.CassandraSession(t, hs...)
-	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
-		t.Fatal(err)
-	}
-	tiers := analyticstest.DefaultPlan.Retention()
-	for _, q := range schema(ks, 1, tiers) {
+	oldSchema(t, sess, ks, func(q string) string {
 		if strings.Contains(q, "_by_shard (") {
-			continue // made by a later release
+			return "" // made by a later release
 		}
 		for _, c := range classColumns {
 			q = strings.Replace(q, "\n    "+c+strings.Repeat(" ", 10-len(c))+"bigint,", "", 1)
 		}
-		if err := sess.Query(q).Exec(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	var cols int
-	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'points_1m'", ks).Scan(&cols); err != nil || cols != 6 {
-		t.Fatalf("the old points_1m has %d columns (%v), want 6", cols, err)
+		return q
+	})
+	if n := columns(t, sess, ks, "points_1m"); n != 6 {
+		t.Fatalf("the old points_1m has %d columns, want 6", n)
 	}
 	now := time.Now().UTC()
 	m0 := rollup.Align(now.Add(-time.Hour), time.Minute)
@@ -77,9 +72,36 @@ func TestClassesMigrationOnNode(t *testing.T) {
 			t.Errorf("the old row's declared bots: %d, want 2", d)
 		}
 	}
-	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'points_total'", ks).Scan(&cols); err != nil || cols != 10 {
-		t.Errorf("points_total has %d columns (%v), want 10", cols, err)
+	if n := columns(t, sess, ks, "points_total"); n != 10 {
+		t.Errorf("points_total has %d columns, want 10", n)
 	}
+}
+
+// oldSchema makes keyspace ks anew with the tables an earlier release
+// made: schema's statements as edit leaves them ("": none).
+func oldSchema(t *testing.T, sess *gocql.Session, ks string, edit func(string) string) {
+	t.Helper()
+	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range schema(ks, 1, analyticstest.DefaultPlan.Retention()) {
+		if q = edit(q); q == "" {
+			continue
+		}
+		if err := sess.Query(q).Exec(); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// columns returns how many columns table has in keyspace ks.
+func columns(t *testing.T, sess *gocql.Session, ks, table string) int {
+	t.Helper()
+	var n int
+	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?", ks, table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestLinkVisitsMigrationOnNode opens a store on a link_days an earlier
@@ -91,18 +113,11 @@ func TestLinkVisitsMigrationOnNode(t *testing.T) {
 	hs := testkit.CassandraHosts(t)
 	const ks = "linkgate_migrate_visits"
 	sess := testkit.CassandraSession(t, hs...)
-	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range schema(ks, 1, analyticstest.DefaultPlan.Retention()) {
-		q = strings.Replace(q, "\n    visits    bigint,\n    PRIMARY KEY ((short_key, bucket), day, writer)", "\n    PRIMARY KEY ((short_key, bucket), day, writer)", 1)
-		if err := sess.Query(q).Exec(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	var cols int
-	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'link_days'", ks).Scan(&cols); err != nil || cols != 6 {
-		t.Fatalf("the old link_days has %d columns (%v), want 6", cols, err)
+	oldSchema(t, sess, ks, func(q string) string {
+		return strings.Replace(q, "\n    visits    bigint,\n    PRIMARY KEY ((short_key, bucket), day, writer)", "\n    PRIMARY KEY ((short_key, bucket), day, writer)", 1)
+	})
+	if n := columns(t, sess, ks, "link_days"); n != 6 {
+		t.Fatalf("the old link_days has %d columns, want 6", n)
 	}
 	now := time.Now().UTC()
 	day := rollup.Align(now, rollup.Day)
@@ -127,8 +142,8 @@ func TestLinkVisitsMigrationOnNode(t *testing.T) {
 	if err := sess.Query("SELECT count(*) FROM "+ks+".top_days WHERE day = ? AND shard = ? AND short_key = 'go'", day, shardOf("go")).Scan(&rows); err != nil || rows != 0 {
 		t.Errorf("top_days holds %d rows of go (%v), want none", rows, err)
 	}
-	if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'link_days'", ks).Scan(&cols); err != nil || cols != 7 {
-		t.Errorf("link_days has %d columns (%v), want 7", cols, err)
+	if n := columns(t, sess, ks, "link_days"); n != 7 {
+		t.Errorf("link_days has %d columns, want 7", n)
 	}
 }
 
@@ -141,23 +156,8 @@ func TestActiveMigrationOnNode(t *testing.T) {
 	hs := testkit.CassandraHosts(t)
 	const ks = "linkgate_migrate_active"
 	sess := testkit.CassandraSession(t, hs...)
-	if err := sess.Query("DROP KEYSPACE IF EXISTS " + ks).Exec(); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range schema(ks, 1, analyticstest.DefaultPlan.Retention()) {
-		q = strings.Replace(q, "\n    listed    boolean,", "", 1)
-		if err := sess.Query(q).Exec(); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	columns := func() int {
-		var n int
-		if err := sess.Query("SELECT count(*) FROM system_schema.columns WHERE keyspace_name = ? AND table_name = 'rollup_active'", ks).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if n := columns(); n != 4 {
+	oldSchema(t, sess, ks, func(q string) string { return strings.Replace(q, "\n    listed    boolean,", "", 1) })
+	if n := columns(t, sess, ks, "rollup_active"); n != 4 {
 		t.Fatalf("the old rollup_active has %d columns, want 4", n)
 	}
 	now := time.Now().UTC()
@@ -175,7 +175,7 @@ func TestActiveMigrationOnNode(t *testing.T) {
 	cfg := analytics.Cassandra{Hosts: hs, Keyspace: ks, Consistency: "ONE", ReplicationFactor: 1}
 	s := OpenConnected(t, cfg, analyticstest.DefaultPlan)
 	defer s.Close()
-	if n := columns(); n != 5 {
+	if n := columns(t, sess, ks, "rollup_active"); n != 5 {
 		t.Errorf("rollup_active has %d columns after Open, want 5", n)
 	}
 	var as []rollup.Active
