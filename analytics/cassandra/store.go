@@ -494,7 +494,7 @@ type op func(context.Context, backend) error
 func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]op, error) {
 	type partition struct {
 		step   int
-		period int64
+		period int64 // ms, as Cassandra keeps a timestamp
 		shard  int
 		ttl    int // the same for a partition's entries: a function of step, period and at
 	}
@@ -508,7 +508,7 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 		if err != nil {
 			return nil, fmt.Errorf("active %q: %w", a.Key, err)
 		}
-		e := entry{partition{seconds(a.Step), a.Period.Unix(), shardOf(a.Key), ttlOf(a.Period.Add(span+src.Retention).Sub(at) + span)}, a.Key}
+		e := entry{partition{seconds(a.Step), a.Period.UnixMilli(), shardOf(a.Key), ttlOf(a.Period.Add(span+src.Retention).Sub(at) + span)}, a.Key}
 		if e.ttl <= 0 {
 			continue // its data has expired: nothing left to roll (and TTL 0 would keep it forever)
 		}
@@ -522,7 +522,7 @@ func (s *Store) announce(as []rollup.Active, ms []rollup.Mark, at time.Time) ([]
 			for _, e := range chunk {
 				keys = append(keys, e.key)
 			}
-			a := activeRows{step: p.step, period: time.Unix(p.period, 0).UTC(), shard: p.shard, ttl: p.ttl, keys: keys[from:len(keys):len(keys)]}
+			a := activeRows{step: p.step, period: time.UnixMilli(p.period).UTC(), shard: p.shard, ttl: p.ttl, keys: keys[from:len(keys):len(keys)]}
 			ops = append(ops, func(ctx context.Context, be backend) error { return be.writeActive(ctx, a) })
 		}
 	}
