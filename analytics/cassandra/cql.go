@@ -253,11 +253,12 @@ func (b *cqlBackend) writePoints(ctx context.Context, rows []pointRow) error {
 	a := newBatchArgs(len(rows), 13) // room for the classes, the TTL and the timestamp
 	stmt := func(r *pointRow) (string, []any) {
 		at := a.list(13)
-		q, classes := b.insertPoint[r.table], b.insertClasses[r.table]
+		var q, classes string
 		if r.table == b.finestTable {
 			q, classes = b.insertShardPoint, b.insertShardClasses
 			at = append(at, shared(a, 0, linkShard(r.key)), shared(a, 1, partitionOf(r.start, shardSpan(b.finest.Step))), r.key)
 		} else {
+			q, classes = b.insertPoint[r.table], b.insertClasses[r.table]
 			at = append(at, r.key, shared(a, 1, r.bucket))
 		}
 		at = append(at, shared(a, 2, r.start), shared(a, 3, r.writer), r.v.Human, r.v.Bot)
