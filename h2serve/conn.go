@@ -52,7 +52,11 @@ type conn struct {
 	cut       [8]cutBody // the last bodies cut short, for their DATA in flight
 	cutNext   int
 	goingAway bool // GOAWAY sent: no new streams
-	closed    bool
+	// closeOnLast: the GOAWAY sent was NO_ERROR's, so the last stream's
+	// end closes the connection; after a connection error's, connError
+	// closes it, after its grace.
+	closeOnLast bool
+	closed      bool
 
 	w writer // write.go
 }
@@ -234,6 +238,7 @@ func (c *conn) goAway(code http2.ErrCode) {
 		return
 	}
 	c.goingAway = true
+	c.closeOnLast = code == http2.ErrCodeNo
 	last, idle := c.maxID, len(c.streams) == 0
 	c.mu.Unlock()
 	c.w.mu.Lock()

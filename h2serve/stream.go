@@ -431,7 +431,7 @@ func (c *conn) endStream(st *stream) {
 		c.cutNext++
 	}
 	st.recvDone = true
-	last := c.goingAway && len(c.streams) == 0
+	last := c.closeOnLast && len(c.streams) == 0
 	c.mu.Unlock()
 	if stillSending {
 		c.resetStream(nil, st.id, http2.ErrCodeNo)
