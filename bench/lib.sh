@@ -48,15 +48,23 @@ wait_port() {
 # ticks PID...: user+system CPU clock ticks of the processes and of their
 # children (nginx's workers), from /proc.
 ticks() {
-	local pid sum=0 f c
+	local u s
+	read -r u s < <(split_ticks "$@")
+	echo $((u + s))
+}
+
+# split_ticks PID...: the same, as "user system".
+split_ticks() {
+	local pid u=0 s=0 f c
 	for pid in "$@"; do
 		for f in /proc/"$pid"/stat $(grep -l "^[0-9]* ([^)]*) [A-Z] $pid " /proc/[0-9]*/stat 2>/dev/null); do
 			[[ -r $f ]] || continue
-			c=$(awk '{sub(/^.*\) /, ""); print $12 + $13}' "$f" 2>/dev/null) || continue
-			sum=$((sum + ${c:-0}))
+			c=$(awk '{sub(/^.*\) /, ""); print $12, $13}' "$f" 2>/dev/null) || continue
+			[[ -n $c ]] || continue
+			u=$((u + ${c% *})) s=$((s + ${c#* }))
 		done
 	done
-	echo "$sum"
+	echo "$u $s"
 }
 
 # nginx_config DIR UPSTREAM_PORT SERVER LOCATION: nginx as an operator would

@@ -237,11 +237,18 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			[[ $p == http1 ]] && pid=${plain_pid[$t]}
 			admin=${tls_admin[$t]:-}
 			[[ $p == http1 ]] && admin=${plain_admin[$t]:-}
-			c0=$(ticks "$pid") g0=$(mc_gets "$t" "$admin")
+			read -r u0 s0 < <(split_ticks "$pid")
+			g0=$(mc_gets "$t" "$admin") up0=$(ticks "$up_pid")
 			read -r count secs < <(measure "$p" "$t" "$results/$p.$t.round$r.txt")
-			c1=$(ticks "$pid") g1=$(mc_gets "$t" "$admin")
-			awk -v p="$p" -v t="$t" -v r="$r" -v c="$count" -v s="$secs" -v ticks=$((c1 - c0)) -v hz="$hz" -v gets=$((g1 - g0)) \
-				'BEGIN {printf "%s %s %d %.0f %.1f %s\n", p, t, r, c / s, (c > 0 ? ticks / hz * 1e6 / c : 0), (t ~ /-mc$/ && c > 0 ? sprintf("%.4f", gets / c) : "-")}' >>"$tmp/rows"
+			read -r u1 s1 < <(split_ticks "$pid")
+			g1=$(mc_gets "$t" "$admin") up1=$(ticks "$up_pid")
+			# The upstream's CPU is the demo service's, behind the proxy
+			# (none for direct over TLS, which is a service of its own).
+			awk -v p="$p" -v t="$t" -v r="$r" -v c="$count" -v s="$secs" -v user=$((u1 - u0)) -v sys=$((s1 - s0)) -v hz="$hz" \
+				-v gets=$((g1 - g0)) -v up=$((up1 - up0)) -v upok=$([[ $t == direct && $p != http1 || $p == full || $p == resumed ]] && echo 0 || echo 1) '
+				function us(x) { return c > 0 ? x / hz * 1e6 / c : 0 }
+				BEGIN {printf "%s %s %d %.0f %.1f %s %.1f %s\n", p, t, r, c / s, us(user + sys), (t ~ /-mc$/ && c > 0 ? sprintf("%.4f", gets / c) : "-"),
+					us(user), (upok ? sprintf("%.1f", us(up)) : "-")}' >>"$tmp/rows"
 			echo "bench: round $r/$ROUNDS $p $t: $(tail -1 "$tmp/rows" | awk '{printf "%s/s, CPU %s µs each", $4, $5; if ($6 != "-") printf ", %s memcached gets each", $6}') (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 		done
 	done
@@ -255,15 +262,17 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 	echo "load average before / after: $load_before / $load_after"
 	echo
 	awk "$rounds_awk"'
-		{ k = $1 SUBSEP $2; if (!(k in rate)) order[++n] = k; rate[k] = rate[k] " " $4; cpu[k] = cpu[k] " " $5; gets[k] = gets[k] " " $6 }
+		{ k = $1 SUBSEP $2; if (!(k in rate)) order[++n] = k; rate[k] = rate[k] " " $4; cpu[k] = cpu[k] " " $5; gets[k] = gets[k] " " $6
+		  user[k] = user[k] " " $7; up[k] = up[k] " " $8 }
 		END {
-			printf "%-8s %-11s %9s %15s %11s %10s %10s\n", "protocol", "target", "per s", "spread", "CPU µs each", "÷ nginx", "CPU ÷ nginx"
+			printf "%-8s %-11s %9s %15s %11s %10s %10s %8s %9s\n", "protocol", "target", "per s", "spread", "CPU µs each", "÷ nginx", "CPU ÷ nginx", "of it user", "upstream µs"
 			for (i = 1; i <= n; i++) { k = order[i]; R[k] = median(rate[k]); C[k] = median(cpu[k]) }
 			for (i = 1; i <= n; i++) {
 				k = order[i]; split(k, pt, SUBSEP); x = pt[1] SUBSEP "nginx"
 				rr = (x in R) && R[x] > 0 ? sprintf("%.2f", R[k] / R[x]) : "-"
 				cc = (x in C) && C[x] > 0 ? sprintf("%.2f", C[k] / C[x]) : "-"
-				printf "%-8s %-11s %9.0f %15s %11.1f %10s %10s\n", pt[1], pt[2], R[k], spread(rate[k]), C[k], rr, cc
+				uu = median(up[k])
+				printf "%-8s %-11s %9.0f %15s %11.1f %10s %10s %8.1f %9s\n", pt[1], pt[2], R[k], spread(rate[k]), C[k], rr, cc, median(user[k]), uu == "-" ? "-" : sprintf("%.1f", uu)
 			}
 			# The limiter on memcached against the in-process one, of one
 			# build, and the get commands it sent a request.
