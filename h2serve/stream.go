@@ -418,7 +418,8 @@ func (c *conn) runHandler(st *stream, r *http.Request, h http.Handler) {
 // endStream closes st once its handler has returned: its context ends,
 // a body the client is still sending is refused with RST_STREAM NO_ERROR
 // (RFC 9113 section 8.1) and its unread bytes are given back to the
-// connection; the last stream of a connection going away closes it.
+// connection; the last stream of a connection going away with NO_ERROR
+// closes it (after a connection error's GOAWAY, connError does).
 func (c *conn) endStream(st *stream) {
 	st.ctx.Cancel()
 	st.rw.release()
