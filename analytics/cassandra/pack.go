@@ -11,10 +11,9 @@ package cassandra
 // which are keys only, an UPDATE of the keys IN a list; the others an
 // unlogged batch (one mutation on each replica, atomic and isolated there,
 // no batch log: its rows only ever overwrite themselves, so a retry is
-// safe), and the rows of several
-// small partitions together, in an unlogged batch across partitions (each
-// partition still one mutation; the coordinator forwards it to its
-// replicas). Cassandra measures a batch across partitions by its data
+// safe), and the rows of several small partitions together, in an
+// unlogged batch across partitions (each partition still one mutation;
+// the coordinator forwards it to its replicas). Cassandra measures a batch across partitions by its data
 // (PartitionUpdate.dataSize: each row's clustering values, and each cell's
 // value plus 16 bytes for its timestamp, TTL and expiry), logs a warning
 // over batch_size_warn_threshold_in_kb (5 KB by default) and refuses it

@@ -200,10 +200,10 @@ var classColumns = [rollup.NumOther]string{"preview", "scanner", "prefetch", "in
 // migrations returns the statements that bring tables created by an
 // earlier release to schema's: the class columns added to each points
 // table, the links' visits to link_days, and the listed cell that the
-// Active entries are written with to rollup_active. Cassandra 4.0 has no ADD IF
-// NOT EXISTS: Open runs them after schema, and cqlsession takes the
-// refusal of a column that exists as done (it always does on tables schema
-// created).
+// Active entries are written with to rollup_active. Cassandra 4.0 has no
+// ADD IF NOT EXISTS: Open runs them after schema, and cqlsession takes
+// the refusal of a column that exists as done (it always does on tables
+// schema created).
 func migrations(keyspace string, tiers []rollup.Tier) []string {
 	add := "ADD (" + strings.Join(classColumns[:], " bigint, ") + " bigint)"
 	var stmts []string
